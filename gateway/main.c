@@ -1,0 +1,220 @@
+/*
+ * pivirt-gateway: the gRPC front door of pivirt.
+ *
+ * Reads the configuration, builds the server (framework, health, reflection, services), starts
+ * the presence heartbeat that makes this gateway visible to WatchServiceStatus clients and to
+ * operators, then waits for SIGTERM or SIGINT and shuts down gracefully: presence first (peers
+ * stop routing here), then the server (health watchers hear NOT_SERVING, in-flight calls finish
+ * within the grace period, the rest are cancelled).
+ *
+ * Exit status: 0 after a clean shutdown, 1 when start-up fails, 2 for a bad configuration.
+ */
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_app.h"
+#include "gw_health.h"
+#include "gw_reflection.h"
+#include "gw_server.h"
+#include "pv_config.h"
+#include "pv_id.h"
+#include "pv_log.h"
+#include "pv_presence.h"
+#include "pv_version.h"
+#include "svc_core.h"
+
+extern const unsigned char pv_descriptor_set[];
+extern const size_t pv_descriptor_set_len;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pivirt-gateway [--config FILE] [--set key=value]... [--version]\n"
+               "  Serves pb.CoreRPC, pivirt.cluster.v1, pivirt.storage.v1, "
+               "pivirt.operations.v1,\n"
+               "  grpc.health.v1 and server reflection on every gateway.listen address.\n"
+               "  Configuration keys: see shared/pv_config.h; environment PIVIRT_<KEY>.\n");
+}
+
+static void *thread_redis_new(void *arg) {
+    gw_app *app = arg;
+    pv_redis_opts o = {
+        .addr = app->cfg.redis.addr,
+        .db = app->cfg.redis.db,
+        .password = app->cfg.redis.password,
+        .connect_timeout_ms = app->cfg.redis.connect_timeout_ms,
+        .command_timeout_ms = app->cfg.redis.command_timeout_ms,
+        .load_functions = 1,
+    };
+    pv_redis *r = NULL;
+    pv_status st;
+    if (pv_redis_new(&o, &r, &st) != PV_OK) pv_error("redis handle: %s", st.msg);
+    return r;
+}
+
+static void thread_redis_free(void *r) {
+    pv_redis_free(r);
+}
+
+static int is_declared(void *arg, const char *path) {
+    return gw_reflection_has_method(arg, path);
+}
+
+/* Eru's instance identifier: the SHA-256 of the store settings, so every gateway of one system
+ * reports the same identifier. */
+static void compute_identifier(gw_app *app) {
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "store=redis\nredis.addr=%s\nredis.db=%d\nredis.prefix=%s\n",
+                     app->cfg.redis.addr, app->cfg.redis.db, app->cfg.redis.prefix);
+    pv_sha256_hex(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, app->identifier);
+}
+
+typedef struct gateway {
+    gw_app app;
+    gw_reflection *reflection;
+    gw_health *health;
+    svc_core *core;
+    gw_server *server;
+    pv_presence *presence;
+    const char **services;
+} gateway;
+
+static void gateway_free(gateway *g) {
+    gw_server_free(g->server);
+    svc_core_free(g->core);
+    gw_health_free(g->health);
+    gw_reflection_free(g->reflection);
+    free(g->services);
+    pv_config_free(&g->app.cfg);
+}
+
+static int build_server(gateway *g) {
+    char err[512];
+    gw_app *app = &g->app;
+    g->reflection = gw_reflection_new(pv_descriptor_set, pv_descriptor_set_len, err, sizeof err);
+    if (!g->reflection) {
+        pv_error("reflection: %s", err);
+        return -1;
+    }
+    size_t n = gw_reflection_service_count(g->reflection);
+    g->services = calloc(n ? n : 1, sizeof *g->services);
+    if (!g->services) return -1;
+    for (size_t i = 0; i < n; i++) g->services[i] = gw_reflection_service(g->reflection, i);
+    g->health = gw_health_new(g->services, n);
+    g->core = svc_core_new(app);
+    if (!g->health || !g->core) return -1;
+
+    gw_server_opts o = {
+        .listen = (const char *const *)app->cfg.gateway.listen,
+        .n_listen = app->cfg.gateway.n_listen,
+        .threads = app->cfg.gateway.threads,
+        .tls_cert_path = app->cfg.gateway.tls_cert,
+        .tls_key_path = app->cfg.gateway.tls_key,
+        .auth_username = app->cfg.auth.username,
+        .auth_password = app->cfg.auth.password,
+        .max_request_bytes = app->cfg.gateway.max_request_bytes,
+        .shutdown_grace_ms = app->cfg.gateway.shutdown_grace_ms,
+        .app = app,
+        .is_declared = is_declared,
+        .is_declared_arg = g->reflection,
+        .thread_init = thread_redis_new,
+        .thread_free = thread_redis_free,
+    };
+    g->server = gw_server_new(&o, err, sizeof err);
+    if (!g->server) {
+        pv_error("server: %s", err);
+        return -1;
+    }
+    if (gw_health_register(g->health, g->server, 0) != 0 ||
+        gw_reflection_register(g->reflection, g->server, 0) != 0 ||
+        svc_core_register(g->core, g->server) != 0) {
+        pv_error("registering the services failed");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    gateway g;
+    memset(&g, 0, sizeof g);
+    pv_status st;
+    pv_log_init("gateway", PV_LOG_INFO);
+    if (pv_config_load(&g.app.cfg, &argc, argv, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        pv_config_free(&g.app.cfg);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
+            pv_config_free(&g.app.cfg);
+            return 0;
+        }
+        usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
+        pv_config_free(&g.app.cfg);
+        return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+    pv_log_set_level(g.app.cfg.log_level);
+    if (pv_keys_init(&g.app.keys, g.app.cfg.redis.prefix, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        pv_config_free(&g.app.cfg);
+        return 2;
+    }
+    pv_presence_default_instance(g.app.instance, sizeof g.app.instance);
+    compute_identifier(&g.app);
+    g.app.advertise = *g.app.cfg.gateway.advertise ? g.app.cfg.gateway.advertise
+                                                   : g.app.cfg.gateway.listen[0];
+
+    /* Signals are taken by sigwait in this thread only; every other thread blocks them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    grpc_init();
+    int rc = 1;
+    if (build_server(&g) != 0 || gw_server_start(g.server) != 0) goto out;
+
+    pv_presence_opts po = {
+        .kind = "gateway",
+        .instance = g.app.instance,
+        .addr = g.app.advertise,
+        .interval_seconds = g.app.cfg.gateway.heartbeat_seconds,
+        .tick = svc_core_presence_tick,
+        .tick_arg = g.core,
+    };
+    if (pv_presence_start(&g.app.cfg, &po, &g.presence, &st) != PV_OK) {
+        if (!g.presence) {
+            pv_error("presence: %s", st.msg);
+            gw_server_shutdown(g.server);
+            goto out;
+        }
+        pv_warn("redis %s is not answering yet (%s); serving anyway, calls that need it answer "
+                "UNAVAILABLE",
+                g.app.cfg.redis.addr, st.msg);
+    }
+    for (size_t i = 0; i < g.app.cfg.gateway.n_listen; i++)
+        pv_info("listening addr=%s port=%d", g.app.cfg.gateway.listen[i],
+                gw_server_bound_port(g.server, i));
+    pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
+            PV_VERSION, PV_GIT_REVISION, g.app.instance, g.app.cfg.redis.addr,
+            g.app.cfg.gateway.threads, *g.app.cfg.gateway.tls_cert ? "on" : "off",
+            *g.app.cfg.auth.username ? "on" : "off");
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    pv_info("signal=%d shutting down (grace %d ms)", sig, g.app.cfg.gateway.shutdown_grace_ms);
+    pv_presence_stop(g.presence);
+    g.presence = NULL;
+    gw_server_shutdown(g.server);
+    rc = 0;
+out:
+    gateway_free(&g);
+    grpc_shutdown_blocking();
+    if (rc == 0) pv_info("stopped");
+    return rc;
+}

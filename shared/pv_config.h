@@ -1,0 +1,96 @@
+/*
+ * pv_config: the configuration every pivirt program reads.
+ *
+ * Sources, each overriding the one before: built-in defaults, a JSON file (nested objects map to
+ * dotted keys: {"redis": {"addr": "..."}} is redis.addr), environment variables (PIVIRT_ + the
+ * key upper-cased with '.' as '_': PIVIRT_REDIS_ADDR), then command-line `--set key=value`.
+ * Every key goes through one table (pv_config_set), so the three sources accept the same keys
+ * and give the same errors. Unknown keys are errors: a typo must not be silently ignored.
+ *
+ * Ownership: a pv_config owns every string and array in it; pv_config_free releases them.
+ */
+#ifndef PV_CONFIG_H
+#define PV_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pv_log.h"
+#include "pv_status.h"
+
+typedef struct pv_config {
+    char *data_dir;          /* data_dir: where daemons keep state and logs ("./.data") */
+    pv_log_level log_level;  /* log.level: debug|info|warn|error ("info") */
+
+    struct {
+        char *addr;                /* redis.addr: "host:port" or a unix socket path ("127.0.0.1:6390") */
+        int db;                    /* redis.db (0) */
+        char *password;            /* redis.password ("" = none); never logged */
+        char *prefix;              /* redis.prefix: prepended to every key ("pv:") */
+        int connect_timeout_ms;    /* redis.connect_timeout_ms (1000) */
+        int command_timeout_ms;    /* redis.command_timeout_ms (2000) */
+    } redis;
+
+    struct {
+        char **listen;             /* gateway.listen: addresses, JSON array or comma-separated
+                                      ("localhost:8443,localhost:9002,localhost:5001") */
+        size_t n_listen;
+        int threads;               /* gateway.threads: completion-queue threads (2) */
+        char *tls_cert;            /* gateway.tls_cert: PEM path ("" = plaintext) */
+        char *tls_key;             /* gateway.tls_key: PEM path, required with tls_cert */
+        long max_request_bytes;    /* gateway.max_request_bytes (4194304) */
+        int heartbeat_seconds;     /* gateway.heartbeat_seconds: presence key refresh (2); the
+                                      key lives 3x that */
+        int shutdown_grace_ms;     /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
+        char *advertise;           /* gateway.advertise: address reported by WatchServiceStatus
+                                      ("" = the first listen address) */
+    } gateway;
+
+    struct {
+        char *username;            /* auth.username ("" = no auth); must be lowercase */
+        char *password;            /* auth.password */
+    } auth;
+
+    struct {
+        int heartbeat_seconds;     /* worker.heartbeat_seconds (2) */
+        char *node;                /* worker.node: node name for the node role ("" = ops role) */
+        char *pod;                 /* worker.pod: pod/cluster of the node ("local") */
+    } worker;
+
+    struct {
+        int heartbeat_seconds;     /* scheduler.heartbeat_seconds (2) */
+    } scheduler;
+
+    bool test_operations;          /* test_operations: accept test.* operation kinds (false) */
+} pv_config;
+
+/* Fills c with the defaults above. Returns PV_OK or PV_INTERNAL (out of memory). */
+int pv_config_init(pv_config *c, pv_status *st);
+
+/* Sets one dotted key from its text form ("2000", "true", "a,b"). Unknown key, bad number or
+ * bad value: PV_INVALID_ARGUMENT naming the key and the value. */
+int pv_config_set(pv_config *c, const char *key, const char *value, pv_status *st);
+
+/* Merges a JSON file over c. Missing file, bad JSON (with line and column), unknown key or a
+ * value of the wrong type: PV_INVALID_ARGUMENT naming the file and key. */
+int pv_config_load_file(pv_config *c, const char *path, pv_status *st);
+
+/* Applies every PIVIRT_* variable of envp (NULL = environ) that names a key. Variables with the
+ * PIVIRT_ prefix that name no key are errors (PIVIRT_CONFIG, the file path, is skipped). */
+int pv_config_apply_env(pv_config *c, char **envp, pv_status *st);
+
+/* Cross-field checks (auth.username lowercase and with a password, tls key with cert,
+ * positive timeouts and thread counts, at least one listen address). */
+int pv_config_validate(const pv_config *c, pv_status *st);
+
+/* The usual start of a program: init, the file (path from --config, else $PIVIRT_CONFIG, else
+ * none), the environment, every --set k=v, validate. Recognises and removes "--config FILE" and
+ * "--set k=v" from argv (updating *argc); other arguments are left for the program. */
+int pv_config_load(pv_config *c, int *argc, char **argv, pv_status *st);
+
+/* Writes the effective configuration as JSON (passwords shown as "***"). Caller frees. */
+char *pv_config_dump_json(const pv_config *c);
+
+void pv_config_free(pv_config *c);
+
+#endif

@@ -1,0 +1,427 @@
+/*
+ * pv_redis: one synchronous hiredis connection per handle, made on first use and remade after
+ * any failure, so that callers never manage connections themselves.
+ *
+ * Why it looks the way it does:
+ * - hiredis 0.14 has no async command timeouts, so each handle is a blocking context with socket
+ *   timeouts (SO_RCVTIMEO/SO_SNDTIMEO via redisSetTimeout). A timeout leaves the connection in an
+ *   unknown state (the reply may still come), so any I/O error or timeout frees the context; the
+ *   next call connects again. Nothing is retried here: only the caller knows whether a command may
+ *   run twice.
+ * - Before a command is sent on an idle connection, a zero-timeout poll() looks for a hang-up from
+ *   the server (restart, CLIENT KILL, idle timeout). Such a connection is replaced before
+ *   anything is written, so a Redis restart fails only the commands that were in flight.
+ * - Every (re)connect runs the handshake: AUTH, SELECT, FUNCTION LOAD REPLACE of the embedded
+ *   library. A Redis that restarted empty therefore has our functions again before the first
+ *   FCALL reaches it.
+ * - Pipelined replies are counted. When the connection drops mid-pipeline the replies still owed
+ *   become "lost" and are failed one by one without touching the network, so the caller's read
+ *   loop stays in step. A new append or command after that starts afresh (the lost replies are
+ *   forgotten), and a command issued while pipelined replies are still unread reads and discards
+ *   them first, so an abandoned pipeline never shifts later replies.
+ * - hiredis writes with write(2); writing to a socket the server reset raises SIGPIPE, which would
+ *   kill the process. SIGPIPE is blocked on the calling thread around hiredis I/O and a SIGPIPE
+ *   raised there is consumed, so the library is safe whatever the program's signal setup.
+ */
+#include "pv_redis.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+extern const unsigned char pv_redis_functions_lua[];
+extern const size_t pv_redis_functions_lua_len;
+
+struct pv_redis {
+    char *addr;     /* as given, for messages */
+    char *host;     /* NULL for a unix socket */
+    int port;       /* 0 for a unix socket */
+    char *password; /* NULL when no AUTH */
+    int db;
+    int connect_timeout_ms;
+    int command_timeout_ms;
+    int load_functions;
+
+    redisContext *ctx; /* NULL while disconnected */
+    int io_timeout_ms; /* the socket timeout set on ctx now, for messages */
+    int pending;       /* pipelined replies owed by ctx */
+    int lost;          /* pipelined replies owed by a connection that dropped */
+};
+
+/* ---- SIGPIPE guard ---- */
+
+typedef struct io_guard {
+    sigset_t old_mask;
+    int was_pending; /* a SIGPIPE was already pending before us: not ours to consume */
+} io_guard;
+
+static void io_begin(io_guard *g) {
+    sigset_t pipe_set, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    g->was_pending = sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old_mask);
+}
+
+static void io_end(io_guard *g) {
+    if (!g->was_pending) {
+        sigset_t pipe_set, pending;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE)) {
+            const struct timespec zero = {0, 0};
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+            }
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
+}
+
+/* ---- helpers ---- */
+
+static struct timeval ms_to_tv(int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+static char *dup_or_null(const char *s) {
+    return (s == NULL || s[0] == '\0') ? NULL : strdup(s);
+}
+
+/* Splits "host:port" (the port after the last ':'; "[v6]:port" loses its brackets). */
+static int parse_addr(pv_redis *r, pv_status *st) {
+    const char *a = r->addr;
+    if (a[0] == '/') return PV_OK;
+    const char *colon = strrchr(a, ':');
+    if (colon == NULL || colon == a || colon[1] == '\0')
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis addr \"%s\": expected host:port or a unix socket path", a);
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || port < 1 || port > 65535)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis addr \"%s\": port must be a number from 1 to 65535", a);
+    const char *h = a;
+    size_t hlen = (size_t)(colon - a);
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    r->host = strndup(h, hlen);
+    if (r->host == NULL) return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
+    r->port = (int)port;
+    return PV_OK;
+}
+
+/* Frees the context; replies it still owed become lost. */
+static void drop(pv_redis *r) {
+    if (r->ctx != NULL) redisFree(r->ctx);
+    r->ctx = NULL;
+    r->lost += r->pending;
+    r->pending = 0;
+}
+
+/* Status for a failed hiredis call on r->ctx (saved_errno: errno right after the call), then
+ * drops the connection, which is unusable once ctx->err is set. */
+static int io_failure(pv_redis *r, int saved_errno, pv_status *st) {
+    int code = PV_UNAVAILABLE;
+    if (r->ctx->err == REDIS_ERR_OOM || r->ctx->err == REDIS_ERR_OTHER) code = PV_INTERNAL;
+    if (r->ctx->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK))
+        pv_status_set(st, code, "redis %s: no reply within %d ms", r->addr, r->io_timeout_ms);
+    else
+        pv_status_set(st, code, "redis %s: %s", r->addr, r->ctx->errstr);
+    drop(r);
+    return code;
+}
+
+/* True when the server has hung up on an idle connection. Plain readable data does not count: a
+ * subscriber's messages may be waiting. */
+static int peer_closed(redisContext *c) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* ---- connecting ---- */
+
+/* Runs one handshake command; an error reply becomes a status prefixed with what was sent. */
+static int handshake_step(pv_redis *r, const char *what, int argc, const char **argv,
+                          const size_t *argvlen, pv_status *st) {
+    redisReply *reply = redisCommandArgv(r->ctx, argc, argv, argvlen);
+    if (reply == NULL) return io_failure(r, errno, st);
+    int code = PV_OK;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int auth = strcmp(what, "AUTH") == 0 || strncmp(reply->str, "NOAUTH", 6) == 0 ||
+                   strncmp(reply->str, "WRONGPASS", 9) == 0;
+        if (auth)
+            code = pv_status_set(st, PV_UNAUTHENTICATED, "redis %s: %s: %s", r->addr, what,
+                                 reply->str);
+        else {
+            code = pv_redis_error_status(reply->str, reply->len, st);
+            pv_status_prefix(st, "redis %s: %s", r->addr, what);
+        }
+    }
+    freeReplyObject(reply);
+    return code;
+}
+
+static int handshake(pv_redis *r, pv_status *st) {
+    int rc = PV_OK;
+    if (r->password != NULL) {
+        const char *argv[] = {"AUTH", r->password};
+        rc = handshake_step(r, "AUTH", 2, argv, NULL, st);
+    }
+    if (rc == PV_OK && r->db != 0) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", r->db);
+        const char *argv[] = {"SELECT", db};
+        rc = handshake_step(r, "SELECT", 2, argv, NULL, st);
+    }
+    if (rc == PV_OK && r->load_functions) {
+        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)pv_redis_functions_lua};
+        const size_t len[] = {8, 4, 7, pv_redis_functions_lua_len};
+        rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
+    }
+    return rc;
+}
+
+static int set_timeout(pv_redis *r, int ms, pv_status *st) {
+    if (redisSetTimeout(r->ctx, ms_to_tv(ms)) != REDIS_OK) return io_failure(r, errno, st);
+    r->io_timeout_ms = ms;
+    return PV_OK;
+}
+
+int pv_redis_connect(pv_redis *r, pv_status *st) {
+    if (r->ctx != NULL && r->pending == 0 && peer_closed(r->ctx)) drop(r);
+    if (r->ctx != NULL) return PV_OK;
+
+    struct timeval tv = ms_to_tv(r->connect_timeout_ms);
+    if (r->host == NULL)
+        r->ctx = r->connect_timeout_ms > 0 ? redisConnectUnixWithTimeout(r->addr, tv)
+                                           : redisConnectUnix(r->addr);
+    else
+        r->ctx = r->connect_timeout_ms > 0 ? redisConnectWithTimeout(r->host, r->port, tv)
+                                           : redisConnect(r->host, r->port);
+    if (r->ctx == NULL) return pv_status_set(st, PV_INTERNAL, "redis %s: out of memory", r->addr);
+    if (r->ctx->err) {
+        pv_status_set(st, PV_UNAVAILABLE, "redis %s: %s", r->addr, r->ctx->errstr);
+        drop(r);
+        return PV_UNAVAILABLE;
+    }
+
+    /* The handshake is part of connecting: it is bounded by the connect timeout, so that even a
+     * blocking reader (command timeout 0) does not hang on a server that accepts and stalls. */
+    io_guard g;
+    io_begin(&g);
+    int rc = set_timeout(r, r->connect_timeout_ms, st);
+    if (rc == PV_OK) rc = handshake(r, st);
+    if (rc == PV_OK) rc = set_timeout(r, r->command_timeout_ms, st);
+    io_end(&g);
+    if (rc != PV_OK) drop(r);
+    return rc;
+}
+
+/* ---- handle ---- */
+
+int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
+    *out = NULL;
+    if (opts == NULL || opts->addr == NULL || opts->addr[0] == '\0')
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis addr: must not be empty");
+    if (opts->connect_timeout_ms < 0 || opts->command_timeout_ms < 0 || opts->db < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis %s: timeouts and db must not be negative (connect %d ms, "
+                             "command %d ms, db %d)",
+                             opts->addr, opts->connect_timeout_ms, opts->command_timeout_ms,
+                             opts->db);
+    pv_redis *r = calloc(1, sizeof(*r));
+    if (r == NULL) return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
+    r->addr = strdup(opts->addr);
+    r->password = dup_or_null(opts->password);
+    r->db = opts->db;
+    r->connect_timeout_ms = opts->connect_timeout_ms;
+    r->command_timeout_ms = opts->command_timeout_ms;
+    r->load_functions = opts->load_functions;
+    if (r->addr == NULL || (opts->password != NULL && opts->password[0] && r->password == NULL)) {
+        pv_redis_free(r);
+        return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
+    }
+    int rc = parse_addr(r, st);
+    if (rc != PV_OK) {
+        pv_redis_free(r);
+        return rc;
+    }
+    *out = r;
+    return PV_OK;
+}
+
+void pv_redis_free(pv_redis *r) {
+    if (r == NULL) return;
+    if (r->ctx != NULL) redisFree(r->ctx);
+    if (r->password != NULL) {
+        /* The password should not outlive the handle in freed heap memory. */
+        explicit_bzero(r->password, strlen(r->password));
+        free(r->password);
+    }
+    free(r->addr);
+    free(r->host);
+    free(r);
+}
+
+const char *pv_redis_addr(const pv_redis *r) {
+    return r->addr;
+}
+
+/* ---- commands ---- */
+
+/* Turns what hiredis returned for one command into the public contract: PV_OK with a non-error
+ * reply, or a status with *reply NULL. */
+static int finish(pv_redis *r, redisReply *reply, int saved_errno, redisReply **out,
+                  pv_status *st) {
+    if (out != NULL) *out = NULL;
+    if (reply == NULL) return io_failure(r, saved_errno, st);
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int code = pv_redis_error_status(reply->str, reply->len, st);
+        freeReplyObject(reply);
+        return code;
+    }
+    if (out != NULL)
+        *out = reply;
+    else
+        freeReplyObject(reply);
+    return PV_OK;
+}
+
+/* Gets r ready for a request/response command: replies of an abandoned pipeline are read and
+ * discarded (or forgotten, if their connection is gone), then the connection is made. */
+static int prepare_command(pv_redis *r, pv_status *st) {
+    r->lost = 0;
+    while (r->pending > 0) {
+        redisReply *reply = NULL;
+        if (pv_redis_get_reply(r, &reply, NULL) == PV_OK) freeReplyObject(reply);
+    }
+    r->lost = 0;
+    return pv_redis_connect(r, st);
+}
+
+int pv_redis_command(pv_redis *r, redisReply **reply, pv_status *st, const char *fmt, ...) {
+    if (reply != NULL) *reply = NULL;
+    int rc = prepare_command(r, st);
+    if (rc != PV_OK) return rc;
+    va_list ap;
+    va_start(ap, fmt);
+    io_guard g;
+    io_begin(&g);
+    redisReply *rep = redisvCommand(r->ctx, fmt, ap);
+    int saved_errno = errno;
+    io_end(&g);
+    va_end(ap);
+    return finish(r, rep, saved_errno, reply, st);
+}
+
+int pv_redis_commandv(pv_redis *r, redisReply **reply, pv_status *st, int argc, const char **argv,
+                      const size_t *argvlen) {
+    if (reply != NULL) *reply = NULL;
+    if (argc < 1 || argv == NULL)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis command: argc must be >= 1, got %d",
+                             argc);
+    int rc = prepare_command(r, st);
+    if (rc != PV_OK) return rc;
+    io_guard g;
+    io_begin(&g);
+    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, argvlen);
+    int saved_errno = errno;
+    io_end(&g);
+    return finish(r, rep, saved_errno, reply, st);
+}
+
+int pv_redis_append(pv_redis *r, int argc, const char **argv, const size_t *argvlen,
+                    pv_status *st) {
+    if (argc < 1 || argv == NULL)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis command: argc must be >= 1, got %d",
+                             argc);
+    r->lost = 0;
+    int rc = pv_redis_connect(r, st);
+    if (rc != PV_OK) return rc;
+    /* Only buffers: the commands are written by the first pv_redis_get_reply. */
+    if (redisAppendCommandArgv(r->ctx, argc, argv, argvlen) != REDIS_OK)
+        return io_failure(r, errno, st);
+    r->pending++;
+    return PV_OK;
+}
+
+int pv_redis_get_reply(pv_redis *r, redisReply **reply, pv_status *st) {
+    if (reply != NULL) *reply = NULL;
+    if (r->lost > 0) {
+        r->lost--;
+        return pv_status_set(st, PV_UNAVAILABLE, "redis %s: connection lost before this reply",
+                             r->addr);
+    }
+    if (r->ctx == NULL)
+        return pv_status_set(st, PV_UNAVAILABLE, "redis %s: not connected", r->addr);
+    /* With nothing pending this still reads: a subscriber waits for pushed messages this way. */
+    if (r->pending > 0) r->pending--;
+    void *rep = NULL;
+    io_guard g;
+    io_begin(&g);
+    int ok = redisGetReply(r->ctx, &rep);
+    int saved_errno = errno;
+    io_end(&g);
+    if (ok != REDIS_OK && rep != NULL) {
+        freeReplyObject(rep);
+        rep = NULL;
+    }
+    return finish(r, rep, saved_errno, reply, st);
+}
+
+int pv_redis_fcall(pv_redis *r, const char *fn, int nkeys, const char **keys, int nargs,
+                   const char **args, redisReply **reply, pv_status *st) {
+    if (reply != NULL) *reply = NULL;
+    if (fn == NULL || nkeys < 0 || nargs < 0 || nkeys > INT_MAX / 2 - 3 || nargs > INT_MAX / 2)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis FCALL %s: nkeys %d or nargs %d out of range",
+                             fn ? fn : "(null)", nkeys, nargs);
+    int argc = 3 + nkeys + nargs;
+    const char **argv = calloc((size_t)argc, sizeof(*argv));
+    if (argv == NULL) return pv_status_set(st, PV_INTERNAL, "redis FCALL %s: out of memory", fn);
+    char nk[16];
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    argv[0] = "FCALL";
+    argv[1] = fn;
+    argv[2] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[3 + i] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[3 + nkeys + i] = args[i];
+    int rc = pv_redis_commandv(r, reply, st, argc, argv, NULL);
+    free(argv);
+    return rc;
+}
+
+/* ---- error replies ---- */
+
+int pv_redis_error_status(const char *err, size_t len, pv_status *st) {
+    if (err == NULL) {
+        err = "";
+        len = 0;
+    }
+    const char *space = memchr(err, ' ', len);
+    int code;
+    /* Only an upper-case word can be a code name, and OK is not an error. */
+    if (space != NULL && space > err && pv_code_parse(err, (size_t)(space - err), &code) == 0 &&
+        code != PV_OK) {
+        const char *msg = space + 1;
+        return pv_status_set(st, code, "%.*s", (int)(len - (size_t)(msg - err)), msg);
+    }
+    return pv_status_set(st, PV_INTERNAL, "redis: %.*s", (int)len, err);
+}

@@ -1,0 +1,151 @@
+/*
+ * pv_validate: input checks shared by every service.
+ *
+ * Names become parts of Redis keys, libvirt object names and file paths, so they are held to a
+ * small safe alphabet: no '/', no "..", nothing that starts like an option or a hidden file.
+ * Enum checks walk the protobuf-c descriptors because protobuf-c keeps unknown enum numbers as
+ * they arrived on the wire; without this walk a handler would store a value no code knows.
+ * Values are quoted, escaped and cut in messages so that a hostile value cannot flood a log
+ * line or forge one.
+ */
+#include "pv_validate.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define QUOTE_MAX 80    /* output characters of a quoted value before "..." */
+#define PATH_MAX_LEN 256 /* field path in enum messages; deeper paths are cut */
+#define MAX_DEPTH 100    /* nesting beyond this is refused rather than recursed */
+
+/* Writes value as a double-quoted, escaped string of at most about QUOTE_MAX characters. */
+static void quote_value(const char *value, char *buf, size_t size) {
+    size_t o = 0;
+    buf[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\')
+            snprintf(esc, sizeof(esc), "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            snprintf(esc, sizeof(esc), "\\x%02x", *p);
+        else
+            snprintf(esc, sizeof(esc), "%c", *p);
+        size_t n = strlen(esc);
+        if (o + n > QUOTE_MAX || o + n + 5 > size) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, esc, n);
+        o += n;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+static int name_char_ok(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+int pv_validate_required(const char *field, const char *value, pv_status *st) {
+    if (value == NULL || value[0] == '\0')
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: is required", field);
+    return PV_OK;
+}
+
+int pv_validate_name(const char *field, const char *value, pv_status *st) {
+    int rc = pv_validate_required(field, value, st);
+    if (rc != PV_OK) return rc;
+
+    char q[QUOTE_MAX + 8];
+    quote_value(value, q, sizeof(q));
+    if (strchr(value, '/') != NULL)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain '/'", field, q);
+    if (strstr(value, "..") != NULL)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain \"..\"", field, q);
+    if (strlen(value) > PV_NAME_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s is longer than %d bytes", field, q,
+                             PV_NAME_MAX);
+    if (value[0] == '-' || value[0] == '.')
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not start with '%c'", field, q,
+                             value[0]);
+    for (size_t i = 0; value[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (!name_char_ok(c))
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "%s: %s has a character other than letters, digits, '.', '_' "
+                                 "and '-' at byte %zu",
+                                 field, q, i);
+    }
+    return PV_OK;
+}
+
+static const void *field_ptr(const ProtobufCMessage *m, unsigned offset) {
+    return (const char *)m + offset;
+}
+
+/* Whether a singular field holds a value: oneof members only when selected, proto2 optional
+ * scalars only with their has_ flag; proto3 and required fields always. */
+static int field_present(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+        return *(const uint32_t *)field_ptr(m, f->quantifier_offset) == f->id;
+    if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0)
+        return *(const protobuf_c_boolean *)field_ptr(m, f->quantifier_offset) != 0;
+    return 1;
+}
+
+static int check_enum(const ProtobufCFieldDescriptor *f, int value, const char *path,
+                      pv_status *st) {
+    const ProtobufCEnumDescriptor *ed = f->descriptor;
+    if (protobuf_c_enum_descriptor_get_value(ed, value) != NULL) return PV_OK;
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: unknown value %d for %s", path, value,
+                         ed->name);
+}
+
+static int check_message(const ProtobufCMessage *m, const char *path, int depth, pv_status *st);
+
+static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+                       const char *path, int depth, pv_status *st) {
+    char here[PATH_MAX_LEN];
+    char item[PATH_MAX_LEN];
+    snprintf(here, sizeof(here), "%s%s%s", path, path[0] != '\0' ? "." : "", f->name);
+
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+        size_t n = *(const size_t *)field_ptr(m, f->quantifier_offset);
+        const void *arr = *(const void *const *)field_ptr(m, f->offset);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(item, sizeof(item), "%s[%zu]", here, i);
+            int rc = PV_OK;
+            if (f->type == PROTOBUF_C_TYPE_ENUM)
+                rc = check_enum(f, ((const int *)arr)[i], item, st);
+            else
+                rc = check_message(((const ProtobufCMessage *const *)arr)[i], item, depth + 1, st);
+            if (rc != PV_OK) return rc;
+        }
+        return PV_OK;
+    }
+    if (!field_present(m, f)) return PV_OK;
+    if (f->type == PROTOBUF_C_TYPE_ENUM) return check_enum(f, *(const int *)field_ptr(m, f->offset), here, st);
+    return check_message(*(const ProtobufCMessage *const *)field_ptr(m, f->offset), here, depth + 1,
+                         st);
+}
+
+static int check_message(const ProtobufCMessage *m, const char *path, int depth, pv_status *st) {
+    if (m == NULL || m->descriptor == NULL) return PV_OK; /* unset sub-message: nothing inside */
+    if (depth > MAX_DEPTH)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: nested more than %d levels deep",
+                             path[0] != '\0' ? path : "message", MAX_DEPTH);
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_ENUM && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        int rc = check_field(m, f, path, depth, st);
+        if (rc != PV_OK) return rc;
+    }
+    return PV_OK;
+}
+
+int pv_validate_enums(const ProtobufCMessage *m, pv_status *st) {
+    return check_message(m, "", 0, st);
+}
