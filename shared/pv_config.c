@@ -46,14 +46,16 @@ typedef struct key_def {
     key_type type;
     size_t offset;
     size_t count_offset;
-    const char *def; /* default in text form, set through pv_config_set like any other value */
+    const char *def; /* default in text form, parsed by the same code as --set values */
     long min, max;
     unsigned flags;
 } key_def;
 
 #define OFF(field) offsetof(pv_config, field)
-#define STR(name, field, def, flags) {name, KEY_STRING, OFF(field), 0, def, 0, 0, flags}
-#define INT(name, field, def, min, max) {name, KEY_INT, OFF(field), 0, def, min, max, 0}
+#define STR(name, field, def, flags)                                                               \
+    { name, KEY_STRING, OFF(field), 0, def, 0, 0, flags }
+#define INT(name, field, def, min, max)                                                            \
+    { name, KEY_INT, OFF(field), 0, def, min, max, 0 }
 
 static const key_def keys[] = {
     STR("data_dir", data_dir, "./.data", KEY_REQUIRED),
@@ -97,8 +99,8 @@ static const key_def *find_key(const char *name) {
 
 /* "\"value\"" cut to SHOWN_MAX bytes, for messages; config values are the operator's own, so
  * cutting is enough (no escaping). */
-#define SHOWN(v) (int)(strlen(v) > SHOWN_MAX ? SHOWN_MAX : strlen(v)), (v), \
-                 (strlen(v) > SHOWN_MAX ? "..." : "")
+#define SHOWN(v)                                                                                   \
+    (int)(strlen(v) > SHOWN_MAX ? SHOWN_MAX : strlen(v)), (v), (strlen(v) > SHOWN_MAX ? "..." : "")
 
 /* ---- typed setters: the only code that writes a field ---- */
 
@@ -114,8 +116,8 @@ static int store_string(pv_config *c, const key_def *k, const char *v, pv_status
 /* Keys bounded only below read better as "at least"; INT_MAX is the limit of the field. */
 static int range_error(const key_def *k, long long v, pv_status *st) {
     if (k->max != INT_MAX)
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %lld is out of range %ld..%ld",
-                             k->name, v, k->min, k->max);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %lld is out of range %ld..%ld", k->name,
+                             v, k->min, k->max);
     if (v < k->min)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %lld must be at least %ld", k->name, v,
                              k->min);
@@ -188,8 +190,7 @@ static int parse_bool(const key_def *k, const char *v, bool *out, pv_status *st)
 }
 
 /* Splits "a, b,c" into trimmed, non-empty items. */
-static int split_list(const key_def *k, const char *v, char ***out, size_t *n_out,
-                      pv_status *st) {
+static int split_list(const key_def *k, const char *v, char ***out, size_t *n_out, pv_status *st) {
     size_t cap = 1;
     for (const char *p = v; *p != '\0'; p++)
         cap += *p == ',';
@@ -222,10 +223,10 @@ static int split_list(const key_def *k, const char *v, char ***out, size_t *n_ou
 }
 
 static int set_text(pv_config *c, const key_def *k, const char *v, pv_status *st) {
-    long long n;
-    bool b;
-    char **items;
-    size_t n_items;
+    long long n = 0;
+    bool b = false;
+    char **items = NULL;
+    size_t n_items = 0;
     int rc;
     switch (k->type) {
     case KEY_STRING:
@@ -552,8 +553,8 @@ static int apply_sets(pv_config *c, const char **sets, size_t n, pv_status *st) 
 
 /* Removes --config/--set (both "--opt v" and "--opt=v") from argv, up to a "--" which ends
  * options. sets must have room for *argc entries. */
-static int take_args(int *argc, char **argv, const char **config, const char **sets,
-                     size_t *n_sets, pv_status *st) {
+static int take_args(int *argc, char **argv, const char **config, const char **sets, size_t *n_sets,
+                     pv_status *st) {
     int out = 1, i = 1, rc = PV_OK;
     for (; i < *argc; i++) {
         const char *a = argv[i];
@@ -643,7 +644,7 @@ static json_t *dump_value(const pv_config *c, const key_def *k) {
     }
     case KEY_LIST: {
         json_t *arr = json_array();
-        char *const *items = *CFIELD(c, k, char **);
+        char *const *items = *(char **const *)((const char *)c + k->offset);
         size_t n = *(const size_t *)((const char *)c + k->count_offset);
         for (size_t i = 0; arr != NULL && i < n; i++) {
             if (json_array_append_new(arr, json_string(items[i])) != 0) {

@@ -46,7 +46,7 @@ int pv_log_level_parse(const char *name, pv_log_level *out) {
         const char *name;
         pv_log_level level;
     } names[] = {
-        {"debug", PV_LOG_DEBUG}, {"info", PV_LOG_INFO},   {"warn", PV_LOG_WARN},
+        {"debug", PV_LOG_DEBUG},  {"info", PV_LOG_INFO},   {"warn", PV_LOG_WARN},
         {"warning", PV_LOG_WARN}, {"error", PV_LOG_ERROR},
     };
     if (name == NULL) return -1;

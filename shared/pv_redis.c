@@ -155,7 +155,8 @@ static int peer_closed(redisContext *c) {
 
 /* ---- connecting ---- */
 
-/* Runs one handshake command; an error reply becomes a status prefixed with what was sent. */
+/* Runs one handshake command. An error reply is reported with what was sent; a refused
+ * password is UNAUTHENTICATED (the reply never contains the password). */
 static int handshake_step(pv_redis *r, const char *what, int argc, const char **argv,
                           const size_t *argvlen, pv_status *st) {
     redisReply *reply = redisCommandArgv(r->ctx, argc, argv, argvlen);
@@ -164,13 +165,8 @@ static int handshake_step(pv_redis *r, const char *what, int argc, const char **
     if (reply->type == REDIS_REPLY_ERROR) {
         int auth = strcmp(what, "AUTH") == 0 || strncmp(reply->str, "NOAUTH", 6) == 0 ||
                    strncmp(reply->str, "WRONGPASS", 9) == 0;
-        if (auth)
-            code = pv_status_set(st, PV_UNAUTHENTICATED, "redis %s: %s: %s", r->addr, what,
-                                 reply->str);
-        else {
-            code = pv_redis_error_status(reply->str, reply->len, st);
-            pv_status_prefix(st, "redis %s: %s", r->addr, what);
-        }
+        code = auth ? PV_UNAUTHENTICATED : pv_redis_error_status(reply->str, reply->len, NULL);
+        pv_status_set(st, code, "redis %s: %s: %s", r->addr, what, reply->str);
     }
     freeReplyObject(reply);
     return code;

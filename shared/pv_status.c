@@ -50,6 +50,16 @@ void pv_status_clear(pv_status *st) {
     st->msg[0] = '\0';
 }
 
+/* Appends src to dst (holding *len bytes) without passing PV_STATUS_MSG_MAX - 1. */
+static void append(char *dst, size_t *len, const char *src) {
+    size_t n = strlen(src);
+    size_t room = PV_STATUS_MSG_MAX - 1 - *len;
+    if (n > room) n = room;
+    memcpy(dst + *len, src, n);
+    *len += n;
+    dst[*len] = '\0';
+}
+
 int pv_status_prefix(pv_status *st, const char *fmt, ...) {
     if (st == NULL) return PV_UNKNOWN;
     char prefix[PV_STATUS_MSG_MAX];
@@ -62,10 +72,13 @@ int pv_status_prefix(pv_status *st, const char *fmt, ...) {
     char old[PV_STATUS_MSG_MAX];
     memcpy(old, st->msg, sizeof(old));
     old[sizeof(old) - 1] = '\0';
-    if (old[0] == '\0')
-        snprintf(st->msg, sizeof(st->msg), "%s", prefix);
-    else
-        snprintf(st->msg, sizeof(st->msg), "%s: %s", prefix, old);
+    size_t len = 0;
+    st->msg[0] = '\0';
+    append(st->msg, &len, prefix);
+    if (old[0] != '\0') {
+        append(st->msg, &len, ": ");
+        append(st->msg, &len, old);
+    }
     return st->code;
 }
 

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define QUOTE_MAX 80    /* output characters of a quoted value before "..." */
+#define QUOTE_MAX 80     /* output characters of a quoted value before "..." */
 #define PATH_MAX_LEN 256 /* field path in enum messages; deeper paths are cut */
 #define MAX_DEPTH 100    /* nesting beyond this is refused rather than recursed */
 
@@ -44,8 +44,8 @@ static void quote_value(const char *value, char *buf, size_t size) {
 }
 
 static int name_char_ok(unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 int pv_validate_required(const char *field, const char *value, pv_status *st) {
@@ -108,7 +108,7 @@ static int check_message(const ProtobufCMessage *m, const char *path, int depth,
 static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
                        const char *path, int depth, pv_status *st) {
     char here[PATH_MAX_LEN];
-    char item[PATH_MAX_LEN];
+    char item[PATH_MAX_LEN + 24]; /* room for "[index]" after a full path */
     snprintf(here, sizeof(here), "%s%s%s", path, path[0] != '\0' ? "." : "", f->name);
 
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
@@ -126,7 +126,8 @@ static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor
         return PV_OK;
     }
     if (!field_present(m, f)) return PV_OK;
-    if (f->type == PROTOBUF_C_TYPE_ENUM) return check_enum(f, *(const int *)field_ptr(m, f->offset), here, st);
+    if (f->type == PROTOBUF_C_TYPE_ENUM)
+        return check_enum(f, *(const int *)field_ptr(m, f->offset), here, st);
     return check_message(*(const ProtobufCMessage *const *)field_ptr(m, f->offset), here, depth + 1,
                          st);
 }

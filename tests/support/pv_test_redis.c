@@ -248,7 +248,10 @@ int pv_test_redis_start(pv_test_redis **out, const char *extra_args) {
     *out = NULL;
     pv_test_redis *t = calloc(1, sizeof(*t));
     if (t == NULL) return -1;
-    snprintf(t->dir, sizeof(t->dir), "/tmp/pv-redis-XXXXXX");
+    /* mkdtemp's template: the prefix then six 'X' that it replaces. */
+    int n = snprintf(t->dir, sizeof(t->dir), "/tmp/pv-redis-");
+    memset(t->dir + n, 'X', 6);
+    t->dir[n + 6] = '\0';
     if (mkdtemp(t->dir) == NULL) {
         fprintf(stderr, "pv_test_redis: mkdtemp: %s\n", strerror(errno));
         free(t);

@@ -23,7 +23,9 @@ static char tmp_path[64];
 /* Writes text to a fresh temp file; returns its path (valid until the next call). */
 static const char *write_tmp(const char *text) {
     if (tmp_path[0] != '\0') unlink(tmp_path);
-    snprintf(tmp_path, sizeof(tmp_path), "/tmp/pv_test_config.XXXXXX");
+    /* mkstemp's template ends in six 'X' characters. */
+    snprintf(tmp_path, sizeof(tmp_path), "/tmp/pv_test_config.%c%c%c%c%c%c", 'X', 'X', 'X', 'X',
+             'X', 'X');
     int fd = mkstemp(tmp_path);
     assert_true(fd >= 0);
     size_t len = strlen(text);
@@ -167,8 +169,8 @@ static void test_set_booleans(void **state) {
     static const struct {
         const char *text;
         bool value;
-    } cases[] = {{"true", true}, {"TRUE", true}, {"1", true},   {"yes", true},
-                 {"false", false}, {"0", false}, {"no", false}, {"No", false}};
+    } cases[] = {{"true", true},   {"TRUE", true}, {"1", true},   {"yes", true},
+                 {"false", false}, {"0", false},   {"no", false}, {"No", false}};
     pv_config c;
     init_ok(&c);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -287,8 +289,7 @@ static void test_file_missing(void **state) {
     pv_config c;
     init_ok(&c);
     pv_status st;
-    assert_int_equal(pv_config_load_file(&c, "/nonexistent/pivirt.json", &st),
-                     PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_config_load_file(&c, "/nonexistent/pivirt.json", &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "/nonexistent/pivirt.json");
     assert_contains(st.msg, "No such file");
     pv_config_free(&c);
@@ -323,8 +324,7 @@ static void test_file_type_errors(void **state) {
     assert_int_equal(load_file_error("{\"gateway\": {\"listen\": [\"a:1\", 2]}}", &st),
                      PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "gateway.listen: expected an array of strings");
-    assert_int_equal(load_file_error("{\"log\": {\"level\": \"loud\"}}", &st),
-                     PV_INVALID_ARGUMENT);
+    assert_int_equal(load_file_error("{\"log\": {\"level\": \"loud\"}}", &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "log.level: \"loud\"");
     assert_int_equal(load_file_error("[1, 2]", &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "the top level must be an object");
@@ -405,9 +405,9 @@ static void test_load_precedence_file_env_set(void **state) {
     pv_config c;
     pv_status st;
     assert_int_equal(pv_config_load(&c, &argc, argv, &st), PV_OK);
-    assert_int_equal(c.redis.db, 3);                 /* --set beats env and file */
-    assert_string_equal(c.redis.prefix, "env:");     /* env beats file */
-    assert_string_equal(c.redis.addr, "file:1");     /* file beats defaults */
+    assert_int_equal(c.redis.db, 3);             /* --set beats env and file */
+    assert_string_equal(c.redis.prefix, "env:"); /* env beats file */
+    assert_string_equal(c.redis.addr, "file:1"); /* file beats defaults */
     assert_int_equal(c.redis.command_timeout_ms, 2000);
     assert_int_equal(argc, 1);
     assert_null(argv[1]);
@@ -433,9 +433,19 @@ static void test_load_rewrites_argv(void **state) {
     const char *path = write_tmp("{\"redis\": {\"db\": 4}}");
     char arg_cfg[128];
     snprintf(arg_cfg, sizeof(arg_cfg), "--config=%s", path);
-    char *argv[] = {"pivirt-gateway", "--config", (char *)path, "serve", "--set",
-                    "gateway.threads=3", "--set=log.level=debug", "-v", arg_cfg, "--",
-                    "--set", "x", NULL};
+    char *argv[] = {"pivirt-gateway",
+                    "--config",
+                    (char *)path,
+                    "serve",
+                    "--set",
+                    "gateway.threads=3",
+                    "--set=log.level=debug",
+                    "-v",
+                    arg_cfg,
+                    "--",
+                    "--set",
+                    "x",
+                    NULL};
     int argc = 12;
     pv_config c;
     pv_status st;
@@ -602,9 +612,8 @@ static void test_dump_masks_passwords(void **state) {
     pv_config c;
     init_ok(&c);
     json_t *root = dump_parsed(&c);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "redis"),
-                                                          "password")),
-                        "");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(root, "redis"), "password")), "");
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(root, "auth"), "password")), "");
     json_decref(root);
@@ -636,8 +645,8 @@ static void test_dump_shape_round_trips(void **state) {
     json_t *listen = json_object_get(json_object_get(root, "gateway"), "listen");
     assert_int_equal(json_array_size(listen), 3);
     assert_string_equal(json_string_value(json_array_get(listen, 2)), "localhost:5001");
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(root, "log"), "level")), "warn");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "log"), "level")),
+                        "warn");
     assert_true(json_is_false(json_object_get(root, "test_operations")));
     assert_string_equal(json_string_value(json_object_get(root, "data_dir")), "./.data");
     json_decref(root);

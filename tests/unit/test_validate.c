@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "google/protobuf/descriptor.pb-c.h"
@@ -64,7 +65,8 @@ static void test_name_dotdot(void **state) {
 static void test_name_leading_dash_or_dot(void **state) {
     (void)state;
     pv_status st;
-    expect_error(pv_validate_name("name", "-rf", &st), &st, "name: \"-rf\" must not start with '-'");
+    expect_error(pv_validate_name("name", "-rf", &st), &st,
+                 "name: \"-rf\" must not start with '-'");
     expect_error(pv_validate_name("name", ".hidden", &st), &st,
                  "name: \".hidden\" must not start with '.'");
     expect_error(pv_validate_name("name", ".", &st), &st, "name: \".\" must not start with '.'");
@@ -253,25 +255,24 @@ static const ProtobufCEnumValue color_values[] = {
 static const ProtobufCEnumValueIndex color_by_name[] = {
     {"BLUE", 2}, {"COLOR_UNSPECIFIED", 0}, {"GREEN", 3}, {"RED", 1}};
 static const ProtobufCIntRange color_ranges[] = {{0, 0}, {5, 3}, {0, 4}};
-static const ProtobufCEnumDescriptor color_descriptor = {
-    PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
-    "test.v1.Color",
-    "Color",
-    "Color",
-    "test.v1",
-    4,
-    color_values,
-    4,
-    color_by_name,
-    2,
-    color_ranges,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
+static const ProtobufCEnumDescriptor color_descriptor = {PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+                                                         "test.v1.Color",
+                                                         "Color",
+                                                         "Color",
+                                                         "test.v1",
+                                                         4,
+                                                         color_values,
+                                                         4,
+                                                         color_by_name,
+                                                         2,
+                                                         color_ranges,
+                                                         NULL,
+                                                         NULL,
+                                                         NULL,
+                                                         NULL};
 
 #define FIELD(name, id, label, type, qoff, off, desc, flags)                                       \
-    {name, id, label, type, qoff, off, desc, NULL, flags, 0, NULL, NULL}
+    { name, id, label, type, qoff, off, desc, NULL, flags, 0, NULL, NULL }
 
 static const ProtobufCFieldDescriptor inner_fields[] = {
     FIELD("color", 1, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_ENUM, 0, offsetof(Inner, color),
@@ -279,47 +280,45 @@ static const ProtobufCFieldDescriptor inner_fields[] = {
 };
 static const unsigned one_index[] = {0};
 static const ProtobufCIntRange one_range[] = {{1, 0}, {0, 1}};
-static const ProtobufCMessageDescriptor inner_descriptor = {
-    PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-    "test.v1.Inner",
-    "Inner",
-    "Inner",
-    "test.v1",
-    sizeof(Inner),
-    1,
-    inner_fields,
-    one_index,
-    1,
-    one_range,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
+static const ProtobufCMessageDescriptor inner_descriptor = {PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+                                                            "test.v1.Inner",
+                                                            "Inner",
+                                                            "Inner",
+                                                            "test.v1",
+                                                            sizeof(Inner),
+                                                            1,
+                                                            inner_fields,
+                                                            one_index,
+                                                            1,
+                                                            one_range,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL};
 
 static const ProtobufCFieldDescriptor entry_fields[] = {
     FIELD("key", 1, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_STRING, 0, offsetof(ByNameEntry, key),
           NULL, 0),
-    FIELD("value", 2, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_ENUM, 0,
-          offsetof(ByNameEntry, value), &color_descriptor, 0),
+    FIELD("value", 2, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_ENUM, 0, offsetof(ByNameEntry, value),
+          &color_descriptor, 0),
 };
 static const unsigned two_index[] = {0, 1};
 static const ProtobufCIntRange two_range[] = {{1, 0}, {0, 2}};
-static const ProtobufCMessageDescriptor entry_descriptor = {
-    PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-    "test.v1.Outer.ByNameEntry",
-    "ByNameEntry",
-    "ByNameEntry",
-    "test.v1",
-    sizeof(ByNameEntry),
-    2,
-    entry_fields,
-    two_index,
-    1,
-    two_range,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
+static const ProtobufCMessageDescriptor entry_descriptor = {PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+                                                            "test.v1.Outer.ByNameEntry",
+                                                            "ByNameEntry",
+                                                            "ByNameEntry",
+                                                            "test.v1",
+                                                            sizeof(ByNameEntry),
+                                                            2,
+                                                            entry_fields,
+                                                            two_index,
+                                                            1,
+                                                            two_range,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL};
 
 static const ProtobufCFieldDescriptor outer_fields[] = {
     FIELD("c", 1, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_ENUM, 0, offsetof(Outer, c),
@@ -340,22 +339,21 @@ static const ProtobufCFieldDescriptor outer_fields[] = {
 };
 static const unsigned outer_index[] = {4, 0, 1, 2, 3, 5, 6};
 static const ProtobufCIntRange outer_range[] = {{1, 0}, {0, 7}};
-static const ProtobufCMessageDescriptor outer_descriptor = {
-    PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-    "test.v1.Outer",
-    "Outer",
-    "Outer",
-    "test.v1",
-    sizeof(Outer),
-    7,
-    outer_fields,
-    outer_index,
-    1,
-    outer_range,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
+static const ProtobufCMessageDescriptor outer_descriptor = {PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+                                                            "test.v1.Outer",
+                                                            "Outer",
+                                                            "Outer",
+                                                            "test.v1",
+                                                            sizeof(Outer),
+                                                            7,
+                                                            outer_fields,
+                                                            outer_index,
+                                                            1,
+                                                            outer_range,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL,
+                                                            NULL};
 
 static void init_outer(Outer *o) {
     memset(o, 0, sizeof(*o));

@@ -1,0 +1,767 @@
+"""pvtest: the harness of pivirt's end-to-end tests (not a test itself).
+
+Every e2e test runs real processes: a real redis-server on a free port in a temporary
+directory, the real pivirt programs from the build, and real gRPC clients (Debian's
+python3-grpcio, `buf curl`). Nothing is mocked.
+
+    import pvtest
+
+    class Health(unittest.TestCase):
+        def test_serving(self):
+            with pvtest.Stack(gateways=1) as st:
+                self.assertEqual(pvtest.health_status(st.gateways[0].addrs[0]), pvtest.SERVING)
+
+    if __name__ == "__main__":
+        pvtest.main()
+
+Pieces: free_port(); Redis (start, stop, kill9, restart on the same port and directory, cmd);
+Proc (one program, its log, stop() returning the exit code, assert_clean() for sanitizer
+reports); Stack (config, Redis and the processes, waits until each answers, stop() checks exit
+codes and logs); buf_curl(); health_status(); unary_raw(); main().
+
+Environment (set by ctest and ops/pivirt): PV_BUILD_DIR (programs in bin/), PV_SOURCE_DIR,
+PV_REDIS_SERVER, PV_BUF. Without them the defaults are <repo>/build, the repository of this file,
+redis-server from PATH and <repo>/.tools/node_modules/.bin/buf. Runs with /usr/bin/python3
+(Debian's grpc only imports there); stdlib and grpc only.
+"""
+
+import atexit
+import ctypes
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import grpc
+
+SOURCE_DIR = os.environ.get("PV_SOURCE_DIR") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD_DIR = os.environ.get("PV_BUILD_DIR") or os.path.join(SOURCE_DIR, "build")
+BIN_DIR = os.path.join(BUILD_DIR, "bin")
+REDIS_SERVER = os.environ.get("PV_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli", path=os.path.dirname(REDIS_SERVER)) or shutil.which("redis-cli") or "redis-cli"
+REDIS_CONF = os.path.join(SOURCE_DIR, "ops", "redis.conf")
+BUF = os.environ.get("PV_BUF") or os.path.join(SOURCE_DIR, ".tools", "node_modules", ".bin", "buf")
+
+# How long processes may take to answer after start; sanitizer builds start slowly.
+START_TIMEOUT = float(os.environ.get("PV_START_TIMEOUT", "30"))
+STOP_TIMEOUT = 15.0
+# Default deadline of the harness's own gRPC calls.
+CALL_TIMEOUT = 10.0
+
+# grpc.health.v1.HealthCheckResponse.ServingStatus
+UNKNOWN, SERVING, NOT_SERVING, SERVICE_UNKNOWN = 0, 1, 2, 3
+
+# Arguments that make `buf curl` speak plain gRPC over HTTP/2 without TLS.
+BUF_GRPC = ("--protocol", "grpc", "--http2-prior-knowledge")
+
+# Lines a sanitizer writes when it found something.
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "detected memory leaks",
+                   "runtime error:", "AddressSanitizer:DEADLYSIGNAL")
+
+KIND_BINARY = {"gateway": "pivirt-gateway", "worker": "pivirt-worker",
+               "scheduler": "pivirt-scheduler", "agent": "pivirt-worker"}
+
+# ---------------------------------------------------------------------------------------------
+# ports and process bookkeeping
+
+_handed_out = set()
+_live_procs = set()
+_leftover_dirs = []
+_run_failed = False
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1, drawn below the kernel's ephemeral range so that client
+    sockets opened meanwhile cannot take it; never the same twice in one test process."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        high = 32767
+    high = max(high, 20001)
+    for _ in range(500):
+        port = random.randint(20000, high)
+        if port in _handed_out:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port on 127.0.0.1 between 20000 and %d" % high)
+
+
+def _clean_env(extra=None):
+    """The environment for a child: ours without PIVIRT_* (the programs read those as config
+    keys, and a test must not depend on the caller's shell), plus EXTRA."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIVIRT_")}
+    if extra:
+        env.update(extra)
+    return env
+
+
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """Runs in the child between fork and exec: if the test process dies (a ctest timeout kills
+    it), the child gets SIGKILL instead of living on. Linux ties this to the thread that
+    started the child, so start processes from the test's main thread. Everything it needs was
+    looked up before the fork: no imports or allocations here."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _tail(path, lines=40):
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log at %s)" % path
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@atexit.register
+def _at_exit():
+    for p in list(_live_procs):
+        p.kill9()
+    for d in _leftover_dirs:
+        if _run_failed:
+            print("pvtest: kept %s for inspection" % d, file=sys.stderr)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# a minimal Redis client (RESP2 over a socket)
+
+class RedisError(Exception):
+    """An error reply from Redis (-ERR ...)."""
+
+
+class RespClient:
+    """One connection; command() sends a command and returns the decoded reply: str for simple
+    and bulk strings (bytes when not UTF-8), int, list, None; error replies raise RedisError."""
+
+    def __init__(self, host, port, timeout=5.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def command(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return self._reply()
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    @staticmethod
+    def _text(b):
+        try:
+            return b.decode()
+        except UnicodeDecodeError:
+            return b
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RedisError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._text(self._exact(n))
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RedisError("unexpected reply %r" % line)
+
+
+# ---------------------------------------------------------------------------------------------
+# processes
+
+class Proc:
+    """One program run by a test. Output (stdout and stderr) goes to NAME.log in WORKDIR and
+    accumulates over restarts."""
+
+    def __init__(self, name, argv, workdir, env=None):
+        self.name = name
+        self.argv = list(argv)
+        self.workdir = workdir
+        self.env = env
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.popen = None
+        self.returncode = None
+
+    @property
+    def pid(self):
+        return self.popen.pid if self.popen else None
+
+    def start(self):
+        if self.alive():
+            raise RuntimeError("%s is already running (pid %d)" % (self.name, self.pid))
+        if not os.access(self.argv[0], os.X_OK):
+            raise FileNotFoundError("%s: %s is not built (PV_BUILD_DIR=%s)" %
+                                    (self.name, self.argv[0], BUILD_DIR))
+        with open(self.log_path, "ab") as log:
+            log.write(("==== pvtest: start %s\n" % " ".join(self.argv)).encode())
+            log.flush()
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, env=self.env,
+                                          cwd=self.workdir, preexec_fn=_die_with_parent)
+        self.returncode = None
+        _live_procs.add(self)
+        return self
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def send_signal(self, sig):
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+        """Sends SIG and waits up to TIMEOUT seconds; a process still running then gets SIGKILL.
+        Returns the exit code (negative: killed by that signal, as subprocess reports it)."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with open(self.log_path, "ab") as log:
+                    log.write(b"==== pvtest: no exit %.0fs after signal %d, SIGKILL\n" % (timeout, sig))
+                self.popen.kill()
+                self.popen.wait()
+        self.returncode = self.popen.returncode
+        _live_procs.discard(self)
+        return self.returncode
+
+    def wait(self, timeout=STOP_TIMEOUT):
+        """Waits for the process to exit by itself; its exit code. subprocess.TimeoutExpired
+        when it still runs after TIMEOUT seconds."""
+        self.returncode = self.popen.wait(timeout)
+        _live_procs.discard(self)
+        return self.returncode
+
+    def kill9(self):
+        return self.stop(signal.SIGKILL, timeout=10)
+
+    def restart(self, sig=signal.SIGTERM):
+        """Stops (returning that exit code) and starts again with the same arguments and log."""
+        code = self.stop(sig)
+        self.start()
+        return code
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines=40):
+        return _tail(self.log_path, lines)
+
+    def sanitizer_reports(self):
+        """Lines of the log where ASan, LSan or UBSan reported a problem."""
+        return [line for line in self.log().splitlines()
+                if any(mark in line for mark in SANITIZER_MARKS)]
+
+    def assert_clean(self):
+        found = self.sanitizer_reports()
+        if found:
+            raise AssertionError("%s: sanitizer report in %s:\n  %s\n---- log tail:\n%s" %
+                                 (self.name, self.log_path, "\n  ".join(found[:10]),
+                                  self.tail(60)))
+
+    def __repr__(self):
+        return "Proc(%s, pid=%s)" % (self.name, self.pid)
+
+
+class Redis:
+    """A real redis-server on 127.0.0.1:PORT with its data in WORKDIR/redis (append-only file
+    on), started from the project's ops/redis.conf."""
+
+    def __init__(self, workdir, port=None, appendfsync="everysec"):
+        self.workdir = workdir
+        self.dir = os.path.join(workdir, "redis")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = port or free_port()
+        self.appendfsync = appendfsync
+        self.proc = None
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def _argv(self):
+        argv = [REDIS_SERVER]
+        if os.path.exists(REDIS_CONF):
+            argv.append(REDIS_CONF)
+        return argv + ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                       "--appendonly", "yes", "--appendfsync", self.appendfsync,
+                       "--save", "", "--daemonize", "no", "--logfile", ""]
+
+    def start(self, timeout=10.0):
+        self.proc = Proc("redis", self._argv(), self.workdir, env=_clean_env())
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                raise RuntimeError("redis-server exited at start (port %d):\n%s" %
+                                   (self.port, self.proc.tail()))
+            if self.ping():
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not answer PING on port %d within %.0fs:\n%s" %
+                           (self.port, timeout, self.proc.tail()))
+
+    def ping(self):
+        try:
+            return self.cmd("PING") == "PONG"
+        except (OSError, RedisError):
+            return False
+
+    def stop(self, timeout=STOP_TIMEOUT):
+        """SIGTERM: Redis flushes the append-only file and exits. Returns the exit code."""
+        return self.proc.stop(signal.SIGTERM, timeout) if self.proc else None
+
+    def kill9(self):
+        """A crash: no flush, no goodbye."""
+        return self.proc.kill9() if self.proc else None
+
+    def restart(self, timeout=10.0):
+        """Starts again on the same port and directory (after stop() or kill9(); stops first
+        if still running). The data comes back from the append-only file."""
+        if self.proc and self.proc.alive():
+            self.stop()
+        return self.start(timeout)
+
+    def alive(self):
+        return bool(self.proc and self.proc.alive())
+
+    def cmd(self, *args):
+        """One command on a fresh connection; the decoded reply."""
+        c = RespClient("127.0.0.1", self.port)
+        try:
+            return c.command(*args)
+        finally:
+            c.close()
+
+    def client(self):
+        """A connection to keep (call .close())."""
+        return RespClient("127.0.0.1", self.port)
+
+    def cli(self, *args):
+        """redis-cli's output (stripped) for one command."""
+        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + [str(a) for a in args],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise RedisError("redis-cli %s: exit %d: %s" % (" ".join(map(str, args)), r.returncode,
+                                                           r.stderr.strip()))
+        return r.stdout.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# gRPC helpers (raw bytes: no generated stubs needed)
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def unary_raw(channel_or_addr, method, body=b"", timeout=CALL_TIMEOUT, metadata=None):
+    """Calls METHOD ('/pkg.Service/Method') with BODY (message bytes); returns the reply bytes.
+    Raises grpc.RpcError (.code(), .details()) on a non-OK status."""
+    if isinstance(channel_or_addr, str):
+        with grpc.insecure_channel(channel_or_addr) as ch:
+            return ch.unary_unary(method)(body, timeout=timeout, metadata=metadata)
+    return channel_or_addr.unary_unary(method)(body, timeout=timeout, metadata=metadata)
+
+
+def health_status(addr, service="", timeout=5.0):
+    """grpc.health.v1.Health/Check on ADDR; the ServingStatus number (SERVING = 1)."""
+    req = b""
+    if service:
+        raw = service.encode()
+        req = b"\x0a" + _varint(len(raw)) + raw
+    reply = unary_raw(addr, "/grpc.health.v1.Health/Check", req, timeout=timeout)
+    if not reply:
+        return UNKNOWN
+    if reply[0] != 0x08:
+        raise AssertionError("health reply is not a HealthCheckResponse: %r" % reply)
+    value, shift = 0, 0
+    for b in reply[1:]:
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    return value
+
+
+def _serving(addr):
+    try:
+        return health_status(addr, timeout=1.0) == SERVING
+    except grpc.RpcError:
+        return False
+
+
+def buf_curl(*args, check=True, timeout=60, data=None):
+    """Runs `buf curl ARGS`; returns (rc, stdout, stderr). With check, a non-zero exit raises
+    AssertionError with buf's output. DATA is sent on stdin (use '-d @-')."""
+    if not os.access(BUF, os.X_OK):
+        raise AssertionError("buf not found at %s: set PV_BUF or run ./ops/pivirt test "
+                             "(it installs @bufbuild/buf into .tools)" % BUF)
+    argv = [BUF, "curl"] + [str(a) for a in args]
+    try:
+        r = subprocess.run(argv, input=data, capture_output=True, text=True, timeout=timeout,
+                           env=_clean_env())
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("buf curl timed out after %ss: %s" % (timeout, " ".join(argv))) from e
+    if check and r.returncode != 0:
+        raise AssertionError("buf curl exited %d: %s\nstdout: %s\nstderr: %s" %
+                             (r.returncode, " ".join(argv), r.stdout, r.stderr))
+    return r.returncode, r.stdout, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the stack
+
+def _nest(flat_or_nested):
+    """{'gateway.threads': 4} and {'gateway': {'threads': 4}} both become the nested form."""
+    out = {}
+    for key, value in flat_or_nested.items():
+        if isinstance(value, dict):
+            value = _nest(value)
+        parts = key.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        if isinstance(value, dict) and isinstance(d.get(parts[-1]), dict):
+            _merge(d[parts[-1]], value)
+        else:
+            d[parts[-1]] = value
+    return out
+
+
+def _merge(base, over):
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
+class Gateway:
+    """A gateway of a Stack: .proc, .addrs ('127.0.0.1:PORT', two of them), .config_path."""
+
+    def __init__(self, proc, addrs, config_path):
+        self.proc = proc
+        self.addrs = addrs
+        self.config_path = config_path
+
+
+class Stack:
+    """Redis plus the programs of a test, each configured like the real stack but on free
+    ports, a temporary directory and the key prefix 'pvt:'.
+
+    gateways, workers, schedulers: how many of each. agents: node agents, each a node name
+    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ...}. config: overrides merged
+    into the config file (nested objects or dotted keys).
+
+    Start waits until every gateway address reports SERVING and every other process has its
+    presence key in Redis. stop() SIGTERMs everything (agents, workers, schedulers, gateways,
+    then Redis), requires exit code 0 from the gateways, checks every log for sanitizer reports
+    and removes the temporary directory; the directory is kept (and its path printed) when
+    something failed."""
+
+    PREFIX = "pvt:"
+
+    def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
+                 start=True, env=None):
+        self.tmpdir = tempfile.mkdtemp(prefix="pvtest-")
+        self.data_dir = os.path.join(self.tmpdir, "data")
+        os.makedirs(self.data_dir)
+        self.prefix = self.PREFIX
+        self.env = _clean_env(env)
+        self.redis = Redis(self.tmpdir)
+        self.failed = False
+        self.stopped = False
+        self._channels = []
+        self.config = _merge({
+            "data_dir": self.data_dir,
+            "log": {"level": "info"},
+            "redis": {"addr": self.redis.addr, "prefix": self.prefix},
+            "test_operations": True,
+        }, _nest(config or {}))
+        self.config_path = self._write_config("config.json", self.config)
+
+        self.gateways = []
+        for i in range(gateways):
+            addrs = ["127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()]
+            cfg = _merge(json.loads(json.dumps(self.config)), {"gateway": {"listen": addrs}})
+            path = self._write_config("gateway-%d.json" % i, cfg)
+            proc = self._proc("gateway-%d" % i, "gateway", ["--config", path])
+            self.gateways.append(Gateway(proc, addrs, path))
+        self.schedulers = [self._proc("scheduler-%d" % i, "scheduler", ["--config", self.config_path])
+                           for i in range(schedulers)]
+        self.workers = [self._proc("worker-%d" % i, "worker", ["--config", self.config_path])
+                        for i in range(workers)]
+        self.agents = []
+        self.agent_nodes = []
+        for spec in agents:
+            node, pod = self._agent_spec(spec)
+            self.agent_nodes.append(node)
+            self.agents.append(self._proc("agent-%s" % node, "agent",
+                                          ["--config", self.config_path,
+                                           "--set", "worker.node=" + node,
+                                           "--set", "worker.pod=" + pod]))
+        if start:
+            self.start()
+
+    # -- construction helpers
+
+    @staticmethod
+    def _agent_spec(spec):
+        if isinstance(spec, str):
+            return spec, "local"
+        if isinstance(spec, dict):
+            return spec["node"], spec.get("pod", "local")
+        node, pod = spec
+        return node, pod
+
+    def _write_config(self, name, cfg):
+        path = os.path.join(self.tmpdir, name)
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        return path
+
+    def _proc(self, name, kind, args):
+        p = Proc(name, [os.path.join(BIN_DIR, KIND_BINARY[kind])] + args, self.tmpdir, self.env)
+        p.kind = kind
+        return p
+
+    @property
+    def procs(self):
+        """Every program (not Redis), in start order."""
+        return [g.proc for g in self.gateways] + self.schedulers + self.workers + self.agents
+
+    # -- start and readiness
+
+    def start(self, timeout=START_TIMEOUT):
+        try:
+            if not self.redis.alive():
+                self.redis.start()
+            for p in self.procs:
+                if not p.alive():
+                    p.start()
+            self.wait_ready(timeout=timeout)
+        except BaseException:
+            self.failed = True
+            self.stop(check=False)
+            raise
+        return self
+
+    def wait_ready(self, procs=None, timeout=START_TIMEOUT):
+        """Waits until each of PROCS (default all) answers: health SERVING on every address
+        of a gateway, a presence key naming its pid for the others."""
+        pending = list(procs if procs is not None else self.procs)
+        deadline = time.monotonic() + timeout
+        while pending:
+            still = []
+            for p in pending:
+                if not p.alive():
+                    raise AssertionError("%s exited during start with code %s:\n%s" %
+                                         (p.name, p.popen.poll() if p.popen else None, p.tail()))
+                if not self.answers(p):
+                    still.append(p)
+            pending = still
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                p = pending[0]
+                raise AssertionError("%s did not answer within %.0fs (waiting for %s); log %s:\n%s" %
+                                     (p.name, timeout, ", ".join(q.name for q in pending),
+                                      p.log_path, p.tail()))
+            time.sleep(0.1)
+
+    def answers(self, p):
+        if p.kind == "gateway":
+            gw = next(g for g in self.gateways if g.proc is p)
+            return all(_serving(a) for a in gw.addrs)
+        return self.presence(p) is not None
+
+    def presence(self, p):
+        """The presence record (dict) of process P whose pid is P's, or None."""
+        if p.kind == "agent":
+            node = self.agent_nodes[self.agents.index(p)]
+            keys = ["%spresence:agent:%s" % (self.prefix, node)]
+        else:
+            keys = self.scan("%spresence:%s:*" % (self.prefix, p.kind))
+        for key in keys:
+            try:
+                raw = self.redis.cmd("GET", key)
+            except (OSError, RedisError):
+                return None
+            if not raw:
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("pid") == p.pid:
+                return rec
+        return None
+
+    def scan(self, pattern):
+        """Every key matching PATTERN (SCAN, so safe on a big keyspace)."""
+        keys, cursor = [], "0"
+        try:
+            while True:
+                cursor, batch = self.redis.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                keys.extend(batch)
+                if cursor == "0":
+                    return keys
+        except (OSError, RedisError):
+            return keys
+
+    # -- clients
+
+    def channel(self, i=0, addr=0):
+        """An insecure gRPC channel to gateway I (its address number ADDR); closed by stop()."""
+        ch = grpc.insecure_channel(self.gateways[i].addrs[addr])
+        self._channels.append(ch)
+        return ch
+
+    def url(self, i=0, path="", addr=0):
+        """http://127.0.0.1:PORT[PATH] of gateway I, for buf curl."""
+        return "http://%s%s" % (self.gateways[i].addrs[addr], path)
+
+    def buf_curl(self, *args, check=True, timeout=60, data=None):
+        """buf curl with BUF_GRPC prepended."""
+        return buf_curl(*(BUF_GRPC + tuple(args)), check=check, timeout=timeout, data=data)
+
+    def redis_cli(self, *args):
+        """redis-cli's output for one command on the stack's Redis."""
+        return self.redis.cli(*args)
+
+    def key(self, suffix):
+        """A key name with the stack's prefix."""
+        return self.prefix + suffix
+
+    # -- stop
+
+    def stop(self, check=True):
+        """Stops everything. With CHECK: every gateway must exit 0 and no log may hold a
+        sanitizer report, else AssertionError (after everything is stopped)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for ch in self._channels:
+            ch.close()
+        self._channels = []
+        problems = []
+        for p in reversed(self.procs):
+            if p.popen is None:
+                continue
+            code = p.stop()
+            if check and p.kind == "gateway" and code != 0:
+                problems.append("%s exited with code %s after SIGTERM (want 0)" % (p.name, code))
+            elif code not in (0, None):
+                print("pvtest: note: %s exited with code %s" % (p.name, code), file=sys.stderr)
+        self.redis.stop()
+        if check:
+            for p in self.procs:
+                if p.popen is None:
+                    continue
+                try:
+                    p.assert_clean()
+                except AssertionError as e:
+                    problems.append(str(e))
+        if problems:
+            self.failed = True
+        self._cleanup()
+        if problems:
+            raise AssertionError("\n".join(problems) + "\n(logs kept in %s)" % self.tmpdir)
+
+    def _cleanup(self):
+        if self.failed:
+            print("pvtest: test stack kept in %s" % self.tmpdir, file=sys.stderr)
+            return
+        # Removed at exit unless the run failed: a later test failure may want these logs.
+        _leftover_dirs.append(self.tmpdir)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.failed = True
+            self.stop(check=False)
+            return False
+        self.stop()
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# running a test file
+
+def main():
+    """Runs the unittest cases of __main__; exits non-zero when any failed or none ran."""
+    global _run_failed
+    prog = unittest.main(module="__main__", exit=False, verbosity=2)
+    result = prog.result
+    ok = result.wasSuccessful() and result.testsRun > 0
+    if result.testsRun == 0:
+        print("pvtest: no test ran", file=sys.stderr)
+    if not ok:
+        _run_failed = True
+    sys.exit(0 if ok else 1)
