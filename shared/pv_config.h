@@ -55,7 +55,23 @@ typedef struct pv_config {
         int heartbeat_seconds;     /* worker.heartbeat_seconds (2) */
         char *node;                /* worker.node: node name for the node role ("" = ops role) */
         char *pod;                 /* worker.pod: pod/cluster of the node ("local") */
+        int concurrency;           /* worker.concurrency: operations run at once (4) */
+        int lease_ms;              /* worker.lease_ms: an operation's lease; redelivery after a
+                                      worker's death comes within about 1.5x this (10000) */
+        int max_attempts;          /* worker.max_attempts: default deliveries before an
+                                      operation fails for good (5) */
+        int backoff_base_ms;       /* worker.backoff_base_ms: first retry delay, doubled per
+                                      attempt, with jitter (200) */
+        int backoff_max_ms;        /* worker.backoff_max_ms: retry delay cap (30000) */
+        int shutdown_ms;           /* worker.shutdown_ms: on SIGTERM, running operations may
+                                      finish this long before they are handed back (10000) */
     } worker;
+
+    struct {
+        int retention_seconds;     /* ops.retention_seconds: finished operations expire (7 d) */
+        int events_maxlen;         /* ops.events_maxlen: approximate cap of the events stream
+                                      (100000) */
+    } ops;
 
     struct {
         int heartbeat_seconds;     /* scheduler.heartbeat_seconds (2) */

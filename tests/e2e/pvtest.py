@@ -432,7 +432,10 @@ def health_status(addr, service="", timeout=5.0):
     if service:
         raw = service.encode()
         req = b"\x0a" + _varint(len(raw)) + raw
-    reply = unary_raw(addr, "/grpc.health.v1.Health/Check", req, timeout=timeout)
+    return _decode_health(unary_raw(addr, "/grpc.health.v1.Health/Check", req, timeout=timeout))
+
+
+def _decode_health(reply):
     if not reply:
         return UNKNOWN
     if reply[0] != 0x08:
@@ -446,11 +449,14 @@ def health_status(addr, service="", timeout=5.0):
     return value
 
 
-def _serving(addr):
-    try:
-        return health_status(addr, timeout=1.0) == SERVING
-    except grpc.RpcError:
-        return False
+def health_status_on(channel, service="", timeout=5.0, metadata=None):
+    """Like health_status, on an open channel (TLS, auth metadata)."""
+    req = b""
+    if service:
+        raw = service.encode()
+        req = b"\x0a" + _varint(len(raw)) + raw
+    return _decode_health(unary_raw(channel, "/grpc.health.v1.Health/Check", req,
+                                    timeout=timeout, metadata=metadata))
 
 
 def buf_curl(*args, check=True, timeout=60, data=None):
@@ -501,12 +507,19 @@ def _merge(base, over):
 
 
 class Gateway:
-    """A gateway of a Stack: .proc, .addrs ('127.0.0.1:PORT', two of them), .config_path."""
+    """A gateway of a Stack: .proc, .addrs ('127.0.0.1:PORT', two of them), .config_path.
+    stop() stops it alone (its exit code); Stack.stop() still checks that code and its log."""
 
     def __init__(self, proc, addrs, config_path):
         self.proc = proc
         self.addrs = addrs
         self.config_path = config_path
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+        return self.proc.stop(sig, timeout)
+
+    def start(self):
+        return self.proc.start()
 
 
 class Stack:
@@ -521,12 +534,16 @@ class Stack:
     presence key in Redis. stop() SIGTERMs everything (agents, workers, schedulers, gateways,
     then Redis), requires exit code 0 from the gateways, checks every log for sanitizer reports
     and removes the temporary directory; the directory is kept (and its path printed) when
-    something failed."""
+    something failed.
+
+    Start it with start() (or start=True, or a `with` block, which starts it if needed and
+    stops it at the end). Gateways with auth or TLS: start(auth=(username, password)) and
+    start(tls_root=PEM bytes) make the readiness checks (and channel()) use them."""
 
     PREFIX = "pvt:"
 
     def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
-                 start=True, env=None):
+                 start=False, env=None):
         self.tmpdir = tempfile.mkdtemp(prefix="pvtest-")
         self.data_dir = os.path.join(self.tmpdir, "data")
         os.makedirs(self.data_dir)
@@ -534,7 +551,11 @@ class Stack:
         self.env = _clean_env(env)
         self.redis = Redis(self.tmpdir)
         self.failed = False
+        self.started = False
         self.stopped = False
+        self.auth = None
+        self.tls_root = None
+        self.tls_name = "localhost"
         self._channels = []
         self.config = _merge({
             "data_dir": self.data_dir,
@@ -596,7 +617,17 @@ class Stack:
 
     # -- start and readiness
 
-    def start(self, timeout=START_TIMEOUT):
+    def start(self, timeout=START_TIMEOUT, auth=None, tls_root=None, tls_name="localhost"):
+        """Starts Redis and every process not running and waits until each answers. AUTH
+        (username, password) is sent by the health checks; TLS_ROOT (PEM bytes) makes them and
+        channel() use TLS, verifying the server as TLS_NAME."""
+        if auth is not None:
+            self.auth = auth
+        if tls_root is not None:
+            self.tls_root = tls_root
+            self.tls_name = tls_name
+        self.started = True
+        self.stopped = False
         try:
             if not self.redis.alive():
                 self.redis.start()
@@ -636,8 +667,25 @@ class Stack:
     def answers(self, p):
         if p.kind == "gateway":
             gw = next(g for g in self.gateways if g.proc is p)
-            return all(_serving(a) for a in gw.addrs)
+            return all(self._serving(a) for a in gw.addrs)
         return self.presence(p) is not None
+
+    def _serving(self, addr):
+        md = [(self.auth[0], self.auth[1])] if self.auth else None
+        ch = self._open_channel(addr)
+        try:
+            return health_status_on(ch, timeout=1.0, metadata=md) == SERVING
+        except grpc.RpcError:
+            return False
+        finally:
+            ch.close()
+
+    def _open_channel(self, addr):
+        if self.tls_root is None:
+            return grpc.insecure_channel(addr)
+        creds = grpc.ssl_channel_credentials(root_certificates=self.tls_root)
+        return grpc.secure_channel(addr, creds,
+                                   options=[("grpc.ssl_target_name_override", self.tls_name)])
 
     def presence(self, p):
         """The presence record (dict) of process P whose pid is P's, or None."""
@@ -676,8 +724,9 @@ class Stack:
     # -- clients
 
     def channel(self, i=0, addr=0):
-        """An insecure gRPC channel to gateway I (its address number ADDR); closed by stop()."""
-        ch = grpc.insecure_channel(self.gateways[i].addrs[addr])
+        """A gRPC channel to gateway I (its address number ADDR): plaintext, or TLS when the
+        stack was started with tls_root. No auth metadata is added. Closed by stop()."""
+        ch = self._open_channel(self.gateways[i].addrs[addr])
         self._channels.append(ch)
         return ch
 
@@ -740,6 +789,8 @@ class Stack:
         _leftover_dirs.append(self.tmpdir)
 
     def __enter__(self):
+        if not self.started:
+            self.start()
         return self
 
     def __exit__(self, exc_type, exc, tb):

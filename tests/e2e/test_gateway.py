@@ -180,7 +180,7 @@ class Reflection(unittest.TestCase):
         self.assertEqual(len(per_service["pb.CoreRPC"]), 45)
         self.assertEqual(len(per_service["pivirt.cluster.v1.ClusterService"]), 16)
         self.assertEqual(len(per_service["pivirt.storage.v1.StorageService"]), 16)
-        self.assertEqual(len(per_service["pivirt.operations.v1.OperationService"]), 5)
+        self.assertEqual(len(per_service["pivirt.operations.v1.OperationService"]), 6)
         self.assertIn("pb.CoreRPC/CreateWorkload", per_service["pb.CoreRPC"])
 
     def test_info_through_reflection_only(self):

@@ -10,7 +10,7 @@ import pvtest
 
 class HarnessSelfCheck(unittest.TestCase):
     def test_stack_with_one_gateway(self):
-        st = pvtest.Stack(gateways=1)
+        st = pvtest.Stack(gateways=1).start()
         try:
             gw = st.gateways[0]
             self.assertEqual(len(gw.addrs), 2)

@@ -1,0 +1,219 @@
+/*
+ * pv_op: Operation records on Redis streams, the spine of pivirt.
+ *
+ * Every long-running call becomes an Operation record plus an entry on the stream of the queue
+ * that runs it, written atomically by one Redis function (FCALL pv_op_submit), together with the
+ * idempotency key of the call's x-request-id (24 h) and the locks on the resources it changes
+ * (one running operation per resource: a second one gets PV_ABORTED naming the holder). Workers
+ * read the stream with a consumer group, take a lease with a fencing token, report progress,
+ * journal idempotent steps and finish; every write a worker makes is checked against its token
+ * inside a Redis function, so a worker that lost its lease (paused, partitioned) commits nothing.
+ * Delivery is at least once: a handler's steps are journaled on the record so a redelivered
+ * operation resumes instead of repeating side effects.
+ *
+ * Keys (all share the hash tag {ops}, because they change together; <p> = redis.prefix):
+ *   <p>{ops}:op:<id>       hash: the record (fields below), journal fields "j:<step>"
+ *   <p>{ops}:q:<queue>     stream of the queue: entries {op, kind}; consumer group "workers"
+ *                          queues: "ops" (ops workers), "node:<name>" (the agent of <name>)
+ *   <p>{ops}:idem:<rid>    string: op id of a request id, expires after 24 h
+ *   <p>{ops}:lock:<res>    string: op id holding resource <res> while it is not finished
+ *   <p>{ops}:index         zset: op id -> created ms (ListOperations, newest first)
+ *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff)
+ *   <p>{ops}:events        stream for operators: flat fields op kind target status progress
+ *                          message worker (capped at about 100k entries)
+ *   <p>{ops}:dead          stream of dead letters: op kind target attempts code message
+ *   <p>{ops}:fence         counter: fencing tokens
+ *   <p>{ops}:chan:<id>     pub/sub channel: the new status name on every change of op <id>
+ *
+ * Record fields: id kind target queue status (PENDING|RUNNING|SUCCEEDED|FAILED|CANCELLED)
+ * progress message error_code error_message created_ms updated_ms started_ms finished_ms
+ * attempts max_attempts worker request_id cancel_requested (0|1) params (JSON object)
+ * metadata (JSON object of strings) holds (JSON array of resource ids) token lease_until_ms
+ * entry (current stream entry id) retry_at_ms. Finished records expire after the retention.
+ *
+ * Ownership: pv_op values filled by these functions own their strings; release them with
+ * pv_op_clear (safe on a zeroed or already cleared pv_op). Arrays from pv_op_list are freed
+ * with pv_op_array_free.
+ */
+#ifndef PV_OP_H
+#define PV_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pv_id.h"
+#include "pv_keys.h"
+#include "pv_redis.h"
+#include "pv_status.h"
+
+/* The same numbers as pivirt.operations.v1.OperationStatus. */
+typedef enum {
+    PV_OP_ANY = 0,
+    PV_OP_PENDING = 1,
+    PV_OP_RUNNING = 2,
+    PV_OP_SUCCEEDED = 3,
+    PV_OP_FAILED = 4,
+    PV_OP_CANCELLED = 5,
+} pv_op_status;
+
+#define PV_OP_GROUP "workers"
+#define PV_OP_DEFAULT_MAX_ATTEMPTS 5
+#define PV_OP_IDEMPOTENCY_SECONDS 86400
+
+typedef struct pv_op {
+    char id[PV_ID_MAX];
+    char *kind;
+    char *target;
+    char *queue;
+    pv_op_status status;
+    int progress;          /* 0..100 */
+    char *message;
+    int error_code;        /* 0 unless FAILED/CANCELLED (CANCELLED: 1) */
+    char *error_message;
+    int64_t created_ms, updated_ms, started_ms, finished_ms; /* 0 = not yet */
+    int attempts, max_attempts;
+    char *worker;
+    char *request_id;
+    bool cancel_requested;
+    char *params;          /* JSON object text, "{}" when none */
+    char *metadata;        /* JSON object of strings, "{}" when none */
+    char *entry;           /* the stream entry that carries it now ("" when none) */
+} pv_op;
+
+void pv_op_clear(pv_op *op);
+void pv_op_array_free(pv_op *ops, size_t n);
+bool pv_op_done(const pv_op *op); /* SUCCEEDED, FAILED or CANCELLED */
+const char *pv_op_status_name(pv_op_status s);          /* "PENDING", ... */
+int pv_op_status_parse(const char *name, pv_op_status *out); /* 0 or -1 */
+
+/* Retention and limits every process agrees on (from the configuration). */
+typedef struct pv_op_opts {
+    int retention_seconds;   /* finished records expire after this (7 days) */
+    int events_maxlen;       /* approximate cap of the events stream (100000) */
+} pv_op_opts;
+
+/* --- the gateway's side --------------------------------------------------------------- */
+
+typedef struct pv_op_submit_req {
+    const char *kind;            /* "node.drain", "test.sleep", ... */
+    const char *target;          /* id of the resource the operation changes */
+    const char *queue;           /* "ops" or "node:<name>" */
+    const char *params_json;     /* NULL = "{}" */
+    const char *metadata_json;   /* NULL = "{}" */
+    const char *request_id;      /* NULL/"" = not idempotent */
+    int max_attempts;            /* <= 0: PV_OP_DEFAULT_MAX_ATTEMPTS */
+    const char *const *holds;    /* more resources held while it runs (the target always is):
+                                    an operation on a cluster holds each of its nodes */
+    size_t n_holds;
+} pv_op_submit_req;
+
+/* Writes record + stream entry + idempotency key + locks + index + event atomically.
+ * The same request_id within 24 h returns the existing operation (*existed = true) whatever
+ * its state. A held resource: PV_ABORTED "<resource> is held by operation <id> (<kind>)".
+ * On PV_OK *out is the new (or existing) record. */
+int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op_submit_req *req,
+                 pv_op *out, bool *existed, pv_status *st);
+
+/* PV_NOT_FOUND "operation <id> not found" when missing or expired. */
+int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st);
+
+typedef struct pv_op_filter {
+    const char *kind;     /* NULL/"" = any */
+    const char *target;   /* NULL/"" = any */
+    pv_op_status status;  /* PV_OP_ANY = any */
+    int limit;            /* 1..1000 */
+} pv_op_filter;
+
+/* Newest first. *ops is an array of *n records (pv_op_array_free). */
+int pv_op_list(pv_redis *r, const pv_keys *k, const pv_op_filter *f, pv_op **ops, size_t *n,
+               pv_status *st);
+
+/* Best effort: PENDING ends CANCELLED at once (it will never run: a worker that receives it
+ * acks it); RUNNING gets cancel_requested and its worker ends it CANCELLED (error code 1);
+ * a finished operation is returned unchanged. *out is the record after the call. */
+int pv_op_cancel(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *id, pv_op *out,
+                 pv_status *st);
+
+/* --- the worker's side ---------------------------------------------------------------- */
+
+/* What pv_op_acquire decided for a delivered entry. */
+typedef enum {
+    PV_OP_ACQ_RUN,        /* leased: run the handler with *token */
+    PV_OP_ACQ_DONE,       /* already finished (a duplicate or late entry): acked, nothing to do */
+    PV_OP_ACQ_CANCELLED,  /* cancelled before it ran: ended CANCELLED and acked */
+    PV_OP_ACQ_DEAD,       /* this delivery exceeds max_attempts: ended FAILED with the last
+                             error, copied to the dead-letter stream, acked */
+    PV_OP_ACQ_BUSY,       /* another worker holds a live lease: left alone */
+    PV_OP_ACQ_GONE,       /* no record (expired): entry acked */
+} pv_op_acquire_result;
+
+/* Takes the lease of the operation carried by stream entry `entry` of `queue`, delivered to
+ * `consumer`: counts the delivery (attempts), draws a new fencing token, sets RUNNING, worker,
+ * lease_until = now + lease_ms. */
+int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+                  const char *consumer, const char *entry, const char *op_id, int lease_ms,
+                  pv_op *out, int64_t *token, pv_op_acquire_result *res, pv_status *st);
+
+/* Extends the lease and keeps the stream entry from looking idle (XCLAIM to the same consumer),
+ * so XAUTOCLAIM does not take a live operation. *cancel_requested tells the handler to stop.
+ * PV_ABORTED "lease lost" when the token is no longer current. */
+int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *consumer,
+                int64_t token, int lease_ms, bool *cancel_requested, pv_status *st);
+
+/* Fenced progress report (percent clamped to 0..100). PV_ABORTED when the lease is lost. */
+int pv_op_progress(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                   int64_t token, int percent, const char *message, pv_status *st);
+
+/* Journal of idempotent steps. get: *value is malloc'd or NULL when the step is not recorded.
+ * put is fenced. */
+int pv_op_journal_get(pv_redis *r, const pv_keys *k, const char *op_id, const char *step,
+                      char **value, pv_status *st);
+int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token,
+                      const char *step, const char *value, pv_status *st);
+
+/* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
+ * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's
+ * expiry. PV_ABORTED when the lease is lost (nothing written). */
+int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                 int64_t token, pv_op_status status, int error_code, const char *error_message,
+                 pv_status *st);
+
+/* Fenced transient failure: records the error, acks the entry, status back to PENDING with
+ * retry_at = now + delay_ms (in the delayed set); pv_op_promote_due puts it back on its queue
+ * when due. When attempts already reached max_attempts it fails for good instead (FAILED,
+ * dead-lettered) and *dead is set. */
+int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                      int64_t token, int delay_ms, int error_code, const char *error_message,
+                      bool *dead, pv_status *st);
+
+/* Fenced hand-back at shutdown: PENDING again, entry acked and a fresh entry added, so another
+ * worker takes it at once. The delivery is not counted against max_attempts. */
+int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                  int64_t token, pv_status *st);
+
+/* Moves retries whose time has come back onto their queues; *moved = how many. */
+int pv_op_promote_due(pv_redis *r, const pv_keys *k, int *moved, pv_status *st);
+
+/* Creates the consumer group of a queue (MKSTREAM; an existing group is fine). */
+int pv_op_ensure_group(pv_redis *r, const pv_keys *k, const char *queue, pv_status *st);
+
+/* Trims the queue's stream below its oldest entry that is pending or not yet delivered
+ * (XTRIM MINID): no pending work is ever trimmed away. *trimmed = entries removed. */
+int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trimmed,
+               pv_status *st);
+
+/* Consistency check of the whole pipeline: every unfinished record has its stream entry (or a
+ * delayed retry), every pending stream entry has its record, every lock points at an unfinished
+ * operation. Writes one line per problem into report (malloc'd, "" when none) and the count into
+ * *problems. */
+int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_status *st);
+
+/* Stream key of a queue, for consumers (XREADGROUP) and tests. */
+int pv_op_queue_key(const pv_keys *k, const char *queue, char *buf, size_t len, pv_status *st);
+/* The events stream key (operators: redis-cli XREAD BLOCK 0 STREAMS <key> '$'). */
+int pv_op_events_key(const pv_keys *k, char *buf, size_t len, pv_status *st);
+/* The pub/sub channel of one operation. */
+int pv_op_channel(const pv_keys *k, const char *op_id, char *buf, size_t len, pv_status *st);
+
+#endif
