@@ -48,6 +48,23 @@ def check(channel, service="", metadata=None, timeout=5):
     return health_status(call(health_request(service), metadata=metadata, timeout=timeout))
 
 
+def grpc_trailers(addr, path, message):
+    """Sends one framed message with nghttp and returns the grpc-* trailers it got."""
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
+        f.flush()
+        out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
+                              "-H", "te: trailers", "http://%s%s" % (addr, path)],
+                             capture_output=True, text=True, timeout=20).stdout
+    found = {}
+    for line in out.splitlines():
+        for key in ("grpc-status", "grpc-message"):
+            marker = "%s: " % key
+            if marker in line and " recv " in line:
+                found[key] = line.split(marker, 1)[1].strip()
+    return found
+
+
 def raw_unary(channel, path, payload, metadata=None, timeout=5):
     return channel.unary_unary(path)(payload, metadata=metadata, timeout=timeout)
 
@@ -132,14 +149,13 @@ class GatewayBasics(unittest.TestCase):
         self.assertIn("gateway.max_request_bytes", e.exception.details())
 
     def test_eru_method_bad_request_carries_eru_code(self):
-        call = self.ch.unary_stream("/pb.CoreRPC/WatchServiceStatus")
-        with self.assertRaises(grpc.RpcError) as e:
-            list(call(b"\xff\xff", timeout=5))
-        # Eru's per-call code is not a canonical gRPC code: python reports UNKNOWN for it; the
-        # number itself is in the debug string, taken from the trailing "grpc-status".
-        self.assertEqual(e.exception.code(), grpc.StatusCode.UNKNOWN)
-        self.assertIn('"grpc_status":1001', e.exception.debug_error_string().replace(" ", ""))
-        self.assertIn("cannot decode pb.Empty", e.exception.details())
+        # Eru's per-call codes (1001 for WatchServiceStatus) are not canonical gRPC codes.
+        # Go clients read them as they are; python's grpcio hangs on them, so this test reads
+        # the HTTP/2 trailers with nghttp.
+        trailers = grpc_trailers(self.stack.gateways[0].addrs[0],
+                                 "/pb.CoreRPC/WatchServiceStatus", b"\xff\xff")
+        self.assertEqual(trailers.get("grpc-status"), "1001")
+        self.assertIn("cannot decode pb.Empty", trailers.get("grpc-message", ""))
 
     def test_concurrent_calls_all_answer(self):
         stub = core_pb2_grpc.CoreRPCStub(self.ch)
@@ -160,7 +176,8 @@ class Reflection(unittest.TestCase):
         cls.stack.stop()
 
     def buf(self, *args):
-        return pvtest.buf_curl("--protocol", "grpc", "--http2-prior-knowledge", *args)
+        return pvtest.buf_curl("--protocol", "grpc", "--http2-prior-knowledge", *args,
+                               check=False)
 
     def test_list_services_v1_and_v1alpha(self):
         for proto in ("grpc-v1", "grpc-v1alpha"):
@@ -293,11 +310,13 @@ class TLS(unittest.TestCase):
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
                         "-keyout", key, "-out", crt], check=True, capture_output=True)
+        with open(crt, "rb") as f:
+            root = f.read()
         stack = pvtest.Stack(gateways=1, config={"gateway": {"tls_cert": crt, "tls_key": key}})
-        stack.start(tls_root=open(crt, "rb").read())
+        stack.start(tls_root=root)
         try:
             port = stack.gateways[0].addrs[0].rsplit(":", 1)[1]
-            creds = grpc.ssl_channel_credentials(root_certificates=open(crt, "rb").read())
+            creds = grpc.ssl_channel_credentials(root_certificates=root)
             with grpc.secure_channel("localhost:" + port, creds) as ch:
                 info = core_pb2_grpc.CoreRPCStub(ch).Info(core_pb2.Empty(), timeout=5)
                 self.assertEqual(len(info.identifier), 64)
