@@ -29,7 +29,9 @@
  * progress message error_code error_message created_ms updated_ms started_ms finished_ms
  * attempts max_attempts worker request_id cancel_requested (0|1) params (JSON object)
  * metadata (JSON object of strings) holds (JSON array of resource ids) token lease_until_ms
- * entry (current stream entry id) retry_at_ms. Finished records expire after the retention.
+ * entry (current stream entry id) retry_at_ms, last_error_code last_error_message (the latest
+ * transient error, kept apart from error_* which are set only when it ends). Finished records
+ * expire after the retention.
  *
  * Ownership: pv_op values filled by these functions own their strings; release them with
  * pv_op_clear (safe on a zeroed or already cleared pv_op). Arrays from pv_op_list are freed

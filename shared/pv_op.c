@@ -1,0 +1,953 @@
+/*
+ * pv_op: Operation records on Redis streams (see pv_op.h for the contract and the key schema).
+ *
+ * Every write is one call of a function of shared/redis/functions.lua, so a record, its stream
+ * entry, its locks, the index and the events stream never disagree, and the fencing check of a
+ * worker's write happens in the same atomic step as the write. This file stays thin: it builds
+ * the key names from the prefix, passes arguments as strings and parses the replies; every
+ * decision about state lives in the functions, where it is atomic.
+ *
+ * Two conventions of the functions matter here:
+ * - A record comes back as a flat field/value array (as HGETALL gives it), so one table-driven
+ *   parser fills a pv_op from any reply.
+ * - A function that must release the locks of an operation whose holds the caller did not know
+ *   (it had only the id, or only the target) writes nothing and answers {need_locks, target,
+ *   holds}; fcall_locked then calls again with every lock key declared.
+ */
+#include "pv_op.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPS "{ops}:" /* the hash tag shared by every key of the pipeline */
+#define DEFAULT_RETENTION_SECONDS (7 * 24 * 3600)
+#define DEFAULT_EVENTS_MAXLEN 100000
+#define LIST_PAGE 100
+#define LIST_DEFAULT_LIMIT 100
+#define LIST_MAX_LIMIT 1000
+#define PROMOTE_BATCH 100
+#define PROMOTE_MAX_ROUNDS 100
+
+/* ---- statuses ---- */
+
+static const char *const status_names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
+                                           "SUCCEEDED",   "FAILED",  "CANCELLED"};
+
+const char *pv_op_status_name(pv_op_status s) {
+    if ((int)s < 0 || (size_t)s >= sizeof status_names / sizeof status_names[0])
+        return status_names[0];
+    return status_names[s];
+}
+
+int pv_op_status_parse(const char *name, pv_op_status *out) {
+    for (int s = PV_OP_PENDING; s <= PV_OP_CANCELLED; s++)
+        if (name && strcmp(name, status_names[s]) == 0) {
+            *out = (pv_op_status)s;
+            return 0;
+        }
+    return -1;
+}
+
+bool pv_op_done(const pv_op *op) {
+    return op->status == PV_OP_SUCCEEDED || op->status == PV_OP_FAILED ||
+           op->status == PV_OP_CANCELLED;
+}
+
+/* ---- records ---- */
+
+typedef enum { F_ID, F_STR, F_INT, F_I64, F_BOOL, F_STATUS } field_type;
+
+/* The record fields a pv_op carries; the others (token, lease, holds, ...) stay in Redis. */
+static const struct {
+    const char *name;
+    field_type type;
+    size_t off;
+    const char *dflt; /* F_STR: the value when the field is absent */
+} fields[] = {
+    {"id", F_ID, offsetof(pv_op, id), NULL},
+    {"kind", F_STR, offsetof(pv_op, kind), ""},
+    {"target", F_STR, offsetof(pv_op, target), ""},
+    {"queue", F_STR, offsetof(pv_op, queue), ""},
+    {"status", F_STATUS, offsetof(pv_op, status), NULL},
+    {"progress", F_INT, offsetof(pv_op, progress), NULL},
+    {"message", F_STR, offsetof(pv_op, message), ""},
+    {"error_code", F_INT, offsetof(pv_op, error_code), NULL},
+    {"error_message", F_STR, offsetof(pv_op, error_message), ""},
+    {"created_ms", F_I64, offsetof(pv_op, created_ms), NULL},
+    {"updated_ms", F_I64, offsetof(pv_op, updated_ms), NULL},
+    {"started_ms", F_I64, offsetof(pv_op, started_ms), NULL},
+    {"finished_ms", F_I64, offsetof(pv_op, finished_ms), NULL},
+    {"attempts", F_INT, offsetof(pv_op, attempts), NULL},
+    {"max_attempts", F_INT, offsetof(pv_op, max_attempts), NULL},
+    {"worker", F_STR, offsetof(pv_op, worker), ""},
+    {"request_id", F_STR, offsetof(pv_op, request_id), ""},
+    {"cancel_requested", F_BOOL, offsetof(pv_op, cancel_requested), NULL},
+    {"params", F_STR, offsetof(pv_op, params), "{}"},
+    {"metadata", F_STR, offsetof(pv_op, metadata), "{}"},
+    {"entry", F_STR, offsetof(pv_op, entry), ""},
+};
+
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+#define FIELD(op, i, T) ((T *)((char *)(op) + fields[i].off))
+
+void pv_op_clear(pv_op *op) {
+    if (!op) return;
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (fields[i].type == F_STR) free(*FIELD(op, i, char *));
+    memset(op, 0, sizeof *op);
+}
+
+void pv_op_array_free(pv_op *ops, size_t n) {
+    for (size_t i = 0; ops && i < n; i++)
+        pv_op_clear(&ops[i]);
+    free(ops);
+}
+
+static int parse_i64(const char *s, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_field(pv_op *op, size_t i, const char *v) {
+    int64_t n = 0;
+    switch (fields[i].type) {
+    case F_ID:
+        if (strlen(v) >= PV_ID_MAX) return -1;
+        strcpy(op->id, v);
+        return 0;
+    case F_STR: {
+        char *copy = strdup(v);
+        if (!copy) return -1;
+        free(*FIELD(op, i, char *));
+        *FIELD(op, i, char *) = copy;
+        return 0;
+    }
+    case F_STATUS:
+        return pv_op_status_parse(v, FIELD(op, i, pv_op_status));
+    case F_INT:
+    case F_BOOL:
+    case F_I64:
+        if (parse_i64(v, &n) != 0) return -1;
+        if (fields[i].type == F_I64)
+            *FIELD(op, i, int64_t) = n;
+        else if (fields[i].type == F_INT)
+            *FIELD(op, i, int) = (int)n;
+        else
+            *FIELD(op, i, bool) = n != 0;
+        return 0;
+    }
+    return -1;
+}
+
+/* Gives every absent string field its default, so readers never meet NULL. */
+static int fill_defaults(pv_op *op) {
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (fields[i].type == F_STR && !*FIELD(op, i, char *) &&
+            set_field(op, i, fields[i].dflt) != 0)
+            return -1;
+    return 0;
+}
+
+/* Fills *out (zeroed first) from a flat field/value array. Unknown fields (journal "j:<step>",
+ * the lease, the token, ...) are skipped. */
+static int parse_record(const redisReply *a, pv_op *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (a->type != REDIS_REPLY_ARRAY || a->elements % 2 != 0)
+        return pv_status_set(st, PV_INTERNAL, "operation record: malformed reply (type %d)",
+                             a->type);
+    for (size_t e = 0; e < a->elements; e += 2) {
+        const redisReply *name = a->element[e], *val = a->element[e + 1];
+        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING) continue;
+        for (size_t i = 0; i < N_FIELDS; i++) {
+            if (strcmp(name->str, fields[i].name) != 0) continue;
+            if (set_field(out, i, val->str) != 0) {
+                pv_op_clear(out);
+                return pv_status_set(st, PV_INTERNAL,
+                                     "operation record: field %s: bad value \"%s\"", name->str,
+                                     val->str);
+            }
+            break;
+        }
+    }
+    if (fill_defaults(out) != 0) {
+        pv_op_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "operation record: out of memory");
+    }
+    if (out->id[0] == '\0') {
+        pv_op_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "operation record: no id field");
+    }
+    return PV_OK;
+}
+
+/* ---- string vectors: the keys and arguments of one call ---- */
+
+typedef struct strv {
+    char **v;
+    size_t n, cap;
+    bool oom; /* an add failed: the call reports it once, instead of every add checking */
+} strv;
+
+static void strv_addf(strv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void strv_addf(strv *s, const char *fmt, ...) {
+    if (s->oom) return;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        char **v = realloc(s->v, cap * sizeof *v);
+        if (!v) {
+            s->oom = true;
+            return;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *str = NULL;
+    if (vasprintf(&str, fmt, ap) < 0) str = NULL;
+    va_end(ap);
+    if (!str) {
+        s->oom = true;
+        return;
+    }
+    s->v[s->n++] = str;
+}
+
+static void strv_truncate(strv *s, size_t n) {
+    while (s->n > n)
+        free(s->v[--s->n]);
+}
+
+static void strv_free(strv *s) {
+    strv_truncate(s, 0);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static bool strv_has(const strv *s, size_t from, const char *str) {
+    for (size_t i = from; i < s->n; i++)
+        if (strcmp(s->v[i], str) == 0) return true;
+    return false;
+}
+
+/* ---- calls ---- */
+
+static int opts_retention(const pv_op_opts *o) {
+    return o && o->retention_seconds > 0 ? o->retention_seconds : DEFAULT_RETENTION_SECONDS;
+}
+
+static int opts_maxlen(const pv_op_opts *o) {
+    return o && o->events_maxlen > 0 ? o->events_maxlen : DEFAULT_EVENTS_MAXLEN;
+}
+
+static int fcall(pv_redis *r, const char *fn, strv *keys, strv *args, redisReply **reply,
+                 pv_status *st) {
+    *reply = NULL;
+    if (keys->oom || args->oom) return pv_status_set(st, PV_INTERNAL, "%s: out of memory", fn);
+    return pv_redis_fcall(r, fn, (int)keys->n, (const char **)keys->v, (int)args->n,
+                          (const char **)args->v, reply, st);
+}
+
+/* Appends the lock key of the target and of each resource of holds_json (a JSON array of
+ * strings; NULL = none), without repeats among the keys from index `from`. */
+static int add_locks(strv *keys, size_t from, const pv_keys *k, const char *target,
+                     const char *holds_json, pv_status *st) {
+    char *key = NULL;
+    if (target && target[0]) {
+        if (asprintf(&key, "%s" OPS "lock:%s", k->prefix, target) < 0)
+            return pv_status_set(st, PV_INTERNAL, "lock keys: out of memory");
+        if (!strv_has(keys, from, key)) strv_addf(keys, "%s", key);
+        free(key);
+    }
+    if (!holds_json || !holds_json[0]) return PV_OK;
+    json_error_t jerr;
+    json_t *holds = json_loads(holds_json, 0, &jerr);
+    if (!json_is_array(holds)) {
+        json_decref(holds);
+        return pv_status_set(st, PV_INTERNAL, "operation holds: not a JSON array: %s", holds_json);
+    }
+    size_t i;
+    json_t *h;
+    json_array_foreach(holds, i, h) {
+        if (!json_is_string(h) || json_string_length(h) == 0) continue;
+        if (asprintf(&key, "%s" OPS "lock:%s", k->prefix, json_string_value(h)) < 0) {
+            json_decref(holds);
+            return pv_status_set(st, PV_INTERNAL, "lock keys: out of memory");
+        }
+        if (!strv_has(keys, from, key)) strv_addf(keys, "%s", key);
+        free(key);
+    }
+    json_decref(holds);
+    return PV_OK;
+}
+
+static bool is_need_locks(const redisReply *rep) {
+    return rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+           rep->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(rep->element[0]->str, "need_locks") == 0 &&
+           rep->element[1]->type == REDIS_REPLY_STRING &&
+           rep->element[2]->type == REDIS_REPLY_STRING;
+}
+
+/* Calls fn with keys + the lock keys of `target` (NULL when unknown); when the function asks
+ * for lock keys it was not given, calls once more with the ones it named. */
+static int fcall_locked(pv_redis *r, const pv_keys *k, const char *fn, strv *keys, strv *args,
+                        const char *target, redisReply **reply, pv_status *st) {
+    size_t nfixed = keys->n;
+    char *t = target ? strdup(target) : NULL, *h = NULL;
+    int rc = PV_OK;
+    for (int round = 0;; round++) {
+        strv_truncate(keys, nfixed);
+        rc = add_locks(keys, nfixed, k, t, h, st);
+        if (rc == PV_OK) rc = fcall(r, fn, keys, args, reply, st);
+        if (rc != PV_OK || !is_need_locks(*reply)) break;
+        if (round > 0) {
+            rc = pv_status_set(st, PV_INTERNAL, "%s: still asks for lock keys of %s %s", fn,
+                               (*reply)->element[1]->str, (*reply)->element[2]->str);
+            freeReplyObject(*reply);
+            *reply = NULL;
+            break;
+        }
+        free(t);
+        free(h);
+        t = strdup((*reply)->element[1]->str);
+        h = strdup((*reply)->element[2]->str);
+        freeReplyObject(*reply);
+        *reply = NULL;
+        if (!t || !h) {
+            rc = pv_status_set(st, PV_INTERNAL, "%s: out of memory", fn);
+            break;
+        }
+    }
+    free(t);
+    free(h);
+    return rc;
+}
+
+/* A reply {tag, ...}: the tag, or NULL when the reply has another shape. */
+static const char *reply_tag(const redisReply *rep, size_t min_elements) {
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < min_elements || rep->elements == 0 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return rep->element[0]->str;
+}
+
+/* ---- argument checks ---- */
+
+static int check_id(const char *id, pv_status *st) {
+    if (!id || !id[0]) return pv_status_set(st, PV_INVALID_ARGUMENT, "operation id: empty");
+    if (strlen(id) >= PV_ID_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "operation id \"%.80s\": longer than %d", id,
+                             PV_ID_MAX - 1);
+    return PV_OK;
+}
+
+static int check_text(const char *what, const char *v, pv_status *st) {
+    if (!v || !v[0]) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: empty", what);
+    return PV_OK;
+}
+
+/* A worker's view of its operation must name it and its queue. */
+static int check_leased(const pv_op *op, int64_t token, pv_status *st) {
+    if (!op) return pv_status_set(st, PV_INVALID_ARGUMENT, "operation: NULL");
+    if (check_id(op->id, st) != PV_OK) return st->code;
+    if (check_text("operation queue", op->queue, st) != PV_OK) return st->code;
+    if (token <= 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "operation %s: fencing token must be positive, got %" PRId64, op->id,
+                             token);
+    return PV_OK;
+}
+
+static int check_json_object(const char *what, const char *text, pv_status *st) {
+    if (!text) return PV_OK;
+    json_error_t jerr;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &jerr);
+    bool ok = json_is_object(j);
+    json_decref(j);
+    if (!ok)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: not a JSON object: %.200s", what, text);
+    return PV_OK;
+}
+
+/* The holds of a request as a JSON array, without the target and without repeats. */
+static int holds_json(const pv_op_submit_req *req, char **out, pv_status *st) {
+    *out = NULL;
+    json_t *a = json_array();
+    if (!a) return pv_status_set(st, PV_INTERNAL, "holds: out of memory");
+    for (size_t i = 0; i < req->n_holds; i++) {
+        const char *h = req->holds[i];
+        if (!h || !h[0]) {
+            json_decref(a);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "holds[%zu]: empty", i);
+        }
+        bool seen = strcmp(h, req->target) == 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(h, req->holds[j]) == 0;
+        if (!seen && json_array_append_new(a, json_string(h)) != 0) {
+            json_decref(a);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "holds[%zu]: not UTF-8: %.80s", i, h);
+        }
+    }
+    *out = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    if (!*out) return pv_status_set(st, PV_INTERNAL, "holds: out of memory");
+    return PV_OK;
+}
+
+/* ---- the gateway's side ---- */
+
+int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op_submit_req *req,
+                 pv_op *out, bool *existed, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    *existed = false;
+    if (check_text("operation kind", req->kind, st) != PV_OK ||
+        check_text("operation target", req->target, st) != PV_OK ||
+        check_text("operation queue", req->queue, st) != PV_OK ||
+        check_json_object("operation params", req->params_json, st) != PV_OK ||
+        check_json_object("operation metadata", req->metadata_json, st) != PV_OK)
+        return st->code;
+    if (req->n_holds > 0 && !req->holds)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "holds: NULL with n_holds %zu", req->n_holds);
+    char id[PV_ID_MAX];
+    if (pv_id_new("op", id, sizeof id) != 0)
+        return pv_status_set(st, PV_INTERNAL, "operation id: no randomness available");
+    char *holds = NULL;
+    if (holds_json(req, &holds, st) != PV_OK) return st->code;
+    const char *rid = req->request_id ? req->request_id : "";
+
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, id);
+    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, req->queue);
+    strv_addf(&keys, "%s" OPS "index", k->prefix);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    int rc = add_locks(&keys, 4, k, req->target, holds, st);
+    size_t nlocks = keys.n - 4;
+    if (rid[0]) strv_addf(&keys, "%s" OPS "idem:%s", k->prefix, rid);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", id);
+    strv_addf(&args, "%s", req->kind);
+    strv_addf(&args, "%s", req->target);
+    strv_addf(&args, "%s", req->queue);
+    strv_addf(&args, "%s", req->params_json ? req->params_json : "{}");
+    strv_addf(&args, "%s", req->metadata_json ? req->metadata_json : "{}");
+    strv_addf(&args, "%s", rid);
+    strv_addf(&args, "%d", req->max_attempts > 0 ? req->max_attempts : PV_OP_DEFAULT_MAX_ATTEMPTS);
+    strv_addf(&args, "%s", holds);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%zu", nlocks);
+    strv_addf(&args, "%d", PV_OP_IDEMPOTENCY_SECONDS);
+    free(holds);
+
+    redisReply *rep = NULL;
+    if (rc == PV_OK) rc = fcall(r, "pv_op_submit", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    const char *tag = reply_tag(rep, 2);
+    if (!tag)
+        rc = pv_status_set(st, PV_INTERNAL, "pv_op_submit: unexpected reply");
+    else
+        rc = parse_record(rep->element[1], out, st);
+    if (rc == PV_OK) *existed = strcmp(tag, "existed") == 0;
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (check_id(id, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "HGETALL %s" OPS "op:%s", k->prefix, id);
+    if (rc != PV_OK) return rc;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 0)
+        rc = pv_status_set(st, PV_NOT_FOUND, "operation %s not found", id);
+    else
+        rc = parse_record(rep, out, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static bool filter_match(const pv_op_filter *f, const pv_op *op) {
+    if (f->kind && f->kind[0] && strcmp(f->kind, op->kind) != 0) return false;
+    if (f->target && f->target[0] && strcmp(f->target, op->target) != 0) return false;
+    return f->status == PV_OP_ANY || f->status == op->status;
+}
+
+/* One page of the index below (or at) score *max, skipping the *offset members at exactly *max
+ * already seen; then reads their records in one pipeline. Matches go to ops (up to limit), ids
+ * whose record expired to gone. Advances *max and *offset; *more = a full page was read. */
+static int list_page(pv_redis *r, const pv_keys *k, const pv_op_filter *f, int limit, char *max,
+                     size_t maxlen, long *offset, pv_op *ops, size_t *n, strv *gone, bool *more,
+                     pv_status *st) {
+    *more = false;
+    redisReply *page = NULL;
+    int rc = pv_redis_command(r, &page, st,
+                              "ZREVRANGEBYSCORE %s" OPS "index %s -inf WITHSCORES LIMIT %ld %d",
+                              k->prefix, max, *offset, LIST_PAGE);
+    if (rc != PV_OK) return rc;
+    size_t m = page->type == REDIS_REPLY_ARRAY ? page->elements / 2 : 0, sent = 0;
+    for (; sent < m && rc == PV_OK; sent++) {
+        char *key = NULL;
+        if (asprintf(&key, "%s" OPS "op:%s", k->prefix, page->element[2 * sent]->str) < 0) {
+            rc = pv_status_set(st, PV_INTERNAL, "list operations: out of memory");
+            break;
+        }
+        const char *argv[] = {"HGETALL", key};
+        rc = pv_redis_append(r, 2, argv, NULL, st);
+        free(key);
+        if (rc != PV_OK) break;
+    }
+    for (size_t i = 0; i < sent; i++) {
+        redisReply *rec = NULL;
+        /* Every appended reply is read, even after a failure, to keep the pipeline in step. */
+        int rrc = pv_redis_get_reply(r, &rec, rc == PV_OK ? st : NULL);
+        if (rc == PV_OK) rc = rrc;
+        if (rrc != PV_OK || rc != PV_OK) {
+            if (rec) freeReplyObject(rec);
+            continue;
+        }
+        if (rec->elements == 0) {
+            strv_addf(gone, "%s", page->element[2 * i]->str);
+        } else if (*n < (size_t)limit) {
+            rc = parse_record(rec, &ops[*n], st);
+            if (rc == PV_OK && filter_match(f, &ops[*n]))
+                (*n)++;
+            else
+                pv_op_clear(&ops[*n]);
+        }
+        freeReplyObject(rec);
+    }
+    if (rc == PV_OK && m > 0) {
+        const char *last = page->element[2 * m - 1]->str;
+        long same = 0;
+        for (size_t i = 0; i < m; i++)
+            if (strcmp(page->element[2 * i + 1]->str, last) == 0) same++;
+        *offset = strcmp(last, max) == 0 ? *offset + same : same;
+        snprintf(max, maxlen, "%s", last);
+        *more = m == LIST_PAGE;
+    }
+    freeReplyObject(page);
+    return rc;
+}
+
+int pv_op_list(pv_redis *r, const pv_keys *k, const pv_op_filter *f, pv_op **ops, size_t *n,
+               pv_status *st) {
+    *ops = NULL;
+    *n = 0;
+    int limit = f->limit <= 0 ? LIST_DEFAULT_LIMIT : f->limit;
+    if (limit > LIST_MAX_LIMIT) limit = LIST_MAX_LIMIT;
+    pv_op *out = calloc((size_t)limit, sizeof *out);
+    if (!out) return pv_status_set(st, PV_INTERNAL, "list operations: out of memory");
+    char max[64] = "+inf";
+    long offset = 0;
+    size_t count = 0;
+    strv gone = {0};
+    bool more = true;
+    int rc = PV_OK;
+    while (rc == PV_OK && more && count < (size_t)limit)
+        rc = list_page(r, k, f, limit, max, sizeof max, &offset, out, &count, &gone, &more, st);
+    if (rc == PV_OK && gone.n > 0 && !gone.oom) {
+        /* Records expire on their own; their index members are removed here, lazily. */
+        strv cmd = {0};
+        strv_addf(&cmd, "ZREM");
+        strv_addf(&cmd, "%s" OPS "index", k->prefix);
+        for (size_t i = 0; i < gone.n; i++)
+            strv_addf(&cmd, "%s", gone.v[i]);
+        if (!cmd.oom) pv_redis_commandv(r, NULL, NULL, (int)cmd.n, (const char **)cmd.v, NULL);
+        strv_free(&cmd);
+    }
+    strv_free(&gone);
+    if (rc != PV_OK) {
+        pv_op_array_free(out, count);
+        return rc;
+    }
+    *ops = out;
+    *n = count;
+    return PV_OK;
+}
+
+int pv_op_cancel(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *id, pv_op *out,
+                 pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (check_id(id, st) != PV_OK) return st->code;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, id);
+    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", id);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%d", opts_retention(o));
+    redisReply *rep = NULL;
+    int rc = fcall_locked(r, k, "pv_op_cancel", &keys, &args, NULL, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    if (!reply_tag(rep, 2))
+        rc = pv_status_set(st, PV_INTERNAL, "pv_op_cancel: unexpected reply");
+    else
+        rc = parse_record(rep->element[1], out, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* ---- the worker's side ---- */
+
+static const struct {
+    const char *name;
+    pv_op_acquire_result res;
+} acquire_results[] = {
+    {"RUN", PV_OP_ACQ_RUN},   {"DONE", PV_OP_ACQ_DONE}, {"CANCELLED", PV_OP_ACQ_CANCELLED},
+    {"DEAD", PV_OP_ACQ_DEAD}, {"BUSY", PV_OP_ACQ_BUSY}, {"GONE", PV_OP_ACQ_GONE},
+};
+
+static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, int64_t *token,
+                         pv_op_acquire_result *res, pv_status *st) {
+    const char *tag = reply_tag(rep, 3);
+    size_t i = 0, n = sizeof acquire_results / sizeof acquire_results[0];
+    while (tag && i < n && strcmp(tag, acquire_results[i].name) != 0)
+        i++;
+    if (!tag || i == n || rep->element[1]->type != REDIS_REPLY_STRING ||
+        parse_i64(rep->element[1]->str, token) != 0)
+        return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: unexpected reply", op_id);
+    *res = acquire_results[i].res;
+    if (*res == PV_OP_ACQ_GONE) {
+        snprintf(out->id, sizeof out->id, "%s", op_id);
+        if (fill_defaults(out) == 0) return PV_OK;
+        pv_op_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: out of memory", op_id);
+    }
+    return parse_record(rep->element[2], out, st);
+}
+
+int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+                  const char *consumer, const char *entry, const char *op_id, int lease_ms,
+                  pv_op *out, int64_t *token, pv_op_acquire_result *res, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    *token = 0;
+    *res = PV_OP_ACQ_GONE;
+    if (check_id(op_id, st) != PV_OK || check_text("queue", queue, st) != PV_OK ||
+        check_text("consumer", consumer, st) != PV_OK ||
+        check_text("stream entry", entry, st) != PV_OK)
+        return st->code;
+    if (lease_ms <= 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "lease_ms: must be positive, got %d",
+                             lease_ms);
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op_id);
+    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&keys, "%s" OPS "dead", k->prefix);
+    strv_addf(&keys, "%s" OPS "fence", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", op_id);
+    strv_addf(&args, "%s", entry);
+    strv_addf(&args, "%s", consumer);
+    strv_addf(&args, "%d", lease_ms);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%d", opts_retention(o));
+    redisReply *rep = NULL;
+    int rc = fcall_locked(r, k, "pv_op_acquire", &keys, &args, NULL, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    rc = parse_acquire(rep, op_id, out, token, res, st);
+    freeReplyObject(rep);
+    if (rc != PV_OK) *token = 0;
+    return rc;
+}
+
+/* The keys and arguments every fenced call starts with: record + queue, base + id + token. */
+static void fenced_start(const pv_keys *k, const pv_op *op, int64_t token, strv *keys, strv *args) {
+    strv_addf(keys, "%s" OPS "op:%s", k->prefix, op->id);
+    strv_addf(keys, "%s" OPS "q:%s", k->prefix, op->queue);
+    strv_addf(args, "%s" OPS, k->prefix);
+    strv_addf(args, "%s", op->id);
+    strv_addf(args, "%" PRId64, token);
+}
+
+int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *consumer, int64_t token,
+                int lease_ms, bool *cancel_requested, pv_status *st) {
+    *cancel_requested = false;
+    if (check_leased(op, token, st) != PV_OK || check_text("consumer", consumer, st) != PV_OK)
+        return st->code;
+    if (lease_ms <= 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "lease_ms: must be positive, got %d",
+                             lease_ms);
+    strv keys = {0}, args = {0};
+    fenced_start(k, op, token, &keys, &args);
+    strv_addf(&args, "%s", consumer);
+    strv_addf(&args, "%d", lease_ms);
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_renew", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        *cancel_requested = rep->integer != 0;
+    else
+        rc = pv_status_set(st, PV_INTERNAL, "pv_op_renew %s: unexpected reply", op->id);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_progress(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                   int64_t token, int percent, const char *message, pv_status *st) {
+    if (check_leased(op, token, st) != PV_OK) return st->code;
+    if (percent < 0) percent = 0;
+    if (percent > 100) percent = 100;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", op->id);
+    strv_addf(&args, "%" PRId64, token);
+    strv_addf(&args, "%d", percent);
+    strv_addf(&args, "%s", message ? message : "");
+    strv_addf(&args, "%d", opts_maxlen(o));
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_progress", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_journal_get(pv_redis *r, const pv_keys *k, const char *op_id, const char *step,
+                      char **value, pv_status *st) {
+    *value = NULL;
+    if (check_id(op_id, st) != PV_OK || check_text("journal step", step, st) != PV_OK)
+        return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "HMGET %s" OPS "op:%s id j:%s", k->prefix, op_id, step);
+    if (rc != PV_OK) return rc;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
+        rc = pv_status_set(st, PV_INTERNAL, "journal of %s: unexpected reply", op_id);
+    else if (rep->element[0]->type != REDIS_REPLY_STRING)
+        rc = pv_status_set(st, PV_NOT_FOUND, "operation %s not found", op_id);
+    else if (rep->element[1]->type == REDIS_REPLY_STRING &&
+             !(*value = strndup(rep->element[1]->str, rep->element[1]->len)))
+        rc = pv_status_set(st, PV_INTERNAL, "journal of %s: out of memory", op_id);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token,
+                      const char *step, const char *value, pv_status *st) {
+    if (check_leased(op, token, st) != PV_OK || check_text("journal step", step, st) != PV_OK)
+        return st->code;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", op->id);
+    strv_addf(&args, "%" PRId64, token);
+    strv_addf(&args, "%s", step);
+    strv_addf(&args, "%s", value ? value : "");
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_journal_put", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
+                 pv_op_status status, int error_code, const char *error_message, pv_status *st) {
+    if (check_leased(op, token, st) != PV_OK) return st->code;
+    if (status != PV_OP_SUCCEEDED && status != PV_OP_FAILED && status != PV_OP_CANCELLED)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "finish %s: status must be SUCCEEDED, FAILED or CANCELLED, got %s",
+                             op->id, pv_op_status_name(status));
+    if (status == PV_OP_SUCCEEDED) error_code = 0;
+    if (status == PV_OP_CANCELLED) error_code = PV_CANCELLED;
+    if (status == PV_OP_FAILED && error_code == PV_OK) error_code = PV_UNKNOWN;
+    const char *msg = error_message ? error_message : "";
+    if (status == PV_OP_CANCELLED && !msg[0]) msg = "cancelled";
+    strv keys = {0}, args = {0};
+    fenced_start(k, op, token, &keys, &args);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&args, "%s", pv_op_status_name(status));
+    strv_addf(&args, "%d", error_code);
+    strv_addf(&args, "%s", msg);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%d", opts_retention(o));
+    redisReply *rep = NULL;
+    int rc = fcall_locked(r, k, "pv_op_finish", &keys, &args, op->target, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                      int64_t token, int delay_ms, int error_code, const char *error_message,
+                      bool *dead, pv_status *st) {
+    *dead = false;
+    if (check_leased(op, token, st) != PV_OK) return st->code;
+    if (delay_ms < 0) delay_ms = 0;
+    if (error_code == PV_OK) error_code = PV_UNKNOWN;
+    strv keys = {0}, args = {0};
+    fenced_start(k, op, token, &keys, &args);
+    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&keys, "%s" OPS "dead", k->prefix);
+    strv_addf(&args, "%d", delay_ms);
+    strv_addf(&args, "%d", error_code);
+    strv_addf(&args, "%s", error_message ? error_message : "");
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%d", opts_retention(o));
+    redisReply *rep = NULL;
+    int rc = fcall_locked(r, k, "pv_op_retry_later", &keys, &args, op->target, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    const char *tag = reply_tag(rep, 2);
+    if (!tag)
+        rc = pv_status_set(st, PV_INTERNAL, "pv_op_retry_later %s: unexpected reply", op->id);
+    else
+        *dead = strcmp(tag, "DEAD") == 0;
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                  int64_t token, pv_status *st) {
+    if (check_leased(op, token, st) != PV_OK) return st->code;
+    strv keys = {0}, args = {0};
+    fenced_start(k, op, token, &keys, &args);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_release", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_promote_due(pv_redis *r, const pv_keys *k, int *moved, pv_status *st) {
+    *moved = 0;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%d", PROMOTE_BATCH);
+    strv_addf(&args, "%d", DEFAULT_EVENTS_MAXLEN);
+    int rc = PV_OK;
+    /* Batches keep each call short (Redis runs nothing else meanwhile); a full batch means
+     * more may be due. */
+    for (int round = 0; rc == PV_OK && round < PROMOTE_MAX_ROUNDS; round++) {
+        redisReply *rep = NULL;
+        rc = fcall(r, "pv_op_promote_due", &keys, &args, &rep, st);
+        if (rc != PV_OK) break;
+        long long n = rep->type == REDIS_REPLY_INTEGER ? rep->integer : 0;
+        freeReplyObject(rep);
+        *moved += (int)n;
+        if (n < PROMOTE_BATCH) break;
+    }
+    strv_free(&keys);
+    strv_free(&args);
+    return rc;
+}
+
+int pv_op_ensure_group(pv_redis *r, const pv_keys *k, const char *queue, pv_status *st) {
+    if (check_text("queue", queue, st) != PV_OK) return st->code;
+    int rc = pv_redis_command(r, NULL, st, "XGROUP CREATE %s" OPS "q:%s %s 0 MKSTREAM", k->prefix,
+                              queue, PV_OP_GROUP);
+    if (rc != PV_OK && strstr(st->msg, "BUSYGROUP")) {
+        pv_status_clear(st);
+        rc = PV_OK;
+    }
+    return rc;
+}
+
+int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trimmed,
+               pv_status *st) {
+    *trimmed = 0;
+    if (check_text("queue", queue, st) != PV_OK) return st->code;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_trim", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        *trimmed = rep->integer;
+    else
+        rc = pv_status_set(st, PV_INTERNAL, "pv_op_trim %s: unexpected reply", queue);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_status *st) {
+    *report = NULL;
+    *problems = 0;
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "index", k->prefix);
+    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_check", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(rep);
+        return pv_status_set(st, PV_INTERNAL, "pv_op_check: unexpected reply");
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < rep->elements; i++)
+        len += rep->element[i]->len + 1;
+    char *out = malloc(len), *p = out;
+    if (!out) {
+        freeReplyObject(rep);
+        return pv_status_set(st, PV_INTERNAL, "pv_op_check: out of memory");
+    }
+    for (size_t i = 0; i < rep->elements; i++) {
+        memcpy(p, rep->element[i]->str, rep->element[i]->len);
+        p += rep->element[i]->len;
+        *p++ = '\n';
+    }
+    *p = '\0';
+    *report = out;
+    *problems = (int)rep->elements;
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+/* ---- key names for consumers, operators and tests ---- */
+
+static int key_into(char *buf, size_t len, pv_status *st, const char *prefix, const char *what,
+                    const char *name) {
+    int n = snprintf(buf, len, "%s" OPS "%s%s", prefix, what, name);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "key %s%s: longer than %zu bytes", what, name,
+                             len - 1);
+    return PV_OK;
+}
+
+int pv_op_queue_key(const pv_keys *k, const char *queue, char *buf, size_t len, pv_status *st) {
+    if (check_text("queue", queue, st) != PV_OK) return st->code;
+    return key_into(buf, len, st, k->prefix, "q:", queue);
+}
+
+int pv_op_events_key(const pv_keys *k, char *buf, size_t len, pv_status *st) {
+    return key_into(buf, len, st, k->prefix, "events", "");
+}
+
+int pv_op_channel(const pv_keys *k, const char *op_id, char *buf, size_t len, pv_status *st) {
+    if (check_id(op_id, st) != PV_OK) return st->code;
+    return key_into(buf, len, st, k->prefix, "chan:", op_id);
+}
