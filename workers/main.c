@@ -1,17 +1,20 @@
 /*
  * pivirt-worker: the process that does the work behind long-running calls.
  *
- * Two roles of one binary. Without worker.node it is an ops worker (cluster-level
- * orchestration); with worker.node=NAME it is the node agent of NAME, which keeps the node's
- * presence alive (Ready = the agent's heartbeat key lives) and, as later issues add them, runs
- * the engines and the storage of its host.
+ * Two roles of one binary. Without worker.node it is an ops worker and consumes the queue "ops"
+ * (cluster-level orchestration); with worker.node=NAME it is the node agent of NAME: it keeps the
+ * node's presence alive (Ready = the agent's heartbeat key lives) and consumes the queue
+ * "node:NAME" of the operations that must run on that host.
  *
- * This build does the presence part of both roles: it shows up in the live set of its kind
- * (ops/pivirt status and GetHealth read it) and leaves it on SIGTERM. Operation consumption
- * comes with the operation pipeline.
+ * The consumer name is the process ("<host>-<pid>", or "<node>-<pid>" for an agent), so a
+ * restarted process is a new consumer and the entries its predecessor held are reclaimed after a
+ * lease like those of any dead worker. SIGTERM (or SIGINT) is a graceful stop: no new work, the
+ * running operations get worker.shutdown_ms to finish and are otherwise handed back, the
+ * presence leaves, exit status 0.
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pv_config.h"
 #include "pv_daemon.h"
@@ -19,11 +22,12 @@
 #include "pv_presence.h"
 #include "pv_validate.h"
 #include "pv_version.h"
+#include "wk_consumer.h"
 
 static const char *k_usage =
     "usage: pivirt-worker [--config FILE] [--set key=value]... [--version]\n"
-    "  ops worker by default; --set worker.node=NAME [--set worker.pod=POD] makes it the\n"
-    "  node agent of NAME.\n";
+    "  ops worker by default (queue \"ops\"); --set worker.node=NAME [--set worker.pod=POD]\n"
+    "  makes it the node agent of NAME (queue \"node:NAME\").\n";
 
 int main(int argc, char **argv) {
     pv_config cfg;
@@ -39,9 +43,16 @@ int main(int argc, char **argv) {
         pv_config_free(&cfg);
         return 2;
     }
-    char instance[128];
-    if (agent) snprintf(instance, sizeof instance, "%s", cfg.worker.node);
-    else pv_presence_default_instance(instance, sizeof instance);
+    char instance[128], consumer[160], queue[160];
+    if (agent) {
+        snprintf(instance, sizeof instance, "%s", cfg.worker.node);
+        snprintf(consumer, sizeof consumer, "%s-%d", cfg.worker.node, (int)getpid());
+        snprintf(queue, sizeof queue, "node:%s", cfg.worker.node);
+    } else {
+        pv_presence_default_instance(instance, sizeof instance);
+        snprintf(consumer, sizeof consumer, "%s", instance);
+        snprintf(queue, sizeof queue, "ops");
+    }
 
     pv_presence_opts po = {
         .kind = agent ? "agent" : "worker",
@@ -58,12 +69,23 @@ int main(int argc, char **argv) {
         }
         pv_warn("redis %s is not answering yet (%s); retrying", cfg.redis.addr, st.msg);
     }
-    pv_info("started role=%s instance=%s version=%s redis=%s", agent ? "agent" : "ops", instance,
-            PV_VERSION, cfg.redis.addr);
+    wk_consumer *consumer_handle = NULL;
+    wk_consumer_opts co = {.cfg = &cfg, .queue = queue, .consumer = consumer};
+    if (wk_consumer_start(&co, &consumer_handle, &st) != PV_OK) {
+        pv_error("consumer: %s", st.msg);
+        pv_presence_stop(presence);
+        pv_config_free(&cfg);
+        return 1;
+    }
+    pv_info("started role=%s instance=%s consumer=%s queue=%s version=%s redis=%s",
+            agent ? "agent" : "ops", instance, consumer, queue, PV_VERSION, cfg.redis.addr);
     int sig = pv_daemon_wait_signal();
     pv_info("signal=%d shutting down", sig);
+    bool clean = wk_consumer_stop(consumer_handle);
     pv_presence_stop(presence);
+    pv_info("stopped%s", clean ? "" : " (a handler did not stop in time and was abandoned)");
+    /* Abandoned handler threads still use cfg: exit without freeing it under them. */
+    if (!clean) _exit(0);
     pv_config_free(&cfg);
-    pv_info("stopped");
     return 0;
 }

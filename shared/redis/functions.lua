@@ -664,3 +664,16 @@ redis.register_function{function_name = 'pv_op_check', flags = {'no-writes'},
     end
     return problems
   end}
+
+-- pv_test_effect(KEYS[1]=effect counter, KEYS[2]=per-operation marker, KEYS[3]=run counter,
+-- ARGV[1]=operation id, ARGV[2]=marker ttl seconds): the side effect of the test.sleep kind,
+-- applied at most once per operation: the marker is checked and set with the increment, as a
+-- real idempotent side effect must be. The run counter counts every attempt, so tests can see
+-- how often redelivery reached the effect. Returns the counter, or 0 when already applied.
+redis.register_function('pv_test_effect', function(keys, args)
+  redis.call('INCR', keys[3])
+  if redis.call('SET', keys[2], args[1], 'NX', 'EX', tonumber(args[2])) then
+    return redis.call('INCR', keys[1])
+  end
+  return 0
+end)

@@ -1,0 +1,45 @@
+/*
+ * wk_consumer: consumes one operation queue with a consumer group and runs what it receives.
+ *
+ * Threads, each with its own Redis connection (hiredis contexts are not shared):
+ *   reader   XREADGROUP ... BLOCK for as many entries as there are free slots, and the
+ *            housekeeping of the queue: XAUTOCLAIM of entries idle past the lease (their worker
+ *            died), promotion of retries that are due, trimming below the oldest pending entry;
+ *   pool     worker.concurrency threads: take the lease (pv_op_acquire), run the handler, write
+ *            the outcome (finish, retry later with backoff, or hand back at shutdown);
+ *   keeper   renews every held lease twice a second and tells handlers about cancellation and
+ *            about a lost lease.
+ * Redis going away is survived everywhere: calls fail fast, each loop logs the outage once and
+ * backs off, and pv_redis reconnects by itself; a vanished group is created again.
+ *
+ * Ownership: wk_consumer_start copies what it needs from its options; wk_consumer_stop frees the
+ * consumer when every thread has ended.
+ */
+#ifndef WK_CONSUMER_H
+#define WK_CONSUMER_H
+
+#include <stdbool.h>
+
+#include "pv_config.h"
+#include "pv_status.h"
+
+typedef struct wk_consumer wk_consumer;
+
+typedef struct wk_consumer_opts {
+    const pv_config *cfg; /* redis.*, worker.*, ops.*, test_operations */
+    const char *queue;    /* "ops" or "node:<name>" */
+    const char *consumer; /* unique per process: "<host>-<pid>", "<node>-<pid>" */
+} wk_consumer_opts;
+
+/* Starts the threads. Redis need not be up yet (the reader waits for it). */
+int wk_consumer_start(const wk_consumer_opts *o, wk_consumer **out, pv_status *st);
+
+/* Graceful stop: no new entries are read from this moment; running handlers are told to stop
+ * and get worker.shutdown_ms to return, and what they leave unfinished is handed back to the
+ * queue (pv_op_release) for another worker. Returns true when every thread ended and c is freed;
+ * false when a handler ignored the stop past the deadline: its operation was handed back anyway
+ * (its later writes are refused by fencing) and c stays allocated for the thread still using it,
+ * which the exiting process then abandons. */
+bool wk_consumer_stop(wk_consumer *c);
+
+#endif
