@@ -38,6 +38,7 @@
 #define GW_MAX_METHODS 256
 #define GW_PREREQUESTS 8 /* accept requests kept outstanding per method */
 #define GW_MAX_SHUTDOWN_HOOKS 8
+#define GW_REQUEST_ID_MAX 129 /* x-request-id up to 128 bytes; longer ones are the service's to refuse */
 
 typedef enum { TAG_NEW_CALL, TAG_SEND, TAG_RECV, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
 
@@ -127,7 +128,7 @@ struct gw_call {
     void *user;
     void (*user_free)(void *);
 
-    char request_id[PV_ID_MAX];
+    char request_id[GW_REQUEST_ID_MAX];
     bool client_request_id;
     struct timespec started;
 };
@@ -832,13 +833,19 @@ void gw_server_shutdown(gw_server *s) {
     if (!s->started || atomic_exchange(&s->shutting_down, true)) return;
     for (size_t i = 0; i < s->n_hooks; i++) s->hooks[i].fn(s->hooks[i].arg);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+    /* The core's notification also waits for every client connection to close, and an idle
+     * client may keep its connection long after the GOAWAY. In-flight calls are what the grace
+     * period is for: once none is left, cancelling disconnects the idle connections at once. */
     struct timespec tick = {0, 10 * 1000 * 1000};
-    for (int waited = 0; waited < s->shutdown_grace_ms && !atomic_load(&s->shutdown_notified);
+    for (int waited = 0; waited < s->shutdown_grace_ms && !atomic_load(&s->shutdown_notified) &&
+                         atomic_load(&s->live_calls) > 0;
          waited += 10)
         nanosleep(&tick, NULL);
     if (!atomic_load(&s->shutdown_notified)) {
-        pv_warn("shutdown grace of %d ms over: cancelling %d remaining calls",
-                s->shutdown_grace_ms, atomic_load(&s->live_calls));
+        int live = atomic_load(&s->live_calls);
+        if (live > 0)
+            pv_warn("shutdown grace of %d ms over: cancelling %d remaining calls",
+                    s->shutdown_grace_ms, live);
         grpc_server_cancel_all_calls(s->server);
     }
     for (int i = 0; i < s->n_threads; i++) pthread_join(s->threads[i], NULL);

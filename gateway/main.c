@@ -20,12 +20,14 @@
 #include "gw_health.h"
 #include "gw_reflection.h"
 #include "gw_server.h"
+#include "gw_waiter.h"
 #include "pv_config.h"
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_presence.h"
 #include "pv_version.h"
 #include "svc_core.h"
+#include "svc_operations.h"
 
 extern const unsigned char pv_descriptor_set[];
 extern const size_t pv_descriptor_set_len;
@@ -76,6 +78,8 @@ typedef struct gateway {
     gw_reflection *reflection;
     gw_health *health;
     svc_core *core;
+    gw_waiter *waiter;
+    svc_operations *ops;
     gw_server *server;
     pv_presence *presence;
     const char **services;
@@ -83,6 +87,8 @@ typedef struct gateway {
 
 static void gateway_free(gateway *g) {
     gw_server_free(g->server);
+    svc_operations_free(g->ops);
+    gw_waiter_free(g->waiter); /* after the server: every waiting call is gone by then */
     svc_core_free(g->core);
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
@@ -104,7 +110,9 @@ static int build_server(gateway *g) {
     for (size_t i = 0; i < n; i++) g->services[i] = gw_reflection_service(g->reflection, i);
     g->health = gw_health_new(g->services, n);
     g->core = svc_core_new(app);
-    if (!g->health || !g->core) return -1;
+    g->waiter = gw_waiter_new(app);
+    g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
+    if (!g->health || !g->core || !g->ops) return -1;
 
     gw_server_opts o = {
         .listen = (const char *const *)app->cfg.gateway.listen,
@@ -129,7 +137,9 @@ static int build_server(gateway *g) {
     }
     if (gw_health_register(g->health, g->server, 0) != 0 ||
         gw_reflection_register(g->reflection, g->server, 0) != 0 ||
-        svc_core_register(g->core, g->server) != 0) {
+        svc_core_register(g->core, g->server) != 0 ||
+        svc_operations_register(g->ops, g->server) != 0 ||
+        gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {
         pv_error("registering the services failed");
         return -1;
     }
