@@ -441,17 +441,24 @@ static long long pending_entries(fixture *f) {
 
 /* --- the tests ------------------------------------------------------------------------------- */
 
-#define KILL9_OPS 160
-#define KILL9_KILLS 4
+/* ./ops/pivirt chaos sets PV_CHAOS_SCALE (e.g. 10): that many times the operations and kills of
+ * the bounded run that ./ops/pivirt test does. */
+static int chaos_scale(void) {
+    const char *s = getenv("PV_CHAOS_SCALE");
+    int n = s ? atoi(s) : 1;
+    return n >= 1 && n <= 1000 ? n : 1;
+}
 
 /* Workers killed with SIGKILL in the middle of operations, again and again: every operation
  * ends SUCCEEDED exactly once in effect. */
 static void test_kill9_workers_repeatedly(void **state) {
     fixture *f = *state;
+    const int KILL9_OPS = 160 * chaos_scale(), KILL9_KILLS = 4 * chaos_scale();
     const char *settings[] = {"worker.lease_ms=1000", "worker.concurrency=8",
                               "worker.backoff_base_ms=50", NULL};
     worker *w[2] = {start_worker(f, settings), start_worker(f, settings)};
-    static char ids[KILL9_OPS][PV_ID_MAX];
+    char(*ids)[PV_ID_MAX] = calloc((size_t)KILL9_OPS, PV_ID_MAX);
+    assert_non_null(ids);
     int64_t t0 = now_ms();
     for (int i = 0; i < KILL9_OPS; i++) {
         char params[128];
@@ -483,6 +490,7 @@ static void test_kill9_workers_repeatedly(void **state) {
         if (op.finished_ms - op.created_ms > last_done) last_done = op.finished_ms - op.created_ms;
     }
     pv_op_clear(&op);
+    free(ids);
     fprintf(stderr,
             "kill9: %d ops, %d kills of 2 workers, %d succeeded, %d lost, %d effects not exactly "
             "once, %d redelivered (effect step re-ran for %d), all done in %.1f s (max "
