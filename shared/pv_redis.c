@@ -39,6 +39,8 @@
 
 extern const unsigned char pv_redis_functions_lua[];
 extern const size_t pv_redis_functions_lua_len;
+extern const unsigned char pv_redis_registry_lua[];
+extern const size_t pv_redis_registry_lua_len;
 
 struct pv_redis {
     char *addr;     /* as given, for messages */
@@ -193,6 +195,12 @@ static int handshake(pv_redis *r, pv_status *st) {
     if (rc == PV_OK && r->load_functions) {
         const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)pv_redis_functions_lua};
         const size_t len[] = {8, 4, 7, pv_redis_functions_lua_len};
+        rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
+    }
+    if (rc == PV_OK && r->load_functions) {
+        /* The registry (pods, nodes) is a library of its own: the two change independently. */
+        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)pv_redis_registry_lua};
+        const size_t len[] = {8, 4, 7, pv_redis_registry_lua_len};
         rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
     }
     return rc;
