@@ -16,8 +16,8 @@
 typedef struct gw_app {
     pv_config cfg;
     pv_keys keys;
-    char instance[128];   /* "<host>-<pid>": this gateway among its peers */
-    char identifier[65];  /* SHA-256 of the store settings (CoreRPC.Info) */
+    char instance[128];    /* "<host>-<pid>": this gateway among its peers */
+    char identifier[65];   /* SHA-256 of the store settings (CoreRPC.Info) */
     const char *advertise; /* the address peers and clients are told about */
 } gw_app;
 

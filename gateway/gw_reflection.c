@@ -202,11 +202,14 @@ void gw_reflection_free(gw_reflection *r) {
         free(r->files[i].deps);
     }
     free(r->files);
-    for (size_t i = 0; i < r->n_symbols; i++) free(r->symbols[i].name);
+    for (size_t i = 0; i < r->n_symbols; i++)
+        free(r->symbols[i].name);
     free(r->symbols);
-    for (size_t i = 0; i < r->n_services; i++) free(r->services[i]);
+    for (size_t i = 0; i < r->n_services; i++)
+        free(r->services[i]);
     free(r->services);
-    for (size_t i = 0; i < r->n_methods; i++) free(r->methods[i]);
+    for (size_t i = 0; i < r->n_methods; i++)
+        free(r->methods[i]);
     free(r->methods);
     if (r->set) google__protobuf__file_descriptor_set__free_unpacked(r->set, NULL);
     free(r);

@@ -51,30 +51,30 @@ typedef void *(*gw_thread_init_fn)(void *app);
 typedef void (*gw_thread_free_fn)(void *thread_state);
 
 typedef struct gw_method {
-    const char *path;                          /* "/pkg.Service/Method" (static storage) */
+    const char *path; /* "/pkg.Service/Method" (static storage) */
     gw_method_kind kind;
-    const ProtobufCMessageDescriptor *request;  /* decoder for the client's messages */
+    const ProtobufCMessageDescriptor *request; /* decoder for the client's messages */
     gw_handler_fn handler;                     /* unary and server-stream */
     gw_message_fn on_message;                  /* client-stream and bidi */
     bool no_auth;                              /* skip the auth check (health, if configured) */
     /* Overrides the error code used when the request cannot be decoded or is too large
      * (Eru answers its own per-call codes); 0 = INVALID_ARGUMENT. */
     int bad_request_code;
-    void *data;                                /* the module's own state: gw_call_method_data */
+    void *data; /* the module's own state: gw_call_method_data */
 } gw_method;
 
 typedef struct gw_server_opts {
-    const char *const *listen;  /* addresses "host:port"; at least one */
+    const char *const *listen; /* addresses "host:port"; at least one */
     size_t n_listen;
-    int threads;                /* completion-queue threads (>= 1) */
-    const char *tls_cert_path;  /* PEM; NULL/"" = plaintext */
+    int threads;               /* completion-queue threads (>= 1) */
+    const char *tls_cert_path; /* PEM; NULL/"" = plaintext */
     const char *tls_key_path;
-    const char *auth_username;  /* NULL/"" = no auth; else one metadata entry with this key
-                                   whose value is auth_password must come with every call */
+    const char *auth_username; /* NULL/"" = no auth; else one metadata entry with this key
+                                  whose value is auth_password must come with every call */
     const char *auth_password;
-    long max_request_bytes;     /* larger requests get the method's bad-request code */
+    long max_request_bytes; /* larger requests get the method's bad-request code */
     int shutdown_grace_ms;
-    void *app;                  /* handed to handlers through gw_call_app */
+    void *app; /* handed to handlers through gw_call_app */
     /* Says whether a path the server has no handler for is part of the declared API, so the
      * UNIMPLEMENTED answer can tell "not served by this build" from "no such method". */
     int (*is_declared)(void *arg, const char *path);
@@ -147,11 +147,11 @@ int gw_call_on_close(gw_call *c, void (*fn)(gw_call *c, void *arg), void *arg);
 void gw_call_set_user(gw_call *c, void *user, void (*free_fn)(void *));
 void *gw_call_user(gw_call *c);
 
-const char *gw_call_method(const gw_call *c);      /* "/pkg.Service/Method" */
-const char *gw_call_request_id(const gw_call *c);  /* x-request-id, or a generated id */
+const char *gw_call_method(const gw_call *c);     /* "/pkg.Service/Method" */
+const char *gw_call_request_id(const gw_call *c); /* x-request-id, or a generated id */
 bool gw_call_has_client_request_id(const gw_call *c);
 void *gw_call_app(const gw_call *c);
-void *gw_call_method_data(const gw_call *c);  /* the gw_method's data; NULL for unknown methods */
+void *gw_call_method_data(const gw_call *c); /* the gw_method's data; NULL for unknown methods */
 /* The per-thread state of the thread running the handler; NULL outside pool threads. */
 void *gw_call_thread_state(const gw_call *c);
 

@@ -34,8 +34,10 @@ gw_watchers *gw_watchers_new(void) {
 }
 
 static void unlink_locked(gw_watchers *w, watch_entry *e) {
-    if (e->prev) e->prev->next = e->next;
-    else w->head = e->next;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        w->head = e->next;
     if (e->next) e->next->prev = e->prev;
     w->count--;
 }
@@ -76,7 +78,8 @@ int gw_watchers_add(gw_watchers *w, gw_call *c) {
 
 void gw_watchers_broadcast(gw_watchers *w, const ProtobufCMessage *m) {
     pthread_mutex_lock(&w->mu);
-    for (watch_entry *e = w->head; e; e = e->next) gw_call_send(e->call, m);
+    for (watch_entry *e = w->head; e; e = e->next)
+        gw_call_send(e->call, m);
     pthread_mutex_unlock(&w->mu);
 }
 

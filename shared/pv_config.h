@@ -19,65 +19,65 @@
 #include "pv_status.h"
 
 typedef struct pv_config {
-    char *data_dir;          /* data_dir: where daemons keep state and logs ("./.data") */
-    pv_log_level log_level;  /* log.level: debug|info|warn|error ("info") */
+    char *data_dir;         /* data_dir: where daemons keep state and logs ("./.data") */
+    pv_log_level log_level; /* log.level: debug|info|warn|error ("info") */
 
     struct {
-        char *addr;                /* redis.addr: "host:port" or a unix socket path ("127.0.0.1:6390") */
-        int db;                    /* redis.db (0) */
-        char *password;            /* redis.password ("" = none); never logged */
-        char *prefix;              /* redis.prefix: prepended to every key ("pv:") */
-        int connect_timeout_ms;    /* redis.connect_timeout_ms (1000) */
-        int command_timeout_ms;    /* redis.command_timeout_ms (2000) */
+        char *addr;     /* redis.addr: "host:port" or a unix socket path ("127.0.0.1:6390") */
+        int db;         /* redis.db (0) */
+        char *password; /* redis.password ("" = none); never logged */
+        char *prefix;   /* redis.prefix: prepended to every key ("pv:") */
+        int connect_timeout_ms; /* redis.connect_timeout_ms (1000) */
+        int command_timeout_ms; /* redis.command_timeout_ms (2000) */
     } redis;
 
     struct {
-        char **listen;             /* gateway.listen: addresses, JSON array or comma-separated
-                                      ("localhost:8443,localhost:9002,localhost:5001") */
+        char **listen; /* gateway.listen: addresses, JSON array or comma-separated
+                          ("localhost:8443,localhost:9002,localhost:5001") */
         size_t n_listen;
-        int threads;               /* gateway.threads: completion-queue threads (2) */
-        char *tls_cert;            /* gateway.tls_cert: PEM path ("" = plaintext) */
-        char *tls_key;             /* gateway.tls_key: PEM path, required with tls_cert */
-        long max_request_bytes;    /* gateway.max_request_bytes (4194304) */
-        int heartbeat_seconds;     /* gateway.heartbeat_seconds: presence key refresh (2); the
-                                      key lives 3x that */
-        int shutdown_grace_ms;     /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
-        char *advertise;           /* gateway.advertise: address reported by WatchServiceStatus
-                                      ("" = the first listen address) */
+        int threads;            /* gateway.threads: completion-queue threads (2) */
+        char *tls_cert;         /* gateway.tls_cert: PEM path ("" = plaintext) */
+        char *tls_key;          /* gateway.tls_key: PEM path, required with tls_cert */
+        long max_request_bytes; /* gateway.max_request_bytes (4194304) */
+        int heartbeat_seconds;  /* gateway.heartbeat_seconds: presence key refresh (2); the
+                                   key lives 3x that */
+        int shutdown_grace_ms;  /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
+        char *advertise;        /* gateway.advertise: address reported by WatchServiceStatus
+                                   ("" = the first listen address) */
     } gateway;
 
     struct {
-        char *username;            /* auth.username ("" = no auth); must be lowercase */
-        char *password;            /* auth.password */
+        char *username; /* auth.username ("" = no auth); must be lowercase */
+        char *password; /* auth.password */
     } auth;
 
     struct {
-        int heartbeat_seconds;     /* worker.heartbeat_seconds (2) */
-        char *node;                /* worker.node: node name for the node role ("" = ops role) */
-        char *pod;                 /* worker.pod: pod/cluster of the node ("local") */
-        int concurrency;           /* worker.concurrency: operations run at once (4) */
-        int lease_ms;              /* worker.lease_ms: an operation's lease; redelivery after a
-                                      worker's death comes within about 1.5x this (10000) */
-        int max_attempts;          /* worker.max_attempts: default deliveries before an
-                                      operation fails for good (5) */
-        int backoff_base_ms;       /* worker.backoff_base_ms: first retry delay, doubled per
-                                      attempt, with jitter (200) */
-        int backoff_max_ms;        /* worker.backoff_max_ms: retry delay cap (30000) */
-        int shutdown_ms;           /* worker.shutdown_ms: on SIGTERM, running operations may
-                                      finish this long before they are handed back (10000) */
+        int heartbeat_seconds; /* worker.heartbeat_seconds (2) */
+        char *node;            /* worker.node: node name for the node role ("" = ops role) */
+        char *pod;             /* worker.pod: pod/cluster of the node ("local") */
+        int concurrency;       /* worker.concurrency: operations run at once (4) */
+        int lease_ms;          /* worker.lease_ms: an operation's lease; redelivery after a
+                                  worker's death comes within about 1.5x this (10000) */
+        int max_attempts;      /* worker.max_attempts: default deliveries before an
+                                  operation fails for good (5) */
+        int backoff_base_ms;   /* worker.backoff_base_ms: first retry delay, doubled per
+                                  attempt, with jitter (200) */
+        int backoff_max_ms;    /* worker.backoff_max_ms: retry delay cap (30000) */
+        int shutdown_ms;       /* worker.shutdown_ms: on SIGTERM, running operations may
+                                  finish this long before they are handed back (10000) */
     } worker;
 
     struct {
-        int retention_seconds;     /* ops.retention_seconds: finished operations expire (7 d) */
-        int events_maxlen;         /* ops.events_maxlen: approximate cap of the events stream
-                                      (100000) */
+        int retention_seconds; /* ops.retention_seconds: finished operations expire (7 d) */
+        int events_maxlen;     /* ops.events_maxlen: approximate cap of the events stream
+                                  (100000) */
     } ops;
 
     struct {
-        int heartbeat_seconds;     /* scheduler.heartbeat_seconds (2) */
+        int heartbeat_seconds; /* scheduler.heartbeat_seconds (2) */
     } scheduler;
 
-    bool test_operations;          /* test_operations: accept test.* operation kinds (false) */
+    bool test_operations; /* test_operations: accept test.* operation kinds (false) */
 } pv_config;
 
 /* Fills c with the defaults above. Returns PV_OK or PV_INTERNAL (out of memory). */

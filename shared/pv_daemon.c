@@ -20,8 +20,7 @@ static void block_signals(sigset_t *sigs) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int pv_daemon_init(const char *program, const char *usage, pv_config *cfg, int *argc,
-                   char **argv) {
+int pv_daemon_init(const char *program, const char *usage, pv_config *cfg, int *argc, char **argv) {
     pv_status st;
     const char *component = strncmp(program, "pivirt-", 7) == 0 ? program + 7 : program;
     pv_log_init(component, PV_LOG_INFO);

@@ -22,8 +22,8 @@ int pv_keys_init(pv_keys *k, const char *prefix, pv_status *st) {
     return PV_OK;
 }
 
-static int key_format(const pv_keys *k, char *buf, size_t len, pv_status *st, const char *fmt,
-                      ...) __attribute__((format(printf, 5, 6)));
+static int key_format(const pv_keys *k, char *buf, size_t len, pv_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 static int key_format(const pv_keys *k, char *buf, size_t len, pv_status *st, const char *fmt,
                       ...) {
@@ -39,8 +39,8 @@ too_long:
     return pv_status_set(st, PV_INVALID_ARGUMENT, "key name longer than %zu bytes", len - 1);
 }
 
-int pv_key_presence(const pv_keys *k, const char *kind, const char *instance, char *buf,
-                    size_t len, pv_status *st) {
+int pv_key_presence(const pv_keys *k, const char *kind, const char *instance, char *buf, size_t len,
+                    pv_status *st) {
     return key_format(k, buf, len, st, "presence:%s:%s", kind, instance);
 }
 

@@ -28,9 +28,8 @@ typedef struct pv_keys {
 /* prefix: printable, no spaces, at most PV_KEY_PREFIX_MAX-1 bytes (may be empty). */
 int pv_keys_init(pv_keys *k, const char *prefix, pv_status *st);
 
-int pv_key_presence(const pv_keys *k, const char *kind, const char *instance, char *buf,
-                    size_t len, pv_status *st);
-int pv_key_presence_index(const pv_keys *k, const char *kind, char *buf, size_t len,
-                          pv_status *st);
+int pv_key_presence(const pv_keys *k, const char *kind, const char *instance, char *buf, size_t len,
+                    pv_status *st);
+int pv_key_presence_index(const pv_keys *k, const char *kind, char *buf, size_t len, pv_status *st);
 
 #endif

@@ -51,10 +51,10 @@ static char *make_value(const pv_presence_opts *o) {
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
-    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:I}", "kind", o->kind, "instance",
-                          o->instance, "pid", (int)getpid(), "host", host, "addr",
-                          o->addr ? o->addr : "", "version", PV_VERSION, "started_at",
-                          (json_int_t)time(NULL));
+    json_t *j =
+        json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:I}", "kind", o->kind, "instance", o->instance,
+                  "pid", (int)getpid(), "host", host, "addr", o->addr ? o->addr : "", "version",
+                  PV_VERSION, "started_at", (json_int_t)time(NULL));
     if (!j) return NULL;
     char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
@@ -153,8 +153,10 @@ int pv_presence_start(const pv_config *cfg, const pv_presence_opts *o, pv_presen
         return st->code;
     }
     int rc = beat(p, st);
-    if (rc != PV_OK) p->failing = true;
-    else if (p->tick) p->tick(p->tick_arg, p->redis);
+    if (rc != PV_OK)
+        p->failing = true;
+    else if (p->tick)
+        p->tick(p->tick_arg, p->redis);
     if (pthread_create(&p->thread, NULL, presence_thread, p) != 0) {
         presence_free(p);
         return pv_status_set(st, PV_INTERNAL, "cannot start the presence thread");
@@ -184,7 +186,8 @@ void pv_presence_stop(pv_presence *p) {
 }
 
 void pv_presence_values_free(char **values, size_t n) {
-    for (size_t i = 0; values && i < n; i++) free(values[i]);
+    for (size_t i = 0; values && i < n; i++)
+        free(values[i]);
     free(values);
 }
 
@@ -204,7 +207,7 @@ int pv_presence_list(pv_redis *r, const pv_keys *k, const char *kind, char ***va
     }
     size_t m = members->elements;
     const char **argv = calloc(m + 1, sizeof *argv);
-    char (*names)[PV_KEY_MAX] = calloc(m, PV_KEY_MAX);
+    char(*names)[PV_KEY_MAX] = calloc(m, PV_KEY_MAX);
     char **out = calloc(m, sizeof *out);
     if (!argv || !names || !out) {
         free(argv);

@@ -26,12 +26,12 @@
 #include "pv_status.h"
 
 typedef struct pv_redis_opts {
-    const char *addr;        /* "host:port" or a unix socket path (starts with '/') */
+    const char *addr; /* "host:port" or a unix socket path (starts with '/') */
     int db;
-    const char *password;    /* NULL or "" = no AUTH */
+    const char *password; /* NULL or "" = no AUTH */
     int connect_timeout_ms;
-    int command_timeout_ms;  /* 0 = block forever (only for dedicated blocking readers) */
-    int load_functions;      /* non-zero: FUNCTION LOAD REPLACE on every connect */
+    int command_timeout_ms; /* 0 = block forever (only for dedicated blocking readers) */
+    int load_functions;     /* non-zero: FUNCTION LOAD REPLACE on every connect */
 } pv_redis_opts;
 
 typedef struct pv_redis pv_redis;
@@ -50,13 +50,12 @@ const char *pv_redis_addr(const pv_redis *r);
  * on failure *reply is NULL. Nothing is retried: the caller decides whether a command may be
  * sent twice. */
 int pv_redis_command(pv_redis *r, redisReply **reply, pv_status *st, const char *fmt, ...);
-int pv_redis_commandv(pv_redis *r, redisReply **reply, pv_status *st, int argc,
-                      const char **argv, const size_t *argvlen);
+int pv_redis_commandv(pv_redis *r, redisReply **reply, pv_status *st, int argc, const char **argv,
+                      const size_t *argvlen);
 
 /* Pipelining: append n commands, then read n replies in order. An I/O error while reading drops
  * the connection and fails the remaining reads with PV_UNAVAILABLE. */
-int pv_redis_append(pv_redis *r, int argc, const char **argv, const size_t *argvlen,
-                    pv_status *st);
+int pv_redis_append(pv_redis *r, int argc, const char **argv, const size_t *argvlen, pv_status *st);
 int pv_redis_get_reply(pv_redis *r, redisReply **reply, pv_status *st);
 
 /* FCALL fn with keys then args (NUL-terminated strings). */

@@ -35,8 +35,8 @@ enum {
 #define PV_STATUS_MSG_MAX 512
 
 typedef struct pv_status {
-    int code;                     /* PV_OK or one of the codes above (or an Eru code, >1000) */
-    char msg[PV_STATUS_MSG_MAX];  /* NUL-terminated; truncated, never overflowed */
+    int code;                    /* PV_OK or one of the codes above (or an Eru code, >1000) */
+    char msg[PV_STATUS_MSG_MAX]; /* NUL-terminated; truncated, never overflowed */
 } pv_status;
 
 /* Sets st (if not NULL) to code and the formatted message; returns code. */

@@ -27,8 +27,10 @@ int main(int argc, char **argv) {
     const char *listen = "127.0.0.1:0";
     int threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--listen") == 0) listen = argv[i + 1];
-        else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--listen") == 0)
+            listen = argv[i + 1];
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
     }
     pv_log_init("bench-echo", PV_LOG_WARN);
     sigset_t sigs;
@@ -39,16 +41,21 @@ int main(int argc, char **argv) {
 
     grpc_init();
     const char *addrs[] = {listen};
-    gw_server_opts o = {.listen = addrs, .n_listen = 1, .threads = threads,
-                        .max_request_bytes = 4 << 20, .shutdown_grace_ms = 1000};
+    gw_server_opts o = {.listen = addrs,
+                        .n_listen = 1,
+                        .threads = threads,
+                        .max_request_bytes = 4 << 20,
+                        .shutdown_grace_ms = 1000};
     char err[256];
     gw_server *s = gw_server_new(&o, err, sizeof err);
     if (!s) {
         fprintf(stderr, "bench_echo_server: %s\n", err);
         return 1;
     }
-    static const gw_method echo = {.path = "/pb.CoreRPC/Info", .kind = GW_UNARY,
-                                   .request = &pb__empty__descriptor, .handler = on_echo};
+    static const gw_method echo = {.path = "/pb.CoreRPC/Info",
+                                   .kind = GW_UNARY,
+                                   .request = &pb__empty__descriptor,
+                                   .handler = on_echo};
     gw_server_add_method(s, &echo);
     gw_server_start(s);
     printf("listening %s port %d\n", listen, gw_server_bound_port(s, 0));

@@ -34,8 +34,10 @@ static int setup(void **state) {
     pv_config_set(&f->cfg, "redis.addr", pv_test_redis_addr(f->srv), &st);
     pv_config_set(&f->cfg, "redis.prefix", "t:", &st);
     pv_keys_init(&f->keys, "t:", &st);
-    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv), .connect_timeout_ms = 1000,
-                       .command_timeout_ms = 2000, .load_functions = 1};
+    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
+                       .connect_timeout_ms = 1000,
+                       .command_timeout_ms = 2000,
+                       .load_functions = 1};
     pv_redis_new(&o, &f->r, &st);
     *state = f;
     return 0;
@@ -64,8 +66,8 @@ static void test_join_and_leave(void **state) {
     fixture *f = *state;
     pv_status st;
     pv_presence *a = NULL, *b = NULL;
-    pv_presence_opts oa = {.kind = "gateway", .instance = "gw-a", .addr = "127.0.0.1:1",
-                           .interval_seconds = 1};
+    pv_presence_opts oa = {
+        .kind = "gateway", .instance = "gw-a", .addr = "127.0.0.1:1", .interval_seconds = 1};
     pv_presence_opts ob = oa;
     ob.instance = "gw-b";
     ob.addr = "127.0.0.1:2";
@@ -108,8 +110,7 @@ static void test_start_while_redis_down(void **state) {
     fixture *f = *state;
     pv_status st;
     pv_presence *p = NULL;
-    pv_presence_opts o = {.kind = "scheduler", .instance = "s1", .addr = "",
-                          .interval_seconds = 1};
+    pv_presence_opts o = {.kind = "scheduler", .instance = "s1", .addr = "", .interval_seconds = 1};
     pv_test_redis_kill9(f->srv);
     assert_int_equal(pv_presence_start(&f->cfg, &o, &p, &st), PV_UNAVAILABLE);
     assert_non_null(p);

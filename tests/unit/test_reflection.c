@@ -46,7 +46,8 @@ static void test_methods(void **state) {
     assert_true(gw_reflection_has_method(r, "/pb.CoreRPC/RunAndWait"));
     assert_true(gw_reflection_has_method(r, "/pivirt.cluster.v1.ClusterService/DrainNode"));
     assert_true(gw_reflection_has_method(r, "/pivirt.storage.v1.StorageService/GetPoolStats"));
-    assert_true(gw_reflection_has_method(r, "/pivirt.operations.v1.OperationService/WaitOperation"));
+    assert_true(
+        gw_reflection_has_method(r, "/pivirt.operations.v1.OperationService/WaitOperation"));
     assert_false(gw_reflection_has_method(r, "/pb.CoreRPC/NoSuchMethod"));
     assert_false(gw_reflection_has_method(r, "/pb.CoreRPC"));
     assert_false(gw_reflection_has_method(r, "pb.CoreRPC/Info"));
