@@ -157,6 +157,16 @@ class GatewayBasics(unittest.TestCase):
         self.assertEqual(trailers.get("grpc-status"), "1001")
         self.assertIn("cannot decode pb.Empty", trailers.get("grpc-message", ""))
 
+    def test_unknown_enum_value_is_invalid_argument_naming_the_field(self):
+        # ListOperationsRequest.status (field 3) = 99: not a value of OperationStatus.
+        call = self.ch.unary_stream("/pivirt.operations.v1.OperationService/ListOperations")
+        with self.assertRaises(grpc.RpcError) as e:
+            list(call(b"\x18\x63", timeout=5))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("status", e.exception.details())
+        self.assertIn("99", e.exception.details())
+        self.assertIn("pivirt.operations.v1.OperationStatus", e.exception.details())
+
     def test_concurrent_calls_all_answer(self):
         stub = core_pb2_grpc.CoreRPCStub(self.ch)
         futures = [stub.Info.future(core_pb2.Empty(), timeout=10) for _ in range(300)]
