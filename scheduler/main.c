@@ -2,21 +2,26 @@
  * pivirt-scheduler: computes capacity and deploy plans and commits resource reservations.
  *
  * This build runs the scheduler's presence (it appears in the live set read by health checks and
- * ops/pivirt status) and shuts down cleanly on SIGTERM. Plans, strategies and reservations come
- * with the scheduler issue.
+ * ops/pivirt status) and shuts down cleanly on SIGTERM. `pivirt-scheduler plan` runs one plan from
+ * JSON on stdin instead (sched_plan_cli.h). Reservations come with the scheduler issue.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "pv_config.h"
 #include "pv_daemon.h"
 #include "pv_log.h"
 #include "pv_presence.h"
 #include "pv_version.h"
+#include "sched_plan_cli.h"
 
 static const char *k_usage = "usage: pivirt-scheduler [--config FILE] [--set key=value]... "
-                             "[--version]\n";
+                             "[--version]\n"
+                             "       pivirt-scheduler plan < request.json\n";
 
 int main(int argc, char **argv) {
+    /* The one-shot plan command needs no config, no Redis and no presence. */
+    if (argc >= 2 && strcmp(argv[1], "plan") == 0) return sched_plan_cli_main(argc - 1, argv + 1);
     pv_config cfg;
     int rc = pv_daemon_init("pivirt-scheduler", k_usage, &cfg, &argc, argv);
     if (rc >= 0) {

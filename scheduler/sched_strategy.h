@@ -1,0 +1,95 @@
+/*
+ * sched_strategy: Eru's deploy strategies (AUTO, FILL, EACH, GLOBAL, DRAINED) and DUMMY, as pure
+ * functions over an array of nodes. No Redis, no globals, no logging: the same input always gives
+ * the same plan, because every order used (sorts and heaps) breaks ties by the input position.
+ *
+ * Ownership: the nodes (and their names) are borrowed, read only, never kept. On PV_OK *plan owns
+ * one allocation the caller releases with sched_plan_free(). On failure *plan is left empty
+ * (sched_plan_free on it is harmless) and *err says why. Nothing else is allocated.
+ */
+#ifndef SCHED_STRATEGY_H
+#define SCHED_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pv_status.h"
+
+/* The numbers of pb DeployOptions.Strategy. */
+enum {
+    SCHED_AUTO = 0,
+    SCHED_FILL = 1,
+    SCHED_EACH = 2,
+    SCHED_GLOBAL = 3,
+    SCHED_DRAINED = 4,
+    SCHED_DUMMY = 99,
+};
+
+typedef struct sched_node {
+    const char *name; /* borrowed */
+    int64_t capacity; /* how many more instances fit; <= 0 means none */
+    int64_t count;    /* instances already there */
+    double usage;     /* GLOBAL and DRAINED: share of the main resource in use */
+    double rate;      /* GLOBAL: share one more instance takes */
+} sched_node;
+
+/* Eru's error kinds (names as Eru spells them, typos included). */
+typedef enum sched_kind {
+    SCHED_KIND_NONE = 0,
+    SCHED_KIND_INSUFFICIENT_RESOURCE, /* ErrInsufficientResource */
+    SCHED_KIND_INSUFFICIENT_CAPACITY, /* ErrInsufficientCapacity */
+    SCHED_KIND_ALREADY_FILLED,        /* ErrAlreadyFilled */
+    SCHED_KIND_INVALID_STRATEGY,      /* ErrInvaildDeployStrategy */
+    SCHED_KIND_INVALID_COUNT,         /* ErrInvaildDeployCount */
+    SCHED_KIND_NO_MEMORY,             /* ErrNoMemory (ours) */
+} sched_kind;
+
+typedef struct sched_error {
+    sched_kind kind;
+    pv_status status; /* code (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, ...) and Eru's message */
+} sched_error;
+
+typedef struct sched_plan {
+    size_t n;        /* number of input nodes */
+    int64_t *deploy; /* deploy[i]: instances added on nodes[i] (DUMMY: its capacity) */
+    uint8_t *listed; /* listed[i]: nodes[i] is named by the plan (FILL names zeros too) */
+    int64_t total;   /* sum of deploy */
+} sched_plan;
+
+/* "AUTO", "FILL", "EACH", "GLOBAL", "DRAINED", "DUMMY" → the number; -1 for anything else. */
+int sched_strategy_parse(const char *name);
+
+/* "ErrInsufficientResource", ...; "" for SCHED_KIND_NONE. Static storage. */
+const char *sched_kind_name(sched_kind kind);
+
+/* Sum of the positive capacities, saturating at INT64_MAX: the `total` Eru's callers pass. */
+int64_t sched_total(const sched_node *nodes, size_t n);
+
+/*
+ * Plans `need` instances with `strategy` as Eru's strategy.Deploy does: an unknown strategy (DUMMY
+ * included: it only exists for CalculateCapacity) fails first, then need <= 0. `total` is taken
+ * as given (Eru's callers pass the sum of capacities). limit < 0 counts as 0.
+ */
+int sched_plan_make(int strategy, const sched_node *nodes, size_t n, int64_t need, int64_t total,
+                    int64_t limit, sched_plan *plan, sched_error *err);
+
+/* The strategies themselves (need > 0 is the caller's check, as in Eru). */
+int sched_auto(const sched_node *nodes, size_t n, int64_t need, int64_t total, int64_t limit,
+               sched_plan *plan, sched_error *err);
+int sched_fill(const sched_node *nodes, size_t n, int64_t need, int64_t limit, sched_plan *plan,
+               sched_error *err);
+int sched_each(const sched_node *nodes, size_t n, int64_t need, int64_t limit, sched_plan *plan,
+               sched_error *err);
+int sched_global(const sched_node *nodes, size_t n, int64_t need, int64_t total, sched_plan *plan,
+                 sched_error *err);
+int sched_drained(const sched_node *nodes, size_t n, int64_t need, int64_t total, sched_plan *plan,
+                  sched_error *err);
+
+/* CalculateCapacity with DUMMY: every node listed with its capacity (negative as 0), the sum in
+ * plan->total; a sum <= 0 fails with ErrInsufficientResource. */
+int sched_dummy(const sched_node *nodes, size_t n, sched_plan *plan, sched_error *err);
+
+/* Frees what a plan owns and empties it. NULL and empty plans are fine. */
+void sched_plan_free(sched_plan *plan);
+
+#endif
