@@ -23,6 +23,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -128,7 +129,10 @@ struct gw_call {
     void *user;
     void (*user_free)(void *);
 
+    /* The client's x-request-id, or one minted on first use (most calls never need one, and
+     * minting costs randomness): rid_state 0 = none yet, 1 = being minted, 2 = ready. */
     char request_id[GW_REQUEST_ID_MAX];
+    atomic_int rid_state;
     bool client_request_id;
     struct timespec started;
 };
@@ -219,7 +223,8 @@ static void call_release(gw_call *c) {
     gw_server *s = c->s;
     if (c->status_code != 0 || pv_log_enabled(PV_LOG_DEBUG)) {
         pv_log_write(c->status_code == 0 ? PV_LOG_DEBUG : PV_LOG_INFO,
-                     "call method=%s req=%s code=%s ms=%.2f%s", gw_call_method(c), c->request_id,
+                     "call method=%s req=%s code=%s ms=%.2f%s", gw_call_method(c),
+                     gw_call_request_id(c),
                      pv_code_name(c->status_code), elapsed_ms(&c->started),
                      c->cancelled ? " cancelled=1" : "");
     }
@@ -237,7 +242,8 @@ static void start_batch(gw_call *c, grpc_op *ops, size_t n, gw_tag *tag) {
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         /* Only a programming error gets here (two sends in flight, ops after status). */
-        pv_error("grpc_call_start_batch method=%s req=%s: %s", gw_call_method(c), c->request_id,
+        pv_error("grpc_call_start_batch method=%s req=%s: %s", gw_call_method(c),
+                 gw_call_request_id(c),
                  grpc_call_error_to_string(e));
         abort();
     }
@@ -385,6 +391,19 @@ const char *gw_call_method(const gw_call *c) {
 }
 
 const char *gw_call_request_id(const gw_call *c) {
+    if (atomic_load_explicit(&c->rid_state, memory_order_acquire) == 2) return c->request_id;
+    /* Minted lazily, once, even when two threads of the call ask at the same moment; the
+     * handle is const for callers because the id, once there, never changes. */
+    gw_call *m = (gw_call *)c;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&m->rid_state, &expected, 1)) {
+        if (pv_id_new("req", m->request_id, sizeof m->request_id) != 0)
+            snprintf(m->request_id, sizeof m->request_id, "req-unknown");
+        atomic_store_explicit(&m->rid_state, 2, memory_order_release);
+    } else {
+        while (atomic_load_explicit(&m->rid_state, memory_order_acquire) != 2)
+            sched_yield();
+    }
     return c->request_id;
 }
 
@@ -436,10 +455,9 @@ static void set_request_id(gw_call *c) {
         /* The id goes into log lines: keep it printable. */
         for (size_t i = 0; i < len; i++)
             if (c->request_id[i] <= ' ' || c->request_id[i] > '~') c->request_id[i] = '_';
-        return;
+        atomic_store_explicit(&c->rid_state, 2, memory_order_release);
     }
-    if (pv_id_new("req", c->request_id, sizeof c->request_id) != 0)
-        snprintf(c->request_id, sizeof c->request_id, "req-unknown");
+    /* Otherwise gw_call_request_id mints one when something asks. */
 }
 
 /* Constant-time comparison: the time taken must not tell how much of a password matched. */
@@ -513,7 +531,7 @@ static void ensure_answered(gw_call *c) {
     pthread_mutex_unlock(&c->mu);
     if (!answered && atomic_load(&c->user_refs) == 0 && !atomic_load(&c->closed)) {
         pv_error("handler returned without answering method=%s req=%s", gw_call_method(c),
-                 c->request_id);
+                 gw_call_request_id(c));
         gw_call_finish(c, PV_INTERNAL, "internal error: the handler did not answer");
     }
 }

@@ -35,7 +35,8 @@ typedef struct pv_config {
         char **listen; /* gateway.listen: addresses, JSON array or comma-separated
                           ("localhost:8443,localhost:9002,localhost:5001") */
         size_t n_listen;
-        int threads;            /* gateway.threads: completion-queue threads (2) */
+        int threads;            /* gateway.threads: completion-queue threads (4: handlers wait
+                                   on Redis round trips, so more threads than cores pay off) */
         char *tls_cert;         /* gateway.tls_cert: PEM path ("" = plaintext) */
         char *tls_key;          /* gateway.tls_key: PEM path, required with tls_cert */
         long max_request_bytes; /* gateway.max_request_bytes (4194304) */
@@ -55,7 +56,7 @@ typedef struct pv_config {
         int heartbeat_seconds; /* worker.heartbeat_seconds (2) */
         char *node;            /* worker.node: node name for the node role ("" = ops role) */
         char *pod;             /* worker.pod: pod/cluster of the node ("local") */
-        int concurrency;       /* worker.concurrency: operations run at once (4) */
+        int concurrency;       /* worker.concurrency: operations run at once (8) */
         int lease_ms;          /* worker.lease_ms: an operation's lease; redelivery after a
                                   worker's death comes within about 1.5x this (10000) */
         int max_attempts;      /* worker.max_attempts: default deliveries before an

@@ -5,11 +5,17 @@
  * Redis sorted sets and listings without a separate timestamp, and 80 bits from getrandom(2)
  * after it, so processes on many machines can mint ids with no coordination and no collision in
  * practice. Lower-case Crockford base32 keeps ids readable and safe in keys, URLs and file names.
+ *
+ * The gateway mints an id or two per call, so the random bytes come from a small per-thread
+ * buffer refilled by one getrandom(2) per 25 ids instead of one system call per id. A forked
+ * child must not hand out the bytes its parent also holds: a fork handler empties the buffer of
+ * the (only) thread that survives in the child.
  */
 #include "pv_id.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/random.h>
@@ -20,6 +26,21 @@
 
 static const char crockford[] = "0123456789abcdefghjkmnpqrstvwxyz";
 
+#define RANDOM_POOL_BYTES 256
+
+static __thread unsigned char pool[RANDOM_POOL_BYTES];
+static __thread size_t pool_left; /* unused bytes at the end of pool */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void pool_forget(void) {
+    explicit_bzero(pool, sizeof pool);
+    pool_left = 0;
+}
+
+static void register_atfork(void) {
+    pthread_atfork(NULL, NULL, pool_forget);
+}
+
 static int fill_random(unsigned char *buf, size_t len) {
     size_t got = 0;
     while (got < len) {
@@ -28,6 +49,21 @@ static int fill_random(unsigned char *buf, size_t len) {
         if (n <= 0) return -1;
         got += (size_t)n;
     }
+    return 0;
+}
+
+/* len bytes from the per-thread pool, refilling it when it runs short. */
+static int take_random(unsigned char *buf, size_t len) {
+    if (len > sizeof pool) return fill_random(buf, len);
+    pthread_once(&atfork_once, register_atfork);
+    if (pool_left < len) {
+        if (fill_random(pool, sizeof pool) != 0) return -1;
+        pool_left = sizeof pool;
+    }
+    unsigned char *src = pool + sizeof pool - pool_left;
+    memcpy(buf, src, len);
+    explicit_bzero(src, len); /* a byte is handed out once */
+    pool_left -= len;
     return 0;
 }
 
@@ -63,7 +99,7 @@ int pv_id_new(const char *prefix, char *out, size_t outlen) {
     if (out == NULL || need > outlen || need > PV_ID_MAX) return -1;
 
     unsigned char rnd[ULID_RANDOM_BYTES];
-    if (fill_random(rnd, sizeof(rnd)) != 0) return -1;
+    if (take_random(rnd, sizeof(rnd)) != 0) return -1;
 
     char *p = out;
     if (plen > 0) {

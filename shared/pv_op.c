@@ -269,7 +269,7 @@ static int add_locks(strv *keys, size_t from, const pv_keys *k, const char *targ
         if (!strv_has(keys, from, key)) strv_addf(keys, "%s", key);
         free(key);
     }
-    if (!holds_json || !holds_json[0]) return PV_OK;
+    if (!holds_json || !holds_json[0] || strcmp(holds_json, "[]") == 0) return PV_OK;
     json_error_t jerr;
     json_t *holds = json_loads(holds_json, 0, &jerr);
     if (!json_is_array(holds)) {
@@ -383,6 +383,10 @@ static int check_json_object(const char *what, const char *text, pv_status *st) 
 /* The holds of a request as a JSON array, without the target and without repeats. */
 static int holds_json(const pv_op_submit_req *req, char **out, pv_status *st) {
     *out = NULL;
+    if (req->n_holds == 0) { /* the usual case: no JSON library round trip for "[]" */
+        *out = strdup("[]");
+        return *out ? PV_OK : pv_status_set(st, PV_INTERNAL, "holds: out of memory");
+    }
     json_t *a = json_array();
     if (!a) return pv_status_set(st, PV_INTERNAL, "holds: out of memory");
     for (size_t i = 0; i < req->n_holds; i++) {
@@ -415,7 +419,8 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
         check_text("operation target", req->target, st) != PV_OK ||
         check_text("operation queue", req->queue, st) != PV_OK ||
         check_json_object("operation params", req->params_json, st) != PV_OK ||
-        check_json_object("operation metadata", req->metadata_json, st) != PV_OK)
+        (req->metadata_json != req->params_json &&
+         check_json_object("operation metadata", req->metadata_json, st) != PV_OK))
         return st->code;
     if (req->n_holds > 0 && !req->holds)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "holds: NULL with n_holds %zu", req->n_holds);
@@ -631,12 +636,10 @@ static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, i
     return parse_record(rep->element[2], out, st);
 }
 
-int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
-                  const char *consumer, const char *entry, const char *op_id, int lease_ms,
-                  pv_op *out, int64_t *token, pv_op_acquire_result *res, pv_status *st) {
-    memset(out, 0, sizeof *out);
-    *token = 0;
-    *res = PV_OP_ACQ_GONE;
+/* The keys and arguments of one pv_op_acquire call (the lock keys come later, if needed). */
+static int acquire_call(const pv_keys *k, const pv_op_opts *o, const char *queue,
+                        const char *consumer, const char *entry, const char *op_id, int lease_ms,
+                        strv *keys, strv *args, pv_status *st) {
     if (check_id(op_id, st) != PV_OK || check_text("queue", queue, st) != PV_OK ||
         check_text("consumer", consumer, st) != PV_OK ||
         check_text("stream entry", entry, st) != PV_OK)
@@ -644,21 +647,32 @@ int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char
     if (lease_ms <= 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "lease_ms: must be positive, got %d",
                              lease_ms);
+    strv_addf(keys, "%s" OPS "op:%s", k->prefix, op_id);
+    strv_addf(keys, "%s" OPS "q:%s", k->prefix, queue);
+    strv_addf(keys, "%s" OPS "events", k->prefix);
+    strv_addf(keys, "%s" OPS "dead", k->prefix);
+    strv_addf(keys, "%s" OPS "fence", k->prefix);
+    strv_addf(args, "%s" OPS, k->prefix);
+    strv_addf(args, "%s", op_id);
+    strv_addf(args, "%s", entry);
+    strv_addf(args, "%s", consumer);
+    strv_addf(args, "%d", lease_ms);
+    strv_addf(args, "%d", opts_maxlen(o));
+    strv_addf(args, "%d", opts_retention(o));
+    if (keys->oom || args->oom) return pv_status_set(st, PV_INTERNAL, "acquire: out of memory");
+    return PV_OK;
+}
+
+int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+                  const char *consumer, const char *entry, const char *op_id, int lease_ms,
+                  pv_op *out, int64_t *token, pv_op_acquire_result *res, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    *token = 0;
+    *res = PV_OP_ACQ_GONE;
     strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op_id);
-    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&keys, "%s" OPS "dead", k->prefix);
-    strv_addf(&keys, "%s" OPS "fence", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", op_id);
-    strv_addf(&args, "%s", entry);
-    strv_addf(&args, "%s", consumer);
-    strv_addf(&args, "%d", lease_ms);
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
-    int rc = fcall_locked(r, k, "pv_op_acquire", &keys, &args, NULL, &rep, st);
+    int rc = acquire_call(k, o, queue, consumer, entry, op_id, lease_ms, &keys, &args, st);
+    if (rc == PV_OK) rc = fcall_locked(r, k, "pv_op_acquire", &keys, &args, NULL, &rep, st);
     strv_free(&keys);
     strv_free(&args);
     if (rc != PV_OK) return rc;
@@ -666,6 +680,141 @@ int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char
     freeReplyObject(rep);
     if (rc != PV_OK) *token = 0;
     return rc;
+}
+
+/* Queues FCALL fn on r's pipeline. */
+static int fcall_append(pv_redis *r, const char *fn, const strv *keys, const strv *args,
+                        pv_status *st) {
+    size_t argc = 3 + keys->n + args->n;
+    const char **argv = malloc(argc * sizeof *argv);
+    if (!argv) return pv_status_set(st, PV_INTERNAL, "%s: out of memory", fn);
+    char nk[24];
+    snprintf(nk, sizeof nk, "%zu", keys->n);
+    argv[0] = "FCALL";
+    argv[1] = fn;
+    argv[2] = nk;
+    memcpy(argv + 3, keys->v, keys->n * sizeof *argv);
+    memcpy(argv + 3 + keys->n, args->v, args->n * sizeof *argv);
+    int rc = pv_redis_append(r, (int)argc, argv, NULL, st);
+    free(argv);
+    return rc;
+}
+
+int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+                        const char *consumer, size_t n, const char *const *entries,
+                        const char *const *op_ids, int lease_ms, pv_op *out, int64_t *tokens,
+                        pv_op_acquire_result *res, int *rcs, pv_status *sts) {
+    memset(out, 0, n * sizeof *out);
+    bool *sent = calloc(n ? n : 1, sizeof *sent);
+    if (!sent) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = pv_status_set(&sts[i], PV_INTERNAL, "acquire: out of memory");
+        return PV_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tokens[i] = 0;
+        res[i] = PV_OP_ACQ_GONE;
+        strv keys = {0}, args = {0};
+        rcs[i] = acquire_call(k, o, queue, consumer, entries[i], op_ids[i], lease_ms, &keys, &args,
+                              &sts[i]);
+        if (rcs[i] == PV_OK) rcs[i] = fcall_append(r, "pv_op_acquire", &keys, &args, &sts[i]);
+        sent[i] = rcs[i] == PV_OK;
+        strv_free(&keys);
+        strv_free(&args);
+    }
+    /* Every queued call is read, in order, even after a failure, so the pipeline stays in step
+     * (a dropped connection fails the remaining reads without touching the network). */
+    for (size_t i = 0; i < n; i++) {
+        if (!sent[i]) continue;
+        redisReply *rep = NULL;
+        rcs[i] = pv_redis_get_reply(r, &rep, &sts[i]);
+        if (rcs[i] != PV_OK) continue;
+        sent[i] = is_need_locks(rep); /* answered later, alone, with its lock keys */
+        if (!sent[i]) rcs[i] = parse_acquire(rep, op_ids[i], &out[i], &tokens[i], &res[i], &sts[i]);
+        if (rcs[i] != PV_OK) tokens[i] = 0;
+        freeReplyObject(rep);
+    }
+    /* A call that must end the operation here (cancelled, dead) wrote nothing without its lock
+     * keys: it runs again on its own, and fcall_locked supplies them. */
+    for (size_t i = 0; i < n; i++)
+        if (sent[i] && rcs[i] == PV_OK)
+            rcs[i] = pv_op_acquire(r, k, o, queue, consumer, entries[i], op_ids[i], lease_ms,
+                                   &out[i], &tokens[i], &res[i], &sts[i]);
+    free(sent);
+    return PV_OK;
+}
+
+/* One element {entry, op id, acquire reply} of a pv_op_take reply into *t; *again = the
+ * acquisition asks for lock keys and must run alone. */
+static void parse_taken(const redisReply *e, pv_op_taken *t, bool *again) {
+    *again = false;
+    t->rc = PV_OK;
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_STRING ||
+        e->element[0]->len >= sizeof t->entry || e->element[1]->len >= sizeof t->op_id) {
+        t->rc = pv_status_set(&t->st, PV_INTERNAL, "pv_op_take: unexpected entry in the reply");
+        return;
+    }
+    memcpy(t->entry, e->element[0]->str, e->element[0]->len + 1);
+    memcpy(t->op_id, e->element[1]->str, e->element[1]->len + 1);
+    if (!t->op_id[0]) return; /* carried no operation: acked */
+    if (is_need_locks(e->element[2])) {
+        *again = true;
+        return;
+    }
+    t->rc = parse_acquire(e->element[2], t->op_id, &t->rec, &t->token, &t->res, &t->st);
+    if (t->rc != PV_OK) t->token = 0;
+}
+
+int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+               const char *consumer, int count, int lease_ms, pv_op_taken *out, size_t *n,
+               pv_status *st) {
+    *n = 0;
+    if (check_text("queue", queue, st) != PV_OK || check_text("consumer", consumer, st) != PV_OK)
+        return st->code;
+    if (count <= 0 || lease_ms <= 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "count and lease_ms: must be positive, got %d and %d", count,
+                             lease_ms);
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
+    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    strv_addf(&keys, "%s" OPS "dead", k->prefix);
+    strv_addf(&keys, "%s" OPS "fence", k->prefix);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", consumer);
+    strv_addf(&args, "%d", count);
+    strv_addf(&args, "%d", lease_ms);
+    strv_addf(&args, "%d", opts_maxlen(o));
+    strv_addf(&args, "%d", opts_retention(o));
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_take", &keys, &args, &rep, st);
+    strv_free(&keys);
+    strv_free(&args);
+    if (rc != PV_OK) return rc;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements > (size_t)count) {
+        freeReplyObject(rep);
+        return pv_status_set(st, PV_INTERNAL, "pv_op_take %s: unexpected reply", queue);
+    }
+    bool *again = calloc(rep->elements ? rep->elements : 1, sizeof *again);
+    if (!again) {
+        freeReplyObject(rep);
+        return pv_status_set(st, PV_INTERNAL, "pv_op_take: out of memory");
+    }
+    for (size_t i = 0; i < rep->elements; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        parse_taken(rep->element[i], &out[i], &again[i]);
+    }
+    *n = rep->elements;
+    freeReplyObject(rep);
+    /* Ending one here (cancelled, dead) needs its lock keys declared: it runs again alone. */
+    for (size_t i = 0; i < *n; i++)
+        if (again[i])
+            out[i].rc =
+                pv_op_acquire(r, k, o, queue, consumer, out[i].entry, out[i].op_id, lease_ms,
+                              &out[i].rec, &out[i].token, &out[i].res, &out[i].st);
+    free(again);
+    return PV_OK;
 }
 
 /* The keys and arguments every fenced call starts with: record + queue, base + id + token. */

@@ -31,7 +31,8 @@
  * metadata (JSON object of strings) holds (JSON array of resource ids) token lease_until_ms
  * entry (current stream entry id) retry_at_ms, last_error_code last_error_message (the latest
  * transient error, kept apart from error_* which are set only when it ends). Finished records
- * expire after the retention.
+ * expire after the retention. A field still at its default (0, "", holds "[]") may be absent
+ * from the hash: readers take the default.
  *
  * Ownership: pv_op values filled by these functions own their strings; release them with
  * pv_op_clear (safe on a zeroed or already cleared pv_op). Arrays from pv_op_list are freed
@@ -156,6 +157,36 @@ typedef enum {
 int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
                   const char *consumer, const char *entry, const char *op_id, int lease_ms,
                   pv_op *out, int64_t *token, pv_op_acquire_result *res, pv_status *st);
+
+/* pv_op_acquire for n delivered entries of one queue in one pipeline (one round trip instead of
+ * n): entry i carries op_ids[i]; out[i], tokens[i], res[i] are its result, rcs[i] its code (and
+ * sts[i] its status when not PV_OK), exactly as pv_op_acquire would give them. Every array
+ * holds n elements; every out[i] is filled or zeroed (pv_op_clear each). Returns PV_OK: the
+ * outcome of each entry is in rcs. */
+int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+                        const char *consumer, size_t n, const char *const *entries,
+                        const char *const *op_ids, int lease_ms, pv_op *out, int64_t *tokens,
+                        pv_op_acquire_result *res, int *rcs, pv_status *sts);
+
+/* One entry read and leased by pv_op_take. */
+typedef struct pv_op_taken {
+    char entry[64];        /* the stream entry */
+    char op_id[PV_ID_MAX]; /* "" when the entry carried no operation (it was acked) */
+    pv_op rec;             /* as pv_op_acquire fills it (pv_op_clear) */
+    int64_t token;
+    pv_op_acquire_result res;
+    int rc;       /* PV_OK, or the code of this entry's acquisition */
+    pv_status st; /* set when rc is not PV_OK */
+} pv_op_taken;
+
+/* Reads up to `count` new entries of `queue` for `consumer` without blocking (XREADGROUP) and
+ * acquires each as pv_op_acquire does, in one call: a worker with a backlog saves the round trip
+ * of a separate read. out holds count elements; *n = entries taken (0: nothing new). A failure
+ * of the call itself (Redis away, no consumer group) is the return code; the entries taken have
+ * their own rc. */
+int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *queue,
+               const char *consumer, int count, int lease_ms, pv_op_taken *out, size_t *n,
+               pv_status *st);
 
 /* Extends the lease and keeps the stream entry from looking idle (XCLAIM to the same consumer),
  * so XAUTOCLAIM does not take a live operation. *cancel_requested tells the handler to stop.

@@ -21,7 +21,11 @@
  *   them first, so an abandoned pipeline never shifts later replies.
  * - hiredis writes with write(2); writing to a socket the server reset raises SIGPIPE, which would
  *   kill the process. SIGPIPE is blocked on the calling thread around hiredis I/O and a SIGPIPE
- *   raised there is consumed, so the library is safe whatever the program's signal setup.
+ *   raised there is consumed, so the library is safe whatever the program's signal setup. The
+ *   guard costs four system calls per command, so it is skipped when the process ignores SIGPIPE
+ *   (the daemons do, before they talk to Redis): the disposition is looked up when a handle is
+ *   made and on every (re)connect, which are rare, and never per command. (A program that
+ *   ignores SIGPIPE and later restores it would have to reconnect its handles; none does.)
  */
 #include "pv_redis.h"
 
@@ -52,6 +56,8 @@ struct pv_redis {
     int command_timeout_ms;
     int load_functions;
 
+    int sigpipe_ignored; /* SIGPIPE was SIG_IGN at the last (re)connect: no guard needed */
+
     redisContext *ctx; /* NULL while disconnected */
     int io_timeout_ms; /* the socket timeout set on ctx now, for messages */
     int pending;       /* pipelined replies owed by ctx */
@@ -63,9 +69,18 @@ struct pv_redis {
 typedef struct io_guard {
     sigset_t old_mask;
     int was_pending; /* a SIGPIPE was already pending before us: not ours to consume */
+    int active;      /* 0: the process ignores SIGPIPE, nothing was changed */
 } io_guard;
 
-static void io_begin(io_guard *g) {
+static int sigpipe_is_ignored(void) {
+    struct sigaction sa;
+    return sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+           sa.sa_handler == SIG_IGN;
+}
+
+static void io_begin(const pv_redis *r, io_guard *g) {
+    g->active = !r->sigpipe_ignored;
+    if (!g->active) return;
     sigset_t pipe_set, pending;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
@@ -75,6 +90,7 @@ static void io_begin(io_guard *g) {
 }
 
 static void io_end(io_guard *g) {
+    if (!g->active) return;
     if (!g->was_pending) {
         sigset_t pipe_set, pending;
         sigemptyset(&pipe_set);
@@ -230,10 +246,11 @@ int pv_redis_connect(pv_redis *r, pv_status *st) {
         return PV_UNAVAILABLE;
     }
 
+    r->sigpipe_ignored = sigpipe_is_ignored();
     /* The handshake is part of connecting: it is bounded by the connect timeout, so that even a
      * blocking reader (command timeout 0) does not hang on a server that accepts and stalls. */
     io_guard g;
-    io_begin(&g);
+    io_begin(r, &g);
     int rc = set_timeout(r, r->connect_timeout_ms, st);
     if (rc == PV_OK) rc = handshake(r, st);
     if (rc == PV_OK) rc = set_timeout(r, r->command_timeout_ms, st);
@@ -262,6 +279,7 @@ int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
     r->connect_timeout_ms = opts->connect_timeout_ms;
     r->command_timeout_ms = opts->command_timeout_ms;
     r->load_functions = opts->load_functions;
+    r->sigpipe_ignored = sigpipe_is_ignored();
     if (r->addr == NULL || (opts->password != NULL && opts->password[0] && r->password == NULL)) {
         pv_redis_free(r);
         return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
@@ -331,7 +349,7 @@ int pv_redis_command(pv_redis *r, redisReply **reply, pv_status *st, const char 
     va_list ap;
     va_start(ap, fmt);
     io_guard g;
-    io_begin(&g);
+    io_begin(r, &g);
     redisReply *rep = redisvCommand(r->ctx, fmt, ap);
     int saved_errno = errno;
     io_end(&g);
@@ -348,7 +366,7 @@ int pv_redis_commandv(pv_redis *r, redisReply **reply, pv_status *st, int argc, 
     int rc = prepare_command(r, st);
     if (rc != PV_OK) return rc;
     io_guard g;
-    io_begin(&g);
+    io_begin(r, &g);
     redisReply *rep = redisCommandArgv(r->ctx, argc, argv, argvlen);
     int saved_errno = errno;
     io_end(&g);
@@ -383,7 +401,7 @@ int pv_redis_get_reply(pv_redis *r, redisReply **reply, pv_status *st) {
     if (r->pending > 0) r->pending--;
     void *rep = NULL;
     io_guard g;
-    io_begin(&g);
+    io_begin(r, &g);
     int ok = redisGetReply(r->ctx, &rep);
     int saved_errno = errno;
     io_end(&g);

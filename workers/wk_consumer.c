@@ -3,9 +3,15 @@
  *
  * Why it is built this way:
  * - The reader asks XREADGROUP for exactly as many entries as there are free slots, so nothing
- *   sits in this process's pending list unworked while another worker idles. The pool threads,
- *   not the reader, take the leases (pv_op_acquire): acquisitions then run in parallel and the
- *   reader is back on its blocking read at once, which keeps dispatch latency low.
+ *   sits in this process's pending list unworked while another worker idles. The reader takes
+ *   the leases of everything one read delivered in one pipelined round trip
+ *   (pv_op_acquire_batch) and hands the pool only operations it leased: per operation that
+ *   saves a round trip, and the system calls and Redis wake-ups that go with it, while the
+ *   reader is back on its blocking read after one short exchange. An entry whose acquisition
+ *   failed (Redis away) goes to the pool as before, which acquires it itself and retries.
+ *   While a read keeps filling every free slot there is a backlog: the reader then reads and
+ *   leases in one call (pv_op_take, never blocking) until a take comes back short, and only
+ *   then blocks again, so a busy worker pays one round trip per batch, not two.
  * - Delivered-but-unfinished entries of a dead worker stay in the group's pending list; the
  *   reader reclaims those idle longer than a lease plus a margin (XAUTOCLAIM). Live work never
  *   looks idle because the keeper's renewals re-claim the entry (pv_op_renew), and the margin
@@ -47,6 +53,9 @@ typedef struct job {
     struct job *next;
     char entry[64];
     char op_id[PV_ID_MAX];
+    bool acquired; /* the reader leased it already: rec and token are set, res is RUN */
+    pv_op rec;
+    int64_t token;
 } job;
 
 typedef struct slot {
@@ -184,9 +193,126 @@ static void ack_malformed(struct wk_consumer *c, pv_redis *r, const char *entry)
     if (reply) freeReplyObject(reply);
 }
 
-/* Queues the entries of an XREADGROUP/XAUTOCLAIM entry array for the pool. */
+static void queue_job(struct wk_consumer *c, job *j) {
+    pthread_mutex_lock(&c->mu);
+    if (c->tail)
+        c->tail->next = j;
+    else
+        c->head = j;
+    c->tail = j;
+    c->busy++;
+    pthread_cond_signal(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void job_free(job *j) {
+    pv_op_clear(&j->rec);
+    free(j);
+}
+
+static const char *acquire_name(pv_op_acquire_result res);
+
+/* What a delivery that is not to be run means for the log. */
+static void log_not_run(const char *op_id, const char *entry, const pv_op *rec,
+                        pv_op_acquire_result res) {
+    if (res == PV_OP_ACQ_DEAD || res == PV_OP_ACQ_CANCELLED)
+        pv_info("op end id=%s kind=%s attempt=%d outcome=%s", op_id, rec->kind ? rec->kind : "?",
+                rec->attempts, acquire_name(res));
+    else
+        pv_debug("op id=%s entry=%s: %s", op_id, entry, acquire_name(res));
+}
+
+/* Leases the delivered jobs in one pipeline and queues those to run; a job whose acquisition
+ * failed is queued unleased (the pool acquires it, riding out a short outage). */
+static void acquire_and_queue(struct wk_consumer *c, pv_redis *r, job **jobs, size_t n) {
+    const char **entries = calloc(n, sizeof *entries), **ids = calloc(n, sizeof *ids);
+    pv_op *recs = calloc(n, sizeof *recs);
+    int64_t *tokens = calloc(n, sizeof *tokens);
+    pv_op_acquire_result *res = calloc(n, sizeof *res);
+    int *rcs = calloc(n, sizeof *rcs);
+    pv_status *sts = calloc(n, sizeof *sts);
+    bool ok = entries && ids && recs && tokens && res && rcs && sts;
+    if (ok) {
+        for (size_t i = 0; i < n; i++) {
+            entries[i] = jobs[i]->entry;
+            ids[i] = jobs[i]->op_id;
+        }
+        pv_op_acquire_batch(r, &c->keys, &c->opts, c->queue, c->consumer, n, entries, ids,
+                            c->lease_ms, recs, tokens, res, rcs, sts);
+    }
+    for (size_t i = 0; i < n; i++) {
+        job *j = jobs[i];
+        if (ok && rcs[i] == PV_OK && res[i] != PV_OP_ACQ_RUN) {
+            log_not_run(j->op_id, j->entry, &recs[i], res[i]);
+            pv_op_clear(&recs[i]);
+            job_free(j);
+            continue;
+        }
+        if (ok && rcs[i] == PV_OK) {
+            j->acquired = true;
+            j->rec = recs[i];
+            j->token = tokens[i];
+        } else if (ok && rcs[i] != PV_UNAVAILABLE) {
+            pv_warn("op acquire id=%s entry=%s: %s; the pool tries again", j->op_id, j->entry,
+                    sts[i].msg);
+        }
+        queue_job(c, j);
+    }
+    free(entries);
+    free(ids);
+    free(recs);
+    free(tokens);
+    free(res);
+    free(rcs);
+    free(sts);
+}
+
+/* Queues (or logs) what pv_op_take gave; the records move into the jobs. */
+static void queue_taken(struct wk_consumer *c, pv_op_taken *taken, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        pv_op_taken *t = &taken[i];
+        if (!t->op_id[0]) {
+            pv_warn("queue=%s entry=%s carries no operation id: acknowledged and skipped", c->queue,
+                    t->entry);
+            continue;
+        }
+        if (t->rc == PV_OK && t->res != PV_OP_ACQ_RUN) {
+            log_not_run(t->op_id, t->entry, &t->rec, t->res);
+            pv_op_clear(&t->rec);
+            continue;
+        }
+        job *j = calloc(1, sizeof *j);
+        if (!j) {
+            pv_error("op id=%s entry=%s: out of memory; left for redelivery", t->op_id, t->entry);
+            pv_op_clear(&t->rec);
+            continue;
+        }
+        snprintf(j->entry, sizeof j->entry, "%s", t->entry);
+        snprintf(j->op_id, sizeof j->op_id, "%s", t->op_id);
+        if (t->rc == PV_OK) {
+            j->acquired = true;
+            j->rec = t->rec;
+            j->token = t->token;
+            memset(&t->rec, 0, sizeof t->rec);
+        } else if (t->rc != PV_UNAVAILABLE) {
+            pv_warn("op acquire id=%s entry=%s: %s; the pool tries again", t->op_id, t->entry,
+                    t->st.msg);
+        }
+        queue_job(c, j);
+    }
+}
+
+/* Takes the entries of an XREADGROUP/XAUTOCLAIM entry array: leased in one batch, then queued
+ * for the pool. */
 static void enqueue_entries(struct wk_consumer *c, pv_redis *r, const redisReply *entries) {
-    if (!entries || entries->type != REDIS_REPLY_ARRAY) return;
+    if (!entries || entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) return;
+    job **jobs = calloc(entries->elements, sizeof *jobs);
+    if (!jobs) {
+        pv_error("queue=%s: out of memory; %zu entries left for redelivery", c->queue,
+                 entries->elements);
+        return;
+    }
+    size_t n = 0;
     for (size_t i = 0; i < entries->elements; i++) {
         const redisReply *e = entries->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
@@ -205,16 +331,10 @@ static void enqueue_entries(struct wk_consumer *c, pv_redis *r, const redisReply
         }
         snprintf(j->entry, sizeof j->entry, "%s", entry);
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
-        pthread_mutex_lock(&c->mu);
-        if (c->tail)
-            c->tail->next = j;
-        else
-            c->head = j;
-        c->tail = j;
-        c->busy++;
-        pthread_cond_signal(&c->work_cv);
-        pthread_mutex_unlock(&c->mu);
+        jobs[n++] = j;
     }
+    if (n > 0) acquire_and_queue(c, r, jobs, n);
+    free(jobs);
 }
 
 /* --- the reader ------------------------------------------------------------------------------- */
@@ -298,8 +418,9 @@ static void trim(struct wk_consumer *c, outage *o) {
     if (trimmed > 0) pv_debug("queue=%s trimmed %lld entries", c->queue, trimmed);
 }
 
-/* One blocking read of up to n new entries; CLIENT ID rides along so stop can unblock it. */
-static void read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms) {
+/* One blocking read of up to n new entries; CLIENT ID rides along so stop can unblock it.
+ * Returns how many entries it delivered. */
+static size_t read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms) {
     char count[32], block[32];
     snprintf(count, sizeof count, "%d", n);
     snprintf(block, sizeof block, "%" PRId64, block_ms < 1 ? 1 : block_ms);
@@ -323,14 +444,40 @@ static void read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms) 
     }
     if (rc != PV_OK) {
         read_failed(c, o, "XREADGROUP", rc, &st);
-        return;
+        return 0;
     }
     outage_note(o, "reader", rc, &st);
     /* nil = the block timed out (or stop unblocked us); else [[stream, entries]] */
+    size_t got = 0;
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-        reply->element[0]->type == REDIS_REPLY_ARRAY && reply->element[0]->elements >= 2)
-        enqueue_entries(c, c->reader_redis, reply->element[0]->element[1]);
+        reply->element[0]->type == REDIS_REPLY_ARRAY && reply->element[0]->elements >= 2) {
+        const redisReply *entries = reply->element[0]->element[1];
+        if (entries->type == REDIS_REPLY_ARRAY) got = entries->elements;
+        enqueue_entries(c, c->reader_redis, entries);
+    }
     freeReplyObject(reply);
+    return got;
+}
+
+/* Reads and leases up to n new entries in one call, without blocking (a backlog). Returns how
+ * many it took. */
+static size_t take_new(struct wk_consumer *c, outage *o, int n) {
+    pv_op_taken *taken = calloc((size_t)n, sizeof *taken);
+    if (!taken) return 0;
+    size_t got = 0;
+    pv_status st;
+    int rc = pv_op_take(c->reader_redis, &c->keys, &c->opts, c->queue, c->consumer, n, c->lease_ms,
+                        taken, &got, &st);
+    if (rc != PV_OK)
+        read_failed(c, o, "pv_op_take", rc, &st);
+    else {
+        outage_note(o, "reader", rc, &st);
+        queue_taken(c, taken, got);
+    }
+    for (size_t i = 0; i < got; i++)
+        pv_op_clear(&taken[i].rec);
+    free(taken);
+    return got;
 }
 
 /* Waits until a slot is free, the stop, or the deadline; returns the free slots. */
@@ -347,6 +494,7 @@ static void *reader_main(void *arg) {
     struct wk_consumer *c = arg;
     outage o = {false};
     char cursor[64] = "0-0";
+    bool backlog = false; /* the last read filled every free slot: more may be waiting */
     int64_t now = mono_ms();
     int64_t next_reclaim = now, next_promote = now, next_trim = now + FIRST_TRIM_MS;
     if (ensure_group(c, &o) == PV_OK)
@@ -369,7 +517,10 @@ static void *reader_main(void *arg) {
         int64_t next = next_reclaim < next_promote ? next_reclaim : next_promote;
         int n = wait_free_slots(c, next);
         int64_t block = next - mono_ms();
-        if (n > 0 && block > 0) read_new(c, &o, n, block > MAX_BLOCK_MS ? MAX_BLOCK_MS : block);
+        if (n > 0 && backlog)
+            backlog = take_new(c, &o, n) == (size_t)n;
+        else if (n > 0 && block > 0)
+            backlog = read_new(c, &o, n, block > MAX_BLOCK_MS ? MAX_BLOCK_MS : block) == (size_t)n;
     }
     pthread_mutex_lock(&c->mu);
     c->reader_done = true;
@@ -621,21 +772,27 @@ static void hand_back(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
         pv_warn("op id=%s not handed back: %s; left for redelivery", rec->id, st.msg);
 }
 
-static void process(pool_thread *t, const job *j, outage *o) {
+static void process(pool_thread *t, job *j, outage *o) {
     pv_op rec;
     memset(&rec, 0, sizeof rec);
     int64_t token = 0;
     pv_op_acquire_result res = PV_OP_ACQ_GONE;
-    if (acquire(t, j, &rec, &token, &res, o) == PV_OK) {
+    int rc = PV_OK;
+    if (j->acquired) { /* leased by the reader: take the record over */
+        rec = j->rec;
+        memset(&j->rec, 0, sizeof j->rec);
+        token = j->token;
+        res = PV_OP_ACQ_RUN;
+    } else {
+        rc = acquire(t, j, &rec, &token, &res, o);
+    }
+    if (rc == PV_OK) {
         if (res == PV_OP_ACQ_RUN && is_stopping(t->c))
             hand_back(t, &rec, token, o);
         else if (res == PV_OP_ACQ_RUN)
             run_op(t, &rec, token, o);
-        else if (res == PV_OP_ACQ_DEAD || res == PV_OP_ACQ_CANCELLED)
-            pv_info("op end id=%s kind=%s attempt=%d outcome=%s", j->op_id,
-                    rec.kind ? rec.kind : "?", rec.attempts, acquire_name(res));
         else
-            pv_debug("op id=%s entry=%s: %s", j->op_id, j->entry, acquire_name(res));
+            log_not_run(j->op_id, j->entry, &rec, res);
     }
     pv_op_clear(&rec);
 }
@@ -656,7 +813,7 @@ static void *pool_main(void *arg) {
         pthread_mutex_unlock(&c->mu);
         if (!j) break;
         process(t, j, &o);
-        free(j);
+        job_free(j);
         pthread_mutex_lock(&c->mu);
         c->busy--;
         pthread_cond_broadcast(&c->cv);
@@ -733,7 +890,7 @@ static void consumer_free(struct wk_consumer *c) {
     if (!c) return;
     while (c->head) {
         job *next = c->head->next;
-        free(c->head);
+        job_free(c->head);
         c->head = next;
     }
     for (int i = 0; c->pool && i < c->concurrency; i++)

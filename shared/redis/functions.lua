@@ -63,6 +63,9 @@ redis.register_function{function_name = 'pv_presence_live', flags = {'no-writes'
     slot.
   - A reply that carries a record gives it as a flat field/value array (HGETALL style, journal
     fields left out), so one C parser serves every function.
+  - A record stores only the fields that differ from OP_DEFAULTS: a new record is about half the
+    size, which makes every HSET/HMGET on it cheaper (a small hash is a listpack, searched
+    linearly). op_load gives absent fields their default, and so does the C parser.
   - A function that must release locks its caller did not declare (the caller knew only the
     operation id) writes nothing and answers {'need_locks', target, holds}; pv_op.c calls again
     with those lock keys.
@@ -81,24 +84,51 @@ local OP_FIELDS = {
 
 local DONE = {SUCCEEDED = true, FAILED = true, CANCELLED = true}
 
--- The record at key as a table of strings, or nil when there is none.
-local function op_load(key)
-  local vals = redis.call('HMGET', key, unpack(OP_FIELDS))
+-- The value of a field the record does not store (see the conventions above).
+local OP_DEFAULTS = {
+  progress = '0', message = '', error_code = '0', error_message = '', started_ms = '0',
+  finished_ms = '0', attempts = '0', worker = '', request_id = '', cancel_requested = '0',
+  holds = '[]', token = '0', lease_until_ms = '0', entry = '', retry_at_ms = '0',
+}
+
+-- The fields a reply carries: those of a pv_op (shared/pv_op.c); token, lease and the like stay
+-- in Redis, so replies are smaller to build and to send.
+local REPLY_FIELDS = {
+  'id', 'kind', 'target', 'queue', 'status', 'progress', 'message', 'error_code',
+  'error_message', 'created_ms', 'updated_ms', 'started_ms', 'finished_ms', 'attempts',
+  'max_attempts', 'worker', 'request_id', 'cancel_requested', 'params', 'metadata', 'entry',
+}
+
+-- What pv_op_finish reads of a record: a hot path, so not the whole record. 'id' comes first
+-- (op_load tells a missing record by it).
+local FINISH_FIELDS = {
+  'id', 'kind', 'target', 'status', 'progress', 'message', 'worker', 'holds', 'token', 'entry',
+}
+
+-- What the other fenced writes (renew, journal) and a lock check read.
+local FENCE_FIELDS = {'id', 'kind', 'status', 'token', 'entry', 'cancel_requested'}
+
+-- The record at key as a table of strings (the given fields, or all), or nil when there is none.
+local function op_load(key, fields)
+  fields = fields or OP_FIELDS
+  local vals = redis.call('HMGET', key, unpack(fields))
   if not vals[1] then return nil end
   local rec = {}
-  for i, f in ipairs(OP_FIELDS) do
-    if vals[i] then rec[f] = vals[i] end
+  for i, f in ipairs(fields) do
+    rec[f] = vals[i] or OP_DEFAULTS[f]
   end
   return rec
 end
 
 -- The record as a flat field/value array for a reply.
 local function op_flat(rec)
-  local out = {}
-  for _, f in ipairs(OP_FIELDS) do
-    if rec[f] ~= nil then
-      out[#out + 1] = f
-      out[#out + 1] = rec[f]
+  local out, n = {}, 0
+  for _, f in ipairs(REPLY_FIELDS) do
+    local v = rec[f]
+    if v ~= nil then
+      out[n + 1] = f
+      out[n + 2] = v
+      n = n + 2
     end
   end
   return out
@@ -118,17 +148,21 @@ end
 
 -- The resources an operation holds: its target, then its holds, without repeats.
 local function op_resources(rec)
-  local out, seen = {}, {}
-  local function add(res)
-    if res and res ~= '' and not seen[res] then
-      seen[res] = true
-      out[#out + 1] = res
-    end
-  end
-  add(rec.target)
-  local ok, holds = pcall(cjson.decode, rec.holds or '[]')
+  local out = {}
+  if rec.target and rec.target ~= '' then out[1] = rec.target end
+  -- Most operations hold nothing but their target: no JSON decoding for them.
+  if rec.holds == nil or rec.holds == '[]' or rec.holds == '' then return out end
+  local seen = {}
+  if out[1] then seen[out[1]] = true end
+  local ok, holds = pcall(cjson.decode, rec.holds)
   if ok and type(holds) == 'table' then
-    for _, h in ipairs(holds) do add(tostring(h)) end
+    for _, h in ipairs(holds) do
+      local res = tostring(h)
+      if res ~= '' and not seen[res] then
+        seen[res] = true
+        out[#out + 1] = res
+      end
+    end
   end
   return out
 end
@@ -266,7 +300,7 @@ redis.register_function('pv_op_submit', function(keys, args)
   for i = 5, 4 + nlocks do
     local holder = redis.call('GET', keys[i])
     if holder and holder ~= id then
-      local h = op_load(base .. 'op:' .. holder)
+      local h = op_load(base .. 'op:' .. holder, FENCE_FIELDS)
       -- A lock whose holder is finished or gone is stale: it is simply taken over below.
       if h and not DONE[h.status] then
         return redis.error_reply('ABORTED ' .. string.sub(keys[i], #lock_prefix + 1) ..
@@ -277,23 +311,28 @@ redis.register_function('pv_op_submit', function(keys, args)
   if redis.call('EXISTS', keys[1]) == 1 then
     return redis.error_reply('ALREADY_EXISTS operation ' .. id .. ' exists already')
   end
-  local now = now_ms()
+  local now = tostring(now_ms())
   local entry = redis.call('XADD', keys[2], '*', 'op', id, 'kind', args[3])
-  local rec = {
-    id = id, kind = args[3], target = args[4], queue = args[5], status = 'PENDING',
-    progress = '0', message = '', error_code = '0', error_message = '',
-    created_ms = tostring(now), updated_ms = tostring(now), started_ms = '0', finished_ms = '0',
-    attempts = '0', max_attempts = args[9], worker = '', request_id = rid,
-    cancel_requested = '0', params = args[6], metadata = args[7], holds = args[10],
-    token = '0', lease_until_ms = '0', entry = entry, retry_at_ms = '0',
-  }
-  redis.call('HSET', keys[1], unpack(op_flat(rec)))
+  -- Only what differs from OP_DEFAULTS is stored (and returned).
+  local flat = {'id', id, 'kind', args[3], 'target', args[4], 'queue', args[5],
+    'status', 'PENDING', 'created_ms', now, 'updated_ms', now, 'max_attempts', args[9],
+    'params', args[6], 'metadata', args[7], 'entry', entry}
+  if rid ~= '' then
+    flat[#flat + 1] = 'request_id'
+    flat[#flat + 1] = rid
+  end
+  if args[10] ~= '[]' and args[10] ~= '' then
+    flat[#flat + 1] = 'holds'
+    flat[#flat + 1] = args[10]
+  end
+  redis.call('HSET', keys[1], unpack(flat))
   for i = 5, 4 + nlocks do redis.call('SET', keys[i], id) end
   if idem then redis.call('SET', idem, id, 'EX', args[13]) end
   redis.call('ZADD', keys[3], now, id)
-  op_event(keys[4], args[11], rec, 'submitted to queue ' .. args[5])
-  op_publish(base, rec)
-  return {'created', op_flat(rec)}
+  op_event(keys[4], args[11], {id = id, kind = args[3], target = args[4], status = 'PENDING'},
+    'submitted to queue ' .. args[5])
+  -- No publish: nobody can be waiting on the channel of an id minted by this very call.
+  return {'created', flat}
 end)
 
 -- pv_op_acquire: decides what a worker does with a delivered stream entry and, to run it, leases
@@ -304,8 +343,7 @@ end)
 --   [7] retention seconds
 --   returns {decision, token, record}: decision RUN | DONE | CANCELLED | DEAD | BUSY | GONE;
 --   token '0' unless RUN; record {} for GONE; or need_locks
-redis.register_function('pv_op_acquire', function(keys, args)
-  local base, id, entry, consumer = args[1], args[2], args[3], args[4]
+local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, retention)
   local rec = op_load(keys[1])
   if not rec then
     redis.call('XACK', keys[2], GROUP, entry)
@@ -322,7 +360,7 @@ redis.register_function('pv_op_acquire', function(keys, args)
     return {'BUSY', '0', op_flat(rec)}
   end
   local c = {base = base, key = keys[1], queue = keys[2], entry = entry, events = keys[3],
-             maxlen = args[6], retention = args[7]}
+             maxlen = maxlen, retention = retention}
   local attempts = tonumber(rec.attempts)
   if rec.cancel_requested == '1' then
     local nl = need_locks(keys, 6, base, rec)
@@ -340,13 +378,45 @@ redis.register_function('pv_op_acquire', function(keys, args)
   end
   local token = tostring(redis.call('INCR', keys[5]))
   local changes = {status = 'RUNNING', token = token, worker = consumer, attempts = attempts + 1,
-                   lease_until_ms = now + tonumber(args[5])}
+                   lease_until_ms = now + tonumber(lease_ms)}
   if rec.started_ms == '0' then changes.started_ms = now end
   op_set(keys[1], rec, changes, now)
   op_publish(base, rec)
-  op_event(keys[3], args[6], rec,
+  op_event(keys[3], maxlen, rec,
     'started by ' .. consumer .. ' (attempt ' .. rec.attempts .. ' of ' .. rec.max_attempts .. ')')
   return {'RUN', token, op_flat(rec)}
+end
+
+redis.register_function('pv_op_acquire', function(keys, args)
+  return acquire_entry(keys, args[1], args[2], args[3], args[4], args[5], args[6], args[7])
+end)
+
+-- pv_op_take: a worker with free slots and a backlog reads its next entries and leases them in
+-- one call, instead of a read and then the acquisitions: XREADGROUP COUNT n (never blocking),
+-- then for each entry what pv_op_acquire does. An entry without an operation id is acked.
+--   KEYS[1] queue stream, [2] events, [3] dead-letter stream, [4] fence counter
+--   ARGV[1] base, [2] consumer, [3] count, [4] lease ms, [5] events maxlen, [6] retention seconds
+--   returns one {entry, op id, reply of pv_op_acquire} per entry read (op id '' and reply {}
+--   for an entry that carried none); a reply may be need_locks: the record's keys are reached
+--   through the entries, so its lock keys cannot be declared; the caller acquires that one alone
+redis.register_function('pv_op_take', function(keys, args)
+  local base, consumer = args[1], args[2]
+  local read = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', tonumber(args[3]),
+    'STREAMS', keys[1], '>')
+  local out = {}
+  if not read or not read[1] then return out end
+  for _, e in ipairs(read[1][2]) do
+    local entry, id = e[1], flat_to_table(e[2]).op
+    if not id or id == '' then
+      redis.call('XACK', keys[1], GROUP, entry)
+      out[#out + 1] = {entry, '', {}}
+    else
+      local k = {base .. 'op:' .. id, keys[1], keys[2], keys[3], keys[4]}
+      out[#out + 1] = {entry, id,
+        acquire_entry(k, base, id, entry, consumer, args[4], args[5], args[6])}
+    end
+  end
+  return out
 end)
 
 -- pv_op_renew: extends the lease and resets the idle time of the stream entry (XCLAIM JUSTID to
@@ -355,7 +425,7 @@ end)
 --   ARGV[1] base, [2] id, [3] token, [4] consumer, [5] lease ms
 --   returns 1 when a cancel was requested, else 0
 redis.register_function('pv_op_renew', function(keys, args)
-  local rec = op_load(keys[1])
+  local rec = op_load(keys[1], FENCE_FIELDS)
   local err = fence(rec, args[2], args[3])
   if err then return redis.error_reply(err) end
   redis.call('HSET', keys[1], 'lease_until_ms', now_ms() + tonumber(args[5]))
@@ -371,7 +441,7 @@ end)
 --   ARGV[1] base, [2] id, [3] token, [4] percent 0..100, [5] message, [6] events maxlen
 --   returns 'OK'
 redis.register_function('pv_op_progress', function(keys, args)
-  local rec = op_load(keys[1])
+  local rec = op_load(keys[1], FINISH_FIELDS)
   local err = fence(rec, args[2], args[3])
   if err then return redis.error_reply(err) end
   op_set(keys[1], rec, {progress = args[4], message = args[5]}, now_ms())
@@ -386,7 +456,7 @@ end)
 --   ARGV[1] base, [2] id, [3] token, [4] step, [5] value
 --   returns 'OK'
 redis.register_function('pv_op_journal_put', function(keys, args)
-  local err = fence(op_load(keys[1]), args[2], args[3])
+  local err = fence(op_load(keys[1], FENCE_FIELDS), args[2], args[3])
   if err then return redis.error_reply(err) end
   redis.call('HSET', keys[1], 'j:' .. args[4], args[5])
   return redis.status_reply('OK')
@@ -397,11 +467,11 @@ end)
 --   KEYS[1] record, [2] queue stream, [3] events, [4..] lock keys
 --   ARGV[1] base, [2] id, [3] token, [4] status, [5] error code, [6] error message,
 --   [7] events maxlen, [8] retention seconds
---   returns {'OK', record}, or need_locks
+--   returns {'OK'} (the worker has the record already), or need_locks
 redis.register_function('pv_op_finish', function(keys, args)
   local base, id, token, status = args[1], args[2], args[3], args[4]
-  local rec = op_load(keys[1])
-  if rec and rec.token == token and rec.status == status then return {'OK', op_flat(rec)} end
+  local rec = op_load(keys[1], FINISH_FIELDS)
+  if rec and rec.token == token and rec.status == status then return {'OK'} end
   local err = fence(rec, id, token)
   if err then return redis.error_reply(err) end
   local nl = need_locks(keys, 4, base, rec)
@@ -409,7 +479,7 @@ redis.register_function('pv_op_finish', function(keys, args)
   local c = {base = base, key = keys[1], queue = keys[2], entry = rec.entry, events = keys[3],
              maxlen = args[7], retention = args[8]}
   op_end(c, rec, status, tonumber(args[5]), args[6], now_ms())
-  return {'OK', op_flat(rec)}
+  return {'OK'}
 end)
 
 -- pv_op_retry_later: a fenced transient failure. The entry is acked and the operation waits in

@@ -42,7 +42,11 @@ import tempfile
 import time
 import unittest
 
-import grpc
+# The harness forks (subprocess with preexec_fn) while grpc's threads run; grpcio's fork handlers
+# then abort at random (thread_pool.cc "state_ == State::kRunning"). The children exec at once
+# and never use grpc, so fork support is not wanted. Must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+import grpc  # noqa: E402
 
 SOURCE_DIR = os.environ.get("PV_SOURCE_DIR") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -38,7 +38,7 @@
 #include "pv_redis.h"
 #include "pv_test_redis.h"
 
-#define MAX_WORKERS 16
+#define MAX_WORKERS 4100 /* ./ops/pivirt chaos starts 2 + 4 x scale workers over a run */
 #define PREFIX "tw:"
 
 typedef struct worker {

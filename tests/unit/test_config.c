@@ -112,7 +112,7 @@ static void test_defaults(void **state) {
     assert_string_equal(c.gateway.listen[0], "localhost:8443");
     assert_string_equal(c.gateway.listen[1], "localhost:9002");
     assert_string_equal(c.gateway.listen[2], "localhost:5001");
-    assert_int_equal(c.gateway.threads, 2);
+    assert_int_equal(c.gateway.threads, 4);
     assert_string_equal(c.gateway.tls_cert, "");
     assert_string_equal(c.gateway.tls_key, "");
     assert_int_equal(c.gateway.max_request_bytes, 4194304);
@@ -345,7 +345,7 @@ static void test_file_error_midway_keeps_config_owned(void **state) {
     assert_int_equal(pv_config_load_file(&c, path, &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "gateway.threads");
     assert_string_equal(c.redis.addr, "set-before-error");
-    assert_int_equal(c.gateway.threads, 2);
+    assert_int_equal(c.gateway.threads, 4);
     pv_config_free(&c);
 }
 
