@@ -39,7 +39,8 @@
 #define GW_MAX_METHODS 256
 #define GW_PREREQUESTS 8 /* accept requests kept outstanding per method */
 #define GW_MAX_SHUTDOWN_HOOKS 8
-#define GW_REQUEST_ID_MAX 129 /* x-request-id up to 128 bytes; longer ones are the service's to refuse */
+#define GW_REQUEST_ID_MAX                                                                          \
+    129 /* x-request-id up to 128 bytes; longer ones are the service's to refuse */
 
 typedef enum { TAG_NEW_CALL, TAG_SEND, TAG_RECV, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
 
@@ -216,7 +217,8 @@ static void call_destroy(gw_call *c) {
 static double elapsed_ms(const struct timespec *since) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - since->tv_sec) * 1e3 + (double)(now.tv_nsec - since->tv_nsec) / 1e6;
+    return (double)(now.tv_sec - since->tv_sec) * 1e3 +
+           (double)(now.tv_nsec - since->tv_nsec) / 1e6;
 }
 
 static void call_release(gw_call *c) {
@@ -224,8 +226,7 @@ static void call_release(gw_call *c) {
     if (c->status_code != 0 || pv_log_enabled(PV_LOG_DEBUG)) {
         pv_log_write(c->status_code == 0 ? PV_LOG_DEBUG : PV_LOG_INFO,
                      "call method=%s req=%s code=%s ms=%.2f%s", gw_call_method(c),
-                     gw_call_request_id(c),
-                     pv_code_name(c->status_code), elapsed_ms(&c->started),
+                     gw_call_request_id(c), pv_code_name(c->status_code), elapsed_ms(&c->started),
                      c->cancelled ? " cancelled=1" : "");
     }
     call_destroy(c);
@@ -243,8 +244,7 @@ static void start_batch(gw_call *c, grpc_op *ops, size_t n, gw_tag *tag) {
     if (e != GRPC_CALL_OK) {
         /* Only a programming error gets here (two sends in flight, ops after status). */
         pv_error("grpc_call_start_batch method=%s req=%s: %s", gw_call_method(c),
-                 gw_call_request_id(c),
-                 grpc_call_error_to_string(e));
+                 gw_call_request_id(c), grpc_call_error_to_string(e));
         abort();
     }
 }
@@ -294,8 +294,10 @@ static void on_send_done(gw_call *c, bool ok) {
         grpc_byte_buffer_destroy(c->inflight);
         c->inflight = NULL;
     }
-    if (!ok) c->broken = true; /* the client is gone: drop whatever is queued */
-    else send_next_locked(c);
+    if (!ok)
+        c->broken = true; /* the client is gone: drop whatever is queued */
+    else
+        send_next_locked(c);
     pthread_mutex_unlock(&c->mu);
     call_unref_internal(c);
 }
@@ -313,8 +315,10 @@ int gw_call_send(gw_call *c, const ProtobufCMessage *m) {
         free(o);
         return -1;
     }
-    if (c->out_tail) c->out_tail->next = o;
-    else c->out_head = o;
+    if (c->out_tail)
+        c->out_tail->next = o;
+    else
+        c->out_head = o;
     c->out_tail = o;
     send_next_locked(c);
     pthread_mutex_unlock(&c->mu);
@@ -327,8 +331,8 @@ void gw_call_finish(gw_call *c, int code, const char *details) {
         c->finish_queued = true;
         c->status_code = code;
         grpc_slice_unref(c->status_slice);
-        c->status_slice = details && *details ? grpc_slice_from_copied_string(details)
-                                              : grpc_empty_slice();
+        c->status_slice =
+            details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
         send_next_locked(c);
     }
     pthread_mutex_unlock(&c->mu);
@@ -437,8 +441,8 @@ const char *gw_call_metadata(const gw_call *c, const char *key, size_t *len) {
 int64_t gw_call_deadline_ms(const gw_call *c) {
     gpr_timespec dl = c->rm ? c->deadline : c->details.deadline;
     if (dl.tv_sec == INT64_MAX) return INT64_MAX;
-    gpr_timespec left = gpr_time_sub(gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC),
-                                     gpr_now(GPR_CLOCK_MONOTONIC));
+    gpr_timespec left =
+        gpr_time_sub(gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC), gpr_now(GPR_CLOCK_MONOTONIC));
     return gpr_time_to_millis(left);
 }
 
@@ -464,7 +468,8 @@ static void set_request_id(gw_call *c) {
 static bool secret_equal(const char *a, size_t alen, const char *b) {
     size_t blen = strlen(b);
     unsigned char diff = (unsigned char)(alen != blen);
-    for (size_t i = 0; i < alen; i++) diff |= (unsigned char)(a[i] ^ b[i % (blen ? blen : 1)]);
+    for (size_t i = 0; i < alen; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (blen ? blen : 1)]);
     return diff == 0;
 }
 
@@ -764,7 +769,8 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     s->listen = calloc(o->n_listen, sizeof *s->listen);
     s->ports = calloc(o->n_listen, sizeof *s->ports);
     s->n_listen = o->n_listen;
-    for (size_t i = 0; i < o->n_listen; i++) s->listen[i] = strdup(o->listen[i]);
+    for (size_t i = 0; i < o->n_listen; i++)
+        s->listen[i] = strdup(o->listen[i]);
 
     /* The core's own limit sits well above ours so that oversized requests reach us and get a
      * message naming the limit instead of a bare RESOURCE_EXHAUSTED from the transport. */
@@ -772,9 +778,7 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     if (core_limit < (16L << 20)) core_limit = 16L << 20;
     if (core_limit > INT32_MAX) core_limit = INT32_MAX;
     grpc_arg args[] = {
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_MAX_CONCURRENT_STREAMS,
-         .value.integer = 1000},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONCURRENT_STREAMS, .value.integer = 1000},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = (int)core_limit},
@@ -811,10 +815,9 @@ int gw_server_add_method(gw_server *s, const gw_method *m) {
     for (size_t i = 0; i < s->n_methods; i++)
         if (strcmp(s->methods[i].m->path, m->path) == 0) return -1;
     bool pre_read = m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM;
-    void *h = grpc_server_register_method(s->server, m->path, NULL,
-                                          pre_read ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-                                                   : GRPC_SRM_PAYLOAD_NONE,
-                                          0);
+    void *h = grpc_server_register_method(
+        s->server, m->path, NULL,
+        pre_read ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
     if (!h) return -1;
     s->methods[s->n_methods++] = (reg_method){m, h};
     return 0;
@@ -830,8 +833,10 @@ int gw_server_start(gw_server *s) {
     grpc_server_start(s->server);
     s->started = true;
     for (size_t i = 0; i < s->n_methods; i++)
-        for (int k = 0; k < GW_PREREQUESTS; k++) request_call(s, &s->methods[i]);
-    for (int k = 0; k < GW_PREREQUESTS; k++) request_call(s, NULL);
+        for (int k = 0; k < GW_PREREQUESTS; k++)
+            request_call(s, &s->methods[i]);
+    for (int k = 0; k < GW_PREREQUESTS; k++)
+        request_call(s, NULL);
     s->threads = calloc((size_t)s->n_threads, sizeof *s->threads);
     if (!s->threads) return -1;
     for (int i = 0; i < s->n_threads; i++) {
@@ -849,7 +854,8 @@ bool gw_server_shutting_down(const gw_server *s) {
 
 void gw_server_shutdown(gw_server *s) {
     if (!s->started || atomic_exchange(&s->shutting_down, true)) return;
-    for (size_t i = 0; i < s->n_hooks; i++) s->hooks[i].fn(s->hooks[i].arg);
+    for (size_t i = 0; i < s->n_hooks; i++)
+        s->hooks[i].fn(s->hooks[i].arg);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     /* The core's notification also waits for every client connection to close, and an idle
      * client may keep its connection long after the GOAWAY. In-flight calls are what the grace
@@ -866,7 +872,8 @@ void gw_server_shutdown(gw_server *s) {
                     s->shutdown_grace_ms, live);
         grpc_server_cancel_all_calls(s->server);
     }
-    for (int i = 0; i < s->n_threads; i++) pthread_join(s->threads[i], NULL);
+    for (int i = 0; i < s->n_threads; i++)
+        pthread_join(s->threads[i], NULL);
 }
 
 void gw_server_free(gw_server *s) {
@@ -885,7 +892,8 @@ void gw_server_free(gw_server *s) {
         grpc_server_destroy(s->server);
     }
     if (s->cq) grpc_completion_queue_destroy(s->cq);
-    for (size_t i = 0; i < s->n_listen; i++) free(s->listen[i]);
+    for (size_t i = 0; i < s->n_listen; i++)
+        free(s->listen[i]);
     free(s->listen);
     free(s->ports);
     free(s->threads);

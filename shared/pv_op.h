@@ -70,44 +70,44 @@ typedef struct pv_op {
     char *target;
     char *queue;
     pv_op_status status;
-    int progress;          /* 0..100 */
+    int progress; /* 0..100 */
     char *message;
-    int error_code;        /* 0 unless FAILED/CANCELLED (CANCELLED: 1) */
+    int error_code; /* 0 unless FAILED/CANCELLED (CANCELLED: 1) */
     char *error_message;
     int64_t created_ms, updated_ms, started_ms, finished_ms; /* 0 = not yet */
     int attempts, max_attempts;
     char *worker;
     char *request_id;
     bool cancel_requested;
-    char *params;          /* JSON object text, "{}" when none */
-    char *metadata;        /* JSON object of strings, "{}" when none */
-    char *entry;           /* the stream entry that carries it now ("" when none) */
+    char *params;   /* JSON object text, "{}" when none */
+    char *metadata; /* JSON object of strings, "{}" when none */
+    char *entry;    /* the stream entry that carries it now ("" when none) */
 } pv_op;
 
 void pv_op_clear(pv_op *op);
 void pv_op_array_free(pv_op *ops, size_t n);
-bool pv_op_done(const pv_op *op); /* SUCCEEDED, FAILED or CANCELLED */
-const char *pv_op_status_name(pv_op_status s);          /* "PENDING", ... */
+bool pv_op_done(const pv_op *op);                            /* SUCCEEDED, FAILED or CANCELLED */
+const char *pv_op_status_name(pv_op_status s);               /* "PENDING", ... */
 int pv_op_status_parse(const char *name, pv_op_status *out); /* 0 or -1 */
 
 /* Retention and limits every process agrees on (from the configuration). */
 typedef struct pv_op_opts {
-    int retention_seconds;   /* finished records expire after this (7 days) */
-    int events_maxlen;       /* approximate cap of the events stream (100000) */
+    int retention_seconds; /* finished records expire after this (7 days) */
+    int events_maxlen;     /* approximate cap of the events stream (100000) */
 } pv_op_opts;
 
 /* --- the gateway's side --------------------------------------------------------------- */
 
 typedef struct pv_op_submit_req {
-    const char *kind;            /* "node.drain", "test.sleep", ... */
-    const char *target;          /* id of the resource the operation changes */
-    const char *queue;           /* "ops" or "node:<name>" */
-    const char *params_json;     /* NULL = "{}" */
-    const char *metadata_json;   /* NULL = "{}" */
-    const char *request_id;      /* NULL/"" = not idempotent */
-    int max_attempts;            /* <= 0: PV_OP_DEFAULT_MAX_ATTEMPTS */
-    const char *const *holds;    /* more resources held while it runs (the target always is):
-                                    an operation on a cluster holds each of its nodes */
+    const char *kind;          /* "node.drain", "test.sleep", ... */
+    const char *target;        /* id of the resource the operation changes */
+    const char *queue;         /* "ops" or "node:<name>" */
+    const char *params_json;   /* NULL = "{}" */
+    const char *metadata_json; /* NULL = "{}" */
+    const char *request_id;    /* NULL/"" = not idempotent */
+    int max_attempts;          /* <= 0: PV_OP_DEFAULT_MAX_ATTEMPTS */
+    const char *const *holds;  /* more resources held while it runs (the target always is):
+                                  an operation on a cluster holds each of its nodes */
     size_t n_holds;
 } pv_op_submit_req;
 
@@ -122,10 +122,10 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st);
 
 typedef struct pv_op_filter {
-    const char *kind;     /* NULL/"" = any */
-    const char *target;   /* NULL/"" = any */
-    pv_op_status status;  /* PV_OP_ANY = any */
-    int limit;            /* 1..1000 */
+    const char *kind;    /* NULL/"" = any */
+    const char *target;  /* NULL/"" = any */
+    pv_op_status status; /* PV_OP_ANY = any */
+    int limit;           /* 1..1000 */
 } pv_op_filter;
 
 /* Newest first. *ops is an array of *n records (pv_op_array_free). */
@@ -142,13 +142,13 @@ int pv_op_cancel(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char 
 
 /* What pv_op_acquire decided for a delivered entry. */
 typedef enum {
-    PV_OP_ACQ_RUN,        /* leased: run the handler with *token */
-    PV_OP_ACQ_DONE,       /* already finished (a duplicate or late entry): acked, nothing to do */
-    PV_OP_ACQ_CANCELLED,  /* cancelled before it ran: ended CANCELLED and acked */
-    PV_OP_ACQ_DEAD,       /* this delivery exceeds max_attempts: ended FAILED with the last
-                             error, copied to the dead-letter stream, acked */
-    PV_OP_ACQ_BUSY,       /* another worker holds a live lease: left alone */
-    PV_OP_ACQ_GONE,       /* no record (expired): entry acked */
+    PV_OP_ACQ_RUN,       /* leased: run the handler with *token */
+    PV_OP_ACQ_DONE,      /* already finished (a duplicate or late entry): acked, nothing to do */
+    PV_OP_ACQ_CANCELLED, /* cancelled before it ran: ended CANCELLED and acked */
+    PV_OP_ACQ_DEAD,      /* this delivery exceeds max_attempts: ended FAILED with the last
+                            error, copied to the dead-letter stream, acked */
+    PV_OP_ACQ_BUSY,      /* another worker holds a live lease: left alone */
+    PV_OP_ACQ_GONE,      /* no record (expired): entry acked */
 } pv_op_acquire_result;
 
 /* Takes the lease of the operation carried by stream entry `entry` of `queue`, delivered to
@@ -191,8 +191,8 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
 /* Extends the lease and keeps the stream entry from looking idle (XCLAIM to the same consumer),
  * so XAUTOCLAIM does not take a live operation. *cancel_requested tells the handler to stop.
  * PV_ABORTED "lease lost" when the token is no longer current. */
-int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *consumer,
-                int64_t token, int lease_ms, bool *cancel_requested, pv_status *st);
+int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *consumer, int64_t token,
+                int lease_ms, bool *cancel_requested, pv_status *st);
 
 /* Fenced progress report (percent clamped to 0..100). PV_ABORTED when the lease is lost. */
 int pv_op_progress(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
@@ -208,9 +208,8 @@ int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t to
 /* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
  * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's
  * expiry. PV_ABORTED when the lease is lost (nothing written). */
-int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
-                 int64_t token, pv_op_status status, int error_code, const char *error_message,
-                 pv_status *st);
+int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
+                 pv_op_status status, int error_code, const char *error_message, pv_status *st);
 
 /* Fenced transient failure: records the error, acks the entry, status back to PENDING with
  * retry_at = now + delay_ms (in the delayed set); pv_op_promote_due puts it back on its queue
@@ -233,8 +232,7 @@ int pv_op_ensure_group(pv_redis *r, const pv_keys *k, const char *queue, pv_stat
 
 /* Trims the queue's stream below its oldest entry that is pending or not yet delivered
  * (XTRIM MINID): no pending work is ever trimmed away. *trimmed = entries removed. */
-int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trimmed,
-               pv_status *st);
+int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trimmed, pv_status *st);
 
 /* Consistency check of the whole pipeline: every unfinished record has its stream entry (or a
  * delayed retry), every pending stream entry has its record, every lock points at an unfinished

@@ -21,7 +21,6 @@
 #define NAME_MAX_LEN 128
 #define MARKER_SECONDS "604800"
 
-
 /* A name parameter that becomes part of a key: absent is fine (NULL), too long is not. */
 static int name_param(wk_op *op, const char *key, const char **out, pv_status *st) {
     *out = wk_op_param(op, key);
