@@ -107,7 +107,8 @@ static int build_server(gateway *g) {
     size_t n = gw_reflection_service_count(g->reflection);
     g->services = calloc(n ? n : 1, sizeof *g->services);
     if (!g->services) return -1;
-    for (size_t i = 0; i < n; i++) g->services[i] = gw_reflection_service(g->reflection, i);
+    for (size_t i = 0; i < n; i++)
+        g->services[i] = gw_reflection_service(g->reflection, i);
     g->health = gw_health_new(g->services, n);
     g->core = svc_core_new(app);
     g->waiter = gw_waiter_new(app);
@@ -174,8 +175,8 @@ int main(int argc, char **argv) {
     }
     pv_presence_default_instance(g.app.instance, sizeof g.app.instance);
     compute_identifier(&g.app);
-    g.app.advertise = *g.app.cfg.gateway.advertise ? g.app.cfg.gateway.advertise
-                                                   : g.app.cfg.gateway.listen[0];
+    g.app.advertise =
+        *g.app.cfg.gateway.advertise ? g.app.cfg.gateway.advertise : g.app.cfg.gateway.listen[0];
 
     /* Signals are taken by sigwait in this thread only; every other thread blocks them. */
     sigset_t sigs;

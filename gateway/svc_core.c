@@ -9,11 +9,28 @@
  * gateways' presence keys in Redis, read on the presence thread after each heartbeat and pushed
  * to every open stream; a new stream gets the last known set at once. Errors carry Eru's code
  * for the call (1001).
+ *
+ * Pods and nodes (AddPod ... GetNodeStatus) are thin: the records, their checks and their
+ * atomic changes live in shared/pv_registry; a handler turns the request into a registry call
+ * and the record into the pb message. Every failure answers the call's own Eru code (1021 for
+ * AddPod, ...), the registry's message naming the cause, as Eru's clients expect.
+ *
+ * NodeStatusStream: one watcher thread per gateway (a libev loop with an asynchronous hiredis
+ * connection, like gw_waiter) PSUBSCRIBEs the keyspace notifications of the nodes' alive keys.
+ * It keeps the set of alive nodes it knows of and pushes a message to every open stream when a
+ * node becomes alive (a "set" of a key it did not know) or dead ("del" or "expired"), so a
+ * heartbeat that only refreshes a key is silent. After every (re)subscription it reads the alive
+ * set from the registry and reports the difference, so changes made while it was disconnected
+ * are not lost. A thousand streams cost a thousand entries of a gw_watchers set, not threads.
  */
 #include "svc_core.h"
 
+#include <ev.h>
+#include <hiredis/adapters/libev.h>
+#include <hiredis/async.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +40,30 @@
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
 #include "pv_presence.h"
+#include "pv_registry.h"
 #include "pv_status.h"
 #include "pv_version.h"
 
-#define ERU_WATCH_SERVICE_STATUS 1001
+/* Eru's per-call status codes (rpc/errors.go). */
+enum {
+    ERU_WATCH_SERVICE_STATUS = 1001,
+    ERU_ADD_POD = 1021,
+    ERU_REMOVE_POD = 1022,
+    ERU_GET_POD = 1023,
+    ERU_LIST_PODS = 1024,
+    ERU_ADD_NODE = 1031,
+    ERU_REMOVE_NODE = 1032,
+    ERU_LIST_POD_NODES = 1033,
+    ERU_GET_NODE = 1034,
+    ERU_SET_NODE = 1035,
+    ERU_SET_NODE_STATUS = 1036,
+    ERU_GET_NODE_STATUS = 1038,
+};
+
+#define N_METHODS 16
+#define RECONNECT_S 0.5
+
+typedef struct status_watch status_watch;
 
 struct svc_core {
     gw_app *app;
@@ -35,8 +72,16 @@ struct svc_core {
     pthread_mutex_t mu;
     char **addresses; /* last known live set, under mu */
     size_t n_addresses;
-    gw_method m_info, m_watch;
+    gw_watchers *node_watchers; /* NodeStatusStream calls */
+    status_watch *status;
+    gw_method methods[N_METHODS];
+    size_t n_methods;
 };
+
+static void status_watch_stop(status_watch *w);
+static void status_watch_free(status_watch *w);
+static status_watch *status_watch_new(svc_core *s);
+static int status_watch_start(status_watch *w);
 
 static const char *go_arch(const char *machine) {
     /* Eru reports Go's GOOS/GOARCH; clients compare these names. */
@@ -51,7 +96,10 @@ svc_core *svc_core_new(gw_app *app) {
     if (!s) return NULL;
     s->app = app;
     s->watchers = gw_watchers_new();
-    if (!s->watchers) {
+    s->node_watchers = gw_watchers_new();
+    if (!s->watchers || !s->node_watchers) {
+        gw_watchers_free(s->watchers);
+        gw_watchers_free(s->node_watchers);
         free(s);
         return NULL;
     }
@@ -70,13 +118,16 @@ svc_core *svc_core_new(gw_app *app) {
 }
 
 static void free_addresses(char **a, size_t n) {
-    for (size_t i = 0; i < n; i++) free(a[i]);
+    for (size_t i = 0; i < n; i++)
+        free(a[i]);
     free(a);
 }
 
 void svc_core_free(svc_core *s) {
     if (!s) return;
+    status_watch_free(s->status);
     gw_watchers_free(s->watchers);
+    gw_watchers_free(s->node_watchers);
     free_addresses(s->addresses, s->n_addresses);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -132,8 +183,10 @@ static size_t addresses_from(char **values, size_t n, char **out) {
     qsort(out, k, sizeof *out, cmp_str);
     size_t u = 0;
     for (size_t i = 0; i < k; i++) {
-        if (u > 0 && strcmp(out[u - 1], out[i]) == 0) free(out[i]);
-        else out[u++] = out[i];
+        if (u > 0 && strcmp(out[u - 1], out[i]) == 0)
+            free(out[i]);
+        else
+            out[u++] = out[i];
     }
     return u;
 }
@@ -165,28 +218,876 @@ void svc_core_presence_tick(void *arg, pv_redis *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* request and record conversion                                                             */
+
+/* Every string map entry of core.proto has this layout (protobuf-c map entries are messages
+ * with a key and a value field), so one helper serves AddNode, SetNode, ListPodNodes, GetNode. */
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+/* And every map<string, bytes> entry this one. */
+typedef struct bytes_entry {
+    ProtobufCMessage base;
+    char *key;
+    ProtobufCBinaryData value;
+} bytes_entry;
+
+static int fail_oom(pv_status *st) {
+    return pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+/* A label map as a compact JSON object (sorted keys). *out is the caller's (free). */
+static int labels_json(void *const *entries, size_t n, char **out, pv_status *st) {
+    json_t *j = json_object();
+    for (size_t i = 0; j && i < n; i++) {
+        const str_entry *e = entries[i];
+        if (json_object_set_new(j, e->key, json_string(e->value)) != 0) {
+            json_decref(j);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "labels[%s]: not valid UTF-8", e->key);
+        }
+    }
+    *out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return *out ? PV_OK : fail_oom(st);
+}
+
+/* A resources map (plugin -> JSON document) as one JSON object. Each document must be a JSON
+ * object; the plugins' own field checks run in the registry (pv_registry_check_resources).
+ * *out is the caller's (free). */
+static int resources_json(void *const *entries, size_t n, char **out, pv_status *st) {
+    json_t *j = json_object();
+    if (!j) return fail_oom(st);
+    for (size_t i = 0; i < n; i++) {
+        const bytes_entry *e = entries[i];
+        json_error_t err;
+        json_t *doc = json_loadb((const char *)e->value.data, e->value.len, 0, &err);
+        if (!doc) {
+            json_decref(j);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "resources[%s]: not valid JSON: %s",
+                                 e->key, err.text);
+        }
+        if (!json_is_object(doc)) {
+            json_decref(doc);
+            json_decref(j);
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "resources[%s]: the plugin's document must be a JSON object",
+                                 e->key);
+        }
+        if (json_object_set_new(j, e->key, doc) != 0) {
+            json_decref(j);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "resources: plugin name is not UTF-8");
+        }
+    }
+    *out = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    return *out ? PV_OK : fail_oom(st);
+}
+
+/* Whether every wanted label is on the node with the same value. */
+static bool labels_match(const pv_node *n, void *const *want, size_t n_want) {
+    if (n_want == 0) return true;
+    json_t *have = json_loads(n->labels, 0, NULL);
+    bool ok = have != NULL;
+    for (size_t i = 0; ok && i < n_want; i++) {
+        const str_entry *e = want[i];
+        const char *v = json_string_value(json_object_get(have, e->key));
+        ok = v && strcmp(v, e->value) == 0;
+    }
+    json_decref(have);
+    return ok;
+}
+
+/* A pb.Node and what it points to. The strings of the pv_node are borrowed. */
+typedef struct node_msg {
+    Pb__Node msg;
+    Pb__Node__LabelsEntry *entries;
+    Pb__Node__LabelsEntry **ptrs;
+    json_t *labels;
+    char *info;
+} node_msg;
+
+static void node_msg_free(node_msg *m) {
+    free(m->entries);
+    free(m->ptrs);
+    json_decref(m->labels);
+    free(m->info);
+    memset(m, 0, sizeof *m);
+}
+
+/* Engine info as far as the registry knows it; the agent's own report adds to it later. */
+static char *node_info(const pv_node *n) {
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "engine", n->engine, "id", n->id, "role",
+                          n->role, "ip", n->ip, "alive", n->alive);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return text;
+}
+
+static int node_msg_fill(node_msg *m, const pv_node *n, bool with_info, pv_status *st) {
+    memset(m, 0, sizeof *m);
+    pb__node__init(&m->msg);
+    m->msg.name = n->name;
+    m->msg.endpoint = n->endpoint;
+    m->msg.podname = n->pod_name;
+    m->msg.available = n->alive;
+    m->msg.bypass = n->bypass;
+    m->msg.resource_capacity = n->resources;
+    m->msg.resource_usage = "{}"; /* usage comes with the workloads */
+    if (with_info && !(m->info = node_info(n))) return fail_oom(st);
+    if (m->info) m->msg.info = m->info;
+    m->labels = json_loads(n->labels, 0, NULL);
+    size_t count = json_is_object(m->labels) ? json_object_size(m->labels) : 0;
+    if (count == 0) return PV_OK;
+    m->entries = calloc(count, sizeof *m->entries);
+    m->ptrs = calloc(count, sizeof *m->ptrs);
+    if (!m->entries || !m->ptrs) return fail_oom(st);
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(m->labels, key, v) {
+        if (!json_is_string(v)) continue; /* the record is the truth: show what is readable */
+        pb__node__labels_entry__init(&m->entries[i]);
+        m->entries[i].key = (char *)key;
+        m->entries[i].value = (char *)json_string_value(v);
+        m->ptrs[i] = &m->entries[i];
+        i++;
+    }
+    m->msg.labels = m->ptrs;
+    m->msg.n_labels = i;
+    return PV_OK;
+}
+
+static void reply_node(gw_call *call, const pv_node *n, bool with_info, int eru) {
+    node_msg m;
+    pv_status st;
+    if (node_msg_fill(&m, n, with_info, &st) == PV_OK)
+        gw_call_reply(call, &m.msg.base);
+    else
+        gw_call_finishf(call, eru, "%s", st.msg);
+    node_msg_free(&m);
+}
+
+static void reply_pod(gw_call *call, const pv_pod *p) {
+    Pb__Pod msg = PB__POD__INIT;
+    msg.name = p->name;
+    msg.desc = p->desc;
+    gw_call_reply(call, &msg.base);
+}
+
+static void reply_empty(gw_call *call) {
+    Pb__Empty e = PB__EMPTY__INIT;
+    gw_call_reply(call, &e.base);
+}
+
+/* Ends the call with the Eru code of the method and the cause. */
+static void fail(gw_call *call, int eru, const pv_status *st) {
+    gw_call_finishf(call, eru, "%s", st->msg);
+}
+
+/* The pool thread's Redis connection, or an answer saying why there is none. */
+static pv_redis *redis_or_fail(gw_call *call, int eru) {
+    pv_redis *r = gw_app_redis(call);
+    if (!r) gw_call_finish(call, eru, "no Redis connection on this gateway thread");
+    return r;
+}
+
+static const pv_keys *keys_of(gw_call *call) {
+    svc_core *s = gw_call_method_data(call);
+    return &s->app->keys;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* pods                                                                                       */
+
+static void on_add_pod(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__AddPodOptions *o = (const Pb__AddPodOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_ADD_POD);
+    if (!r) return;
+    /* A pod is a cluster at the control plane's own version, with no topology to wait for. */
+    pv_pod_spec spec = {.name = o->name, .desc = o->desc, .version = PV_VERSION};
+    pv_pod p;
+    pv_status st;
+    if (pv_registry_add_pod(r, keys_of(call), &spec, &p, &st) != PV_OK) {
+        fail(call, ERU_ADD_POD, &st);
+        return;
+    }
+    pv_info("AddPod name=%s id=%s", p.name, p.id);
+    reply_pod(call, &p);
+    pv_pod_clear(&p);
+}
+
+static void on_remove_pod(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__RemovePodOptions *o = (const Pb__RemovePodOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_REMOVE_POD);
+    if (!r) return;
+    pv_status st;
+    if (pv_registry_remove_pod(r, keys_of(call), o->name, &st) != PV_OK) {
+        fail(call, ERU_REMOVE_POD, &st);
+        return;
+    }
+    pv_info("RemovePod name=%s", o->name);
+    reply_empty(call);
+}
+
+static void on_get_pod(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetPodOptions *o = (const Pb__GetPodOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_POD);
+    if (!r) return;
+    pv_pod p;
+    pv_status st;
+    if (pv_registry_get_pod(r, keys_of(call), o->name, &p, &st) != PV_OK) {
+        fail(call, ERU_GET_POD, &st);
+        return;
+    }
+    reply_pod(call, &p);
+    pv_pod_clear(&p);
+}
+
+static void on_list_pods(gw_call *call, const ProtobufCMessage *req) {
+    (void)req;
+    pv_redis *r = redis_or_fail(call, ERU_LIST_PODS);
+    if (!r) return;
+    pv_pod *pods = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_registry_list_pods(r, keys_of(call), &pods, &n, &st) != PV_OK) {
+        fail(call, ERU_LIST_PODS, &st);
+        return;
+    }
+    Pb__Pod *msgs = calloc(n ? n : 1, sizeof *msgs);
+    Pb__Pod **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!msgs || !ptrs) {
+        gw_call_finish(call, ERU_LIST_PODS, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            pb__pod__init(&msgs[i]);
+            msgs[i].name = pods[i].name;
+            msgs[i].desc = pods[i].desc;
+            ptrs[i] = &msgs[i];
+        }
+        Pb__Pods out = PB__PODS__INIT;
+        out.pods = ptrs;
+        out.n_pods = n;
+        gw_call_reply(call, &out.base);
+    }
+    free(msgs);
+    free(ptrs);
+    pv_pod_array_free(pods, n);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* nodes                                                                                      */
+
+static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__AddNodeOptions *o = (const Pb__AddNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_ADD_NODE);
+    if (!r) return;
+    pv_status st;
+    char *labels = NULL, *resources = NULL;
+    if (o->n_resources == 0) {
+        /* Eru reads the capacity from the engine info of the node; an agent that reports it is
+         * the only source besides the request, and agents do not report engine info yet. */
+        gw_call_finishf(call, ERU_ADD_NODE,
+                        "no resources given and node %s has no live agent: start its agent or "
+                        "give resources (agents do not report engine info yet, so resources are "
+                        "required)",
+                        o->nodename);
+        return;
+    }
+    if (labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK ||
+        resources_json((void *const *)o->resources, o->n_resources, &resources, &st) != PV_OK) {
+        free(labels);
+        fail(call, ERU_ADD_NODE, &st);
+        return;
+    }
+    pv_node_spec spec = {.name = o->nodename,
+                         .pod_name = o->podname,
+                         .endpoint = o->endpoint,
+                         .labels = labels,
+                         .resources = resources};
+    pv_node n;
+    int rc = pv_registry_add_node(r, keys_of(call), &spec, &n, &st);
+    free(labels);
+    free(resources);
+    if (rc != PV_OK) {
+        fail(call, ERU_ADD_NODE, &st);
+        return;
+    }
+    pv_info("AddNode name=%s pod=%s endpoint=%s engine=%s id=%s", n.name, n.pod_name, n.endpoint,
+            n.engine, n.id);
+    reply_node(call, &n, true, ERU_ADD_NODE);
+    pv_node_clear(&n);
+}
+
+static void on_remove_node(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__RemoveNodeOptions *o = (const Pb__RemoveNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_REMOVE_NODE);
+    if (!r) return;
+    pv_status st;
+    if (pv_registry_remove_node(r, keys_of(call), o->nodename, &st) != PV_OK) {
+        fail(call, ERU_REMOVE_NODE, &st);
+        return;
+    }
+    pv_info("RemoveNode name=%s", o->nodename);
+    reply_empty(call);
+}
+
+static void on_get_node(gw_call *call, const ProtobufCMessage *req) {
+    /* Eru's GetNode looks the node up by name alone; its labels are not a filter. */
+    const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_NODE);
+    if (!r) return;
+    pv_node n;
+    pv_status st;
+    if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
+        fail(call, ERU_GET_NODE, &st);
+        return;
+    }
+    reply_node(call, &n, true, ERU_GET_NODE);
+    pv_node_clear(&n);
+}
+
+static void on_get_node_engine_info(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_STATUS);
+    if (!r) return;
+    pv_node n;
+    pv_status st;
+    if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
+        fail(call, ERU_GET_NODE_STATUS, &st);
+        return;
+    }
+    Pb__Engine e = PB__ENGINE__INIT;
+    e.type = n.engine;
+    gw_call_reply(call, &e.base);
+    pv_node_clear(&n);
+}
+
+static void on_list_pod_nodes(gw_call *call, const ProtobufCMessage *req) {
+    /* timeout_in_second bounds the engine round-trip; there is none yet (the info comes from the
+     * registry), so it is accepted and has nothing to bound. */
+    const Pb__ListNodesOptions *o = (const Pb__ListNodesOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_LIST_POD_NODES);
+    if (!r) return;
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_registry_list_nodes(r, keys_of(call), o->podname, &nodes, &n, &st) != PV_OK) {
+        fail(call, ERU_LIST_POD_NODES, &st);
+        return;
+    }
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (!o->all && pv_node_down(&nodes[i])) continue;
+        if (!labels_match(&nodes[i], (void *const *)o->labels, o->n_labels)) continue;
+        node_msg m;
+        if (node_msg_fill(&m, &nodes[i], !o->skip_info, &st) != PV_OK) {
+            gw_call_finishf(call, ERU_LIST_POD_NODES, "%s", st.msg);
+            ok = false;
+        } else if (gw_call_send(call, &m.msg.base) != 0) {
+            ok = false; /* the client has gone */
+        }
+        node_msg_free(&m);
+    }
+    if (ok) gw_call_finish(call, PV_OK, NULL);
+    pv_node_array_free(nodes, n);
+}
+
+static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__SetNodeOptions *o = (const Pb__SetNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_SET_NODE);
+    if (!r) return;
+    pv_status st;
+    if (o->delta && o->n_resources > 0) {
+        gw_call_finishf(call, ERU_SET_NODE,
+                        "delta: adding resources to node %s needs the resource plugins' "
+                        "arithmetic, which this build does not have; send the whole resources "
+                        "without delta",
+                        o->nodename);
+        return;
+    }
+    char *labels = NULL, *resources = NULL;
+    if ((o->n_labels > 0 &&
+         labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK) ||
+        (o->n_resources > 0 &&
+         resources_json((void *const *)o->resources, o->n_resources, &resources, &st) != PV_OK)) {
+        free(labels);
+        fail(call, ERU_SET_NODE, &st);
+        return;
+    }
+    /* Eru replaces the labels when the request carries some, and keeps them otherwise. */
+    pv_node_update u = {.name = o->nodename,
+                        .endpoint = o->endpoint,
+                        .labels = labels,
+                        .labels_merge = false,
+                        .resources = resources,
+                        .bypass = (pv_tri)o->bypass};
+    pv_node n;
+    int rc = pv_registry_set_node(r, keys_of(call), &u, &n, &st);
+    free(labels);
+    free(resources);
+    if (rc != PV_OK) {
+        fail(call, ERU_SET_NODE, &st);
+        return;
+    }
+    if (o->workloads_down)
+        pv_info("SetNode name=%s workloads_down: accepted; no workloads are tracked yet, so "
+                "there is nothing to mark down",
+                n.name);
+    pv_info("SetNode name=%s bypass=%d endpoint=%s", n.name, (int)n.bypass, n.endpoint);
+    reply_node(call, &n, true, ERU_SET_NODE);
+    pv_node_clear(&n);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* liveness                                                                                   */
+
+static void on_set_node_status(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__SetNodeStatusOptions *o = (const Pb__SetNodeStatusOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_SET_NODE_STATUS);
+    if (!r) return;
+    pv_status st;
+    if (pv_registry_set_alive(r, keys_of(call), o->nodename, (long long)o->ttl, NULL, &st) !=
+        PV_OK) {
+        fail(call, ERU_SET_NODE_STATUS, &st);
+        return;
+    }
+    reply_empty(call);
+}
+
+static void on_get_node_status(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetNodeStatusOptions *o = (const Pb__GetNodeStatusOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_STATUS);
+    if (!r) return;
+    pv_status st;
+    bool alive = false;
+    char *pod = NULL;
+    if (pv_registry_get_alive(r, keys_of(call), o->nodename, &alive, &pod, &st) != PV_OK) {
+        fail(call, ERU_GET_NODE_STATUS, &st);
+        return;
+    }
+    Pb__NodeStatusStreamMessage m = PB__NODE_STATUS_STREAM_MESSAGE__INIT;
+    m.nodename = o->nodename;
+    m.podname = pod;
+    m.alive = alive;
+    gw_call_reply(call, &m.base);
+    free(pod);
+}
+
+static void on_node_status_stream(gw_call *call, const ProtobufCMessage *req) {
+    (void)req;
+    svc_core *s = gw_call_method_data(call);
+    if (gw_watchers_add(s->node_watchers, call) != 0)
+        gw_call_finish(call, PV_CANCELLED, "NodeStatusStream: client gone");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the liveness watcher (see the top of the file)                                             */
+
+struct status_watch {
+    svc_core *s;
+    char host[256];
+    int port; /* 0: host is a unix socket path */
+    char pattern[2 * PV_KEY_MAX];
+    char channel_prefix[2 * PV_KEY_MAX]; /* "__keyspace@<db>__:<alive prefix>" */
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    bool stop_requested, joined;
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer reconnect;
+    /* the loop's thread only */
+    redisAsyncContext *ac;
+    pv_redis *redis;
+    bool warned;
+    char **alive; /* sorted names of the nodes known alive */
+    size_t n_alive, cap_alive;
+};
+
+static void watch_connect(status_watch *w);
+
+static size_t alive_find(const status_watch *w, const char *name, bool *found) {
+    size_t lo = 0, hi = w->n_alive;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(w->alive[mid], name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+/* Adds name; returns true when it was not there. */
+static bool alive_add(status_watch *w, const char *name) {
+    bool found;
+    size_t at = alive_find(w, name, &found);
+    if (found) return false;
+    if (w->n_alive == w->cap_alive) {
+        size_t cap = w->cap_alive ? 2 * w->cap_alive : 64;
+        char **v = realloc(w->alive, cap * sizeof *v);
+        if (!v) return true; /* reported, not remembered: a later refresh reports it again */
+        w->alive = v;
+        w->cap_alive = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return true;
+    memmove(&w->alive[at + 1], &w->alive[at], (w->n_alive - at) * sizeof *w->alive);
+    w->alive[at] = copy;
+    w->n_alive++;
+    return true;
+}
+
+static void alive_remove(status_watch *w, const char *name) {
+    bool found;
+    size_t at = alive_find(w, name, &found);
+    if (!found) return;
+    free(w->alive[at]);
+    memmove(&w->alive[at], &w->alive[at + 1], (w->n_alive - at - 1) * sizeof *w->alive);
+    w->n_alive--;
+}
+
+static void push_status(status_watch *w, const char *node, bool alive) {
+    char *pod = NULL;
+    bool now = false;
+    pv_status st;
+    /* The pod of a node removed meanwhile is unknown: the message carries none. */
+    if (pv_registry_get_alive(w->redis, &w->s->app->keys, node, &now, &pod, &st) != PV_OK &&
+        st.code != PV_NOT_FOUND)
+        pv_warn("NodeStatusStream: reading node %s: %s", node, st.msg);
+    Pb__NodeStatusStreamMessage m = PB__NODE_STATUS_STREAM_MESSAGE__INIT;
+    m.nodename = (char *)node;
+    m.podname = pod ? pod : "";
+    m.alive = alive;
+    gw_watchers_broadcast(w->s->node_watchers, &m.base);
+    pv_debug("NodeStatusStream: node=%s alive=%d", node, (int)alive);
+    free(pod);
+}
+
+/* Reports the difference between the known set and the registry's alive set. */
+static void resync(status_watch *w) {
+    char **names = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_registry_alive_nodes(w->redis, &w->s->app->keys, &names, &n, &st) != PV_OK) {
+        pv_warn("NodeStatusStream: reading the alive nodes: %s", st.msg);
+        return;
+    }
+    for (size_t i = 0; i < w->n_alive;) {
+        if (bsearch(&w->alive[i], names, n, sizeof *names, cmp_str)) {
+            i++;
+            continue;
+        }
+        char *gone = w->alive[i];
+        w->alive[i] = NULL;
+        memmove(&w->alive[i], &w->alive[i + 1], (w->n_alive - i - 1) * sizeof *w->alive);
+        w->n_alive--;
+        push_status(w, gone, false);
+        free(gone);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (alive_add(w, names[i])) push_status(w, names[i], true);
+    pv_registry_names_free(names, n);
+}
+
+static void on_event(status_watch *w, const char *channel, const char *event) {
+    size_t plen = strlen(w->channel_prefix);
+    if (strncmp(channel, w->channel_prefix, plen) != 0) return;
+    const char *node = channel + plen;
+    if (strcmp(event, "set") == 0) {
+        if (alive_add(w, node)) push_status(w, node, true);
+    } else if (strcmp(event, "del") == 0 || strcmp(event, "expired") == 0) {
+        /* Redis notifies only keys that existed: every one of these is a death. */
+        alive_remove(w, node);
+        push_status(w, node, false);
+    }
+}
+
+static void on_pmessage(redisAsyncContext *ac, void *r, void *privdata) {
+    (void)privdata;
+    status_watch *w = ac->data;
+    redisReply *reply = r;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
+    const redisReply *kind = reply->element[0];
+    if (kind->type != REDIS_REPLY_STRING) return;
+    if (strcmp(kind->str, "psubscribe") == 0) {
+        if (w->warned) pv_info("NodeStatusStream: redis reachable again");
+        w->warned = false;
+        resync(w); /* subscribed first, then read: nothing falls in between */
+        return;
+    }
+    if (strcmp(kind->str, "pmessage") == 0 && reply->elements == 4 &&
+        reply->element[2]->type == REDIS_REPLY_STRING &&
+        reply->element[3]->type == REDIS_REPLY_STRING)
+        on_event(w, reply->element[2]->str, reply->element[3]->str);
+}
+
+static void schedule_reconnect(status_watch *w, const char *why) {
+    if (!w->warned)
+        pv_warn("NodeStatusStream: redis %s: %s; reconnecting", w->s->app->cfg.redis.addr, why);
+    w->warned = true;
+    ev_timer_stop(w->loop, &w->reconnect);
+    ev_timer_set(&w->reconnect, RECONNECT_S, 0.);
+    ev_timer_start(w->loop, &w->reconnect);
+}
+
+static void subscribe_now(status_watch *w) {
+    bool changed = false;
+    pv_status st;
+    if (pv_registry_ensure_notify(w->redis, &changed, &st) != PV_OK)
+        pv_warn("NodeStatusStream: %s; liveness changes will not be seen unless redis.conf sets "
+                "notify-keyspace-events %s",
+                st.msg, PV_REGISTRY_NOTIFY_FLAGS);
+    else if (changed)
+        pv_warn("NodeStatusStream: redis notify-keyspace-events lacked %s; added it at run time "
+                "(put it in redis.conf)",
+                PV_REGISTRY_NOTIFY_FLAGS);
+    if (redisAsyncCommand(w->ac, on_pmessage, NULL, "PSUBSCRIBE %s", w->pattern) != REDIS_OK)
+        pv_warn("NodeStatusStream: PSUBSCRIBE could not be sent");
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *privdata) {
+    (void)privdata;
+    status_watch *w = ac->data;
+    redisReply *reply = r;
+    if (!reply) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        pv_error("NodeStatusStream: redis refused AUTH: %s", reply->str);
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    subscribe_now(w);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+    status_watch *w = ac->data;
+    if (status != REDIS_OK) {
+        w->ac = NULL; /* hiredis frees it after this callback */
+        schedule_reconnect(w, ac->errstr);
+        return;
+    }
+    const char *pw = w->s->app->cfg.redis.password;
+    if (pw && *pw) {
+        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s", pw);
+        return;
+    }
+    subscribe_now(w);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+    (void)status;
+    status_watch *w = ac->data;
+    w->ac = NULL;
+    bool stopping;
+    pthread_mutex_lock(&w->mu);
+    stopping = w->stop_requested;
+    pthread_mutex_unlock(&w->mu);
+    if (!stopping) schedule_reconnect(w, ac->errstr[0] ? ac->errstr : "connection closed");
+}
+
+static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents) {
+    (void)loop;
+    (void)revents;
+    watch_connect(t->data);
+}
+
+static void watch_connect(status_watch *w) {
+    if (w->ac) return;
+    redisAsyncContext *ac =
+        w->port ? redisAsyncConnect(w->host, w->port) : redisAsyncConnectUnix(w->host);
+    if (!ac || ac->err) {
+        schedule_reconnect(w, ac ? ac->errstr : "out of memory");
+        if (ac) redisAsyncFree(ac);
+        return;
+    }
+    ac->data = w;
+    if (redisLibevAttach(w->loop, ac) != REDIS_OK) {
+        redisAsyncFree(ac);
+        schedule_reconnect(w, "cannot attach to the event loop");
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    w->ac = ac;
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *a, int revents) {
+    (void)revents;
+    status_watch *w = a->data;
+    ev_timer_stop(loop, &w->reconnect);
+    if (w->ac) {
+        redisAsyncContext *ac = w->ac;
+        w->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    ev_async_stop(loop, &w->wake);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void *watch_thread(void *arg) {
+    status_watch *w = arg;
+    watch_connect(w);
+    ev_run(w->loop, 0);
+    return NULL;
+}
+
+static int parse_addr(status_watch *w, const char *addr) {
+    if (addr[0] == '/') {
+        snprintf(w->host, sizeof w->host, "%s", addr);
+        return 0;
+    }
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof w->host) return -1;
+    memcpy(w->host, addr, (size_t)(colon - addr));
+    w->host[colon - addr] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port <= 0 || port > 65535) return -1;
+    w->port = (int)port;
+    return 0;
+}
+
+static status_watch *status_watch_new(svc_core *s) {
+    status_watch *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->s = s;
+    gw_app *app = s->app;
+    pv_status st;
+    char prefix[PV_KEY_MAX];
+    if (parse_addr(w, app->cfg.redis.addr) != 0 ||
+        pv_registry_alive_pattern(&app->keys, app->cfg.redis.db, w->pattern, sizeof w->pattern,
+                                  &st) != PV_OK ||
+        pv_registry_alive_prefix(&app->keys, prefix, sizeof prefix, &st) != PV_OK) {
+        pv_error("NodeStatusStream: redis.addr %s or redis.prefix %s unusable", app->cfg.redis.addr,
+                 app->keys.prefix);
+        free(w);
+        return NULL;
+    }
+    snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s", app->cfg.redis.db,
+             prefix);
+    pv_redis_opts o = {
+        .addr = app->cfg.redis.addr,
+        .db = app->cfg.redis.db,
+        .password = app->cfg.redis.password,
+        .connect_timeout_ms = app->cfg.redis.connect_timeout_ms,
+        .command_timeout_ms = app->cfg.redis.command_timeout_ms,
+        .load_functions = 1,
+    };
+    w->loop = ev_loop_new(EVFLAG_AUTO);
+    if (!w->loop || pv_redis_new(&o, &w->redis, &st) != PV_OK) {
+        if (w->loop) ev_loop_destroy(w->loop);
+        free(w);
+        return NULL;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    ev_async_init(&w->wake, on_wake);
+    w->wake.data = w;
+    ev_async_start(w->loop, &w->wake);
+    ev_init(&w->reconnect, on_reconnect);
+    w->reconnect.data = w;
+    return w;
+}
+
+static int status_watch_start(status_watch *w) {
+    /* The thread inherits the caller's signal mask: main blocks SIGINT/SIGTERM before this. */
+    if (pthread_create(&w->thread, NULL, watch_thread, w) != 0) return -1;
+    w->started = true;
+    return 0;
+}
+
+static void status_watch_stop(status_watch *w) {
+    if (!w || !w->started) return;
+    pthread_mutex_lock(&w->mu);
+    bool first = !w->stop_requested;
+    w->stop_requested = true;
+    if (first) ev_async_send(w->loop, &w->wake);
+    pthread_mutex_unlock(&w->mu);
+    if (first) {
+        pthread_join(w->thread, NULL);
+        w->joined = true;
+    }
+}
+
+static void status_watch_free(status_watch *w) {
+    if (!w) return;
+    status_watch_stop(w);
+    for (size_t i = 0; i < w->n_alive; i++)
+        free(w->alive[i]);
+    free(w->alive);
+    pv_redis_free(w->redis);
+    ev_loop_destroy(w->loop);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* registration                                                                               */
+
 static void on_shutdown(void *arg) {
     svc_core *s = arg;
     gw_watchers_finish_all(s->watchers, NULL, PV_UNAVAILABLE, "gateway shutting down");
+    status_watch_stop(s->status);
+    gw_watchers_finish_all(s->node_watchers, NULL, PV_UNAVAILABLE, "gateway shutting down");
+}
+
+static void add(svc_core *s, const char *path, gw_method_kind kind,
+                const ProtobufCMessageDescriptor *request, gw_handler_fn handler, int eru) {
+    if (s->n_methods == N_METHODS) return;
+    s->methods[s->n_methods++] = (gw_method){
+        .path = path,
+        .kind = kind,
+        .request = request,
+        .handler = handler,
+        .bad_request_code = eru,
+        .data = s,
+    };
 }
 
 int svc_core_register(svc_core *s, gw_server *server) {
-    s->m_info = (gw_method){
-        .path = "/pb.CoreRPC/Info",
-        .kind = GW_UNARY,
-        .request = &pb__empty__descriptor,
-        .handler = on_info,
-        .data = s,
-    };
-    s->m_watch = (gw_method){
-        .path = "/pb.CoreRPC/WatchServiceStatus",
-        .kind = GW_SERVER_STREAM,
-        .request = &pb__empty__descriptor,
-        .handler = on_watch_service_status,
-        .bad_request_code = ERU_WATCH_SERVICE_STATUS,
-        .data = s,
-    };
-    if (gw_server_add_method(server, &s->m_info) != 0) return -1;
-    if (gw_server_add_method(server, &s->m_watch) != 0) return -1;
+    s->n_methods = 0;
+    add(s, "/pb.CoreRPC/Info", GW_UNARY, &pb__empty__descriptor, on_info, 0);
+    add(s, "/pb.CoreRPC/WatchServiceStatus", GW_SERVER_STREAM, &pb__empty__descriptor,
+        on_watch_service_status, ERU_WATCH_SERVICE_STATUS);
+    add(s, "/pb.CoreRPC/AddPod", GW_UNARY, &pb__add_pod_options__descriptor, on_add_pod,
+        ERU_ADD_POD);
+    add(s, "/pb.CoreRPC/RemovePod", GW_UNARY, &pb__remove_pod_options__descriptor, on_remove_pod,
+        ERU_REMOVE_POD);
+    add(s, "/pb.CoreRPC/GetPod", GW_UNARY, &pb__get_pod_options__descriptor, on_get_pod,
+        ERU_GET_POD);
+    add(s, "/pb.CoreRPC/ListPods", GW_UNARY, &pb__empty__descriptor, on_list_pods, ERU_LIST_PODS);
+    add(s, "/pb.CoreRPC/AddNode", GW_UNARY, &pb__add_node_options__descriptor, on_add_node,
+        ERU_ADD_NODE);
+    add(s, "/pb.CoreRPC/RemoveNode", GW_UNARY, &pb__remove_node_options__descriptor, on_remove_node,
+        ERU_REMOVE_NODE);
+    add(s, "/pb.CoreRPC/ListPodNodes", GW_SERVER_STREAM, &pb__list_nodes_options__descriptor,
+        on_list_pod_nodes, ERU_LIST_POD_NODES);
+    add(s, "/pb.CoreRPC/GetNode", GW_UNARY, &pb__get_node_options__descriptor, on_get_node,
+        ERU_GET_NODE);
+    add(s, "/pb.CoreRPC/GetNodeEngineInfo", GW_UNARY, &pb__get_node_options__descriptor,
+        on_get_node_engine_info, ERU_GET_NODE_STATUS);
+    add(s, "/pb.CoreRPC/SetNode", GW_UNARY, &pb__set_node_options__descriptor, on_set_node,
+        ERU_SET_NODE);
+    add(s, "/pb.CoreRPC/SetNodeStatus", GW_UNARY, &pb__set_node_status_options__descriptor,
+        on_set_node_status, ERU_SET_NODE_STATUS);
+    add(s, "/pb.CoreRPC/GetNodeStatus", GW_UNARY, &pb__get_node_status_options__descriptor,
+        on_get_node_status, ERU_GET_NODE_STATUS);
+    /* Not in Eru's table: the standard codes (INVALID_ARGUMENT for a bad request). */
+    add(s, "/pb.CoreRPC/NodeStatusStream", GW_SERVER_STREAM, &pb__empty__descriptor,
+        on_node_status_stream, 0);
+    for (size_t i = 0; i < s->n_methods; i++)
+        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
+    s->status = status_watch_new(s);
+    if (!s->status || status_watch_start(s->status) != 0) return -1;
     return gw_server_on_shutdown(server, on_shutdown, s);
 }

@@ -28,6 +28,7 @@ struct pv_presence {
     char *value;
     int interval_seconds;
     pv_presence_tick_fn tick;
+    pv_presence_tick_fn leave;
     void *tick_arg;
 
     pthread_t thread;
@@ -133,6 +134,7 @@ int pv_presence_start(const pv_config *cfg, const pv_presence_opts *o, pv_presen
     p->value = make_value(o);
     p->interval_seconds = o->interval_seconds > 0 ? o->interval_seconds : 1;
     p->tick = o->tick;
+    p->leave = o->leave;
     p->tick_arg = o->tick_arg;
     pv_redis_opts ro = {
         .addr = cfg->redis.addr,
@@ -175,6 +177,7 @@ void pv_presence_stop(pv_presence *p) {
         pthread_mutex_unlock(&p->mu);
         pthread_join(p->thread, NULL);
     }
+    if (p->leave) p->leave(p->tick_arg, p->redis);
     const char *keys[] = {p->key, p->index};
     const char *args[] = {p->instance};
     redisReply *reply = NULL;

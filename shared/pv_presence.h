@@ -25,11 +25,13 @@ typedef struct pv_presence pv_presence;
 typedef void (*pv_presence_tick_fn)(void *arg, pv_redis *r);
 
 typedef struct pv_presence_opts {
-    const char *kind;         /* "gateway", "worker", "scheduler", "agent" */
-    const char *instance;     /* unique among that kind ("<host>-<pid>", or the node name) */
-    const char *addr;         /* what others should know to reach it ("" when nothing) */
-    int interval_seconds;     /* >= 1 */
-    pv_presence_tick_fn tick; /* may be NULL */
+    const char *kind;          /* "gateway", "worker", "scheduler", "agent" */
+    const char *instance;      /* unique among that kind ("<host>-<pid>", or the node name) */
+    const char *addr;          /* what others should know to reach it ("" when nothing) */
+    int interval_seconds;      /* >= 1 */
+    pv_presence_tick_fn tick;  /* may be NULL */
+    pv_presence_tick_fn leave; /* may be NULL: runs on the presence's connection in
+                                  pv_presence_stop, before the presence itself leaves */
     void *tick_arg;
 } pv_presence_opts;
 

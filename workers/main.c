@@ -20,6 +20,7 @@
 #include "pv_daemon.h"
 #include "pv_log.h"
 #include "pv_presence.h"
+#include "wk_agent.h"
 #include "pv_validate.h"
 #include "pv_version.h"
 #include "wk_consumer.h"
@@ -54,16 +55,27 @@ int main(int argc, char **argv) {
         snprintf(queue, sizeof queue, "ops");
     }
 
+    /* The agent registers its node and keeps its alive key on the presence's beat. */
+    wk_agent *node_agent = agent ? wk_agent_new(&cfg) : NULL;
+    if (agent && !node_agent) {
+        pv_error("out of memory");
+        pv_config_free(&cfg);
+        return 1;
+    }
     pv_presence_opts po = {
         .kind = agent ? "agent" : "worker",
         .instance = instance,
         .addr = agent ? cfg.worker.pod : "",
         .interval_seconds = cfg.worker.heartbeat_seconds,
+        .tick = agent ? wk_agent_beat : NULL,
+        .leave = agent ? wk_agent_leave : NULL,
+        .tick_arg = node_agent,
     };
     pv_presence *presence = NULL;
     if (pv_presence_start(&cfg, &po, &presence, &st) != PV_OK) {
         if (!presence) {
             pv_error("presence: %s", st.msg);
+            wk_agent_free(node_agent);
             pv_config_free(&cfg);
             return 1;
         }
@@ -74,6 +86,7 @@ int main(int argc, char **argv) {
     if (wk_consumer_start(&co, &consumer_handle, &st) != PV_OK) {
         pv_error("consumer: %s", st.msg);
         pv_presence_stop(presence);
+        wk_agent_free(node_agent);
         pv_config_free(&cfg);
         return 1;
     }
@@ -83,6 +96,7 @@ int main(int argc, char **argv) {
     pv_info("signal=%d shutting down", sig);
     bool clean = wk_consumer_stop(consumer_handle);
     pv_presence_stop(presence);
+    wk_agent_free(node_agent);
     pv_info("stopped%s", clean ? "" : " (a handler did not stop in time and was abandoned)");
     /* Abandoned handler threads still use cfg: exit without freeing it under them. */
     if (!clean) _exit(0);

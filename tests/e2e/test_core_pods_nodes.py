@@ -1,0 +1,443 @@
+"""End-to-end tests of pb.CoreRPC's pods, nodes and liveness (the registry).
+
+Real processes only: a redis-server and pivirt-gateway, driven by Debian's python3-grpcio with
+stubs generated from proto/ (build/py) for the success paths. Eru's per-call error codes (1021,
+1031, ...) are not canonical gRPC codes and python's grpcio hangs on them, so the failures are
+read at the HTTP/2 level with nghttp (grpc_trailers, as in test_gateway.py).
+
+One stack (Redis, two gateways) serves every class and is started before any gRPC channel
+exists; nghttp runs in a helper process started even earlier (TrailerClient). Reason: python's
+grpcio waits for its thread pool to go idle before every fork, and with streams open (or under
+load) that wait can last forever; so this process never forks once it has used gRPC.
+
+Classes:
+  Pods         AddPod / GetPod / ListPods / RemovePod.
+  Nodes        a pod with process:// nodes: AddNode, GetNode, GetNodeEngineInfo, ListPodNodes
+               (all vs live, labels, skip_info), SetNode (bypass, labels, resources, endpoint),
+               SetNodeStatus / GetNodeStatus with TTL expiry, RemoveNode.
+  StatusStream NodeStatusStream sees alive -> dead on expiry and on deletion, once per change.
+  EruCodes     every failure answers the call's Eru code with the cause in the message.
+"""
+import itertools
+import json
+import os
+import subprocess
+import threading
+import time
+import unittest
+
+import grpc
+
+import pvtest
+from pb import core_pb2, core_pb2_grpc
+
+TRUE, FALSE, KEEP = 1, 2, 0
+SLACK = float(os.environ.get("PV_TIME_SLACK", "1.0"))
+CPUMEM = b'{"cpu": 4, "memory": "8G"}'
+
+_counter = itertools.count(1)
+
+
+def uniq(prefix):
+    return "%s-%d-%d" % (prefix, os.getpid(), next(_counter))
+
+
+# The helper process: reads "addr path hex-message" lines, answers each with the grpc-*
+# trailers as one JSON line. grpc_trailers is the helper of test_gateway.py.
+_TRAILER_HELPER = r'''
+import json, subprocess, sys, tempfile, urllib.parse
+
+
+def grpc_trailers(addr, path, message):
+    """Sends one framed message with nghttp and returns the grpc-* trailers it got."""
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
+        f.flush()
+        out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
+                              "-H", "te: trailers", "http://%s%s" % (addr, path)],
+                             capture_output=True, text=True, timeout=20).stdout
+    found = {}
+    for line in out.splitlines():
+        for key in ("grpc-status", "grpc-message"):
+            marker = "%s: " % key
+            if marker in line and " recv " in line:
+                found[key] = urllib.parse.unquote(line.split(marker, 1)[1].strip())
+    return found
+
+
+for line in sys.stdin:
+    addr, path, hexmsg = line.split()
+    message = b"" if hexmsg == "-" else bytes.fromhex(hexmsg)
+    print(json.dumps(grpc_trailers(addr, path, message)), flush=True)
+'''
+
+
+class TrailerClient:
+    """Runs grpc_trailers in the helper process (see the module's doc)."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", _TRAILER_HELPER],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+
+    def trailers(self, addr, path, message):
+        with self.lock:
+            self.proc.stdin.write("%s %s %s\n" % (addr, path, message.hex() or "-"))
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the nghttp helper exited (code %s)" % self.proc.poll())
+        return json.loads(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_stack = None
+_trailers = None
+
+
+def setUpModule():
+    global _stack, _trailers
+    _trailers = TrailerClient()
+    _stack = pvtest.Stack(gateways=2)
+    _stack.start()
+
+
+def tearDownModule():
+    try:
+        _stack.stop()
+    finally:
+        _trailers.close()
+
+
+def grpc_trailers(addr, path, message):
+    return _trailers.trailers(addr, path, message)
+
+
+def wait_for(pred, timeout, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.ch = cls.stack.channel(0)
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.ch)
+        cls.core2 = core_pb2_grpc.CoreRPCStub(cls.stack.channel(1))
+        cls.addr = cls.stack.gateways[0].addrs[0]
+
+    def add_pod(self, name=None, desc="a pod"):
+        name = name or uniq("pod")
+        pod = self.core.AddPod(core_pb2.AddPodOptions(name=name, desc=desc), timeout=10)
+        return pod.name
+
+    def add_node(self, pod, name=None, labels=None, endpoint="process://"):
+        name = name or uniq("node")
+        return self.core.AddNode(core_pb2.AddNodeOptions(
+            nodename=name, endpoint=endpoint, podname=pod, labels=labels or {},
+            resources={"cpumem": CPUMEM}), timeout=10)
+
+    def names(self, pod, all=False, labels=None, skip_info=False):
+        return [n.name for n in self.core.ListPodNodes(core_pb2.ListNodesOptions(
+            podname=pod, all=all, labels=labels or {}, skip_info=skip_info), timeout=10)]
+
+    def status(self, node, ttl):
+        self.core.SetNodeStatus(core_pb2.SetNodeStatusOptions(nodename=node, ttl=ttl), timeout=10)
+
+    def eru(self, method, msg):
+        t = grpc_trailers(self.addr, "/pb.CoreRPC/" + method, msg.SerializeToString())
+        return int(t.get("grpc-status", "-1")), t.get("grpc-message", "")
+
+
+class Pods(Base):
+    def test_add_get_list_remove(self):
+        a, b = uniq("zz-b"), uniq("zz-a")
+        pod = self.core.AddPod(core_pb2.AddPodOptions(name=a, desc="first"), timeout=10)
+        self.assertEqual((pod.name, pod.desc), (a, "first"))
+        self.add_pod(b, desc="second")
+        got = self.core.GetPod(core_pb2.GetPodOptions(name=a), timeout=10)
+        self.assertEqual((got.name, got.desc), (a, "first"))
+        listed = [(p.name, p.desc) for p in self.core.ListPods(core_pb2.Empty(), timeout=10).pods]
+        self.assertEqual(listed, sorted(listed))
+        self.assertIn((a, "first"), listed)
+        self.assertIn((b, "second"), listed)
+        self.core.RemovePod(core_pb2.RemovePodOptions(name=a), timeout=10)
+        listed = [p.name for p in self.core.ListPods(core_pb2.Empty(), timeout=10).pods]
+        self.assertNotIn(a, listed)
+        self.assertIn(b, listed)
+        code, msg = self.eru("GetPod", core_pb2.GetPodOptions(name=a))
+        self.assertEqual(code, 1023)
+        self.assertEqual(msg, "pod %s not found" % a)
+        # The record is in Redis under the registry's hash tag.
+        self.assertEqual(self.stack.redis.cmd("HEXISTS", self.stack.key("{reg}:pods"), b), 1)
+
+
+class Nodes(Base):
+    def test_nodes_of_a_pod(self):
+        pod = self.add_pod()
+        n1 = self.add_node(pod, "n1-" + pod, labels={"zone": "a"})
+        self.assertEqual(n1.name, "n1-" + pod)
+        self.assertEqual(n1.endpoint, "process://")
+        self.assertEqual(n1.podname, pod)
+        self.assertFalse(n1.available)
+        self.assertFalse(n1.bypass)
+        self.assertEqual(dict(n1.labels), {"zone": "a"})
+        self.assertEqual(json.loads(n1.resource_capacity),
+                         {"cpumem": {"cpu": 4, "memory": "8G"}})
+        self.assertEqual(json.loads(n1.info)["engine"], "process")
+        self.add_node(pod, "n2-" + pod, labels={"zone": "a"})
+        self.add_node(pod, "n3-" + pod, labels={"zone": "b"})
+        names = ["n1-" + pod, "n2-" + pod, "n3-" + pod]
+
+        got = self.core.GetNode(core_pb2.GetNodeOptions(nodename=names[1]), timeout=10)
+        self.assertEqual((got.name, got.podname), (names[1], pod))
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=names[2]), timeout=10)
+        self.assertEqual(eng.type, "process")
+
+        # No agent is alive: every node is down, listed only with all.
+        self.assertEqual(self.names(pod, all=True), names)
+        self.assertEqual(self.names(pod), [])
+        self.assertEqual(self.names(pod, all=True, labels={"zone": "a"}), names[:2])
+        nodes = list(self.core.ListPodNodes(core_pb2.ListNodesOptions(
+            podname=pod, all=True, skip_info=True), timeout=10))
+        self.assertEqual([n.info for n in nodes], ["", "", ""])
+
+        # Liveness: n1 for long, n2 for 2 s.
+        self.status(names[0], 60)
+        self.status(names[1], 2)
+        self.assertEqual(self.names(pod), names[:2])
+        st = self.core.GetNodeStatus(core_pb2.GetNodeStatusOptions(nodename=names[0]), timeout=10)
+        self.assertEqual((st.nodename, st.podname, st.alive), (names[0], pod, True))
+        ttl = self.stack.redis.cmd("TTL", self.stack.key("{reg}:alive:" + names[0]))
+        self.assertTrue(50 < ttl <= 60, ttl)
+        self.assertEqual(wait_for(lambda: self.names(pod) == names[:1], 6 * SLACK), True)
+        st = self.core.GetNodeStatus(core_pb2.GetNodeStatusOptions(nodename=names[1]), timeout=10)
+        self.assertFalse(st.alive)
+        self.assertTrue(self.core.GetNode(core_pb2.GetNodeOptions(nodename=names[0]),
+                                          timeout=10).available)
+
+        # Bypass takes a live node down; FALSE brings it back; KEEP keeps it.
+        n = self.core.SetNode(core_pb2.SetNodeOptions(nodename=names[0], bypass=TRUE), timeout=10)
+        self.assertTrue(n.bypass)
+        self.assertEqual(self.names(pod), [])
+        n = self.core.SetNode(core_pb2.SetNodeOptions(nodename=names[0], bypass=KEEP), timeout=10)
+        self.assertTrue(n.bypass)
+        n = self.core.SetNode(core_pb2.SetNodeOptions(nodename=names[0], bypass=FALSE), timeout=10)
+        self.assertFalse(n.bypass)
+        self.assertEqual(self.names(pod), names[:1])
+
+        # Labels are replaced when given, kept otherwise; resources replaced; endpoint changes
+        # the engine.
+        n = self.core.SetNode(core_pb2.SetNodeOptions(
+            nodename=names[2], labels={"disk": "ssd"}, endpoint="virt://qemu:///system",
+            resources={"storage": b'{"storage": "1T"}'}, workloads_down=True), timeout=10)
+        self.assertEqual(dict(n.labels), {"disk": "ssd"})
+        self.assertEqual(n.endpoint, "virt://qemu:///system")
+        self.assertEqual(json.loads(n.resource_capacity), {"storage": {"storage": "1T"}})
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=names[2]), timeout=10)
+        self.assertEqual(eng.type, "virt")
+        n = self.core.SetNode(core_pb2.SetNodeOptions(nodename=names[2]), timeout=10)
+        self.assertEqual(dict(n.labels), {"disk": "ssd"})
+
+        # Removal: nodes first, then the pod.
+        for name in names:
+            self.core.RemoveNode(core_pb2.RemoveNodeOptions(nodename=name), timeout=10)
+        self.assertEqual(self.names(pod, all=True), [])
+        self.assertEqual(self.stack.redis.cmd("EXISTS", self.stack.key("{reg}:alive:" + names[0])), 0)
+        self.core.RemovePod(core_pb2.RemovePodOptions(name=pod), timeout=10)
+
+    def test_docker_endpoint_is_stored(self):
+        pod = self.add_pod()
+        n = self.add_node(pod, endpoint="tcp://10.0.0.9:2376")
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=n.name), timeout=10)
+        self.assertEqual(eng.type, "docker")
+
+
+class StatusStream(Base):
+    """Two gateways: each stream, on either gateway, sees every change exactly once."""
+
+    def watch(self, core):
+        got, lock = [], threading.Lock()
+        stream = core.NodeStatusStream(core_pb2.Empty(), timeout=60)
+        self.addCleanup(stream.cancel)  # also when an assertion fails
+
+        def read():
+            try:
+                for m in stream:
+                    with lock:
+                        got.append((m.nodename, m.podname, m.alive))
+            except grpc.RpcError:
+                pass
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+
+        def seen():
+            with lock:
+                return list(got)
+
+        return stream, t, seen
+
+    def test_alive_then_dead_on_expiry_and_deletion(self):
+        pod = self.add_pod()
+        a = self.add_node(pod).name
+        b = self.add_node(pod).name
+        watches = [self.watch(self.core), self.watch(self.core2)]
+        time.sleep(1.0)  # the streams are registered by then
+        self.status(a, 2)
+        self.status(a, 2)  # a refresh is not a change
+        self.status(b, 60)
+        self.status(b, -1)  # deletion
+
+        want = [(a, pod, True), (b, pod, True), (b, pod, False), (a, pod, False)]
+        def mine(seen):
+            # Other tests' nodes may still expire meanwhile: only these two count.
+            return [e for e in seen() if e[0] in (a, b)]
+
+        for stream, t, seen in watches:
+            wait_for(lambda: len(mine(seen)) >= 4, 8 * SLACK)
+        time.sleep(0.3)
+        for stream, t, seen in watches:
+            evs = mine(seen)
+            self.assertEqual(sorted(evs), sorted(want))
+            # Per node: alive before dead.
+            self.assertLess(evs.index((a, pod, True)), evs.index((a, pod, False)))
+            self.assertLess(evs.index((b, pod, True)), evs.index((b, pod, False)))
+            stream.cancel()
+            t.join(5)
+
+    def test_removed_node_reports_dead(self):
+        pod = self.add_pod()
+        a = self.add_node(pod).name
+        stream, t, seen = self.watch(self.core)
+        time.sleep(1.0)
+        self.status(a, 60)
+
+        def mine():
+            return [e for e in seen() if e[0] == a]
+
+        self.assertTrue(wait_for(lambda: mine() == [(a, pod, True)], 5 * SLACK), seen())
+        self.core.RemoveNode(core_pb2.RemoveNodeOptions(nodename=a), timeout=10)
+        # The record is gone with the key, so the message cannot name the pod.
+        wait_for(lambda: len(mine()) >= 2, 5 * SLACK)
+        time.sleep(0.2)
+        self.assertEqual(mine(), [(a, pod, True), (a, "", False)])
+        stream.cancel()
+        t.join(5)
+
+
+class StreamAcrossReconnect(StatusStream):
+    """The watchers reconnect when Redis drops their connection, turn the notifications on
+    again and go on."""
+
+    test_alive_then_dead_on_expiry_and_deletion = None
+    test_removed_node_reports_dead = None
+
+    def test_stream_survives_a_dropped_connection(self):
+        pod = self.add_pod()
+        a = self.add_node(pod).name
+        stream, t, seen = self.watch(self.core)
+        time.sleep(1.0)
+        redis = self.stack.redis
+
+        def watchers():
+            # Connections with a pattern subscription: one watcher per gateway.
+            clients = redis.cmd("CLIENT", "LIST", "TYPE", "pubsub").splitlines()
+            return sum(1 for c in clients if " psub=1 " in c + " ")
+
+        self.assertEqual(watchers(), 2)
+        redis.cmd("CONFIG", "SET", "notify-keyspace-events", "")
+        redis.cmd("CLIENT", "KILL", "TYPE", "pubsub")
+
+        def resubscribed():
+            flags = redis.cmd("CONFIG", "GET", "notify-keyspace-events")[1]
+            return watchers() == 2 and all(c in flags for c in "K$gx")
+
+        self.assertTrue(wait_for(resubscribed, 10 * SLACK))
+        self.status(a, 60)
+        self.assertTrue(wait_for(lambda: (a, pod, True) in seen(), 5 * SLACK), seen())
+        self.status(a, -1)
+        self.assertTrue(wait_for(lambda: (a, pod, False) in seen(), 5 * SLACK), seen())
+        self.assertEqual([e for e in seen() if e[0] == a], [(a, pod, True), (a, pod, False)])
+        stream.cancel()
+        t.join(5)
+
+
+class EruCodes(Base):
+    def test_codes(self):
+        pod = self.add_pod()
+        node = self.add_node(pod).name
+
+        code, msg = self.eru("AddPod", core_pb2.AddPodOptions(name=pod))
+        self.assertEqual((code, msg), (1021, "pod %s already exists" % pod))
+        code, msg = self.eru("AddPod", core_pb2.AddPodOptions(name="a/b"))
+        self.assertEqual(code, 1021)
+        self.assertIn("name", msg)
+        t = grpc_trailers(self.addr, "/pb.CoreRPC/AddPod", b"\xff\xff")
+        self.assertEqual(t.get("grpc-status"), "1021")
+
+        code, msg = self.eru("RemovePod", core_pb2.RemovePodOptions(name=pod))
+        self.assertEqual((code, msg), (1022, "pod %s still has 1 node(s): remove them first" % pod))
+
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="process://", podname="no-such-pod",
+            resources={"cpumem": CPUMEM}))
+        self.assertEqual((code, msg), (1031, "pod no-such-pod not found"))
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename="lonely", endpoint="process://", podname=pod))
+        self.assertEqual(code, 1031)
+        self.assertIn("no resources given and node lonely has no live agent", msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="http://x", podname=pod, resources={"cpumem": CPUMEM}))
+        self.assertEqual(code, 1031)
+        self.assertIn("http://x", msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="process://", podname=pod, resources={"cpumem": b"[1]"}))
+        self.assertEqual(code, 1031)
+        self.assertIn("resources[cpumem]", msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"cpu": 4, "memory": "-1G"}'}))
+        self.assertEqual(code, 1031)
+        self.assertTrue(msg.startswith("resources: cpumem"), msg)
+        self.assertIn("memory", msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=node, endpoint="process://", podname=pod, resources={"cpumem": CPUMEM}))
+        self.assertEqual((code, msg), (1031, "node %s already exists" % node))
+
+        code, msg = self.eru("GetNode", core_pb2.GetNodeOptions(nodename="ghost"))
+        self.assertEqual((code, msg), (1034, "node ghost not found"))
+        code, msg = self.eru("RemoveNode", core_pb2.RemoveNodeOptions(nodename="ghost"))
+        self.assertEqual((code, msg), (1032, "node ghost not found"))
+        code, msg = self.eru("ListPodNodes", core_pb2.ListNodesOptions(podname="ghost"))
+        self.assertEqual((code, msg), (1033, "pod ghost not found"))
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename=node, delta=True, resources={"cpumem": CPUMEM}))
+        self.assertEqual(code, 1035)
+        self.assertIn("delta", msg)
+        code, msg = self.eru("SetNodeStatus", core_pb2.SetNodeStatusOptions(nodename=node, ttl=0))
+        self.assertEqual(code, 1036)
+        self.assertIn("ttl: 0", msg)
+        code, msg = self.eru("SetNodeStatus", core_pb2.SetNodeStatusOptions(nodename="ghost", ttl=5))
+        self.assertEqual((code, msg), (1036, "node ghost not found"))
+        code, msg = self.eru("GetNodeStatus", core_pb2.GetNodeStatusOptions(nodename="ghost"))
+        self.assertEqual((code, msg), (1038, "node ghost not found"))
+        code, msg = self.eru("GetNodeEngineInfo", core_pb2.GetNodeOptions(nodename="ghost"))
+        self.assertEqual((code, msg), (1038, "node ghost not found"))
+
+
+if __name__ == "__main__":
+    pvtest.main()
