@@ -113,7 +113,7 @@ def phase_submit(seconds):
         run_bench(st, "--count", 3000, tag="warm")
         gw = run_bench(st, "--seconds", seconds, tag="submit")
         ceiling = redis_benchmark(st, max(20000, int(gw["submit_rate"] * seconds)))
-        threads = st.config.get("gateway", {}).get("threads", 2)
+        threads = st.config.get("gateway", {}).get("threads", "default (4)")
     return gw, ceiling, threads
 
 
