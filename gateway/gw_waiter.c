@@ -689,20 +689,8 @@ int gw_waiter_add(gw_waiter *w, gw_call *c, const char *op_id, gw_waiter_mode mo
 /* life                                                                                       */
 
 static int parse_addr(gw_waiter *w, const char *addr) {
-    if (addr[0] == '/') {
-        snprintf(w->host, sizeof w->host, "%s", addr);
-        w->port = 0;
-        return 0;
-    }
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof w->host) return -1;
-    memcpy(w->host, addr, (size_t)(colon - addr));
-    w->host[colon - addr] = '\0';
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535) return -1;
-    w->port = (int)port;
-    return 0;
+    pv_status st;
+    return pv_redis_parse_addr(addr, w->host, sizeof w->host, &w->port, &st) == PV_OK ? 0 : -1;
 }
 
 gw_waiter *gw_waiter_new(gw_app *app) {
@@ -718,14 +706,8 @@ gw_waiter *gw_waiter_new(gw_app *app) {
     w->n_buckets = TABLE_MIN_BUCKETS;
     w->buckets = calloc(w->n_buckets, sizeof *w->buckets);
     w->loop = ev_loop_new(EVFLAG_AUTO);
-    pv_redis_opts o = {
-        .addr = app->cfg.redis.addr,
-        .db = app->cfg.redis.db,
-        .password = app->cfg.redis.password,
-        .connect_timeout_ms = app->cfg.redis.connect_timeout_ms,
-        .command_timeout_ms = app->cfg.redis.command_timeout_ms,
-        .load_functions = 1,
-    };
+    pv_redis_opts o;
+    pv_redis_opts_from_config(&app->cfg, &o);
     pv_status st;
     if (!w->buckets || !w->loop || pv_redis_new(&o, &w->redis, &st) != PV_OK) {
         if (w->loop) ev_loop_destroy(w->loop);

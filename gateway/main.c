@@ -42,14 +42,8 @@ static void usage(FILE *f) {
 
 static void *thread_redis_new(void *arg) {
     gw_app *app = arg;
-    pv_redis_opts o = {
-        .addr = app->cfg.redis.addr,
-        .db = app->cfg.redis.db,
-        .password = app->cfg.redis.password,
-        .connect_timeout_ms = app->cfg.redis.connect_timeout_ms,
-        .command_timeout_ms = app->cfg.redis.command_timeout_ms,
-        .load_functions = 1,
-    };
+    pv_redis_opts o;
+    pv_redis_opts_from_config(&app->cfg, &o);
     pv_redis *r = NULL;
     pv_status st;
     if (pv_redis_new(&o, &r, &st) != PV_OK) pv_error("redis handle: %s", st.msg);

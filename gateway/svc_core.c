@@ -943,19 +943,8 @@ static void *watch_thread(void *arg) {
 }
 
 static int parse_addr(status_watch *w, const char *addr) {
-    if (addr[0] == '/') {
-        snprintf(w->host, sizeof w->host, "%s", addr);
-        return 0;
-    }
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof w->host) return -1;
-    memcpy(w->host, addr, (size_t)(colon - addr));
-    w->host[colon - addr] = '\0';
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535) return -1;
-    w->port = (int)port;
-    return 0;
+    pv_status st;
+    return pv_redis_parse_addr(addr, w->host, sizeof w->host, &w->port, &st) == PV_OK ? 0 : -1;
 }
 
 static status_watch *status_watch_new(svc_core *s) {
@@ -976,14 +965,8 @@ static status_watch *status_watch_new(svc_core *s) {
     }
     snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s", app->cfg.redis.db,
              prefix);
-    pv_redis_opts o = {
-        .addr = app->cfg.redis.addr,
-        .db = app->cfg.redis.db,
-        .password = app->cfg.redis.password,
-        .connect_timeout_ms = app->cfg.redis.connect_timeout_ms,
-        .command_timeout_ms = app->cfg.redis.command_timeout_ms,
-        .load_functions = 1,
-    };
+    pv_redis_opts o;
+    pv_redis_opts_from_config(&app->cfg, &o);
     w->loop = ev_loop_new(EVFLAG_AUTO);
     if (!w->loop || pv_redis_new(&o, &w->redis, &st) != PV_OK) {
         if (w->loop) ev_loop_destroy(w->loop);

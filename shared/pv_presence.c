@@ -136,14 +136,8 @@ int pv_presence_start(const pv_config *cfg, const pv_presence_opts *o, pv_presen
     p->tick = o->tick;
     p->leave = o->leave;
     p->tick_arg = o->tick_arg;
-    pv_redis_opts ro = {
-        .addr = cfg->redis.addr,
-        .db = cfg->redis.db,
-        .password = cfg->redis.password,
-        .connect_timeout_ms = cfg->redis.connect_timeout_ms,
-        .command_timeout_ms = cfg->redis.command_timeout_ms,
-        .load_functions = 1,
-    };
+    pv_redis_opts ro;
+    pv_redis_opts_from_config(cfg, &ro);
     if (!p->instance || !p->kind || !p->value) {
         presence_free(p);
         return pv_status_set(st, PV_INTERNAL, "out of memory");

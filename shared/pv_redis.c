@@ -116,18 +116,22 @@ static char *dup_or_null(const char *s) {
     return (s == NULL || s[0] == '\0') ? NULL : strdup(s);
 }
 
-/* Splits "host:port" (the port after the last ':'; "[v6]:port" loses its brackets). */
-static int parse_addr(pv_redis *r, pv_status *st) {
-    const char *a = r->addr;
-    if (a[0] == '/') return PV_OK;
+int pv_redis_parse_addr(const char *a, char *host, size_t hostlen, int *port, pv_status *st) {
+    if (a[0] == '/') {
+        if (strlen(a) >= hostlen)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "redis addr \"%s\": path too long", a);
+        memcpy(host, a, strlen(a) + 1);
+        *port = 0;
+        return PV_OK;
+    }
     const char *colon = strrchr(a, ':');
     if (colon == NULL || colon == a || colon[1] == '\0')
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "redis addr \"%s\": expected host:port or a unix socket path", a);
     char *end = NULL;
     errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || port < 1 || port > 65535)
+    long p = strtol(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p < 1 || p > 65535)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "redis addr \"%s\": port must be a number from 1 to 65535", a);
     const char *h = a;
@@ -136,10 +140,31 @@ static int parse_addr(pv_redis *r, pv_status *st) {
         h++;
         hlen -= 2;
     }
-    r->host = strndup(h, hlen);
-    if (r->host == NULL) return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
-    r->port = (int)port;
+    if (hlen >= hostlen)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis addr \"%s\": host too long", a);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (int)p;
     return PV_OK;
+}
+
+void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->addr = c->redis.addr;
+    o->db = c->redis.db;
+    o->password = c->redis.password;
+    o->connect_timeout_ms = c->redis.connect_timeout_ms;
+    o->command_timeout_ms = c->redis.command_timeout_ms;
+    o->load_functions = 1;
+}
+
+/* The handle keeps the host (NULL for a unix socket, whose path is the address itself). */
+static int parse_addr(pv_redis *r, pv_status *st) {
+    char host[256];
+    int rc = pv_redis_parse_addr(r->addr, host, sizeof host, &r->port, st);
+    if (rc != PV_OK || r->port == 0) return rc;
+    r->host = strdup(host);
+    return r->host ? PV_OK : pv_status_set(st, PV_INTERNAL, "redis: out of memory");
 }
 
 /* Frees the context; replies it still owed become lost. */
@@ -450,6 +475,17 @@ int pv_redis_error_status(const char *err, size_t len, pv_status *st) {
         code != PV_OK) {
         const char *msg = space + 1;
         return pv_status_set(st, code, "%.*s", (int)(len - (size_t)(msg - err)), msg);
+    }
+    /* Redis's own "not now" answers: a restarting server replaying its AOF (LOADING), a script
+     * running too long (BUSY), a replica or a primary without its replicas (READONLY,
+     * MASTERDOWN, NOREPLICAS), a cluster in flux (TRYAGAIN, CLUSTERDOWN). The command may work a
+     * moment later: UNAVAILABLE, so callers retry instead of failing for good. */
+    static const char *const transient[] = {"LOADING",    "BUSY ",    "READONLY",   "MASTERDOWN",
+                                            "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
+    for (size_t i = 0; i < sizeof transient / sizeof transient[0]; i++) {
+        size_t n = strlen(transient[i]);
+        if (len >= n && memcmp(err, transient[i], n) == 0)
+            return pv_status_set(st, PV_UNAVAILABLE, "redis: %.*s", (int)len, err);
     }
     return pv_status_set(st, PV_INTERNAL, "redis: %.*s", (int)len, err);
 }

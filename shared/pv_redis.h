@@ -23,6 +23,7 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 
+#include "pv_config.h"
 #include "pv_status.h"
 
 typedef struct pv_redis_opts {
@@ -35,6 +36,14 @@ typedef struct pv_redis_opts {
 } pv_redis_opts;
 
 typedef struct pv_redis pv_redis;
+
+/* The options every pivirt connection uses, from the configuration (functions loaded). The
+ * strings stay owned by c. */
+void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o);
+
+/* Splits an address: "host:port" ("[v6]:port" loses its brackets) or a unix socket path (then
+ * host = the path and *port = 0). PV_INVALID_ARGUMENT naming the address otherwise. */
+int pv_redis_parse_addr(const char *addr, char *host, size_t hostlen, int *port, pv_status *st);
 
 /* Allocates a handle; does not connect (the first command does). Returns PV_OK or PV_INTERNAL. */
 int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st);

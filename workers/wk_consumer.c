@@ -910,14 +910,9 @@ static void consumer_free(struct wk_consumer *c) {
 }
 
 static int new_redis(const pv_config *cfg, int extra_timeout_ms, pv_redis **out, pv_status *st) {
-    pv_redis_opts ro = {
-        .addr = cfg->redis.addr,
-        .db = cfg->redis.db,
-        .password = cfg->redis.password,
-        .connect_timeout_ms = cfg->redis.connect_timeout_ms,
-        .command_timeout_ms = cfg->redis.command_timeout_ms + extra_timeout_ms,
-        .load_functions = 1,
-    };
+    pv_redis_opts ro;
+    pv_redis_opts_from_config(cfg, &ro);
+    ro.command_timeout_ms += extra_timeout_ms;
     return pv_redis_new(&ro, out, st);
 }
 

@@ -349,6 +349,17 @@ static void test_error_status_text(void **state) {
         {"WRONGTYPE Operation against a key", PV_INTERNAL,
          "redis: WRONGTYPE Operation against a key"},
         {"", PV_INTERNAL, "redis: "},
+        /* Redis's transient answers are worth a retry: UNAVAILABLE, not INTERNAL. */
+        {"LOADING Redis is loading the dataset in memory", PV_UNAVAILABLE,
+         "redis: LOADING Redis is loading the dataset in memory"},
+        {"BUSY Redis is busy running a script", PV_UNAVAILABLE,
+         "redis: BUSY Redis is busy running a script"},
+        {"READONLY You can't write against a read only replica.", PV_UNAVAILABLE,
+         "redis: READONLY You can't write against a read only replica."},
+        {"MASTERDOWN Link with MASTER is down", PV_UNAVAILABLE,
+         "redis: MASTERDOWN Link with MASTER is down"},
+        {"BUSYGROUP Consumer Group name already exists", PV_INTERNAL,
+         "redis: BUSYGROUP Consumer Group name already exists"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         pv_status st;
