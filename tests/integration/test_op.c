@@ -1179,6 +1179,92 @@ static void test_atomicity_many(void **state) {
     free(entries);
 }
 
+/* The worker's batch paths: pv_op_acquire_batch leases n delivered entries in one round trip
+ * with exactly the outcomes pv_op_acquire gives one by one, and pv_op_take reads and leases a
+ * backlog in one call, nothing when there is nothing new. */
+static void test_acquire_batch_and_take(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    ensure_group(f, "ops");
+    pv_op a = submit(f, "batch-1"), b = submit(f, "batch-2"), c = submit(f, "batch-3");
+    pv_op cancelled;
+    assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, b.id, &cancelled, &st), PV_OK);
+    pv_op_clear(&cancelled);
+
+    char entries[3][64], ids[3][PV_ID_MAX];
+    const char *ep[3], *ip[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(read_entry(f, "ops", "w1", entries[i], ids[i]), 1);
+        ep[i] = entries[i];
+        ip[i] = ids[i];
+    }
+    assert_string_equal(ids[0], a.id);
+    assert_string_equal(ids[1], b.id);
+    assert_string_equal(ids[2], c.id);
+    pv_op out[3];
+    int64_t tokens[3];
+    pv_op_acquire_result res[3];
+    int rcs[3];
+    pv_status sts[3];
+    memset(out, 0, sizeof out);
+    assert_int_equal(pv_op_acquire_batch(f->r, &f->keys, &f->opts, "ops", "w1", 3, ep, ip, 10000,
+                                         out, tokens, res, rcs, sts),
+                     PV_OK);
+    assert_int_equal(rcs[0], PV_OK);
+    assert_int_equal(rcs[1], PV_OK);
+    assert_int_equal(rcs[2], PV_OK);
+    assert_int_equal(res[0], PV_OP_ACQ_RUN);
+    assert_int_equal(res[1], PV_OP_ACQ_CANCELLED);
+    assert_int_equal(res[2], PV_OP_ACQ_RUN);
+    assert_true(tokens[0] > 0 && tokens[2] > 0 && tokens[0] != tokens[2]);
+    assert_int_equal(out[0].status, PV_OP_RUNNING);
+    assert_int_equal(out[0].attempts, 1);
+    assert_string_equal(out[0].worker, "w1");
+    assert_int_equal(out[2].status, PV_OP_RUNNING);
+    finish(f, &out[0], tokens[0], PV_OP_SUCCEEDED);
+    finish(f, &out[2], tokens[2], PV_OP_SUCCEEDED);
+    pv_op done = get(f, a.id);
+    assert_int_equal(done.status, PV_OP_SUCCEEDED);
+    pv_op_clear(&done);
+    for (int i = 0; i < 3; i++)
+        pv_op_clear(&out[i]);
+
+    /* A backlog of two, taken in one call; then nothing is left. */
+    pv_op d = submit(f, "take-1"), e = submit(f, "take-2");
+    pv_op_taken taken[5];
+    size_t n = 99;
+    memset(taken, 0, sizeof taken);
+    assert_int_equal(pv_op_take(f->r, &f->keys, &f->opts, "ops", "w2", 5, 10000, taken, &n, &st),
+                     PV_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(taken[0].op_id, d.id);
+    assert_string_equal(taken[1].op_id, e.id);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(taken[i].rc, PV_OK);
+        assert_int_equal(taken[i].res, PV_OP_ACQ_RUN);
+        assert_true(taken[i].token > 0);
+        assert_int_equal(taken[i].rec.status, PV_OP_RUNNING);
+        assert_string_equal(taken[i].rec.worker, "w2");
+        assert_true(strlen(taken[i].entry) > 0);
+        finish(f, &taken[i].rec, taken[i].token, PV_OP_SUCCEEDED);
+        pv_op_clear(&taken[i].rec);
+    }
+    n = 99;
+    assert_int_equal(pv_op_take(f->r, &f->keys, &f->opts, "ops", "w2", 5, 10000, taken, &n, &st),
+                     PV_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(pending_count(f, "ops"), 0);
+
+    /* A queue without its consumer group is the call's own failure. */
+    assert_int_not_equal(
+        pv_op_take(f->r, &f->keys, &f->opts, "nogroup", "w2", 5, 10000, taken, &n, &st), PV_OK);
+    pv_op_clear(&a);
+    pv_op_clear(&b);
+    pv_op_clear(&c);
+    pv_op_clear(&d);
+    pv_op_clear(&e);
+}
+
 static void test_key_names(void **state) {
     fixture *f = *state;
     pv_status st;
@@ -1211,6 +1297,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomicity_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_batch_and_take, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_names, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
