@@ -64,11 +64,11 @@ static pv_redis *redis_or_answer(gw_call *call) {
 /* ---------------------------------------------------------------------------------------- */
 /* GetOperation, CancelOperation, ListOperations                                             */
 
-static void on_get(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Operations__V1__GetOperationRequest *req = (const void *)msg;
+/* GetOperation and CancelOperation: an id in, the record (after the call) out. */
+static void answer_by_id(gw_call *call, const char *id, bool cancel) {
     svc_operations *s = gw_call_method_data(call);
     pv_status st;
-    if (pv_validate_name("id", req->id, &st) != PV_OK) {
+    if (pv_validate_name("id", id, &st) != PV_OK) {
         finish_status(call, &st);
         return;
     }
@@ -76,30 +76,21 @@ static void on_get(gw_call *call, const ProtobufCMessage *msg) {
     if (!r) return;
     pv_op op;
     memset(&op, 0, sizeof op);
-    if (pv_op_get(r, &s->app->keys, req->id, &op, &st) == PV_OK)
+    int rc = cancel ? pv_op_cancel(r, &s->app->keys, &s->opts, id, &op, &st)
+                    : pv_op_get(r, &s->app->keys, id, &op, &st);
+    if (rc == PV_OK)
         op_convert_reply(call, &op);
     else
         finish_status(call, &st);
     pv_op_clear(&op);
 }
 
+static void on_get(gw_call *call, const ProtobufCMessage *msg) {
+    answer_by_id(call, ((const Pivirt__Operations__V1__GetOperationRequest *)msg)->id, false);
+}
+
 static void on_cancel(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Operations__V1__CancelOperationRequest *req = (const void *)msg;
-    svc_operations *s = gw_call_method_data(call);
-    pv_status st;
-    if (pv_validate_name("id", req->id, &st) != PV_OK) {
-        finish_status(call, &st);
-        return;
-    }
-    pv_redis *r = redis_or_answer(call);
-    if (!r) return;
-    pv_op op;
-    memset(&op, 0, sizeof op);
-    if (pv_op_cancel(r, &s->app->keys, &s->opts, req->id, &op, &st) == PV_OK)
-        op_convert_reply(call, &op);
-    else
-        finish_status(call, &st);
-    pv_op_clear(&op);
+    answer_by_id(call, ((const Pivirt__Operations__V1__CancelOperationRequest *)msg)->id, true);
 }
 
 static void on_list(gw_call *call, const ProtobufCMessage *msg) {
