@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.parse
 
 # The harness forks (subprocess with preexec_fn) while grpc's threads run; grpcio's fork handlers
 # then abort at random (thread_pool.cc "state_ == State::kRunning"). The children exec at once
@@ -464,6 +465,25 @@ def health_status_on(channel, service="", timeout=5.0, metadata=None):
         req = b"\x0a" + _varint(len(raw)) + raw
     return _decode_health(unary_raw(channel, "/grpc.health.v1.Health/Check", req,
                                     timeout=timeout, metadata=metadata))
+
+
+def grpc_trailers(addr, path, message, timeout=20):
+    """Sends one framed gRPC message to ADDR's PATH with nghttp and returns the grpc-status and
+    grpc-message trailers it got (message percent-decoded). For calls that answer Eru's per-call
+    codes (1021, ...): python's grpcio hangs on status codes that are not canonical."""
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
+        f.flush()
+        out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
+                              "-H", "te: trailers", "http://%s%s" % (addr, path)],
+                             capture_output=True, text=True, timeout=timeout).stdout
+    found = {}
+    for line in out.splitlines():
+        for key in ("grpc-status", "grpc-message"):
+            marker = "%s: " % key
+            if marker in line and " recv " in line:
+                found[key] = urllib.parse.unquote(line.split(marker, 1)[1].strip())
+    return found
 
 
 def buf_curl(*args, check=True, timeout=60, data=None):

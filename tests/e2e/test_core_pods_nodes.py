@@ -3,12 +3,9 @@
 Real processes only: a redis-server and pivirt-gateway, driven by Debian's python3-grpcio with
 stubs generated from proto/ (build/py) for the success paths. Eru's per-call error codes (1021,
 1031, ...) are not canonical gRPC codes and python's grpcio hangs on them, so the failures are
-read at the HTTP/2 level with nghttp (grpc_trailers, as in test_gateway.py).
+read at the HTTP/2 level with nghttp (pvtest.grpc_trailers).
 
-One stack (Redis, two gateways) serves every class and is started before any gRPC channel
-exists; nghttp runs in a helper process started even earlier (TrailerClient). Reason: python's
-grpcio waits for its thread pool to go idle before every fork, and with streams open (or under
-load) that wait can last forever; so this process never forks once it has used gRPC.
+One stack (Redis, two gateways) serves every class, started once for the module.
 
 Classes:
   Pods         AddPod / GetPod / ListPods / RemovePod.
@@ -21,7 +18,6 @@ Classes:
 import itertools
 import json
 import os
-import subprocess
 import threading
 import time
 import unittest
@@ -42,82 +38,20 @@ def uniq(prefix):
     return "%s-%d-%d" % (prefix, os.getpid(), next(_counter))
 
 
-# The helper process: reads "addr path hex-message" lines, answers each with the grpc-*
-# trailers as one JSON line. grpc_trailers is the helper of test_gateway.py.
-_TRAILER_HELPER = r'''
-import json, subprocess, sys, tempfile, urllib.parse
-
-
-def grpc_trailers(addr, path, message):
-    """Sends one framed message with nghttp and returns the grpc-* trailers it got."""
-    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-        f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
-        f.flush()
-        out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
-                              "-H", "te: trailers", "http://%s%s" % (addr, path)],
-                             capture_output=True, text=True, timeout=20).stdout
-    found = {}
-    for line in out.splitlines():
-        for key in ("grpc-status", "grpc-message"):
-            marker = "%s: " % key
-            if marker in line and " recv " in line:
-                found[key] = urllib.parse.unquote(line.split(marker, 1)[1].strip())
-    return found
-
-
-for line in sys.stdin:
-    addr, path, hexmsg = line.split()
-    message = b"" if hexmsg == "-" else bytes.fromhex(hexmsg)
-    print(json.dumps(grpc_trailers(addr, path, message)), flush=True)
-'''
-
-
-class TrailerClient:
-    """Runs grpc_trailers in the helper process (see the module's doc)."""
-
-    def __init__(self):
-        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", _TRAILER_HELPER],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.lock = threading.Lock()
-
-    def trailers(self, addr, path, message):
-        with self.lock:
-            self.proc.stdin.write("%s %s %s\n" % (addr, path, message.hex() or "-"))
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the nghttp helper exited (code %s)" % self.proc.poll())
-        return json.loads(line)
-
-    def close(self):
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 _stack = None
-_trailers = None
 
 
 def setUpModule():
-    global _stack, _trailers
-    _trailers = TrailerClient()
+    global _stack
     _stack = pvtest.Stack(gateways=2)
     _stack.start()
 
 
 def tearDownModule():
-    try:
-        _stack.stop()
-    finally:
-        _trailers.close()
+    _stack.stop()
 
 
-def grpc_trailers(addr, path, message):
-    return _trailers.trailers(addr, path, message)
+grpc_trailers = pvtest.grpc_trailers
 
 
 def wait_for(pred, timeout, step=0.1):

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 
@@ -48,21 +47,7 @@ def check(channel, service="", metadata=None, timeout=5):
     return health_status(call(health_request(service), metadata=metadata, timeout=timeout))
 
 
-def grpc_trailers(addr, path, message):
-    """Sends one framed message with nghttp and returns the grpc-* trailers it got."""
-    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-        f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
-        f.flush()
-        out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
-                              "-H", "te: trailers", "http://%s%s" % (addr, path)],
-                             capture_output=True, text=True, timeout=20).stdout
-    found = {}
-    for line in out.splitlines():
-        for key in ("grpc-status", "grpc-message"):
-            marker = "%s: " % key
-            if marker in line and " recv " in line:
-                found[key] = line.split(marker, 1)[1].strip()
-    return found
+grpc_trailers = pvtest.grpc_trailers
 
 
 def raw_unary(channel, path, payload, metadata=None, timeout=5):
