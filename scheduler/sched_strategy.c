@@ -96,6 +96,12 @@ __attribute__((format(printf, 3, 4))) static int set_error(sched_error *err, sch
     return code;
 }
 
+/* Eru's "not enough resource": what was asked and what could be placed. */
+static int insufficient(sched_error *err, int64_t need, int64_t available) {
+    return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
+                     (long long)need, (long long)available);
+}
+
 static void clear_error(sched_error *err) {
     if (err) {
         err->kind = SCHED_KIND_NONE;
@@ -210,9 +216,7 @@ static int auto_admits(const item *it, int64_t limit) {
 int sched_auto(const sched_node *nodes, size_t n, int64_t need, int64_t total, int64_t limit,
                sched_plan *plan, sched_error *err) {
     memset(plan, 0, sizeof *plan);
-    if (total < need)
-        return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                         (long long)need, (long long)total);
+    if (total < need) return insufficient(err, need, total);
     item *h = alloc_array(n, sizeof *h, err);
     if (!h) return PV_RESOURCE_EXHAUSTED;
     size_t m = 0;
@@ -236,8 +240,7 @@ int sched_auto(const sched_node *nodes, size_t n, int64_t need, int64_t total, i
                                  "reached nodelimit, a node can host at most %lld instances",
                                  (long long)limit);
             /* Without a limit only a `total` larger than the real room gets here. */
-            return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                             (long long)need, (long long)placed);
+            return insufficient(err, need, placed);
         }
         plan_add(plan, h[0].idx, 1);
         placed++;
@@ -256,9 +259,7 @@ int sched_auto(const sched_node *nodes, size_t n, int64_t need, int64_t total, i
 int sched_global(const sched_node *nodes, size_t n, int64_t need, int64_t total, sched_plan *plan,
                  sched_error *err) {
     memset(plan, 0, sizeof *plan);
-    if (total < need)
-        return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                         (long long)need, (long long)total);
+    if (total < need) return insufficient(err, need, total);
     item *h = alloc_array(n, sizeof *h, err);
     if (!h) return PV_RESOURCE_EXHAUSTED;
     size_t m = 0;
@@ -278,8 +279,7 @@ int sched_global(const sched_node *nodes, size_t n, int64_t need, int64_t total,
         if (m == 0) {
             free(h);
             sched_plan_free(plan);
-            return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                             (long long)need, (long long)placed);
+            return insufficient(err, need, placed);
         }
         plan_add(plan, h[0].idx, 1);
         h[0].usage += h[0].rate;
@@ -402,9 +402,7 @@ int sched_each(const sched_node *nodes, size_t n, int64_t need, int64_t limit, s
 int sched_drained(const sched_node *nodes, size_t n, int64_t need, int64_t total, sched_plan *plan,
                   sched_error *err) {
     memset(plan, 0, sizeof *plan);
-    if (total < need)
-        return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                         (long long)need, (long long)total);
+    if (total < need) return insufficient(err, need, total);
     item *v = sorted_items(nodes, n, drained_cmp, err);
     if (!v) return PV_RESOURCE_EXHAUSTED;
     int rc = plan_alloc(plan, n, err);
@@ -422,8 +420,7 @@ int sched_drained(const sched_node *nodes, size_t n, int64_t need, int64_t total
     free(v);
     if (left > 0) {
         sched_plan_free(plan);
-        return set_error(err, SCHED_KIND_INSUFFICIENT_RESOURCE, "need: %lld, available: %lld",
-                         (long long)need, (long long)(need - left));
+        return insufficient(err, need, need - left);
     }
     clear_error(err);
     return PV_OK;
