@@ -58,10 +58,13 @@ static const field node_fields[] = {
     {"labels", F_STR, offsetof(pv_node, labels), "{}"},
     {"resources", F_STR, offsetof(pv_node, resources), "{}"},
     {"bypass", F_BOOL, offsetof(pv_node, bypass), NULL},
+    {"usage", F_STR, offsetof(pv_node, usage), "{}"},
+    {"usage_rev", F_I64, offsetof(pv_node, usage_rev), NULL},
     {"created_ms", F_I64, offsetof(pv_node, created_ms), NULL},
     {"updated_ms", F_I64, offsetof(pv_node, updated_ms), NULL},
     {"alive", F_BOOL, offsetof(pv_node, alive), NULL},
     {"workloads", F_LONG, offsetof(pv_node, workloads), NULL},
+    {"allocs", F_LONG, offsetof(pv_node, allocs), NULL},
 };
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))

@@ -17,6 +17,8 @@
  *   <p>{reg}:nodes                hash: node name -> node id (names are unique system-wide)
  *   <p>{reg}:node-workloads:<id>  set: ids of the workloads on the node (written by the workload
  *                                 code later; RemoveNode refuses while it is not empty)
+ *   <p>{reg}:node-allocs:<id>     hash: allocation id -> JSON of what one reserved instance holds
+ *                                 there (written by the scheduler's reservations, pv_resv.h)
  *   <p>{reg}:alive:<node name>    string with a TTL: the node is alive while it exists (Eru's
  *                                 node status key; SetNodeStatus semantics)
  *
@@ -26,7 +28,9 @@
  * ClusterService: "control-plane" or "worker") ip endpoint engine (from the endpoint scheme:
  * process:// -> process, virt://<libvirt URI> -> virt, tcp:// and unix:// -> docker) labels
  * (JSON object of strings) resources (JSON object: plugin name -> the plugin's JSON document as
- * given) bypass (0|1: Eru's bypass = cordon) created_ms updated_ms.
+ * given) bypass (0|1: Eru's bypass = cordon) usage (JSON object: plugin -> usage document, the
+ * sum of the node's allocations; written by reservations only) usage_rev (bumped by every write
+ * of usage: reservations compare-and-set on it) created_ms updated_ms.
  * Readers add: a pod's node count, a node's alive flag (its alive key exists).
  *
  * A node is down when it is bypassed or not alive. Liveness changes are visible to subscribers
@@ -77,9 +81,12 @@ typedef struct pv_node {
     char *labels;    /* JSON object of strings, "{}" when none */
     char *resources; /* JSON object: plugin -> document, "{}" when none */
     bool bypass;
+    char *usage;       /* JSON object: plugin -> usage document, "{}" when none */
+    int64_t usage_rev; /* compare-and-set revision of usage */
     int64_t created_ms, updated_ms;
     bool alive;     /* filled by the readers */
     long workloads; /* filled by the readers: size of the workload set */
+    long allocs;    /* filled by the readers: number of reserved allocations */
 } pv_node;
 
 void pv_pod_clear(pv_pod *p);

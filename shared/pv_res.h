@@ -153,4 +153,88 @@ void pv_res_storage_req_free(pv_res_storage_req *req);
 int pv_res_storage_capacity(const pv_res_storage *node, const pv_res_storage_req *req,
                             pv_res_cap *out, pv_status *st);
 
+/* ---- a whole node: every plugin together (what the registry stores, what the scheduler uses) ----
+ *
+ * A node's `resources` is a JSON object plugin -> node document ({"cpumem": {...}, "storage":
+ * {...}}); a plugin whose document is absent is parsed from "{}" with the engine info (its
+ * defaults), so without info an absent cpumem has no cores and no memory.
+ *
+ * A node's `usage` is a JSON object plugin -> usage document, the sum of the allocations held
+ * on the node. An allocation (what one workload holds on one node) has the same shape as a usage
+ * document plus fields that say where it sits; summing allocations gives usage:
+ *   cpumem:  {"cpu_request": 1.5, "cpu_limit": 2, "memory_request": 536870912,
+ *             "memory_limit": 536870912, "cpu_map": {"0": 100, "1": 50},
+ *             "numa_node": "0", "numa_memory": {"0": 536870912}}
+ *            (cpu_map and numa_* only with binding; numa_node is left out of usage documents)
+ *   storage: {"storage_request": N, "storage_limit": N, "volumes": {"/data0": N},
+ *             "volume_plan": {"AUTO:/data:rw:10G": {"/data0": N}}}
+ *            (volume_plan is left out of usage documents; an exclusive 'm' volume counts whole)
+ * Keys use underscores as Eru's plugins store them. Parsers of these documents accept absent
+ * fields as zero and reject unknown fields, wrong types and negative values (INVALID_ARGUMENT
+ * naming "usage" or "allocation", the plugin and the field).
+ *
+ * A request is a JSON object plugin -> workload document ({"cpumem": {"cpu-request": 1, ...},
+ * "storage": {...}}, the CreateWorkload/CalculateCapacity `resources` map); absent plugins ask
+ * for nothing.
+ */
+
+typedef struct pv_res_node {
+    pv_res_cpumem cpumem;
+    pv_res_storage storage;
+} pv_res_node;
+
+typedef struct pv_res_req {
+    pv_res_cpumem_req cpumem;
+    pv_res_storage_req storage;
+} pv_res_req;
+
+/* resources_json: the node's resources object (NULL = "{}"); usage_json: its usage object
+ * (NULL = "{}"), applied to the used fields; info may be NULL. Unknown plugins fail with
+ * INVALID_ARGUMENT ("resources: unknown plugin ..."). Release with pv_res_node_free. */
+int pv_res_node_parse(const char *resources_json, const char *usage_json,
+                      const pv_res_engine_info *info, pv_res_node *node, pv_status *st);
+void pv_res_node_free(pv_res_node *node);
+
+/* request_json NULL or "{}": a request for nothing. Release with pv_res_req_free. */
+int pv_res_req_parse(const char *request_json, pv_res_req *req, pv_status *st);
+void pv_res_req_free(pv_res_req *req);
+
+/* Every plugin's capacity for req, combined (pv_res_cap_combine). */
+int pv_res_node_capacity(const pv_res_node *node, const pv_res_req *req, pv_res_cap *out,
+                         pv_status *st);
+
+/* Allocates one workload of req on node: picks its cores (binding: the same choice the capacity
+ * count makes first), NUMA node and volumes, adds them to the node's used fields and returns the
+ * allocation object ({"cpumem": {...}, "storage": {...}}, caller frees). RESOURCE_EXHAUSTED
+ * naming the plugin when it does not fit; node is then unchanged. Calling it k times succeeds
+ * exactly min(k, capacity) times. */
+int pv_res_node_alloc(pv_res_node *node, const pv_res_req *req, char **alloc_json, pv_status *st);
+
+/* Adds (sign = +1) or removes (sign = -1) an allocation object to/from the node's used fields;
+ * removal that would go below zero fails with FAILED_PRECONDITION and leaves node unchanged. */
+int pv_res_node_usage_add(pv_res_node *node, const char *alloc_json, int sign, pv_status *st);
+
+/* The node's usage object (every plugin, zeros omitted inside a plugin's document; "{}" on a node
+ * that uses nothing) and its full resources object (every plugin, defaults materialised, so
+ * pv_res_node_parse(resources, NULL, NULL, ...) gives the same capacities back). Caller frees. */
+int pv_res_node_usage_dump(const pv_res_node *node, char **usage_json, pv_status *st);
+int pv_res_node_resources_dump(const pv_res_node *node, char **resources_json, pv_status *st);
+
+/* Per-plugin share in use, for Eru's NodeResource percentages: cpu (cores requested / cores),
+ * memory, storage, volumes (bytes used / bytes); 0 where the node has none of it. */
+typedef struct pv_res_percent {
+    double cpu, memory, storage, volume;
+} pv_res_percent;
+void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out);
+
+/* SetNode with delta=true (Eru's semantics): adds delta_json (a resources object in node-document
+ * form) to base_json and writes the new resources object (caller frees). cpumem: cpu is added per
+ * core id ("id:pieces" entries; an integer N stands for cores 0..|N|-1 at 100 pieces each, with
+ * N's sign), a core left with 0 pieces and no usage disappears; memory and numa-memory add.
+ * storage: storage adds; volumes "/path:size" add per path (a volume left at 0 disappears). A
+ * result below zero, or below what usage_json (may be NULL) holds, fails with INVALID_ARGUMENT
+ * naming the plugin and field. */
+int pv_res_node_delta(const char *base_json, const char *delta_json, const char *usage_json,
+                      char **out_json, pv_status *st);
+
 #endif

@@ -42,6 +42,8 @@ local function node_reply(base, id)
   rec[#rec + 1] = tostring(redis.call('EXISTS', base .. 'alive:' .. (name or '')))
   rec[#rec + 1] = 'workloads'
   rec[#rec + 1] = tostring(redis.call('SCARD', base .. 'node-workloads:' .. id))
+  rec[#rec + 1] = 'allocs'
+  rec[#rec + 1] = tostring(redis.call('HLEN', base .. 'node-allocs:' .. id))
   return rec
 end
 
@@ -136,6 +138,11 @@ redis.register_function('pv_reg_remove_node', function(keys, args)
   if n > 0 then
     return err('FAILED_PRECONDITION', 'node ' .. name .. ' still hosts ' .. n ..
       ' workload(s): remove them first')
+  end
+  local held = redis.call('HLEN', base .. 'node-allocs:' .. id)
+  if held > 0 then
+    return err('FAILED_PRECONDITION', 'node ' .. name .. ' still holds ' .. held ..
+      ' reserved allocation(s): let their deploys finish or release them first')
   end
   local pod_id = redis.call('HGET', base .. 'node:' .. id, 'pod_id')
   redis.call('DEL', base .. 'node:' .. id, base .. 'node-workloads:' .. id,
