@@ -27,6 +27,7 @@
 #include "pv_presence.h"
 #include "pv_version.h"
 #include "svc_core.h"
+#include "svc_core_res.h"
 #include "svc_operations.h"
 
 extern const unsigned char pv_descriptor_set[];
@@ -72,6 +73,7 @@ typedef struct gateway {
     gw_reflection *reflection;
     gw_health *health;
     svc_core *core;
+    svc_core_res *core_res;
     gw_waiter *waiter;
     svc_operations *ops;
     gw_server *server;
@@ -84,6 +86,7 @@ static void gateway_free(gateway *g) {
     svc_operations_free(g->ops);
     gw_waiter_free(g->waiter); /* after the server: every waiting call is gone by then */
     svc_core_free(g->core);
+    svc_core_res_free(g->core_res);
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
     free(g->services);
@@ -105,9 +108,10 @@ static int build_server(gateway *g) {
         g->services[i] = gw_reflection_service(g->reflection, i);
     g->health = gw_health_new(g->services, n);
     g->core = svc_core_new(app);
+    g->core_res = svc_core_res_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
-    if (!g->health || !g->core || !g->ops) return -1;
+    if (!g->health || !g->core || !g->core_res || !g->ops) return -1;
 
     gw_server_opts o = {
         .listen = (const char *const *)app->cfg.gateway.listen,
@@ -133,6 +137,7 @@ static int build_server(gateway *g) {
     if (gw_health_register(g->health, g->server, 0) != 0 ||
         gw_reflection_register(g->reflection, g->server, 0) != 0 ||
         svc_core_register(g->core, g->server) != 0 ||
+        svc_core_res_register(g->core_res, g->server) != 0 ||
         svc_operations_register(g->ops, g->server) != 0 ||
         gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {
         pv_error("registering the services failed");

@@ -1,9 +1,10 @@
 /*
  * pivirt-scheduler: computes capacity and deploy plans and commits resource reservations.
  *
- * This build runs the scheduler's presence (it appears in the live set read by health checks and
- * ops/pivirt status) and shuts down cleanly on SIGTERM. `pivirt-scheduler plan` runs one plan from
- * JSON on stdin instead (sched_plan_cli.h). Reservations come with the scheduler issue.
+ * The daemon keeps its presence (the live set read by gateways before they send a plan request,
+ * by health checks and by ops/pivirt status) and serves plan requests from Redis
+ * (sched_server.h) until SIGTERM. `pivirt-scheduler plan` runs one plan from JSON on stdin
+ * instead (sched_plan_cli.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "pv_presence.h"
 #include "pv_version.h"
 #include "sched_plan_cli.h"
+#include "sched_server.h"
 
 static const char *k_usage = "usage: pivirt-scheduler [--config FILE] [--set key=value]... "
                              "[--version]\n"
@@ -46,10 +48,19 @@ int main(int argc, char **argv) {
         }
         pv_warn("redis %s is not answering yet (%s); retrying", cfg.redis.addr, st.msg);
     }
+    sched_server *server = NULL;
+    if (sched_server_start(&cfg, instance, &server, &st) != PV_OK) {
+        pv_error("scheduler: %s", st.msg);
+        pv_presence_stop(presence);
+        pv_config_free(&cfg);
+        return 1;
+    }
     pv_info("started instance=%s version=%s redis=%s", instance, PV_VERSION, cfg.redis.addr);
     int sig = pv_daemon_wait_signal();
     pv_info("signal=%d shutting down", sig);
+    /* Presence goes first, so gateways stop sending here while the last requests finish. */
     pv_presence_stop(presence);
+    sched_server_stop(server);
     pv_config_free(&cfg);
     pv_info("stopped");
     return 0;

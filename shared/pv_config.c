@@ -90,6 +90,9 @@ static const key_def keys[] = {
     INT("ops.retention_seconds", ops.retention_seconds, "604800", 1, INT_MAX),
     INT("ops.events_maxlen", ops.events_maxlen, "100000", 100, INT_MAX),
     INT("scheduler.heartbeat_seconds", scheduler.heartbeat_seconds, "2", 1, INT_MAX),
+    INT("scheduler.request_timeout_ms", scheduler.request_timeout_ms, "10000", 1, INT_MAX),
+    INT("scheduler.claim_idle_ms", scheduler.claim_idle_ms, "2000", 10, INT_MAX),
+    INT("scheduler.reservation_ttl_seconds", scheduler.reservation_ttl_seconds, "600", 1, INT_MAX),
     {"test_operations", KEY_BOOL, OFF(test_operations), 0, "false", 0, 0, 0},
 };
 

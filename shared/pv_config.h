@@ -75,7 +75,13 @@ typedef struct pv_config {
     } ops;
 
     struct {
-        int heartbeat_seconds; /* scheduler.heartbeat_seconds (2) */
+        int heartbeat_seconds;       /* scheduler.heartbeat_seconds (2) */
+        int request_timeout_ms;      /* scheduler.request_timeout_ms: how long a caller without
+                                        a deadline waits for a plan (10000) */
+        int claim_idle_ms;           /* scheduler.claim_idle_ms: a request pending this long on
+                                        a scheduler is taken over by another (2000) */
+        int reservation_ttl_seconds; /* scheduler.reservation_ttl_seconds: a reservation nobody
+                                        took over is released after this (600) */
     } scheduler;
 
     bool test_operations; /* test_operations: accept test.* operation kinds (false) */

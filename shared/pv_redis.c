@@ -45,6 +45,22 @@ extern const unsigned char pv_redis_functions_lua[];
 extern const size_t pv_redis_functions_lua_len;
 extern const unsigned char pv_redis_registry_lua[];
 extern const size_t pv_redis_registry_lua_len;
+extern const unsigned char pv_redis_sched_lua[];
+extern const size_t pv_redis_sched_lua_len;
+extern const unsigned char pv_redis_workload_lua[];
+extern const size_t pv_redis_workload_lua_len;
+
+/* The libraries loaded on every (re)connect. Each changes on its own (operations, the registry,
+ * the scheduler's reservations, workloads), so each is a library of its own. */
+static const struct {
+    const unsigned char *text;
+    const size_t *len;
+} k_libraries[] = {
+    {pv_redis_functions_lua, &pv_redis_functions_lua_len},
+    {pv_redis_registry_lua, &pv_redis_registry_lua_len},
+    {pv_redis_sched_lua, &pv_redis_sched_lua_len},
+    {pv_redis_workload_lua, &pv_redis_workload_lua_len},
+};
 
 struct pv_redis {
     char *addr;     /* as given, for messages */
@@ -233,15 +249,10 @@ static int handshake(pv_redis *r, pv_status *st) {
         const char *argv[] = {"SELECT", db};
         rc = handshake_step(r, "SELECT", 2, argv, NULL, st);
     }
-    if (rc == PV_OK && r->load_functions) {
-        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)pv_redis_functions_lua};
-        const size_t len[] = {8, 4, 7, pv_redis_functions_lua_len};
-        rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
-    }
-    if (rc == PV_OK && r->load_functions) {
-        /* The registry (pods, nodes) is a library of its own: the two change independently. */
-        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)pv_redis_registry_lua};
-        const size_t len[] = {8, 4, 7, pv_redis_registry_lua_len};
+    for (size_t i = 0;
+         rc == PV_OK && r->load_functions && i < sizeof k_libraries / sizeof *k_libraries; i++) {
+        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)k_libraries[i].text};
+        const size_t len[] = {8, 4, 7, *k_libraries[i].len};
         rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
     }
     return rc;
@@ -329,6 +340,10 @@ void pv_redis_free(pv_redis *r) {
     free(r->addr);
     free(r->host);
     free(r);
+}
+
+int pv_redis_command_timeout_ms(const pv_redis *r) {
+    return r->command_timeout_ms;
 }
 
 const char *pv_redis_addr(const pv_redis *r) {

@@ -55,6 +55,9 @@ int pv_redis_connect(pv_redis *r, pv_status *st);
 /* The address this handle talks to (for messages). */
 const char *pv_redis_addr(const pv_redis *r);
 
+/* The command timeout it was made with (0 = none): blocking commands must wait less than it. */
+int pv_redis_command_timeout_ms(const pv_redis *r);
+
 /* Runs one command. On PV_OK *reply (if reply is not NULL) is the reply, never an error reply;
  * on failure *reply is NULL. Nothing is retried: the caller decides whether a command may be
  * sent twice. */

@@ -5,10 +5,18 @@
  * the same words the scheduler would use later, so both link one parser.
  *
  * The capacity rules follow the public Eru plugins (projecteru2/core resource/plugins/cpumem and
- * projecteru2/resource-storage) with three deliberate differences, all for determinism or
+ * projecteru2/resource-storage) with these deliberate differences, all for determinism or
  * correctness: NUMA nodes are visited in index order (Eru walks a Go map), a CPU request is
  * rounded to the nearest piece (Eru truncates 0.29 × 100 to 28), and normal volume plans are
  * counted up to PV_RES_STORAGE_MAX_PLANS per node (Eru's scheduler has the same kind of cap).
+ * Two counts are made by allocating one plan at a time (one_by_one_plans,
+ * one_by_one_volume_plans): binding requests of whole cores plus a fragment, and volume requests
+ * mixing normal and exclusive volumes. Eru counts them in one pass, but taking its first plan can
+ * leave a node where the next pass finds more plans than it had left (or fewer), and the
+ * scheduler allocates one workload at a time: capacity must be what that gets.
+ *
+ * The whole-node part (pv_res_node_*) joins the plugins: node, usage, request and allocation
+ * objects keyed by plugin, allocation as the first plan of the count, and SetNode deltas.
  */
 #include "pv_res.h"
 
@@ -202,6 +210,7 @@ static double ratio(double a, double b) {
 
 #define CPUMEM "cpumem"
 #define PV_RES_MAX_CORES 4096
+#define PV_RES_CPU_MAX_PLANS 10000 /* binding plans counted one by one per node at most */
 
 void pv_res_cpumem_free(pv_res_cpumem *node) {
     if (!node) return;
@@ -576,16 +585,22 @@ static int64_t mem_cap(int64_t free_mem, int64_t request) {
     return free_mem > 0 ? free_mem / request : 0;
 }
 
-/* Binding capacity over a working copy of the cores (used pieces get updated). */
+/*
+ * Binding plans over a working copy of the cores (used pieces get updated), at most max_total of
+ * them: PV_RES_UNBOUNDED counts the capacity, 1 takes the plan an allocation gets (the first one
+ * the count makes). *where (may be NULL) gets the NUMA node of the last plan taken, -1 for a plan
+ * across NUMA nodes. Returns the number of plans, or -1 when out of memory.
+ */
 static int64_t bound_plans(const pv_res_cpumem *node, pv_res_core *cores,
-                           const pv_res_cpumem_req *req) {
+                           const pv_res_cpumem_req *req, int64_t max_total, int *where) {
     int64_t pieces = (int64_t)(req->cpu_request * PV_RES_SHARE_BASE + 0.5); /* nearest piece */
     int64_t full = pieces / PV_RES_SHARE_BASE, fragment = pieces % PV_RES_SHARE_BASE;
+    if (where) *where = -1;
     if (pieces <= 0) return 0;
     pool_core *pool = malloc((node->ncores ? node->ncores : 1) * sizeof *pool);
     if (!pool) return -1;
     int64_t mem_free = node->memory - node->memory_used, total = 0;
-    for (size_t numa = 0; numa <= node->nnuma; numa++) {
+    for (size_t numa = 0; numa <= node->nnuma && total < max_total; numa++) {
         int cross = numa == node->nnuma; /* the last pass: across NUMA nodes */
         size_t n = 0;
         for (size_t i = 0; i < node->ncores; i++) {
@@ -596,16 +611,49 @@ static int64_t bound_plans(const pv_res_cpumem *node, pv_res_core *cores,
         int64_t limit = cross ? mem_cap(mem_free, req->memory_request)
                               : mem_cap(node->numa_memory[numa] - node->numa_memory_used[numa],
                                         req->memory_request);
+        if (limit > max_total - total) limit = max_total - total;
         int64_t got = pool_plans(pool, n, full, fragment, limit);
         if (got < 0) {
             free(pool);
             return -1;
         }
+        if (got > 0 && where) *where = cross ? -1 : (int)numa;
         total += got;
         mem_free -= got * req->memory_request;
     }
     free(pool);
     return total;
+}
+
+/*
+ * Binding plans of whole cores plus a fragment, counted by taking the first plan again and again
+ * (what pv_res_node_alloc does), at most PV_RES_CPU_MAX_PLANS. For these requests Eru's one-pass
+ * count is not what one-at-a-time allocation gets: a plan turns a whole core into a fragment core
+ * and the next count may find more plans than were left (or fewer). Whole-only and fragment-only
+ * requests have no such effect, and keep the one-pass count. Returns -1 when out of memory.
+ */
+static int64_t one_by_one_plans(const pv_res_cpumem *node, pv_res_core *cores,
+                                const pv_res_cpumem_req *req) {
+    pv_res_cpumem sim = *node; /* shallow: cores and NUMA usage are working copies */
+    int64_t *numa_used = malloc((node->nnuma ? node->nnuma : 1) * sizeof *numa_used);
+    if (!numa_used) return -1;
+    if (node->nnuma) memcpy(numa_used, node->numa_memory_used, node->nnuma * sizeof *numa_used);
+    sim.cores = cores;
+    sim.numa_memory_used = numa_used;
+    int64_t plans = 0;
+    while (plans < PV_RES_CPU_MAX_PLANS) {
+        int where;
+        int64_t got = bound_plans(&sim, cores, req, 1, &where);
+        if (got <= 0) {
+            if (got < 0) plans = -1;
+            break;
+        }
+        sim.memory_used += req->memory_request;
+        if (where >= 0) numa_used[where] += req->memory_request;
+        plans++;
+    }
+    free(numa_used);
+    return plans;
 }
 
 int pv_res_cpumem_capacity(const pv_res_cpumem *node, const pv_res_cpumem_req *req, pv_res_cap *out,
@@ -626,7 +674,10 @@ int pv_res_cpumem_capacity(const pv_res_cpumem *node, const pv_res_cpumem_req *r
     pv_res_core *cores = malloc((node->ncores ? node->ncores : 1) * sizeof *cores);
     if (!cores) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
     memcpy(cores, node->cores, node->ncores * sizeof *cores);
-    int64_t plans = bound_plans(node, cores, req);
+    int64_t pieces = (int64_t)(req->cpu_request * PV_RES_SHARE_BASE + 0.5);
+    int64_t plans = pieces >= PV_RES_SHARE_BASE && pieces % PV_RES_SHARE_BASE
+                        ? one_by_one_plans(node, cores, req)
+                        : bound_plans(node, cores, req, PV_RES_UNBOUNDED, NULL);
     free(cores);
     if (plans < 0) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
     out->capacity = plans;
@@ -860,7 +911,7 @@ static int64_t normal_plans(const vol *vols, size_t nv, int64_t *scratch, const 
     if (nsizes == 1) { /* one request: every volume holds floor(free / size) of it */
         int64_t plans = 0;
         for (size_t i = 0; i < k; i++)
-            plans += scratch[i] / sizes[0];
+            if (scratch[i] > 0) plans += scratch[i] / sizes[0]; /* used beyond size: none */
         return plans < PV_RES_STORAGE_MAX_PLANS ? plans : PV_RES_STORAGE_MAX_PLANS;
     }
     int64_t plans = 0;
@@ -890,8 +941,13 @@ static int size_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Returns the number of volume plans, or -1 when out of memory. */
-static int64_t volume_plans(const pv_res_storage *node, const pv_res_storage_req *req) {
+/*
+ * Returns the number of volume plans, or -1 when out of memory. keep (may be NULL) gets the
+ * volumes as the count last split them (sorted by free room, then path; `used` says which side
+ * each ended on; caller frees), or NULL when no volume needs scheduling or the node has none.
+ */
+static int64_t volume_plans(const pv_res_storage *node, const pv_res_storage_req *req, vol **keep) {
+    if (keep) *keep = NULL;
     size_t nnormal = 0, nmono = 0, nsched = 0;
     int64_t mono_total = 0;
     for (size_t i = 0; i < req->nvolumes; i++) {
@@ -937,17 +993,190 @@ static int64_t volume_plans(const pv_res_storage *node, const pv_res_storage_req
         normal = normal_plans(vols, nv, scratch, sizes, nnormal);
         mono = mono_plans(vols, nv, mono_total, nmono);
     }
-    free(vols);
+    if (keep)
+        *keep = vols;
+    else
+        free(vols);
     free(sizes);
     free(scratch);
     return normal < mono ? normal : mono;
+}
+
+static int set_new(json_t *obj, const char *key, json_t *v, pv_status *st) {
+    if (!v || json_object_set_new(obj, key, v) != 0)
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "allocation: out of memory");
+    return PV_OK;
+}
+
+static int storage_exhausted(const pv_res_storage *node, const pv_res_storage_req *req,
+                             pv_status *st) {
+    int64_t left = node->storage - node->storage_used;
+    if (req->storage_request > 0 && req->storage_request > left)
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                             STORAGE ": storage-request %lld is more than the free storage %lld",
+                             (long long)req->storage_request, (long long)(left > 0 ? left : 0));
+    return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                         STORAGE ": no volume has room left for the requested volumes");
+}
+
+/* Eru's text for a binding: src:dst:flags:bytes. */
+static char *binding_key(const pv_res_binding *b) {
+    char *key = NULL;
+    if (asprintf(&key, "%s:%s:%s:%lld", b->src, b->dst, b->flags, (long long)b->size) < 0)
+        return NULL;
+    return key;
+}
+
+/* Records that binding b sits on `path` with `bytes`: in add (per node volume) and, when given,
+ * in the allocation's volumes and volume_plan. */
+static int plan_put(const pv_res_storage *node, int64_t *add, json_t *volumes, json_t *plan,
+                    const pv_res_binding *b, const char *path, int64_t bytes, pv_status *st) {
+    for (size_t i = 0; i < node->nvolumes; i++)
+        if (node->volumes[i].path == path) add[i] += bytes; /* vol.path points into node */
+    if (!volumes) return PV_OK;
+    json_t *have = json_object_get(volumes, path);
+    int rc =
+        set_new(volumes, path, json_integer((have ? json_integer_value(have) : 0) + bytes), st);
+    char *key = binding_key(b);
+    if (rc == PV_OK && !key)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+    json_t *inner = key ? json_object_get(plan, key) : NULL;
+    if (rc == PV_OK && !inner) rc = set_new(plan, key, inner = json_object(), st);
+    if (rc == PV_OK) {
+        have = json_object_get(inner, path); /* the same binding twice: one entry, summed */
+        rc = set_new(inner, path, json_integer((have ? json_integer_value(have) : 0) + bytes), st);
+    }
+    free(key);
+    return rc;
+}
+
+/* Bindings of one kind in Eru's order: by size, then as given. */
+static size_t bindings_by_size(const pv_res_storage_req *req, int mono,
+                               const pv_res_binding **out) {
+    size_t n = 0;
+    for (size_t i = 0; i < req->nvolumes; i++) {
+        const pv_res_binding *b = &req->volumes[i];
+        if (!requires_schedule(b) || is_mono(b) != mono || (!mono && b->size == 0)) continue;
+        size_t j = n++;
+        for (; j > 0 && out[j - 1]->size > b->size; j--) /* insertion: stable */
+            out[j] = out[j - 1];
+        out[j] = b;
+    }
+    return n;
+}
+
+/*
+ * The first volume plan of the count (volume_plans): normal bindings, smallest first, each on the
+ * used volume with the least room that fits; the mono bindings together on the first unused
+ * volume that holds them all, which they take whole (shared in proportion to their sizes, the
+ * rounding rest to the smallest); unlimited bindings on the volume with the most room left.
+ */
+static int storage_plan(const pv_res_storage *node, const pv_res_storage_req *req, int64_t *add,
+                        json_t *volumes, json_t *plan, pv_status *st) {
+    vol *vols;
+    int64_t plans = volume_plans(node, req, &vols);
+    size_t nv = node->nvolumes;
+    const pv_res_binding **list = malloc((req->nvolumes + 1) * sizeof *list);
+    int rc = PV_OK;
+    if (plans < 0 || !list)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+    else if (plans < 1 || !vols)
+        rc = storage_exhausted(node, req, st);
+    size_t n = rc == PV_OK ? bindings_by_size(req, 0, list) : 0;
+    for (size_t r = 0; rc == PV_OK && r < n; r++) {
+        size_t best = nv;
+        for (size_t i = 0; i < nv; i++)
+            if (vols[i].used && vols[i].free >= list[r]->size &&
+                (best == nv || vols[i].free < vols[best].free))
+                best = i;
+        if (best == nv) {
+            rc = storage_exhausted(node, req, st);
+            break;
+        }
+        vols[best].free -= list[r]->size;
+        rc = plan_put(node, add, volumes, plan, list[r], vols[best].path, list[r]->size, st);
+    }
+    n = rc == PV_OK ? bindings_by_size(req, 1, list) : 0;
+    if (n > 0) {
+        int64_t total = 0;
+        for (size_t r = 0; r < n; r++)
+            total += list[r]->size;
+        size_t pick = nv;
+        for (size_t i = 0; i < nv && pick == nv; i++)
+            if (!vols[i].used && vols[i].free >= total) pick = i;
+        if (pick == nv) rc = storage_exhausted(node, req, st);
+        int64_t whole = pick < nv ? vols[pick].free : 0, given = 0;
+        int64_t *share = calloc(n, sizeof *share);
+        if (rc == PV_OK && !share)
+            rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+        for (size_t r = 0; rc == PV_OK && r < n; r++)
+            given += share[r] = (int64_t)((__int128)list[r]->size * whole / total);
+        if (rc == PV_OK) share[0] += whole - given;
+        for (size_t r = 0; rc == PV_OK && r < n; r++)
+            rc = plan_put(node, add, volumes, plan, list[r], vols[pick].path, share[r], st);
+        if (rc == PV_OK) vols[pick].free = 0;
+        free(share);
+    }
+    for (size_t i = 0; rc == PV_OK && i < req->nvolumes; i++) {
+        const pv_res_binding *b = &req->volumes[i];
+        if (!requires_schedule(b) || is_mono(b) || b->size > 0) continue;
+        size_t most = nv; /* most room; ties: used volumes first, then the order above */
+        for (int side = 1; side >= 0; side--)
+            for (size_t k = 0; k < nv; k++)
+                if (vols[k].used == side && (most == nv || vols[k].free > vols[most].free))
+                    most = k;
+        rc = plan_put(node, add, volumes, plan, b, vols[most].path, 0, st);
+    }
+    free(vols);
+    free(list);
+    return rc;
+}
+
+/*
+ * Volume plans for requests with both normal and exclusive (mono) volumes, counted by taking the
+ * first plan again and again (what pv_res_node_alloc does). Eru's one-pass count moves unused
+ * volumes to the used side until mono plans no longer outnumber normal ones; after an allocation
+ * the split starts again from what is really in use, so the one-pass count is not what
+ * one-at-a-time allocation gets. Normal-only and mono-only requests keep the one-pass count.
+ * Returns -1 when out of memory.
+ */
+static int64_t one_by_one_volume_plans(const pv_res_storage *node, const pv_res_storage_req *req) {
+    pv_res_storage sim = *node; /* shallow: the paths stay the node's */
+    size_t nv = node->nvolumes;
+    sim.volumes = malloc((nv ? nv : 1) * sizeof *sim.volumes);
+    int64_t *add = malloc((nv ? nv : 1) * sizeof *add), plans = 0;
+    if (!sim.volumes || !add) plans = -1;
+    if (plans == 0 && nv) memcpy(sim.volumes, node->volumes, nv * sizeof *sim.volumes);
+    while (plans >= 0 && plans < PV_RES_STORAGE_MAX_PLANS) {
+        int64_t n = volume_plans(&sim, req, NULL);
+        if (n <= 0) {
+            if (n < 0) plans = -1;
+            break;
+        }
+        pv_status st;
+        memset(add, 0, nv * sizeof *add);
+        if (storage_plan(&sim, req, add, NULL, NULL, &st) != PV_OK) break;
+        for (size_t i = 0; i < nv; i++)
+            sim.volumes[i].used += add[i];
+        plans++;
+    }
+    free(sim.volumes);
+    free(add);
+    return plans;
 }
 
 int pv_res_storage_capacity(const pv_res_storage *node, const pv_res_storage_req *req,
                             pv_res_cap *out, pv_status *st) {
     memset(out, 0, sizeof *out);
     out->weight = 1;
-    int64_t plans = volume_plans(node, req);
+    size_t nnormal = 0, nmono = 0;
+    for (size_t i = 0; i < req->nvolumes; i++) {
+        const pv_res_binding *b = &req->volumes[i];
+        nmono += is_mono(b);
+        nnormal += requires_schedule(b) && !is_mono(b) && b->size > 0;
+    }
+    int64_t plans =
+        nnormal && nmono ? one_by_one_volume_plans(node, req) : volume_plans(node, req, NULL);
     if (plans < 0) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
     out->capacity = plans;
     if (req->storage_request > 0) {
@@ -970,5 +1199,1098 @@ int pv_res_storage_capacity(const pv_res_storage *node, const pv_res_storage_req
         out->usage = ratio((double)node->storage_used, (double)node->storage);
         out->rate = ratio((double)req->storage_request, (double)node->storage);
     }
+    return PV_OK;
+}
+
+/* ---- a whole node ----
+ *
+ * The plugins glued together. Resources, usage, requests and allocations are JSON objects keyed
+ * by plugin. Every change to a node's used fields goes through one path (a usage/allocation
+ * document parsed into a `use`, checked against a copy, then stored), and pv_res_node_alloc
+ * applies the very document it returns through that path: what an allocation adds is exactly
+ * what removing it takes back.
+ */
+
+#define CPU_DIGITS 1e6 /* cpu sums are kept to a millionth of a core so adds and removes cancel */
+
+static const char *const k_plugins[] = {CPUMEM, STORAGE, NULL};
+
+/* json NULL or "": "{}". Each member must be a known plugin whose value is an object. */
+static json_t *load_plugins(const char *label, const char *json, pv_status *st) {
+    if (!json || !*json) return json_object();
+    json_error_t jerr;
+    json_t *doc = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        pv_status_set(st, PV_INVALID_ARGUMENT, "%s: not valid JSON: %s", label, jerr.text);
+        return NULL;
+    }
+    const char *key;
+    json_t *v;
+    if (!json_is_object(doc)) {
+        pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object of plugin documents",
+                      label);
+        goto fail;
+    }
+    json_object_foreach(doc, key, v) {
+        int known = 0;
+        for (size_t i = 0; k_plugins[i] && !known; i++)
+            known = strcmp(key, k_plugins[i]) == 0;
+        if (!known) {
+            pv_status_set(st, PV_INVALID_ARGUMENT, "%s: unknown plugin \"%s\" (known: %s, %s)",
+                          label, key, CPUMEM, STORAGE);
+            goto fail;
+        }
+        if (!json_is_object(v)) {
+            pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s: must be a JSON object", label, key);
+            goto fail;
+        }
+    }
+    return doc;
+fail:
+    json_decref(doc);
+    return NULL;
+}
+
+/* A plugin's document as text for the plugin parsers: *text NULL when the plugin is absent. */
+static int plugin_text(const json_t *doc, const char *plugin, char **text, pv_status *st) {
+    const json_t *v = json_object_get(doc, plugin);
+    *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    if (v && !*text) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: out of memory", plugin);
+    return PV_OK;
+}
+
+static int dump_doc(json_t *doc, char **out, pv_status *st) {
+    *out = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(doc);
+    if (!*out) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    return PV_OK;
+}
+
+/* ---- a whole node: parse ---- */
+
+void pv_res_node_free(pv_res_node *node) {
+    if (!node) return;
+    pv_res_cpumem_free(&node->cpumem);
+    pv_res_storage_free(&node->storage);
+    memset(node, 0, sizeof *node);
+}
+
+/* An absent cpumem document: the engine's cores and 80% of its memory; no cores, no memory. */
+static int cpumem_defaults(const pv_res_engine_info *info, pv_res_cpumem *c, pv_status *st) {
+    memset(c, 0, sizeof *c);
+    if (!info || info->cpu_count <= 0) return cores_alloc(c, 0, st);
+    if (cores_whole(c, info->cpu_count, st) != PV_OK) return st->code;
+    if (info->mem_total > 0) c->memory = info->mem_total / 10 * 8;
+    return PV_OK;
+}
+
+/* What one usage or allocation document holds, indexed like the node's arrays. */
+typedef struct use {
+    double cpu_request, cpu_limit;
+    int64_t memory_request, memory_limit;
+    int64_t storage_request, storage_limit;
+    int64_t *cores;   /* node->cpumem.ncores entries */
+    int64_t *numa;    /* node->cpumem.nnuma entries */
+    int64_t *volumes; /* node->storage.nvolumes entries; cores, numa and volumes are one block */
+} use;
+
+static int use_init(use *u, const pv_res_node *node, pv_status *st) {
+    memset(u, 0, sizeof *u);
+    size_t nc = node->cpumem.ncores, nn = node->cpumem.nnuma, nv = node->storage.nvolumes;
+    u->cores = calloc(nc + nn + nv + 1, sizeof(int64_t));
+    if (!u->cores) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    u->numa = u->cores + nc;
+    u->volumes = u->numa + nn;
+    return PV_OK;
+}
+
+static void use_free(use *u) {
+    free(u->cores);
+    memset(u, 0, sizeof *u);
+}
+
+/* The node's used fields as a use. */
+static int use_of_node(use *u, const pv_res_node *node, pv_status *st) {
+    if (use_init(u, node, st) != PV_OK) return st->code;
+    const pv_res_cpumem *c = &node->cpumem;
+    u->cpu_request = c->cpu_used;
+    u->cpu_limit = node->cpu_limit_used;
+    u->memory_request = c->memory_used;
+    u->memory_limit = node->memory_limit_used;
+    u->storage_request = node->storage.storage_used;
+    u->storage_limit = node->storage_limit_used;
+    for (size_t i = 0; i < c->ncores; i++)
+        u->cores[i] = c->cores[i].used;
+    for (size_t i = 0; i < c->nnuma; i++)
+        u->numa[i] = c->numa_memory_used[i];
+    for (size_t i = 0; i < node->storage.nvolumes; i++)
+        u->volumes[i] = node->storage.volumes[i].used;
+    return PV_OK;
+}
+
+static void use_store(pv_res_node *node, const use *u) {
+    pv_res_cpumem *c = &node->cpumem;
+    c->cpu_used = u->cpu_request;
+    node->cpu_limit_used = u->cpu_limit;
+    c->memory_used = u->memory_request;
+    node->memory_limit_used = u->memory_limit;
+    node->storage.storage_used = u->storage_request;
+    node->storage_limit_used = u->storage_limit;
+    for (size_t i = 0; i < c->ncores; i++)
+        c->cores[i].used = u->cores[i];
+    for (size_t i = 0; i < c->nnuma; i++)
+        c->numa_memory_used[i] = u->numa[i];
+    for (size_t i = 0; i < node->storage.nvolumes; i++)
+        node->storage.volumes[i].used = u->volumes[i];
+}
+
+/* *have += sign × delta; what names the quantity ("cpumem: cpu_map: core 3"). */
+static int use_add_bytes(const char *label, const char *what, int64_t *have, int64_t delta,
+                         int sign, pv_status *st) {
+    if (sign > 0) {
+        if (*have > INT64_MAX - delta)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s: %lld more is too large", label,
+                                 what, (long long)delta);
+        *have += delta;
+        return PV_OK;
+    }
+    if (delta > *have)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "%s: %s: removing %lld from %lld in use would go below zero", label,
+                             what, (long long)delta, (long long)*have);
+    *have -= delta;
+    return PV_OK;
+}
+
+static int use_add_cores(const char *label, const char *what, double *have, double delta, int sign,
+                         pv_status *st) {
+    double x = (*have + sign * delta) * CPU_DIGITS; /* |x| < 2^53: fits int64_t exactly */
+    double sum = (double)(int64_t)(x < 0 ? x - 0.5 : x + 0.5) / CPU_DIGITS;
+    if (sum < 0)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "%s: %s: removing %g from %g in use would go below zero", label, what,
+                             delta, *have);
+    *have = sum == 0 ? 0 : sum; /* no -0 */
+    return PV_OK;
+}
+
+/* have ± delta, every field; have is left half-updated on failure (callers pass a copy). */
+static int use_combine(const pv_res_node *node, use *have, const use *delta, int sign,
+                       const char *label, pv_status *st) {
+    const pv_res_cpumem *c = &node->cpumem;
+    char what[160];
+    int rc = use_add_cores(label, CPUMEM ": cpu_request", &have->cpu_request, delta->cpu_request,
+                           sign, st);
+    if (rc == PV_OK)
+        rc = use_add_cores(label, CPUMEM ": cpu_limit", &have->cpu_limit, delta->cpu_limit, sign,
+                           st);
+    if (rc == PV_OK)
+        rc = use_add_bytes(label, CPUMEM ": memory_request", &have->memory_request,
+                           delta->memory_request, sign, st);
+    if (rc == PV_OK)
+        rc = use_add_bytes(label, CPUMEM ": memory_limit", &have->memory_limit, delta->memory_limit,
+                           sign, st);
+    for (size_t i = 0; rc == PV_OK && i < c->ncores; i++) {
+        snprintf(what, sizeof what, CPUMEM ": cpu_map: core %d", c->cores[i].id);
+        rc = use_add_bytes(label, what, &have->cores[i], delta->cores[i], sign, st);
+    }
+    for (size_t i = 0; rc == PV_OK && i < c->nnuma; i++) {
+        snprintf(what, sizeof what, CPUMEM ": numa_memory: NUMA node %zu", i);
+        rc = use_add_bytes(label, what, &have->numa[i], delta->numa[i], sign, st);
+    }
+    if (rc == PV_OK)
+        rc = use_add_bytes(label, STORAGE ": storage_request", &have->storage_request,
+                           delta->storage_request, sign, st);
+    if (rc == PV_OK)
+        rc = use_add_bytes(label, STORAGE ": storage_limit", &have->storage_limit,
+                           delta->storage_limit, sign, st);
+    for (size_t i = 0; rc == PV_OK && i < node->storage.nvolumes; i++) {
+        snprintf(what, sizeof what, STORAGE ": volumes: %.100s", node->storage.volumes[i].path);
+        rc = use_add_bytes(label, what, &have->volumes[i], delta->volumes[i], sign, st);
+    }
+    return rc;
+}
+
+/* ---- a whole node: usage and allocation documents ---- */
+
+/* A non-negative integer of bytes or pieces; where names it ("usage: cpumem: memory_request"). */
+static int use_int(const char *where, const json_t *v, int64_t *out, pv_status *st) {
+    if (!json_is_integer(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be an integer", where);
+    json_int_t n = json_integer_value(v);
+    if (n < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %lld must not be negative", where,
+                             (long long)n);
+    *out = (int64_t)n;
+    return PV_OK;
+}
+
+/* An object of key -> non-negative integer; each key goes through `slot`, which gives where the
+ * value adds up (NULL with st set when the key is refused). */
+typedef int64_t *(*slot_fn)(const char *where, const char *key, void *ctx, pv_status *st);
+
+static int use_map(const char *where, const json_t *v, slot_fn slot, void *ctx, pv_status *st) {
+    if (!json_is_object(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
+    const char *key;
+    const json_t *e;
+    json_object_foreach((json_t *)v, key, e) {
+        char at[256];
+        snprintf(at, sizeof at, "%.150s: %.80s", where, key);
+        int64_t n, *dst = slot(where, key, ctx, st);
+        if (!dst) return st->code;
+        if (use_int(at, e, &n, st) != PV_OK) return st->code;
+        if (*dst > INT64_MAX - n)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: too large", at);
+        *dst += n;
+    }
+    return PV_OK;
+}
+
+typedef struct slot_ctx {
+    const pv_res_node *node;
+    use *u;
+} slot_ctx;
+
+static int64_t *core_slot(const char *where, const char *key, void *ctx, pv_status *st) {
+    slot_ctx *c = ctx;
+    long long id;
+    if (parse_int(key, strlen(key), 0, 1 << 20, &id) != 0) {
+        pv_status_set(st, PV_INVALID_ARGUMENT, "%s: \"%.80s\" is not a core id", where, key);
+        return NULL;
+    }
+    pv_res_core *core = find_core((pv_res_cpumem *)&c->node->cpumem, (int)id);
+    if (!core) {
+        pv_status_set(st, PV_FAILED_PRECONDITION, "%s: core %lld is not on the node", where, id);
+        return NULL;
+    }
+    return &c->u->cores[core - c->node->cpumem.cores];
+}
+
+static int numa_index(const char *where, const char *key, const pv_res_node *node, size_t *out,
+                      pv_status *st) {
+    long long idx;
+    if (parse_int(key, strlen(key), 0, 1 << 20, &idx) != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: \"%.80s\" is not a NUMA node index",
+                             where, key);
+    if ((size_t)idx >= node->cpumem.nnuma)
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "%s: NUMA node %lld is not on the node",
+                             where, idx);
+    *out = (size_t)idx;
+    return PV_OK;
+}
+
+static int64_t *numa_slot(const char *where, const char *key, void *ctx, pv_status *st) {
+    slot_ctx *c = ctx;
+    size_t idx;
+    return numa_index(where, key, c->node, &idx, st) == PV_OK ? &c->u->numa[idx] : NULL;
+}
+
+static int64_t *volume_slot(const char *where, const char *key, void *ctx, pv_status *st) {
+    slot_ctx *c = ctx;
+    for (size_t i = 0; i < c->node->storage.nvolumes; i++)
+        if (strcmp(c->node->storage.volumes[i].path, key) == 0) return &c->u->volumes[i];
+    pv_status_set(st, PV_FAILED_PRECONDITION, "%s: %.100s is not a volume of the node", where, key);
+    return NULL;
+}
+
+/* volume_plan values are where each binding sits; the volumes map already counts them. */
+static int64_t *plan_slot(const char *where, const char *key, void *ctx, pv_status *st) {
+    (void)where, (void)key, (void)st;
+    return ctx;
+}
+
+static int use_cores_value(const char *where, const json_t *v, double *out, pv_status *st) {
+    if (!json_is_number(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a number of cores", where);
+    double d = json_number_value(v);
+    if (!(d >= 0) || d > 1e9)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %g must be between 0 and 1e9", where, d);
+    *out = d;
+    return PV_OK;
+}
+
+/* label: "usage" or "allocation" (only allocations say where they sit: numa_node, volume_plan). */
+static int parse_cpumem_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                            pv_status *st) {
+    static const char *const k_usage[] = {"cpu_request",  "cpu_limit", "memory_request",
+                                          "memory_limit", "cpu_map",   "numa_memory",
+                                          "numa_node",    NULL};
+    int alloc = strcmp(label, "allocation") == 0;
+    char prefix[64], where[128];
+    snprintf(prefix, sizeof prefix, "%s: " CPUMEM, label);
+    const char *key;
+    const json_t *v;
+    slot_ctx ctx = {node, u};
+    json_object_foreach((json_t *)doc, key, v) {
+        size_t i = 0;
+        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
+            i++;
+        if (!k_usage[i] || (!alloc && strcmp(key, "numa_node") == 0))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
+        snprintf(where, sizeof where, "%s: %s", prefix, key);
+        int rc = PV_OK;
+        if (strcmp(key, "cpu_request") == 0)
+            rc = use_cores_value(where, v, &u->cpu_request, st);
+        else if (strcmp(key, "cpu_limit") == 0)
+            rc = use_cores_value(where, v, &u->cpu_limit, st);
+        else if (strcmp(key, "memory_request") == 0)
+            rc = use_int(where, v, &u->memory_request, st);
+        else if (strcmp(key, "memory_limit") == 0)
+            rc = use_int(where, v, &u->memory_limit, st);
+        else if (strcmp(key, "cpu_map") == 0)
+            rc = use_map(where, v, core_slot, &ctx, st);
+        else if (strcmp(key, "numa_memory") == 0)
+            rc = use_map(where, v, numa_slot, &ctx, st);
+        else if (!json_is_string(v))
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a string", where);
+        else if (*json_string_value(v)) { /* "": across NUMA nodes */
+            size_t idx;
+            rc = numa_index(where, json_string_value(v), node, &idx, st);
+        }
+        if (rc != PV_OK) return rc;
+    }
+    return PV_OK;
+}
+
+static int parse_storage_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                             pv_status *st) {
+    static const char *const k_usage[] = {"storage_request", "storage_limit", "volumes",
+                                          "volume_plan", NULL};
+    int alloc = strcmp(label, "allocation") == 0;
+    char prefix[64], where[128];
+    snprintf(prefix, sizeof prefix, "%s: " STORAGE, label);
+    const char *key;
+    const json_t *v;
+    slot_ctx ctx = {node, u};
+    json_object_foreach((json_t *)doc, key, v) {
+        size_t i = 0;
+        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
+            i++;
+        if (!k_usage[i] || (!alloc && strcmp(key, "volume_plan") == 0))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
+        snprintf(where, sizeof where, "%s: %s", prefix, key);
+        int rc = PV_OK;
+        if (strcmp(key, "storage_request") == 0)
+            rc = use_int(where, v, &u->storage_request, st);
+        else if (strcmp(key, "storage_limit") == 0)
+            rc = use_int(where, v, &u->storage_limit, st);
+        else if (strcmp(key, "volumes") == 0)
+            rc = use_map(where, v, volume_slot, &ctx, st);
+        else if (!json_is_object(v))
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
+        else {
+            const char *binding;
+            const json_t *plan;
+            json_object_foreach((json_t *)v, binding, plan) {
+                char at[256];
+                int64_t sink = 0; /* checked for shape only */
+                snprintf(at, sizeof at, "%.150s: %.80s", where, binding);
+                if ((rc = use_map(at, plan, plan_slot, &sink, st)) != PV_OK) break;
+            }
+        }
+        if (rc != PV_OK) return rc;
+    }
+    return PV_OK;
+}
+
+/* Adds (sign +1) or removes (-1) a usage or allocation object; node unchanged on failure. */
+static int apply_doc(pv_res_node *node, const char *label, const char *json, int sign,
+                     pv_status *st) {
+    json_t *doc = load_plugins(label, json, st);
+    if (!doc) return st->code;
+    use delta, have = {0};
+    int rc = use_init(&delta, node, st);
+    const json_t *part = json_object_get(doc, CPUMEM);
+    if (rc == PV_OK && part) rc = parse_cpumem_use(label, part, node, &delta, st);
+    part = json_object_get(doc, STORAGE);
+    if (rc == PV_OK && part) rc = parse_storage_use(label, part, node, &delta, st);
+    if (rc == PV_OK) rc = use_of_node(&have, node, st);
+    if (rc == PV_OK) rc = use_combine(node, &have, &delta, sign, label, st);
+    if (rc == PV_OK) use_store(node, &have);
+    use_free(&delta);
+    use_free(&have);
+    json_decref(doc);
+    return rc;
+}
+
+int pv_res_node_parse(const char *resources_json, const char *usage_json,
+                      const pv_res_engine_info *info, pv_res_node *node, pv_status *st) {
+    memset(node, 0, sizeof *node);
+    json_t *res = load_plugins("resources", resources_json, st);
+    if (!res) return st->code;
+    char *text = NULL;
+    int rc = plugin_text(res, CPUMEM, &text, st);
+    if (rc == PV_OK)
+        rc = text ? pv_res_cpumem_node_parse(text, strlen(text), info, &node->cpumem, st)
+                  : cpumem_defaults(info, &node->cpumem, st);
+    free(text);
+    text = NULL;
+    if (rc == PV_OK) rc = plugin_text(res, STORAGE, &text, st);
+    if (rc == PV_OK)
+        rc = pv_res_storage_node_parse(text, text ? strlen(text) : 0, info, &node->storage, st);
+    free(text);
+    json_decref(res);
+    if (rc == PV_OK && usage_json) rc = apply_doc(node, "usage", usage_json, 1, st);
+    if (rc != PV_OK) pv_res_node_free(node);
+    return rc;
+}
+
+int pv_res_node_usage_add(pv_res_node *node, const char *alloc_json, int sign, pv_status *st) {
+    if (sign != 1 && sign != -1)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "allocation: sign: %d must be 1 or -1", sign);
+    return apply_doc(node, "allocation", alloc_json, sign, st);
+}
+
+/* ---- a whole node: requests and capacity ---- */
+
+void pv_res_req_free(pv_res_req *req) {
+    if (!req) return;
+    pv_res_storage_req_free(&req->storage);
+    memset(req, 0, sizeof *req);
+}
+
+int pv_res_req_parse(const char *request_json, pv_res_req *req, pv_status *st) {
+    memset(req, 0, sizeof *req);
+    json_t *doc = load_plugins("request", request_json, st);
+    if (!doc) return st->code;
+    char *text = NULL;
+    int rc = plugin_text(doc, CPUMEM, &text, st);
+    if (rc == PV_OK) rc = pv_res_cpumem_req_parse(text, text ? strlen(text) : 0, &req->cpumem, st);
+    free(text);
+    text = NULL;
+    if (rc == PV_OK) rc = plugin_text(doc, STORAGE, &text, st);
+    if (rc == PV_OK)
+        rc = pv_res_storage_req_parse(text, text ? strlen(text) : 0, &req->storage, st);
+    free(text);
+    json_decref(doc);
+    if (rc != PV_OK) pv_res_req_free(req);
+    return rc;
+}
+
+int pv_res_node_capacity(const pv_res_node *node, const pv_res_req *req, pv_res_cap *out,
+                         pv_status *st) {
+    pv_res_cap caps[2];
+    memset(out, 0, sizeof *out);
+    if (pv_res_cpumem_capacity(&node->cpumem, &req->cpumem, &caps[0], st) != PV_OK ||
+        pv_res_storage_capacity(&node->storage, &req->storage, &caps[1], st) != PV_OK)
+        return st->code;
+    pv_res_cap_combine(caps, 2, out);
+    return PV_OK;
+}
+
+/* ---- a whole node: allocation ---- */
+
+/* Why one more workload does not fit, per plugin (called when its capacity is 0). */
+static int cpumem_exhausted(const pv_res_cpumem *node, const pv_res_cpumem_req *req,
+                            pv_status *st) {
+    if (req->cpu_bind)
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                             CPUMEM ": no cores left for cpu-request %g with cpu-bind "
+                                    "(memory-request %lld, free memory %lld)",
+                             req->cpu_request, (long long)req->memory_request,
+                             (long long)(node->memory - node->memory_used));
+    if (req->cpu_request > (double)node->ncores)
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                             CPUMEM ": cpu-request %g is more than the node's %zu cores",
+                             req->cpu_request, node->ncores);
+    return pv_status_set(
+        st, PV_RESOURCE_EXHAUSTED, CPUMEM ": memory-request %lld is more than the free memory %lld",
+        (long long)req->memory_request, (long long)(node->memory - node->memory_used));
+}
+
+/* The cpumem part of an allocation: the cores of the first binding plan and its NUMA node. */
+static int cpumem_alloc_doc(const pv_res_cpumem *node, const pv_res_cpumem_req *req, json_t *out,
+                            pv_status *st) {
+    int rc = set_new(out, "cpu_request", json_real(req->cpu_request), st);
+    if (rc == PV_OK) rc = set_new(out, "cpu_limit", json_real(req->cpu_limit), st);
+    if (rc == PV_OK) rc = set_new(out, "memory_request", json_integer(req->memory_request), st);
+    if (rc == PV_OK) rc = set_new(out, "memory_limit", json_integer(req->memory_limit), st);
+    if (rc != PV_OK || !req->cpu_bind) return rc;
+    pv_res_core *cores = malloc((node->ncores ? node->ncores : 1) * sizeof *cores);
+    if (!cores) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
+    memcpy(cores, node->cores, node->ncores * sizeof *cores);
+    int where;
+    int64_t got = bound_plans(node, cores, req, 1, &where);
+    json_t *map = json_object();
+    rc = set_new(out, "cpu_map", map, st);
+    if (rc == PV_OK && got != 1)
+        rc = got < 0 ? pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory")
+                     : cpumem_exhausted(node, req, st);
+    for (size_t i = 0; rc == PV_OK && i < node->ncores; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", cores[i].id);
+        if (cores[i].used != node->cores[i].used)
+            rc = set_new(map, id, json_integer(cores[i].used - node->cores[i].used), st);
+    }
+    free(cores);
+    if (rc != PV_OK || where < 0) return rc;
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", where);
+    json_t *numa = json_object();
+    rc = set_new(out, "numa_node", json_string(idx), st);
+    if (rc == PV_OK) rc = set_new(out, "numa_memory", numa, st);
+    if (rc == PV_OK) rc = set_new(numa, idx, json_integer(req->memory_request), st);
+    return rc;
+}
+
+static int storage_alloc_doc(const pv_res_storage *node, const pv_res_storage_req *req, json_t *out,
+                             pv_status *st) {
+    int rc = set_new(out, "storage_request", json_integer(req->storage_request), st);
+    if (rc == PV_OK) rc = set_new(out, "storage_limit", json_integer(req->storage_limit), st);
+    int sched = 0;
+    for (size_t i = 0; i < req->nvolumes; i++)
+        sched |= requires_schedule(&req->volumes[i]);
+    if (rc != PV_OK || !sched) return rc;
+    json_t *volumes = json_object(), *plan = json_object();
+    rc = set_new(out, "volumes", volumes, st);
+    if (rc == PV_OK) rc = set_new(out, "volume_plan", plan, st);
+    int64_t *add = calloc(node->nvolumes + 1, sizeof *add);
+    if (rc == PV_OK && !add)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+    if (rc == PV_OK) rc = storage_plan(node, req, add, volumes, plan, st);
+    free(add);
+    return rc;
+}
+
+int pv_res_node_alloc(pv_res_node *node, const pv_res_req *req, char **alloc_json, pv_status *st) {
+    *alloc_json = NULL;
+    pv_res_cap cap;
+    if (pv_res_cpumem_capacity(&node->cpumem, &req->cpumem, &cap, st) != PV_OK) return st->code;
+    if (cap.capacity < 1) return cpumem_exhausted(&node->cpumem, &req->cpumem, st);
+    if (pv_res_storage_capacity(&node->storage, &req->storage, &cap, st) != PV_OK) return st->code;
+    if (cap.capacity < 1) return storage_exhausted(&node->storage, &req->storage, st);
+    json_t *doc = json_object(), *cpumem = json_object(), *storage = json_object();
+    int rc = set_new(doc, CPUMEM, cpumem, st);
+    if (rc == PV_OK) rc = set_new(doc, STORAGE, storage, st);
+    if (rc == PV_OK) rc = cpumem_alloc_doc(&node->cpumem, &req->cpumem, cpumem, st);
+    if (rc == PV_OK) rc = storage_alloc_doc(&node->storage, &req->storage, storage, st);
+    if (rc != PV_OK) {
+        json_decref(doc);
+        return rc;
+    }
+    char *text;
+    if (dump_doc(doc, &text, st) != PV_OK) return st->code;
+    if (pv_res_node_usage_add(node, text, 1, st) != PV_OK) {
+        free(text);
+        return pv_status_prefix(st, "allocating");
+    }
+    *alloc_json = text;
+    return PV_OK;
+}
+
+/* ---- a whole node: documents out ---- */
+
+static int put_int(json_t *obj, const char *key, int64_t v, pv_status *st) {
+    return v == 0 ? PV_OK : set_new(obj, key, json_integer(v), st);
+}
+
+/* obj into parent under key unless it is empty (then dropped). */
+static int put_nonempty(json_t *parent, const char *key, json_t *obj, pv_status *st) {
+    if (obj && json_object_size(obj) == 0) {
+        json_decref(obj);
+        return PV_OK;
+    }
+    return set_new(parent, key, obj, st);
+}
+
+static json_t *cpumem_usage(const pv_res_node *node, pv_status *st) {
+    const pv_res_cpumem *c = &node->cpumem;
+    json_t *doc = json_object(), *map = json_object(), *numa = json_object();
+    int rc = doc && map && numa ? PV_OK
+                                : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "usage: out of memory");
+    if (rc == PV_OK && c->cpu_used != 0)
+        rc = set_new(doc, "cpu_request", json_real(c->cpu_used), st);
+    if (rc == PV_OK && node->cpu_limit_used != 0)
+        rc = set_new(doc, "cpu_limit", json_real(node->cpu_limit_used), st);
+    if (rc == PV_OK) rc = put_int(doc, "memory_request", c->memory_used, st);
+    if (rc == PV_OK) rc = put_int(doc, "memory_limit", node->memory_limit_used, st);
+    for (size_t i = 0; rc == PV_OK && i < c->ncores; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", c->cores[i].id);
+        rc = put_int(map, id, c->cores[i].used, st);
+    }
+    for (size_t i = 0; rc == PV_OK && i < c->nnuma; i++) {
+        char idx[24];
+        snprintf(idx, sizeof idx, "%zu", i);
+        rc = put_int(numa, idx, c->numa_memory_used[i], st);
+    }
+    if (rc == PV_OK) rc = put_nonempty(doc, "cpu_map", map, st), map = NULL;
+    if (rc == PV_OK) rc = put_nonempty(doc, "numa_memory", numa, st), numa = NULL;
+    json_decref(map);
+    json_decref(numa);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+static json_t *storage_usage(const pv_res_node *node, pv_status *st) {
+    const pv_res_storage *s = &node->storage;
+    json_t *doc = json_object(), *vols = json_object();
+    int rc = doc && vols ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "usage: out of memory");
+    if (rc == PV_OK) rc = put_int(doc, "storage_request", s->storage_used, st);
+    if (rc == PV_OK) rc = put_int(doc, "storage_limit", node->storage_limit_used, st);
+    for (size_t i = 0; rc == PV_OK && i < s->nvolumes; i++)
+        rc = put_int(vols, s->volumes[i].path, s->volumes[i].used, st);
+    if (rc == PV_OK) rc = put_nonempty(doc, "volumes", vols, st), vols = NULL;
+    json_decref(vols);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+int pv_res_node_usage_dump(const pv_res_node *node, char **usage_json, pv_status *st) {
+    *usage_json = NULL;
+    json_t *doc = json_object();
+    if (!doc) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "usage: out of memory");
+    json_t *part = cpumem_usage(node, st);
+    int rc = part ? put_nonempty(doc, CPUMEM, part, st) : st->code;
+    if (rc == PV_OK) {
+        part = storage_usage(node, st);
+        rc = part ? put_nonempty(doc, STORAGE, part, st) : st->code;
+    }
+    if (rc != PV_OK) {
+        json_decref(doc);
+        return rc;
+    }
+    return dump_doc(doc, usage_json, st);
+}
+
+/* "id:pieces,..." of every core, and the NUMA lists "id,id" per NUMA node. */
+static json_t *cpumem_resources(const pv_res_cpumem *c, pv_status *st) {
+    size_t cap = c->ncores * 24 + 1;
+    char *cpu = malloc(cap);
+    json_t *doc = json_object();
+    int rc =
+        cpu && doc ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    size_t len = 0;
+    if (cpu) cpu[0] = '\0';
+    for (size_t i = 0; rc == PV_OK && i < c->ncores; i++)
+        len += (size_t)snprintf(cpu + len, cap - len, "%s%d:%lld", i ? "," : "", c->cores[i].id,
+                                (long long)c->cores[i].pieces);
+    if (rc == PV_OK) rc = set_new(doc, "cpu", json_string(cpu), st);
+    if (rc == PV_OK) rc = set_new(doc, "memory", json_integer(c->memory), st);
+    if (rc == PV_OK && c->nnuma > 0) {
+        json_t *ncpu = json_array(), *nmem = json_array();
+        rc = set_new(doc, "numa-cpu", ncpu, st);
+        if (rc == PV_OK)
+            rc = set_new(doc, "numa-memory", nmem, st);
+        else
+            json_decref(nmem);
+        for (size_t n = 0; rc == PV_OK && n < c->nnuma; n++) {
+            len = 0;
+            cpu[0] = '\0';
+            for (size_t i = 0; i < c->ncores; i++)
+                if (c->cores[i].numa == (int)n)
+                    len += (size_t)snprintf(cpu + len, cap - len, "%s%d", len ? "," : "",
+                                            c->cores[i].id);
+            if (json_array_append_new(ncpu, json_string(cpu)) != 0 ||
+                json_array_append_new(nmem, json_integer(c->numa_memory[n])) != 0)
+                rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+        }
+    }
+    free(cpu);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+static json_t *storage_resources(const pv_res_storage *s, pv_status *st) {
+    json_t *doc = json_object(), *vols = json_array();
+    int rc =
+        doc && vols ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    int64_t plain = s->storage; /* the parser adds the volumes back in */
+    for (size_t i = 0; rc == PV_OK && i < s->nvolumes; i++) {
+        char *text = NULL;
+        plain -= s->volumes[i].size;
+        if (asprintf(&text, "%s:%lld", s->volumes[i].path, (long long)s->volumes[i].size) < 0 ||
+            json_array_append_new(vols, json_string(text)) != 0)
+            rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+        free(text);
+    }
+    if (rc == PV_OK) rc = set_new(doc, "storage", json_integer(plain), st);
+    if (rc == PV_OK && s->nvolumes > 0) rc = set_new(doc, "volumes", vols, st), vols = NULL;
+    json_decref(vols);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+int pv_res_node_resources_dump(const pv_res_node *node, char **resources_json, pv_status *st) {
+    *resources_json = NULL;
+    json_t *doc = json_object();
+    if (!doc) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    int rc = PV_OK;
+    if (node->cpumem.ncores > 0) { /* no cores: no cpumem document can say so; absent says it */
+        json_t *part = cpumem_resources(&node->cpumem, st);
+        rc = part ? set_new(doc, CPUMEM, part, st) : st->code;
+    }
+    if (rc == PV_OK) {
+        json_t *part = storage_resources(&node->storage, st);
+        rc = part ? set_new(doc, STORAGE, part, st) : st->code;
+    }
+    if (rc != PV_OK) {
+        json_decref(doc);
+        return rc;
+    }
+    return dump_doc(doc, resources_json, st);
+}
+
+void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out) {
+    const pv_res_cpumem *c = &node->cpumem;
+    const pv_res_storage *s = &node->storage;
+    int64_t vol_total = 0, vol_used = 0;
+    for (size_t i = 0; i < s->nvolumes; i++) {
+        vol_total += s->volumes[i].size;
+        vol_used += s->volumes[i].used;
+    }
+    out->cpu = ratio(c->cpu_used, (double)c->ncores);
+    out->memory = ratio((double)c->memory_used, (double)c->memory);
+    out->storage = ratio((double)s->storage_used, (double)s->storage);
+    out->volume = ratio((double)vol_used, (double)vol_total);
+}
+
+/* ---- a whole node: SetNode deltas ---- */
+
+/* A size that may be negative: an integer, or a human size with an optional '-'. */
+static int signed_size(const char *plugin, const char *label, const json_t *v, int64_t *out,
+                       pv_status *st) {
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return PV_OK;
+    }
+    if (!json_is_string(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "%s: %s: must be a size (bytes or a string like \"-4G\")", plugin,
+                             label);
+    const char *s = json_string_value(v);
+    int neg = *s == '-';
+    if (pv_res_size_parse(s + neg, out, st) != PV_OK)
+        return pv_status_prefix(st, "%s: %s", plugin, label);
+    if (neg) *out = -*out;
+    return PV_OK;
+}
+
+/* Adds delta pieces to core id, creating it (outside any NUMA node) when new. */
+static int core_add(pv_res_cpumem *c, size_t *cap, int id, int64_t pieces, pv_status *st) {
+    pv_res_core *core = NULL;
+    for (size_t i = 0; i < c->ncores && !core; i++)
+        if (c->cores[i].id == id) core = &c->cores[i];
+    if (!core) {
+        if (c->ncores == *cap) {
+            size_t ncap = *cap * 2 + 8;
+            pv_res_core *grown =
+                ncap > PV_RES_MAX_CORES * 2 ? NULL : realloc(c->cores, ncap * sizeof *grown);
+            if (!grown)
+                return pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": cpu: too many cores");
+            c->cores = grown;
+            *cap = ncap;
+        }
+        core = &c->cores[c->ncores++];
+        *core = (pv_res_core){.id = id, .numa = -1};
+    }
+    if ((pieces > 0 && core->pieces > INT32_MAX - pieces) ||
+        (pieces < 0 && core->pieces < INT32_MIN - pieces))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": cpu: core %d: too many pieces", id);
+    core->pieces += pieces;
+    return PV_OK;
+}
+
+/* Delta cpu: N (cores 0..|N|-1, 100 pieces each with N's sign) or "id:pieces,..." (signed). */
+static int delta_cpu(pv_res_cpumem *c, size_t *cap, const json_t *v, pv_status *st) {
+    long long count;
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (json_is_integer(v) || (s && !strchr(s, ':'))) {
+        int neg = s && *s == '-';
+        if (json_is_integer(v))
+            count = json_integer_value(v);
+        else if (parse_int(s + neg, strlen(s + neg), 0, PV_RES_MAX_CORES, &count) == 0)
+            count = neg ? -count : count;
+        else
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 CPUMEM ": cpu: \"%s\" must be a core count or \"id:pieces,...\"",
+                                 s);
+        if (count < -PV_RES_MAX_CORES || count > PV_RES_MAX_CORES)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 CPUMEM ": cpu: %lld must be between -%d and %d cores", count,
+                                 PV_RES_MAX_CORES, PV_RES_MAX_CORES);
+        int64_t each = count < 0 ? -PV_RES_SHARE_BASE : PV_RES_SHARE_BASE;
+        for (long long i = 0; i < (count < 0 ? -count : count); i++)
+            if (core_add(c, cap, (int)i, each, st) != PV_OK) return st->code;
+        return PV_OK;
+    }
+    if (!s)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             CPUMEM ": cpu: must be a core count or \"id:pieces,...\"");
+    const char *p = s;
+    do {
+        size_t len = strcspn(p, ",");
+        const char *colon = memchr(p, ':', len);
+        long long id, pieces;
+        const char *num = colon ? colon + 1 : NULL;
+        int neg = num && *num == '-';
+        if (!colon || parse_int(p, (size_t)(colon - p), 0, 1 << 20, &id) != 0 ||
+            parse_int(num + neg, len - (size_t)(num + neg - p), 0, INT32_MAX, &pieces) != 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 CPUMEM ": cpu: \"%.*s\" must be id:pieces (e.g. \"0:-50\")",
+                                 (int)len, p);
+        if (core_add(c, cap, (int)id, neg ? -pieces : pieces, st) != PV_OK) return st->code;
+        p += len + (p[len] == ',');
+    } while (*p);
+    return PV_OK;
+}
+
+/* base + delta for cpumem into *out (cores and memory; the caller adds NUMA). base carries the
+ * usage, so a core left with 0 pieces and no usage disappears and one below its usage fails. */
+static int delta_cpumem(const pv_res_node *base, const json_t *d, pv_res_cpumem *out,
+                        pv_status *st) {
+    static const char *const k_fields[] = {"cpu", "memory", "numa-cpu", "numa-memory", NULL};
+    const pv_res_cpumem *b = &base->cpumem;
+    memset(out, 0, sizeof *out);
+    size_t cap = b->ncores + 8;
+    out->cores = malloc(cap * sizeof *out->cores);
+    if (!out->cores) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
+    memcpy(out->cores, b->cores, b->ncores * sizeof *out->cores);
+    out->ncores = b->ncores;
+    out->memory = b->memory;
+    int rc = d ? only_known(CPUMEM, d, k_fields, st) : PV_OK;
+    const json_t *v = d ? json_object_get(d, "cpu") : NULL;
+    if (rc == PV_OK && v) rc = delta_cpu(out, &cap, v, st);
+    int64_t mem = 0;
+    v = d ? json_object_get(d, "memory") : NULL;
+    if (rc == PV_OK && v) rc = signed_size(CPUMEM, "memory", v, &mem, st);
+    if (rc == PV_OK) out->memory += mem; /* both within int64: sum of two sizes */
+    if (rc == PV_OK && out->memory < 0)
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": memory: would be %lld, below zero",
+                           (long long)out->memory);
+    for (size_t i = 0; rc == PV_OK && i < out->ncores; i++) {
+        pv_res_core *core = &out->cores[i];
+        if (core->pieces < 0)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                               CPUMEM ": cpu: core %d would have %lld pieces, below zero", core->id,
+                               (long long)core->pieces);
+        else if (core->pieces < core->used)
+            rc =
+                pv_status_set(st, PV_INVALID_ARGUMENT,
+                              CPUMEM ": cpu: core %d would have %lld pieces, below the %lld in use",
+                              core->id, (long long)core->pieces, (long long)core->used);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; rc == PV_OK && i < out->ncores; i++)
+        if (out->cores[i].pieces > 0 || out->cores[i].used > 0) out->cores[kept++] = out->cores[i];
+    if (rc == PV_OK) out->ncores = kept;
+    if (rc == PV_OK) qsort(out->cores, out->ncores, sizeof *out->cores, core_cmp);
+    return rc;
+}
+
+/* NUMA layout and memory of the result, as node-document fields on doc (a cpumem document). */
+static int delta_numa(const pv_res_cpumem *b, const pv_res_cpumem *nc, const json_t *d, json_t *doc,
+                      pv_status *st) {
+    const json_t *layout = d ? json_object_get(d, "numa-cpu") : NULL;
+    const json_t *mem = d ? json_object_get(d, "numa-memory") : NULL;
+    size_t nnuma = layout && json_is_array(layout) ? json_array_size(layout) : b->nnuma;
+    if (layout) { /* a new layout replaces the old one, as Eru's delta does */
+        if (set_new(doc, "numa-cpu", json_deep_copy(layout), st) != PV_OK) return st->code;
+    } else if (b->nnuma > 0) {
+        json_t *lists = json_array();
+        if (set_new(doc, "numa-cpu", lists, st) != PV_OK) return st->code;
+        for (size_t n = 0; n < b->nnuma; n++) {
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            if (!f) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
+            int first = 1; /* the cores still there, in the NUMA node they were in */
+            for (size_t i = 0; i < nc->ncores; i++) {
+                const pv_res_core *was = find_core((pv_res_cpumem *)b, nc->cores[i].id);
+                if (!was || was->numa != (int)n) continue;
+                fprintf(f, first ? "%d" : ",%d", was->id);
+                first = 0;
+            }
+            fclose(f);
+            int rc = json_array_append_new(lists, json_string(text ? text : "")) == 0
+                         ? PV_OK
+                         : pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
+            free(text);
+            if (rc != PV_OK) return rc;
+        }
+    }
+    if (nnuma == 0) return PV_OK;
+    if (mem && (!json_is_array(mem) || json_array_size(mem) > nnuma))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             CPUMEM ": numa-memory: must list at most one size per NUMA node (%zu)",
+                             nnuma);
+    if (!mem && nnuma != b->nnuma) return PV_OK; /* a new layout: memory split evenly */
+    json_t *sizes = json_array();
+    if (set_new(doc, "numa-memory", sizes, st) != PV_OK) return st->code;
+    for (size_t n = 0; n < nnuma; n++) {
+        int64_t add = 0, have = n < b->nnuma ? b->numa_memory[n] : 0;
+        char label[40];
+        snprintf(label, sizeof label, "numa-memory[%zu]", n);
+        if (mem && n < json_array_size(mem) &&
+            signed_size(CPUMEM, label, json_array_get(mem, n), &add, st) != PV_OK)
+            return st->code;
+        if (have + add < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": %s: would be %lld, below zero",
+                                 label, (long long)(have + add));
+        if (json_array_append_new(sizes, json_integer(have + add)) != 0)
+            return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
+    }
+    return PV_OK;
+}
+
+/* One volume of a delta result: base volumes keep their path; new ones point into the delta. */
+typedef struct vol_sum {
+    const char *path;
+    int plen;
+    int64_t size, used;
+} vol_sum;
+
+/* base + delta volumes ("/path:size", signed) into sum[*n]. */
+static int delta_volumes(const json_t *vols, vol_sum *sum, size_t *n, pv_status *st) {
+    for (size_t i = 0; vols && i < json_array_size(vols); i++) {
+        const char *text = json_string_value(json_array_get(vols, i));
+        const char *colon = strrchr(text, ':');
+        char label[40];
+        snprintf(label, sizeof label, "volumes[%zu]", i);
+        if (!colon || colon == text)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 STORAGE ": %s: \"%s\" must be path:size (e.g. \"/data0:-1T\")",
+                                 label, text);
+        json_t *size = json_string(colon + 1);
+        int64_t bytes = 0;
+        int rc = size ? signed_size(STORAGE, label, size, &bytes, st)
+                      : pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+        json_decref(size);
+        if (rc != PV_OK) return rc;
+        int plen = (int)(colon - text);
+        size_t k = 0;
+        while (k < *n && (sum[k].plen != plen || strncmp(sum[k].path, text, (size_t)plen) != 0))
+            k++;
+        if (k == *n) sum[(*n)++] = (vol_sum){text, plen, 0, 0};
+        sum[k].size += bytes;
+    }
+    return PV_OK;
+}
+
+/* base + delta for storage, written as a storage node document into doc. A volume left at 0
+ * disappears. */
+static int delta_storage(const pv_res_storage *b, const json_t *d, json_t *doc, pv_status *st) {
+    static const char *const k_fields[] = {"storage", "volumes", NULL};
+    int64_t plain = b->storage, add = 0;
+    for (size_t i = 0; i < b->nvolumes; i++)
+        plain -= b->volumes[i].size;
+    int rc = d ? only_known(STORAGE, d, k_fields, st) : PV_OK;
+    const json_t *v = d ? json_object_get(d, "storage") : NULL;
+    if (rc == PV_OK && v) rc = signed_size(STORAGE, "storage", v, &add, st);
+    if (rc == PV_OK && plain + add < 0)
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                           STORAGE ": storage: would be %lld (volumes apart), below zero",
+                           (long long)(plain + add));
+    if (rc == PV_OK) rc = set_new(doc, "storage", json_integer(plain + add), st);
+    const json_t *vols = NULL;
+    if (rc == PV_OK && d) rc = string_list(STORAGE, d, "volumes", &vols, st);
+    size_t n = 0, nd = vols ? json_array_size(vols) : 0;
+    vol_sum *sum = calloc(b->nvolumes + nd + 1, sizeof *sum);
+    if (rc == PV_OK && !sum)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+    for (size_t i = 0; rc == PV_OK && i < b->nvolumes; i++) {
+        const pv_res_volume *bv = &b->volumes[i];
+        sum[n++] = (vol_sum){bv->path, (int)strlen(bv->path), bv->size, bv->used};
+    }
+    if (rc == PV_OK) rc = delta_volumes(vols, sum, &n, st);
+    json_t *list = rc == PV_OK ? json_array() : NULL;
+    if (rc == PV_OK) rc = set_new(doc, "volumes", list, st);
+    for (size_t k = 0; rc == PV_OK && k < n; k++) {
+        if (sum[k].size < 0)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                               STORAGE ": volumes: %.*s would be %lld, below zero", sum[k].plen,
+                               sum[k].path, (long long)sum[k].size);
+        else if (sum[k].size < sum[k].used)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                               STORAGE ": volumes: %.*s would be %lld, below the %lld in use",
+                               sum[k].plen, sum[k].path, (long long)sum[k].size,
+                               (long long)sum[k].used);
+        else if (sum[k].size > 0 || sum[k].used > 0) {
+            char *text = NULL;
+            if (asprintf(&text, "%.*s:%lld", sum[k].plen, sum[k].path, (long long)sum[k].size) <
+                    0 ||
+                json_array_append_new(list, json_string(text)) != 0)
+                rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, STORAGE ": out of memory");
+            free(text);
+        }
+    }
+    if (rc == PV_OK && json_array_size(list) == 0) json_object_del(doc, "volumes");
+    free(sum);
+    return rc;
+}
+
+/* Every used field of node within its capacity; the message names plugin and field. */
+static int within(const pv_res_node *node, pv_status *st) {
+    const pv_res_cpumem *c = &node->cpumem;
+    const pv_res_storage *s = &node->storage;
+    if (c->memory < c->memory_used)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             CPUMEM ": memory: %lld would be below the %lld in use",
+                             (long long)c->memory, (long long)c->memory_used);
+    for (size_t n = 0; n < c->nnuma; n++)
+        if (c->numa_memory[n] < c->numa_memory_used[n])
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 CPUMEM ": numa-memory[%zu]: %lld would be below the %lld in use",
+                                 n, (long long)c->numa_memory[n],
+                                 (long long)c->numa_memory_used[n]);
+    if (s->storage < s->storage_used)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             STORAGE ": storage: %lld would be below the %lld in use",
+                             (long long)s->storage, (long long)s->storage_used);
+    return PV_OK;
+}
+
+int pv_res_node_delta(const char *base_json, const char *delta_json, const char *usage_json,
+                      char **out_json, pv_status *st) {
+    *out_json = NULL;
+    pv_res_node base, result;
+    pv_res_cpumem nc = {0};
+    json_t *delta = load_plugins("delta", delta_json, st), *out = NULL, *cdoc = NULL;
+    if (!delta) return st->code;
+    int rc = pv_res_node_parse(base_json, usage_json, NULL, &base, st);
+    if (rc != PV_OK) {
+        json_decref(delta);
+        return rc;
+    }
+    const json_t *dc = json_object_get(delta, CPUMEM), *ds = json_object_get(delta, STORAGE);
+    out = json_object();
+    if (!out) rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "delta: out of memory");
+    if (rc == PV_OK && (base.cpumem.ncores > 0 || dc)) {
+        rc = delta_cpumem(&base, dc, &nc, st);
+        if (rc == PV_OK) cdoc = cpumem_resources(&nc, st);
+        if (rc == PV_OK && !cdoc) rc = st->code;
+        if (rc == PV_OK) rc = delta_numa(&base.cpumem, &nc, dc, cdoc, st);
+        if (rc == PV_OK && nc.ncores == 0)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": cpu: no core would be left");
+        if (rc == PV_OK) rc = set_new(out, CPUMEM, cdoc, st), cdoc = NULL;
+    }
+    json_t *sdoc = rc == PV_OK ? json_object() : NULL;
+    if (rc == PV_OK) rc = set_new(out, STORAGE, sdoc, st);
+    if (rc == PV_OK) rc = delta_storage(&base.storage, ds, sdoc, st);
+    char *text = NULL;
+    if (rc == PV_OK) rc = dump_doc(out, &text, st), out = NULL;
+    /* the result must parse, and hold what is in use */
+    if (rc == PV_OK) rc = pv_res_node_parse(text, NULL, NULL, &result, st);
+    if (rc == PV_OK) {
+        if (usage_json && apply_doc(&result, "usage", usage_json, 1, st) != PV_OK)
+            rc = st->code = PV_INVALID_ARGUMENT; /* usage the result cannot hold */
+        if (rc == PV_OK) rc = within(&result, st);
+        pv_res_node_free(&result);
+    }
+    json_decref(cdoc);
+    json_decref(out);
+    json_decref(delta);
+    free(nc.cores);
+    pv_res_node_free(&base);
+    if (rc != PV_OK) {
+        free(text);
+        return rc;
+    }
+    *out_json = text;
     return PV_OK;
 }

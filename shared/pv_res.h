@@ -167,20 +167,35 @@ int pv_res_storage_capacity(const pv_res_storage *node, const pv_res_storage_req
  *             "numa_node": "0", "numa_memory": {"0": 536870912}}
  *            (cpu_map and numa_* only with binding; numa_node is left out of usage documents)
  *   storage: {"storage_request": N, "storage_limit": N, "volumes": {"/data0": N},
- *             "volume_plan": {"AUTO:/data:rw:10G": {"/data0": N}}}
+ *             "volume_plan": {"AUTO:/data:rw:10737418240": {"/data0": N}}}
  *            (volume_plan is left out of usage documents; an exclusive 'm' volume counts whole)
  * Keys use underscores as Eru's plugins store them. Parsers of these documents accept absent
  * fields as zero and reject unknown fields, wrong types and negative values (INVALID_ARGUMENT
- * naming "usage" or "allocation", the plugin and the field).
+ * naming "usage" or "allocation", the plugin and the field); a core, NUMA node or volume the node
+ * does not have is FAILED_PRECONDITION ("usage: cpumem: cpu_map: core 9 is not on the node").
+ * Sizes are integers of bytes there, pieces integers, cpu values numbers; cpu sums are kept to a
+ * millionth of a core, so adding and removing the same allocations leaves exactly zero. A
+ * volume_plan key is Eru's text of the binding: src:dst:flags:bytes (flags sorted, "rw" when
+ * none were given); its values say where each binding sits and are checked for shape only (the
+ * `volumes` map is what counts).
  *
  * A request is a JSON object plugin -> workload document ({"cpumem": {"cpu-request": 1, ...},
  * "storage": {...}}, the CreateWorkload/CalculateCapacity `resources` map); absent plugins ask
  * for nothing.
+ *
+ * Every object here must map plugin names to JSON objects (not strings holding JSON); an unknown
+ * plugin fails with INVALID_ARGUMENT ("<resources|usage|request|allocation|delta>: unknown plugin
+ * \"gpu\" (known: cpumem, storage)"). Plugin documents fail with the plugin parsers' messages
+ * ("cpumem: memory: ..."), as the gateway's checks word them.
  */
 
 typedef struct pv_res_node {
     pv_res_cpumem cpumem;
     pv_res_storage storage;
+    /* limit sums of the allocations held: usage documents carry them, capacities ignore them */
+    double cpu_limit_used;
+    int64_t memory_limit_used;
+    int64_t storage_limit_used;
 } pv_res_node;
 
 typedef struct pv_res_req {
@@ -190,7 +205,11 @@ typedef struct pv_res_req {
 
 /* resources_json: the node's resources object (NULL = "{}"); usage_json: its usage object
  * (NULL = "{}"), applied to the used fields; info may be NULL. Unknown plugins fail with
- * INVALID_ARGUMENT ("resources: unknown plugin ..."). Release with pv_res_node_free. */
+ * INVALID_ARGUMENT ("resources: unknown plugin ..."). Release with pv_res_node_free.
+ * An absent cpumem document takes info->cpu_count cores and 80% of info->mem_total, each only
+ * when known (> 0); with no core count (or no info) the node has no cores and no memory (Eru
+ * refuses a cpumem node without cores, so no document can describe one; absence does). Usage
+ * above the capacity is accepted (what is held is held): nothing more fits where it is. */
 int pv_res_node_parse(const char *resources_json, const char *usage_json,
                       const pv_res_engine_info *info, pv_res_node *node, pv_status *st);
 void pv_res_node_free(pv_res_node *node);
@@ -199,7 +218,11 @@ void pv_res_node_free(pv_res_node *node);
 int pv_res_req_parse(const char *request_json, pv_res_req *req, pv_status *st);
 void pv_res_req_free(pv_res_req *req);
 
-/* Every plugin's capacity for req, combined (pv_res_cap_combine). */
+/* Every plugin's capacity for req, combined (pv_res_cap_combine). A request for nothing is
+ * PV_RES_UNBOUNDED. Two counts are made one allocation at a time instead of Eru's one pass (see
+ * pv_res.c), because for them the one-pass count is not what allocating one by one gets:
+ * cpu-bind requests of whole cores plus a fragment (1.5), and volume requests mixing normal and
+ * exclusive ('m') AUTO volumes. */
 int pv_res_node_capacity(const pv_res_node *node, const pv_res_req *req, pv_res_cap *out,
                          pv_status *st);
 
@@ -207,21 +230,38 @@ int pv_res_node_capacity(const pv_res_node *node, const pv_res_req *req, pv_res_
  * count makes first), NUMA node and volumes, adds them to the node's used fields and returns the
  * allocation object ({"cpumem": {...}, "storage": {...}}, caller frees). RESOURCE_EXHAUSTED
  * naming the plugin when it does not fit; node is then unchanged. Calling it k times succeeds
- * exactly min(k, capacity) times. */
+ * exactly min(k, capacity) times (capacity below the per-node plan caps, 10000).
+ * The object always has both plugins and their four request/limit fields (zeros included).
+ * cpumem without binding: no cores, no NUMA node (as Eru). With binding: the first plan, NUMA
+ * nodes in index order then across them; a plan across NUMA nodes has no numa_node and charges
+ * only the node's memory. storage: normal AUTO bindings (smallest first) each on the used volume
+ * with the least room that fits; the exclusive ones together on the first unused volume (least
+ * room first) that holds them all, which they take whole, shared in proportion to their sizes
+ * (the rounding rest to the smallest); AUTO bindings without a size on the volume with the most
+ * room left after that (ties: volumes in use first), with 0 bytes; plain mounts are not planned
+ * and absent from volume_plan; volumes and volume_plan only when some binding needs a volume. */
 int pv_res_node_alloc(pv_res_node *node, const pv_res_req *req, char **alloc_json, pv_status *st);
 
 /* Adds (sign = +1) or removes (sign = -1) an allocation object to/from the node's used fields;
- * removal that would go below zero fails with FAILED_PRECONDITION and leaves node unchanged. */
+ * removal that would go below zero fails with FAILED_PRECONDITION and leaves node unchanged.
+ * Any other sign is INVALID_ARGUMENT. Every check comes before any change (all plugins or none).
+ * Adding beyond the capacity is accepted, as Eru's usage updates accept it; adding past INT64_MAX
+ * is INVALID_ARGUMENT. NULL or "{}" changes nothing. */
 int pv_res_node_usage_add(pv_res_node *node, const char *alloc_json, int sign, pv_status *st);
 
 /* The node's usage object (every plugin, zeros omitted inside a plugin's document; "{}" on a node
  * that uses nothing) and its full resources object (every plugin, defaults materialised, so
- * pv_res_node_parse(resources, NULL, NULL, ...) gives the same capacities back). Caller frees. */
+ * pv_res_node_parse(resources, NULL, NULL, ...) gives the same capacities back). Caller frees.
+ * Usage: a plugin with nothing in use is left out. Resources: cpu as "id:pieces,..." and sizes as
+ * bytes; numa-cpu/numa-memory only on NUMA nodes; storage's "storage" is written without the
+ * volumes (the parser adds them back); cpumem is left out on a node without cores. */
 int pv_res_node_usage_dump(const pv_res_node *node, char **usage_json, pv_status *st);
 int pv_res_node_resources_dump(const pv_res_node *node, char **resources_json, pv_status *st);
 
 /* Per-plugin share in use, for Eru's NodeResource percentages: cpu (cores requested / cores),
- * memory, storage, volumes (bytes used / bytes); 0 where the node has none of it. */
+ * memory, storage, volumes (bytes used / bytes); 0 where the node has none of it. cpu divides by
+ * the number of cores (as Eru's capacity usage does), whatever their pieces; storage counts the
+ * volumes in, as Eru does. */
 typedef struct pv_res_percent {
     double cpu, memory, storage, volume;
 } pv_res_percent;
@@ -233,7 +273,14 @@ void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out);
  * N's sign), a core left with 0 pieces and no usage disappears; memory and numa-memory add.
  * storage: storage adds; volumes "/path:size" add per path (a volume left at 0 disappears). A
  * result below zero, or below what usage_json (may be NULL) holds, fails with INVALID_ARGUMENT
- * naming the plugin and field. */
+ * naming the plugin and field.
+ * Signed sizes: integers or human sizes with a leading '-' ("-1G"); "id:-50" for pieces. A
+ * numa-cpu in the delta replaces the layout (as Eru's delta does); numa-memory adds per index
+ * (a new layout with another count and no numa-memory: the memory split evenly). Cores that
+ * disappear leave their NUMA lists; a new core on a NUMA node needs a numa-cpu in the delta.
+ * A result without cores while cpumem is there (or given) fails ("cpumem: cpu: no core would be
+ * left"). base_json NULL = "{}" (no engine info: an absent cpumem has no cores). The output is
+ * in pv_res_node_resources_dump's form, and parses. */
 int pv_res_node_delta(const char *base_json, const char *delta_json, const char *usage_json,
                       char **out_json, pv_status *st);
 

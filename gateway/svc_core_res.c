@@ -1,0 +1,294 @@
+/*
+ * svc_core_res: CalculateCapacity, GetNodeResource, GetPodResource (see svc_core_res.h).
+ *
+ * CalculateCapacity is a plan request: the handler turns DeployOptions into the scheduler's
+ * request body (scheduler/sched_place.h), waits for the answer within the call's deadline (or
+ * scheduler.request_timeout_ms when the client set none) and stops waiting when the client goes.
+ * The resource documents are checked here first, so a malformed request is refused without a
+ * round trip and with the plugin and field named.
+ */
+#include "svc_core_res.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pb/core.pb-c.h"
+#include "pv_log.h"
+#include "pv_registry.h"
+#include "pv_res.h"
+#include "pv_resv.h"
+#include "pv_sched.h"
+#include "svc_eru.h"
+
+#define N_METHODS 3
+
+struct svc_core_res {
+    gw_app *app;
+    gw_method methods[N_METHODS];
+    size_t n_methods;
+};
+
+svc_core_res *svc_core_res_new(gw_app *app) {
+    svc_core_res *s = calloc(1, sizeof *s);
+    if (s) s->app = app;
+    return s;
+}
+
+void svc_core_res_free(svc_core_res *s) {
+    free(s);
+}
+
+static gw_app *app_of(gw_call *call) {
+    return ((svc_core_res *)gw_call_method_data(call))->app;
+}
+
+static pv_redis *redis_or_fail(gw_call *call, int eru) {
+    pv_redis *r = gw_app_redis(call);
+    if (!r) gw_call_finish(call, eru, "no Redis connection on this gateway thread");
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* CalculateCapacity                                                                           */
+
+static int add_strings(json_t *arr, char **v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (json_array_append_new(arr, json_string(v[i])) != 0) return -1;
+    return 0;
+}
+
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+static int add_labels(json_t *obj, void *const *entries, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const str_entry *e = entries[i];
+        if (json_object_set_new(obj, e->key, json_string(e->value)) != 0) return -1;
+    }
+    return 0;
+}
+
+/* DeployOptions -> the scheduler's request body. Eru's node filter: the legacy nodenames and
+ * nodelabels fields and node_filter are both honoured (their union). */
+static int capacity_body(const Pb__DeployOptions *o, char **body, pv_status *st) {
+    *body = NULL;
+    char *resources = NULL;
+    if (svc_eru_resources_json("resources", (void *const *)o->resources, o->n_resources, &resources,
+                               st) != PV_OK)
+        return st->code;
+    pv_res_req check = {0};
+    int rc = pv_res_req_parse(resources, &check, st);
+    pv_res_req_free(&check);
+    if (rc != PV_OK) {
+        free(resources);
+        return rc;
+    }
+    json_t *res = json_loads(resources, 0, NULL);
+    free(resources);
+    json_t *includes = json_array(), *excludes = json_array(), *labels = json_object();
+    const Pb__NodeFilter *f = o->node_filter;
+    int bad = !res || !includes || !excludes || !labels ||
+              add_strings(includes, o->nodenames, o->n_nodenames) != 0 ||
+              (f && add_strings(includes, f->includes, f->n_includes) != 0) ||
+              (f && add_strings(excludes, f->excludes, f->n_excludes) != 0) ||
+              add_labels(labels, (void *const *)o->nodelabels, o->n_nodelabels) != 0 ||
+              (f && add_labels(labels, (void *const *)f->labels, f->n_labels) != 0);
+    json_t *j =
+        bad ? NULL
+            : json_pack("{s:s, s:O, s:O, s:O, s:b, s:O, s:i, s:i, s:i, s:s, s:s}", "pod",
+                        o->podname, "includes", includes, "excludes", excludes, "labels", labels,
+                        "all", f && f->all, "resources", res, "strategy", (int)o->deploy_strategy,
+                        "count", (int)o->count, "nodes_limit", (int)o->nodes_limit, "app", o->name,
+                        "entrypoint", o->entrypoint->name);
+    *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    json_decref(res);
+    json_decref(includes);
+    json_decref(excludes);
+    json_decref(labels);
+    if (!*body) return pv_status_set(st, PV_INVALID_ARGUMENT, "labels or node names: not UTF-8");
+    return PV_OK;
+}
+
+static int call_gone(void *arg) {
+    return gw_call_is_closed(arg);
+}
+
+static int64_t wait_budget(gw_call *call) {
+    int64_t left = gw_call_deadline_ms(call);
+    int64_t dflt = app_of(call)->cfg.scheduler.request_timeout_ms;
+    return left < dflt ? left : dflt;
+}
+
+typedef struct capacity_msg {
+    Pb__CapacityMessage msg;
+    Pb__CapacityMessage__NodeCapacitiesEntry *entries;
+    Pb__CapacityMessage__NodeCapacitiesEntry **ptrs;
+    json_t *reply;
+} capacity_msg;
+
+static int capacity_msg_fill(capacity_msg *m, const char *text, pv_status *st) {
+    memset(m, 0, sizeof *m);
+    pb__capacity_message__init(&m->msg);
+    m->reply = json_loads(text, 0, NULL);
+    json_t *caps = json_object_get(m->reply, "node_capacities");
+    if (!json_is_object(caps))
+        return pv_status_set(st, PV_INTERNAL, "scheduler reply without node_capacities");
+    m->msg.total = json_integer_value(json_object_get(m->reply, "total"));
+    size_t n = json_object_size(caps);
+    if (n == 0) return PV_OK;
+    m->entries = calloc(n, sizeof *m->entries);
+    m->ptrs = calloc(n, sizeof *m->ptrs);
+    if (!m->entries || !m->ptrs) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    const char *name;
+    json_t *v;
+    json_object_foreach(caps, name, v) {
+        Pb__CapacityMessage__NodeCapacitiesEntry *e = &m->entries[m->msg.n_node_capacities];
+        pb__capacity_message__node_capacities_entry__init(e);
+        e->key = (char *)name;
+        e->value = json_integer_value(v);
+        m->ptrs[m->msg.n_node_capacities++] = e;
+    }
+    m->msg.node_capacities = m->ptrs;
+    return PV_OK;
+}
+
+static void capacity_msg_free(capacity_msg *m) {
+    free(m->entries);
+    free(m->ptrs);
+    json_decref(m->reply);
+}
+
+static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__DeployOptions *o = (const Pb__DeployOptions *)req;
+    if (!o->entrypoint || !o->entrypoint->name || !*o->entrypoint->name) {
+        gw_call_finish(call, ERU_CALCULATE_CAPACITY,
+                       "entrypoint: no entry in spec (entrypoint.name is required)");
+        return;
+    }
+    if ((!o->podname || !*o->podname) && o->n_nodenames == 0 &&
+        (!o->node_filter || o->node_filter->n_includes == 0)) {
+        gw_call_finish(call, ERU_CALCULATE_CAPACITY,
+                       "podname: required unless nodes are named (nodenames, node_filter)");
+        return;
+    }
+    pv_redis *r = redis_or_fail(call, ERU_CALCULATE_CAPACITY);
+    if (!r) return;
+    pv_status st;
+    char *body = NULL, *reply = NULL;
+    pv_sched_call_opts opts = {
+        .timeout_ms = wait_budget(call), .cancelled = call_gone, .arg = call};
+    if (capacity_body(o, &body, &st) != PV_OK ||
+        pv_sched_call(r, &app_of(call)->keys, "capacity", body, &opts, &reply, &st) != PV_OK) {
+        free(body);
+        gw_call_finishf(call, ERU_CALCULATE_CAPACITY, "%s", st.msg);
+        return;
+    }
+    free(body);
+    capacity_msg m;
+    if (capacity_msg_fill(&m, reply, &st) == PV_OK)
+        gw_call_reply(call, &m.msg.base);
+    else
+        gw_call_finishf(call, ERU_CALCULATE_CAPACITY, "%s", st.msg);
+    capacity_msg_free(&m);
+    free(reply);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GetNodeResource, GetPodResource                                                             */
+
+static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int fix,
+                              pv_status *st) {
+    pv_resv_check c;
+    if (pv_resv_check_node(r, &app_of(call)->keys, name, fix, &c, st) != PV_OK) return st->code;
+    Pb__NodeResource m = PB__NODE_RESOURCE__INIT;
+    m.name = (char *)name;
+    m.diffs = c.diffs;
+    m.n_diffs = c.ndiffs;
+    m.resource_capacity = c.resources;
+    m.resource_usage = c.usage;
+    if (fix && c.ndiffs > 0)
+        pv_info("GetNodeResource node=%s fix: usage rewritten from its allocations (%zu diffs)",
+                name, c.ndiffs);
+    int rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
+    if (rc != PV_OK) pv_status_set(st, PV_CANCELLED, "client gone");
+    pv_resv_check_clear(&c);
+    return rc;
+}
+
+static void on_get_node_resource(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetNodeResourceOptions *o = (const Pb__GetNodeResourceOptions *)req;
+    const char *name = o->opts ? o->opts->nodename : NULL;
+    if (!name || !*name) {
+        gw_call_finish(call, ERU_GET_NODE_RESOURCE, "opts.nodename: required");
+        return;
+    }
+    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_RESOURCE);
+    if (!r) return;
+    pv_status st;
+    if (send_node_resource(call, r, name, o->fix, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_GET_NODE_RESOURCE, "%s", st.msg);
+        return;
+    }
+    gw_call_finish(call, PV_OK, NULL);
+}
+
+static void on_get_pod_resource(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetPodOptions *o = (const Pb__GetPodOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_POD_RESOURCE);
+    if (!r) return;
+    if (!o->name || !*o->name) {
+        gw_call_finish(call, ERU_GET_POD_RESOURCE, "name: the pod name is required");
+        return;
+    }
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_registry_list_nodes(r, &app_of(call)->keys, o->name, &nodes, &n, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_GET_POD_RESOURCE, "%s", st.msg);
+        return;
+    }
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        rc = send_node_resource(call, r, nodes[i].name, 0, &st);
+        /* A node removed while the stream runs is simply no longer part of the pod. */
+        if (rc == PV_NOT_FOUND) rc = PV_OK;
+    }
+    pv_node_array_free(nodes, n);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_GET_POD_RESOURCE, "%s", st.msg);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void add(svc_core_res *s, const char *path, gw_method_kind kind,
+                const ProtobufCMessageDescriptor *request, gw_handler_fn handler, int eru) {
+    if (s->n_methods == N_METHODS) return;
+    s->methods[s->n_methods++] = (gw_method){
+        .path = path,
+        .kind = kind,
+        .request = request,
+        .handler = handler,
+        .bad_request_code = eru,
+        .data = s,
+    };
+}
+
+int svc_core_res_register(svc_core_res *s, gw_server *server) {
+    s->n_methods = 0;
+    add(s, "/pb.CoreRPC/CalculateCapacity", GW_UNARY, &pb__deploy_options__descriptor,
+        on_calculate_capacity, ERU_CALCULATE_CAPACITY);
+    add(s, "/pb.CoreRPC/GetNodeResource", GW_UNARY, &pb__get_node_resource_options__descriptor,
+        on_get_node_resource, ERU_GET_NODE_RESOURCE);
+    add(s, "/pb.CoreRPC/GetPodResource", GW_SERVER_STREAM, &pb__get_pod_options__descriptor,
+        on_get_pod_resource, ERU_GET_POD_RESOURCE);
+    for (size_t i = 0; i < s->n_methods; i++)
+        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
+    return 0;
+}

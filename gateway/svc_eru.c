@@ -1,0 +1,74 @@
+/*
+ * svc_eru: the map-field conversions every pb.CoreRPC handler shares (see svc_eru.h).
+ *
+ * protobuf-c generates one entry type per map field (Pb__Node__LabelsEntry, ...), all laid out
+ * as base, key, value; the two shapes below read any of them, so one function serves every map
+ * of a kind.
+ */
+#include "svc_eru.h"
+
+#include <jansson.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdlib.h>
+
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+typedef struct bytes_entry {
+    ProtobufCMessage base;
+    char *key;
+    ProtobufCBinaryData value;
+} bytes_entry;
+
+static int fail_oom(pv_status *st) {
+    return pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int svc_eru_labels_json(const char *field, void *const *entries, size_t n, char **out,
+                        pv_status *st) {
+    *out = NULL;
+    json_t *j = json_object();
+    for (size_t i = 0; j && i < n; i++) {
+        const str_entry *e = entries[i];
+        if (json_object_set_new(j, e->key, json_string(e->value)) != 0) {
+            json_decref(j);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s[%s]: not valid UTF-8", field, e->key);
+        }
+    }
+    *out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return *out ? PV_OK : fail_oom(st);
+}
+
+int svc_eru_resources_json(const char *field, void *const *entries, size_t n, char **out,
+                           pv_status *st) {
+    *out = NULL;
+    json_t *j = json_object();
+    if (!j) return fail_oom(st);
+    for (size_t i = 0; i < n; i++) {
+        const bytes_entry *e = entries[i];
+        json_error_t err;
+        json_t *doc = json_loadb((const char *)e->value.data, e->value.len, 0, &err);
+        int rc = PV_OK;
+        if (!doc)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s[%s]: not valid JSON: %s", field, e->key,
+                               err.text);
+        else if (!json_is_object(doc))
+            rc =
+                pv_status_set(st, PV_INVALID_ARGUMENT,
+                              "%s[%s]: the plugin's document must be a JSON object", field, e->key);
+        else if (json_object_set(j, e->key, doc) != 0)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: plugin name is not UTF-8", field);
+        json_decref(doc);
+        if (rc != PV_OK) {
+            json_decref(j);
+            return rc;
+        }
+    }
+    *out = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    return *out ? PV_OK : fail_oom(st);
+}

@@ -1,0 +1,445 @@
+/*
+ * sched_place: plan requests against the registry (see sched_place.h).
+ *
+ * Every request works on a snapshot: the nodes read in one registry call, each parsed with its
+ * recorded usage. Capacity answers from the snapshot alone. A reservation allocates on the
+ * snapshot's parsed nodes and commits with the usage revisions the snapshot read, so a commit
+ * that lost a race to another scheduler is refused whole and planned again from a new snapshot.
+ */
+#include "sched_place.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pv_log.h"
+#include "pv_registry.h"
+#include "pv_res.h"
+#include "pv_resv.h"
+
+#define COMMIT_TRIES 16
+
+/* ------------------------------------------------------------------------------------------ */
+/* the request                                                                                 */
+
+static void strv_free(char **v, size_t n) {
+    if (!v) return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void sched_request_free(sched_request *req) {
+    if (!req) return;
+    free(req->pod);
+    strv_free(req->includes, req->nincludes);
+    strv_free(req->excludes, req->nexcludes);
+    strv_free(req->label_keys, req->nlabels);
+    strv_free(req->label_values, req->nlabels);
+    free(req->resources);
+    free(req->app);
+    free(req->entry);
+    free(req->owner);
+    memset(req, 0, sizeof *req);
+}
+
+static int bad(pv_status *st, const char *field, const char *what) {
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "plan request: %s: %s", field, what);
+}
+
+static int take_string(json_t *j, const char *field, char **out, pv_status *st) {
+    json_t *v = json_object_get(j, field);
+    if (v && !json_is_string(v)) return bad(st, field, "must be a string");
+    if (!(*out = strdup(v ? json_string_value(v) : "")))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
+}
+
+static int take_int(json_t *j, const char *field, int64_t dflt, int64_t *out, pv_status *st) {
+    json_t *v = json_object_get(j, field);
+    if (v && !json_is_integer(v)) return bad(st, field, "must be an integer");
+    *out = v ? (int64_t)json_integer_value(v) : dflt;
+    return PV_OK;
+}
+
+static int take_strings(json_t *j, const char *field, char ***out, size_t *n, pv_status *st) {
+    json_t *v = json_object_get(j, field);
+    if (!v) return PV_OK;
+    if (!json_is_array(v)) return bad(st, field, "must be an array of strings");
+    size_t count = json_array_size(v);
+    if (count == 0) return PV_OK;
+    if (!(*out = calloc(count, sizeof **out)))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const char *s = json_string_value(json_array_get(v, i));
+        if (!s) return bad(st, field, "must be an array of strings");
+        if (!((*out)[i] = strdup(s))) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        (*n)++;
+    }
+    return PV_OK;
+}
+
+static int take_labels(json_t *j, sched_request *req, pv_status *st) {
+    json_t *v = json_object_get(j, "labels");
+    if (!v) return PV_OK;
+    if (!json_is_object(v)) return bad(st, "labels", "must be an object of strings");
+    size_t count = json_object_size(v);
+    if (count == 0) return PV_OK;
+    req->label_keys = calloc(count, sizeof *req->label_keys);
+    req->label_values = calloc(count, sizeof *req->label_values);
+    if (!req->label_keys || !req->label_values)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        if (!json_is_string(val)) return bad(st, "labels", "must be an object of strings");
+        req->label_keys[req->nlabels] = strdup(key);
+        req->label_values[req->nlabels] = strdup(json_string_value(val));
+        req->nlabels++;
+        if (!req->label_keys[req->nlabels - 1] || !req->label_values[req->nlabels - 1])
+            return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    return PV_OK;
+}
+
+static int parse_fields(json_t *j, sched_request *req, pv_status *st) {
+    int64_t strategy = 0, all = 0;
+    json_t *res = json_object_get(j, "resources");
+    if (res && !json_is_object(res)) return bad(st, "resources", "must be an object");
+    json_t *a = json_object_get(j, "all");
+    if (a && !json_is_boolean(a)) return bad(st, "all", "must be a boolean");
+    all = a && json_is_true(a);
+    int rc;
+    if ((rc = take_string(j, "pod", &req->pod, st)) != PV_OK ||
+        (rc = take_strings(j, "includes", &req->includes, &req->nincludes, st)) != PV_OK ||
+        (rc = take_strings(j, "excludes", &req->excludes, &req->nexcludes, st)) != PV_OK ||
+        (rc = take_labels(j, req, st)) != PV_OK ||
+        (rc = take_int(j, "strategy", 0, &strategy, st)) != PV_OK ||
+        (rc = take_int(j, "count", 0, &req->count, st)) != PV_OK ||
+        (rc = take_int(j, "nodes_limit", 0, &req->nodes_limit, st)) != PV_OK ||
+        (rc = take_string(j, "app", &req->app, st)) != PV_OK ||
+        (rc = take_string(j, "entrypoint", &req->entry, st)) != PV_OK ||
+        (rc = take_string(j, "owner", &req->owner, st)) != PV_OK ||
+        (rc = take_int(j, "ttl_seconds", 600, &req->ttl_seconds, st)) != PV_OK)
+        return rc;
+    req->strategy = (int)strategy;
+    req->all = (int)all;
+    req->resources = res ? json_dumps(res, JSON_COMPACT) : strdup("{}");
+    if (!req->resources) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    /* The request's documents are checked here too, so a bad one never reaches the plugins'
+     * capacity code with half its fields. */
+    pv_res_req check = {0};
+    rc = pv_res_req_parse(req->resources, &check, st);
+    pv_res_req_free(&check);
+    return rc;
+}
+
+int sched_request_parse(const char *text, sched_request *req, pv_status *st) {
+    memset(req, 0, sizeof *req);
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "plan request: not a JSON object (%s)",
+                             jerr.text);
+    }
+    int rc = parse_fields(j, req, st);
+    json_decref(j);
+    if (rc != PV_OK) sched_request_free(req);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the snapshot                                                                                */
+
+typedef struct snapshot {
+    pv_node *nodes; /* the nodes taking part, in the registry's name order (or includes order) */
+    size_t n;
+    pv_res_node *res; /* each parsed with its usage */
+    sched_node *sn;   /* what the strategies see; names borrowed from nodes */
+} snapshot;
+
+static void snapshot_free(snapshot *s) {
+    for (size_t i = 0; s->res && i < s->n; i++)
+        pv_res_node_free(&s->res[i]);
+    free(s->res);
+    free(s->sn);
+    pv_node_array_free(s->nodes, s->n);
+    memset(s, 0, sizeof *s);
+}
+
+static int in_list(char *const *v, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], name) == 0) return 1;
+    return 0;
+}
+
+static int labels_match(const pv_node *node, const sched_request *req) {
+    if (req->nlabels == 0) return 1;
+    json_t *labels = json_loads(node->labels, 0, NULL);
+    int ok = 1;
+    for (size_t i = 0; ok && i < req->nlabels; i++) {
+        const char *v = json_string_value(json_object_get(labels, req->label_keys[i]));
+        ok = v && strcmp(v, req->label_values[i]) == 0;
+    }
+    json_decref(labels);
+    return ok;
+}
+
+static int set_err(sched_error *err, const pv_status *st) {
+    err->kind = SCHED_KIND_NONE;
+    err->status = *st;
+    return st->code;
+}
+
+/* Reads the nodes that take part. */
+static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *req, snapshot *s,
+                          pv_status *st) {
+    if (req->nincludes > 0) {
+        if (!(s->nodes = calloc(req->nincludes, sizeof *s->nodes)))
+            return pv_status_set(st, PV_INTERNAL, "out of memory");
+        for (size_t i = 0; i < req->nincludes; i++) {
+            if (in_list(req->excludes, req->nexcludes, req->includes[i])) continue;
+            if (pv_registry_get_node(r, k, req->includes[i], &s->nodes[s->n], st) != PV_OK)
+                return st->code;
+            s->n++;
+        }
+        return PV_OK;
+    }
+    if (!req->pod || !*req->pod)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "podname: required when no nodes are named");
+    pv_node *all = NULL;
+    size_t n = 0;
+    if (pv_registry_list_nodes(r, k, req->pod, &all, &n, st) != PV_OK) return st->code;
+    s->nodes = all;
+    /* Keep the wanted nodes at the front, in order; clear the others in place. */
+    for (size_t i = 0; i < n; i++) {
+        pv_node *node = &all[i];
+        int keep = (req->all || !pv_node_down(node)) && labels_match(node, req) &&
+                   !in_list(req->excludes, req->nexcludes, node->name);
+        if (!keep) {
+            pv_node_clear(node);
+            continue;
+        }
+        if (s->n != i) {
+            all[s->n] = *node;
+            memset(node, 0, sizeof *node);
+        }
+        s->n++;
+    }
+    for (size_t i = s->n; i < n; i++)
+        pv_node_clear(&all[i]);
+    return PV_OK;
+}
+
+/* Parses every node and computes what fits. A node whose record does not parse takes no part
+ * (capacity 0) and is logged: one damaged record must not stop every deploy of the pod. */
+static int snapshot_load(pv_redis *r, const pv_keys *k, const sched_request *req,
+                         const pv_res_req *rq, snapshot *s, pv_status *st) {
+    memset(s, 0, sizeof *s);
+    if (snapshot_nodes(r, k, req, s, st) != PV_OK) return st->code;
+    if (s->n == 0) return PV_OK;
+    s->res = calloc(s->n, sizeof *s->res);
+    s->sn = calloc(s->n, sizeof *s->sn);
+    const char **names = calloc(s->n, sizeof *names);
+    int64_t *counts = calloc(s->n, sizeof *counts);
+    int rc = PV_OK;
+    if (!s->res || !s->sn || !names || !counts)
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < s->n; i++)
+        names[i] = s->nodes[i].name;
+    if (rc == PV_OK)
+        rc = pv_resv_deploy_counts(r, k, req->app, req->entry, names, s->n, counts, st);
+    for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
+        sched_node *sn = &s->sn[i];
+        sn->name = s->nodes[i].name;
+        sn->count = counts[i];
+        pv_status nst;
+        pv_res_cap cap = {0};
+        if (pv_res_node_parse(s->nodes[i].resources, s->nodes[i].usage, NULL, &s->res[i], &nst) !=
+                PV_OK ||
+            pv_res_node_capacity(&s->res[i], rq, &cap, &nst) != PV_OK) {
+            pv_warn("node %s takes no part in plans: %s", sn->name, nst.msg);
+            continue;
+        }
+        sn->capacity = cap.capacity == PV_RES_UNBOUNDED ? INT64_MAX / 4 : cap.capacity;
+        sn->usage = cap.usage;
+        sn->rate = cap.rate;
+    }
+    free(names);
+    free(counts);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* capacity                                                                                    */
+
+static char *capacity_body(const snapshot *s, const sched_plan *plan) {
+    json_t *caps = json_object();
+    for (size_t i = 0; caps && i < s->n; i++)
+        if (plan->listed[i])
+            json_object_set_new(caps, s->nodes[i].name, json_integer(plan->deploy[i]));
+    json_t *j =
+        caps ? json_pack("{s:I, s:o}", "total", (json_int_t)plan->total, "node_capacities", caps)
+             : NULL;
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return text;
+}
+
+int sched_place_capacity(pv_redis *r, const pv_keys *k, const sched_request *req, char **reply,
+                         sched_error *err) {
+    *reply = NULL;
+    pv_status st;
+    pv_res_req rq = {0};
+    if (pv_res_req_parse(req->resources, &rq, &st) != PV_OK) return set_err(err, &st);
+    snapshot s;
+    int rc = snapshot_load(r, k, req, &rq, &s, &st);
+    pv_res_req_free(&rq);
+    if (rc != PV_OK) {
+        snapshot_free(&s);
+        return set_err(err, &st);
+    }
+    sched_plan plan = {0};
+    if (req->strategy == SCHED_DUMMY)
+        rc = sched_dummy(s.sn, s.n, &plan, err);
+    else
+        rc = sched_plan_make(req->strategy, s.sn, s.n, req->count, sched_total(s.sn, s.n),
+                             req->nodes_limit, &plan, err);
+    if (rc == PV_OK && !(*reply = capacity_body(&s, &plan))) {
+        pv_status_set(&st, PV_INTERNAL, "out of memory");
+        rc = set_err(err, &st);
+    }
+    sched_plan_free(&plan);
+    snapshot_free(&s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* reservations                                                                                */
+
+/* Allocates the plan on the snapshot's nodes and fills rv and the reply's allocations. */
+static int allocate(snapshot *s, const sched_plan *plan, const pv_res_req *rq, pv_resv *rv,
+                    json_t *plan_j, json_t *allocs_j, pv_status *st) {
+    size_t seq = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (plan->deploy[i] <= 0) continue;
+        pv_resv_node *rn =
+            pv_resv_add_node(rv, s->nodes[i].id, s->nodes[i].name, s->nodes[i].usage_rev);
+        json_t *list = json_array();
+        if (!rn || !list) {
+            json_decref(list);
+            return pv_status_set(st, PV_INTERNAL, "out of memory");
+        }
+        json_object_set_new(plan_j, s->nodes[i].name, json_integer(plan->deploy[i]));
+        json_object_set_new(allocs_j, s->nodes[i].name, list);
+        for (int64_t j = 0; j < plan->deploy[i]; j++) {
+            char *alloc = NULL;
+            if (pv_res_node_alloc(&s->res[i], rq, &alloc, st) != PV_OK)
+                return pv_status_prefix(st, "node %s", s->nodes[i].name);
+            int rc = pv_resv_node_add_alloc(rn, rv->id, seq++, alloc, st);
+            json_t *res = json_loads(alloc, 0, NULL);
+            free(alloc);
+            if (rc != PV_OK) {
+                json_decref(res);
+                return rc;
+            }
+            json_array_append_new(list,
+                                  json_pack("{s:s, s:o}", "id", rn->alloc_ids[rn->nallocs - 1],
+                                            "resources", res ? res : json_object()));
+        }
+        if (pv_res_node_usage_dump(&s->res[i], &rn->usage, st) != PV_OK) return st->code;
+    }
+    return PV_OK;
+}
+
+/* One attempt: snapshot, plan, allocate, commit. *outcome says how the commit went. */
+static int reserve_once(pv_redis *r, const pv_keys *k, const sched_request *req,
+                        const pv_res_req *rq, const char *request_id, const char *resv_id,
+                        int64_t now_ms, pv_resv_outcome *outcome, char **reply_out,
+                        sched_error *err) {
+    pv_status st;
+    snapshot s;
+    if (snapshot_load(r, k, req, rq, &s, &st) != PV_OK) {
+        snapshot_free(&s);
+        return set_err(err, &st);
+    }
+    sched_plan plan = {0};
+    int rc = sched_plan_make(req->strategy, s.sn, s.n, req->count, sched_total(s.sn, s.n),
+                             req->nodes_limit, &plan, err);
+    pv_resv rv = {0};
+    json_t *plan_j = json_object(), *allocs_j = json_object();
+    char *body = NULL;
+    if (rc == PV_OK) {
+        snprintf(rv.id, sizeof rv.id, "%s", resv_id);
+        rv.pod = strdup(req->pod ? req->pod : "");
+        rv.owner = strdup(req->owner ? req->owner : "");
+        rv.app = strdup(req->app ? req->app : "");
+        rv.entry = strdup(req->entry ? req->entry : "");
+        rv.expires_ms = req->ttl_seconds > 0 ? now_ms + req->ttl_seconds * 1000 : 0;
+        if (!rv.pod || !rv.owner || !rv.app || !rv.entry || !plan_j || !allocs_j)
+            rc = set_err(err, (pv_status_set(&st, PV_INTERNAL, "out of memory"), &st));
+    }
+    if (rc == PV_OK && allocate(&s, &plan, rq, &rv, plan_j, allocs_j, &st) != PV_OK)
+        rc = set_err(err, &st);
+    if (rc == PV_OK) {
+        json_t *j = json_pack("{s:s, s:I, s:O, s:O}", "reservation", resv_id, "total",
+                              (json_int_t)plan.total, "plan", plan_j, "allocations", allocs_j);
+        body = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(j);
+        if (!body) rc = set_err(err, (pv_status_set(&st, PV_INTERNAL, "out of memory"), &st));
+    }
+    if (rc == PV_OK) {
+        char moved[256] = "";
+        if (pv_resv_commit(r, k, &rv, request_id, body, 0, outcome, moved, sizeof moved, &st) !=
+            PV_OK)
+            rc = set_err(err, &st);
+        else if (*outcome == PV_RESV_CONFLICT)
+            pv_debug("reservation %s: node %s moved; planning again", resv_id, moved);
+    }
+    if (rc == PV_OK && *outcome == PV_RESV_COMMITTED && reply_out) {
+        *reply_out = body;
+        body = NULL;
+    }
+    free(body);
+    json_decref(plan_j);
+    json_decref(allocs_j);
+    pv_resv_clear(&rv);
+    sched_plan_free(&plan);
+    snapshot_free(&s);
+    return rc;
+}
+
+int sched_place_reserve(pv_redis *r, const pv_keys *k, const sched_request *req,
+                        const char *request_id, int64_t now_ms, char **reply_out,
+                        sched_error *err) {
+    if (reply_out) *reply_out = NULL;
+    pv_status st;
+    char resv_id[PV_ID_MAX];
+    /* "plan-<ulid>" -> "resv-<ulid>": the same request always names the same reservation. */
+    const char *dash = request_id ? strchr(request_id, '-') : NULL;
+    if (dash)
+        snprintf(resv_id, sizeof resv_id, "resv%s", dash);
+    else if (pv_id_new("resv", resv_id, sizeof resv_id) != 0)
+        return set_err(err, (pv_status_set(&st, PV_INTERNAL, "cannot make an id"), &st));
+    pv_res_req rq = {0};
+    if (pv_res_req_parse(req->resources, &rq, &st) != PV_OK) return set_err(err, &st);
+    int rc = PV_OK;
+    pv_resv_outcome outcome = PV_RESV_CONFLICT;
+    for (int attempt = 0; rc == PV_OK && outcome == PV_RESV_CONFLICT && attempt < COMMIT_TRIES;
+         attempt++)
+        rc = reserve_once(r, k, req, &rq, request_id, resv_id, now_ms, &outcome, reply_out, err);
+    pv_res_req_free(&rq);
+    if (rc != PV_OK) return rc;
+    if (outcome == PV_RESV_CONFLICT) {
+        pv_status_set(&st, PV_ABORTED,
+                      "reservation %s: the nodes kept changing under %d plans; try again", resv_id,
+                      COMMIT_TRIES);
+        return set_err(err, &st);
+    }
+    if (outcome == PV_RESV_ABANDONED)
+        pv_info("reservation %s: its requester gave up before the commit; nothing reserved",
+                resv_id);
+    return PV_OK;
+}

@@ -1,0 +1,267 @@
+/*
+ * sched_server: the scheduler daemon's loop (see sched_server.h).
+ *
+ * Each request is acknowledged and deleted from the stream once answered, so the stream holds
+ * only work in progress. A request whose deadline has passed is dropped unanswered: its requester
+ * has abandoned it, and a reservation for it would be refused anyway. A request taken over from a
+ * dead scheduler is simply run again: capacity has no effects, and a reservation's id is derived
+ * from the request id, so a commit that did happen before the crash is found (DUPLICATE) rather
+ * than made twice.
+ */
+#include "sched_server.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "pv_keys.h"
+#include "pv_log.h"
+#include "pv_redis.h"
+#include "pv_resv.h"
+#include "pv_sched.h"
+#include "sched_place.h"
+
+#define READ_COUNT 16
+#define BLOCK_MS 500
+#define CLAIM_EVERY_MS 1000
+#define REAP_EVERY_MS 2000
+
+struct sched_server {
+    pthread_t thread;
+    atomic_int stop;
+    pv_redis *redis;
+    pv_keys keys;
+    char instance[128];
+    char stream[PV_KEY_MAX];
+    int claim_idle_ms;
+    int reservation_ttl_s;
+    unsigned long served, failed;
+};
+
+static int64_t wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const char *field(const redisReply *fields, const char *name) {
+    for (size_t i = 0; fields && i + 1 < fields->elements; i += 2)
+        if (fields->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(fields->element[i]->str, name) == 0 &&
+            fields->element[i + 1]->type == REDIS_REPLY_STRING)
+            return fields->element[i + 1]->str;
+    return NULL;
+}
+
+static void reply_error(sched_server *s, const char *id, const sched_error *err) {
+    char *body = pv_sched_error_body(&err->status, sched_kind_name(err->kind));
+    pv_status st;
+    if (!body || pv_sched_reply(s->redis, &s->keys, id, body, &st) != PV_OK)
+        pv_warn("request %s: cannot send its error reply: %s", id, body ? st.msg : "out of memory");
+    free(body);
+}
+
+static void run_request(sched_server *s, const char *id, const char *kind, const char *body) {
+    sched_request req;
+    sched_error err = {0};
+    if (sched_request_parse(body, &req, &err.status) != PV_OK) {
+        s->failed++;
+        reply_error(s, id, &err);
+        return;
+    }
+    if (req.ttl_seconds <= 0) req.ttl_seconds = s->reservation_ttl_s;
+    char *reply = NULL;
+    int rc;
+    if (strcmp(kind, "capacity") == 0) {
+        rc = sched_place_capacity(s->redis, &s->keys, &req, &reply, &err);
+        pv_status st;
+        if (rc == PV_OK && pv_sched_reply(s->redis, &s->keys, id, reply, &st) != PV_OK)
+            pv_warn("request %s: cannot send its reply: %s", id, st.msg);
+    } else if (strcmp(kind, "reserve") == 0) {
+        rc = sched_place_reserve(s->redis, &s->keys, &req, id, wall_ms(), &reply, &err);
+        if (rc == PV_OK && reply)
+            pv_info("reserved for %s (app=%s entrypoint=%s owner=%s): %s", id, req.app, req.entry,
+                    req.owner, reply);
+    } else {
+        pv_status_set(&err.status, PV_INVALID_ARGUMENT, "plan request kind \"%s\" is unknown",
+                      kind);
+        rc = err.status.code;
+    }
+    if (rc != PV_OK) {
+        s->failed++;
+        pv_debug("request %s (%s) failed: %s", id, kind, err.status.msg);
+        reply_error(s, id, &err);
+    } else {
+        s->served++;
+    }
+    free(reply);
+    sched_request_free(&req);
+}
+
+/* One stream entry: [entry id, [field, value, ...]]. */
+static void handle_entry(sched_server *s, const redisReply *entry) {
+    if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2 ||
+        entry->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const char *entry_id = entry->element[0]->str;
+    const redisReply *fields = entry->element[1];
+    const char *id = field(fields, "id"), *kind = field(fields, "kind"),
+               *body = field(fields, "body"), *deadline = field(fields, "deadline_ms");
+    if (id && kind && body) {
+        int64_t until = deadline ? strtoll(deadline, NULL, 10) : 0;
+        if (until > 0 && wall_ms() > until)
+            pv_debug("request %s: its deadline passed before a scheduler took it; dropped", id);
+        else
+            run_request(s, id, kind, body);
+    } else if (fields && fields->type == REDIS_REPLY_ARRAY) {
+        pv_warn("request entry %s lacks id, kind or body; dropped", entry_id);
+    }
+    redisReply *rep = NULL;
+    pv_status st;
+    const char *ack[] = {"XACK", s->stream, PV_SCHED_GROUP, entry_id};
+    const char *del[] = {"XDEL", s->stream, entry_id};
+    if (pv_redis_commandv(s->redis, &rep, &st, 4, ack, NULL) == PV_OK) freeReplyObject(rep);
+    if (pv_redis_commandv(s->redis, &rep, &st, 3, del, NULL) == PV_OK) freeReplyObject(rep);
+}
+
+static void handle_entries(sched_server *s, const redisReply *entries) {
+    for (size_t i = 0; entries && entries->type == REDIS_REPLY_ARRAY && i < entries->elements; i++)
+        handle_entry(s, entries->element[i]);
+}
+
+static int ensure_group(sched_server *s, pv_status *st) {
+    redisReply *rep = NULL;
+    const char *argv[] = {"XGROUP", "CREATE", s->stream, PV_SCHED_GROUP, "0", "MKSTREAM"};
+    int rc = pv_redis_commandv(s->redis, &rep, st, 6, argv, NULL);
+    if (rep) freeReplyObject(rep);
+    if (rc != PV_OK && strstr(st->msg, "BUSYGROUP")) return PV_OK;
+    return rc;
+}
+
+/* New requests: XREADGROUP ... STREAMS <stream> >. */
+static int read_new(sched_server *s, pv_status *st) {
+    char block[16];
+    snprintf(block, sizeof block, "%d", BLOCK_MS);
+    const char *argv[] = {"XREADGROUP", "GROUP", PV_SCHED_GROUP, s->instance, "COUNT", "16",
+                          "BLOCK",      block,   "STREAMS",      s->stream,   ">"};
+    redisReply *rep = NULL;
+    if (pv_redis_commandv(s->redis, &rep, st, 11, argv, NULL) != PV_OK) return st->code;
+    /* [[stream, [entries]]] or nil on timeout */
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+        rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2)
+        handle_entries(s, rep->element[0]->element[1]);
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+/* Requests another scheduler left pending too long: it died or hangs. */
+static int claim_stale(sched_server *s, pv_status *st) {
+    char idle[16];
+    snprintf(idle, sizeof idle, "%d", s->claim_idle_ms);
+    const char *argv[] = {"XAUTOCLAIM", s->stream, PV_SCHED_GROUP, s->instance,
+                          idle,         "0-0",     "COUNT",        "16"};
+    redisReply *rep = NULL;
+    if (pv_redis_commandv(s->redis, &rep, st, 8, argv, NULL) != PV_OK) return st->code;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[1]->elements > 0) {
+        pv_info("took over %zu plan request(s) left pending by another scheduler",
+                rep->element[1]->elements);
+        handle_entries(s, rep->element[1]);
+    }
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+static void reap_expired(sched_server *s) {
+    char **ids = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_resv_expired(s->redis, &s->keys, wall_ms(), 64, &ids, &n, &st) != PV_OK) return;
+    for (size_t i = 0; i < n; i++) {
+        if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
+            pv_info("released reservation %s: nobody took it over before it expired", ids[i]);
+        else if (st.code != PV_NOT_FOUND)
+            pv_warn("cannot release expired reservation %s: %s", ids[i], st.msg);
+    }
+    pv_resv_ids_free(ids, n);
+}
+
+static void *loop(void *arg) {
+    sched_server *s = arg;
+    pv_status st;
+    int grouped = 0, complained = 0;
+    int64_t next_claim = 0, next_reap = 0;
+    while (!atomic_load(&s->stop)) {
+        if (!grouped) {
+            if (ensure_group(s, &st) != PV_OK) {
+                if (!complained++) pv_warn("plan requests: %s; retrying", st.msg);
+                sleep_ms(BLOCK_MS);
+                continue;
+            }
+            grouped = 1;
+            if (complained) pv_info("plan requests: connected again");
+            complained = 0;
+        }
+        int64_t now = wall_ms();
+        if (now >= next_claim) {
+            next_claim = now + CLAIM_EVERY_MS;
+            if (claim_stale(s, &st) != PV_OK) grouped = 0;
+        }
+        if (now >= next_reap) {
+            next_reap = now + REAP_EVERY_MS;
+            reap_expired(s);
+        }
+        if (grouped && read_new(s, &st) != PV_OK) {
+            /* A Redis that restarted empty has lost the group too: make it again. */
+            grouped = 0;
+            if (!complained++) pv_warn("plan requests: %s; retrying", st.msg);
+            sleep_ms(100);
+        }
+    }
+    return NULL;
+}
+
+int sched_server_start(const pv_config *cfg, const char *instance, sched_server **out,
+                       pv_status *st) {
+    *out = NULL;
+    sched_server *s = calloc(1, sizeof *s);
+    if (!s) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    snprintf(s->instance, sizeof s->instance, "%s", instance);
+    s->claim_idle_ms = cfg->scheduler.claim_idle_ms;
+    s->reservation_ttl_s = cfg->scheduler.reservation_ttl_seconds;
+    pv_redis_opts o;
+    pv_redis_opts_from_config(cfg, &o);
+    /* The blocking read must end before the command timeout does. */
+    if (o.command_timeout_ms != 0 && o.command_timeout_ms < BLOCK_MS * 2)
+        o.command_timeout_ms = BLOCK_MS * 2;
+    if (pv_keys_init(&s->keys, cfg->redis.prefix, st) != PV_OK ||
+        pv_sched_key_requests(&s->keys, s->stream, sizeof s->stream, st) != PV_OK ||
+        pv_redis_new(&o, &s->redis, st) != PV_OK) {
+        free(s);
+        return st->code;
+    }
+    if (pthread_create(&s->thread, NULL, loop, s) != 0) {
+        pv_redis_free(s->redis);
+        free(s);
+        return pv_status_set(st, PV_INTERNAL, "cannot start the scheduler thread");
+    }
+    *out = s;
+    return PV_OK;
+}
+
+void sched_server_stop(sched_server *s) {
+    if (!s) return;
+    atomic_store(&s->stop, 1);
+    pthread_join(s->thread, NULL);
+    pv_info("plan requests served=%lu failed=%lu", s->served, s->failed);
+    pv_redis_free(s->redis);
+    free(s);
+}

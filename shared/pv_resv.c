@@ -1,0 +1,561 @@
+/*
+ * pv_resv: reservations of node resources (see pv_resv.h for the model and the keys).
+ *
+ * The C side owns the arithmetic and Redis owns the atomicity: commit and release send the
+ * complete new usage of every node they touch together with the usage_rev it was computed from,
+ * and the Lua functions refuse the whole change when any node moved. Release and fix re-read and
+ * recompute on a conflict, since they have nothing to re-plan: a bounded number of retries.
+ */
+#include "pv_resv.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pv_registry.h"
+#include "pv_res.h"
+
+#define RETRIES 8
+
+/* ------------------------------------------------------------------------------------------ */
+/* records                                                                                     */
+
+static void strv_free(char **v, size_t n) {
+    if (!v) return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void pv_resv_ids_free(char **ids, size_t n) {
+    strv_free(ids, n);
+}
+
+static void node_clear(pv_resv_node *n) {
+    free(n->name);
+    free(n->usage);
+    strv_free(n->alloc_ids, n->nallocs);
+    strv_free(n->allocs, n->nallocs);
+    memset(n, 0, sizeof *n);
+}
+
+void pv_resv_clear(pv_resv *rv) {
+    if (!rv) return;
+    for (size_t i = 0; i < rv->nnodes; i++)
+        node_clear(&rv->nodes[i]);
+    free(rv->nodes);
+    free(rv->pod);
+    free(rv->owner);
+    free(rv->app);
+    free(rv->entry);
+    memset(rv, 0, sizeof *rv);
+}
+
+pv_resv_node *pv_resv_add_node(pv_resv *rv, const char *id, const char *name, int64_t rev) {
+    pv_resv_node *nodes = realloc(rv->nodes, (rv->nnodes + 1) * sizeof *nodes);
+    if (!nodes) return NULL;
+    rv->nodes = nodes;
+    pv_resv_node *n = &nodes[rv->nnodes];
+    memset(n, 0, sizeof *n);
+    snprintf(n->id, sizeof n->id, "%s", id);
+    n->rev = rev;
+    if (!(n->name = strdup(name))) return NULL;
+    rv->nnodes++;
+    return n;
+}
+
+int pv_resv_node_add_alloc(pv_resv_node *n, const char *resv_id, size_t seq, const char *alloc,
+                           pv_status *st) {
+    char **ids = realloc(n->alloc_ids, (n->nallocs + 1) * sizeof *ids);
+    if (ids) n->alloc_ids = ids;
+    char **bodies = realloc(n->allocs, (n->nallocs + 1) * sizeof *bodies);
+    if (bodies) n->allocs = bodies;
+    if (!ids || !bodies) return pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
+    char id[PV_ID_MAX + 24];
+    snprintf(id, sizeof id, "%s.%zu", resv_id, seq);
+    ids[n->nallocs] = strdup(id);
+    bodies[n->nallocs] = strdup(alloc);
+    if (!ids[n->nallocs] || !bodies[n->nallocs]) {
+        free(ids[n->nallocs]);
+        free(bodies[n->nallocs]);
+        return pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
+    }
+    n->nallocs++;
+    return PV_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the argument vector of the Lua functions                                                    */
+
+typedef struct argv_buf {
+    const char **v;
+    char **owned; /* numbers formatted here */
+    size_t n, cap, nowned;
+    int oom;
+} argv_buf;
+
+static void argv_push(argv_buf *a, const char *s) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 32;
+        const char **v = realloc(a->v, cap * sizeof *v);
+        char **o = realloc(a->owned, cap * sizeof *o);
+        if (v) a->v = v;
+        if (o) a->owned = o;
+        if (!v || !o) {
+            a->oom = 1;
+            return;
+        }
+        a->cap = cap;
+    }
+    a->v[a->n++] = s ? s : "";
+}
+
+static void argv_push_i64(argv_buf *a, int64_t x) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", (long long)x);
+    char *s = strdup(buf);
+    if (!s) {
+        a->oom = 1;
+        return;
+    }
+    argv_push(a, s);
+    if (a->oom) {
+        free(s);
+        return;
+    }
+    a->owned[a->nowned++] = s;
+}
+
+static void argv_free(argv_buf *a) {
+    for (size_t i = 0; i < a->nowned; i++)
+        free(a->owned[i]);
+    free(a->owned);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+/* The node list the Lua functions read: n, then per node id name rev usage count (id body)*. */
+static void argv_push_nodes(argv_buf *a, const pv_resv *rv, int with_bodies) {
+    argv_push_i64(a, (int64_t)rv->nnodes);
+    for (size_t i = 0; i < rv->nnodes; i++) {
+        const pv_resv_node *n = &rv->nodes[i];
+        argv_push(a, n->id);
+        argv_push(a, n->name);
+        argv_push_i64(a, n->rev);
+        argv_push(a, n->usage ? n->usage : "{}");
+        argv_push_i64(a, (int64_t)n->nallocs);
+        for (size_t j = 0; j < n->nallocs; j++) {
+            argv_push(a, n->alloc_ids[j]);
+            argv_push(a, with_bodies ? n->allocs[j] : "");
+        }
+    }
+}
+
+static int key_base(const pv_keys *k, char *buf, size_t len, pv_status *st) {
+    int w = snprintf(buf, len, "%s{reg}:", k->prefix);
+    if (w < 0 || (size_t)w >= len) return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
+    return PV_OK;
+}
+
+static int resv_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
+    int w = snprintf(buf, len, "%s{reg}:resv:%s", k->prefix, id);
+    if (w < 0 || (size_t)w >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "reservation id %s: too long", id);
+    return PV_OK;
+}
+
+/* Reads the Lua functions' answer: a status string, or {'CONFLICT', node}. */
+static int read_outcome(const redisReply *rep, pv_resv_outcome *out, char *conflict,
+                        size_t conflict_len, pv_status *st) {
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[1]->type == REDIS_REPLY_STRING) {
+        *out = PV_RESV_CONFLICT;
+        if (conflict) snprintf(conflict, conflict_len, "%s", rep->element[1]->str);
+        return PV_OK;
+    }
+    if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
+        return pv_status_set(st, PV_INTERNAL, "reservation: unexpected reply type %d", rep->type);
+    if (strcmp(rep->str, "OK") == 0)
+        *out = PV_RESV_COMMITTED;
+    else if (strcmp(rep->str, "DUPLICATE") == 0)
+        *out = PV_RESV_DUPLICATE;
+    else if (strcmp(rep->str, "ABANDONED") == 0)
+        *out = PV_RESV_ABANDONED;
+    else if (strcmp(rep->str, "NOT_FOUND") == 0)
+        return pv_status_set(st, PV_NOT_FOUND, "reservation not found");
+    else
+        return pv_status_set(st, PV_INTERNAL, "reservation: unexpected reply %s", rep->str);
+    return PV_OK;
+}
+
+/* {"<node id>": {"name": .., "allocs": [..]}, ...}: what release needs to find everything. */
+static char *nodes_json(const pv_resv *rv) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < rv->nnodes; i++) {
+        json_t *ids = json_array();
+        for (size_t j = 0; ids && j < rv->nodes[i].nallocs; j++)
+            json_array_append_new(ids, json_string(rv->nodes[i].alloc_ids[j]));
+        json_object_set_new(
+            o, rv->nodes[i].id,
+            json_pack("{s:s, s:o}", "name", rv->nodes[i].name, "allocs", ids ? ids : json_array()));
+    }
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return text;
+}
+
+int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char *request_id,
+                   const char *reply_body, int reply_ttl_s, pv_resv_outcome *out, char *conflict,
+                   size_t conflict_len, pv_status *st) {
+    char base[PV_KEY_MAX], key[PV_KEY_MAX];
+    if (key_base(k, base, sizeof base, st) != PV_OK ||
+        resv_key(k, rv->id, key, sizeof key, st) != PV_OK)
+        return st->code;
+    char *nodes = nodes_json(rv);
+    if (!nodes) return pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
+    argv_buf a = {0};
+    argv_push(&a, base);
+    argv_push(&a, rv->id);
+    argv_push(&a, rv->pod);
+    argv_push(&a, rv->owner);
+    argv_push(&a, rv->app);
+    argv_push(&a, rv->entry);
+    argv_push_i64(&a, rv->expires_ms);
+    argv_push(&a, nodes);
+    argv_push(&a, request_id);
+    argv_push(&a, reply_body);
+    argv_push_i64(&a, reply_ttl_s > 0 ? reply_ttl_s : 60);
+    argv_push_nodes(&a, rv, 1);
+    int rc;
+    if (a.oom) {
+        rc = pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
+    } else {
+        const char *keys[] = {key};
+        redisReply *rep = NULL;
+        rc = pv_redis_fcall(r, "pv_sched_commit", 1, keys, (int)a.n, a.v, &rep, st);
+        if (rc == PV_OK) rc = read_outcome(rep, out, conflict, conflict_len, st);
+        if (rep) freeReplyObject(rep);
+    }
+    argv_free(&a);
+    free(nodes);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* reading a reservation back                                                                  */
+
+static const char *field_of(const redisReply *rep, const char *name) {
+    for (size_t i = 0; i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING && strcmp(rep->element[i]->str, name) == 0)
+            return rep->element[i + 1]->type == REDIS_REPLY_STRING ? rep->element[i + 1]->str : "";
+    return "";
+}
+
+static int dup_into(char **dst, const char *src, pv_status *st) {
+    if (!(*dst = strdup(src ? src : ""))) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
+}
+
+/* Loads the reservation record: ids, app/entry and per node its allocation ids (no bodies). */
+static int resv_load(pv_redis *r, const pv_keys *k, const char *id, pv_resv *rv, pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (resv_key(k, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s", key) != PV_OK) return st->code;
+    int rc = PV_OK;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
+        rc = pv_status_set(st, PV_NOT_FOUND, "reservation %s not found", id);
+        goto out;
+    }
+    snprintf(rv->id, sizeof rv->id, "%s", id);
+    if ((rc = dup_into(&rv->pod, field_of(rep, "pod"), st)) != PV_OK ||
+        (rc = dup_into(&rv->owner, field_of(rep, "owner"), st)) != PV_OK ||
+        (rc = dup_into(&rv->app, field_of(rep, "app"), st)) != PV_OK ||
+        (rc = dup_into(&rv->entry, field_of(rep, "entry"), st)) != PV_OK)
+        goto out;
+    json_t *nodes = json_loads(field_of(rep, "nodes"), 0, NULL);
+    if (!json_is_object(nodes)) {
+        json_decref(nodes);
+        rc = pv_status_set(st, PV_DATA_LOSS, "reservation %s: its nodes field is not JSON", id);
+        goto out;
+    }
+    const char *node_id;
+    json_t *v;
+    json_object_foreach(nodes, node_id, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        pv_resv_node *n = pv_resv_add_node(rv, node_id, name ? name : "", 0);
+        if (!n) {
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            break;
+        }
+        size_t i;
+        json_t *aid;
+        json_array_foreach(json_object_get(v, "allocs"), i, aid) {
+            char **ids = realloc(n->alloc_ids, (n->nallocs + 1) * sizeof *ids);
+            char **bodies = ids ? realloc(n->allocs, (n->nallocs + 1) * sizeof *bodies) : NULL;
+            if (ids) n->alloc_ids = ids;
+            if (bodies) n->allocs = bodies;
+            if (!ids || !bodies || !(ids[n->nallocs] = strdup(json_string_value(aid) ?: ""))) {
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+                break;
+            }
+            bodies[n->nallocs++] = NULL;
+        }
+        if (rc != PV_OK) break;
+    }
+    json_decref(nodes);
+out:
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* Reads the node (resources, usage, rev) and subtracts the reservation's allocations there. */
+static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_status *st) {
+    pv_node rec = {0};
+    int rc = pv_registry_get_node_by_id(r, k, n->id, &rec, st);
+    if (rc != PV_OK) return rc;
+    pv_res_node res = {0};
+    rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
+    n->rev = rec.usage_rev;
+    char allocs_key[PV_KEY_MAX];
+    snprintf(allocs_key, sizeof allocs_key, "%s{reg}:node-allocs:%s", k->prefix, n->id);
+    for (size_t i = 0; rc == PV_OK && i < n->nallocs; i++) {
+        redisReply *rep = NULL;
+        rc = pv_redis_command(r, &rep, st, "HGET %s %s", allocs_key, n->alloc_ids[i]);
+        /* An allocation already gone was handed over or released: nothing to subtract. */
+        if (rc == PV_OK && rep->type == REDIS_REPLY_STRING)
+            rc = pv_res_node_usage_add(&res, rep->str, -1, st);
+        if (rep) freeReplyObject(rep);
+    }
+    free(n->usage);
+    n->usage = NULL;
+    if (rc == PV_OK) rc = pv_res_node_usage_dump(&res, &n->usage, st);
+    if (rc != PV_OK) pv_status_prefix(st, "%s", n->name);
+    pv_res_node_free(&res);
+    pv_node_clear(&rec);
+    return rc;
+}
+
+int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_status *st) {
+    char base[PV_KEY_MAX], key[PV_KEY_MAX];
+    if (key_base(k, base, sizeof base, st) != PV_OK ||
+        resv_key(k, resv_id, key, sizeof key, st) != PV_OK)
+        return st->code;
+    for (int attempt = 0; attempt < RETRIES; attempt++) {
+        pv_resv rv = {0};
+        int rc = resv_load(r, k, resv_id, &rv, st);
+        for (size_t i = 0; rc == PV_OK && i < rv.nnodes; i++) {
+            rc = node_minus_allocs(r, k, &rv.nodes[i], st);
+            /* A node removed since cannot hold anything any more. */
+            if (rc == PV_NOT_FOUND) {
+                node_clear(&rv.nodes[i]);
+                rv.nodes[i] = rv.nodes[--rv.nnodes];
+                i--;
+                rc = PV_OK;
+            }
+        }
+        argv_buf a = {0};
+        if (rc == PV_OK) {
+            argv_push(&a, base);
+            argv_push(&a, resv_id);
+            argv_push(&a, rv.app);
+            argv_push(&a, rv.entry);
+            argv_push_nodes(&a, &rv, 0);
+            if (a.oom) rc = pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
+        }
+        pv_resv_outcome out = PV_RESV_COMMITTED;
+        if (rc == PV_OK) {
+            const char *keys[] = {key};
+            redisReply *rep = NULL;
+            rc = pv_redis_fcall(r, "pv_sched_release", 1, keys, (int)a.n, a.v, &rep, st);
+            if (rc == PV_OK) rc = read_outcome(rep, &out, NULL, 0, st);
+            if (rc == PV_NOT_FOUND)
+                pv_status_set(st, PV_NOT_FOUND, "reservation %s not found", resv_id);
+            if (rep) freeReplyObject(rep);
+        }
+        argv_free(&a);
+        pv_resv_clear(&rv);
+        if (rc != PV_OK) return rc;
+        if (out == PV_RESV_COMMITTED) return PV_OK;
+    }
+    return pv_status_set(st, PV_ABORTED,
+                         "reservation %s: its nodes kept changing; release gave up after %d tries",
+                         resv_id, RETRIES);
+}
+
+int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,
+                    size_t *n, pv_status *st) {
+    *ids = NULL;
+    *n = 0;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "ZRANGEBYSCORE %s{reg}:resvs 1 %lld LIMIT 0 %lld", k->prefix,
+                         (long long)now_ms, (long long)max) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0) {
+        *ids = calloc(rep->elements, sizeof **ids);
+        for (size_t i = 0; *ids && i < rep->elements; i++) {
+            if (!((*ids)[i] = strdup(rep->element[i]->str ? rep->element[i]->str : ""))) break;
+            (*n)++;
+        }
+        if (*n != rep->elements) {
+            pv_resv_ids_free(*ids, *n);
+            *ids = NULL;
+            *n = 0;
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        }
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
+                          const char *const *names, size_t n, int64_t *counts, pv_status *st) {
+    for (size_t i = 0; i < n; i++)
+        counts[i] = 0;
+    if (!app || !*app || n == 0) return PV_OK;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s{reg}:deploy-count:%s:%s", k->prefix, app,
+                         entry ? entry : "") != PV_OK)
+        return st->code;
+    for (size_t j = 0; rep->type == REDIS_REPLY_ARRAY && j + 1 < rep->elements; j += 2)
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(names[i], rep->element[j]->str) == 0)
+                counts[i] = strtoll(rep->element[j + 1]->str, NULL, 10);
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GetNodeResource                                                                             */
+
+void pv_resv_check_clear(pv_resv_check *c) {
+    if (!c) return;
+    free(c->resources);
+    free(c->usage);
+    strv_free(c->diffs, c->ndiffs);
+    memset(c, 0, sizeof *c);
+}
+
+static int add_diff(pv_resv_check *c, const char *plugin, const char *field, const json_t *have,
+                    const json_t *want, pv_status *st) {
+    char *h = have ? json_dumps(have, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    char *w = want ? json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    char *line = NULL;
+    int len = asprintf(&line, "%s.%s: recorded %s, allocations add up to %s", plugin, field,
+                       h ? h : "0", w ? w : "0");
+    free(h);
+    free(w);
+    char **d = len >= 0 ? realloc(c->diffs, (c->ndiffs + 1) * sizeof *d) : NULL;
+    if (!d) {
+        free(line);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    c->diffs = d;
+    d[c->ndiffs++] = line;
+    return PV_OK;
+}
+
+/* One diff per plugin field whose recorded value is not what the allocations add up to. Both
+ * sides are canonical dumps of pv_res, so equal usage compares equal whatever was written. */
+static int compare_usage(pv_resv_check *c, const char *recorded, const char *summed,
+                         pv_status *st) {
+    json_t *a = json_loads(recorded, 0, NULL), *b = json_loads(summed, 0, NULL);
+    int rc = PV_OK;
+    json_t *sides[2] = {a, b};
+    for (int s = 0; rc == PV_OK && s < 2; s++) {
+        const char *plugin;
+        json_t *doc;
+        json_object_foreach(sides[s], plugin, doc) {
+            json_t *other_doc = json_object_get(sides[1 - s], plugin);
+            const char *field;
+            json_t *v;
+            json_object_foreach(doc, field, v) {
+                json_t *o = json_object_get(other_doc, field);
+                if (s == 1 && o) continue; /* both present: compared in the first pass */
+                if (o && json_equal(v, o)) continue;
+                rc = s == 0 ? add_diff(c, plugin, field, v, o, st)
+                            : add_diff(c, plugin, field, NULL, v, st);
+                if (rc != PV_OK) break;
+            }
+            if (rc != PV_OK) break;
+        }
+    }
+    json_decref(a);
+    json_decref(b);
+    return rc;
+}
+
+/* The node's usage as its allocations add it up. */
+static int summed_usage(pv_redis *r, const pv_keys *k, const pv_node *rec, char **out,
+                        pv_status *st) {
+    pv_res_node sum = {0};
+    int rc = pv_res_node_parse(rec->resources, NULL, NULL, &sum, st);
+    redisReply *rep = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "HVALS %s{reg}:node-allocs:%s", k->prefix, rec->id);
+    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++)
+        rc = pv_res_node_usage_add(&sum, rep->element[i]->str, 1, st);
+    if (rep) freeReplyObject(rep);
+    if (rc == PV_OK) rc = pv_res_node_usage_dump(&sum, out, st);
+    pv_res_node_free(&sum);
+    return rc;
+}
+
+int pv_resv_check_node(pv_redis *r, const pv_keys *k, const char *node_name, int fix,
+                       pv_resv_check *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    for (int attempt = 0; attempt < RETRIES; attempt++) {
+        pv_node rec = {0};
+        pv_res_node res = {0};
+        char *recorded = NULL, *summed = NULL;
+        int rc = pv_registry_get_node(r, k, node_name, &rec, st);
+        if (rc == PV_OK) rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
+        if (rc == PV_OK) rc = pv_res_node_usage_dump(&res, &recorded, st);
+        if (rc == PV_OK) rc = pv_res_node_resources_dump(&res, &out->resources, st);
+        if (rc == PV_OK) rc = summed_usage(r, k, &rec, &summed, st);
+        if (rc == PV_OK) rc = compare_usage(out, recorded, summed, st);
+        int moved = 0;
+        if (rc == PV_OK && fix && out->ndiffs > 0) {
+            char key[PV_KEY_MAX], rev[24];
+            snprintf(key, sizeof key, "%s{reg}:node:%s", k->prefix, rec.id);
+            snprintf(rev, sizeof rev, "%lld", (long long)rec.usage_rev);
+            const char *keys[] = {key}, *args[] = {rev, summed};
+            redisReply *rep = NULL;
+            rc = pv_redis_fcall(r, "pv_sched_set_usage", 1, keys, 2, args, &rep, st);
+            moved = rc == PV_OK && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+            if (rep) freeReplyObject(rep);
+            if (rc == PV_OK && !moved) {
+                pv_res_node_free(&res);
+                rc = pv_res_node_parse(rec.resources, summed, NULL, &res, st);
+            }
+        }
+        if (rc == PV_OK && !moved) {
+            pv_res_percent p;
+            pv_res_node_percent(&res, &p);
+            out->cpu_percent = p.cpu;
+            out->memory_percent = p.memory;
+            out->storage_percent = p.storage;
+            out->volume_percent = p.volume;
+            out->usage = (fix && out->ndiffs > 0) ? summed : recorded;
+            if (out->usage == summed)
+                summed = NULL;
+            else
+                recorded = NULL;
+        }
+        free(recorded);
+        free(summed);
+        pv_res_node_free(&res);
+        pv_node_clear(&rec);
+        if (rc != PV_OK) {
+            pv_resv_check_clear(out);
+            return rc;
+        }
+        if (!moved) return PV_OK;
+        pv_resv_check_clear(out);
+    }
+    return pv_status_set(st, PV_ABORTED,
+                         "node %s: its usage kept changing; fix gave up after %d tries", node_name,
+                         RETRIES);
+}

@@ -1,0 +1,170 @@
+/*
+ * pv_sched: the plan-request protocol (see pv_sched.h).
+ *
+ * The requester blocks with BLPOP in slices shorter than the connection's command timeout, so a
+ * long deadline never looks like a dead Redis, and so that a cancelled call stops waiting within
+ * a slice. A scheduler that crashes mid-request leaves the entry pending in the group; another
+ * scheduler claims it (see scheduler/sched_server.c) while its deadline has not passed.
+ */
+#include "pv_sched.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "pv_id.h"
+#include "pv_presence.h"
+
+#define SLICE_MS 500
+
+static int key_fmt(char *buf, size_t len, pv_status *st, const char *fmt, const char *prefix,
+                   const char *id) {
+    int w = snprintf(buf, len, fmt, prefix, id);
+    if (w < 0 || (size_t)w >= len) return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
+    return PV_OK;
+}
+
+int pv_sched_key_requests(const pv_keys *k, char *buf, size_t len, pv_status *st) {
+    return key_fmt(buf, len, st, "%s{reg}:sched:requests%s", k->prefix, "");
+}
+
+int pv_sched_key_reply(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
+    return key_fmt(buf, len, st, "%s{reg}:sched:reply:%s", k->prefix, id);
+}
+
+int pv_sched_key_gone(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
+    return key_fmt(buf, len, st, "%s{reg}:sched:gone:%s", k->prefix, id);
+}
+
+static int64_t wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+char *pv_sched_error_body(const pv_status *err, const char *kind) {
+    json_t *j = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err->code, "kind",
+                          kind ? kind : "", "message", err->msg);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+/* PV_OK with the body kept, or the error the body carries. */
+static int take_reply(char *body, char **reply, pv_status *st) {
+    json_t *j = json_loads(body, 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    int rc = PV_OK;
+    if (!json_is_object(j)) {
+        rc = pv_status_set(st, PV_INTERNAL, "scheduler reply is not a JSON object");
+    } else if (e) {
+        json_int_t code = json_integer_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        rc = pv_status_set(st, code > 0 && code <= 16 ? (int)code : PV_INTERNAL, "%s",
+                           msg ? msg : "scheduler failed without a message");
+    }
+    json_decref(j);
+    if (rc == PV_OK) {
+        *reply = body;
+        return PV_OK;
+    }
+    free(body);
+    return rc;
+}
+
+static int scheduler_live(pv_redis *r, const pv_keys *k, pv_status *st) {
+    char **values = NULL;
+    size_t n = 0;
+    if (pv_presence_list(r, k, "scheduler", &values, &n, st) != PV_OK) return st->code;
+    pv_presence_values_free(values, n);
+    if (n == 0)
+        return pv_status_set(st, PV_UNAVAILABLE,
+                             "no scheduler is running: start pivirt-scheduler (./ops/pivirt up "
+                             "starts one)");
+    return PV_OK;
+}
+
+/* The requester gives up: the reply if it arrived after all, else the request marked gone. */
+static int abandon(pv_redis *r, const char *reply_key, const char *gone_key, char **late,
+                   pv_status *st) {
+    *late = NULL;
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", PV_SCHED_GONE_TTL_S);
+    const char *keys[] = {reply_key, gone_key}, *args[] = {ttl};
+    redisReply *rep = NULL;
+    if (pv_redis_fcall(r, "pv_sched_abandon", 2, keys, 1, args, &rep, st) != PV_OK) return st->code;
+    int rc = PV_OK;
+    if (rep->type == REDIS_REPLY_STRING && !(*late = strdup(rep->str)))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *body,
+                  const pv_sched_call_opts *opts, char **reply, pv_status *st) {
+    *reply = NULL;
+    char id[PV_ID_MAX], stream[PV_KEY_MAX], reply_key[PV_KEY_MAX], gone_key[PV_KEY_MAX];
+    if (opts->timeout_ms <= 0)
+        return pv_status_set(st, PV_DEADLINE_EXCEEDED, "no time left to ask a scheduler");
+    if (pv_id_new("plan", id, sizeof id) != 0)
+        return pv_status_set(st, PV_INTERNAL, "cannot make a request id");
+    if (pv_sched_key_requests(k, stream, sizeof stream, st) != PV_OK ||
+        pv_sched_key_reply(k, id, reply_key, sizeof reply_key, st) != PV_OK ||
+        pv_sched_key_gone(k, id, gone_key, sizeof gone_key, st) != PV_OK)
+        return st->code;
+    if (scheduler_live(r, k, st) != PV_OK) return st->code;
+    int64_t start = wall_ms(), deadline = start + opts->timeout_ms;
+    char deadline_s[24];
+    snprintf(deadline_s, sizeof deadline_s, "%lld", (long long)deadline);
+    redisReply *rep = NULL;
+    /* The stream is trimmed by the schedulers as they finish entries; MAXLEN bounds it when none
+     * runs for a while. */
+    const char *argv[] = {"XADD", stream, "MAXLEN", "~",    "100000", "*",           "id",
+                          id,     "kind", kind,     "body", body,     "deadline_ms", deadline_s};
+    if (pv_redis_commandv(r, &rep, st, 14, argv, NULL) != PV_OK) return st->code;
+    freeReplyObject(rep);
+
+    int cmd_timeout = pv_redis_command_timeout_ms(r);
+    int64_t slice_max =
+        (cmd_timeout == 0 || cmd_timeout > 2 * SLICE_MS) ? SLICE_MS : cmd_timeout / 2;
+    if (slice_max < 10) slice_max = 10;
+    for (;;) {
+        int64_t left = deadline - wall_ms();
+        if (left <= 0) break;
+        if (opts->cancelled && opts->cancelled(opts->arg)) break;
+        int64_t slice = left < slice_max ? left : slice_max;
+        char secs[32];
+        snprintf(secs, sizeof secs, "%.3f", (double)slice / 1000.0);
+        if (pv_redis_command(r, &rep, st, "BLPOP %s %s", reply_key, secs) != PV_OK) return st->code;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+            char *text = strdup(rep->element[1]->str);
+            freeReplyObject(rep);
+            if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+            return take_reply(text, reply, st);
+        }
+        freeReplyObject(rep);
+    }
+    char *late = NULL;
+    if (abandon(r, reply_key, gone_key, &late, st) != PV_OK) return st->code;
+    if (late) return take_reply(late, reply, st);
+    if (opts->cancelled && opts->cancelled(opts->arg))
+        return pv_status_set(st, PV_CANCELLED, "the caller went away before a scheduler answered");
+    return pv_status_set(st, PV_DEADLINE_EXCEEDED,
+                         "no scheduler answered within %lld ms (schedulers busy or stuck?)",
+                         (long long)opts->timeout_ms);
+}
+
+int pv_sched_reply(pv_redis *r, const pv_keys *k, const char *id, const char *body, pv_status *st) {
+    char reply_key[PV_KEY_MAX], gone_key[PV_KEY_MAX], ttl[16];
+    if (pv_sched_key_reply(k, id, reply_key, sizeof reply_key, st) != PV_OK ||
+        pv_sched_key_gone(k, id, gone_key, sizeof gone_key, st) != PV_OK)
+        return st->code;
+    snprintf(ttl, sizeof ttl, "%d", PV_SCHED_REPLY_TTL_S);
+    const char *keys[] = {reply_key, gone_key}, *args[] = {body, ttl};
+    redisReply *rep = NULL;
+    if (pv_redis_fcall(r, "pv_sched_reply", 2, keys, 2, args, &rep, st) != PV_OK) return st->code;
+    freeReplyObject(rep);
+    return PV_OK;
+}

@@ -1,0 +1,158 @@
+/*
+ * pv_workload: workload records (Eru's workloads: processes and VMs placed on nodes) and their
+ * statuses, reported by node agents with a TTL.
+ *
+ * A workload is recorded when a deploy creates it on a node (the workload code of the
+ * CreateWorkload issue calls pv_workload_add with the allocation its reservation made) and
+ * removed when it is removed. Its status is a separate, short-lived entry that whoever watches
+ * the workload (the node's agent, or a client through SetWorkloadsStatus) rewrites with a TTL;
+ * when the entry expires the workload is simply of unknown status again, as in Eru.
+ *
+ * Keys (all under the registry's hash tag, <b> = "<prefix>{reg}:"):
+ *   <b>wl:<id>                    hash: the record (fields below)
+ *   <b>wls                        zset: every workload id, score 0 (lexical order = id order)
+ *   <b>node-workloads:<node id>   set: ids of the node's workloads (the registry reads its size:
+ *                                 RemoveNode refuses while it is not empty)
+ *   <b>app-workloads:<app>        set: ids of the app's workloads
+ *   <b>wl-status:<id>             string with an optional TTL: the status JSON
+ *                                 {"running": bool, "healthy": bool, "networks": {name: ip},
+ *                                  "extension": "<base64>", "ttl": N, "updated_ms": N}
+ * Status changes are visible to watchers as keyspace notifications of the wl-status keys
+ * (pv_workload_status_pattern): "set" = a new status, "del"/"expired" = gone.
+ *
+ * Record fields: id (Eru: 64 hex characters, from pv_workload_new_id) name ("<app>_<entry>_<6
+ * random [a-zA-Z]>") app entry pod node node_id image privileged (0|1) labels (JSON object of
+ * strings) env (JSON array of strings) publish (JSON object) resources (JSON object: plugin ->
+ * allocation, as pv_res.h) alloc_id (the reservation allocation it took over, "" if none)
+ * engine_id (the engine's own handle: pid, libvirt domain uuid) created_ms.
+ *
+ * Ownership: records filled by these functions own their strings (pv_workload_clear, safe on a
+ * zeroed record); arrays with pv_workload_array_free; statuses with pv_workload_status_clear.
+ */
+#ifndef PV_WORKLOAD_H
+#define PV_WORKLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pv_keys.h"
+#include "pv_redis.h"
+#include "pv_status.h"
+
+#define PV_WORKLOAD_ID_LEN 64
+
+typedef struct pv_workload {
+    char id[PV_WORKLOAD_ID_LEN + 1];
+    char *name, *app, *entry, *pod, *node, *node_id, *image;
+    bool privileged;
+    char *labels, *env, *publish, *resources; /* JSON texts ("{}"/"[]" when none) */
+    char *alloc_id, *engine_id;
+    int64_t created_ms;
+} pv_workload;
+
+void pv_workload_clear(pv_workload *w);
+void pv_workload_array_free(pv_workload *w, size_t n);
+
+/* A fresh id: 64 lowercase hex characters from the system's random source. */
+int pv_workload_new_id(char out[PV_WORKLOAD_ID_LEN + 1], pv_status *st);
+
+/* Records w (w->id set by the caller, node by name: NOT_FOUND when the node is not registered;
+ * ALREADY_EXISTS when the id is taken). Adds it to the node's and the app's sets. When
+ * w->alloc_id is not empty the allocation moves from the node's reserved allocations
+ * (node-allocs) to the workload in the same step (FAILED_PRECONDITION when it is no longer
+ * there: the reservation was released). */
+int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_status *st);
+
+/* Removes the record, its status and its set memberships. NOT_FOUND when missing. The
+ * resources it held are the caller's to give back (pv_resv). */
+int pv_workload_remove(pv_redis *r, const pv_keys *k, const char *id, pv_status *st);
+
+/* NOT_FOUND "workload <id> not found" when missing. */
+int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *out,
+                    pv_status *st);
+
+/* Every workload, or those of an app (app non-empty), an entrypoint (entry non-empty, with
+ * app), a node (node non-empty) and carrying every label of labels_json (NULL/"{}" = any).
+ * Id order. *out NULL when none. */
+int pv_workload_list(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
+                     const char *node, const char *labels_json, pv_workload **out, size_t *n,
+                     pv_status *st);
+
+/* --- statuses (Eru's SetWorkloadsStatus / GetWorkloadsStatus) ---------------------------- */
+
+typedef struct pv_workload_status {
+    char id[PV_WORKLOAD_ID_LEN + 1];
+    bool running, healthy;
+    char *networks;       /* JSON object of strings, "{}" when none */
+    unsigned char *extension;
+    size_t extension_len;
+    int64_t ttl;          /* seconds; 0 = no expiry */
+    int64_t updated_ms;
+    /* filled by the readers from the workload record */
+    char *app, *entry, *node;
+} pv_workload_status;
+
+void pv_workload_status_clear(pv_workload_status *s);
+
+/* Sets the status of an existing workload (NOT_FOUND otherwise) with its TTL (ttl < 0 is
+ * INVALID_ARGUMENT naming the field). On PV_OK *out (may be NULL) is the status as stored, with
+ * the workload's app, entry and node. s->networks NULL or "" = "{}" (else a JSON object of
+ * strings); s->app, entry, node and updated_ms are not read. */
+int pv_workload_set_status(pv_redis *r, const pv_keys *k, const pv_workload_status *s,
+                           pv_workload_status *out, pv_status *st);
+
+/* The same for n statuses at once (SetWorkloadsStatus), all or nothing: every entry is checked
+ * and every workload must exist (NOT_FOUND "workload <id> not found" naming the first missing
+ * one) before any status is written. out (may be NULL) is an array of n the caller provides;
+ * on PV_OK out[i] is entry i as stored (clear each with pv_workload_status_clear). */
+int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_status *in,
+                             size_t n, pv_workload_status *out, pv_status *st);
+
+/* NOT_FOUND "status of workload <id> not found" when the workload has no live status (or does
+ * not exist). */
+int pv_workload_get_status(pv_redis *r, const pv_keys *k, const char *id,
+                           pv_workload_status *out, pv_status *st);
+
+/* Marks every workload of a node not running and not healthy (SetNode workloads_down, and the
+ * node's liveness ending), keeping each status's TTL. *count (may be NULL) gets how many. */
+int pv_workload_mark_node_down(pv_redis *r, const pv_keys *k, const char *node, size_t *count,
+                               pv_status *st);
+
+/* --- following statuses (WorkloadStatusStream) ------------------------------------------- */
+
+/* What a watcher streams for one change of a status key: the live status (*has_status false
+ * when the key is gone again) and the record (*has_record false when the workload is gone),
+ * read together. out_status and out_rec are filled only when their flag is true. */
+int pv_workload_status_view(pv_redis *r, const pv_keys *k, const char *id,
+                            pv_workload_status *out_status, bool *has_status, pv_workload *out_rec,
+                            bool *has_record, pv_status *st);
+
+/* A live status as a watcher keeps it: whose it is and when it was written. */
+typedef struct pv_workload_status_ref {
+    char id[PV_WORKLOAD_ID_LEN + 1];
+    int64_t updated_ms;
+    char *app, *entry, *node, *labels; /* the record's (labels: JSON object) */
+} pv_workload_status_ref;
+
+void pv_workload_status_refs_free(pv_workload_status_ref *v, size_t n);
+
+/* One page of the live statuses in id order: those of the workloads after id `after` ("" = from
+ * the start), scanning at most limit workloads (limit > 0). *next gets the id to pass as after
+ * for the next page, "" when this was the last. *out NULL when the page holds no status (a page
+ * may be empty and still not the last). */
+int pv_workload_status_page(pv_redis *r, const pv_keys *k, const char *after, size_t limit,
+                            pv_workload_status_ref **out, size_t *n,
+                            char next[PV_WORKLOAD_ID_LEN + 1], pv_status *st);
+
+/* Whether id is well formed: 1..PV_WORKLOAD_ID_LEN bytes of [A-Za-z0-9._-] (INVALID_ARGUMENT
+ * naming field otherwise). Every function taking an id checks it. */
+int pv_workload_check_id(const char *field, const char *id, pv_status *st);
+
+/* Key names: the status key of an id, the prefix of every status key (the id follows it), and
+ * the PSUBSCRIBE pattern of their keyspace notifications on database db. */
+int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st);
+int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st);
+int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st);
+
+#endif

@@ -1,0 +1,464 @@
+/*
+ * Reservations and plans against a real Redis: sched_place (capacity, reserve) over the registry,
+ * pv_resv (commit, release, expiry, GetNodeResource's check and fix) and the compare-and-set that
+ * keeps concurrent reservations from overcommitting a node.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "pv_redis.h"
+#include "pv_registry.h"
+#include "pv_resv.h"
+#include "pv_sched.h"
+#include "pv_test_redis.h"
+#include "sched_place.h"
+
+#define BASE "t:{reg}:"
+#define GIB 1073741824LL
+
+typedef struct fixture {
+    pv_test_redis *srv;
+    pv_keys keys;
+    pv_redis *r;
+    redisContext *c;
+} fixture;
+
+static pv_redis *connect_new(fixture *f) {
+    pv_status st;
+    pv_redis *r = NULL;
+    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
+                       .connect_timeout_ms = 1000,
+                       .command_timeout_ms = 5000,
+                       .load_functions = 1};
+    assert_int_equal(pv_redis_new(&o, &r, &st), PV_OK);
+    return r;
+}
+
+static void add_node(fixture *f, const char *name, const char *resources, int alive) {
+    pv_status st;
+    pv_node n;
+    pv_node_spec spec = {
+        .name = name, .pod_name = "p1", .endpoint = "process://", .resources = resources};
+    assert_int_equal(pv_registry_add_node(f->r, &f->keys, &spec, &n, &st), PV_OK);
+    pv_node_clear(&n);
+    if (alive) assert_int_equal(pv_registry_set_alive(f->r, &f->keys, name, 600, NULL, &st), PV_OK);
+}
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    pv_status st;
+    if (pv_test_redis_start(&f->srv, NULL) != 0) return -1;
+    pv_keys_init(&f->keys, "t:", &st);
+    f->r = connect_new(f);
+    f->c = pv_test_redis_connect(f->srv);
+    if (!f->c) return -1;
+    pv_pod p;
+    pv_pod_spec ps = {.name = "p1"};
+    if (pv_registry_add_pod(f->r, &f->keys, &ps, &p, &st) != PV_OK) return -1;
+    pv_pod_clear(&p);
+    add_node(f, "n1", "{\"cpumem\":{\"cpu\":4,\"memory\":\"4G\"}}", 1);
+    add_node(f, "n2", "{\"cpumem\":{\"cpu\":2,\"memory\":\"2G\"}}", 1);
+    add_node(f, "n3", "{\"cpumem\":{\"cpu\":8,\"memory\":\"8G\"}}", 0); /* no agent: down */
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    redisFree(f->c);
+    pv_redis_free(f->r);
+    pv_test_redis_free(f->srv);
+    free(f);
+    return 0;
+}
+
+static void request(sched_request *req, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    pv_status st;
+    int rc = sched_request_parse(buf, req, &st);
+    if (rc != PV_OK) fail_msg("request %s: %s", buf, st.msg);
+}
+
+/* Capacity reply as a JSON object (caller decrefs); asserts success. */
+static json_t *capacity(fixture *f, pv_redis *r, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    sched_request req;
+    request(&req, "%s", buf);
+    char *reply = NULL;
+    sched_error err = {0};
+    int rc = sched_place_capacity(r ? r : f->r, &f->keys, &req, &reply, &err);
+    sched_request_free(&req);
+    if (rc != PV_OK) fail_msg("capacity %s: %s", buf, err.status.msg);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    assert_non_null(j);
+    return j;
+}
+
+static long long cap_of(json_t *j, const char *node) {
+    json_t *v = json_object_get(json_object_get(j, "node_capacities"), node);
+    return v ? json_integer_value(v) : -1;
+}
+
+static long long total_of(json_t *j) {
+    return json_integer_value(json_object_get(j, "total"));
+}
+
+static long long dummy_total(fixture *f) {
+    json_t *j = capacity(f, NULL,
+                         "{\"pod\":\"p1\",\"strategy\":99,\"resources\":{\"cpumem\":"
+                         "{\"memory-request\":\"1G\"}}}");
+    long long t = total_of(j);
+    json_decref(j);
+    return t;
+}
+
+static long long int_cmd(fixture *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(f->c, fmt, ap);
+    va_end(ap);
+    assert_non_null(rep);
+    long long v = rep->type == REDIS_REPLY_INTEGER  ? rep->integer
+                  : rep->type == REDIS_REPLY_STRING ? strtoll(rep->str, NULL, 10)
+                                                    : -1;
+    freeReplyObject(rep);
+    return v;
+}
+
+static char *node_id(fixture *f, const char *name) {
+    redisReply *rep = redisCommand(f->c, "HGET " BASE "nodes %s", name);
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    char *id = strdup(rep->str);
+    freeReplyObject(rep);
+    return id;
+}
+
+/* Reserves with a fresh request id; returns the reservation id (caller frees) or NULL with
+ * *code set. */
+static char *reserve(fixture *f, pv_redis *r, int count, const char *extra, int *code) {
+    sched_request req;
+    request(&req,
+            "{\"pod\":\"p1\",\"strategy\":0,\"count\":%d,\"app\":\"web\",\"entrypoint\":\"main\","
+            "\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}%s}",
+            count, extra ? extra : "");
+    char id[PV_ID_MAX];
+    pv_id_new("plan", id, sizeof id);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    char *reply = NULL;
+    sched_error err = {0};
+    int rc = sched_place_reserve(r ? r : f->r, &f->keys, &req, id,
+                                 (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000, &reply, &err);
+    sched_request_free(&req);
+    *code = rc;
+    if (rc != PV_OK) return NULL;
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    char *resv = strdup(json_string_value(json_object_get(j, "reservation")));
+    json_decref(j);
+    return resv;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void test_capacity_dummy_and_plans(void **state) {
+    fixture *f = *state;
+    json_t *j = capacity(f, NULL,
+                         "{\"pod\":\"p1\",\"strategy\":99,\"resources\":{\"cpumem\":"
+                         "{\"memory-request\":\"1G\"}}}");
+    assert_int_equal(total_of(j), 6); /* n3 is down: not counted */
+    assert_int_equal(cap_of(j, "n1"), 4);
+    assert_int_equal(cap_of(j, "n2"), 2);
+    assert_int_equal(cap_of(j, "n3"), -1);
+    json_decref(j);
+    /* all=true counts the down node; naming it includes it too. */
+    j = capacity(f, NULL,
+                 "{\"pod\":\"p1\",\"strategy\":99,\"all\":true,\"resources\":{\"cpumem\":"
+                 "{\"memory-request\":\"1G\"}}}");
+    assert_int_equal(total_of(j), 14);
+    json_decref(j);
+    j = capacity(f, NULL,
+                 "{\"includes\":[\"n3\"],\"strategy\":99,\"resources\":{\"cpumem\":"
+                 "{\"memory-request\":\"2G\"}}}");
+    assert_int_equal(total_of(j), 4);
+    assert_int_equal(cap_of(j, "n3"), 4);
+    json_decref(j);
+    j = capacity(f, NULL,
+                 "{\"pod\":\"p1\",\"excludes\":[\"n1\"],\"strategy\":99,\"resources\":"
+                 "{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    assert_int_equal(total_of(j), 2);
+    json_decref(j);
+    /* AUTO evens out: 3 instances -> 2 on the bigger node, 1 on the other. */
+    j = capacity(f, NULL,
+                 "{\"pod\":\"p1\",\"strategy\":0,\"count\":3,\"resources\":{\"cpumem\":"
+                 "{\"memory-request\":\"1G\"}}}");
+    assert_int_equal(total_of(j), 3);
+    assert_int_equal(cap_of(j, "n1") + cap_of(j, "n2"), 3);
+    json_decref(j);
+}
+
+static void test_capacity_errors(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"strategy\":0,\"count\":7,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    char *reply = NULL;
+    sched_error err = {0};
+    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err),
+                     PV_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.status.msg, "need: 7, available: 6"));
+    assert_int_equal(err.kind, SCHED_KIND_INSUFFICIENT_RESOURCE);
+    sched_request_free(&req);
+
+    request(&req, "{\"pod\":\"nope\",\"strategy\":99}");
+    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err), PV_NOT_FOUND);
+    sched_request_free(&req);
+
+    pv_status st;
+    assert_int_equal(sched_request_parse("{\"pod\":\"p1\",\"resources\":{\"cpumem\":"
+                                         "{\"memory-request\":\"-1G\"}}}",
+                                         &req, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "memory-request"));
+    assert_int_equal(sched_request_parse("{\"pod\":3}", &req, &st), PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "pod"));
+}
+
+static void test_reserve_and_release(void **state) {
+    fixture *f = *state;
+    char *id1 = node_id(f, "n1"), *id2 = node_id(f, "n2");
+    long long rev0 = int_cmd(f, "HGET " BASE "node:%s usage_rev", id1);
+    int code;
+    char *resv = reserve(f, NULL, 3, NULL, &code);
+    assert_int_equal(code, PV_OK);
+    assert_non_null(resv);
+    assert_int_equal(dummy_total(f), 3);
+    assert_true(int_cmd(f, "HGET " BASE "node:%s usage_rev", id1) > rev0);
+    assert_int_equal(int_cmd(f, "HLEN " BASE "node-allocs:%s", id1) +
+                         int_cmd(f, "HLEN " BASE "node-allocs:%s", id2),
+                     3);
+    assert_int_equal(int_cmd(f, "HGET " BASE "deploy-count:web:main n1") +
+                         int_cmd(f, "HGET " BASE "deploy-count:web:main n2"),
+                     3);
+    /* A node holding allocations cannot be removed. */
+    pv_status st;
+    assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "n1", &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "reserved"));
+
+    assert_int_equal(pv_resv_release(f->r, &f->keys, resv, &st), PV_OK);
+    assert_int_equal(dummy_total(f), 6);
+    assert_int_equal(int_cmd(f, "HLEN " BASE "node-allocs:%s", id1), 0);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "deploy-count:web:main"), 0);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "resv:%s", resv), 0);
+    assert_int_equal(pv_resv_release(f->r, &f->keys, resv, &st), PV_NOT_FOUND);
+    free(resv);
+    free(id1);
+    free(id2);
+}
+
+static void test_reserve_not_enough(void **state) {
+    fixture *f = *state;
+    int code;
+    char *resv = reserve(f, NULL, 7, NULL, &code);
+    assert_null(resv);
+    assert_int_equal(code, PV_RESOURCE_EXHAUSTED);
+    assert_int_equal(dummy_total(f), 6); /* nothing taken */
+}
+
+static void test_same_request_reserves_once(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"count\":2,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
+                     PV_OK);
+    assert_non_null(reply);
+    free(reply);
+    reply = NULL;
+    /* A scheduler taking the same request over after a crash finds the reservation made. */
+    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
+                     PV_OK);
+    assert_null(reply);
+    assert_int_equal(dummy_total(f), 4);
+    sched_request_free(&req);
+}
+
+static void test_abandoned_request_reserves_nothing(void **state) {
+    fixture *f = *state;
+    redisReply *rep = redisCommand(f->c, "SET " BASE "sched:gone:plan-BBBB 1");
+    freeReplyObject(rep);
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"count\":2,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-BBBB", 1, &reply, &err),
+                     PV_OK);
+    assert_null(reply);
+    assert_int_equal(dummy_total(f), 6);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "resv:resv-BBBB"), 0);
+    sched_request_free(&req);
+}
+
+static void test_expired_reservations(void **state) {
+    fixture *f = *state;
+    int code;
+    char *resv = reserve(f, NULL, 2, ",\"ttl_seconds\":1", &code);
+    assert_non_null(resv);
+    char **ids = NULL;
+    size_t n = 0;
+    pv_status st;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    int64_t now = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    assert_int_equal(pv_resv_expired(f->r, &f->keys, now - 10000, 10, &ids, &n, &st), PV_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(pv_resv_expired(f->r, &f->keys, now + 2000, 10, &ids, &n, &st), PV_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(ids[0], resv);
+    pv_resv_ids_free(ids, n);
+    assert_int_equal(pv_resv_release(f->r, &f->keys, resv, &st), PV_OK);
+    assert_int_equal(pv_resv_expired(f->r, &f->keys, now + 2000, 10, &ids, &n, &st), PV_OK);
+    assert_int_equal(n, 0);
+    free(resv);
+}
+
+static void test_check_and_fix(void **state) {
+    fixture *f = *state;
+    int code;
+    char *resv = reserve(f, NULL, 2, NULL, &code);
+    assert_non_null(resv);
+    pv_resv_check c;
+    pv_status st;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    assert_non_null(strstr(c.resources, "cpumem"));
+    pv_resv_check_clear(&c);
+    /* Usage drifts from the allocations (a crash between two writers, an operator's edit). */
+    char *id1 = node_id(f, "n1");
+    redisReply *rep = redisCommand(f->c, "HSET " BASE "node:%s usage %s", id1,
+                                   "{\"cpumem\":{\"memory_request\":5}}");
+    freeReplyObject(rep);
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_true(c.ndiffs > 0);
+    assert_non_null(strstr(c.diffs[0], "cpumem."));
+    pv_resv_check_clear(&c);
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 1, &c, &st), PV_OK);
+    assert_true(c.ndiffs > 0); /* what was fixed */
+    pv_resv_check_clear(&c);
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    pv_resv_check_clear(&c);
+    assert_int_equal(dummy_total(f), 4);
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "nope", 0, &c, &st), PV_NOT_FOUND);
+    free(id1);
+    free(resv);
+}
+
+/* Threads racing single-instance reservations, each on its own connection, until the pod is
+ * full: exactly the capacity is handed out, never more. */
+typedef struct racer {
+    fixture *f;
+    int won, conflicts_seen;
+} racer;
+
+static void *race(void *arg) {
+    racer *rc = arg;
+    pv_redis *r = connect_new(rc->f);
+    for (;;) {
+        int code;
+        char *resv = reserve(rc->f, r, 1, NULL, &code);
+        if (!resv) break;
+        rc->won++;
+        free(resv);
+    }
+    pv_redis_free(r);
+    return NULL;
+}
+
+static void test_concurrent_reservations_never_overcommit(void **state) {
+    fixture *f = *state;
+    enum { N = 4 };
+    pthread_t t[N];
+    racer rs[N];
+    for (int i = 0; i < N; i++) {
+        rs[i] = (racer){.f = f};
+        pthread_create(&t[i], NULL, race, &rs[i]);
+    }
+    int won = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        won += rs[i].won;
+    }
+    assert_int_equal(won, 6);
+    /* Full: DUMMY says so as Eru does (a total of 0 is "not enough resource"). */
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"strategy\":99,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    char *reply = NULL;
+    sched_error err = {0};
+    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err),
+                     PV_RESOURCE_EXHAUSTED);
+    sched_request_free(&req);
+    char *id1 = node_id(f, "n1"), *id2 = node_id(f, "n2");
+    assert_int_equal(int_cmd(f, "HLEN " BASE "node-allocs:%s", id1), 4);
+    assert_int_equal(int_cmd(f, "HLEN " BASE "node-allocs:%s", id2), 2);
+    /* The recorded usage is exactly what the allocations add up to. */
+    pv_resv_check c;
+    pv_status st;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    assert_non_null(strstr(c.usage, "4294967296"));
+    pv_resv_check_clear(&c);
+    free(id1);
+    free(id2);
+}
+
+static void test_sched_call_without_scheduler(void **state) {
+    fixture *f = *state;
+    pv_sched_call_opts o = {.timeout_ms = 200};
+    char *reply = NULL;
+    pv_status st;
+    assert_int_equal(pv_sched_call(f->r, &f->keys, "capacity", "{}", &o, &reply, &st),
+                     PV_UNAVAILABLE);
+    assert_non_null(strstr(st.msg, "no scheduler"));
+    assert_null(reply);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_capacity_dummy_and_plans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_and_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_not_enough, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_request_reserves_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandoned_request_reserves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expired_reservations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_and_fix, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overcommit, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
