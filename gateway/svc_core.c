@@ -15,6 +15,12 @@
  * and the record into the pb message. Every failure answers the call's own Eru code (1021 for
  * AddPod, ...), the registry's message naming the cause, as Eru's clients expect.
  *
+ * Engine info: Eru asks a node's engine; here the node's agent reports it into Redis on every
+ * beat (pv_registry_set_engine_info), so Node.info and GetNodeEngineInfo read the report and no
+ * call waits on an engine. The resource arithmetic (AddNode's defaults from that report,
+ * SetNode's delta and its check against usage) is the plugins' (shared/pv_res); SetNode writes
+ * its result only while the usage it was checked against is still the node's (usage_rev).
+ *
  * NodeStatusStream: the calls wait in a gw_watchers set that gw_node_watch (one liveness
  * follower per gateway) pushes to.
  */
@@ -34,7 +40,9 @@
 #include "pv_log.h"
 #include "pv_presence.h"
 #include "pv_registry.h"
+#include "pv_res.h"
 #include "pv_status.h"
+#include "pv_validate.h"
 #include "pv_version.h"
 
 /* Eru's per-call status codes (rpc/errors.go). */
@@ -303,11 +311,25 @@ static void node_msg_free(node_msg *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Engine info as far as the registry knows it; the agent's own report adds to it later. */
+/* The agent's engine report as a JSON object (an empty one when there is none or it is not
+ * readable: the report is advice, the record is the truth). NULL when out of memory. */
+static json_t *engine_report(const pv_node *n) {
+    json_t *j = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    if (json_is_object(j)) return j;
+    json_decref(j);
+    return json_object();
+}
+
+/* Node.info: the agent's report with what the registry knows on top (its fields win, so a
+ * report never contradicts the record). */
 static char *node_info(const pv_node *n) {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "engine", n->engine, "id", n->id, "role",
-                          n->role, "ip", n->ip, "alive", n->alive);
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_t *j = engine_report(n);
+    json_t *reg = json_pack("{s:s, s:s, s:s, s:s, s:b}", "engine", n->engine, "id", n->id, "role",
+                            n->role, "ip", n->ip, "alive", n->alive);
+    char *text = NULL;
+    if (j && reg && json_object_update(j, reg) == 0)
+        text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(reg);
     json_decref(j);
     return text;
 }
@@ -321,7 +343,7 @@ static int node_msg_fill(node_msg *m, const pv_node *n, bool with_info, pv_statu
     m->msg.available = n->alive;
     m->msg.bypass = n->bypass;
     m->msg.resource_capacity = n->resources;
-    m->msg.resource_usage = "{}"; /* usage comes with the workloads */
+    m->msg.resource_usage = n->usage;
     if (with_info && !(m->info = node_info(n))) return fail_oom(st);
     if (m->info) m->msg.info = m->info;
     m->labels = json_loads(n->labels, 0, NULL);
@@ -467,28 +489,62 @@ static void on_list_pods(gw_call *call, const ProtobufCMessage *req) {
 /* ---------------------------------------------------------------------------------------- */
 /* nodes                                                                                      */
 
+/* Stand-in engine facts for checking given documents when no report exists: large enough that
+ * no given field (numa-cpu naming high core ids, large numa-memory) is refused because of them. */
+static const pv_res_engine_info k_standin = {
+    .cpu_count = 1024, .mem_total = INT64_C(1) << 50, .storage_total = INT64_C(1) << 50};
+
+/* The resources AddNode stores for node (*out, caller frees). As Eru reads a node's capacity from
+ * its engine, what the request leaves out (everything, or cpu, memory, storage) takes the
+ * plugins' defaults from the engine info the node's agent reports, and the complete object is
+ * stored (pv_res_node_resources_dump): the node's capacity stays what it was when added, whatever
+ * the agent reports later. Without a report the request must describe the node on its own. The
+ * given documents are checked first either way, so a bad field is named as such. */
+static int add_node_resources(pv_redis *r, const pv_keys *k, const char *node, const char *given,
+                              char **out, pv_status *st) {
+    *out = NULL;
+    char *report = NULL;
+    pv_res_engine_info info;
+    int rc = pv_registry_get_engine_info(r, k, node, &report, st);
+    if (rc == PV_OK) rc = pv_registry_engine_facts(report, &info, st);
+    free(report);
+    if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
+    if (rc == PV_NOT_FOUND) {
+        if (pv_registry_check_resources_with(given, &k_standin, st) != PV_OK) return st->code;
+        if (!pv_registry_resources_complete(given))
+            return pv_status_set(st, PV_FAILED_PRECONDITION,
+                                 "no agent has reported engine info for node %s: start its agent "
+                                 "(pivirt-worker --set worker.node=%s) or give resources (cpumem "
+                                 "with cpu and memory)",
+                                 node, node);
+        return (*out = strdup(given)) ? PV_OK : fail_oom(st);
+    }
+    if (pv_registry_check_resources_with(given, &info, st) != PV_OK) return st->code;
+    pv_res_node parsed;
+    memset(&parsed, 0, sizeof parsed);
+    rc = pv_res_node_parse(given, NULL, &info, &parsed, st);
+    if (rc == PV_OK) rc = pv_res_node_resources_dump(&parsed, out, st);
+    pv_res_node_free(&parsed);
+    return rc;
+}
+
 static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
     const Pb__AddNodeOptions *o = (const Pb__AddNodeOptions *)req;
     pv_redis *r = redis_or_fail(call, ERU_ADD_NODE);
     if (!r) return;
     pv_status st;
-    char *labels = NULL, *resources = NULL;
-    if (o->n_resources == 0) {
-        /* Eru reads the capacity from the engine info of the node; an agent that reports it is
-         * the only source besides the request, and agents do not report engine info yet. */
-        gw_call_finishf(call, ERU_ADD_NODE,
-                        "no resources given and node %s has no live agent: start its agent or "
-                        "give resources (agents do not report engine info yet, so resources are "
-                        "required)",
-                        o->nodename);
-        return;
-    }
-    if (labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK ||
-        resources_json((void *const *)o->resources, o->n_resources, &resources, &st) != PV_OK) {
+    char *labels = NULL, *given = NULL, *resources = NULL;
+    /* The name first: it keys the engine report looked up next. */
+    if (pv_validate_name("nodename", o->nodename, &st) != PV_OK ||
+        labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK ||
+        resources_json((void *const *)o->resources, o->n_resources, &given, &st) != PV_OK ||
+        add_node_resources(r, keys_of(call), o->nodename, given, &resources, &st) != PV_OK) {
         free(labels);
+        free(given);
         fail(call, ERU_ADD_NODE, &st);
         return;
     }
+    free(given);
     pv_node_spec spec = {.name = o->nodename,
                          .pod_name = o->podname,
                          .endpoint = o->endpoint,
@@ -546,15 +602,21 @@ static void on_get_node_engine_info(gw_call *call, const ProtobufCMessage *req) 
         fail(call, ERU_GET_NODE_STATUS, &st);
         return;
     }
+    /* The report's type when the agent has sent one (it is the engine that answers Eru's
+     * call), else the one the endpoint selects. pb.Engine has no other field. */
+    json_t *report = engine_report(&n);
+    const char *type = json_string_value(json_object_get(report, "type"));
     Pb__Engine e = PB__ENGINE__INIT;
-    e.type = n.engine;
+    e.type = type && *type ? (char *)type : n.engine;
     gw_call_reply(call, &e.base);
+    json_decref(report);
     pv_node_clear(&n);
 }
 
 static void on_list_pod_nodes(gw_call *call, const ProtobufCMessage *req) {
-    /* timeout_in_second bounds the engine round-trip; there is none yet (the info comes from the
-     * registry), so it is accepted and has nothing to bound. */
+    /* timeout_in_second bounds Eru's engine round trip for the info. Here the info is the
+     * agent's report, read from Redis with the node records in the same call, so there is no
+     * engine round trip to bound: the field is accepted and has nothing to do. */
     const Pb__ListNodesOptions *o = (const Pb__ListNodesOptions *)req;
     pv_redis *r = redis_or_fail(call, ERU_LIST_POD_NODES);
     if (!r) return;
@@ -582,19 +644,66 @@ static void on_list_pod_nodes(gw_call *call, const ProtobufCMessage *req) {
     pv_node_array_free(nodes, n);
 }
 
+/* How often SetNode re-reads a node whose usage a reservation changed under it. */
+#define SET_NODE_ATTEMPTS 5
+
+/* The resources SetNode writes over cur's (*out, caller frees). With delta: the current ones plus
+ * given (Eru's delta; the plugins refuse a result below zero or below the usage). Without: given
+ * as it is, refused when it is below what the node uses (the same check, on a zero delta). */
+static int set_node_resources(const pv_node *cur, const char *given, bool delta, char **out,
+                              pv_status *st) {
+    *out = NULL;
+    int rc;
+    if (delta) {
+        rc = pv_res_node_delta(cur->resources, given, cur->usage, out, st);
+    } else {
+        char *unchanged = NULL;
+        rc = pv_res_node_delta(given, "{}", cur->usage, &unchanged, st);
+        free(unchanged);
+        if (rc == PV_OK && !(*out = strdup(given))) rc = fail_oom(st);
+    }
+    if (rc != PV_OK) {
+        free(*out);
+        *out = NULL;
+        return pv_status_prefix(st, "resources of node %s", cur->name);
+    }
+    return PV_OK;
+}
+
+/* pv_registry_set_node, with resources (given, NULL = keep) computed against the node's usage
+ * and written only while that usage is still the node's: a reservation that changes it in
+ * between makes the write fail (ABORTED), and the node is read again. */
+static int update_node(pv_redis *r, const pv_keys *k, pv_node_update *u, const char *given,
+                       bool delta, pv_node *out, pv_status *st) {
+    if (!given) return pv_registry_set_node(r, k, u, out, st);
+    if (!delta && pv_registry_check_resources(given, st) != PV_OK) return st->code;
+    for (int attempt = 0; attempt < SET_NODE_ATTEMPTS; attempt++) {
+        pv_node cur;
+        if (pv_registry_get_node(r, k, u->name, &cur, st) != PV_OK) return st->code;
+        char *resources = NULL;
+        int rc = set_node_resources(&cur, given, delta, &resources, st);
+        if (rc == PV_OK) {
+            u->resources = resources;
+            u->check_usage_rev = true;
+            u->usage_rev = cur.usage_rev;
+            rc = pv_registry_set_node(r, k, u, out, st);
+            u->resources = NULL;
+        }
+        free(resources);
+        pv_node_clear(&cur);
+        if (rc != PV_ABORTED) return rc;
+    }
+    return pv_status_set(st, PV_ABORTED,
+                         "node %s: its usage changed %d times while SetNode computed its "
+                         "resources; try again",
+                         u->name, SET_NODE_ATTEMPTS);
+}
+
 static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SetNodeOptions *o = (const Pb__SetNodeOptions *)req;
     pv_redis *r = redis_or_fail(call, ERU_SET_NODE);
     if (!r) return;
     pv_status st;
-    if (o->delta && o->n_resources > 0) {
-        gw_call_finishf(call, ERU_SET_NODE,
-                        "delta: adding resources to node %s needs the resource plugins' "
-                        "arithmetic, which this build does not have; send the whole resources "
-                        "without delta",
-                        o->nodename);
-        return;
-    }
     char *labels = NULL, *resources = NULL;
     if ((o->n_labels > 0 &&
          labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK) ||
@@ -609,10 +718,9 @@ static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
                         .endpoint = o->endpoint,
                         .labels = labels,
                         .labels_merge = false,
-                        .resources = resources,
                         .bypass = (pv_tri)o->bypass};
     pv_node n;
-    int rc = pv_registry_set_node(r, keys_of(call), &u, &n, &st);
+    int rc = update_node(r, keys_of(call), &u, resources, o->delta, &n, &st);
     free(labels);
     free(resources);
     if (rc != PV_OK) {

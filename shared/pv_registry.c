@@ -65,6 +65,7 @@ static const field node_fields[] = {
     {"alive", F_BOOL, offsetof(pv_node, alive), NULL},
     {"workloads", F_LONG, offsetof(pv_node, workloads), NULL},
     {"allocs", F_LONG, offsetof(pv_node, allocs), NULL},
+    {"engine_info", F_STR, offsetof(pv_node, engine_info), ""},
 };
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
@@ -280,7 +281,8 @@ int pv_registry_check_labels(const char *field, const char *text, pv_status *st)
 
 /* One plugin's node document, checked by the plugin itself (shared/pv_res): the same parse
  * the scheduler runs later, so a document stored here is one it can use. */
-static int check_plugin(const char *plugin, json_t *doc, pv_status *st) {
+static int check_plugin(const char *plugin, json_t *doc, const pv_res_engine_info *info,
+                        pv_status *st) {
     bool cpumem = strcmp(plugin, "cpumem") == 0;
     if (!cpumem && strcmp(plugin, "storage") != 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
@@ -291,12 +293,12 @@ static int check_plugin(const char *plugin, json_t *doc, pv_status *st) {
     if (cpumem) {
         pv_res_cpumem node;
         memset(&node, 0, sizeof node);
-        rc = pv_res_cpumem_node_parse(text, strlen(text), NULL, &node, st);
+        rc = pv_res_cpumem_node_parse(text, strlen(text), info, &node, st);
         pv_res_cpumem_free(&node);
     } else {
         pv_res_storage node;
         memset(&node, 0, sizeof node);
-        rc = pv_res_storage_node_parse(text, strlen(text), NULL, &node, st);
+        rc = pv_res_storage_node_parse(text, strlen(text), info, &node, st);
         pv_res_storage_free(&node);
     }
     free(text);
@@ -304,6 +306,11 @@ static int check_plugin(const char *plugin, json_t *doc, pv_status *st) {
 }
 
 int pv_registry_check_resources(const char *text, pv_status *st) {
+    return pv_registry_check_resources_with(text, NULL, st);
+}
+
+int pv_registry_check_resources_with(const char *text, const pv_res_engine_info *info,
+                                     pv_status *st) {
     json_error_t e;
     json_t *j = json_loads(text ? text : "", 0, &e);
     if (!j || !json_is_object(j)) {
@@ -319,10 +326,19 @@ int pv_registry_check_resources(const char *text, pv_status *st) {
                                "resources[%s]: the plugin's document must be a JSON object", key);
             break;
         }
-        if ((rc = check_plugin(key, v, st)) != PV_OK) break;
+        if ((rc = check_plugin(key, v, info, st)) != PV_OK) break;
     }
     json_decref(j);
     return rc;
+}
+
+bool pv_registry_resources_complete(const char *text) {
+    json_t *j = json_loads(text ? text : "{}", 0, NULL);
+    json_t *cpumem = json_object_get(j, "cpumem");
+    bool complete = json_is_object(cpumem) && json_object_get(cpumem, "cpu") &&
+                    json_object_get(cpumem, "memory");
+    json_decref(j);
+    return complete;
 }
 
 /* ---- pods ---- */
@@ -577,6 +593,10 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
     call_arg(&c, u->resources ? "replace" : "keep");
     call_arg(&c, u->resources ? u->resources : "{}");
     call_arg(&c, u->bypass == PV_TRI_KEEP ? "keep" : u->bypass == PV_TRI_TRUE ? "1" : "0");
+    char rev[32] = "";
+    if (u->resources && u->check_usage_rev)
+        snprintf(rev, sizeof rev, "%lld", (long long)u->usage_rev);
+    call_arg(&c, rev);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_set_node", &rep, st);
     return node_reply(rc, rep, out, st);
@@ -662,6 +682,87 @@ int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t
     if (rc == PV_OK && rep->elements > 0) rc = copy_names(rep, names, n, st);
     freeReplyObject(rep);
     return rc;
+}
+
+/* ---- engine info ---- */
+
+static int engine_info_key(const pv_keys *k, const char *node, char *buf, size_t len,
+                           pv_status *st) {
+    int n = snprintf(buf, len, "%s" REG "engine-info:%s", k->prefix, node);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info key of node %s is too long",
+                             node);
+    return PV_OK;
+}
+
+int pv_registry_set_engine_info(pv_redis *r, const pv_keys *k, const char *node, const char *json,
+                                long long ttl_seconds, pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_validate_name("nodename", node, st) != PV_OK ||
+        engine_info_key(k, node, key, sizeof key, st) != PV_OK)
+        return st->code;
+    if (ttl_seconds == 0)
+        return pv_status_set(
+            st, PV_INVALID_ARGUMENT,
+            "ttl: 0 is not a valid engine info ttl (seconds > 0 sets, < 0 deletes)");
+    redisReply *rep = NULL;
+    int rc;
+    if (ttl_seconds < 0) {
+        rc = pv_redis_command(r, &rep, st, "DEL %s", key);
+        freeReplyObject(rep);
+        return rc;
+    }
+    json_t *j = json_loads(json ? json : "", 0, NULL);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    bool ok = json_is_object(j) && type && *type;
+    json_decref(j);
+    if (!ok)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "engine info of node %s: want a JSON object with a \"type\"", node);
+    rc = pv_redis_command(r, &rep, st, "SET %s %s EX %lld", key, json, ttl_seconds);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_get_engine_info(pv_redis *r, const pv_keys *k, const char *node, char **json,
+                                pv_status *st) {
+    *json = NULL;
+    char key[PV_KEY_MAX];
+    if (pv_validate_name("nodename", node, st) != PV_OK ||
+        engine_info_key(k, node, key, sizeof key, st) != PV_OK)
+        return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "GET %s", key);
+    if (rc == PV_OK) {
+        if (rep->type != REDIS_REPLY_STRING)
+            rc = pv_status_set(st, PV_NOT_FOUND, "no agent has reported engine info for node %s",
+                               node);
+        else if (!(*json = strdup(rep->str)))
+            rc = pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* A fact of a report: a non-negative integer, else 0 (unknown). */
+static int64_t fact(json_t *j, const char *name) {
+    json_t *v = json_object_get(j, name);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    return n > 0 ? (int64_t)n : 0;
+}
+
+int pv_registry_engine_facts(const char *json, pv_res_engine_info *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    json_t *j = json_loads(json ? json : "", 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info: not a JSON object");
+    }
+    out->cpu_count = fact(j, "cpu_count");
+    out->mem_total = fact(j, "mem_total");
+    out->storage_total = fact(j, "storage_total");
+    json_decref(j);
+    return PV_OK;
 }
 
 int pv_registry_alive_key(const pv_keys *k, const char *node, char *buf, size_t len,

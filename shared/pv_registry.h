@@ -21,6 +21,13 @@
  *                                 there (written by the scheduler's reservations, pv_resv.h)
  *   <p>{reg}:alive:<node name>    string with a TTL: the node is alive while it exists (Eru's
  *                                 node status key; SetNodeStatus semantics)
+ *   <p>{reg}:engine-info:<node name>
+ *                                 string with a TTL (the alive key's): the engine info the node's
+ *                                 agent reports on every beat, a JSON object (fields below). Keyed
+ *                                 by name and written whether or not the node is registered, so an
+ *                                 operator can start an agent first and AddNode it without
+ *                                 resources afterwards; deleted by the agent's clean stop, left
+ *                                 alone by RemoveNode (the agent owns it).
  *
  * Pod record fields: id ("cluster-<ulid>") name desc version cp_nodes worker_nodes (topology
  * counts) labels annotations (JSON objects of strings) created_ms updated_ms.
@@ -31,7 +38,10 @@
  * given) bypass (0|1: Eru's bypass = cordon) usage (JSON object: plugin -> usage document, the
  * sum of the node's allocations; written by reservations only) usage_rev (bumped by every write
  * of usage: reservations compare-and-set on it) created_ms updated_ms.
- * Readers add: a pod's node count, a node's alive flag (its alive key exists).
+ * Readers add: a pod's node count, a node's alive flag (its alive key exists) and engine info.
+ * Engine info fields: type (the engine: "process", ...) cpu_count mem_total (bytes, MemTotal)
+ * storage_total (bytes of the file system holding the agent's data directory) hostname version
+ * (pivirt's) kernel (uname release); readers take what they know and ignore the rest.
  *
  * A node is down when it is bypassed or not alive. Liveness changes are visible to subscribers
  * as keyspace notifications of the alive keys (pv_registry_alive_pattern): "set" = alive,
@@ -51,6 +61,7 @@
 #include "pv_id.h"
 #include "pv_keys.h"
 #include "pv_redis.h"
+#include "pv_res.h"
 #include "pv_status.h"
 
 /* The keyspace-notification classes the liveness watchers need: K (keyspace channel), $ (SET),
@@ -84,9 +95,10 @@ typedef struct pv_node {
     char *usage;       /* JSON object: plugin -> usage document, "{}" when none */
     int64_t usage_rev; /* compare-and-set revision of usage */
     int64_t created_ms, updated_ms;
-    bool alive;     /* filled by the readers */
-    long workloads; /* filled by the readers: size of the workload set */
-    long allocs;    /* filled by the readers: number of reserved allocations */
+    bool alive;        /* filled by the readers */
+    long workloads;    /* filled by the readers: size of the workload set */
+    long allocs;       /* filled by the readers: number of reserved allocations */
+    char *engine_info; /* filled by the readers: the agent's report (JSON), "" when none */
 } pv_node;
 
 void pv_pod_clear(pv_pod *p);
@@ -112,6 +124,15 @@ int pv_registry_check_labels(const char *field, const char *json, pv_status *st)
  * checked by the plugin's own parser (shared/pv_res: unknown fields, bad sizes, ...). Without
  * engine info, cpumem needs both cpu and memory. */
 int pv_registry_check_resources(const char *json, pv_status *st);
+
+/* The same checks, absent fields taking their defaults from info (NULL: as above). */
+int pv_registry_check_resources_with(const char *json, const pv_res_engine_info *info,
+                                     pv_status *st);
+
+/* Whether resources (a JSON object, NULL = "{}") describe a node without any engine info: a
+ * cpumem document with both cpu and memory. Shape only: pv_registry_check_resources checks the
+ * values. */
+bool pv_registry_resources_complete(const char *json);
 
 /* --- pods ------------------------------------------------------------------------------- */
 
@@ -181,10 +202,16 @@ typedef struct pv_node_update {
     const char *labels;    /* NULL = keep; else a JSON object of strings */
     bool labels_merge;     /* true: labels are merged into the current ones; false: replace */
     const char *resources; /* NULL = keep; else replaces the whole resources object */
+    /* With resources: when check_usage_rev, nothing is written unless the node's usage_rev is
+     * still usage_rev (the one read with the usage the new resources were checked against):
+     * ABORTED otherwise, and the caller re-reads and tries again. */
+    bool check_usage_rev;
+    int64_t usage_rev;
     pv_tri bypass;
 } pv_node_update;
 
-/* NOT_FOUND when missing. On PV_OK *out (may be NULL) is the updated record. */
+/* NOT_FOUND when missing; ABORTED on a usage_rev mismatch (above). On PV_OK *out (may be NULL)
+ * is the updated record. */
 int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u, pv_node *out,
                          pv_status *st);
 
@@ -205,6 +232,24 @@ int pv_registry_get_alive(pv_redis *r, const pv_keys *k, const char *node, bool 
 /* The names of every registered node that is alive now, name order (a watcher's starting
  * point). *names is NULL when there are none. */
 int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t *n, pv_status *st);
+
+/* --- engine info ---------------------------------------------------------------------------- */
+
+/* What the agent of node reports about its engine: json (a JSON object whose "type" is a
+ * non-empty string, see the fields above) stored for ttl_seconds > 0; ttl_seconds < 0 deletes
+ * it; 0 is INVALID_ARGUMENT. The node need not be registered. */
+int pv_registry_set_engine_info(pv_redis *r, const pv_keys *k, const char *node, const char *json,
+                                long long ttl_seconds, pv_status *st);
+
+/* The live report of node's agent in *json (caller frees). NOT_FOUND "no agent has reported
+ * engine info for node <node>" when there is none (the node need not be registered). */
+int pv_registry_get_engine_info(pv_redis *r, const pv_keys *k, const char *node, char **json,
+                                pv_status *st);
+
+/* The facts of a report the resource plugins take their defaults from: cpu_count, mem_total,
+ * storage_total (absent, not integers or negative: 0 = unknown). INVALID_ARGUMENT when json is
+ * not a JSON object. */
+int pv_registry_engine_facts(const char *json, pv_res_engine_info *out, pv_status *st);
 
 /* Key names: the alive key of a node, the key prefix of every alive key (its node name follows
  * it), and the PSUBSCRIBE pattern of their keyspace notifications on database db (glob

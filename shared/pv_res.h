@@ -104,7 +104,10 @@ int pv_res_cpumem_req_parse(const char *json, size_t len, pv_res_cpumem_req *req
  * How many workloads of req fit on node. Without binding: 0 when cpu-request exceeds the cores,
  * else free memory / memory-request (unbounded without a memory request). With binding: the number
  * of CPU plans (floor(X) whole cores plus a fragment of the rest, busier cores first, within each
- * NUMA node first, then across), each capped by the memory there.
+ * NUMA node first, then across), each capped by the memory there. Where Eru's one-pass count can
+ * promise more plans than taking them one by one leaves (whole cores plus a fraction), the count
+ * is made by allocating one plan at a time, so that it always equals how many pv_res_node_alloc
+ * calls succeed: a capacity the scheduler reports can always be reserved.
  */
 int pv_res_cpumem_capacity(const pv_res_cpumem *node, const pv_res_cpumem_req *req, pv_res_cap *out,
                            pv_status *st);
@@ -149,7 +152,9 @@ typedef struct pv_res_storage_req {
 int pv_res_storage_req_parse(const char *json, size_t len, pv_res_storage_req *req, pv_status *st);
 void pv_res_storage_req_free(pv_res_storage_req *req);
 
-/* min(volume plans, (storage − used) / storage-request), as Eru's storage plugin counts them. */
+/* min(volume plans, (storage − used) / storage-request), as Eru's storage plugin counts them,
+ * except that requests mixing sized AUTO volumes with exclusive ('m') ones are counted by
+ * allocating one plan at a time (Eru's count can exceed what allocation then finds). */
 int pv_res_storage_capacity(const pv_res_storage *node, const pv_res_storage_req *req,
                             pv_res_cap *out, pv_status *st);
 

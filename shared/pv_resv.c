@@ -487,7 +487,18 @@ static int compare_usage(pv_resv_check *c, const char *recorded, const char *sum
     return rc;
 }
 
-/* The node's usage as its allocations add it up. */
+/* Adds the allocation documents of a reply (an array of strings; nil entries skipped). */
+static int add_docs(pv_res_node *sum, const redisReply *rep, pv_status *st) {
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
+        if (e->type != REDIS_REPLY_STRING) continue;
+        if (pv_res_node_usage_add(sum, e->str, 1, st) != PV_OK) return st->code;
+    }
+    return PV_OK;
+}
+
+/* The node's usage as what it holds adds it up: the allocations still reserved there plus the
+ * resources of the workloads created on it (pv_workload.h), which took theirs over. */
 static int summed_usage(pv_redis *r, const pv_keys *k, const pv_node *rec, char **out,
                         pv_status *st) {
     pv_res_node sum = {0};
@@ -495,8 +506,21 @@ static int summed_usage(pv_redis *r, const pv_keys *k, const pv_node *rec, char 
     redisReply *rep = NULL;
     if (rc == PV_OK)
         rc = pv_redis_command(r, &rep, st, "HVALS %s{reg}:node-allocs:%s", k->prefix, rec->id);
-    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++)
-        rc = pv_res_node_usage_add(&sum, rep->element[i]->str, 1, st);
+    if (rc == PV_OK) rc = add_docs(&sum, rep, st);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK)
+        rc =
+            pv_redis_command(r, &rep, st, "SMEMBERS %s{reg}:node-workloads:%s", k->prefix, rec->id);
+    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        redisReply *res = NULL;
+        rc = pv_redis_command(r, &res, st, "HGET %s{reg}:wl:%s resources", k->prefix,
+                              rep->element[i]->str);
+        if (rc == PV_OK && res->type == REDIS_REPLY_STRING && strcmp(res->str, "{}") != 0)
+            rc = pv_res_node_usage_add(&sum, res->str, 1, st);
+        if (res) freeReplyObject(res);
+        if (rc != PV_OK) pv_status_prefix(st, "workload %s", rep->element[i]->str);
+    }
     if (rep) freeReplyObject(rep);
     if (rc == PV_OK) rc = pv_res_node_usage_dump(&sum, out, st);
     pv_res_node_free(&sum);

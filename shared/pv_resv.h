@@ -98,10 +98,11 @@ int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const 
                           const char *const *names, size_t n, int64_t *counts, pv_status *st);
 
 /*
- * GetNodeResource for one node: its usage as recorded, the usage its allocations add up to, and
- * the differences between the two (one message per plugin field that differs, Eru's `diffs`).
- * With fix, the recorded usage is rewritten to the sum (compare-and-set; retried). Strings are
- * malloc'd (caller frees; *diffs with pv_resv_ids_free).
+ * GetNodeResource for one node: its usage as recorded, the usage its reserved allocations and its
+ * workloads' resources (pv_workload.h) add up to, and the differences between the two (one message
+ * per plugin field that differs, Eru's `diffs`). With fix, the recorded usage is rewritten to the
+ * sum (compare-and-set; retried). Strings are malloc'd (caller frees; *diffs with
+ * pv_resv_ids_free).
  */
 typedef struct pv_resv_check {
     char *resources; /* full resources object (defaults materialised) */

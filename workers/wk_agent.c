@@ -1,32 +1,43 @@
 /*
- * wk_agent: node registration and liveness of the node agent (see wk_agent.h).
+ * wk_agent: engine info, node registration and liveness of the node agent (see wk_agent.h).
  *
- * Resources of a new node come from the machine, with Eru's defaults: cpumem gets every online
- * CPU (100 pieces each) and 80% of MemTotal, storage gets the size of the file system holding
- * the data directory. An existing node keeps what an operator set (SetNode), so restarting an
- * agent never undoes a change.
+ * The engine info is what Eru's core asks a node's engine for (its type, CPUs, memory, storage,
+ * host): the agent reports it into Redis on every beat instead, with the alive key's TTL, so the
+ * gateway answers Node.info and GetNodeEngineInfo without a round trip to the node and takes
+ * AddNode's default resources from it. It is written before anything else and whether or not the
+ * node is registered: an operator may start the agent first and AddNode the node afterwards.
+ *
+ * Resources of a node the agent registers itself come from the same facts with the plugins'
+ * defaults (Eru's): cpumem every online CPU (100 pieces each) and 80% of MemTotal, storage 80% of
+ * the file system holding the data directory. An existing node keeps what an operator set
+ * (SetNode), so restarting an agent never undoes a change.
  */
 #include "wk_agent.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "pv_keys.h"
 #include "pv_log.h"
 #include "pv_registry.h"
+#include "pv_version.h"
 
 struct wk_agent {
     pv_keys keys;
     char *node;
-    char *pod;
+    char *pod; /* "" = the agent registers nothing */
     char *data_dir;
     int ttl_seconds;
     bool registered;
+    bool alive_set; /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
+    bool info_failing;
 };
 
 wk_agent *wk_agent_new(const pv_config *cfg) {
@@ -37,13 +48,17 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
         return NULL;
     }
     a->node = strdup(cfg->worker.node);
-    a->pod = strdup(cfg->worker.pod);
+    a->pod = strdup(cfg->worker.pod ? cfg->worker.pod : "");
     a->data_dir = strdup(cfg->data_dir);
     a->ttl_seconds = 3 * cfg->worker.heartbeat_seconds;
     if (!a->node || !a->pod || !a->data_dir) {
         wk_agent_free(a);
         return NULL;
     }
+    if (!*a->pod)
+        pv_info("agent node=%s: worker.pod is empty, so the node is not registered by its agent: "
+                "AddNode it (its engine info is reported meanwhile)",
+                a->node);
     return a;
 }
 
@@ -55,6 +70,8 @@ void wk_agent_free(wk_agent *a) {
     free(a);
 }
 
+/* ---- engine facts ---- */
+
 static long long mem_total_bytes(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     long long kb = 0;
@@ -65,11 +82,42 @@ static long long mem_total_bytes(void) {
     return kb * 1024;
 }
 
+/* Size of the file system holding path; "/" when path is not there (yet). */
 static long long fs_bytes(const char *path) {
     struct statvfs v;
-    if (statvfs(path, &v) != 0 && statvfs(".", &v) != 0) return 0;
+    if (statvfs(path, &v) != 0 && statvfs("/", &v) != 0) return 0;
     return (long long)v.f_blocks * (long long)v.f_frsize;
 }
+
+static long cpu_count(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 ? cpus : 1;
+}
+
+/* The engine info document (pv_registry.h lists its fields). Caller frees; NULL when out of
+ * memory. */
+static char *engine_info_json(const wk_agent *a) {
+    struct utsname u;
+    bool named = uname(&u) == 0;
+    json_t *j =
+        json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type", "process", "cpu_count",
+                  (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
+                  "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
+                  named ? u.nodename : "", "version", PV_VERSION, "kernel", named ? u.release : "");
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return text;
+}
+
+static int report_engine_info(wk_agent *a, pv_redis *r, pv_status *st) {
+    char *info = engine_info_json(a);
+    if (!info) return pv_status_set(st, PV_INTERNAL, "engine info: out of memory");
+    int rc = pv_registry_set_engine_info(r, &a->keys, a->node, info, a->ttl_seconds, st);
+    free(info);
+    return rc;
+}
+
+/* ---- registration ---- */
 
 static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
     pv_pod pod;
@@ -92,10 +140,9 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
     if (rc != PV_NOT_FOUND) return rc;
 
     char resources[512];
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(resources, sizeof resources,
              "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}",
-             cpus > 0 ? cpus : 1, mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir));
+             cpu_count(), mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
     pv_node_spec ns = {
         .name = a->node, .pod_name = a->pod, .endpoint = "process://", .resources = resources};
     rc = pv_registry_add_node(r, &a->keys, &ns, &node, st);
@@ -106,22 +153,37 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
     return rc == PV_ALREADY_EXISTS ? PV_OK : rc; /* another agent of the same name raced us */
 }
 
+/* ---- presence callbacks ---- */
+
 void wk_agent_beat(void *arg, pv_redis *r) {
     wk_agent *a = arg;
     pv_status st;
-    int rc = PV_OK;
-    if (!a->registered) {
+    int rc = report_engine_info(a, r, &st);
+    if (rc != PV_OK && !a->info_failing) pv_warn("agent node=%s: engine info: %s", a->node, st.msg);
+    a->info_failing = rc != PV_OK;
+
+    rc = PV_OK;
+    if (!a->registered && *a->pod) {
         rc = register_node(a, r, &st);
         if (rc == PV_OK) a->registered = true;
     }
     if (rc == PV_OK) rc = pv_registry_set_alive(r, &a->keys, a->node, a->ttl_seconds, NULL, &st);
-    if (rc != PV_OK && !a->failing) pv_warn("agent node=%s: %s", a->node, st.msg);
+    if (rc == PV_OK) a->alive_set = true;
+    if (rc != PV_OK && !a->failing) {
+        if (rc == PV_NOT_FOUND && !*a->pod)
+            pv_info("agent node=%s: not registered yet: it is alive once AddNode adds it", a->node);
+        else
+            pv_warn("agent node=%s: %s", a->node, st.msg);
+    }
+    if (rc == PV_OK && a->failing) pv_info("agent node=%s: alive", a->node);
     a->failing = rc != PV_OK;
 }
 
 void wk_agent_leave(void *arg, pv_redis *r) {
     wk_agent *a = arg;
     pv_status st;
-    if (a->registered && pv_registry_set_alive(r, &a->keys, a->node, -1, NULL, &st) != PV_OK)
+    if (pv_registry_set_engine_info(r, &a->keys, a->node, NULL, -1, &st) != PV_OK)
+        pv_warn("agent node=%s could not delete its engine info: %s", a->node, st.msg);
+    if (a->alive_set && pv_registry_set_alive(r, &a->keys, a->node, -1, NULL, &st) != PV_OK)
         pv_warn("agent node=%s could not delete its alive key: %s", a->node, st.msg);
 }

@@ -1,11 +1,16 @@
 /*
  * wk_agent: what makes pivirt-worker --set worker.node=NAME the agent of node NAME.
  *
- * The agent registers its node in the registry (creating its pod when missing, as the local
- * stack's pod `local` is), with the resources read from the machine when the node is new, then
- * keeps the node alive: every presence beat refreshes the node's alive key (Eru's SetNodeStatus
- * with a TTL of three beats), so Ready = the agent's heartbeat key lives. A clean stop deletes
- * the key at once. Registration is retried on every beat until Redis answers.
+ * On every presence beat the agent first reports its engine info (type, CPUs, MemTotal, storage,
+ * hostname, version, kernel: pv_registry_set_engine_info, with the alive key's TTL), whether or
+ * not the node is registered. Then, when worker.pod is set (the default, "local"), it registers
+ * its node there if the registry has no node of that name (creating the pod when missing), with
+ * the resources the plugins' defaults give for that engine info; with worker.pod empty it
+ * registers nothing and waits for an operator's AddNode, which takes the resources from the
+ * report. Then it keeps the node alive: every beat refreshes the node's alive key (Eru's
+ * SetNodeStatus with a TTL of three beats), so Ready = the agent's heartbeat key lives; until
+ * the node exists that write fails and is logged once. A clean stop deletes both keys at once.
+ * Every step is retried on the next beat until Redis answers.
  *
  * Ownership: wk_agent_new copies what it keeps; wk_agent_free releases it.
  */
@@ -20,10 +25,12 @@ typedef struct wk_agent wk_agent;
 wk_agent *wk_agent_new(const pv_config *cfg);
 void wk_agent_free(wk_agent *a);
 
-/* A pv_presence tick: registers the node if not yet done, then refreshes its alive key. */
+/* A pv_presence tick: reports the engine info, registers the node if not yet done (and
+ * worker.pod is set), then refreshes its alive key. */
 void wk_agent_beat(void *agent, pv_redis *r);
 
-/* A pv_presence leave callback: deletes the node's alive key (clean stop). */
+/* A pv_presence leave callback: deletes the engine info and the node's alive key (clean
+ * stop). */
 void wk_agent_leave(void *agent, pv_redis *r);
 
 #endif

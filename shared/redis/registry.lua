@@ -9,7 +9,8 @@
   - KEYS declare the name indexes a call is about (KEYS[1] = <base>pods or <base>nodes, ...).
     Records reached through an index (pod:<id>, node:<id>) are derived from ARGV[1].
   - Records are returned as flat field/value arrays (HGETALL), with the readers' extra fields
-    appended: "n_nodes" for a pod, "alive" and "workloads" for a node.
+    appended: "n_nodes" for a pod; "alive", "workloads", "allocs" and, when the node's agent
+    has reported one, "engine_info" for a node.
   - The C side validates names, JSON shapes and endpoints; these functions check what only
     Redis can know (existence, uniqueness, emptiness).
 ]]
@@ -44,6 +45,11 @@ local function node_reply(base, id)
   rec[#rec + 1] = tostring(redis.call('SCARD', base .. 'node-workloads:' .. id))
   rec[#rec + 1] = 'allocs'
   rec[#rec + 1] = tostring(redis.call('HLEN', base .. 'node-allocs:' .. id))
+  local info = redis.call('GET', base .. 'engine-info:' .. (name or ''))
+  if info then
+    rec[#rec + 1] = 'engine_info'
+    rec[#rec + 1] = info
+  end
   return rec
 end
 
@@ -197,13 +203,24 @@ redis.register_function{function_name = 'pv_reg_list_nodes', flags = {'no-writes
   end}
 
 -- pv_reg_set_node(KEYS[1]=nodes index, ARGV: base name endpoint engine labels_mode labels
--- resources_mode resources bypass) -> the record. endpoint '' keeps it; labels_mode
--- keep|replace|merge; resources_mode keep|replace; bypass keep|1|0.
+-- resources_mode resources bypass expected_usage_rev) -> the record. endpoint '' keeps it;
+-- labels_mode keep|replace|merge; resources_mode keep|replace; bypass keep|1|0;
+-- expected_usage_rev '' = unconditional, else nothing is written unless the node's usage_rev
+-- still has that value (ABORTED): resources computed from a usage that a reservation has
+-- changed since are never stored.
 redis.register_function('pv_reg_set_node', function(keys, args)
   local base, name = args[1], args[2]
   local id = redis.call('HGET', keys[1], name)
   if not id then return err('NOT_FOUND', 'node ' .. name .. ' not found') end
   local key = base .. 'node:' .. id
+  local want = args[10] or ''
+  if want ~= '' then
+    local rev = redis.call('HGET', key, 'usage_rev') or '0'
+    if rev ~= want then
+      return err('ABORTED', 'node ' .. name .. ': usage changed while its resources were ' ..
+        'computed (usage_rev ' .. rev .. ', expected ' .. want .. ')')
+    end
+  end
   if args[3] ~= '' then redis.call('HSET', key, 'endpoint', args[3], 'engine', args[4]) end
   if args[5] == 'replace' then
     redis.call('HSET', key, 'labels', args[6])

@@ -5,7 +5,8 @@ stubs generated from proto/ (build/py) for the success paths. Eru's per-call err
 1031, ...) are not canonical gRPC codes and python's grpcio hangs on them, so the failures are
 read at the HTTP/2 level with nghttp (pvtest.grpc_trailers).
 
-One stack (Redis, two gateways) serves every class, started once for the module.
+One stack (Redis, two gateways) serves every class, started once for the module; AgentEngine
+has its own, with a node agent.
 
 Classes:
   Pods         AddPod / GetPod / ListPods / RemovePod.
@@ -14,10 +15,16 @@ Classes:
                SetNodeStatus / GetNodeStatus with TTL expiry, RemoveNode.
   StatusStream NodeStatusStream sees alive -> dead on expiry and on deletion, once per change.
   EruCodes     every failure answers the call's Eru code with the cause in the message.
+  AgentEngine  a real agent (pivirt-worker --set worker.node=N, no pod: it registers nothing)
+               reports its engine info; AddNode without (or with partial) resources takes the
+               machine's from it; Node.info and GetNodeEngineInfo carry it; SetNode delta adds
+               and subtracts cores and memory and refuses to go below the node's usage, as
+               does SetNode replacing resources; a clean stop deletes the report.
 """
 import itertools
 import json
 import os
+import socket
 import threading
 import time
 import unittest
@@ -330,10 +337,31 @@ class EruCodes(Base):
             nodename=uniq("n"), endpoint="process://", podname="no-such-pod",
             resources={"cpumem": CPUMEM}))
         self.assertEqual((code, msg), (1031, "pod no-such-pod not found"))
+        # No agent has reported for the node: resources must be complete.
+        want = ("no agent has reported engine info for node lonely: start its agent "
+                "(pivirt-worker --set worker.node=lonely) or give resources")
         code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
             nodename="lonely", endpoint="process://", podname=pod))
         self.assertEqual(code, 1031)
-        self.assertIn("no resources given and node lonely has no live agent", msg)
+        self.assertTrue(msg.startswith(want), msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename="lonely", endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"cpu": 2}', "storage": b'{"storage": "1T"}'}))
+        self.assertEqual(code, 1031)
+        self.assertTrue(msg.startswith(want), msg)
+        # ... and the given documents are checked before that.
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename="lonely", endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"memory": "-1G"}'}))
+        self.assertEqual(code, 1031)
+        self.assertTrue(msg.startswith("resources: cpumem"), msg)
+        self.assertIn("memory", msg)
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename="lonely", endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"cpus": 2}'}))
+        self.assertEqual(code, 1031)
+        self.assertIn("cpus", msg)
+        self.assertEqual(self.stack.redis.cmd("HEXISTS", self.stack.key("{reg}:nodes"), "lonely"), 0)
         code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
             nodename=uniq("n"), endpoint="http://x", podname=pod, resources={"cpumem": CPUMEM}))
         self.assertEqual(code, 1031)
@@ -359,9 +387,17 @@ class EruCodes(Base):
         code, msg = self.eru("ListPodNodes", core_pb2.ListNodesOptions(podname="ghost"))
         self.assertEqual((code, msg), (1033, "pod ghost not found"))
         code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
-            nodename=node, delta=True, resources={"cpumem": CPUMEM}))
+            nodename=node, delta=True, resources={"cpumem": b'{"memory": "-9G"}'}))
         self.assertEqual(code, 1035)
-        self.assertIn("delta", msg)
+        self.assertIn("cpumem", msg)
+        self.assertIn("memory", msg)
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename=node, resources={"cpumem": b'{"cpu": 4}'}))
+        self.assertEqual(code, 1035)
+        self.assertIn("memory", msg)
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename="ghost", delta=True, resources={"cpumem": CPUMEM}))
+        self.assertEqual((code, msg), (1035, "node ghost not found"))
         code, msg = self.eru("SetNodeStatus", core_pb2.SetNodeStatusOptions(nodename=node, ttl=0))
         self.assertEqual(code, 1036)
         self.assertIn("ttl: 0", msg)
@@ -371,6 +407,176 @@ class EruCodes(Base):
         self.assertEqual((code, msg), (1038, "node ghost not found"))
         code, msg = self.eru("GetNodeEngineInfo", core_pb2.GetNodeOptions(nodename="ghost"))
         self.assertEqual((code, msg), (1038, "node ghost not found"))
+
+
+def mem_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def cores(resources):
+    """{core id: pieces} of a stored resources object ("id:pieces,..." as the plugins dump it)."""
+    cpu = resources["cpumem"]["cpu"]
+    return {int(i): int(p) for i, p in (c.split(":") for c in cpu.split(","))}
+
+
+class AgentEngine(Base):
+    """A node agent started before its node exists, then everything the engine info drives."""
+
+    HEARTBEAT = 1
+
+    @classmethod
+    def setUpClass(cls):
+        cls.node = uniq("agent")
+        cls.stack = pvtest.Stack(gateways=1, agents=[(cls.node, "")],
+                                 config={"worker.heartbeat_seconds": cls.HEARTBEAT})
+        cls.stack.start()
+        cls.ch = cls.stack.channel(0)
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.ch)
+        cls.addr = cls.stack.gateways[0].addrs[0]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def report(self):
+        raw = self.stack.redis.cmd("GET", self.stack.key("{reg}:engine-info:" + self.node))
+        return json.loads(raw) if raw else None
+
+    def node_key(self, name):
+        node_id = self.stack.redis.cmd("HGET", self.stack.key("{reg}:nodes"), name)
+        return self.stack.key("{reg}:node:" + node_id)
+
+    def set_usage(self, name, usage):
+        """What a reservation does to a node (sched.lua): new usage, next revision."""
+        key = self.node_key(name)
+        self.stack.redis.cmd("HSET", key, "usage", json.dumps(usage))
+        self.stack.redis.cmd("HINCRBY", key, "usage_rev", 1)
+
+    def set_node(self, name, resources, delta):
+        return self.core.SetNode(core_pb2.SetNodeOptions(
+            nodename=name, delta=delta,
+            resources={k: json.dumps(v).encode() for k, v in resources.items()}), timeout=10)
+
+    def test_engine_info_add_node_and_set_node(self):
+        node, cpus, mem = self.node, os.cpu_count(), mem_total()
+        st = os.statvfs(self.stack.data_dir)
+        storage = st.f_blocks * st.f_frsize
+
+        # The agent reports before its node exists, with the alive key's TTL (three beats).
+        info = wait_for(self.report, 5 * SLACK)
+        self.assertEqual(info, {
+            "type": "process", "cpu_count": cpus, "mem_total": mem, "storage_total": storage,
+            "hostname": socket.gethostname(), "version": info["version"],
+            "kernel": os.uname().release})
+        self.assertTrue(info["version"])
+        ttl = self.stack.redis.cmd("TTL", self.stack.key("{reg}:engine-info:" + node))
+        self.assertTrue(0 < ttl <= 3 * self.HEARTBEAT, ttl)
+        code, msg = self.eru("GetNode", core_pb2.GetNodeOptions(nodename=node))
+        self.assertEqual((code, msg), (1034, "node %s not found" % node))
+
+        # AddNode without resources: the machine's, with the plugins' defaults.
+        pod = self.add_pod()
+        n = self.core.AddNode(core_pb2.AddNodeOptions(
+            nodename=node, endpoint="process://", podname=pod), timeout=10)
+        res = json.loads(n.resource_capacity)
+        self.assertEqual(cores(res), {i: 100 for i in range(cpus)})
+        self.assertEqual(res["cpumem"]["memory"], mem // 10 * 8)
+        self.assertEqual(res["storage"]["storage"], storage // 10 * 8)
+        got = json.loads(n.info)
+        self.assertEqual((got["type"], got["cpu_count"], got["hostname"], got["engine"]),
+                         ("process", cpus, socket.gethostname(), "process"))
+        self.assertEqual(json.loads(n.resource_usage), {})
+        # The agent's next beat makes it alive.
+        self.assertTrue(wait_for(lambda: self.core.GetNode(core_pb2.GetNodeOptions(
+            nodename=node), timeout=10).available, 5 * SLACK))
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=node), timeout=10)
+        self.assertEqual(eng.type, "process")
+        listed = list(self.core.ListPodNodes(core_pb2.ListNodesOptions(
+            podname=pod, timeout_in_second=1), timeout=10))
+        self.assertEqual([m.name for m in listed], [node])
+        got = json.loads(listed[0].info)
+        self.assertEqual((got["cpu_count"], got["mem_total"], got["alive"]), (cpus, mem, True))
+        listed = list(self.core.ListPodNodes(core_pb2.ListNodesOptions(
+            podname=pod, skip_info=True), timeout=10))
+        self.assertEqual([m.info for m in listed], [""])
+
+        # Partial resources: what is given stays, the rest comes from the report.
+        self.core.RemoveNode(core_pb2.RemoveNodeOptions(nodename=node), timeout=10)
+        n = self.core.AddNode(core_pb2.AddNodeOptions(
+            nodename=node, endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"cpu": 1}', "storage": b'{"storage": "1G"}'}), timeout=10)
+        res = json.loads(n.resource_capacity)
+        self.assertEqual(cores(res), {0: 100})
+        self.assertEqual(res["cpumem"]["memory"], mem // 10 * 8)
+        self.assertEqual(res["storage"]["storage"], 1 << 30)
+        # Given documents are still checked first.
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="process://", podname=pod,
+            resources={"cpumem": b'{"memory": "-1G"}'}))
+        self.assertEqual(code, 1031)
+        self.assertTrue(msg.startswith("resources: cpumem"), msg)
+
+        # SetNode delta: two more cores and 1 GiB, then both taken back.
+        base_mem = mem // 10 * 8
+        n = self.set_node(node, {"cpumem": {"cpu": "1:100,2:100", "memory": "1G"}}, delta=True)
+        res = json.loads(n.resource_capacity)
+        self.assertEqual(cores(res), {0: 100, 1: 100, 2: 100})
+        self.assertEqual(res["cpumem"]["memory"], base_mem + (1 << 30))
+        self.assertEqual(res["storage"]["storage"], 1 << 30)
+        n = self.set_node(node, {"cpumem": {"cpu": "2:-100", "memory": "-512M"}}, delta=True)
+        res = json.loads(n.resource_capacity)
+        self.assertEqual(cores(res), {0: 100, 1: 100})
+        self.assertEqual(res["cpumem"]["memory"], base_mem + (512 << 20))
+
+        # With usage on the node (cores 0 and 1 bound, 1 GiB held), neither a delta nor a
+        # replacement may go below it; the refused write leaves the node as it was.
+        usage = {"cpumem": {"cpu_request": 2, "cpu_limit": 2, "memory_request": 1 << 30,
+                            "memory_limit": 1 << 30, "cpu_map": {"0": 100, "1": 100}}}
+        self.set_usage(node, usage)
+        before = self.stack.redis.cmd("HGET", self.node_key(node), "resources")
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename=node, delta=True,
+            resources={"cpumem": json.dumps({"memory": -(base_mem + (512 << 20))}).encode()}))
+        self.assertEqual(code, 1035)
+        self.assertIn("cpumem", msg)
+        self.assertIn("memory", msg)
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename=node, delta=True, resources={"cpumem": b'{"cpu": "1:-100"}'}))
+        self.assertEqual(code, 1035)
+        self.assertIn("cpumem", msg)
+        code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+            nodename=node, resources={"cpumem": b'{"cpu": 2, "memory": "512M"}'}))
+        self.assertEqual(code, 1035)
+        self.assertIn("cpumem", msg)
+        self.assertIn("memory", msg)
+        self.assertEqual(self.stack.redis.cmd("HGET", self.node_key(node), "resources"), before)
+        # Above the usage both go through; the usage is shown as the record holds it.
+        n = self.set_node(node, {"cpumem": {"memory": "-512M"}}, delta=True)
+        self.assertEqual(json.loads(n.resource_capacity)["cpumem"]["memory"], base_mem)
+        self.assertEqual(json.loads(n.resource_usage), usage)
+        n = self.set_node(node, {"cpumem": {"cpu": 2, "memory": "2G"}}, delta=False)
+        self.assertEqual(json.loads(n.resource_capacity), {"cpumem": {"cpu": 2, "memory": "2G"}})
+
+        # A clean stop deletes the report and the alive key; the engine type then comes from
+        # the endpoint, and Node.info keeps only what the registry knows.
+        agent = self.stack.agents[0]
+        self.assertEqual(agent.stop(), 0)
+        self.assertIsNone(self.report())
+        self.assertEqual(self.stack.redis.cmd("EXISTS", self.stack.key("{reg}:alive:" + node)), 0)
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=node), timeout=10)
+        self.assertEqual(eng.type, "process")
+        n = self.core.GetNode(core_pb2.GetNodeOptions(nodename=node), timeout=10)
+        self.assertFalse(n.available)
+        self.assertEqual(sorted(json.loads(n.info)), ["alive", "engine", "id", "ip", "role"])
+        # Without a report, AddNode needs complete resources again.
+        code, msg = self.eru("AddNode", core_pb2.AddNodeOptions(
+            nodename=uniq("n"), endpoint="process://", podname=pod))
+        self.assertEqual(code, 1031)
+        self.assertIn("no agent has reported engine info", msg)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 /*
  * The registry of pods and nodes on a real Redis (pv_registry + the pv_reg_* functions of
  * registry.lua): every call's success and error paths, the records as Redis holds them (read
- * with a plain hiredis connection), liveness keys with their TTL and their expiry, and the
- * keyspace-notification settings the liveness watchers rely on.
+ * with a plain hiredis connection), liveness keys with their TTL and their expiry, the agents'
+ * engine info reports, SetNode's usage_rev compare-and-set, and the keyspace-notification
+ * settings the liveness watchers rely on.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -396,6 +397,189 @@ static void test_set_node(void **state) {
     assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_INVALID_ARGUMENT);
 }
 
+/* A reservation changes a node's usage the way the scheduler's commit does (sched.lua): usage
+ * and usage_rev together. */
+static void reserve(fixture *f, const char *id, const char *usage) {
+    redisReply *rep = cmd(f, "HSET " BASE "node:%s usage %s", id, usage);
+    freeReplyObject(rep);
+    assert_int_equal(int_cmd(f, "HINCRBY " BASE "node:%s usage_rev 1", id) > 0, 1);
+}
+
+static void test_set_node_usage_rev(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    add_pod(f, "web", NULL);
+    pv_node n;
+    add_node(f, "n1", "web", &n);
+    assert_int_equal(n.usage_rev, 0);
+    assert_string_equal(n.usage, "{}");
+    char key[PV_KEY_MAX], id[PV_ID_MAX];
+    snprintf(key, sizeof key, BASE "node:%s", n.id);
+    snprintf(id, sizeof id, "%s", n.id);
+    const char *usage = "{\"cpumem\":{\"cpu_request\":1,\"memory_request\":1073741824}}";
+    reserve(f, id, usage);
+    pv_node_clear(&n);
+
+    /* The writer read the node at rev 1: its write goes through, and only then. */
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(n.usage_rev, 1);
+    assert_string_equal(n.usage, usage);
+    int64_t seen = n.usage_rev;
+    pv_node_clear(&n);
+    pv_node_update u = {.name = "n1",
+                        .labels = "{\"disk\":\"ssd\"}",
+                        .resources = "{\"cpumem\":{\"cpu\":8,\"memory\":\"16G\"}}",
+                        .check_usage_rev = true,
+                        .usage_rev = seen,
+                        .bypass = PV_TRI_TRUE};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_OK);
+    assert_string_equal(n.resources, "{\"cpumem\":{\"cpu\":8,\"memory\":\"16G\"}}");
+    assert_int_equal(n.usage_rev, 1); /* SetNode never moves the revision itself */
+    pv_node_clear(&n);
+
+    /* A reservation lands between the read and the write: the stale write is refused whole
+     * (resources, labels and bypass alike) and says why. */
+    reserve(f, id, "{}");
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(n.usage_rev, 2);
+    pv_node_clear(&n);
+    u = (pv_node_update){.name = "n1",
+                         .labels = "{\"stale\":\"yes\"}",
+                         .resources = "{\"cpumem\":{\"cpu\":1,\"memory\":\"1G\"}}",
+                         .check_usage_rev = true,
+                         .usage_rev = seen,
+                         .bypass = PV_TRI_FALSE};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_ABORTED);
+    assert_string_equal(st.msg, "node n1: usage changed while its resources were computed "
+                                "(usage_rev 2, expected 1)");
+    assert_hget(f, key, "resources", "{\"cpumem\":{\"cpu\":8,\"memory\":\"16G\"}}");
+    assert_hget(f, key, "labels", "{\"disk\":\"ssd\"}");
+    assert_hget(f, key, "bypass", "1");
+    assert_hget(f, key, "usage_rev", "2");
+
+    /* Re-read, retry: it goes through. */
+    u.usage_rev = 2;
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_OK);
+    assert_string_equal(n.resources, "{\"cpumem\":{\"cpu\":1,\"memory\":\"1G\"}}");
+    assert_string_equal(n.labels, "{\"stale\":\"yes\"}");
+    assert_false(n.bypass);
+    pv_node_clear(&n);
+
+    /* Without resources there is nothing to check against the usage. */
+    u = (pv_node_update){
+        .name = "n1", .check_usage_rev = true, .usage_rev = 99, .bypass = PV_TRI_TRUE};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_OK);
+    assert_true(n.bypass);
+    pv_node_clear(&n);
+    /* Unconditional writes (check_usage_rev false) stay as they were. */
+    u = (pv_node_update){.name = "n1", .resources = "{\"cpumem\":{\"cpu\":2,\"memory\":1}}"};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_OK);
+    assert_string_equal(n.resources, "{\"cpumem\":{\"cpu\":2,\"memory\":1}}");
+    pv_node_clear(&n);
+}
+
+/* ---- engine info ---- */
+
+static void test_engine_info(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    const char *info = "{\"cpu_count\":6,\"hostname\":\"h\",\"kernel\":\"6.1.0\","
+                       "\"mem_total\":8589934592,\"storage_total\":1099511627776,"
+                       "\"type\":\"process\",\"version\":\"v1\"}";
+    char *got = (char *)"untouched";
+    assert_int_equal(pv_registry_get_engine_info(f->r, &f->keys, "n1", &got, &st), PV_NOT_FOUND);
+    assert_null(got);
+    assert_string_equal(st.msg, "no agent has reported engine info for node n1");
+
+    /* Written before the node exists: the agent may start first. */
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", info, 60, &st), PV_OK);
+    long long ttl = int_cmd(f, "TTL " BASE "engine-info:n1");
+    assert_true(ttl > 50 && ttl <= 60);
+    assert_int_equal(pv_registry_get_engine_info(f->r, &f->keys, "n1", &got, &st), PV_OK);
+    assert_string_equal(got, info);
+    pv_res_engine_info facts;
+    assert_int_equal(pv_registry_engine_facts(got, &facts, &st), PV_OK);
+    assert_int_equal(facts.cpu_count, 6);
+    assert_int_equal(facts.mem_total, 8589934592LL);
+    assert_int_equal(facts.storage_total, 1099511627776LL);
+    free(got);
+    assert_int_equal(
+        pv_registry_engine_facts("{\"cpu_count\":-3,\"mem_total\":\"8G\"}", &facts, &st), PV_OK);
+    assert_int_equal(facts.cpu_count, 0);
+    assert_int_equal(facts.mem_total, 0);
+    assert_int_equal(facts.storage_total, 0);
+    assert_int_equal(pv_registry_engine_facts("[1]", &facts, &st), PV_INVALID_ARGUMENT);
+
+    /* The node's readers carry the report; a node without one has "". */
+    add_pod(f, "web", NULL);
+    add_node(f, "n1", "web", NULL);
+    add_node(f, "n2", "web", NULL);
+    pv_node n;
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_string_equal(n.engine_info, info);
+    pv_node_clear(&n);
+    pv_node *nodes;
+    size_t count;
+    assert_int_equal(pv_registry_list_nodes(f->r, &f->keys, "web", &nodes, &count, &st), PV_OK);
+    assert_int_equal(count, 2);
+    assert_string_equal(nodes[0].engine_info, info);
+    assert_string_equal(nodes[1].engine_info, "");
+    pv_node_array_free(nodes, count);
+
+    /* Bad input never reaches Redis. */
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", "{}", 60, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", "nope", 60, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", info, 0, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "ttl: 0"));
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "a/b", info, 60, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_registry_get_engine_info(f->r, &f->keys, "a/b", &got, &st),
+                     PV_INVALID_ARGUMENT);
+
+    /* RemoveNode leaves the agent's report alone; the agent's clean stop deletes it. */
+    assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "n1", &st), PV_OK);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "engine-info:n1"), 1);
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", NULL, -1, &st), PV_OK);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "engine-info:n1"), 0);
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n1", NULL, -1, &st), PV_OK);
+
+    /* It expires with its TTL. */
+    assert_int_equal(pv_registry_set_engine_info(f->r, &f->keys, "n2", info, 1, &st), PV_OK);
+    for (int i = 0; i < 40 && int_cmd(f, "EXISTS " BASE "engine-info:n2") == 1; i++)
+        usleep(100 * 1000);
+    assert_int_equal(pv_registry_get_engine_info(f->r, &f->keys, "n2", &got, &st), PV_NOT_FOUND);
+}
+
+static void test_resources_checks(void **state) {
+    (void)state;
+    pv_status st;
+    assert_true(pv_registry_resources_complete("{\"cpumem\":{\"cpu\":4,\"memory\":\"8G\"}}"));
+    assert_false(pv_registry_resources_complete(NULL));
+    assert_false(pv_registry_resources_complete("{}"));
+    assert_false(pv_registry_resources_complete("{\"cpumem\":{\"cpu\":4}}"));
+    assert_false(pv_registry_resources_complete("{\"storage\":{\"storage\":\"1T\"}}"));
+    assert_false(pv_registry_resources_complete("not json"));
+
+    /* Absent fields take the engine's defaults; given ones are still checked. */
+    pv_res_engine_info info = {.cpu_count = 2, .mem_total = 1 << 30, .storage_total = 1 << 30};
+    assert_int_equal(pv_registry_check_resources("{\"cpumem\":{\"cpu\":4}}", &st),
+                     PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "memory"));
+    assert_int_equal(pv_registry_check_resources_with("{\"cpumem\":{\"cpu\":4}}", &info, &st),
+                     PV_OK);
+    assert_int_equal(pv_registry_check_resources_with("{\"cpumem\":{}}", &info, &st), PV_OK);
+    assert_int_equal(
+        pv_registry_check_resources_with("{\"cpumem\":{\"memory\":\"-1G\"}}", &info, &st),
+        PV_INVALID_ARGUMENT);
+    assert_int_equal(strncmp(st.msg, "resources: cpumem", 17), 0);
+    assert_int_equal(pv_registry_check_resources_with("{\"gpu\":{}}", &info, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "resources: unknown plugin \"gpu\" (known: cpumem, storage)");
+}
+
 /* ---- liveness ---- */
 
 static void test_liveness(void **state) {
@@ -505,6 +689,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_node_add_get_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_node_usage_rev, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_info, setup, teardown),
+        cmocka_unit_test(test_resources_checks),
         cmocka_unit_test_setup_teardown(test_liveness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_and_keys, setup, teardown),
     };
