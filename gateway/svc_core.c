@@ -44,22 +44,7 @@
 #include "pv_status.h"
 #include "pv_validate.h"
 #include "pv_version.h"
-
-/* Eru's per-call status codes (rpc/errors.go). */
-enum {
-    ERU_WATCH_SERVICE_STATUS = 1001,
-    ERU_ADD_POD = 1021,
-    ERU_REMOVE_POD = 1022,
-    ERU_GET_POD = 1023,
-    ERU_LIST_PODS = 1024,
-    ERU_ADD_NODE = 1031,
-    ERU_REMOVE_NODE = 1032,
-    ERU_LIST_POD_NODES = 1033,
-    ERU_GET_NODE = 1034,
-    ERU_SET_NODE = 1035,
-    ERU_SET_NODE_STATUS = 1036,
-    ERU_GET_NODE_STATUS = 1038,
-};
+#include "svc_eru.h"
 
 #define N_METHODS 16
 
@@ -214,84 +199,13 @@ void svc_core_presence_tick(void *arg, pv_redis *r) {
 /* ---------------------------------------------------------------------------------------- */
 /* request and record conversion                                                             */
 
-/* Every string map entry of core.proto has this layout (protobuf-c map entries are messages
- * with a key and a value field), so one helper serves AddNode, SetNode, ListPodNodes, GetNode. */
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
-/* And every map<string, bytes> entry this one. */
-typedef struct bytes_entry {
-    ProtobufCMessage base;
-    char *key;
-    ProtobufCBinaryData value;
-} bytes_entry;
-
 static int fail_oom(pv_status *st) {
     return pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
-/* A label map as a compact JSON object (sorted keys). *out is the caller's (free). */
-static int labels_json(void *const *entries, size_t n, char **out, pv_status *st) {
-    json_t *j = json_object();
-    for (size_t i = 0; j && i < n; i++) {
-        const str_entry *e = entries[i];
-        if (json_object_set_new(j, e->key, json_string(e->value)) != 0) {
-            json_decref(j);
-            return pv_status_set(st, PV_INVALID_ARGUMENT, "labels[%s]: not valid UTF-8", e->key);
-        }
-    }
-    *out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(j);
-    return *out ? PV_OK : fail_oom(st);
-}
-
-/* A resources map (plugin -> JSON document) as one JSON object. Each document must be a JSON
- * object; the plugins' own field checks run in the registry (pv_registry_check_resources).
- * *out is the caller's (free). */
-static int resources_json(void *const *entries, size_t n, char **out, pv_status *st) {
-    json_t *j = json_object();
-    if (!j) return fail_oom(st);
-    for (size_t i = 0; i < n; i++) {
-        const bytes_entry *e = entries[i];
-        json_error_t err;
-        json_t *doc = json_loadb((const char *)e->value.data, e->value.len, 0, &err);
-        if (!doc) {
-            json_decref(j);
-            return pv_status_set(st, PV_INVALID_ARGUMENT, "resources[%s]: not valid JSON: %s",
-                                 e->key, err.text);
-        }
-        if (!json_is_object(doc)) {
-            json_decref(doc);
-            json_decref(j);
-            return pv_status_set(st, PV_INVALID_ARGUMENT,
-                                 "resources[%s]: the plugin's document must be a JSON object",
-                                 e->key);
-        }
-        if (json_object_set_new(j, e->key, doc) != 0) {
-            json_decref(j);
-            return pv_status_set(st, PV_INVALID_ARGUMENT, "resources: plugin name is not UTF-8");
-        }
-    }
-    *out = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(j);
-    return *out ? PV_OK : fail_oom(st);
-}
-
 /* Whether every wanted label is on the node with the same value. */
 static bool labels_match(const pv_node *n, void *const *want, size_t n_want) {
-    if (n_want == 0) return true;
-    json_t *have = json_loads(n->labels, 0, NULL);
-    bool ok = have != NULL;
-    for (size_t i = 0; ok && i < n_want; i++) {
-        const str_entry *e = want[i];
-        const char *v = json_string_value(json_object_get(have, e->key));
-        ok = v && strcmp(v, e->value) == 0;
-    }
-    json_decref(have);
-    return ok;
+    return svc_eru_labels_match(n->labels, want, n_want);
 }
 
 /* A pb.Node and what it points to. The strings of the pv_node are borrowed. */
@@ -536,8 +450,10 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
     char *labels = NULL, *given = NULL, *resources = NULL;
     /* The name first: it keys the engine report looked up next. */
     if (pv_validate_name("nodename", o->nodename, &st) != PV_OK ||
-        labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK ||
-        resources_json((void *const *)o->resources, o->n_resources, &given, &st) != PV_OK ||
+        svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st) !=
+            PV_OK ||
+        svc_eru_resources_json("resources", (void *const *)o->resources, o->n_resources, &given,
+                               &st) != PV_OK ||
         add_node_resources(r, keys_of(call), o->nodename, given, &resources, &st) != PV_OK) {
         free(labels);
         free(given);
@@ -705,10 +621,10 @@ static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
     if (!r) return;
     pv_status st;
     char *labels = NULL, *resources = NULL;
-    if ((o->n_labels > 0 &&
-         labels_json((void *const *)o->labels, o->n_labels, &labels, &st) != PV_OK) ||
-        (o->n_resources > 0 &&
-         resources_json((void *const *)o->resources, o->n_resources, &resources, &st) != PV_OK)) {
+    if ((o->n_labels > 0 && svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels,
+                                                &labels, &st) != PV_OK) ||
+        (o->n_resources > 0 && svc_eru_resources_json("resources", (void *const *)o->resources,
+                                                      o->n_resources, &resources, &st) != PV_OK)) {
         free(labels);
         fail(call, ERU_SET_NODE, &st);
         return;

@@ -58,15 +58,9 @@ static int add_strings(json_t *arr, char **v, size_t n) {
     return 0;
 }
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
 static int add_labels(json_t *obj, void *const *entries, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        const str_entry *e = entries[i];
+        const svc_eru_str_entry *e = entries[i];
         if (json_object_set_new(obj, e->key, json_string(e->value)) != 0) return -1;
     }
     return 0;

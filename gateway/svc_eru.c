@@ -8,14 +8,10 @@
 #include "svc_eru.h"
 
 #include <jansson.h>
-#include <protobuf-c/protobuf-c.h>
 #include <stdlib.h>
+#include <string.h>
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
+typedef svc_eru_str_entry str_entry;
 
 typedef struct bytes_entry {
     ProtobufCMessage base;
@@ -71,4 +67,17 @@ int svc_eru_resources_json(const char *field, void *const *entries, size_t n, ch
     *out = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
     return *out ? PV_OK : fail_oom(st);
+}
+
+bool svc_eru_labels_match(const char *labels_json, void *const *want, size_t n_want) {
+    if (n_want == 0) return true;
+    json_t *have = json_loads(labels_json, 0, NULL);
+    bool ok = have != NULL;
+    for (size_t i = 0; ok && i < n_want; i++) {
+        const str_entry *e = want[i];
+        const char *v = json_string_value(json_object_get(have, e->key));
+        ok = v && strcmp(v, e->value) == 0;
+    }
+    json_decref(have);
+    return ok;
 }

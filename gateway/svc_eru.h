@@ -9,6 +9,8 @@
 #ifndef SVC_ERU_H
 #define SVC_ERU_H
 
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "pv_status.h"
@@ -58,7 +60,13 @@ enum {
 };
 
 /* Map fields arrive as protobuf-c's generated *_Entry messages (base, key, value); entries is the
- * field's array of pointers to them, whichever message they belong to. */
+ * field's array of pointers to them, whichever message they belong to. Every map<string,string>
+ * entry has this layout. */
+typedef struct svc_eru_str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} svc_eru_str_entry;
 
 /* A map<string,string> as a compact JSON object with
  * sorted keys. field names the field in messages. */
@@ -69,5 +77,9 @@ int svc_eru_labels_json(const char *field, void *const *entries, size_t n, char 
  * JSON object (the plugins check their own fields later). */
 int svc_eru_resources_json(const char *field, void *const *entries, size_t n, char **out,
                            pv_status *st);
+
+/* Whether every wanted label (map<string,string> entries) is in labels_json (a JSON object of
+ * strings) with the same value. No wanted labels: true. */
+bool svc_eru_labels_match(const char *labels_json, void *const *want, size_t n_want);
 
 #endif
