@@ -233,6 +233,29 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
     return PV_OK;
 }
 
+/* Keeps only the nodes where at least one instance fits, in order, as Eru does: its plugins list
+ * only those, so neither DUMMY's answer nor the strategies ever see a full node. */
+static void snapshot_keep_fitting(snapshot *s) {
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->sn[i].capacity <= 0) {
+            pv_res_node_free(&s->res[i]);
+            pv_node_clear(&s->nodes[i]);
+            continue;
+        }
+        if (kept != i) {
+            s->nodes[kept] = s->nodes[i];
+            s->res[kept] = s->res[i];
+            s->sn[kept] = s->sn[i];
+            memset(&s->nodes[i], 0, sizeof s->nodes[i]);
+            memset(&s->res[i], 0, sizeof s->res[i]);
+        }
+        s->sn[kept].name = s->nodes[kept].name;
+        kept++;
+    }
+    s->n = kept;
+}
+
 /* Parses every node and computes what fits. A node whose record does not parse takes no part
  * (capacity 0) and is logged: one damaged record must not stop every deploy of the pod. */
 static int snapshot_load(pv_redis *r, const pv_keys *k, const sched_request *req,
@@ -269,6 +292,7 @@ static int snapshot_load(pv_redis *r, const pv_keys *k, const sched_request *req
     }
     free(names);
     free(counts);
+    if (rc == PV_OK) snapshot_keep_fitting(s);
     return rc;
 }
 

@@ -14,8 +14,9 @@
  * unless all; then excludes are removed.
  *
  * Replies:
- *   capacity: {"total": N, "node_capacities": {"n1": 3}} (DUMMY: every node's raw capacity;
- *             other strategies: the plan, as Eru's CalculateCapacity)
+ *   capacity: {"total": N, "node_capacities": {"n1": 3}} (DUMMY: the capacity of every node
+ *             where at least one instance fits; other strategies: the plan, as Eru's
+ *             CalculateCapacity). As in Eru, nodes where nothing fits take no part in plans.
  *   reserve:  {"reservation": "resv-...", "total": N, "plan": {"n1": 2},
  *              "allocations": {"n1": [{"id": "resv-....0", "resources": {...}}]}}
  * Failures: a status code and Eru's error kind in *err (the caller makes the error reply).

@@ -52,7 +52,9 @@ typedef struct pv_res_cap {
     int weight;       /* how much this plugin counts for usage and rate */
 } pv_res_cap;
 
-/* Capacity across plugins: the minimum; usage and rate: averages weighted by weight. */
+/* Capacity across plugins: the minimum; usage and rate: averages weighted by weight. (Eru's
+ * resource manager adds the first plugin's usage and rate without its weight, a slip in its merge
+ * that only shows with unequal weights; this is the weighted average it divides for.) */
 void pv_res_cap_combine(const pv_res_cap *caps, size_t n, pv_res_cap *out);
 
 /* ---- cpumem ---- */
