@@ -1,12 +1,17 @@
 /*
- * gw_node_watch: liveness follower (see gw_node_watch.h).
+ * gw_node_watch: keyspace-notification followers (see gw_node_watch.h).
  *
- * Hand-over from other threads is only the stop request (an ev_async under a mutex); all other
- * state belongs to the loop's thread. Reads of the registry use a synchronous pv_redis owned by
- * that thread.
+ * The first half is the follower itself, which knows nothing of what it follows: connection,
+ * AUTH, notification settings, PSUBSCRIBE, reconnection, and dispatch to the spec's callbacks.
+ * The second half is node liveness, one user of it.
+ *
+ * Hand-over from other threads is only the stop request (an ev_async under a mutex) and the
+ * "synced" flag (under the same mutex, with a condition variable); all other state belongs to
+ * the loop's thread.
  */
 #include "gw_node_watch.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
@@ -15,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
@@ -23,21 +29,22 @@
 
 #define RECONNECT_S 0.5
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 struct gw_node_watch {
     gw_app *app;
-    gw_watchers *out; /* the NodeStatusStream calls */
+    char what[64];
+    char pattern[2 * PV_KEY_MAX];
+    char channel_prefix[2 * PV_KEY_MAX]; /* "__keyspace@<db>__:<key prefix>" */
+    void (*resync)(void *arg, pv_redis *r);
+    void (*event)(void *arg, pv_redis *r, const char *rest, const char *event);
+    void *arg;
+    void (*free_arg)(void *arg); /* for the state a built-in user (liveness) owns */
     char host[256];
     int port; /* 0: host is a unix socket path */
-    char pattern[2 * PV_KEY_MAX];
-    char channel_prefix[2 * PV_KEY_MAX]; /* "__keyspace@<db>__:<alive prefix>" */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
-    bool stop_requested, joined;
+    pthread_cond_t synced_cv;
+    bool stop_requested, synced;
     struct ev_loop *loop;
     ev_async wake;
     ev_timer reconnect;
@@ -45,113 +52,16 @@ struct gw_node_watch {
     redisAsyncContext *ac;
     pv_redis *redis;
     bool warned;
-    char **alive; /* sorted names of the nodes known alive */
-    size_t n_alive, cap_alive;
 };
 
 static void watch_connect(gw_node_watch *w);
 
-static size_t alive_find(const gw_node_watch *w, const char *name, bool *found) {
-    size_t lo = 0, hi = w->n_alive;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = strcmp(w->alive[mid], name);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
-}
-
-/* Adds name; returns true when it was not there. */
-static bool alive_add(gw_node_watch *w, const char *name) {
-    bool found;
-    size_t at = alive_find(w, name, &found);
-    if (found) return false;
-    if (w->n_alive == w->cap_alive) {
-        size_t cap = w->cap_alive ? 2 * w->cap_alive : 64;
-        char **v = realloc(w->alive, cap * sizeof *v);
-        if (!v) return true; /* reported, not remembered: a later refresh reports it again */
-        w->alive = v;
-        w->cap_alive = cap;
-    }
-    char *copy = strdup(name);
-    if (!copy) return true;
-    memmove(&w->alive[at + 1], &w->alive[at], (w->n_alive - at) * sizeof *w->alive);
-    w->alive[at] = copy;
-    w->n_alive++;
-    return true;
-}
-
-static void alive_remove(gw_node_watch *w, const char *name) {
-    bool found;
-    size_t at = alive_find(w, name, &found);
-    if (!found) return;
-    free(w->alive[at]);
-    memmove(&w->alive[at], &w->alive[at + 1], (w->n_alive - at - 1) * sizeof *w->alive);
-    w->n_alive--;
-}
-
-static void push_status(gw_node_watch *w, const char *node, bool alive) {
-    char *pod = NULL;
-    bool now = false;
-    pv_status st;
-    /* The pod of a node removed meanwhile is unknown: the message carries none. */
-    if (pv_registry_get_alive(w->redis, &w->app->keys, node, &now, &pod, &st) != PV_OK &&
-        st.code != PV_NOT_FOUND)
-        pv_warn("NodeStatusStream: reading node %s: %s", node, st.msg);
-    Pb__NodeStatusStreamMessage m = PB__NODE_STATUS_STREAM_MESSAGE__INIT;
-    m.nodename = (char *)node;
-    m.podname = pod ? pod : "";
-    m.alive = alive;
-    gw_watchers_broadcast(w->out, &m.base);
-    pv_debug("NodeStatusStream: node=%s alive=%d", node, (int)alive);
-    free(pod);
-}
-
-/* Reports the difference between the known set and the registry's alive set. */
 static void resync(gw_node_watch *w) {
-    char **names = NULL;
-    size_t n = 0;
-    pv_status st;
-    if (pv_registry_alive_nodes(w->redis, &w->app->keys, &names, &n, &st) != PV_OK) {
-        pv_warn("NodeStatusStream: reading the alive nodes: %s", st.msg);
-        return;
-    }
-    for (size_t i = 0; i < w->n_alive;) {
-        if (bsearch(&w->alive[i], names, n, sizeof *names, cmp_str)) {
-            i++;
-            continue;
-        }
-        char *gone = w->alive[i];
-        w->alive[i] = NULL;
-        memmove(&w->alive[i], &w->alive[i + 1], (w->n_alive - i - 1) * sizeof *w->alive);
-        w->n_alive--;
-        push_status(w, gone, false);
-        free(gone);
-    }
-    for (size_t i = 0; i < n; i++)
-        if (alive_add(w, names[i])) push_status(w, names[i], true);
-    pv_registry_names_free(names, n);
-}
-
-static void on_event(gw_node_watch *w, const char *channel, const char *event) {
-    size_t plen = strlen(w->channel_prefix);
-    if (strncmp(channel, w->channel_prefix, plen) != 0) return;
-    const char *node = channel + plen;
-    if (strcmp(event, "set") == 0) {
-        if (alive_add(w, node)) push_status(w, node, true);
-    } else if (strcmp(event, "del") == 0 || strcmp(event, "expired") == 0) {
-        /* Redis notifies only keys that existed: every one of these is a death. */
-        alive_remove(w, node);
-        push_status(w, node, false);
-    }
+    w->resync(w->arg, w->redis);
+    pthread_mutex_lock(&w->mu);
+    w->synced = true;
+    pthread_cond_broadcast(&w->synced_cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void on_pmessage(redisAsyncContext *ac, void *r, void *privdata) {
@@ -162,20 +72,23 @@ static void on_pmessage(redisAsyncContext *ac, void *r, void *privdata) {
     const redisReply *kind = reply->element[0];
     if (kind->type != REDIS_REPLY_STRING) return;
     if (strcmp(kind->str, "psubscribe") == 0) {
-        if (w->warned) pv_info("NodeStatusStream: redis reachable again");
+        if (w->warned) pv_info("%s: redis reachable again", w->what);
         w->warned = false;
         resync(w); /* subscribed first, then read: nothing falls in between */
         return;
     }
-    if (strcmp(kind->str, "pmessage") == 0 && reply->elements == 4 &&
-        reply->element[2]->type == REDIS_REPLY_STRING &&
-        reply->element[3]->type == REDIS_REPLY_STRING)
-        on_event(w, reply->element[2]->str, reply->element[3]->str);
+    if (strcmp(kind->str, "pmessage") != 0 || reply->elements != 4 ||
+        reply->element[2]->type != REDIS_REPLY_STRING ||
+        reply->element[3]->type != REDIS_REPLY_STRING)
+        return;
+    const char *channel = reply->element[2]->str;
+    size_t plen = strlen(w->channel_prefix);
+    if (strncmp(channel, w->channel_prefix, plen) == 0)
+        w->event(w->arg, w->redis, channel + plen, reply->element[3]->str);
 }
 
 static void schedule_reconnect(gw_node_watch *w, const char *why) {
-    if (!w->warned)
-        pv_warn("NodeStatusStream: redis %s: %s; reconnecting", w->app->cfg.redis.addr, why);
+    if (!w->warned) pv_warn("%s: redis %s: %s; reconnecting", w->what, w->app->cfg.redis.addr, why);
     w->warned = true;
     ev_timer_stop(w->loop, &w->reconnect);
     ev_timer_set(&w->reconnect, RECONNECT_S, 0.);
@@ -186,15 +99,15 @@ static void subscribe_now(gw_node_watch *w) {
     bool changed = false;
     pv_status st;
     if (pv_registry_ensure_notify(w->redis, &changed, &st) != PV_OK)
-        pv_warn("NodeStatusStream: %s; liveness changes will not be seen unless redis.conf sets "
+        pv_warn("%s: %s; changes will not be seen unless redis.conf sets "
                 "notify-keyspace-events %s",
-                st.msg, PV_REGISTRY_NOTIFY_FLAGS);
+                w->what, st.msg, PV_REGISTRY_NOTIFY_FLAGS);
     else if (changed)
-        pv_warn("NodeStatusStream: redis notify-keyspace-events lacked %s; added it at run time "
+        pv_warn("%s: redis notify-keyspace-events lacked %s; added it at run time "
                 "(put it in redis.conf)",
-                PV_REGISTRY_NOTIFY_FLAGS);
+                w->what, PV_REGISTRY_NOTIFY_FLAGS);
     if (redisAsyncCommand(w->ac, on_pmessage, NULL, "PSUBSCRIBE %s", w->pattern) != REDIS_OK)
-        pv_warn("NodeStatusStream: PSUBSCRIBE could not be sent");
+        pv_warn("%s: PSUBSCRIBE could not be sent", w->what);
 }
 
 static void on_auth(redisAsyncContext *ac, void *r, void *privdata) {
@@ -203,7 +116,7 @@ static void on_auth(redisAsyncContext *ac, void *r, void *privdata) {
     redisReply *reply = r;
     if (!reply) return;
     if (reply->type == REDIS_REPLY_ERROR) {
-        pv_error("NodeStatusStream: redis refused AUTH: %s", reply->str);
+        pv_error("%s: redis refused AUTH: %s", w->what, reply->str);
         redisAsyncDisconnect(ac);
         return;
     }
@@ -282,29 +195,30 @@ static void *watch_thread(void *arg) {
     return NULL;
 }
 
-static int parse_addr(gw_node_watch *w, const char *addr) {
-    pv_status st;
-    return pv_redis_parse_addr(addr, w->host, sizeof w->host, &w->port, &st) == PV_OK ? 0 : -1;
+static bool copy(char *dst, size_t len, const char *src) {
+    int n = snprintf(dst, len, "%s", src ? src : "");
+    return n >= 0 && (size_t)n < len;
 }
 
-gw_node_watch *gw_node_watch_new(gw_app *app, gw_watchers *out) {
+gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spec) {
     gw_node_watch *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->app = app;
-    w->out = out;
+    w->resync = spec->resync;
+    w->event = spec->event;
+    w->arg = spec->arg;
+    copy(w->what, sizeof w->what, spec->what);
     pv_status st;
-    char prefix[PV_KEY_MAX];
-    if (parse_addr(w, app->cfg.redis.addr) != 0 ||
-        pv_registry_alive_pattern(&app->keys, app->cfg.redis.db, w->pattern, sizeof w->pattern,
-                                  &st) != PV_OK ||
-        pv_registry_alive_prefix(&app->keys, prefix, sizeof prefix, &st) != PV_OK) {
-        pv_error("NodeStatusStream: redis.addr %s or redis.prefix %s unusable", app->cfg.redis.addr,
-                 app->keys.prefix);
+    int n = snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s",
+                     app->cfg.redis.db, spec->prefix);
+    if (!copy(w->pattern, sizeof w->pattern, spec->pattern) || n < 0 ||
+        (size_t)n >= sizeof w->channel_prefix ||
+        pv_redis_parse_addr(app->cfg.redis.addr, w->host, sizeof w->host, &w->port, &st) != PV_OK) {
+        pv_error("%s: redis.addr %s or key prefix %s unusable", w->what, app->cfg.redis.addr,
+                 spec->prefix);
         free(w);
         return NULL;
     }
-    snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s", app->cfg.redis.db,
-             prefix);
     pv_redis_opts o;
     pv_redis_opts_from_config(&app->cfg, &o);
     w->loop = ev_loop_new(EVFLAG_AUTO);
@@ -314,6 +228,11 @@ gw_node_watch *gw_node_watch_new(gw_app *app, gw_watchers *out) {
         return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->synced_cv, &ca);
+    pthread_condattr_destroy(&ca);
     ev_async_init(&w->wake, on_wake);
     w->wake.data = w;
     ev_async_start(w->loop, &w->wake);
@@ -329,6 +248,24 @@ int gw_node_watch_start(gw_node_watch *w) {
     return 0;
 }
 
+int gw_node_watch_wait_synced(gw_node_watch *w, int timeout_ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (!w->synced && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->synced_cv, &w->mu, &until);
+    bool synced = w->synced;
+    pthread_mutex_unlock(&w->mu);
+    return synced ? 0 : -1;
+}
+
 void gw_node_watch_stop(gw_node_watch *w) {
     if (!w || !w->started) return;
     pthread_mutex_lock(&w->mu);
@@ -336,20 +273,167 @@ void gw_node_watch_stop(gw_node_watch *w) {
     w->stop_requested = true;
     if (first) ev_async_send(w->loop, &w->wake);
     pthread_mutex_unlock(&w->mu);
-    if (first) {
-        pthread_join(w->thread, NULL);
-        w->joined = true;
-    }
+    if (first) pthread_join(w->thread, NULL);
 }
 
 void gw_node_watch_free(gw_node_watch *w) {
     if (!w) return;
     gw_node_watch_stop(w);
-    for (size_t i = 0; i < w->n_alive; i++)
-        free(w->alive[i]);
-    free(w->alive);
+    if (w->free_arg) w->free_arg(w->arg);
     pv_redis_free(w->redis);
     ev_loop_destroy(w->loop);
+    pthread_cond_destroy(&w->synced_cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* node liveness (NodeStatusStream)                                                            */
+
+typedef struct liveness {
+    gw_app *app;
+    gw_watchers *out; /* the NodeStatusStream calls */
+    char **alive;     /* sorted names of the nodes known alive */
+    size_t n_alive, cap_alive;
+} liveness;
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static size_t alive_find(const liveness *l, const char *name, bool *found) {
+    size_t lo = 0, hi = l->n_alive;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(l->alive[mid], name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+/* Adds name; returns true when it was not there. */
+static bool alive_add(liveness *l, const char *name) {
+    bool found;
+    size_t at = alive_find(l, name, &found);
+    if (found) return false;
+    if (l->n_alive == l->cap_alive) {
+        size_t cap = l->cap_alive ? 2 * l->cap_alive : 64;
+        char **v = realloc(l->alive, cap * sizeof *v);
+        if (!v) return true; /* reported, not remembered: a later refresh reports it again */
+        l->alive = v;
+        l->cap_alive = cap;
+    }
+    char *dup = strdup(name);
+    if (!dup) return true;
+    memmove(&l->alive[at + 1], &l->alive[at], (l->n_alive - at) * sizeof *l->alive);
+    l->alive[at] = dup;
+    l->n_alive++;
+    return true;
+}
+
+static void alive_remove(liveness *l, const char *name) {
+    bool found;
+    size_t at = alive_find(l, name, &found);
+    if (!found) return;
+    free(l->alive[at]);
+    memmove(&l->alive[at], &l->alive[at + 1], (l->n_alive - at - 1) * sizeof *l->alive);
+    l->n_alive--;
+}
+
+static void push_status(liveness *l, pv_redis *r, const char *node, bool alive) {
+    char *pod = NULL;
+    bool now = false;
+    pv_status st;
+    /* The pod of a node removed meanwhile is unknown: the message carries none. */
+    if (pv_registry_get_alive(r, &l->app->keys, node, &now, &pod, &st) != PV_OK &&
+        st.code != PV_NOT_FOUND)
+        pv_warn("NodeStatusStream: reading node %s: %s", node, st.msg);
+    Pb__NodeStatusStreamMessage m = PB__NODE_STATUS_STREAM_MESSAGE__INIT;
+    m.nodename = (char *)node;
+    m.podname = pod ? pod : "";
+    m.alive = alive;
+    gw_watchers_broadcast(l->out, &m.base);
+    pv_debug("NodeStatusStream: node=%s alive=%d", node, (int)alive);
+    free(pod);
+}
+
+/* Reports the difference between the known set and the registry's alive set. */
+static void liveness_resync(void *arg, pv_redis *r) {
+    liveness *l = arg;
+    char **names = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_registry_alive_nodes(r, &l->app->keys, &names, &n, &st) != PV_OK) {
+        pv_warn("NodeStatusStream: reading the alive nodes: %s", st.msg);
+        return;
+    }
+    for (size_t i = 0; i < l->n_alive;) {
+        if (bsearch(&l->alive[i], names, n, sizeof *names, cmp_str)) {
+            i++;
+            continue;
+        }
+        char *gone = l->alive[i];
+        memmove(&l->alive[i], &l->alive[i + 1], (l->n_alive - i - 1) * sizeof *l->alive);
+        l->n_alive--;
+        push_status(l, r, gone, false);
+        free(gone);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (alive_add(l, names[i])) push_status(l, r, names[i], true);
+    pv_registry_names_free(names, n);
+}
+
+static void liveness_event(void *arg, pv_redis *r, const char *node, const char *event) {
+    liveness *l = arg;
+    if (strcmp(event, "set") == 0) {
+        if (alive_add(l, node)) push_status(l, r, node, true);
+    } else if (strcmp(event, "del") == 0 || strcmp(event, "expired") == 0) {
+        /* Redis notifies only keys that existed: every one of these is a death. */
+        alive_remove(l, node);
+        push_status(l, r, node, false);
+    }
+}
+
+static void liveness_free(void *arg) {
+    liveness *l = arg;
+    for (size_t i = 0; i < l->n_alive; i++)
+        free(l->alive[i]);
+    free(l->alive);
+    free(l);
+}
+
+gw_node_watch *gw_node_watch_new(gw_app *app, gw_watchers *out) {
+    char pattern[2 * PV_KEY_MAX], prefix[PV_KEY_MAX];
+    pv_status st;
+    if (pv_registry_alive_pattern(&app->keys, app->cfg.redis.db, pattern, sizeof pattern, &st) !=
+            PV_OK ||
+        pv_registry_alive_prefix(&app->keys, prefix, sizeof prefix, &st) != PV_OK) {
+        pv_error("NodeStatusStream: redis.prefix %s unusable: %s", app->keys.prefix, st.msg);
+        return NULL;
+    }
+    liveness *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->app = app;
+    l->out = out;
+    gw_node_watch_keys spec = {.what = "NodeStatusStream",
+                               .pattern = pattern,
+                               .prefix = prefix,
+                               .resync = liveness_resync,
+                               .event = liveness_event,
+                               .arg = l};
+    gw_node_watch *w = gw_node_watch_new_keys(app, &spec);
+    if (!w) {
+        free(l);
+        return NULL;
+    }
+    w->free_arg = liveness_free;
+    return w;
 }

@@ -44,6 +44,7 @@
 #include "pv_status.h"
 #include "pv_validate.h"
 #include "pv_version.h"
+#include "pv_workload.h"
 #include "svc_eru.h"
 
 #define N_METHODS 16
@@ -643,10 +644,17 @@ static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
         fail(call, ERU_SET_NODE, &st);
         return;
     }
-    if (o->workloads_down)
-        pv_info("SetNode name=%s workloads_down: accepted; no workloads are tracked yet, so "
-                "there is nothing to mark down",
-                n.name);
+    if (o->workloads_down) {
+        /* Eru marks every workload of the node not running and not healthy, keeping their TTLs;
+         * WorkloadStatusStream followers see each change. */
+        size_t marked = 0;
+        if (pv_workload_mark_node_down(r, keys_of(call), n.name, &marked, &st) != PV_OK) {
+            fail(call, ERU_SET_NODE, &st);
+            pv_node_clear(&n);
+            return;
+        }
+        pv_info("SetNode name=%s workloads_down: %zu workload(s) marked down", n.name, marked);
+    }
     pv_info("SetNode name=%s bypass=%d endpoint=%s", n.name, (int)n.bypass, n.endpoint);
     reply_node(call, &n, true, ERU_SET_NODE);
     pv_node_clear(&n);

@@ -61,7 +61,10 @@ int pv_workload_new_id(char out[PV_WORKLOAD_ID_LEN + 1], pv_status *st);
  * ALREADY_EXISTS when the id is taken). Adds it to the node's and the app's sets. When
  * w->alloc_id is not empty the allocation moves from the node's reserved allocations
  * (node-allocs) to the workload in the same step (FAILED_PRECONDITION when it is no longer
- * there: the reservation was released). */
+ * there: the reservation was released), and w->resources NULL/"" takes the allocation's
+ * document. w->pod NULL/"" is the node's pod; another pod is INVALID_ARGUMENT. id, app, entry,
+ * node (plain names), name (required), labels, env and publish are checked first
+ * (INVALID_ARGUMENT naming the field). */
 int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_status *st);
 
 /* Removes the record, its status and its set memberships. NOT_FOUND when missing. The
@@ -69,12 +72,11 @@ int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_stat
 int pv_workload_remove(pv_redis *r, const pv_keys *k, const char *id, pv_status *st);
 
 /* NOT_FOUND "workload <id> not found" when missing. */
-int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *out,
-                    pv_status *st);
+int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *out, pv_status *st);
 
 /* Every workload, or those of an app (app non-empty), an entrypoint (entry non-empty, with
- * app), a node (node non-empty) and carrying every label of labels_json (NULL/"{}" = any).
- * Id order. *out NULL when none. */
+ * app), a node (node non-empty; an unknown node has none) and carrying every label of
+ * labels_json (NULL/"{}" = any). Id order. *out NULL when none. */
 int pv_workload_list(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
                      const char *node, const char *labels_json, pv_workload **out, size_t *n,
                      pv_status *st);
@@ -84,10 +86,10 @@ int pv_workload_list(pv_redis *r, const pv_keys *k, const char *app, const char 
 typedef struct pv_workload_status {
     char id[PV_WORKLOAD_ID_LEN + 1];
     bool running, healthy;
-    char *networks;       /* JSON object of strings, "{}" when none */
+    char *networks; /* JSON object of strings, "{}" when none */
     unsigned char *extension;
     size_t extension_len;
-    int64_t ttl;          /* seconds; 0 = no expiry */
+    int64_t ttl; /* seconds; 0 = no expiry */
     int64_t updated_ms;
     /* filled by the readers from the workload record */
     char *app, *entry, *node;
@@ -106,16 +108,18 @@ int pv_workload_set_status(pv_redis *r, const pv_keys *k, const pv_workload_stat
  * and every workload must exist (NOT_FOUND "workload <id> not found" naming the first missing
  * one) before any status is written. out (may be NULL) is an array of n the caller provides;
  * on PV_OK out[i] is entry i as stored (clear each with pv_workload_status_clear). */
-int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_status *in,
-                             size_t n, pv_workload_status *out, pv_status *st);
+int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_status *in, size_t n,
+                             pv_workload_status *out, pv_status *st);
 
 /* NOT_FOUND "status of workload <id> not found" when the workload has no live status (or does
  * not exist). */
-int pv_workload_get_status(pv_redis *r, const pv_keys *k, const char *id,
-                           pv_workload_status *out, pv_status *st);
+int pv_workload_get_status(pv_redis *r, const pv_keys *k, const char *id, pv_workload_status *out,
+                           pv_status *st);
 
 /* Marks every workload of a node not running and not healthy (SetNode workloads_down, and the
- * node's liveness ending), keeping each status's TTL. *count (may be NULL) gets how many. */
+ * node's liveness ending), in one step: an existing status keeps its TTL and its other fields;
+ * a workload without one gets a status without expiry, as Eru writes it. Watchers see a "set"
+ * of each. NOT_FOUND when the node is not registered. *count (may be NULL) gets how many. */
 int pv_workload_mark_node_down(pv_redis *r, const pv_keys *k, const char *node, size_t *count,
                                pv_status *st);
 

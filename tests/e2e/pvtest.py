@@ -476,7 +476,7 @@ def grpc_trailers(addr, path, message, timeout=20):
         f.flush()
         out = subprocess.run(["nghttp", "-v", "-d", f.name, "-H", "content-type: application/grpc",
                               "-H", "te: trailers", "http://%s%s" % (addr, path)],
-                             capture_output=True, text=True, timeout=timeout).stdout
+                             capture_output=True, timeout=timeout).stdout.decode("utf-8", "replace")
     found = {}
     for line in out.splitlines():
         for key in ("grpc-status", "grpc-message"):
