@@ -17,6 +17,7 @@
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_resv.h"
+#include "sched_cache.h"
 
 #define COMMIT_TRIES 16
 
@@ -154,18 +155,17 @@ int sched_request_parse(const char *text, sched_request *req, pv_status *st) {
 /* the snapshot                                                                                */
 
 typedef struct snapshot {
-    pv_node *nodes; /* the nodes taking part, in the registry's name order (or includes order) */
+    sched_cache *cache;
+    sched_cache *own;      /* the cache made for this call when the caller gave none */
+    sched_cache_entry **e; /* the nodes taking part, in name order (or includes order) */
     size_t n;
-    pv_res_node *res; /* each parsed with its usage */
-    sched_node *sn;   /* what the strategies see; names borrowed from nodes */
+    sched_node *sn; /* what the strategies see; names borrowed from the entries */
 } snapshot;
 
 static void snapshot_free(snapshot *s) {
-    for (size_t i = 0; s->res && i < s->n; i++)
-        pv_res_node_free(&s->res[i]);
-    free(s->res);
+    free(s->e);
     free(s->sn);
-    pv_node_array_free(s->nodes, s->n);
+    sched_cache_free(s->own);
     memset(s, 0, sizeof *s);
 }
 
@@ -193,15 +193,15 @@ static int set_err(sched_error *err, const pv_status *st) {
     return st->code;
 }
 
-/* Reads the nodes that take part. */
+/* Finds the nodes that take part. */
 static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *req, snapshot *s,
                           pv_status *st) {
     if (req->nincludes > 0) {
-        if (!(s->nodes = calloc(req->nincludes, sizeof *s->nodes)))
+        if (!(s->e = calloc(req->nincludes, sizeof *s->e)))
             return pv_status_set(st, PV_INTERNAL, "out of memory");
         for (size_t i = 0; i < req->nincludes; i++) {
             if (in_list(req->excludes, req->nexcludes, req->includes[i])) continue;
-            if (pv_registry_get_node(r, k, req->includes[i], &s->nodes[s->n], st) != PV_OK)
+            if (sched_cache_node(s->cache, r, k, req->includes[i], &s->e[s->n], st) != PV_OK)
                 return st->code;
             s->n++;
         }
@@ -209,27 +209,14 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
     }
     if (!req->pod || !*req->pod)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "podname: required when no nodes are named");
-    pv_node *all = NULL;
     size_t n = 0;
-    if (pv_registry_list_nodes(r, k, req->pod, &all, &n, st) != PV_OK) return st->code;
-    s->nodes = all;
-    /* Keep the wanted nodes at the front, in order; clear the others in place. */
+    if (sched_cache_view(s->cache, r, k, req->pod, &s->e, &n, st) != PV_OK) return st->code;
     for (size_t i = 0; i < n; i++) {
-        pv_node *node = &all[i];
-        int keep = (req->all || !pv_node_down(node)) && labels_match(node, req) &&
-                   !in_list(req->excludes, req->nexcludes, node->name);
-        if (!keep) {
-            pv_node_clear(node);
-            continue;
-        }
-        if (s->n != i) {
-            all[s->n] = *node;
-            memset(node, 0, sizeof *node);
-        }
-        s->n++;
+        const pv_node *node = &s->e[i]->rec;
+        if ((req->all || !pv_node_down(node)) && labels_match(node, req) &&
+            !in_list(req->excludes, req->nexcludes, node->name))
+            s->e[s->n++] = s->e[i];
     }
-    for (size_t i = s->n; i < n; i++)
-        pv_node_clear(&all[i]);
     return PV_OK;
 }
 
@@ -238,54 +225,42 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
 static void snapshot_keep_fitting(snapshot *s) {
     size_t kept = 0;
     for (size_t i = 0; i < s->n; i++) {
-        if (s->sn[i].capacity <= 0) {
-            pv_res_node_free(&s->res[i]);
-            pv_node_clear(&s->nodes[i]);
-            continue;
-        }
-        if (kept != i) {
-            s->nodes[kept] = s->nodes[i];
-            s->res[kept] = s->res[i];
-            s->sn[kept] = s->sn[i];
-            memset(&s->nodes[i], 0, sizeof s->nodes[i]);
-            memset(&s->res[i], 0, sizeof s->res[i]);
-        }
-        s->sn[kept].name = s->nodes[kept].name;
+        if (s->sn[i].capacity <= 0) continue;
+        s->e[kept] = s->e[i];
+        s->sn[kept] = s->sn[i];
         kept++;
     }
     s->n = kept;
 }
 
-/* Parses every node and computes what fits. A node whose record does not parse takes no part
- * (capacity 0) and is logged: one damaged record must not stop every deploy of the pod. */
-static int snapshot_load(pv_redis *r, const pv_keys *k, const sched_request *req,
-                         const pv_res_req *rq, snapshot *s, pv_status *st) {
+/* Computes what fits on every node. A node whose record does not parse takes no part (its
+ * cache entry logged why when it was read): one damaged record must not stop every deploy. */
+static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
+                         const sched_request *req, const pv_res_req *rq, snapshot *s,
+                         pv_status *st) {
     memset(s, 0, sizeof *s);
+    if (!cache && !(cache = s->own = sched_cache_new()))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    s->cache = cache;
     if (snapshot_nodes(r, k, req, s, st) != PV_OK) return st->code;
     if (s->n == 0) return PV_OK;
-    s->res = calloc(s->n, sizeof *s->res);
     s->sn = calloc(s->n, sizeof *s->sn);
     const char **names = calloc(s->n, sizeof *names);
     int64_t *counts = calloc(s->n, sizeof *counts);
     int rc = PV_OK;
-    if (!s->res || !s->sn || !names || !counts)
-        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (!s->sn || !names || !counts) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < s->n; i++)
-        names[i] = s->nodes[i].name;
+        names[i] = s->e[i]->rec.name;
     if (rc == PV_OK)
         rc = pv_resv_deploy_counts(r, k, req->app, req->entry, names, s->n, counts, st);
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
         sched_node *sn = &s->sn[i];
-        sn->name = s->nodes[i].name;
+        sn->name = s->e[i]->rec.name;
         sn->count = counts[i];
         pv_status nst;
         pv_res_cap cap = {0};
-        if (pv_res_node_parse(s->nodes[i].resources, s->nodes[i].usage, NULL, &s->res[i], &nst) !=
-                PV_OK ||
-            pv_res_node_capacity(&s->res[i], rq, &cap, &nst) != PV_OK) {
-            pv_warn("node %s takes no part in plans: %s", sn->name, nst.msg);
+        if (!s->e[i]->res_ok || pv_res_node_capacity(&s->e[i]->res, rq, &cap, &nst) != PV_OK)
             continue;
-        }
         sn->capacity = cap.capacity == PV_RES_UNBOUNDED ? INT64_MAX / 4 : cap.capacity;
         sn->usage = cap.usage;
         sn->rate = cap.rate;
@@ -303,7 +278,7 @@ static char *capacity_body(const snapshot *s, const sched_plan *plan) {
     json_t *caps = json_object();
     for (size_t i = 0; caps && i < s->n; i++)
         if (plan->listed[i])
-            json_object_set_new(caps, s->nodes[i].name, json_integer(plan->deploy[i]));
+            json_object_set_new(caps, s->e[i]->rec.name, json_integer(plan->deploy[i]));
     json_t *j =
         caps ? json_pack("{s:I, s:o}", "total", (json_int_t)plan->total, "node_capacities", caps)
              : NULL;
@@ -312,14 +287,14 @@ static char *capacity_body(const snapshot *s, const sched_plan *plan) {
     return text;
 }
 
-int sched_place_capacity(pv_redis *r, const pv_keys *k, const sched_request *req, char **reply,
-                         sched_error *err) {
+int sched_place_capacity(sched_cache *cache, pv_redis *r, const pv_keys *k,
+                         const sched_request *req, char **reply, sched_error *err) {
     *reply = NULL;
     pv_status st;
     pv_res_req rq = {0};
     if (pv_res_req_parse(req->resources, &rq, &st) != PV_OK) return set_err(err, &st);
     snapshot s;
-    int rc = snapshot_load(r, k, req, &rq, &s, &st);
+    int rc = snapshot_load(cache, r, k, req, &rq, &s, &st);
     pv_res_req_free(&rq);
     if (rc != PV_OK) {
         snapshot_free(&s);
@@ -343,49 +318,56 @@ int sched_place_capacity(pv_redis *r, const pv_keys *k, const sched_request *req
 /* ------------------------------------------------------------------------------------------ */
 /* reservations                                                                                */
 
-/* Allocates the plan on the snapshot's nodes and fills rv and the reply's allocations. */
-static int allocate(snapshot *s, const sched_plan *plan, const pv_res_req *rq, pv_resv *rv,
+/* Allocates the plan's instances on a fresh parse of one node (the cache's copy stays as read). */
+static int allocate_node(const sched_cache_entry *e, int64_t count, const pv_res_req *rq,
+                         pv_resv *rv, size_t *seq, json_t *list, pv_status *st) {
+    pv_resv_node *rn = pv_resv_add_node(rv, e->rec.id, e->rec.name, e->rec.usage_rev);
+    if (!rn) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    pv_res_node node = {0};
+    int rc = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &node, st);
+    for (int64_t j = 0; rc == PV_OK && j < count; j++) {
+        char *alloc = NULL;
+        if ((rc = pv_res_node_alloc(&node, rq, &alloc, st)) != PV_OK) break;
+        rc = pv_resv_node_add_alloc(rn, rv->id, (*seq)++, alloc, st);
+        json_t *res = json_loads(alloc, 0, NULL);
+        free(alloc);
+        if (rc == PV_OK)
+            json_array_append_new(list,
+                                  json_pack("{s:s, s:o}", "id", rn->alloc_ids[rn->nallocs - 1],
+                                            "resources", res ? res : json_object()));
+        else
+            json_decref(res);
+    }
+    if (rc == PV_OK) rc = pv_res_node_usage_dump(&node, &rn->usage, st);
+    pv_res_node_free(&node);
+    if (rc != PV_OK) pv_status_prefix(st, "node %s", e->rec.name);
+    return rc;
+}
+
+/* Allocates the plan on its nodes and fills rv and the reply's allocations. */
+static int allocate(const snapshot *s, const sched_plan *plan, const pv_res_req *rq, pv_resv *rv,
                     json_t *plan_j, json_t *allocs_j, pv_status *st) {
     size_t seq = 0;
     for (size_t i = 0; i < s->n; i++) {
         if (plan->deploy[i] <= 0) continue;
-        pv_resv_node *rn =
-            pv_resv_add_node(rv, s->nodes[i].id, s->nodes[i].name, s->nodes[i].usage_rev);
         json_t *list = json_array();
-        if (!rn || !list) {
-            json_decref(list);
-            return pv_status_set(st, PV_INTERNAL, "out of memory");
-        }
-        json_object_set_new(plan_j, s->nodes[i].name, json_integer(plan->deploy[i]));
-        json_object_set_new(allocs_j, s->nodes[i].name, list);
-        for (int64_t j = 0; j < plan->deploy[i]; j++) {
-            char *alloc = NULL;
-            if (pv_res_node_alloc(&s->res[i], rq, &alloc, st) != PV_OK)
-                return pv_status_prefix(st, "node %s", s->nodes[i].name);
-            int rc = pv_resv_node_add_alloc(rn, rv->id, seq++, alloc, st);
-            json_t *res = json_loads(alloc, 0, NULL);
-            free(alloc);
-            if (rc != PV_OK) {
-                json_decref(res);
-                return rc;
-            }
-            json_array_append_new(list,
-                                  json_pack("{s:s, s:o}", "id", rn->alloc_ids[rn->nallocs - 1],
-                                            "resources", res ? res : json_object()));
-        }
-        if (pv_res_node_usage_dump(&s->res[i], &rn->usage, st) != PV_OK) return st->code;
+        if (!list) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        json_object_set_new(plan_j, s->e[i]->rec.name, json_integer(plan->deploy[i]));
+        json_object_set_new(allocs_j, s->e[i]->rec.name, list);
+        if (allocate_node(s->e[i], plan->deploy[i], rq, rv, &seq, list, st) != PV_OK)
+            return st->code;
     }
     return PV_OK;
 }
 
 /* One attempt: snapshot, plan, allocate, commit. *outcome says how the commit went. */
-static int reserve_once(pv_redis *r, const pv_keys *k, const sched_request *req,
+static int reserve_once(sched_cache *cache, pv_redis *r, const pv_keys *k, const sched_request *req,
                         const pv_res_req *rq, const char *request_id, const char *resv_id,
                         int64_t now_ms, pv_resv_outcome *outcome, char **reply_out,
                         sched_error *err) {
     pv_status st;
     snapshot s;
-    if (snapshot_load(r, k, req, rq, &s, &st) != PV_OK) {
+    if (snapshot_load(cache, r, k, req, rq, &s, &st) != PV_OK) {
         snapshot_free(&s);
         return set_err(err, &st);
     }
@@ -435,7 +417,7 @@ static int reserve_once(pv_redis *r, const pv_keys *k, const sched_request *req,
     return rc;
 }
 
-int sched_place_reserve(pv_redis *r, const pv_keys *k, const sched_request *req,
+int sched_place_reserve(sched_cache *cache, pv_redis *r, const pv_keys *k, const sched_request *req,
                         const char *request_id, int64_t now_ms, char **reply_out,
                         sched_error *err) {
     if (reply_out) *reply_out = NULL;
@@ -453,7 +435,8 @@ int sched_place_reserve(pv_redis *r, const pv_keys *k, const sched_request *req,
     pv_resv_outcome outcome = PV_RESV_CONFLICT;
     for (int attempt = 0; rc == PV_OK && outcome == PV_RESV_CONFLICT && attempt < COMMIT_TRIES;
          attempt++)
-        rc = reserve_once(r, k, req, &rq, request_id, resv_id, now_ms, &outcome, reply_out, err);
+        rc = reserve_once(cache, r, k, req, &rq, request_id, resv_id, now_ms, &outcome, reply_out,
+                          err);
     pv_res_req_free(&rq);
     if (rc != PV_OK) return rc;
     if (outcome == PV_RESV_CONFLICT) {

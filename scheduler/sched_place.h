@@ -32,6 +32,7 @@
 
 #include "pv_keys.h"
 #include "pv_redis.h"
+#include "sched_cache.h"
 #include "sched_strategy.h"
 
 typedef struct sched_request {
@@ -52,9 +53,10 @@ typedef struct sched_request {
 int sched_request_parse(const char *json, sched_request *req, pv_status *st);
 void sched_request_free(sched_request *req);
 
-/* CalculateCapacity. On PV_OK *reply is the body. */
-int sched_place_capacity(pv_redis *r, const pv_keys *k, const sched_request *req, char **reply,
-                         sched_error *err);
+/* CalculateCapacity. On PV_OK *reply is the body. cache (NULL: one made for this call) keeps
+ * the node records between calls (sched_cache.h). */
+int sched_place_capacity(sched_cache *cache, pv_redis *r, const pv_keys *k,
+                         const sched_request *req, char **reply, sched_error *err);
 
 /*
  * A deploy's reservation: plans, allocates and commits, planning again from fresh data when
@@ -64,7 +66,8 @@ int sched_place_capacity(pv_redis *r, const pv_keys *k, const sched_request *req
  * written (or was written before, or its requester has gone); *reply_out (may be NULL) gets a
  * copy of the body when this call wrote it.
  */
-int sched_place_reserve(pv_redis *r, const pv_keys *k, const sched_request *req,
-                        const char *request_id, int64_t now_ms, char **reply_out, sched_error *err);
+int sched_place_reserve(sched_cache *cache, pv_redis *r, const pv_keys *k,
+                        const sched_request *req, const char *request_id, int64_t now_ms,
+                        char **reply_out, sched_error *err);
 
 #endif

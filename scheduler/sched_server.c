@@ -23,17 +23,20 @@
 #include "pv_redis.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
+#include "sched_cache.h"
 #include "sched_place.h"
 
 #define READ_COUNT 16
 #define BLOCK_MS 500
 #define CLAIM_EVERY_MS 1000
 #define REAP_EVERY_MS 2000
+#define CACHE_IDLE_MS (10 * 60 * 1000) /* node records no plan has used for this long go */
 
 struct sched_server {
     pthread_t thread;
     atomic_int stop;
     pv_redis *redis;
+    sched_cache *cache;
     pv_keys keys;
     char instance[128];
     char stream[PV_KEY_MAX];
@@ -82,12 +85,12 @@ static void run_request(sched_server *s, const char *id, const char *kind, const
     char *reply = NULL;
     int rc;
     if (strcmp(kind, "capacity") == 0) {
-        rc = sched_place_capacity(s->redis, &s->keys, &req, &reply, &err);
+        rc = sched_place_capacity(s->cache, s->redis, &s->keys, &req, &reply, &err);
         pv_status st;
         if (rc == PV_OK && pv_sched_reply(s->redis, &s->keys, id, reply, &st) != PV_OK)
             pv_warn("request %s: cannot send its reply: %s", id, st.msg);
     } else if (strcmp(kind, "reserve") == 0) {
-        rc = sched_place_reserve(s->redis, &s->keys, &req, id, wall_ms(), &reply, &err);
+        rc = sched_place_reserve(s->cache, s->redis, &s->keys, &req, id, wall_ms(), &reply, &err);
         if (rc == PV_OK && reply)
             pv_info("reserved for %s (app=%s entrypoint=%s owner=%s): %s", id, req.app, req.entry,
                     req.owner, reply);
@@ -218,6 +221,7 @@ static void *loop(void *arg) {
         if (now >= next_reap) {
             next_reap = now + REAP_EVERY_MS;
             reap_expired(s);
+            sched_cache_sweep(s->cache, CACHE_IDLE_MS);
         }
         if (grouped && read_new(s, &st) != PV_OK) {
             /* A Redis that restarted empty has lost the group too: make it again. */
@@ -248,7 +252,8 @@ int sched_server_start(const pv_config *cfg, const char *instance, sched_server 
         free(s);
         return st->code;
     }
-    if (pthread_create(&s->thread, NULL, loop, s) != 0) {
+    if (!(s->cache = sched_cache_new()) || pthread_create(&s->thread, NULL, loop, s) != 0) {
+        sched_cache_free(s->cache);
         pv_redis_free(s->redis);
         free(s);
         return pv_status_set(st, PV_INTERNAL, "cannot start the scheduler thread");
@@ -261,7 +266,12 @@ void sched_server_stop(sched_server *s) {
     if (!s) return;
     atomic_store(&s->stop, 1);
     pthread_join(s->thread, NULL);
-    pv_info("plan requests served=%lu failed=%lu", s->served, s->failed);
+    size_t entries;
+    uint64_t reads, views;
+    sched_cache_stats(s->cache, &entries, &reads, &views);
+    pv_info("plan requests served=%lu failed=%lu; node cache entries=%zu reads=%llu views=%llu",
+            s->served, s->failed, entries, (unsigned long long)reads, (unsigned long long)views);
+    sched_cache_free(s->cache);
     pv_redis_free(s->redis);
     free(s);
 }

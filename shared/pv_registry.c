@@ -60,6 +60,7 @@ static const field node_fields[] = {
     {"bypass", F_BOOL, offsetof(pv_node, bypass), NULL},
     {"usage", F_STR, offsetof(pv_node, usage), "{}"},
     {"usage_rev", F_I64, offsetof(pv_node, usage_rev), NULL},
+    {"rev", F_I64, offsetof(pv_node, rev), NULL},
     {"created_ms", F_I64, offsetof(pv_node, created_ms), NULL},
     {"updated_ms", F_I64, offsetof(pv_node, updated_ms), NULL},
     {"alive", F_BOOL, offsetof(pv_node, alive), NULL},

@@ -37,7 +37,9 @@
  * (JSON object of strings) resources (JSON object: plugin name -> the plugin's JSON document as
  * given) bypass (0|1: Eru's bypass = cordon) usage (JSON object: plugin -> usage document, the
  * sum of the node's allocations; written by reservations only) usage_rev (bumped by every write
- * of usage: reservations compare-and-set on it) created_ms updated_ms.
+ * of usage: reservations compare-and-set on it) rev (bumped by every write of the record, so a
+ * reader that keeps records, as the schedulers do, re-reads only what changed) created_ms
+ * updated_ms.
  * Readers add: a pod's node count, a node's alive flag (its alive key exists) and engine info.
  * Engine info fields: type (the engine: "process", ...) cpu_count mem_total (bytes, MemTotal)
  * storage_total (bytes of the file system holding the agent's data directory) hostname version
@@ -94,6 +96,7 @@ typedef struct pv_node {
     bool bypass;
     char *usage;       /* JSON object: plugin -> usage document, "{}" when none */
     int64_t usage_rev; /* compare-and-set revision of usage */
+    int64_t rev;       /* bumped by every write of the record (schedulers' caches follow it) */
     int64_t created_ms, updated_ms;
     bool alive;        /* filled by the readers */
     long workloads;    /* filled by the readers: size of the workload set */

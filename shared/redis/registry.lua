@@ -128,7 +128,7 @@ redis.register_function('pv_reg_add_node', function(keys, args)
   redis.call('HSET', base .. 'node:' .. id, 'id', id, 'name', name, 'pod_id', pod_id,
     'pod_name', pod_name, 'role', args[5], 'ip', args[6], 'endpoint', args[7], 'engine', args[8],
     'labels', args[9], 'resources', args[10], 'bypass', '0', 'created_ms', now,
-    'updated_ms', now)
+    'updated_ms', now, 'rev', '1')
   redis.call('HSET', keys[1], name, id)
   redis.call('SADD', base .. 'pod-nodes:' .. pod_id, id)
   redis.call('HSET', base .. 'pod:' .. pod_id, 'updated_ms', now)
@@ -235,6 +235,7 @@ redis.register_function('pv_reg_set_node', function(keys, args)
   if args[7] == 'replace' then redis.call('HSET', key, 'resources', args[8]) end
   if args[9] ~= 'keep' then redis.call('HSET', key, 'bypass', args[9]) end
   redis.call('HSET', key, 'updated_ms', tostring(now_ms()))
+  redis.call('HINCRBY', key, 'rev', 1)
   return node_reply(base, id)
 end)
 

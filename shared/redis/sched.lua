@@ -45,6 +45,7 @@ local function apply_nodes(base, args, i, sign, app, entry)
     local node = base .. 'node:' .. id
     redis.call('HSET', node, 'usage', usage, 'updated_ms', now)
     redis.call('HINCRBY', node, 'usage_rev', 1)
+    redis.call('HINCRBY', node, 'rev', 1)
     local allocs = base .. 'node-allocs:' .. id
     for j = 1, count do
       local aid, body = args[i + 5 + 2 * (j - 1)], args[i + 6 + 2 * (j - 1)]
@@ -107,6 +108,7 @@ redis.register_function('pv_sched_set_usage', function(keys, args)
   if (redis.call('HGET', keys[1], 'usage_rev') or '0') ~= args[1] then return 0 end
   redis.call('HSET', keys[1], 'usage', args[2], 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', keys[1], 'usage_rev', 1)
+  redis.call('HINCRBY', keys[1], 'rev', 1)
   return 1
 end)
 
@@ -128,6 +130,36 @@ redis.register_function('pv_sched_abandon', function(keys, args)
   redis.call('SET', keys[2], '1', 'EX', tonumber(args[1]))
   return false
 end)
+
+-- pv_sched_view(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base pod_name) -> flat
+-- {id, name, rev, alive, ...} for the pod's nodes in name order. A scheduler keeps the records it
+-- parsed and re-reads only the nodes whose rev moved: every write of a node record bumps it.
+redis.register_function{function_name = 'pv_sched_view', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, pod_name = args[1], args[2]
+    local pod_id = redis.call('HGET', keys[2], pod_name)
+    if not pod_id then
+      return redis.error_reply('NOT_FOUND pod ' .. pod_name .. ' not found')
+    end
+    local rows, names = {}, {}
+    for _, id in ipairs(redis.call('SMEMBERS', base .. 'pod-nodes:' .. pod_id)) do
+      local f = redis.call('HMGET', base .. 'node:' .. id, 'name', 'rev')
+      if f[1] then
+        rows[f[1]] = {id, f[1], f[2] or '0'}
+        names[#names + 1] = f[1]
+      end
+    end
+    table.sort(names)
+    local out = {}
+    for _, name in ipairs(names) do
+      local r = rows[name]
+      out[#out + 1] = r[1]
+      out[#out + 1] = r[2]
+      out[#out + 1] = r[3]
+      out[#out + 1] = tostring(redis.call('EXISTS', base .. 'alive:' .. name))
+    end
+    return out
+  end}
 
 redis.register_function{function_name = 'pv_sched_version', flags = {'no-writes'},
   callback = function(keys, args) return 1 end}

@@ -21,6 +21,7 @@
 #include "pv_resv.h"
 #include "pv_sched.h"
 #include "pv_test_redis.h"
+#include "sched_cache.h"
 #include "sched_place.h"
 
 #define BASE "t:{reg}:"
@@ -104,7 +105,7 @@ static json_t *capacity(fixture *f, pv_redis *r, const char *fmt, ...) {
     request(&req, "%s", buf);
     char *reply = NULL;
     sched_error err = {0};
-    int rc = sched_place_capacity(r ? r : f->r, &f->keys, &req, &reply, &err);
+    int rc = sched_place_capacity(NULL, r ? r : f->r, &f->keys, &req, &reply, &err);
     sched_request_free(&req);
     if (rc != PV_OK) fail_msg("capacity %s: %s", buf, err.status.msg);
     json_t *j = json_loads(reply, 0, NULL);
@@ -166,7 +167,7 @@ static char *reserve(fixture *f, pv_redis *r, int count, const char *extra, int 
     gettimeofday(&tv, NULL);
     char *reply = NULL;
     sched_error err = {0};
-    int rc = sched_place_reserve(r ? r : f->r, &f->keys, &req, id,
+    int rc = sched_place_reserve(NULL, r ? r : f->r, &f->keys, &req, id,
                                  (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000, &reply, &err);
     sched_request_free(&req);
     *code = rc;
@@ -223,14 +224,14 @@ static void test_capacity_errors(void **state) {
                   "{\"memory-request\":\"1G\"}}}");
     char *reply = NULL;
     sched_error err = {0};
-    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err),
+    assert_int_equal(sched_place_capacity(NULL, f->r, &f->keys, &req, &reply, &err),
                      PV_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(err.status.msg, "need: 7, available: 6"));
     assert_int_equal(err.kind, SCHED_KIND_INSUFFICIENT_RESOURCE);
     sched_request_free(&req);
 
     request(&req, "{\"pod\":\"nope\",\"strategy\":99}");
-    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err), PV_NOT_FOUND);
+    assert_int_equal(sched_place_capacity(NULL, f->r, &f->keys, &req, &reply, &err), PV_NOT_FOUND);
     sched_request_free(&req);
 
     pv_status st;
@@ -291,13 +292,13 @@ static void test_same_request_reserves_once(void **state) {
                   "{\"memory-request\":\"1G\"}}}");
     sched_error err = {0};
     char *reply = NULL;
-    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
                      PV_OK);
     assert_non_null(reply);
     free(reply);
     reply = NULL;
     /* A scheduler taking the same request over after a crash finds the reservation made. */
-    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
                      PV_OK);
     assert_null(reply);
     assert_int_equal(dummy_total(f), 4);
@@ -313,7 +314,7 @@ static void test_abandoned_request_reserves_nothing(void **state) {
                   "{\"memory-request\":\"1G\"}}}");
     sched_error err = {0};
     char *reply = NULL;
-    assert_int_equal(sched_place_reserve(f->r, &f->keys, &req, "plan-BBBB", 1, &reply, &err),
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-BBBB", 1, &reply, &err),
                      PV_OK);
     assert_null(reply);
     assert_int_equal(dummy_total(f), 6);
@@ -418,7 +419,7 @@ static void test_concurrent_reservations_never_overcommit(void **state) {
                   "{\"memory-request\":\"1G\"}}}");
     char *reply = NULL;
     sched_error err = {0};
-    assert_int_equal(sched_place_capacity(f->r, &f->keys, &req, &reply, &err),
+    assert_int_equal(sched_place_capacity(NULL, f->r, &f->keys, &req, &reply, &err),
                      PV_RESOURCE_EXHAUSTED);
     sched_request_free(&req);
     char *id1 = node_id(f, "n1"), *id2 = node_id(f, "n2");
@@ -433,6 +434,66 @@ static void test_concurrent_reservations_never_overcommit(void **state) {
     pv_resv_check_clear(&c);
     free(id1);
     free(id2);
+}
+
+/* DUMMY total through a cache kept across calls, as the scheduler daemon keeps one. */
+static long long cached_total(fixture *f, sched_cache *cache) {
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"strategy\":99,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    char *reply = NULL;
+    sched_error err = {0};
+    int rc = sched_place_capacity(cache, f->r, &f->keys, &req, &reply, &err);
+    sched_request_free(&req);
+    if (rc != PV_OK) return -rc;
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    long long t = total_of(j);
+    json_decref(j);
+    return t;
+}
+
+static void test_cache_follows_every_change(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    assert_int_equal(cached_total(f, cache), 6);
+    /* Resources replaced: the node's rev moves, the cache re-reads it. */
+    pv_node_update u = {.name = "n2", .resources = "{\"cpumem\":{\"cpu\":2,\"memory\":\"5G\"}}"};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 9);
+    /* Liveness is never cached. */
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "n3", 600, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 17);
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "n3", -1, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 9);
+    /* Bypass (cordon) is a write of the record. */
+    pv_node_update b = {.name = "n1", .bypass = PV_TRI_TRUE};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &b, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 5);
+    b.bypass = PV_TRI_FALSE;
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &b, NULL, &st), PV_OK);
+    /* A reservation's usage, and a node removed and added again under the same name. */
+    int code;
+    char *resv = reserve(f, NULL, 2, NULL, &code);
+    assert_non_null(resv);
+    assert_int_equal(cached_total(f, cache), 7);
+    assert_int_equal(pv_resv_release(f->r, &f->keys, resv, &st), PV_OK);
+    free(resv);
+    assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "n2", &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 4);
+    add_node(f, "n2", "{\"cpumem\":{\"cpu\":2,\"memory\":\"1G\"}}", 1);
+    assert_int_equal(cached_total(f, cache), 5);
+    size_t entries;
+    uint64_t reads, views;
+    sched_cache_stats(cache, &entries, &reads, &views);
+    assert_true(views >= 8);
+    assert_true(reads < views * 3); /* unchanged nodes were not read again on every view */
+    sched_cache_sweep(cache, -1000); /* everything idle: dropped, and read again on use */
+    sched_cache_stats(cache, &entries, &reads, &views);
+    assert_int_equal(entries, 0);
+    assert_int_equal(cached_total(f, cache), 5);
+    sched_cache_free(cache);
 }
 
 static void test_sched_call_without_scheduler(void **state) {
@@ -458,6 +519,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_check_and_fix, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overcommit, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
