@@ -4,8 +4,10 @@
  * Served now: Info, WatchServiceStatus, and the pods and nodes of the registry (shared/
  * pv_registry): AddPod, RemovePod, GetPod, ListPods, AddNode, RemoveNode, ListPodNodes, GetNode,
  * GetNodeEngineInfo, SetNode, SetNodeStatus, GetNodeStatus, NodeStatusStream. Failures answer
- * Eru's per-call codes (shared/eru NOTES: AddPod 1021, ...). Every other CoreRPC method answers
- * UNIMPLEMENTED through the server's unknown-method path until its issue lands.
+ * Eru's per-call codes (shared/eru NOTES: AddPod 1021, ...; svc_eru.h). The resource calls are
+ * svc_core_res (CalculateCapacity, GetNodeResource, GetPodResource) and the workload statuses
+ * svc_core_wl. Every other CoreRPC method answers UNIMPLEMENTED through the server's
+ * unknown-method path until its issue lands.
  *
  * NodeStatusStream needs Redis keyspace notifications for the alive keys
  * (PV_REGISTRY_NOTIFY_FLAGS): the watcher thread adds them with CONFIG SET when they are missing
