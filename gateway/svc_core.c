@@ -47,7 +47,7 @@
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 16
+#define N_METHODS 15
 
 struct svc_core {
     gw_app *app;
@@ -59,7 +59,6 @@ struct svc_core {
     gw_watchers *node_watchers; /* NodeStatusStream calls */
     gw_node_watch *status;
     gw_method methods[N_METHODS];
-    size_t n_methods;
 };
 
 static const char *go_arch(const char *machine) {
@@ -712,52 +711,35 @@ static void on_shutdown(void *arg) {
     gw_watchers_finish_all(s->node_watchers, NULL, PV_UNAVAILABLE, "gateway shutting down");
 }
 
-static void add(svc_core *s, const char *path, gw_method_kind kind,
-                const ProtobufCMessageDescriptor *request, gw_handler_fn handler, int eru) {
-    if (s->n_methods == N_METHODS) return;
-    s->methods[s->n_methods++] = (gw_method){
-        .path = path,
-        .kind = kind,
-        .request = request,
-        .handler = handler,
-        .bad_request_code = eru,
-        .data = s,
-    };
-}
+static const svc_eru_method k_methods[N_METHODS] = {
+    {"/pb.CoreRPC/Info", GW_UNARY, &pb__empty__descriptor, on_info, 0},
+    {"/pb.CoreRPC/WatchServiceStatus", GW_SERVER_STREAM, &pb__empty__descriptor,
+     on_watch_service_status, ERU_WATCH_SERVICE_STATUS},
+    {"/pb.CoreRPC/AddPod", GW_UNARY, &pb__add_pod_options__descriptor, on_add_pod, ERU_ADD_POD},
+    {"/pb.CoreRPC/RemovePod", GW_UNARY, &pb__remove_pod_options__descriptor, on_remove_pod,
+     ERU_REMOVE_POD},
+    {"/pb.CoreRPC/GetPod", GW_UNARY, &pb__get_pod_options__descriptor, on_get_pod, ERU_GET_POD},
+    {"/pb.CoreRPC/ListPods", GW_UNARY, &pb__empty__descriptor, on_list_pods, ERU_LIST_PODS},
+    {"/pb.CoreRPC/AddNode", GW_UNARY, &pb__add_node_options__descriptor, on_add_node, ERU_ADD_NODE},
+    {"/pb.CoreRPC/RemoveNode", GW_UNARY, &pb__remove_node_options__descriptor, on_remove_node,
+     ERU_REMOVE_NODE},
+    {"/pb.CoreRPC/ListPodNodes", GW_SERVER_STREAM, &pb__list_nodes_options__descriptor,
+     on_list_pod_nodes, ERU_LIST_POD_NODES},
+    {"/pb.CoreRPC/GetNode", GW_UNARY, &pb__get_node_options__descriptor, on_get_node, ERU_GET_NODE},
+    {"/pb.CoreRPC/GetNodeEngineInfo", GW_UNARY, &pb__get_node_options__descriptor,
+     on_get_node_engine_info, ERU_GET_NODE_STATUS},
+    {"/pb.CoreRPC/SetNode", GW_UNARY, &pb__set_node_options__descriptor, on_set_node, ERU_SET_NODE},
+    {"/pb.CoreRPC/SetNodeStatus", GW_UNARY, &pb__set_node_status_options__descriptor,
+     on_set_node_status, ERU_SET_NODE_STATUS},
+    {"/pb.CoreRPC/GetNodeStatus", GW_UNARY, &pb__get_node_status_options__descriptor,
+     on_get_node_status, ERU_GET_NODE_STATUS},
+    /* Not in Eru's table: the standard codes (INVALID_ARGUMENT for a bad request). */
+    {"/pb.CoreRPC/NodeStatusStream", GW_SERVER_STREAM, &pb__empty__descriptor,
+     on_node_status_stream, 0},
+};
 
 int svc_core_register(svc_core *s, gw_server *server) {
-    s->n_methods = 0;
-    add(s, "/pb.CoreRPC/Info", GW_UNARY, &pb__empty__descriptor, on_info, 0);
-    add(s, "/pb.CoreRPC/WatchServiceStatus", GW_SERVER_STREAM, &pb__empty__descriptor,
-        on_watch_service_status, ERU_WATCH_SERVICE_STATUS);
-    add(s, "/pb.CoreRPC/AddPod", GW_UNARY, &pb__add_pod_options__descriptor, on_add_pod,
-        ERU_ADD_POD);
-    add(s, "/pb.CoreRPC/RemovePod", GW_UNARY, &pb__remove_pod_options__descriptor, on_remove_pod,
-        ERU_REMOVE_POD);
-    add(s, "/pb.CoreRPC/GetPod", GW_UNARY, &pb__get_pod_options__descriptor, on_get_pod,
-        ERU_GET_POD);
-    add(s, "/pb.CoreRPC/ListPods", GW_UNARY, &pb__empty__descriptor, on_list_pods, ERU_LIST_PODS);
-    add(s, "/pb.CoreRPC/AddNode", GW_UNARY, &pb__add_node_options__descriptor, on_add_node,
-        ERU_ADD_NODE);
-    add(s, "/pb.CoreRPC/RemoveNode", GW_UNARY, &pb__remove_node_options__descriptor, on_remove_node,
-        ERU_REMOVE_NODE);
-    add(s, "/pb.CoreRPC/ListPodNodes", GW_SERVER_STREAM, &pb__list_nodes_options__descriptor,
-        on_list_pod_nodes, ERU_LIST_POD_NODES);
-    add(s, "/pb.CoreRPC/GetNode", GW_UNARY, &pb__get_node_options__descriptor, on_get_node,
-        ERU_GET_NODE);
-    add(s, "/pb.CoreRPC/GetNodeEngineInfo", GW_UNARY, &pb__get_node_options__descriptor,
-        on_get_node_engine_info, ERU_GET_NODE_STATUS);
-    add(s, "/pb.CoreRPC/SetNode", GW_UNARY, &pb__set_node_options__descriptor, on_set_node,
-        ERU_SET_NODE);
-    add(s, "/pb.CoreRPC/SetNodeStatus", GW_UNARY, &pb__set_node_status_options__descriptor,
-        on_set_node_status, ERU_SET_NODE_STATUS);
-    add(s, "/pb.CoreRPC/GetNodeStatus", GW_UNARY, &pb__get_node_status_options__descriptor,
-        on_get_node_status, ERU_GET_NODE_STATUS);
-    /* Not in Eru's table: the standard codes (INVALID_ARGUMENT for a bad request). */
-    add(s, "/pb.CoreRPC/NodeStatusStream", GW_SERVER_STREAM, &pb__empty__descriptor,
-        on_node_status_stream, 0);
-    for (size_t i = 0; i < s->n_methods; i++)
-        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
     s->status = gw_node_watch_new(s->app, s->node_watchers);
     if (!s->status || gw_node_watch_start(s->status) != 0) return -1;
     return gw_server_on_shutdown(server, on_shutdown, s);

@@ -26,7 +26,6 @@
 struct svc_core_res {
     gw_app *app;
     gw_method methods[N_METHODS];
-    size_t n_methods;
 };
 
 svc_core_res *svc_core_res_new(gw_app *app) {
@@ -261,28 +260,15 @@ static void on_get_pod_resource(gw_call *call, const ProtobufCMessage *req) {
 
 /* ------------------------------------------------------------------------------------------ */
 
-static void add(svc_core_res *s, const char *path, gw_method_kind kind,
-                const ProtobufCMessageDescriptor *request, gw_handler_fn handler, int eru) {
-    if (s->n_methods == N_METHODS) return;
-    s->methods[s->n_methods++] = (gw_method){
-        .path = path,
-        .kind = kind,
-        .request = request,
-        .handler = handler,
-        .bad_request_code = eru,
-        .data = s,
-    };
-}
+static const svc_eru_method k_methods[N_METHODS] = {
+    {"/pb.CoreRPC/CalculateCapacity", GW_UNARY, &pb__deploy_options__descriptor,
+     on_calculate_capacity, ERU_CALCULATE_CAPACITY},
+    {"/pb.CoreRPC/GetNodeResource", GW_UNARY, &pb__get_node_resource_options__descriptor,
+     on_get_node_resource, ERU_GET_NODE_RESOURCE},
+    {"/pb.CoreRPC/GetPodResource", GW_SERVER_STREAM, &pb__get_pod_options__descriptor,
+     on_get_pod_resource, ERU_GET_POD_RESOURCE},
+};
 
 int svc_core_res_register(svc_core_res *s, gw_server *server) {
-    s->n_methods = 0;
-    add(s, "/pb.CoreRPC/CalculateCapacity", GW_UNARY, &pb__deploy_options__descriptor,
-        on_calculate_capacity, ERU_CALCULATE_CAPACITY);
-    add(s, "/pb.CoreRPC/GetNodeResource", GW_UNARY, &pb__get_node_resource_options__descriptor,
-        on_get_node_resource, ERU_GET_NODE_RESOURCE);
-    add(s, "/pb.CoreRPC/GetPodResource", GW_SERVER_STREAM, &pb__get_pod_options__descriptor,
-        on_get_pod_resource, ERU_GET_POD_RESOURCE);
-    for (size_t i = 0; i < s->n_methods; i++)
-        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
-    return 0;
+    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
 }

@@ -719,13 +719,7 @@ static void on_shutdown(void *arg) {
 
 /* The calls this module serves; bad requests answer the call's Eru code (0: not in Eru's table,
  * so the standard INVALID_ARGUMENT, as for NodeStatusStream). */
-static const struct {
-    const char *path;
-    gw_method_kind kind;
-    const ProtobufCMessageDescriptor *request;
-    gw_handler_fn handler;
-    int eru;
-} k_methods[N_METHODS] = {
+static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/SetWorkloadsStatus", GW_UNARY, &pb__set_workloads_status_options__descriptor,
      on_set_workloads_status, ERU_SET_WORKLOADS_STATUS},
     {"/pb.CoreRPC/GetWorkloadsStatus", GW_UNARY, &pb__workload_ids__descriptor,
@@ -750,14 +744,6 @@ int svc_core_wl_register(svc_core_wl *s, gw_server *server) {
                                .event = on_status_event,
                                .arg = s};
     if (!(s->watch = gw_node_watch_new_keys(s->app, &spec))) return -1;
-    for (size_t i = 0; i < N_METHODS; i++) {
-        s->methods[i] = (gw_method){.path = k_methods[i].path,
-                                    .kind = k_methods[i].kind,
-                                    .request = k_methods[i].request,
-                                    .handler = k_methods[i].handler,
-                                    .bad_request_code = k_methods[i].eru,
-                                    .data = s};
-        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
-    }
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
     return gw_server_on_shutdown(server, on_shutdown, s);
 }

@@ -81,3 +81,17 @@ bool svc_eru_labels_match(const char *labels_json, void *const *want, size_t n_w
     json_decref(have);
     return ok;
 }
+
+int svc_eru_register(gw_server *server, const svc_eru_method *table, size_t n, gw_method *methods,
+                     void *data) {
+    for (size_t i = 0; i < n; i++) {
+        methods[i] = (gw_method){.path = table[i].path,
+                                 .kind = table[i].kind,
+                                 .request = table[i].request,
+                                 .handler = table[i].handler,
+                                 .bad_request_code = table[i].eru,
+                                 .data = data};
+        if (gw_server_add_method(server, &methods[i]) != 0) return -1;
+    }
+    return 0;
+}

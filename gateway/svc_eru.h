@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "gw_server.h"
 #include "pv_status.h"
 
 enum {
@@ -77,6 +78,22 @@ int svc_eru_labels_json(const char *field, void *const *entries, size_t n, char 
  * JSON object (the plugins check their own fields later). */
 int svc_eru_resources_json(const char *field, void *const *entries, size_t n, char **out,
                            pv_status *st);
+
+/* One served CoreRPC call: a bad request answers eru (0: the call is not in Eru's table, so the
+ * standard INVALID_ARGUMENT). */
+typedef struct svc_eru_method {
+    const char *path;
+    gw_method_kind kind;
+    const ProtobufCMessageDescriptor *request;
+    gw_handler_fn handler;
+    int eru;
+} svc_eru_method;
+
+/* Registers the n calls of table with data as their method data. methods (n entries) is where
+ * the server's gw_method records live: the caller's storage, as long-lived as the server.
+ * Returns 0 or -1. */
+int svc_eru_register(gw_server *server, const svc_eru_method *table, size_t n, gw_method *methods,
+                     void *data);
 
 /* Whether every wanted label (map<string,string> entries) is in labels_json (a JSON object of
  * strings) with the same value. No wanted labels: true. */

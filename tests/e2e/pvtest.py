@@ -49,6 +49,12 @@ import urllib.parse
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import grpc  # noqa: E402
 
+# The abort above also comes when a fork lands while grpc shuts its thread pool down, which it
+# does each time the last channel of the process closes (the pool's state is then no longer
+# "running" when its fork handler runs). One channel that lives as long as the process keeps
+# grpc initialised, so the pool never shuts down between tests. It never connects.
+_GRPC_KEEPALIVE = grpc.insecure_channel("127.0.0.1:9")
+
 SOURCE_DIR = os.environ.get("PV_SOURCE_DIR") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_DIR = os.environ.get("PV_BUILD_DIR") or os.path.join(SOURCE_DIR, "build")

@@ -34,11 +34,7 @@ static int setup(void **state) {
     pv_config_set(&f->cfg, "redis.addr", pv_test_redis_addr(f->srv), &st);
     pv_config_set(&f->cfg, "redis.prefix", "t:", &st);
     pv_keys_init(&f->keys, "t:", &st);
-    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
-                       .connect_timeout_ms = 1000,
-                       .command_timeout_ms = 2000,
-                       .load_functions = 1};
-    pv_redis_new(&o, &f->r, &st);
+    f->r = pv_test_redis_client(f->srv, 2000);
     *state = f;
     return 0;
 }

@@ -34,11 +34,7 @@ static int setup(void **state) {
     pv_status st;
     if (pv_test_redis_start(&f->srv, NULL) != 0) return -1;
     pv_keys_init(&f->keys, "t:", &st);
-    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
-                       .connect_timeout_ms = 1000,
-                       .command_timeout_ms = 5000,
-                       .load_functions = 1};
-    if (pv_redis_new(&o, &f->r, &st) != PV_OK) return -1;
+    if (!(f->r = pv_test_redis_client(f->srv, 5000))) return -1;
     f->c = pv_test_redis_connect(f->srv);
     if (!f->c) return -1;
     *state = f;

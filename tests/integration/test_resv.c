@@ -35,13 +35,8 @@ typedef struct fixture {
 } fixture;
 
 static pv_redis *connect_new(fixture *f) {
-    pv_status st;
-    pv_redis *r = NULL;
-    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
-                       .connect_timeout_ms = 1000,
-                       .command_timeout_ms = 5000,
-                       .load_functions = 1};
-    assert_int_equal(pv_redis_new(&o, &r, &st), PV_OK);
+    pv_redis *r = pv_test_redis_client(f->srv, 5000);
+    assert_non_null(r);
     return r;
 }
 

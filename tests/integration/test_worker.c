@@ -109,11 +109,7 @@ static int setup(void **state) {
     pv_keys_init(&f->keys, PREFIX, &st);
     f->opts.retention_seconds = 3600;
     f->opts.events_maxlen = 100000;
-    pv_redis_opts o = {.addr = pv_test_redis_addr(f->srv),
-                       .connect_timeout_ms = 1000,
-                       .command_timeout_ms = 2000,
-                       .load_functions = 1};
-    if (pv_redis_new(&o, &f->r, &st) != PV_OK) return -1;
+    if (!(f->r = pv_test_redis_client(f->srv, 2000))) return -1;
     /* mkdtemp's template: the prefix and six 'X' placeholders */
     int n = snprintf(f->logdir, sizeof f->logdir, "/tmp/pv-test-worker-");
     memset(f->logdir + n, 'X', 6);

@@ -51,10 +51,8 @@ static int setup(void **state) {
     pv_status st;
     if (!f || pv_test_redis_start(&f->srv, NULL) != 0 || pv_keys_init(&f->keys, "t:", &st) != PV_OK)
         return -1;
-    pv_redis_opts o = {
-        .addr = pv_test_redis_addr(f->srv), .load_functions = 1, .connect_timeout_ms = 1000};
-    o.command_timeout_ms = 5000;
-    if (pv_redis_new(&o, &f->r, &st) != PV_OK || !(f->c = pv_test_redis_connect(f->srv))) return -1;
+    if (!(f->r = pv_test_redis_client(f->srv, 5000)) || !(f->c = pv_test_redis_connect(f->srv)))
+        return -1;
     pv_pod_spec spec = {.name = "web"};
     pv_pod pod;
     if (pv_registry_add_pod(f->r, &f->keys, &spec, &pod, &st) != PV_OK) return -1;

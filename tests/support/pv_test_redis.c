@@ -304,6 +304,20 @@ pid_t pv_test_redis_pid(const pv_test_redis *t) {
     return t->pid;
 }
 
+pv_redis *pv_test_redis_client(const pv_test_redis *t, int command_timeout_ms) {
+    pv_redis_opts o = {.addr = pv_test_redis_addr(t),
+                       .connect_timeout_ms = 1000,
+                       .command_timeout_ms = command_timeout_ms,
+                       .load_functions = 1};
+    pv_redis *r = NULL;
+    pv_status st;
+    if (pv_redis_new(&o, &r, &st) != PV_OK) {
+        fprintf(stderr, "pv_test_redis_client: %s\n", st.msg);
+        return NULL;
+    }
+    return r;
+}
+
 redisContext *pv_test_redis_connect(const pv_test_redis *t) {
     struct timeval tv = {1, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", t->port, tv);

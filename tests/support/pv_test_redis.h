@@ -30,6 +30,8 @@
 #include <hiredis/hiredis.h>
 #include <sys/types.h>
 
+#include "pv_redis.h"
+
 typedef struct pv_test_redis pv_test_redis;
 
 /* Starts a server and waits (at most 10 s) until it answers PING. extra_args (NULL or "") are
@@ -47,6 +49,11 @@ pid_t pv_test_redis_pid(const pv_test_redis *t);          /* 0 when not running 
 /* A plain hiredis connection over TCP, independent of the code under test (NULL if the server
  * does not answer within 1 s). The caller frees it with redisFree. No AUTH is sent. */
 redisContext *pv_test_redis_connect(const pv_test_redis *t);
+
+/* A pv_redis handle on the server as every pivirt program makes one (the project's functions
+ * loaded on connect; connect timeout 1 s), with the given command timeout. NULL after printing
+ * why when it cannot be made. The caller frees it with pv_redis_free. */
+pv_redis *pv_test_redis_client(const pv_test_redis *t, int command_timeout_ms);
 
 /* Graceful stop: SIGTERM (and SIGCONT, in case a test paused it), then waits for the exit;
  * SIGKILL if it has not exited after 10 s. Returns 0 (also when it was not running). */
