@@ -911,6 +911,104 @@ int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t to
     return rc;
 }
 
+int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t n,
+                     const char *const *fields, const char *const *values, char *entry_id,
+                     pv_status *st) {
+    if (check_leased(op, token, st) != PV_OK) return st->code;
+    if (n == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "output of %s: no fields", op->id);
+    strv keys = {0}, args = {0};
+    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
+    strv_addf(&keys, "%s" OPS "out:%s", k->prefix, op->id);
+    strv_addf(&args, "%s" OPS, k->prefix);
+    strv_addf(&args, "%s", op->id);
+    strv_addf(&args, "%" PRId64, token);
+    strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    for (size_t i = 0; i < n; i++) {
+        strv_addf(&args, "%s", fields[i]);
+        strv_addf(&args, "%s", values[i] ? values[i] : "");
+    }
+    redisReply *rep = NULL;
+    int rc = fcall(r, "pv_op_output", &keys, &args, &rep, st);
+    if (rc == PV_OK && entry_id)
+        snprintf(entry_id, 32, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    strv_free(&keys);
+    strv_free(&args);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+void pv_op_output_free(pv_op_output *entries, size_t n) {
+    for (size_t i = 0; entries && i < n; i++) {
+        for (size_t j = 0; j < entries[i].n; j++) {
+            free(entries[i].fields[j]);
+            free(entries[i].values[j]);
+        }
+        free(entries[i].fields);
+        free(entries[i].values);
+    }
+    free(entries);
+}
+
+/* One stream entry [id, [field, value, ...]] into e. */
+static int output_entry(const redisReply *x, pv_op_output *e, pv_status *st) {
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != 2 ||
+        x->element[0]->type != REDIS_REPLY_STRING)
+        return pv_status_set(st, PV_INTERNAL, "operation output: unexpected entry");
+    snprintf(e->id, sizeof e->id, "%s", x->element[0]->str);
+    const redisReply *f = x->element[1];
+    size_t pairs = f->type == REDIS_REPLY_ARRAY ? f->elements / 2 : 0;
+    if (pairs == 0) return PV_OK;
+    e->fields = calloc(pairs, sizeof *e->fields);
+    e->values = calloc(pairs, sizeof *e->values);
+    if (!e->fields || !e->values) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t j = 0; j < pairs; j++) {
+        e->fields[j] = strdup(f->element[2 * j]->str ? f->element[2 * j]->str : "");
+        e->values[j] = strdup(f->element[2 * j + 1]->str ? f->element[2 * j + 1]->str : "");
+        e->n++;
+        if (!e->fields[j] || !e->values[j]) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    return PV_OK;
+}
+
+int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
+                      size_t count, int block_ms, pv_op_output **entries, size_t *n,
+                      pv_status *st) {
+    *entries = NULL;
+    *n = 0;
+    if (check_id(op_id, st) != PV_OK) return st->code;
+    char key[PV_KEY_MAX], cnt[24], blk[24];
+    snprintf(key, sizeof key, "%s" OPS "out:%s", k->prefix, op_id);
+    snprintf(cnt, sizeof cnt, "%zu", count ? count : 100);
+    snprintf(blk, sizeof blk, "%d", block_ms);
+    const char *with_block[] = {"XREAD", "COUNT",   cnt, "BLOCK",
+                                blk,     "STREAMS", key, after && *after ? after : "0"};
+    const char *no_block[] = {"XREAD", "COUNT", cnt, "STREAMS", key, after && *after ? after : "0"};
+    redisReply *rep = NULL;
+    int rc = block_ms > 0 ? pv_redis_commandv(r, &rep, st, 8, with_block, NULL)
+                          : pv_redis_commandv(r, &rep, st, 6, no_block, NULL);
+    if (rc != PV_OK) return rc;
+    /* nil (nothing new) or [[key, [entries]]] */
+    const redisReply *list =
+        (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2)
+            ? rep->element[0]->element[1]
+            : NULL;
+    if (list && list->elements > 0) {
+        *entries = calloc(list->elements, sizeof **entries);
+        if (!*entries) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        for (size_t i = 0; rc == PV_OK && i < list->elements; i++) {
+            (*n)++;
+            rc = output_entry(list->element[i], &(*entries)[i], st);
+        }
+        if (rc != PV_OK) {
+            pv_op_output_free(*entries, *n);
+            *entries = NULL;
+            *n = 0;
+        }
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
                  pv_op_status status, int error_code, const char *error_message, pv_status *st) {
     if (check_leased(op, token, st) != PV_OK) return st->code;

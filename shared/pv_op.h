@@ -13,6 +13,8 @@
  *
  * Keys (all share the hash tag {ops}, because they change together; <p> = redis.prefix):
  *   <p>{ops}:op:<id>       hash: the record (fields below), journal fields "j:<step>"
+ *   <p>{ops}:out:<id>      stream: the operation's output (pv_op_output_add), what a streaming
+ *                          call relays to its client; it expires with the record
  *   <p>{ops}:q:<queue>     stream of the queue: entries {op, kind}; consumer group "workers"
  *                          queues: "ops" (ops workers), "node:<name>" (the agent of <name>)
  *   <p>{ops}:idem:<rid>    string: op id of a request id, expires after 24 h
@@ -204,6 +206,28 @@ int pv_op_journal_get(pv_redis *r, const pv_keys *k, const char *op_id, const ch
                       char **value, pv_status *st);
 int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token,
                       const char *step, const char *value, pv_status *st);
+
+/* Output: a fenced entry of n field/value pairs (fields[i], values[i]) on the operation's output
+ * stream (kept to about PV_OP_OUTPUT_MAXLEN entries). *entry_id (may be NULL, at least 32 bytes)
+ * gets the stream id. PV_ABORTED when the lease is lost (nothing written). */
+#define PV_OP_OUTPUT_MAXLEN 100000
+int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t n,
+                     const char *const *fields, const char *const *values, char *entry_id,
+                     pv_status *st);
+
+/* One entry of an output stream: its id and n field/value pairs (owned; pv_op_output_free). */
+typedef struct pv_op_output {
+    char id[32];
+    size_t n;
+    char **fields, **values;
+} pv_op_output;
+void pv_op_output_free(pv_op_output *entries, size_t n);
+
+/* Reads the entries after `after` ("0" = from the start), at most count, waiting up to block_ms
+ * for the first one (0 = do not wait; the connection's command timeout must exceed block_ms).
+ * *entries is malloc'd (NULL when none). */
+int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
+                      size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st);
 
 /* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
  * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's

@@ -235,6 +235,9 @@ local function op_end(c, rec, status, code, errmsg, now)
   locks_release(c.base, rec)
   if c.queue and c.entry and c.entry ~= '' then redis.call('XACK', c.queue, GROUP, c.entry) end
   redis.call('EXPIRE', c.key, c.retention)
+  -- The output stream (pv_op_output) lives as long as its record; EXPIRE on a missing key is a
+  -- no-op, so operations without output cost nothing.
+  redis.call('EXPIRE', c.base .. 'out:' .. rec.id, c.retention)
   op_publish(c.base, rec)
   op_event(c.events, c.maxlen, rec, status == 'SUCCEEDED' and rec.message or errmsg)
 end
@@ -460,6 +463,19 @@ redis.register_function('pv_op_journal_put', function(keys, args)
   if err then return redis.error_reply(err) end
   redis.call('HSET', keys[1], 'j:' .. args[4], args[5])
   return redis.status_reply('OK')
+end)
+
+-- pv_op_output: a fenced entry on the operation's output stream, what a streaming call relays to
+-- its client as it happens (one message per workload created, log lines, ...).
+--   KEYS[1] record, [2] output stream (<base>out:<id>)
+--   ARGV[1] base, [2] id, [3] token, [4] approximate maxlen, [5..] field, value, ...
+--   returns the entry id
+redis.register_function('pv_op_output', function(keys, args)
+  local err = fence(op_load(keys[1], FENCE_FIELDS), args[2], args[3])
+  if err then return redis.error_reply(err) end
+  local xadd = {'XADD', keys[2], 'MAXLEN', '~', args[4], '*'}
+  for i = 5, #args do xadd[#xadd + 1] = args[i] end
+  return redis.call(unpack(xadd))
 end)
 
 -- pv_op_finish: the fenced end of a run: SUCCEEDED, FAILED or CANCELLED. Finishing again with the

@@ -24,6 +24,7 @@
 #define Q "t:{ops}:q:"
 #define LOCK "t:{ops}:lock:"
 #define OPKEY "t:{ops}:op:"
+#define OPS_BASE "t:{ops}:"
 
 typedef struct fixture {
     pv_test_redis *srv;
@@ -685,6 +686,56 @@ static void test_journal(void **state) {
     pv_op_clear(&sub);
 }
 
+/* The output stream: fenced appends, reads from the start, after an id and blocking, and the
+ * stream expires with its record. */
+static void test_output(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    ensure_group(f, "ops");
+    pv_op sub = submit(f, "wl-1");
+    pv_op op;
+    int64_t token;
+    take(f, "ops", "w1", 10000, &op, &token);
+    pv_op_output *out = NULL;
+    size_t n = 99;
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, "0", 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    const char *fields[] = {"id", "name"}, *v1[] = {"w-a", "app_web_abcdef"},
+               *v2[] = {"w-b", "app_web_ghijkl"};
+    char first[32];
+    assert_int_equal(pv_op_output_add(f->r, &f->keys, &op, token, 2, fields, v1, first, &st),
+                     PV_OK);
+    assert_int_equal(pv_op_output_add(f->r, &f->keys, &op, token, 2, fields, v2, NULL, &st), PV_OK);
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, "0", 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0].id, first);
+    assert_int_equal(out[0].n, 2);
+    assert_string_equal(out[0].fields[1], "name");
+    assert_string_equal(out[0].values[1], "app_web_abcdef");
+    assert_string_equal(out[1].values[0], "w-b");
+    pv_op_output_free(out, n);
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, first, 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].values[0], "w-b");
+    char last[32];
+    snprintf(last, sizeof last, "%s", out[0].id);
+    pv_op_output_free(out, n);
+    int64_t t0 = wall_ms();
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, last, 10, 200, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 0);
+    assert_true(wall_ms() - t0 >= 150);
+    /* A stale token writes nothing. */
+    assert_int_equal(pv_op_output_add(f->r, &f->keys, &op, token + 1, 2, fields, v1, NULL, &st),
+                     PV_ABORTED);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 2);
+    assert_int_equal(num(f, "TTL " OPS_BASE "out:%s", op.id), -1);
+    finish(f, &op, token, PV_OP_SUCCEEDED);
+    assert_true(num(f, "TTL " OPS_BASE "out:%s", op.id) > 0);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+}
+
 static int dead_letters_of(fixture *f, const char *id) {
     redisReply *rep = cmd(f, "XRANGE t:{ops}:dead - +");
     int n = 0;
@@ -1286,6 +1337,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_and_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release, setup, teardown),
