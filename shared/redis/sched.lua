@@ -47,13 +47,21 @@ local function apply_nodes(base, args, i, sign, app, entry)
     redis.call('HINCRBY', node, 'usage_rev', 1)
     redis.call('HINCRBY', node, 'rev', 1)
     local allocs = base .. 'node-allocs:' .. id
+    local changed = 0
     for j = 1, count do
       local aid, body = args[i + 5 + 2 * (j - 1)], args[i + 6 + 2 * (j - 1)]
-      if sign > 0 then redis.call('HSET', allocs, aid, body) else redis.call('HDEL', allocs, aid) end
+      if sign > 0 then
+        redis.call('HSET', allocs, aid, body)
+        changed = changed + 1
+      else
+        -- An allocation a workload took over (pv_workload_add) is no longer here: its instance
+        -- still counts, so only the allocations actually given back leave the deploy count.
+        changed = changed + redis.call('HDEL', allocs, aid)
+      end
     end
-    if app ~= '' then
+    if app ~= '' and changed > 0 then
       local counts = base .. 'deploy-count:' .. app .. ':' .. entry
-      local left = redis.call('HINCRBY', counts, name, sign * count)
+      local left = redis.call('HINCRBY', counts, name, sign * changed)
       if left <= 0 then redis.call('HDEL', counts, name) end
     end
     i = i + 5 + 2 * count

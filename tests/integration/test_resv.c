@@ -21,6 +21,7 @@
 #include "pv_resv.h"
 #include "pv_sched.h"
 #include "pv_test_redis.h"
+#include "pv_workload.h"
 #include "sched_cache.h"
 #include "sched_place.h"
 
@@ -431,6 +432,45 @@ static void test_concurrent_reservations_never_overcommit(void **state) {
     free(id2);
 }
 
+/* A deploy where one of two instances is created: the workload takes its allocation over
+ * (pv_workload_add), releasing the reservation gives back only the other one, the deploy count
+ * keeps the created instance, and the node's usage is exactly the workload's. */
+static void test_release_after_partial_deploy(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"includes\":[\"n1\"],\"count\":2,\"app\":\"web\",\"entrypoint\":"
+                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-CCCC", 1, &reply, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *first = json_array_get(json_object_get(json_object_get(j, "allocations"), "n1"), 0);
+    assert_non_null(first);
+    pv_workload w = {0};
+    assert_int_equal(pv_workload_new_id(w.id, &(pv_status){0}), PV_OK);
+    w.name = "web_main_abcdef";
+    w.app = "web";
+    w.entry = "main";
+    w.node = "n1";
+    w.image = "img";
+    w.alloc_id = (char *)json_string_value(json_object_get(first, "id"));
+    pv_status st;
+    assert_int_equal(pv_workload_add(f->r, &f->keys, &w, &st), PV_OK);
+    json_decref(j);
+    assert_int_equal(dummy_total(f), 4); /* n1: 4G - 2G reserved */
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-CCCC", &st), PV_OK);
+    assert_int_equal(dummy_total(f), 5); /* the workload keeps its 1G */
+    assert_int_equal(int_cmd(f, "HGET " BASE "deploy-count:web:main n1"), 1);
+    pv_resv_check c;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0); /* usage = the workload's resources */
+    assert_non_null(strstr(c.usage, "1073741824"));
+    pv_resv_check_clear(&c);
+}
+
 /* DUMMY total through a cache kept across calls, as the scheduler daemon keeps one. */
 static long long cached_total(fixture *f, sched_cache *cache) {
     sched_request req;
@@ -483,7 +523,7 @@ static void test_cache_follows_every_change(void **state) {
     uint64_t reads, views;
     sched_cache_stats(cache, &entries, &reads, &views);
     assert_true(views >= 8);
-    assert_true(reads < views * 3); /* unchanged nodes were not read again on every view */
+    assert_true(reads < views * 3);  /* unchanged nodes were not read again on every view */
     sched_cache_sweep(cache, -1000); /* everything idle: dropped, and read again on use */
     sched_cache_stats(cache, &entries, &reads, &views);
     assert_int_equal(entries, 0);
@@ -515,6 +555,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overcommit, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
