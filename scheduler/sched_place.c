@@ -445,6 +445,13 @@ int sched_place_reserve(sched_cache *cache, pv_redis *r, const pv_keys *k, const
                       COMMIT_TRIES);
         return set_err(err, &st);
     }
+    if (outcome == PV_RESV_DUPLICATE) {
+        /* The same request again (a requester retrying with its id, or a takeover after the
+         * commit): the reservation stands as made; the requester reads it with pv_resv_get. */
+        pv_status_set(&st, PV_ALREADY_EXISTS, "reservation %s was made for this request already",
+                      resv_id);
+        return set_err(err, &st);
+    }
     if (outcome == PV_RESV_ABANDONED)
         pv_info("reservation %s: its requester gave up before the commit; nothing reserved",
                 resv_id);

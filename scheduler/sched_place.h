@@ -62,12 +62,11 @@ int sched_place_capacity(sched_cache *cache, pv_redis *r, const pv_keys *k,
  * A deploy's reservation: plans, allocates and commits, planning again from fresh data when
  * another scheduler's commit got there first. request_id (may be NULL) names the plan request:
  * the reservation id is derived from it (a retried request finds its reservation instead of
- * making a second one) and the commit writes the reply to it atomically. On PV_OK the reply is
- * written (or was written before, or its requester has gone); *reply_out (may be NULL) gets a
- * copy of the body when this call wrote it.
+ * making a second one: ALREADY_EXISTS naming the reservation) and the commit writes the reply to
+ * it atomically. On PV_OK the reply is written (or its requester has gone); *reply_out (may be
+ * NULL) gets a copy of the body when this call wrote it.
  */
-int sched_place_reserve(sched_cache *cache, pv_redis *r, const pv_keys *k,
-                        const sched_request *req, const char *request_id, int64_t now_ms,
-                        char **reply_out, sched_error *err);
+int sched_place_reserve(sched_cache *cache, pv_redis *r, const pv_keys *k, const sched_request *req,
+                        const char *request_id, int64_t now_ms, char **reply_out, sched_error *err);
 
 #endif

@@ -310,6 +310,25 @@ out:
     return rc;
 }
 
+int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    int rc = resv_load(r, k, resv_id, out, st);
+    for (size_t i = 0; rc == PV_OK && i < out->nnodes; i++) {
+        pv_resv_node *n = &out->nodes[i];
+        for (size_t j = 0; rc == PV_OK && j < n->nallocs; j++) {
+            redisReply *rep = NULL;
+            rc = pv_redis_command(r, &rep, st, "HGET %s{reg}:node-allocs:%s %s", k->prefix, n->id,
+                                  n->alloc_ids[j]);
+            if (rc == PV_OK && rep->type == REDIS_REPLY_STRING &&
+                !(n->allocs[j] = strdup(rep->str)))
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            if (rep) freeReplyObject(rep);
+        }
+    }
+    if (rc != PV_OK) pv_resv_clear(out);
+    return rc;
+}
+
 /* Reads the node (resources, usage, rev) and subtracts the reservation's allocations there. */
 static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_status *st) {
     pv_node rec = {0};

@@ -87,6 +87,11 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char 
  */
 int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_status *st);
 
+/* Reads a reservation back: its record and, per node, its allocation ids with their documents
+ * (allocs[i] NULL for an allocation a workload has taken over, or that was released). The
+ * nodes' rev and usage are not read (0 and NULL). NOT_FOUND when it does not exist. */
+int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out, pv_status *st);
+
 /* Ids of the reservations whose expiry is at or before now_ms (at most max). *ids is a malloc'd
  * array of malloc'd strings (pv_resv_ids_free); NULL when none. */
 int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,

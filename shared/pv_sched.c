@@ -108,8 +108,16 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
     char id[PV_ID_MAX], stream[PV_KEY_MAX], reply_key[PV_KEY_MAX], gone_key[PV_KEY_MAX];
     if (opts->timeout_ms <= 0)
         return pv_status_set(st, PV_DEADLINE_EXCEEDED, "no time left to ask a scheduler");
-    if (pv_id_new("plan", id, sizeof id) != 0)
+    if (opts->request_id && *opts->request_id) {
+        if (strncmp(opts->request_id, "plan-", 5) != 0 || strlen(opts->request_id) >= sizeof id)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "request id %s: must start with \"plan-\" and be shorter than "
+                                 "%zu bytes",
+                                 opts->request_id, sizeof id);
+        snprintf(id, sizeof id, "%s", opts->request_id);
+    } else if (pv_id_new("plan", id, sizeof id) != 0) {
         return pv_status_set(st, PV_INTERNAL, "cannot make a request id");
+    }
     if (pv_sched_key_requests(k, stream, sizeof stream, st) != PV_OK ||
         pv_sched_key_reply(k, id, reply_key, sizeof reply_key, st) != PV_OK ||
         pv_sched_key_gone(k, id, gone_key, sizeof gone_key, st) != PV_OK)

@@ -40,6 +40,10 @@ typedef struct pv_sched_call_opts {
     int64_t timeout_ms;          /* > 0: how long to wait for the reply */
     int (*cancelled)(void *arg); /* may be NULL: polled while waiting; non-zero stops */
     void *arg;
+    /* NULL: a fresh "plan-<ulid>". Else "plan-<...>" chosen by the caller, so that asking again
+     * (an operation redelivered after a crash) names the same reservation "resv-<...>": the
+     * answer is then ALREADY_EXISTS, and pv_resv_get reads what was reserved. */
+    const char *request_id;
 } pv_sched_call_opts;
 
 /*

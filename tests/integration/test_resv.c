@@ -293,10 +293,25 @@ static void test_same_request_reserves_once(void **state) {
     assert_non_null(reply);
     free(reply);
     reply = NULL;
-    /* A scheduler taking the same request over after a crash finds the reservation made. */
+    /* A scheduler taking the same request over after a crash, or the requester asking again with
+     * the same id, finds the reservation made: nothing more is reserved, and it is named. */
     assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAA", 1, &reply, &err),
-                     PV_OK);
+                     PV_ALREADY_EXISTS);
     assert_null(reply);
+    assert_non_null(strstr(err.status.msg, "resv-AAAA"));
+    pv_resv rv = {0};
+    pv_status st;
+    assert_int_equal(pv_resv_get(f->r, &f->keys, "resv-AAAA", &rv, &st), PV_OK);
+    size_t held = 0;
+    for (size_t i = 0; i < rv.nnodes; i++)
+        for (size_t a = 0; a < rv.nodes[i].nallocs; a++) {
+            assert_non_null(rv.nodes[i].allocs[a]);
+            assert_non_null(strstr(rv.nodes[i].allocs[a], "cpumem"));
+            held++;
+        }
+    assert_int_equal(held, 2);
+    pv_resv_clear(&rv);
+    assert_int_equal(pv_resv_get(f->r, &f->keys, "resv-NOPE", &rv, &st), PV_NOT_FOUND);
     assert_int_equal(dummy_total(f), 4);
     sched_request_free(&req);
 }

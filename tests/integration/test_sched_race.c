@@ -231,10 +231,45 @@ static void test_scheduler_killed_mid_race(void **state) {
     assert_usage_consistent(f);
 }
 
+/* A requester that asks again with the same request id (an operation redelivered after its
+ * worker died) is told at once that the reservation exists, and can read it. */
+static void test_same_request_id_answers_already_exists(void **state) {
+    fixture *f = *state;
+    const char *body = "{\"pod\":\"p1\",\"count\":3,\"resources\":{\"cpumem\":"
+                       "{\"memory-request\":\"1G\"}}}";
+    pv_sched_call_opts o = {.timeout_ms = 10000, .request_id = "plan-op-42"};
+    char *reply = NULL;
+    pv_status st;
+    assert_int_equal(pv_sched_call(f->r, &f->keys, "reserve", body, &o, &reply, &st), PV_OK);
+    assert_non_null(strstr(reply, "resv-op-42"));
+    free(reply);
+    reply = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(pv_sched_call(f->r, &f->keys, "reserve", body, &o, &reply, &st),
+                     PV_ALREADY_EXISTS);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < 5);
+    assert_non_null(strstr(st.msg, "resv-op-42"));
+    pv_resv rv;
+    assert_int_equal(pv_resv_get(f->r, &f->keys, "resv-op-42", &rv, &st), PV_OK);
+    size_t held = 0;
+    for (size_t i = 0; i < rv.nnodes; i++)
+        held += rv.nodes[i].nallocs;
+    assert_int_equal(held, 3);
+    pv_resv_clear(&rv);
+    assert_int_equal(allocs_total(f), 3);
+    o.request_id = "bogus-1";
+    assert_int_equal(pv_sched_call(f->r, &f->keys, "reserve", body, &o, &reply, &st),
+                     PV_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_two_schedulers_never_overcommit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scheduler_killed_mid_race, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_request_id_answers_already_exists, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
