@@ -23,6 +23,7 @@
 #include "pv_redis.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
+#include "pv_workload.h"
 #include "sched_cache.h"
 #include "sched_place.h"
 
@@ -197,6 +198,17 @@ static void reap_expired(sched_server *s) {
     pv_resv_ids_free(ids, n);
 }
 
+/* Eru's self-monitor: the workloads of nodes whose liveness ended are marked down. Every
+ * scheduler does it on its tick; the function only writes real changes. */
+static void mark_dead_nodes(sched_server *s) {
+    size_t marked = 0;
+    pv_status st;
+    if (pv_workload_mark_dead_nodes(s->redis, &s->keys, &marked, &st) != PV_OK)
+        pv_warn("marking the workloads of dead nodes: %s", st.msg);
+    else if (marked > 0)
+        pv_info("marked %zu workload(s) of dead nodes not running, not healthy", marked);
+}
+
 static void *loop(void *arg) {
     sched_server *s = arg;
     pv_status st;
@@ -221,6 +233,7 @@ static void *loop(void *arg) {
         if (now >= next_reap) {
             next_reap = now + REAP_EVERY_MS;
             reap_expired(s);
+            mark_dead_nodes(s);
             sched_cache_sweep(s->cache, CACHE_IDLE_MS);
         }
         if (grouped && read_new(s, &st) != PV_OK) {

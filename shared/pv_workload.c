@@ -535,6 +535,19 @@ int pv_workload_mark_node_down(pv_redis *r, const pv_keys *k, const char *node, 
     return rc;
 }
 
+int pv_workload_mark_dead_nodes(pv_redis *r, const pv_keys *k, size_t *count, pv_status *st) {
+    if (count) *count = 0;
+    fargs a;
+    if (fargs_init(&a, k, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc = fargs_run(&a, r, "pv_wl_mark_dead_nodes", true, &rep, st);
+    if (rc == PV_OK && rep->type != REDIS_REPLY_INTEGER)
+        rc = bad_reply("pv_wl_mark_dead_nodes", st);
+    if (rc == PV_OK && count) *count = (size_t)rep->integer;
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
 /* ---- following statuses ---- */
 
 int pv_workload_status_view(pv_redis *r, const pv_keys *k, const char *id,

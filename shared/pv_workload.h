@@ -116,6 +116,11 @@ int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_st
 int pv_workload_get_status(pv_redis *r, const pv_keys *k, const char *id, pv_workload_status *out,
                            pv_status *st);
 
+/* What Eru's self-monitor does: marks the workloads of every node whose liveness has ended not
+ * running and not healthy, leaving those already marked alone (so it can run on every tick).
+ * *count (may be NULL) gets how many changed. */
+int pv_workload_mark_dead_nodes(pv_redis *r, const pv_keys *k, size_t *count, pv_status *st);
+
 /* Marks every workload of a node not running and not healthy (SetNode workloads_down, and the
  * node's liveness ending), in one step: an existing status keeps its TTL and its other fields;
  * a workload without one gets a status without expiry, as Eru writes it. Watchers see a "set"

@@ -243,5 +243,36 @@ redis.register_function('pv_wl_mark_node_down', function(keys, args)
   return #ids
 end)
 
+-- pv_wl_mark_dead_nodes(KEYS[1]=nodes index, ARGV: base) -> how many workloads were marked.
+-- What Eru's self-monitor does when a node's liveness ends: every workload of a node whose alive
+-- key is gone is marked not running and not healthy. Idempotent: a workload already marked down
+-- is left alone, so running it on every scheduler tick writes (and notifies) only real changes.
+redis.register_function('pv_wl_mark_dead_nodes', function(keys, args)
+  local base = args[1]
+  local marked = 0
+  local index = redis.call('HGETALL', keys[1])
+  for i = 1, #index, 2 do
+    local node, node_id = index[i], index[i + 1]
+    if redis.call('EXISTS', base .. 'alive:' .. node) == 0 then
+      for _, id in ipairs(redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)) do
+        local text = redis.call('GET', status_key(base, id))
+        local ok, st = false, nil
+        if text then ok, st = pcall(cjson.decode, text) end
+        if ok and type(st) == 'table' then
+          if st.running ~= false or st.healthy ~= false then
+            st.running, st.healthy = false, false
+            store_status(base, id, st, 'keep')
+            marked = marked + 1
+          end
+        else
+          store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+          marked = marked + 1
+        end
+      end
+    end
+  end
+  return marked
+end)
+
 redis.register_function{function_name = 'pv_workload_version', flags = {'no-writes'},
   callback = function(keys, args) return 1 end}

@@ -511,6 +511,33 @@ static void test_mark_node_down(void **state) {
     assert_int_equal(count, 0);
 }
 
+/* The self-monitor's pass: only nodes whose alive key is gone, only workloads not marked down
+ * yet, so a second pass changes nothing. */
+static void test_mark_dead_nodes(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    char a1[PV_WORKLOAD_ID_LEN + 1], a2[PV_WORKLOAD_ID_LEN + 1], b1[PV_WORKLOAD_ID_LEN + 1];
+    add_wl(f, "api", "web", "na", 1, NULL, a1);
+    add_wl(f, "api", "web", "na", 2, NULL, a2);
+    add_wl(f, "api", "web", "nb", 3, NULL, b1);
+    set_status(f, a1, true, 0);
+    set_status(f, b1, true, 0);
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "nb", 60, NULL, &st), PV_OK);
+    size_t count = 99;
+    assert_int_equal(pv_workload_mark_dead_nodes(f->r, &f->keys, &count, &st), PV_OK);
+    assert_int_equal(count, 2); /* na has no agent: a1 marked, a2 gets a down status */
+    assert_status_flags(f, a1, false, false);
+    assert_status_flags(f, a2, false, false);
+    assert_status_flags(f, b1, true, true); /* nb is alive */
+    assert_int_equal(pv_workload_mark_dead_nodes(f->r, &f->keys, &count, &st), PV_OK);
+    assert_int_equal(count, 0);
+    /* nb's liveness ends: its workload follows on the next pass. */
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "nb", -1, NULL, &st), PV_OK);
+    assert_int_equal(pv_workload_mark_dead_nodes(f->r, &f->keys, &count, &st), PV_OK);
+    assert_int_equal(count, 1);
+    assert_status_flags(f, b1, false, false);
+}
+
 static void test_watcher_reads(void **state) {
     fixture *f = *state;
     pv_status st;
@@ -654,6 +681,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_status_set_get_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_batch_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_node_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_dead_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watcher_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_and_notifications, setup, teardown),
     };
