@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "pb/core.pb-c.h"
+#include "pv_deploy.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -50,62 +51,6 @@ static pv_redis *redis_or_fail(gw_call *call, int eru) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* CalculateCapacity                                                                           */
-
-static int add_strings(json_t *arr, char **v, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (json_array_append_new(arr, json_string(v[i])) != 0) return -1;
-    return 0;
-}
-
-static int add_labels(json_t *obj, void *const *entries, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const svc_eru_str_entry *e = entries[i];
-        if (json_object_set_new(obj, e->key, json_string(e->value)) != 0) return -1;
-    }
-    return 0;
-}
-
-/* DeployOptions -> the scheduler's request body. Eru's node filter: the legacy nodenames and
- * nodelabels fields and node_filter are both honoured (their union). */
-static int capacity_body(const Pb__DeployOptions *o, char **body, pv_status *st) {
-    *body = NULL;
-    char *resources = NULL;
-    if (svc_eru_resources_json("resources", (void *const *)o->resources, o->n_resources, &resources,
-                               st) != PV_OK)
-        return st->code;
-    pv_res_req check = {0};
-    int rc = pv_res_req_parse(resources, &check, st);
-    pv_res_req_free(&check);
-    if (rc != PV_OK) {
-        free(resources);
-        return rc;
-    }
-    json_t *res = json_loads(resources, 0, NULL);
-    free(resources);
-    json_t *includes = json_array(), *excludes = json_array(), *labels = json_object();
-    const Pb__NodeFilter *f = o->node_filter;
-    int bad = !res || !includes || !excludes || !labels ||
-              add_strings(includes, o->nodenames, o->n_nodenames) != 0 ||
-              (f && add_strings(includes, f->includes, f->n_includes) != 0) ||
-              (f && add_strings(excludes, f->excludes, f->n_excludes) != 0) ||
-              add_labels(labels, (void *const *)o->nodelabels, o->n_nodelabels) != 0 ||
-              (f && add_labels(labels, (void *const *)f->labels, f->n_labels) != 0);
-    json_t *j =
-        bad ? NULL
-            : json_pack("{s:s, s:O, s:O, s:O, s:b, s:O, s:i, s:i, s:i, s:s, s:s}", "pod",
-                        o->podname, "includes", includes, "excludes", excludes, "labels", labels,
-                        "all", f && f->all, "resources", res, "strategy", (int)o->deploy_strategy,
-                        "count", (int)o->count, "nodes_limit", (int)o->nodes_limit, "app", o->name,
-                        "entrypoint", o->entrypoint->name);
-    *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    json_decref(res);
-    json_decref(includes);
-    json_decref(excludes);
-    json_decref(labels);
-    if (!*body) return pv_status_set(st, PV_INVALID_ARGUMENT, "labels or node names: not UTF-8");
-    return PV_OK;
-}
 
 static int call_gone(void *arg) {
     return gw_call_is_closed(arg);
@@ -175,7 +120,7 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
     char *body = NULL, *reply = NULL;
     pv_sched_call_opts opts = {
         .timeout_ms = wait_budget(call), .cancelled = call_gone, .arg = call};
-    if (capacity_body(o, &body, &st) != PV_OK ||
+    if (pv_deploy_plan_body(o, NULL, &body, &st) != PV_OK ||
         pv_sched_call(r, &app_of(call)->keys, "capacity", body, &opts, &reply, &st) != PV_OK) {
         free(body);
         gw_call_finishf(call, ERU_CALCULATE_CAPACITY, "%s", st.msg);

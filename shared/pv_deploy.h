@@ -1,0 +1,28 @@
+/*
+ * pv_deploy: Eru's DeployOptions as the control plane reads them, shared by the gateway
+ * (CalculateCapacity, CreateWorkload) and the ops workers that carry a deploy out: Eru's
+ * validation of a deploy, and the plan request the schedulers take (scheduler/sched_place.h).
+ * No Redis, no gRPC plumbing: the generated protobuf-c message only.
+ *
+ * Ownership: *body is malloc'd for the caller.
+ */
+#ifndef PV_DEPLOY_H
+#define PV_DEPLOY_H
+
+#include "pb/core.pb-c.h"
+#include "pv_status.h"
+
+/* CreateWorkload's checks, in Eru's order and with its words, each naming the field:
+ * name ("app name is empty"), podname ("pod name is empty"), image ("image is empty"), count
+ * ("count is 0" for <= 0), entrypoint.name ("entrypoint name is empty", "entrypoint name has
+ * '_' character"), then the resource documents (pv_res_req_parse: plugin and field named).
+ * INVALID_ARGUMENT. */
+int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st);
+
+/* The plan request body for o: the pod, Eru's node filter (the legacy nodenames/nodelabels and
+ * node_filter together), the resource request (documents checked), strategy, count,
+ * nodes_limit, app and entrypoint (for the deploy counts), and owner (may be NULL: the
+ * operation the reservation is for). INVALID_ARGUMENT naming the field for bad documents. */
+int pv_deploy_plan_body(const Pb__DeployOptions *o, const char *owner, char **body, pv_status *st);
+
+#endif
