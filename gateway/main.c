@@ -27,6 +27,7 @@
 #include "pv_presence.h"
 #include "pv_version.h"
 #include "svc_core.h"
+#include "svc_core_deploy.h"
 #include "svc_core_res.h"
 #include "svc_core_wl.h"
 #include "svc_operations.h"
@@ -75,6 +76,7 @@ typedef struct gateway {
     gw_health *health;
     svc_core *core;
     svc_core_res *core_res;
+    svc_core_deploy *core_deploy;
     svc_core_wl *core_wl;
     gw_waiter *waiter;
     svc_operations *ops;
@@ -89,6 +91,7 @@ static void gateway_free(gateway *g) {
     gw_waiter_free(g->waiter); /* after the server: every waiting call is gone by then */
     svc_core_free(g->core);
     svc_core_res_free(g->core_res);
+    svc_core_deploy_free(g->core_deploy);
     svc_core_wl_free(g->core_wl);
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
@@ -112,10 +115,12 @@ static int build_server(gateway *g) {
     g->health = gw_health_new(g->services, n);
     g->core = svc_core_new(app);
     g->core_res = svc_core_res_new(app);
+    g->core_deploy = svc_core_deploy_new(app);
     g->core_wl = svc_core_wl_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
-    if (!g->health || !g->core || !g->core_res || !g->core_wl || !g->ops) return -1;
+    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_wl || !g->ops)
+        return -1;
 
     gw_server_opts o = {
         .listen = (const char *const *)app->cfg.gateway.listen,
@@ -142,6 +147,7 @@ static int build_server(gateway *g) {
         gw_reflection_register(g->reflection, g->server, 0) != 0 ||
         svc_core_register(g->core, g->server) != 0 ||
         svc_core_res_register(g->core_res, g->server) != 0 ||
+        svc_core_deploy_register(g->core_deploy, g->server) != 0 ||
         svc_core_wl_register(g->core_wl, g->server) != 0 ||
         svc_operations_register(g->ops, g->server) != 0 ||
         gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {

@@ -53,19 +53,23 @@ typedef struct pv_config {
     } auth;
 
     struct {
-        int heartbeat_seconds; /* worker.heartbeat_seconds (2) */
-        char *node;            /* worker.node: node name for the node role ("" = ops role) */
-        char *pod;             /* worker.pod: pod/cluster of the node ("local") */
-        int concurrency;       /* worker.concurrency: operations run at once (8) */
-        int lease_ms;          /* worker.lease_ms: an operation's lease; redelivery after a
-                                  worker's death comes within about 1.5x this (10000) */
-        int max_attempts;      /* worker.max_attempts: default deliveries before an
-                                  operation fails for good (5) */
-        int backoff_base_ms;   /* worker.backoff_base_ms: first retry delay, doubled per
-                                  attempt, with jitter (200) */
-        int backoff_max_ms;    /* worker.backoff_max_ms: retry delay cap (30000) */
-        int shutdown_ms;       /* worker.shutdown_ms: on SIGTERM, running operations may
-                                  finish this long before they are handed back (10000) */
+        int heartbeat_seconds;  /* worker.heartbeat_seconds (2) */
+        char *node;             /* worker.node: node name for the node role ("" = ops role) */
+        char *pod;              /* worker.pod: pod/cluster of the node ("local") */
+        int concurrency;        /* worker.concurrency: operations run at once (8) */
+        int lease_ms;           /* worker.lease_ms: an operation's lease; redelivery after a
+                                   worker's death comes within about 1.5x this (10000) */
+        int max_attempts;       /* worker.max_attempts: default deliveries before an
+                                   operation fails for good (5) */
+        int backoff_base_ms;    /* worker.backoff_base_ms: first retry delay, doubled per
+                                   attempt, with jitter (200) */
+        int backoff_max_ms;     /* worker.backoff_max_ms: retry delay cap (30000) */
+        int shutdown_ms;        /* worker.shutdown_ms: on SIGTERM, running operations may
+                                   finish this long before they are handed back (10000) */
+        int node_op_timeout_ms; /* worker.node_op_timeout_ms: a node's part of a deploy that no
+                                   agent has taken after this is cancelled (60000) */
+        char *endpoint;         /* worker.endpoint: the agent's engine ("process://") */
+        char *image_dir;        /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
     } worker;
 
     struct {

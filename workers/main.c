@@ -82,7 +82,8 @@ int main(int argc, char **argv) {
         pv_warn("redis %s is not answering yet (%s); retrying", cfg.redis.addr, st.msg);
     }
     wk_consumer *consumer_handle = NULL;
-    wk_consumer_opts co = {.cfg = &cfg, .queue = queue, .consumer = consumer};
+    wk_consumer_opts co = {
+        .cfg = &cfg, .queue = queue, .consumer = consumer, .context = node_agent};
     if (wk_consumer_start(&co, &consumer_handle, &st) != PV_OK) {
         pv_error("consumer: %s", st.msg);
         pv_presence_stop(presence);

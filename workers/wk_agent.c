@@ -14,6 +14,8 @@
  */
 #include "wk_agent.h"
 
+#include <limits.h>
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,7 +40,37 @@ struct wk_agent {
     bool alive_set; /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
     bool info_failing;
+    wk_engine *engine; /* NULL when it could not be opened (deploys then fail saying why) */
+    char engine_error[PV_STATUS_MSG_MAX];
 };
+
+/* The engine of the node's endpoint, with its state under <data_dir>/engine/<node> and the image
+ * store in worker.image_dir (default <data_dir>/images). */
+static void open_engine(wk_agent *a, const pv_config *cfg) {
+    char state[PATH_MAX], images[PATH_MAX];
+    snprintf(state, sizeof state, "%s/engine/%s", cfg->data_dir, a->node);
+    if (cfg->worker.image_dir && *cfg->worker.image_dir)
+        snprintf(images, sizeof images, "%s", cfg->worker.image_dir);
+    else
+        snprintf(images, sizeof images, "%s/images", cfg->data_dir);
+    wk_engine_opts o = {.state_dir = state, .image_dir = images, .stop_grace_seconds = 10};
+    pv_status st;
+    if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
+        snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);
+        pv_error("agent node=%s: engine %s: %s", a->node, cfg->worker.endpoint, st.msg);
+        return;
+    }
+    pv_info("agent node=%s: engine %s (state %s, images %s)", a->node, wk_engine_type(a->engine),
+            state, images);
+}
+
+wk_engine *wk_agent_engine(wk_agent *a) {
+    return a ? a->engine : NULL;
+}
+
+const char *wk_agent_node(const wk_agent *a) {
+    return a->node;
+}
 
 wk_agent *wk_agent_new(const pv_config *cfg) {
     wk_agent *a = calloc(1, sizeof *a);
@@ -59,11 +91,13 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
         pv_info("agent node=%s: worker.pod is empty, so the node is not registered by its agent: "
                 "AddNode it (its engine info is reported meanwhile)",
                 a->node);
+    open_engine(a, cfg);
     return a;
 }
 
 void wk_agent_free(wk_agent *a) {
     if (!a) return;
+    wk_engine_close(a->engine);
     free(a->node);
     free(a->pod);
     free(a->data_dir);

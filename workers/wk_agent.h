@@ -19,11 +19,19 @@
 
 #include "pv_config.h"
 #include "pv_redis.h"
+#include "wk_engine.h"
 
 typedef struct wk_agent wk_agent;
 
+/* Also opens the engine of worker.endpoint (state under <data_dir>/engine/<node>, images in
+ * worker.image_dir); an engine that cannot be opened is logged and leaves the agent without one
+ * (its deploys then fail saying so). */
 wk_agent *wk_agent_new(const pv_config *cfg);
 void wk_agent_free(wk_agent *a);
+
+/* The node's engine (NULL when it could not be opened) and the node's name. */
+wk_engine *wk_agent_engine(wk_agent *a);
+const char *wk_agent_node(const wk_agent *a);
 
 /* A pv_presence tick: reports the engine info, registers the node if not yet done (and
  * worker.pod is set), then refreshes its alive key. */

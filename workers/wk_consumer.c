@@ -82,6 +82,8 @@ struct wk_consumer {
     pv_op_opts opts;
     int concurrency, lease_ms, backoff_base_ms, backoff_max_ms, shutdown_ms;
     bool test_operations;
+    void *context;        /* handed to every handler (wk_op_context) */
+    const pv_config *cfg; /* handed to every handler (wk_op_config); outlives the consumer */
 
     pv_redis *reader_redis, *keeper_redis, *control_redis;
     pool_thread *pool;
@@ -706,7 +708,9 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
                   .keys = &c->keys,
                   .opts = &c->opts,
                   .lease_ms = c->lease_ms,
-                  .test_operations = c->test_operations};
+                  .test_operations = c->test_operations,
+                  .context = c->context,
+                  .cfg = c->cfg};
     wk_op *op = NULL;
     pv_status st;
     if (wk_op_new(&env, rec, token, &op, &st) != PV_OK) {
@@ -927,6 +931,8 @@ static int configure(struct wk_consumer *c, const wk_consumer_opts *o, pv_status
     c->backoff_max_ms = cfg->worker.backoff_max_ms > 0 ? cfg->worker.backoff_max_ms : 1;
     c->shutdown_ms = cfg->worker.shutdown_ms >= 0 ? cfg->worker.shutdown_ms : 0;
     c->test_operations = cfg->test_operations;
+    c->context = o->context;
+    c->cfg = cfg;
     c->opts.retention_seconds = cfg->ops.retention_seconds;
     c->opts.events_maxlen = cfg->ops.events_maxlen;
     if (pv_keys_init(&c->keys, cfg->redis.prefix, st) != PV_OK ||

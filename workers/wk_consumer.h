@@ -29,6 +29,7 @@ typedef struct wk_consumer_opts {
     const pv_config *cfg; /* redis.*, worker.*, ops.*, test_operations */
     const char *queue;    /* "ops" or "node:<name>" */
     const char *consumer; /* unique per process: "<host>-<pid>", "<node>-<pid>" */
+    void *context;        /* given to every handler (wk_op_context); may be NULL */
 } wk_consumer_opts;
 
 /* Starts the threads. Redis need not be up yet (the reader waits for it). */

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "pv_log.h"
+#include "wk_deploy.h"
+#include "wk_node_deploy.h"
 #include "wk_test_kinds.h"
 
 typedef struct wk_str {
@@ -53,6 +55,8 @@ static const wk_handler_entry k_handlers[] = {
     {"test.sleep", wk_test_sleep, true},
     {"test.fail", wk_test_fail, true},
     {"test.flaky", wk_test_flaky, true},
+    {WK_DEPLOY_KIND, wk_deploy_create, false},
+    {WK_DEPLOY_NODE_KIND, wk_node_deploy_create, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */
@@ -104,6 +108,27 @@ pv_redis *wk_op_redis(wk_op *op) {
 
 const pv_keys *wk_op_keys(const wk_op *op) {
     return op->env.keys;
+}
+
+const pv_op_opts *wk_op_opts(const wk_op *op) {
+    return op->env.opts;
+}
+
+void *wk_op_context(const wk_op *op) {
+    return op->env.context;
+}
+
+const pv_config *wk_op_config(const wk_op *op) {
+    return op->env.cfg;
+}
+
+int wk_op_output(wk_op *op, size_t n, const char *const *fields, const char *const *values,
+                 pv_status *st) {
+    if (pv_op_output_add(op->env.redis, op->env.keys, &op->rec, op->token, n, fields, values, NULL,
+                         st) == PV_OK)
+        return PV_OK;
+    if (st->code == PV_ABORTED) wk_op_set_lost(op, st->msg);
+    return st->code;
 }
 
 /* --- stop flags ------------------------------------------------------------------------------ */

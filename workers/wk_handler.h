@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pv_config.h"
 #include "pv_op.h"
 #include "pv_redis.h"
 #include "pv_status.h"
@@ -77,6 +78,18 @@ int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **res
 /* The Redis connection of the thread running the handler (for the handler's own commands). */
 pv_redis *wk_op_redis(wk_op *op);
 const pv_keys *wk_op_keys(const wk_op *op);
+const pv_op_opts *wk_op_opts(const wk_op *op);
+
+/* What the worker gives its handlers (wk_env.context): the node agent's engine, for instance. */
+void *wk_op_context(const wk_op *op);
+
+/* The process's configuration, or NULL (handlers then use the defaults). */
+const pv_config *wk_op_config(const wk_op *op);
+
+/* A fenced entry on the operation's output stream (pv_op_output_add): what a streaming call
+ * relays to its client. PV_ABORTED when the lease is lost (the op then stops). */
+int wk_op_output(wk_op *op, size_t n, const char *const *fields, const char *const *values,
+                 pv_status *st);
 
 /* --- for the consumer ------------------------------------------------------------------------ */
 
@@ -87,6 +100,8 @@ typedef struct wk_env {
     const pv_op_opts *opts;
     int lease_ms;
     bool test_operations; /* test.* kinds are runnable */
+    void *context;        /* the role's state for its handlers (wk_op_context); may be NULL */
+    const pv_config *cfg; /* the process's configuration (wk_op_config); may be NULL in tests */
 } wk_env;
 
 /* Takes over the strings of *rec (which is left zeroed) for an operation leased with token. */

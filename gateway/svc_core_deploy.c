@@ -1,0 +1,301 @@
+/*
+ * svc_core_deploy: CreateWorkload (see svc_core_deploy.h).
+ *
+ * The relay follows the parent operation's output for the announcements of its children
+ * ({type=node, node, op}; repeated announcements after a redelivery are the same child) and each
+ * child's output for its instances. It polls, with short blocking reads, from the handler's pool
+ * thread: a deploy holds one gateway thread while it runs.
+ */
+#include "svc_core_deploy.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pb/core.pb-c.h"
+#include "pv_b64.h"
+#include "pv_deploy.h"
+#include "pv_id.h"
+#include "pv_log.h"
+#include "pv_op.h"
+#include "svc_eru.h"
+
+#define N_METHODS 1
+#define MAX_CHILDREN 4096
+#define POLL_MS 50
+
+struct svc_core_deploy {
+    gw_app *app;
+    gw_method methods[N_METHODS];
+};
+
+svc_core_deploy *svc_core_deploy_new(gw_app *app) {
+    svc_core_deploy *s = calloc(1, sizeof *s);
+    if (s) s->app = app;
+    return s;
+}
+
+void svc_core_deploy_free(svc_core_deploy *s) {
+    free(s);
+}
+
+/* One node's part of the deploy as the relay follows it. */
+typedef struct child {
+    char id[PV_ID_MAX];
+    char node[256];
+    char after[32]; /* last output entry relayed */
+    size_t reported, expected;
+    bool done;
+} child;
+
+typedef struct relay {
+    gw_call *call;
+    pv_redis *r;
+    const pv_keys *k;
+    char parent[PV_ID_MAX];
+    char parent_after[32];
+    const char *pod;
+    child *children;
+    size_t n;
+    size_t sent, failed;
+} relay;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const char *value_of(const pv_op_output *e, const char *field) {
+    for (size_t i = 0; i < e->n; i++)
+        if (strcmp(e->fields[i], field) == 0) return e->values[i];
+    return "";
+}
+
+/* One instance's message: the fields the agent wrote. */
+static int send_instance(relay *rl, const pv_op_output *e) {
+    Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;
+    m.podname = (char *)value_of(e, "podname");
+    m.nodename = (char *)value_of(e, "nodename");
+    m.id = (char *)value_of(e, "id");
+    m.name = (char *)value_of(e, "name");
+    m.error = (char *)value_of(e, "error");
+    m.success = strcmp(value_of(e, "success"), "1") == 0;
+    m.resources = (char *)value_of(e, "resources");
+    const char *hook = value_of(e, "hook");
+    m.hook.data = (uint8_t *)hook;
+    m.hook.len = strlen(hook);
+    json_t *publish = json_loads(value_of(e, "publish"), 0, NULL);
+    size_t np = json_is_object(publish) ? json_object_size(publish) : 0;
+    Pb__CreateWorkloadMessage__PublishEntry *entries = np ? calloc(np, sizeof *entries) : NULL;
+    Pb__CreateWorkloadMessage__PublishEntry **ptrs = np ? calloc(np, sizeof *ptrs) : NULL;
+    if (np && entries && ptrs) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(publish, key, v) {
+            if (!json_is_string(v)) continue;
+            Pb__CreateWorkloadMessage__PublishEntry *pe = &entries[m.n_publish];
+            pb__create_workload_message__publish_entry__init(pe);
+            pe->key = (char *)key;
+            pe->value = (char *)json_string_value(v);
+            ptrs[m.n_publish++] = pe;
+        }
+        m.publish = ptrs;
+    }
+    int rc = gw_call_send(rl->call, &m.base);
+    free(entries);
+    free(ptrs);
+    json_decref(publish);
+    rl->sent++;
+    if (!m.success) rl->failed++;
+    return rc;
+}
+
+/* success=false for an instance its node never reported (the node's part failed whole). */
+static int send_lost(relay *rl, const child *c, const char *why) {
+    Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;
+    m.podname = (char *)rl->pod;
+    m.nodename = (char *)c->node;
+    m.error = (char *)why;
+    rl->sent++;
+    rl->failed++;
+    return gw_call_send(rl->call, &m.base);
+}
+
+/* How many instances a child was given (its params' allocations). */
+static size_t expected_of(const pv_op *rec) {
+    json_t *p = json_loads(rec->params, 0, NULL);
+    size_t n = json_array_size(json_object_get(p, "allocations"));
+    json_decref(p);
+    return n;
+}
+
+static int add_child(relay *rl, const char *id, const char *node, pv_status *st) {
+    for (size_t i = 0; i < rl->n; i++)
+        if (strcmp(rl->children[i].id, id) == 0) return PV_OK; /* announced again */
+    if (rl->n == MAX_CHILDREN)
+        return pv_status_set(st, PV_INTERNAL, "too many nodes in one deploy");
+    child *cs = realloc(rl->children, (rl->n + 1) * sizeof *cs);
+    if (!cs) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    rl->children = cs;
+    child *c = &cs[rl->n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->id, sizeof c->id, "%s", id);
+    snprintf(c->node, sizeof c->node, "%s", node);
+    snprintf(c->after, sizeof c->after, "0");
+    return PV_OK;
+}
+
+static int read_announcements(relay *rl, pv_status *st) {
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    if (pv_op_output_read(rl->r, rl->k, rl->parent, rl->parent_after, 100, 0, &out, &n, st) !=
+        PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        snprintf(rl->parent_after, sizeof rl->parent_after, "%s", out[i].id);
+        if (strcmp(value_of(&out[i], "type"), "node") == 0)
+            rc = add_child(rl, value_of(&out[i], "op"), value_of(&out[i], "node"), st);
+    }
+    pv_op_output_free(out, n);
+    return rc;
+}
+
+/* Relays what a child has written; marks it done when it has finished and nothing is left. */
+static int follow_child(relay *rl, child *c, pv_status *st) {
+    pv_op rec;
+    if (pv_op_get(rl->r, rl->k, c->id, &rec, st) != PV_OK) return st->code;
+    bool over = rec.status == PV_OP_SUCCEEDED || rec.status == PV_OP_FAILED ||
+                rec.status == PV_OP_CANCELLED;
+    if (!c->expected) c->expected = expected_of(&rec);
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    int rc = pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        snprintf(c->after, sizeof c->after, "%s", out[i].id);
+        if (strcmp(value_of(&out[i], "type"), "workload") != 0) continue;
+        c->reported++;
+        if (send_instance(rl, &out[i]) != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
+    }
+    pv_op_output_free(out, n);
+    if (rc == PV_OK && over && n == 0) {
+        /* Finished and drained: instances it never reported failed with it. */
+        char why[PV_STATUS_MSG_MAX + 64];
+        snprintf(why, sizeof why, "node %s: %s", c->node,
+                 rec.error_message && *rec.error_message ? rec.error_message
+                                                         : "the node's part of the deploy ended "
+                                                           "without reporting this instance");
+        for (; rc == PV_OK && c->reported < c->expected; c->reported++)
+            if (send_lost(rl, c, why) != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        c->done = true;
+    }
+    pv_op_clear(&rec);
+    return rc;
+}
+
+/* Relays until the deploy and every node's part are over. PV_OK: the call is finished with OK;
+ * else the call's error in st (a deploy that failed before asking any node). */
+static int relay_all(relay *rl, pv_status *st) {
+    for (;;) {
+        if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
+        pv_op parent;
+        if (pv_op_get(rl->r, rl->k, rl->parent, &parent, st) != PV_OK) return st->code;
+        bool over = parent.status == PV_OP_SUCCEEDED || parent.status == PV_OP_FAILED ||
+                    parent.status == PV_OP_CANCELLED;
+        int rc = read_announcements(rl, st);
+        bool all_done = true;
+        for (size_t i = 0; rc == PV_OK && i < rl->n; i++)
+            if (!rl->children[i].done) {
+                rc = follow_child(rl, &rl->children[i], st);
+                all_done = all_done && rl->children[i].done;
+            }
+        if (rc == PV_OK && over && all_done) {
+            if (parent.status != PV_OP_SUCCEEDED && rl->n == 0)
+                rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
+                                   parent.error_message && *parent.error_message
+                                       ? parent.error_message
+                                       : "deploy failed");
+            pv_op_clear(&parent);
+            return rc;
+        }
+        pv_op_clear(&parent);
+        if (rc != PV_OK) return rc;
+        sleep_ms(POLL_MS);
+    }
+}
+
+static int submit(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_status *st) {
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    size_t len = pb__deploy_options__get_packed_size(o);
+    uint8_t *bytes = malloc(len ? len : 1);
+    if (!bytes) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    pb__deploy_options__pack(o, bytes);
+    char *b64 = NULL;
+    int rc = pv_b64_encode(bytes, len, &b64, st);
+    free(bytes);
+    if (rc != PV_OK) return rc;
+    json_t *params = json_pack("{s:s}", "deploy", b64);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    free(b64);
+    char target[PV_ID_MAX];
+    pv_id_new("deploy", target, sizeof target);
+    pv_op_submit_req req = {
+        .kind = "workload.create",
+        .target = target,
+        .queue = "ops",
+        .params_json = text,
+        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
+    };
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op rec;
+    bool existed = false;
+    rc = text ? pv_op_submit(gw_app_redis(call), &app->keys, &oo, &req, &rec, &existed, st)
+              : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(text);
+    if (rc != PV_OK) return rc;
+    snprintf(op_id, PV_ID_MAX, "%s", rec.id);
+    pv_info("CreateWorkload app=%s pod=%s count=%d operation=%s%s", o->name, o->podname,
+            (int)o->count, rec.id, existed ? " (existing, same x-request-id)" : "");
+    pv_op_clear(&rec);
+    return PV_OK;
+}
+
+static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__DeployOptions *o = (const Pb__DeployOptions *)req;
+    pv_status st;
+    if (pv_deploy_check(o, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_CREATE_WORKLOAD, "%s", st.msg);
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_CREATE_WORKLOAD, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r, .pod = o->podname};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    snprintf(rl.parent_after, sizeof rl.parent_after, "0");
+    int rc = submit(call, o, rl.parent, &st);
+    if (rc == PV_OK) rc = relay_all(&rl, &st);
+    if (rc == PV_OK) {
+        pv_info("CreateWorkload operation=%s: %zu instance(s) answered, %zu failed", rl.parent,
+                rl.sent, rl.failed);
+        gw_call_finish(call, PV_OK, NULL);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, ERU_CREATE_WORKLOAD, "%s", st.msg);
+    }
+    free(rl.children);
+}
+
+static const svc_eru_method k_methods[N_METHODS] = {
+    {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
+     on_create_workload, ERU_CREATE_WORKLOAD},
+};
+
+int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {
+    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
+}

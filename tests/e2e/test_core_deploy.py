@@ -1,0 +1,157 @@
+"""End-to-end tests of pb.CoreRPC's CreateWorkload on the process engine.
+
+Real processes only: redis-server, a pivirt-gateway, a pivirt-scheduler, an ops worker and two
+node agents (pivirt-worker --set worker.node=N, pod "dp") whose process engines run the
+workloads, driven by Debian's python3-grpcio. The image is a tar archive the test writes into the
+agents' image store (<data_dir>/images/demo/1.tar). Eru's per-call code 1074 is read at the
+HTTP/2 level (pvtest.grpc_trailers).
+
+Classes:
+  Deploy   three instances spread over two nodes: one message each with a 64-hex id, Eru's
+           name (app_entry_xxxxxx), the node and pod; each instance ran with APP_NAME, ERU_POD,
+           ERU_NODE_NAME, ERU_WORKLOAD_SEQ in its environment (it writes them to its log in the
+           engine's state, <data_dir>/engine/<node>/<id>/log); the
+           workload records exist with their allocations; the nodes' usage is exactly what the
+           workloads hold (GetNodeResource: no diffs).
+  Failures a missing image: every instance answers success=false naming the image and the
+           reserved resources go back; count 0, an entrypoint with '_', not enough resource:
+           code 1074 with Eru's words.
+"""
+import itertools
+import json
+import os
+import tarfile
+import tempfile
+import time
+import unittest
+
+import pvtest
+from pb import core_pb2, core_pb2_grpc
+
+_stack = None
+_counter = itertools.count(1)
+NODES = ("dpa", "dpb")
+
+
+def setUpModule():
+    global _stack
+    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
+                          agents=[(n, "dp") for n in NODES])
+    _stack.start()
+    make_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
+
+
+def tearDownModule():
+    _stack.stop()
+
+
+def make_image(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory() as root:
+        script = os.path.join(root, "run.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho \"started $APP_NAME $ERU_POD $ERU_NODE_NAME "
+                    "$ERU_WORKLOAD_SEQ\"\nsleep 2\n")
+        os.chmod(script, 0o755)
+        with tarfile.open(path, "w") as t:
+            t.add(script, arcname="run.sh")
+
+
+def deploy(count=3, image="demo:1", entry="web", memory="64M", name=None):
+    return core_pb2.DeployOptions(
+        name=name or "demo%d" % next(_counter),
+        entrypoint=core_pb2.EntrypointOptions(name=entry, commands=["/bin/sh", "run.sh"]),
+        podname="dp", image=image, count=count,
+        resources={"cpumem": json.dumps({"memory-request": memory}).encode()})
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
+        cls.addr = cls.stack.gateways[0].addrs[0]
+
+    def usage(self, node):
+        r = self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename=node)), timeout=10)
+        return r
+
+    def eru(self, msg):
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/CreateWorkload",
+                                 msg.SerializeToString())
+        return int(t.get("grpc-status", "-1")), t.get("grpc-message", "")
+
+
+class Deploy(Base):
+    def test_three_instances_over_two_nodes(self):
+        opts = deploy(3)
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertEqual(len(msgs), 3, msgs)
+        for m in msgs:
+            self.assertTrue(m.success, m.error)
+            self.assertEqual(len(m.id), 64)
+            self.assertRegex(m.name, r"^%s_web_[a-z]{6}$" % opts.name)
+            self.assertIn(m.nodename, NODES)
+            self.assertEqual(m.podname, "dp")
+            self.assertIn("cpumem", json.loads(m.resources))
+        self.assertEqual(len({m.id for m in msgs}), 3)
+        self.assertEqual(len({m.nodename for m in msgs}), 2)  # AUTO spreads them
+        base = self.stack.prefix + "{reg}:"
+        for m in msgs:
+            rec = self.stack.redis.cmd("HGET", base + "wl:" + m.id, "name")
+            self.assertEqual(rec, m.name)
+        # Each instance ran with Eru's environment (its log under the node's engine state).
+        seqs = set()
+        deadline = time.monotonic() + 10
+        for m in msgs:
+            log = self.find_log(m.nodename, m.id)
+            text = ""
+            while time.monotonic() < deadline:
+                text = open(log).read() if log and os.path.exists(log) else ""
+                if "started" in text:
+                    break
+                time.sleep(0.1)
+            line = next((l for l in text.splitlines() if l.startswith("started ")), "")
+            words = line.split()
+            self.assertEqual(words[:4], ["started", opts.name, "dp", m.nodename], text)
+            seqs.add(words[4])
+        self.assertEqual(seqs, {"0", "1", "2"})
+        # The nodes' usage is what their workloads hold: no diffs, memory counted.
+        for node in NODES:
+            r = self.usage(node)
+            self.assertEqual(list(r.diffs), [])
+        total = sum(json.loads(self.usage(n).resource_usage).get("cpumem", {})
+                    .get("memory_request", 0) for n in NODES)
+        self.assertGreaterEqual(total, 3 * 64 * 2**20)
+
+    def find_log(self, node, wid):
+        return os.path.join(self.stack.data_dir, "engine", node, wid, "log")
+
+
+class Failures(Base):
+    def test_missing_image_fails_each_instance_and_returns_resources(self):
+        before = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        msgs = list(self.core.CreateWorkload(deploy(2, image="nosuch:9"), timeout=60))
+        self.assertEqual(len(msgs), 2, msgs)
+        for m in msgs:
+            self.assertFalse(m.success)
+            self.assertIn("nosuch", m.error)
+            self.assertEqual(m.id, "")
+        after = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        self.assertEqual(after, before)
+
+    def test_bad_requests_answer_1074(self):
+        code, msg = self.eru(deploy(0))
+        self.assertEqual(code, 1074)
+        self.assertIn("count is 0", msg)
+        code, msg = self.eru(deploy(1, entry="bad_entry"))
+        self.assertEqual(code, 1074)
+        self.assertIn("entrypoint name has '_' character", msg)
+        code, msg = self.eru(deploy(3, memory="1P"))
+        self.assertEqual(code, 1074)
+        self.assertIn("need: 3", msg)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,157 @@
+/*
+ * wk_engine: what a node agent does with workloads on its own machine, whatever runs them. Two
+ * engines implement it: the process engine (wk_engine_process.c: supervised process trees) and
+ * the virt engine (wk_engine_virt.c: libvirt domains). The agent picks one from its node's
+ * endpoint (process:// or virt://<libvirt URI>) and drives it from the operations the ops workers
+ * queue for the node (a later step); everything here is local to the machine: no Redis, no gRPC.
+ *
+ * A workload is created (prepared, not running), started, stopped, and removed; the engine keeps
+ * what it needs to find a workload again under its state directory, so an agent that restarts
+ * finds the workloads it created (wk_engine_list) and, for the process engine, adopts or restarts
+ * them according to their restart policy. The virt engine keeps nothing on disk of its own: each
+ * domain carries its workload id, image, labels and "ever started" flag in its libvirt <metadata>
+ * (wk_engine_virt.h), so libvirt alone is enough to find workloads again; domains without that
+ * metadata (another tool's) are never listed nor touched.
+ *
+ * Errors: PV_NOT_FOUND (no such workload), PV_ALREADY_EXISTS (create with a used id),
+ * PV_FAILED_PRECONDITION (wrong state: start of a running workload, remove of a running one
+ * without force), PV_INVALID_ARGUMENT naming the field for what this engine cannot do (e.g.
+ * sysctls on either engine), PV_UNIMPLEMENTED for an operation the engine does not have (exec
+ * on the virt engine: it would need a guest agent),
+ * PV_INTERNAL/PV_UNAVAILABLE for the machine's failures, the message saying which call failed.
+ *
+ * Threads: every function may be called from any thread; an engine serialises what must be.
+ * The process engine reaps children with libev's default loop, which waits for EVERY child of the
+ * process (waitpid(-1)): while one is open (at most one per process), nothing else in the agent
+ * may fork children and wait for them itself.
+ * Ownership: specs are borrowed for the call; info structs filled by the engine own their strings
+ * (wk_engine_info_clear); lists with wk_engine_info_array_free.
+ */
+#ifndef WK_ENGINE_H
+#define WK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pv_status.h"
+
+typedef struct wk_engine wk_engine;
+
+typedef struct wk_engine_opts {
+    const char *state_dir;  /* the engine's own files (workload dirs, logs, records); created;
+                               the virt engine has none (libvirt holds its state) */
+    const char *image_dir;  /* process engine: the node's image store (tar archives) */
+    const char *uri;        /* virt engine: the libvirt URI ("test:///default", ...) */
+    int stop_grace_seconds; /* default grace between SIGTERM (or shutdown) and SIGKILL (destroy);
+                               virt: <= 0 means 10 s */
+} wk_engine_opts;
+
+/* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
+ * addresses where it is reachable (host network: the node's IP and the same port). */
+typedef struct wk_workload_spec {
+    const char *id;   /* 1-64 of [A-Za-z0-9._-]: the workload's id (pv_workload) */
+    const char *name; /* "<app>_<entry>_<6 letters>" */
+    const char *image;
+    /* entrypoint: the process engine's; the virt engine ignores these (the guest boots its own
+     * init from its disks) except sysctls, which both refuse */
+    const char *const *commands; /* argv of the main process; run as given, no shell */
+    size_t ncommands;
+    const char *dir;     /* working directory inside the workload's root ("" = its root) */
+    const char *user;    /* "" = the agent's user; else a name or uid[:gid] */
+    const char *restart; /* "" or "no", "always", "on-failure" (Eru's restart policy) */
+    bool privileged;
+    const char *const *env; /* "KEY=VALUE" */
+    size_t nenv;
+    const char *const *publish;
+    size_t npublish;
+    const char *const *after_start; /* hooks: each an argv line, run with sh -c */
+    size_t nafter_start;
+    const char *const *before_stop;
+    size_t nbefore_stop;
+    const char *const *sysctls; /* "key=value"; the process engine refuses any */
+    size_t nsysctls;
+    /* resources (what the reservation's allocation gave it) */
+    double cpu_limit;     /* cores; 0 = none (virt: vcpus = ceil(cpu_limit), 1 when 0) */
+    int64_t memory_limit; /* bytes; 0 = none (virt: the domain's memory, 512 MiB when 0) */
+    const int *cpuset;    /* bound cores (cpu_map keys), NULL/0 = not bound (virt: vcpu cpuset) */
+    size_t ncpuset;
+    /* virt: absolute disk image paths, attached as virtio disks vda, vdb, ... (qcow2 when the
+     * file has qcow2's magic, else raw); process: "src:dst[:ro]" */
+    const char *const *volumes;
+    size_t nvolumes;
+    const char *labels_json; /* JSON object of strings kept with the workload */
+} wk_workload_spec;
+
+typedef enum {
+    WK_STATE_CREATED = 0, /* prepared, never started */
+    WK_STATE_RUNNING,
+    WK_STATE_PAUSED,
+    WK_STATE_STOPPED, /* exited or stopped; exit_code says how */
+} wk_state;
+
+typedef struct wk_engine_info {
+    char *id, *name, *image;
+    wk_state state;
+    int exit_code;       /* STOPPED: the main process's exit status (128+signal when killed; -1 when
+                          * unknown: a process that ended while no agent watched it); virt: 0
+                          * after a shutdown, 137 after a destroy, 1 after a crash */
+    int64_t pid;         /* process engine: the main process; 0 when not running */
+    char *engine_id;     /* the engine's handle: pid for processes, the domain UUID for virt */
+    char *networks_json; /* {"host": "10.0.0.5"} for the process engine; virt: one key per
+                          * interface, the libvirt network's name ("bridge:<br>" for a bridge):
+                          * {"default": {"mac": "52:54:00:..", "type": "network", "addresses":
+                          * ["192.168.122.23"]}} (addresses from DHCP leases, when the domain
+                          * runs and the driver has them) */
+    char *publish_json;  /* {"80/tcp": ["10.0.0.5:80"]}; virt: {} (no port publishing) */
+    char *log_path;      /* the combined stdout/stderr log ("" when the engine has none) */
+    char *labels_json;
+    int64_t started_ms, finished_ms;
+    int restarts; /* times the restart policy restarted it */
+} wk_engine_info;
+
+void wk_engine_info_clear(wk_engine_info *info);
+void wk_engine_info_array_free(wk_engine_info *infos, size_t n);
+
+/* The engine for an endpoint: "process://..." or "virt://<uri>" (opts->uri is then taken from
+ * the endpoint when NULL). UNIMPLEMENTED naming the engine for tcp:// and unix:// (Docker). */
+int wk_engine_open(const char *endpoint, const wk_engine_opts *opts, wk_engine **out,
+                   pv_status *st);
+void wk_engine_close(wk_engine *e); /* leaves workloads running: the agent may restart */
+
+const char *wk_engine_type(const wk_engine *e); /* "process" or "virt" */
+
+int wk_engine_create(wk_engine *e, const wk_workload_spec *spec, wk_engine_info *out,
+                     pv_status *st);
+int wk_engine_start(wk_engine *e, const char *id, pv_status *st);
+/* Runs the before_stop hooks (unless force), then stops: SIGTERM to the process group and
+ * SIGKILL after grace_seconds (< 0: the engine's default); virt: shutdown, then destroy after
+ * grace_seconds (at once when force, when grace_seconds is 0, or when the domain is paused). */
+int wk_engine_stop(wk_engine *e, const char *id, int grace_seconds, bool force, pv_status *st);
+int wk_engine_pause(wk_engine *e, const char *id, pv_status *st);  /* SIGSTOP / suspend */
+int wk_engine_resume(wk_engine *e, const char *id, pv_status *st); /* SIGCONT / resume */
+/* Removes what the workload has on the machine. A running one: FAILED_PRECONDITION unless
+ * force (then it is stopped with no grace first). */
+int wk_engine_remove(wk_engine *e, const char *id, bool force, pv_status *st);
+int wk_engine_inspect(wk_engine *e, const char *id, wk_engine_info *out, pv_status *st);
+int wk_engine_list(wk_engine *e, wk_engine_info **out, size_t *n, pv_status *st);
+
+/* Runs argv inside the workload (its root, env and user), waits at most timeout_ms, and returns
+ * its exit code and combined output (caller frees *output; at most 1 MiB kept). The process
+ * engine runs it in the workload's working directory (root/dir), within its limits, in a process
+ * group of its own, and needs the workload RUNNING (else FAILED_PRECONDITION). timeout_ms <= 0:
+ * no limit; past it the group is killed and the call answers DEADLINE_EXCEEDED, still giving the
+ * output so far and *exit_code 137 (caller frees *output in that case too). The virt engine
+ * answers UNIMPLEMENTED: exec needs a guest agent, which it does not use. */
+int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t argc,
+                   int timeout_ms, int *exit_code, char **output, size_t *output_len,
+                   pv_status *st);
+
+/* The process engine's resource limits on this machine: "cgroup2" (a writable cgroup2 mount
+ * with the cpu, memory and cpuset controllers: cpu.max, memory.max, cpuset.cpus) or "rlimit"
+ * (RLIMIT_AS from memory_limit, CPU affinity from cpuset, cpu_limit NOT enforced). Static
+ * storage; looks at the machine without changing it. The engine logs the same at open and in
+ * each workload's log when it starts. */
+const char *wk_engine_process_limits(void);
+
+#endif

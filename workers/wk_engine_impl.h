@@ -1,0 +1,31 @@
+/*
+ * wk_engine_impl: what an engine implementation provides to wk_engine.c's dispatch. Each engine
+ * file defines one wk_engine_vtbl; the functions take the engine's own state (impl) and have the
+ * semantics of the wk_engine.h function of the same name.
+ */
+#ifndef WK_ENGINE_IMPL_H
+#define WK_ENGINE_IMPL_H
+
+#include "wk_engine.h"
+
+typedef struct wk_engine_vtbl {
+    const char *type; /* "process", "virt" */
+    /* uri: what follows "<type>://" in the endpoint (or opts->uri when set) */
+    int (*open)(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st);
+    void (*close)(void *impl);
+    int (*create)(void *impl, const wk_workload_spec *spec, wk_engine_info *out, pv_status *st);
+    int (*start)(void *impl, const char *id, pv_status *st);
+    int (*stop)(void *impl, const char *id, int grace_seconds, bool force, pv_status *st);
+    int (*pause)(void *impl, const char *id, pv_status *st);
+    int (*resume)(void *impl, const char *id, pv_status *st);
+    int (*remove)(void *impl, const char *id, bool force, pv_status *st);
+    int (*inspect)(void *impl, const char *id, wk_engine_info *out, pv_status *st);
+    int (*list)(void *impl, wk_engine_info **out, size_t *n, pv_status *st);
+    int (*exec)(void *impl, const char *id, const char *const *argv, size_t argc, int timeout_ms,
+                int *exit_code, char **output, size_t *output_len, pv_status *st);
+} wk_engine_vtbl;
+
+extern const wk_engine_vtbl wk_engine_process_vtbl;
+extern const wk_engine_vtbl wk_engine_virt_vtbl;
+
+#endif

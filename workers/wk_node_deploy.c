@@ -1,0 +1,367 @@
+/*
+ * wk_node_deploy: a node agent's instances of a deploy (see wk_node_deploy.h).
+ *
+ * Each instance is one journaled step whose result is the instance's answer ({"id", "name",
+ * "publish"} or {"error"}); the engine calls and the record inside it are made idempotent by the
+ * derived workload id: create on an existing id is taken as done, a recorded workload likewise.
+ */
+#include "wk_node_deploy.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pb/core.pb-c.h"
+#include "pv_b64.h"
+#include "pv_id.h"
+#include "pv_log.h"
+#include "pv_workload.h"
+#include "wk_agent.h"
+#include "wk_engine.h"
+
+typedef struct strs {
+    char **v;
+    size_t n, cap;
+} strs;
+
+static int strs_add(strs *s, char *owned) {
+    if (!owned) return -1;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 8;
+        char **v = realloc(s->v, cap * sizeof *v);
+        if (!v) {
+            free(owned);
+            return -1;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = owned;
+    return 0;
+}
+
+static int strs_addf(strs *s, const char *fmt, const char *a, const char *b) {
+    char *text = NULL;
+    if (asprintf(&text, fmt, a, b) < 0) return -1;
+    return strs_add(s, text);
+}
+
+static void strs_free(strs *s) {
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct instance {
+    wk_op *op;
+    wk_agent *agent;
+    const Pb__DeployOptions *o;
+    const char *pod, *node;
+    json_t *alloc; /* {"id", "seq", "resources"} */
+} instance;
+
+/* The argv of the main process: entrypoint.commands, else the older single string (with
+ * extra_args) split on blanks, as Eru does without a shell. */
+static int build_commands(const Pb__DeployOptions *o, strs *argv) {
+    const Pb__EntrypointOptions *e = o->entrypoint;
+    for (size_t i = 0; i < e->n_commands; i++)
+        if (strs_add(argv, strdup(e->commands[i])) != 0) return -1;
+    if (argv->n > 0) return 0;
+    char *line = NULL;
+    if (asprintf(&line, "%s %s", e->command ? e->command : "", o->extra_args ? o->extra_args : "") <
+        0)
+        return -1;
+    char *save = NULL;
+    for (char *tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
+        if (strs_add(argv, strdup(tok)) != 0) {
+            free(line);
+            return -1;
+        }
+    free(line);
+    return 0;
+}
+
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+/* Labels: the deploy's, then Eru's own. */
+static char *build_labels(const instance *in) {
+    json_t *l = json_object();
+    for (size_t i = 0; l && i < in->o->n_labels; i++) {
+        const str_entry *e = (const str_entry *)in->o->labels[i];
+        json_object_set_new(l, e->key, json_string(e->value));
+    }
+    json_t *publish = json_array();
+    for (size_t i = 0; publish && i < in->o->entrypoint->n_publish; i++)
+        json_array_append_new(publish, json_string(in->o->entrypoint->publish[i]));
+    json_t *meta = json_pack("{s:o}", "publish", publish ? publish : json_array());
+    char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    json_decref(meta);
+    if (l) {
+        json_object_set_new(l, "ERU", json_string("1"));
+        json_object_set_new(l, "ERU_META", json_string(meta_text ? meta_text : "{}"));
+        json_object_set_new(l, "eru.nodename", json_string(in->node));
+        json_object_set_new(l, "eru.coreid", json_string("pivirt"));
+    }
+    free(meta_text);
+    char *text = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(l);
+    return text;
+}
+
+/* Limits from the allocation's cpumem document: cpu_limit, memory_limit, the bound cores. */
+static void limits_of(json_t *resources, wk_workload_spec *spec, int *cores, size_t max) {
+    json_t *cm = json_object_get(resources, "cpumem");
+    spec->cpu_limit = json_number_value(json_object_get(cm, "cpu_limit"));
+    spec->memory_limit = (int64_t)json_integer_value(json_object_get(cm, "memory_limit"));
+    const char *core;
+    json_t *pieces;
+    spec->ncpuset = 0;
+    json_object_foreach(json_object_get(cm, "cpu_map"), core, pieces) {
+        if (spec->ncpuset < max) cores[spec->ncpuset++] = atoi(core);
+    }
+    spec->cpuset = spec->ncpuset ? cores : NULL;
+}
+
+static char *answer_error(const char *fmt, const char *a, const char *b) {
+    char *msg = NULL;
+    if (asprintf(&msg, fmt, a, b) < 0) return NULL;
+    json_t *j = json_pack("{s:s}", "error", msg);
+    free(msg);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+/* Creates, starts and records one instance; the answer is the step's result. */
+static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
+    instance *in = arg;
+    const Pb__DeployOptions *o = in->o;
+    const Pb__EntrypointOptions *e = o->entrypoint;
+    wk_engine *engine = wk_agent_engine(in->agent);
+    const char *alloc_id = json_string_value(json_object_get(in->alloc, "id"));
+    json_t *resources = json_object_get(in->alloc, "resources");
+    char seq[24];
+    snprintf(seq, sizeof seq, "%lld",
+             (long long)json_integer_value(json_object_get(in->alloc, "seq")));
+
+    char id[65], name[256];
+    pv_sha256_hex(alloc_id, strlen(alloc_id), id);
+    char letters[7];
+    for (int i = 0; i < 6; i++)
+        letters[i] = (char)('a' + (id[i] % 26));
+    letters[6] = '\0';
+    snprintf(name, sizeof name, "%s_%s_%s", o->name, e->name, letters);
+
+    strs argv = {0}, env = {0}, sysctls = {0};
+    char *labels = build_labels(in);
+    char *res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
+    int oom = !labels || !res_text || build_commands(o, &argv) != 0 ||
+              strs_addf(&env, "APP_NAME=%s%s", o->name, "") != 0 ||
+              strs_addf(&env, "ERU_POD=%s%s", in->pod, "") != 0 ||
+              strs_addf(&env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
+              strs_addf(&env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0;
+    for (size_t i = 0; !oom && i < o->n_env; i++)
+        oom = strs_add(&env, strdup(o->env[i])) != 0;
+    for (size_t i = 0; !oom && i < e->n_sysctls; i++) {
+        const str_entry *s = (const str_entry *)e->sysctls[i];
+        oom = strs_addf(&sysctls, "%s=%s", s->key, s->value) != 0;
+    }
+    int cores[1024];
+    wk_workload_spec spec = {
+        .id = id,
+        .name = name,
+        .image = o->image,
+        .commands = (const char *const *)argv.v,
+        .ncommands = argv.n,
+        .dir = e->dir ? e->dir : "",
+        .user = o->user ? o->user : "",
+        .restart = e->restart ? e->restart : "",
+        .privileged = e->privileged,
+        .env = (const char *const *)env.v,
+        .nenv = env.n,
+        .publish = (const char *const *)e->publish,
+        .npublish = e->n_publish,
+        .after_start =
+            (!o->ignore_hook && e->hook) ? (const char *const *)e->hook->after_start : NULL,
+        .nafter_start = (!o->ignore_hook && e->hook) ? e->hook->n_after_start : 0,
+        .before_stop =
+            (!o->ignore_hook && e->hook) ? (const char *const *)e->hook->before_stop : NULL,
+        .nbefore_stop = (!o->ignore_hook && e->hook) ? e->hook->n_before_stop : 0,
+        .sysctls = (const char *const *)sysctls.v,
+        .nsysctls = sysctls.n,
+        .labels_json = labels,
+    };
+    limits_of(resources, &spec, cores, sizeof cores / sizeof cores[0]);
+
+    int rc = PV_OK;
+    char *answer = NULL;
+    wk_engine_info info = {0};
+    pv_status est;
+    if (oom) {
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    } else if (argv.n == 0) {
+        answer = answer_error("entrypoint %s of %s: no command to run", e->name, o->name);
+    } else {
+        int crc = wk_engine_create(engine, &spec, &info, &est);
+        if (crc == PV_ALREADY_EXISTS) /* a previous delivery created it */
+            crc = wk_engine_inspect(engine, id, &info, &est);
+        if (crc == PV_OK && info.state != WK_STATE_RUNNING) crc = wk_engine_start(engine, id, &est);
+        if (crc == PV_OK) {
+            wk_engine_info_clear(&info);
+            crc = wk_engine_inspect(engine, id, &info, &est);
+        }
+        pv_workload w = {0};
+        snprintf(w.id, sizeof w.id, "%s", id);
+        w.name = name;
+        w.app = o->name;
+        w.entry = e->name;
+        w.pod = (char *)in->pod;
+        w.node = (char *)in->node;
+        w.image = o->image;
+        w.privileged = e->privileged;
+        w.labels = labels;
+        w.resources = res_text;
+        w.alloc_id = (char *)alloc_id;
+        w.engine_id = info.engine_id ? info.engine_id : "";
+        if (crc == PV_OK) {
+            crc = pv_workload_add(wk_op_redis(op), wk_op_keys(op), &w, &est);
+            if (crc == PV_ALREADY_EXISTS) crc = PV_OK; /* recorded by a previous delivery */
+        }
+        if (crc == PV_OK) {
+            json_t *pub = json_loads(info.publish_json ? info.publish_json : "{}", 0, NULL);
+            json_t *flat = json_object();
+            const char *port;
+            json_t *addrs;
+            json_object_foreach(pub, port, addrs) {
+                /* Eru's publish map: "port/proto" -> "ip:port,ip:port" */
+                char joined[1024] = "";
+                size_t i;
+                json_t *a;
+                json_array_foreach(addrs, i, a) {
+                    if (i) strncat(joined, ",", sizeof joined - strlen(joined) - 1);
+                    strncat(joined, json_string_value(a) ? json_string_value(a) : "",
+                            sizeof joined - strlen(joined) - 1);
+                }
+                json_object_set_new(flat, port, json_string(joined));
+            }
+            json_t *j = json_pack("{s:s, s:s, s:o}", "id", id, "name", name, "publish", flat);
+            answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            json_decref(j);
+            json_decref(pub);
+        } else {
+            pv_warn("deploy %s on %s: instance %s failed: %s", wk_op_record(op)->id, in->node, name,
+                    est.msg);
+            pv_status rst;
+            wk_engine_remove(engine, id, true, &rst);
+            answer = answer_error("%s%s", est.msg, "");
+        }
+    }
+    if (rc == PV_OK && !answer) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) *result = answer;
+    wk_engine_info_clear(&info);
+    strs_free(&argv);
+    strs_free(&env);
+    strs_free(&sysctls);
+    free(labels);
+    free(res_text);
+    return rc;
+}
+
+typedef struct report_arg {
+    const instance *in;
+    const char *answer;
+} report_arg;
+
+/* The instance's output entry, from its journaled answer. Journaled itself, so a redelivered
+ * operation does not tell the client twice. */
+static int report(wk_op *op, const instance *in, const char *answer, pv_status *st) {
+    json_t *a = json_loads(answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    json_t *pub = json_object_get(a, "publish"), *res = json_object_get(in->alloc, "resources");
+    char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
+    char *resources = res ? json_dumps(res, JSON_COMPACT) : NULL;
+    const char *fields[] = {"type",    "id",      "name",  "nodename", "podname",
+                            "publish", "success", "error", "resources"};
+    const char *values[] = {"workload",
+                            err ? "" : json_string_value(json_object_get(a, "id")),
+                            err ? "" : json_string_value(json_object_get(a, "name")),
+                            in->node,
+                            in->pod,
+                            publish ? publish : "{}",
+                            err ? "0" : "1",
+                            err ? err : "",
+                            resources ? resources : "{}"};
+    int rc = wk_op_output(op, 9, fields, values, st);
+    free(publish);
+    free(resources);
+    json_decref(a);
+    return rc;
+}
+
+static int step_report(wk_op *op, void *arg, char **result, pv_status *st) {
+    const report_arg *ra = arg;
+    if (report(op, ra->in, ra->answer, st) != PV_OK) return st->code;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_create(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.create_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
+    if (!b64 || !pod)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
+    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!o || !o->entrypoint)
+        return (o ? pb__deploy_options__free_unpacked(o, NULL) : (void)0),
+               pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *allocs = json_object_get(params, "allocations");
+    int rc = json_is_array(allocs)
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations: must be an array");
+    size_t i;
+    json_t *alloc;
+    json_array_foreach(allocs, i, alloc) {
+        if (rc != PV_OK) break;
+        const char *alloc_id = json_string_value(json_object_get(alloc, "id"));
+        if (!alloc_id) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations[%zu].id: required", i);
+            break;
+        }
+        instance in = {.op = op,
+                       .agent = agent,
+                       .o = o,
+                       .pod = pod,
+                       .node = wk_agent_node(agent),
+                       .alloc = alloc};
+        char step[256], *answer = NULL;
+        snprintf(step, sizeof step, "instance:%s", alloc_id);
+        rc = wk_op_step(op, step, step_instance, &in, &answer, st);
+        if (rc == PV_OK) {
+            report_arg ra = {&in, answer};
+            snprintf(step, sizeof step, "reported:%s", alloc_id);
+            rc = wk_op_step(op, step, step_report, &ra, NULL, st);
+        }
+        free(answer);
+        if (rc == PV_OK)
+            wk_op_progress(op, (int)(100 * (i + 1) / json_array_size(allocs)),
+                           "%zu of %zu instance(s) answered", i + 1, json_array_size(allocs));
+    }
+    json_decref(params);
+    pb__deploy_options__free_unpacked(o, NULL);
+    return rc;
+}

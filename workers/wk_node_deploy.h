@@ -1,0 +1,28 @@
+/*
+ * wk_node_deploy: a node agent's part of CreateWorkload, the operation
+ * `workload.create_on_node` (workers/wk_deploy.h) on the queue node:<name>. For each allocation
+ * the reservation made on this node it creates and starts one instance on the agent's engine and
+ * records it (pv_workload_add, which takes the allocation over), then writes one output entry:
+ *   {type=workload, id, name, nodename, podname, publish (JSON object), success (1|0), error,
+ *    resources (the allocation's JSON)}
+ * A failed instance is removed from the engine again and reported with its cause; its allocation
+ * stays reserved for the deploy to give back. The operation succeeds when every instance was
+ * answered, whatever each answer was.
+ *
+ * Instances are idempotent across redeliveries: an instance's workload id is derived from its
+ * allocation id (sha256), so a second delivery finds what the first created instead of making
+ * another.
+ *
+ * Every instance gets the environment APP_NAME, ERU_POD, ERU_NODE_NAME, ERU_WORKLOAD_SEQ (and the
+ * deploy's env), and the labels ERU=1, ERU_META, eru.nodename, eru.coreid (and the deploy's).
+ */
+#ifndef WK_NODE_DEPLOY_H
+#define WK_NODE_DEPLOY_H
+
+#include "pv_status.h"
+#include "wk_handler.h"
+
+/* The handler of WK_DEPLOY_NODE_KIND; wk_op_context(op) is the node's wk_agent. */
+int wk_node_deploy_create(wk_op *op, pv_status *st);
+
+#endif
