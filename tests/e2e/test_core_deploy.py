@@ -1,6 +1,6 @@
 """End-to-end tests of pb.CoreRPC's CreateWorkload on the process engine.
 
-Real processes only: redis-server, a pivirt-gateway, a pivirt-scheduler, an ops worker and two
+Real processes only: redis-server, two pivirt-gateways, two pivirt-schedulers, two ops workers and two
 node agents (pivirt-worker --set worker.node=N, pod "dp") whose process engines run the
 workloads, driven by Debian's python3-grpcio. The image is a tar archive the test writes into the
 agents' image store (<data_dir>/images/demo/1.tar). Eru's per-call code 1074 is read at the
@@ -13,6 +13,9 @@ Classes:
            engine's state, <data_dir>/engine/<node>/<id>/log); the
            workload records exist with their allocations; the nodes' usage is exactly what the
            workloads hold (GetNodeResource: no diffs).
+  Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
+           for the request is created, every other deploy is refused with 1074 "need: 1,
+           available: 0", and afterwards nothing more fits.
   Failures a missing image: every instance answers success=false naming the image and the
            reserved resources go back; count 0, an entrypoint with '_', not enough resource:
            code 1074 with Eru's words.
@@ -35,7 +38,7 @@ NODES = ("dpa", "dpb")
 
 def setUpModule():
     global _stack
-    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
+    _stack = pvtest.Stack(gateways=2, workers=2, schedulers=2,
                           agents=[(n, "dp") for n in NODES])
     _stack.start()
     make_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
@@ -127,6 +130,42 @@ class Deploy(Base):
 
     def find_log(self, node, wid):
         return os.path.join(self.stack.data_dir, "engine", node, wid, "log")
+
+
+class Race(Base):
+    def test_deploys_from_two_gateways_never_overcommit(self):
+        import threading
+        big = "2G"
+        probe = deploy(1, memory=big)
+        probe.deploy_strategy = core_pb2.DeployOptions.DUMMY
+        cap = self.core.CalculateCapacity(probe, timeout=30).total
+        self.assertGreater(cap, 0)
+        stubs = [core_pb2_grpc.CoreRPCStub(self.stack.channel(i)) for i in (0, 1)]
+        results, lock = [], threading.Lock()
+
+        def one(i):
+            stub = stubs[i % 2]
+            try:
+                msgs = list(stub.CreateWorkload(deploy(1, memory=big, name="race%d" % i),
+                                                timeout=60))
+                ok = sum(1 for m in msgs if m.success)
+            except Exception as e:  # noqa: BLE001 - refused deploys end the call with 1074
+                ok = -1 if "1074" not in str(e) and "need:" not in str(e) else 0
+            with lock:
+                results.append(ok)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(cap + 4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertNotIn(-1, results, results)
+        self.assertEqual(sum(results), cap, results)
+        code, msg = self.eru(deploy(1, memory=big))
+        self.assertEqual(code, 1074)
+        self.assertIn("need: 1, available: 0", msg)
+        for node in NODES:
+            self.assertEqual(list(self.usage(node).diffs), [])
 
 
 class Failures(Base):
