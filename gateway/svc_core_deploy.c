@@ -20,9 +20,10 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_op.h"
+#include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 1
+#define N_METHODS 2
 #define MAX_CHILDREN 4096
 #define POLL_MS 50
 
@@ -41,12 +42,13 @@ void svc_core_deploy_free(svc_core_deploy *s) {
     free(s);
 }
 
-/* One node's part of the deploy as the relay follows it. */
+/* One node's part of the deploy (or removal) as the relay follows it. */
 typedef struct child {
     char id[PV_ID_MAX];
     char node[256];
     char after[32]; /* last output entry relayed */
     size_t reported, expected;
+    json_t *pending; /* removal: the ids not answered yet (object id -> true); else NULL */
     bool done;
 } child;
 
@@ -123,6 +125,16 @@ static int send_lost(relay *rl, const child *c, const char *why) {
     return gw_call_send(rl->call, &m.base);
 }
 
+static int send_removed(relay *rl, const char *id, bool success, const char *hook) {
+    Pb__RemoveWorkloadMessage m = PB__REMOVE_WORKLOAD_MESSAGE__INIT;
+    m.id = (char *)id;
+    m.success = success;
+    m.hook = (char *)hook;
+    rl->sent++;
+    if (!success) rl->failed++;
+    return gw_call_send(rl->call, &m.base);
+}
+
 /* How many instances a child was given (its params' allocations). */
 static size_t expected_of(const pv_op *rec) {
     json_t *p = json_loads(rec->params, 0, NULL);
@@ -175,9 +187,21 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
     int rc = pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(c->after, sizeof c->after, "%s", out[i].id);
-        if (strcmp(value_of(&out[i], "type"), "workload") != 0) continue;
+        const char *type = value_of(&out[i], "type");
+        int sent = 0;
+        if (strcmp(type, "workload") == 0) {
+            sent = send_instance(rl, &out[i]);
+        } else if (strcmp(type, "removed") == 0 && c->pending) {
+            const char *wid = value_of(&out[i], "id");
+            if (!json_object_get(c->pending, wid)) continue; /* told already */
+            json_object_del(c->pending, wid);
+            sent = send_removed(rl, wid, strcmp(value_of(&out[i], "success"), "1") == 0,
+                                value_of(&out[i], "hook"));
+        } else {
+            continue;
+        }
         c->reported++;
-        if (send_instance(rl, &out[i]) != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        if (sent != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
     }
     pv_op_output_free(out, n);
     if (rc == PV_OK && over && n == 0) {
@@ -187,8 +211,18 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
                  rec.error_message && *rec.error_message ? rec.error_message
                                                          : "the node's part of the deploy ended "
                                                            "without reporting this instance");
-        for (; rc == PV_OK && c->reported < c->expected; c->reported++)
-            if (send_lost(rl, c, why) != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        if (c->pending) {
+            const char *wid;
+            json_t *v;
+            json_object_foreach(c->pending, wid, v) {
+                if (rc == PV_OK && send_removed(rl, wid, false, why) != 0)
+                    rc = pv_status_set(st, PV_CANCELLED, "client gone");
+            }
+            json_object_clear(c->pending);
+        } else {
+            for (; rc == PV_OK && c->reported < c->expected; c->reported++)
+                if (send_lost(rl, c, why) != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        }
         c->done = true;
     }
     pv_op_clear(&rec);
@@ -200,11 +234,14 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
 static int relay_all(relay *rl, pv_status *st) {
     for (;;) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
-        pv_op parent;
-        if (pv_op_get(rl->r, rl->k, rl->parent, &parent, st) != PV_OK) return st->code;
-        bool over = parent.status == PV_OP_SUCCEEDED || parent.status == PV_OP_FAILED ||
-                    parent.status == PV_OP_CANCELLED;
-        int rc = read_announcements(rl, st);
+        pv_op parent = {0};
+        bool over = true, has_parent = rl->parent[0] != '\0';
+        if (has_parent) {
+            if (pv_op_get(rl->r, rl->k, rl->parent, &parent, st) != PV_OK) return st->code;
+            over = parent.status == PV_OP_SUCCEEDED || parent.status == PV_OP_FAILED ||
+                   parent.status == PV_OP_CANCELLED;
+        }
+        int rc = has_parent ? read_announcements(rl, st) : PV_OK;
         bool all_done = true;
         for (size_t i = 0; rc == PV_OK && i < rl->n; i++)
             if (!rl->children[i].done) {
@@ -212,7 +249,7 @@ static int relay_all(relay *rl, pv_status *st) {
                 all_done = all_done && rl->children[i].done;
             }
         if (rc == PV_OK && over && all_done) {
-            if (parent.status != PV_OP_SUCCEEDED && rl->n == 0)
+            if (has_parent && parent.status != PV_OP_SUCCEEDED && rl->n == 0)
                 rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
                                    parent.error_message && *parent.error_message
                                        ? parent.error_message
@@ -264,6 +301,12 @@ static int submit(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_sta
     return PV_OK;
 }
 
+static void relay_free(relay *rl) {
+    for (size_t i = 0; i < rl->n; i++)
+        json_decref(rl->children[i].pending);
+    free(rl->children);
+}
+
 static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DeployOptions *o = (const Pb__DeployOptions *)req;
     pv_status st;
@@ -288,12 +331,89 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     } else if (rc != PV_CANCELLED) {
         gw_call_finishf(call, ERU_CREATE_WORKLOAD, "%s", st.msg);
     }
-    free(rl.children);
+    relay_free(&rl);
+}
+
+/* One node's removals: an operation on that node's queue, followed like a deploy's child. */
+static int submit_removal(gw_call *call, relay *rl, const char *node, json_t *ids, bool force,
+                          pv_status *st) {
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    json_t *params = json_pack("{s:O, s:b}", "ids", ids, "force", force);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    char queue[300], target[PV_ID_MAX];
+    snprintf(queue, sizeof queue, "node:%s", node);
+    pv_id_new("remove", target, sizeof target);
+    pv_op_submit_req req = {
+        .kind = "workload.remove_on_node", .target = target, .queue = queue, .params_json = text};
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op rec;
+    bool existed = false;
+    int rc = text ? pv_op_submit(rl->r, rl->k, &oo, &req, &rec, &existed, st)
+                  : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(text);
+    if (rc == PV_OK) rc = add_child(rl, rec.id, node, st);
+    if (rc == PV_OK) {
+        child *c = &rl->children[rl->n - 1];
+        c->pending = json_object();
+        size_t i;
+        json_t *v;
+        json_array_foreach(ids, i, v)
+            json_object_set(c->pending, json_string_value(v), json_true());
+        c->expected = json_array_size(ids);
+        pv_op_clear(&rec);
+    }
+    return rc;
+}
+
+static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__RemoveWorkloadOptions *o = (const Pb__RemoveWorkloadOptions *)req;
+    if (o->n_ids == 0) {
+        gw_call_finish(call, ERU_REMOVE_WORKLOAD, "IDs: no workload ids given");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_REMOVE_WORKLOAD, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    /* Eru looks every workload up first: an unknown id fails the call before anything stops. */
+    json_t *by_node = json_object();
+    pv_status st;
+    int rc = by_node ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < o->n_ids; i++) {
+        pv_workload w;
+        if ((rc = pv_workload_get(r, rl.k, o->ids[i], &w, &st)) != PV_OK) break;
+        json_t *list = json_object_get(by_node, w.node);
+        if (!list) json_object_set_new(by_node, w.node, list = json_array());
+        json_array_append_new(list, json_string(w.id));
+        pv_workload_clear(&w);
+    }
+    const char *node;
+    json_t *ids;
+    json_object_foreach(by_node, node, ids) {
+        if (rc != PV_OK) break;
+        rc = submit_removal(call, &rl, node, ids, o->force, &st);
+    }
+    json_decref(by_node);
+    if (rc == PV_OK) rc = relay_all(&rl, &st);
+    if (rc == PV_OK) {
+        pv_info("RemoveWorkload: %zu answered, %zu failed", rl.sent, rl.failed);
+        gw_call_finish(call, PV_OK, NULL);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, ERU_REMOVE_WORKLOAD, "%s", st.msg);
+    }
+    relay_free(&rl);
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
      on_create_workload, ERU_CREATE_WORKLOAD},
+    {"/pb.CoreRPC/RemoveWorkload", GW_SERVER_STREAM, &pb__remove_workload_options__descriptor,
+     on_remove_workload, ERU_REMOVE_WORKLOAD},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

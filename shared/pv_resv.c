@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 
@@ -401,6 +402,70 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
     return pv_status_set(st, PV_ABORTED,
                          "reservation %s: its nodes kept changing; release gave up after %d tries",
                          resv_id, RETRIES);
+}
+
+/* The node's usage minus one workload's resources. */
+static int usage_without(const pv_node *node, const char *resources, char **usage, pv_status *st) {
+    pv_res_node res = {0};
+    int rc = pv_res_node_parse(node->resources, node->usage, NULL, &res, st);
+    if (rc == PV_OK && resources && strcmp(resources, "{}") != 0) {
+        pv_status ust;
+        if (pv_res_node_usage_add(&res, resources, -1, &ust) != PV_OK)
+            pv_warn("node %s: giving back a workload's resources: %s; its usage is left as it "
+                    "was for that part (GetNodeResource fix repairs drift)",
+                    node->name, ust.msg);
+    }
+    if (rc == PV_OK) rc = pv_res_node_usage_dump(&res, usage, st);
+    pv_res_node_free(&res);
+    return rc;
+}
+
+int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
+    char base[PV_KEY_MAX];
+    if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
+    for (int attempt = 0; attempt < RETRIES; attempt++) {
+        redisReply *rep = NULL;
+        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
+            PV_OK)
+            return st->code;
+        char *node_id = NULL, *resources = NULL;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+            if (rep->element[0]->type == REDIS_REPLY_STRING) node_id = strdup(rep->element[0]->str);
+            if (rep->element[1]->type == REDIS_REPLY_STRING)
+                resources = strdup(rep->element[1]->str);
+        }
+        freeReplyObject(rep);
+        pv_node node = {0};
+        char *usage = NULL, rev[24] = "0";
+        int rc = PV_OK;
+        if (!node_id) {
+            rc = pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
+        } else if (pv_registry_get_node_by_id(r, k, node_id, &node, st) == PV_OK) {
+            snprintf(rev, sizeof rev, "%lld", (long long)node.usage_rev);
+            rc = usage_without(&node, resources, &usage, st);
+        } else if (st->code != PV_NOT_FOUND) {
+            rc = st->code;
+        }
+        free(node_id);
+        free(resources);
+        pv_node_clear(&node);
+        if (rc != PV_OK) {
+            free(usage);
+            return rc;
+        }
+        const char *args[] = {base, workload_id, rev, usage ? usage : "{}"};
+        rep = NULL;
+        rc = pv_redis_fcall(r, "pv_wl_remove_release", 0, NULL, 4, args, &rep, st);
+        free(usage);
+        bool conflict =
+            rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0;
+        if (rep) freeReplyObject(rep);
+        if (rc != PV_OK) return rc;
+        if (!conflict) return PV_OK;
+    }
+    return pv_status_set(st, PV_ABORTED,
+                         "workload %s: its node's usage kept changing; gave up after %d tries",
+                         workload_id, RETRIES);
 }
 
 int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,

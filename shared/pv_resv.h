@@ -92,6 +92,12 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
  * nodes' rev and usage are not read (0 and NULL). NOT_FOUND when it does not exist. */
 int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out, pv_status *st);
 
+/* Removes a workload record and gives what it held back to its node, atomically (compare-and-set
+ * on the node's usage_rev, retried): the node's usage minus the workload's resources, its deploy
+ * count minus one. NOT_FOUND when the workload is not recorded. A usage that would go below zero
+ * (it drifted) is clamped and logged; GetNodeResource's fix repairs it. */
+int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st);
+
 /* Ids of the reservations whose expiry is at or before now_ms (at most max). *ids is a malloc'd
  * array of malloc'd strings (pv_resv_ids_free); NULL when none. */
 int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,

@@ -57,6 +57,7 @@ static const wk_handler_entry k_handlers[] = {
     {"test.flaky", wk_test_flaky, true},
     {WK_DEPLOY_KIND, wk_deploy_create, false},
     {WK_DEPLOY_NODE_KIND, wk_node_deploy_create, false},
+    {WK_REMOVE_NODE_KIND, wk_node_deploy_remove, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

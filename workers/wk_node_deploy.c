@@ -16,6 +16,7 @@
 #include "pv_b64.h"
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_resv.h"
 #include "pv_workload.h"
 #include "wk_agent.h"
 #include "wk_engine.h"
@@ -363,5 +364,87 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
     }
     json_decref(params);
     pb__deploy_options__free_unpacked(o, NULL);
+    return rc;
+}
+
+/* ---- removal ---- */
+
+typedef struct removal {
+    wk_agent *agent;
+    const char *id;
+    bool force;
+} removal;
+
+/* Stops and removes one workload; the answer ({"ok": true} or {"error": ...}) is journaled. */
+static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
+    removal *rm = arg;
+    wk_engine *engine = wk_agent_engine(rm->agent);
+    pv_status est;
+    int rc = wk_engine_stop(engine, rm->id, -1, rm->force, &est);
+    if (rc == PV_OK || rc == PV_FAILED_PRECONDITION) /* FAILED_PRECONDITION: not running */
+        rc = wk_engine_remove(engine, rm->id, true, &est);
+    if (rc == PV_NOT_FOUND) rc = PV_OK; /* the engine has nothing of it (left, or never made) */
+    if (rc == PV_OK) {
+        rc = pv_resv_return_workload(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
+        if (rc == PV_NOT_FOUND) rc = PV_OK; /* recorded removal of a previous delivery */
+    }
+    json_t *j = rc == PV_OK ? json_pack("{s:b}", "ok", 1) : json_pack("{s:s}", "error", est.msg);
+    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (rc != PV_OK) pv_warn("remove %s on %s: %s", rm->id, wk_agent_node(rm->agent), est.msg);
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+typedef struct removal_report {
+    const char *id, *answer;
+} removal_report;
+
+static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    const char *fields[] = {"type", "id", "success", "hook"};
+    const char *values[] = {"removed", rr->id, err ? "0" : "1", err ? err : ""};
+    int rc = wk_op_output(op, 4, fields, values, st);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_remove(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.remove_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *ids = json_object_get(params, "ids");
+    bool force = json_is_true(json_object_get(params, "force"));
+    int rc = json_is_array(ids) ? PV_OK
+                                : pv_status_set(st, PV_INVALID_ARGUMENT,
+                                                "params.ids: must be an array of workload ids");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        if (rc != PV_OK) break;
+        const char *id = json_string_value(v);
+        if (!id) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
+            break;
+        }
+        if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
+        removal rm = {agent, id, force};
+        char step[128], *answer = NULL;
+        snprintf(step, sizeof step, "remove:%s", id);
+        rc = wk_op_step(op, step, step_remove, &rm, &answer, st);
+        if (rc == PV_OK) {
+            removal_report rr = {id, answer};
+            snprintf(step, sizeof step, "reported:%s", id);
+            rc = wk_op_step(op, step, step_report_removal, &rr, NULL, st);
+        }
+        free(answer);
+    }
+    json_decref(params);
     return rc;
 }

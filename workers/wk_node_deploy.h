@@ -25,4 +25,12 @@
 /* The handler of WK_DEPLOY_NODE_KIND; wk_op_context(op) is the node's wk_agent. */
 int wk_node_deploy_create(wk_op *op, pv_status *st);
 
+/* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
+ * [...], "force": bool}. Each workload is stopped (before_stop hooks unless force; the engine's
+ * grace), removed from the engine (already gone is fine), and its record removed with its
+ * resources given back to the node in one step (pv_resv_return_workload); one output entry each:
+ * {type=removed, id, success (1|0), hook (what went wrong, or "")}. Journaled per workload. */
+#define WK_REMOVE_NODE_KIND "workload.remove_on_node"
+int wk_node_deploy_remove(wk_op *op, pv_status *st);
+
 #endif

@@ -90,16 +90,44 @@ redis.register_function('pv_wl_add', function(keys, args)
   return redis.call('HGETALL', key)
 end)
 
--- pv_wl_remove(ARGV: base id): the record, its status and its index entries.
-redis.register_function('pv_wl_remove', function(keys, args)
-  local base, id = args[1], args[2]
-  local key = record_key(base, id)
-  local v = redis.call('HMGET', key, 'app', 'node_id')
-  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
-  redis.call('DEL', key, status_key(base, id))
+-- Deletes the record, its status and its index entries (v = HMGET app node_id of the record).
+local function remove_record(base, id, v)
+  redis.call('DEL', record_key(base, id), status_key(base, id))
   redis.call('ZREM', base .. 'wls', id)
   redis.call('SREM', base .. 'app-workloads:' .. v[1], id)
   if v[2] then redis.call('SREM', base .. 'node-workloads:' .. v[2], id) end
+end
+
+-- pv_wl_remove(ARGV: base id): the record, its status and its index entries.
+redis.register_function('pv_wl_remove', function(keys, args)
+  local base, id = args[1], args[2]
+  local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  remove_record(base, id, v)
+  return 1
+end)
+
+-- pv_wl_remove_release(ARGV: base id expected_usage_rev usage): removes the workload and gives
+-- its resources back to its node in one step: the node's usage becomes `usage` (computed by the
+-- caller from the usage it read at expected_usage_rev, minus the workload's resources), its
+-- deploy count drops by one. -> 1, or 'CONFLICT' when the node's usage moved (compute again).
+-- A workload whose node is gone is simply removed.
+redis.register_function('pv_wl_remove_release', function(keys, args)
+  local base, id = args[1], args[2]
+  local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id', 'entry', 'node')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local node_key = base .. 'node:' .. (v[2] or '')
+  if v[2] and redis.call('EXISTS', node_key) == 1 then
+    if (redis.call('HGET', node_key, 'usage_rev') or '0') ~= args[3] then return 'CONFLICT' end
+    redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
+    redis.call('HINCRBY', node_key, 'usage_rev', 1)
+    redis.call('HINCRBY', node_key, 'rev', 1)
+    local counts = base .. 'deploy-count:' .. v[1] .. ':' .. (v[3] or '')
+    if redis.call('HINCRBY', counts, v[4] or '', -1) <= 0 then
+      redis.call('HDEL', counts, v[4] or '')
+    end
+  end
+  remove_record(base, id, v)
   return 1
 end)
 

@@ -13,6 +13,9 @@ Classes:
            engine's state, <data_dir>/engine/<node>/<id>/log); the
            workload records exist with their allocations; the nodes' usage is exactly what the
            workloads hold (GetNodeResource: no diffs).
+  Remove   RemoveWorkload stops running instances (their processes end), removes them from the
+           engine and the registry, and gives their resources back (usage as before, no diffs,
+           deploy count back to zero); an unknown id answers 1076 before anything stops.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -60,10 +63,11 @@ def make_image(path):
             t.add(script, arcname="run.sh")
 
 
-def deploy(count=3, image="demo:1", entry="web", memory="64M", name=None):
+def deploy(count=3, image="demo:1", entry="web", memory="64M", name=None,
+           commands=("/bin/sh", "run.sh")):
     return core_pb2.DeployOptions(
         name=name or "demo%d" % next(_counter),
-        entrypoint=core_pb2.EntrypointOptions(name=entry, commands=["/bin/sh", "run.sh"]),
+        entrypoint=core_pb2.EntrypointOptions(name=entry, commands=list(commands)),
         podname="dp", image=image, count=count,
         resources={"cpumem": json.dumps({"memory-request": memory}).encode()})
 
@@ -166,6 +170,51 @@ class Race(Base):
         self.assertIn("need: 1, available: 0", msg)
         for node in NODES:
             self.assertEqual(list(self.usage(node).diffs), [])
+
+
+class Remove(Base):
+    def test_remove_stops_and_gives_back(self):
+        base = self.stack.prefix + "{reg}:"
+        before = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        opts = deploy(2, commands=("/bin/sh", "-c", "sleep 60"))
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertEqual([m.success for m in msgs], [True, True], msgs)
+        pids = {}
+        for m in msgs:
+            rec = json.load(open(os.path.join(self.stack.data_dir, "engine", m.nodename, m.id,
+                                              "record.json")))
+            pid = rec.get("pid") or rec.get("main_pid")
+            self.assertTrue(pid and os.path.exists("/proc/%d" % pid), rec)
+            pids[m.id] = pid
+        got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(
+            IDs=[m.id for m in msgs]), timeout=60))
+        self.assertEqual(sorted((g.id, g.success) for g in got),
+                         sorted((m.id, True) for m in msgs), got)
+        for m in msgs:
+            self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + m.id), 0)
+            self.assertFalse(os.path.exists(os.path.join(self.stack.data_dir, "engine",
+                                                         m.nodename, m.id)))
+            self.assertFalse(pid_alive(pids[m.id]), m.id)
+        after = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        self.assertEqual(after, before)
+        for node in NODES:
+            self.assertEqual(list(self.usage(node).diffs), [])
+        self.assertEqual(self.stack.redis.cmd("HLEN", base + "deploy-count:%s:web" % opts.name), 0)
+
+    def test_unknown_id_fails_before_anything_stops(self):
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
+                                 core_pb2.RemoveWorkloadOptions(IDs=["f" * 64])
+                                 .SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1076")
+        self.assertIn("workload %s not found" % ("f" * 64), t.get("grpc-message", ""))
+
+
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
 
 
 class Failures(Base):
