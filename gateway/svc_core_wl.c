@@ -37,10 +37,11 @@
 #include "gw_node_watch.h"
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
+#include "pv_registry.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 3
+#define N_METHODS 7
 #define STATUS_PAGE 1000
 /* How long the first stream waits for the follower's first read, so that changes made right
  * after it is accepted are seen. */
@@ -227,6 +228,150 @@ static int workload_msg_fill(workload_msg *m, const pv_workload *w, Pb__Workload
     }
     m->msg.env = m->env_v;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GetWorkload, GetWorkloads, ListWorkloads, ListNodeWorkloads                                  */
+
+/* A workload with its live status (when it has one) as pb.Workload, in one allocation the
+ * caller frees with full_free. */
+typedef struct full_msg {
+    workload_msg w;
+    status_msg s;
+    pv_workload_status st;
+    bool has_status;
+} full_msg;
+
+static void full_free(full_msg *f) {
+    workload_msg_free(&f->w);
+    if (f->has_status) map_free(&f->s.networks);
+    pv_workload_status_clear(&f->st);
+}
+
+static int full_fill(full_msg *f, pv_redis *r, const pv_keys *k, const pv_workload *w,
+                     pv_status *st) {
+    memset(f, 0, sizeof *f);
+    pv_status sst;
+    f->has_status = pv_workload_get_status(r, k, w->id, &f->st, &sst) == PV_OK;
+    if (!f->has_status && sst.code != PV_NOT_FOUND) return *st = sst, st->code;
+    if (f->has_status && status_msg_fill(&f->s, &f->st) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (workload_msg_fill(&f->w, w, f->has_status ? &f->s.msg : NULL) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
+}
+
+static void on_get_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__WorkloadID *o = (const Pb__WorkloadID *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_WORKLOAD);
+    if (!r) return;
+    pv_workload w;
+    full_msg f;
+    pv_status st;
+    const pv_keys *k = &svc_of(call)->app->keys;
+    if (pv_workload_get(r, k, o->id, &w, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_GET_WORKLOAD, "%s", st.msg);
+        return;
+    }
+    if (full_fill(&f, r, k, &w, &st) == PV_OK)
+        gw_call_reply(call, &f.w.msg.base);
+    else
+        gw_call_finishf(call, ERU_GET_WORKLOAD, "%s", st.msg);
+    full_free(&f);
+    pv_workload_clear(&w);
+}
+
+/* Replies pb.Workloads for n records (each with its status). */
+static void reply_workloads(gw_call *call, pv_redis *r, const pv_workload *ws, size_t n, int eru) {
+    full_msg *f = calloc(n ? n : 1, sizeof *f);
+    Pb__Workload **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    pv_status st;
+    int rc = f && ptrs ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    size_t filled = 0;
+    for (; rc == PV_OK && filled < n; filled++) {
+        rc = full_fill(&f[filled], r, &svc_of(call)->app->keys, &ws[filled], &st);
+        ptrs[filled] = &f[filled].w.msg;
+    }
+    Pb__Workloads out = PB__WORKLOADS__INIT;
+    out.workloads = ptrs;
+    out.n_workloads = n;
+    if (rc == PV_OK)
+        gw_call_reply(call, &out.base);
+    else
+        gw_call_finishf(call, eru, "%s", st.msg);
+    for (size_t i = 0; f && i < filled; i++)
+        full_free(&f[i]);
+    free(f);
+    free(ptrs);
+}
+
+static void on_get_workloads(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__WorkloadIDs *o = (const Pb__WorkloadIDs *)req;
+    pv_redis *r = redis_or_fail(call, ERU_GET_WORKLOADS);
+    if (!r) return;
+    pv_workload *ws = calloc(o->n_ids ? o->n_ids : 1, sizeof *ws);
+    pv_status st;
+    int rc = ws ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    size_t got = 0;
+    for (; rc == PV_OK && got < o->n_ids; got++)
+        if ((rc = pv_workload_get(r, &svc_of(call)->app->keys, o->ids[got], &ws[got], &st)) !=
+            PV_OK)
+            break;
+    if (rc == PV_OK)
+        reply_workloads(call, r, ws, got, ERU_GET_WORKLOADS);
+    else
+        gw_call_finishf(call, ERU_GET_WORKLOADS, "%s", st.msg);
+    pv_workload_array_free(ws, got);
+}
+
+static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__ListWorkloadsOptions *o = (const Pb__ListWorkloadsOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_LIST_WORKLOADS);
+    if (!r) return;
+    char *labels = NULL;
+    pv_workload *ws = NULL;
+    size_t n = 0;
+    pv_status st;
+    const pv_keys *k = &svc_of(call)->app->keys;
+    int rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
+    if (rc == PV_OK)
+        rc = pv_workload_list(r, k, o->appname, o->entrypoint, o->nodename, labels, &ws, &n, &st);
+    for (size_t i = 0; rc == PV_OK && i < n && (o->limit <= 0 || (int64_t)i < o->limit); i++) {
+        full_msg f;
+        rc = full_fill(&f, r, k, &ws[i], &st);
+        if (rc == PV_OK && gw_call_send(call, &f.w.msg.base) != 0)
+            rc = pv_status_set(&st, PV_CANCELLED, "client gone");
+        full_free(&f);
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_LIST_WORKLOADS, "%s", st.msg);
+    pv_workload_array_free(ws, n);
+    free(labels);
+}
+
+static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
+    pv_redis *r = redis_or_fail(call, ERU_LIST_NODE_WORKLOADS);
+    if (!r) return;
+    char *labels = NULL;
+    pv_workload *ws = NULL;
+    size_t n = 0;
+    pv_status st;
+    pv_node node;
+    const pv_keys *k = &svc_of(call)->app->keys;
+    int rc = pv_registry_get_node(r, k, o->nodename, &node, &st);
+    if (rc == PV_OK) pv_node_clear(&node);
+    if (rc == PV_OK)
+        rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
+    if (rc == PV_OK) rc = pv_workload_list(r, k, "", "", o->nodename, labels, &ws, &n, &st);
+    if (rc == PV_OK)
+        reply_workloads(call, r, ws, n, ERU_LIST_NODE_WORKLOADS);
+    else
+        gw_call_finishf(call, ERU_LIST_NODE_WORKLOADS, "%s", st.msg);
+    pv_workload_array_free(ws, n);
+    free(labels);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -724,6 +869,14 @@ static const svc_eru_method k_methods[N_METHODS] = {
      on_set_workloads_status, ERU_SET_WORKLOADS_STATUS},
     {"/pb.CoreRPC/GetWorkloadsStatus", GW_UNARY, &pb__workload_ids__descriptor,
      on_get_workloads_status, ERU_GET_WORKLOADS_STATUS},
+    {"/pb.CoreRPC/GetWorkload", GW_UNARY, &pb__workload_id__descriptor, on_get_workload,
+     ERU_GET_WORKLOAD},
+    {"/pb.CoreRPC/GetWorkloads", GW_UNARY, &pb__workload_ids__descriptor, on_get_workloads,
+     ERU_GET_WORKLOADS},
+    {"/pb.CoreRPC/ListWorkloads", GW_SERVER_STREAM, &pb__list_workloads_options__descriptor,
+     on_list_workloads, ERU_LIST_WORKLOADS},
+    {"/pb.CoreRPC/ListNodeWorkloads", GW_UNARY, &pb__get_node_options__descriptor,
+     on_list_node_workloads, ERU_LIST_NODE_WORKLOADS},
     {"/pb.CoreRPC/WorkloadStatusStream", GW_SERVER_STREAM,
      &pb__workload_status_stream_options__descriptor, on_workload_status_stream, 0},
 };

@@ -173,6 +173,12 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         const str_entry *s = (const str_entry *)e->sysctls[i];
         oom = strs_addf(&sysctls, "%s=%s", s->key, s->value) != 0;
     }
+    json_t *env_j = json_array();
+    for (size_t i = 0; env_j && i < env.n; i++)
+        json_array_append_new(env_j, json_string(env.v[i]));
+    char *env_text = env_j ? json_dumps(env_j, JSON_COMPACT) : NULL;
+    json_decref(env_j);
+    if (!env_text) oom = 1;
     int cores[1024];
     wk_workload_spec spec = {
         .id = id,
@@ -227,6 +233,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         w.image = o->image;
         w.privileged = e->privileged;
         w.labels = labels;
+        w.env = env_text;
         w.resources = res_text;
         w.alloc_id = (char *)alloc_id;
         w.engine_id = info.engine_id ? info.engine_id : "";
@@ -271,6 +278,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     strs_free(&sysctls);
     free(labels);
     free(res_text);
+    free(env_text);
     return rc;
 }
 

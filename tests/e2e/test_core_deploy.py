@@ -11,8 +11,9 @@ Classes:
            name (app_entry_xxxxxx), the node and pod; each instance ran with APP_NAME, ERU_POD,
            ERU_NODE_NAME, ERU_WORKLOAD_SEQ in its environment (it writes them to its log in the
            engine's state, <data_dir>/engine/<node>/<id>/log); the
-           workload records exist with their allocations; the nodes' usage is exactly what the
-           workloads hold (GetNodeResource: no diffs).
+           workload records exist with their allocations and read back through GetWorkload,
+           GetWorkloads, ListWorkloads (app, limit) and ListNodeWorkloads; the nodes' usage is
+           exactly what the workloads hold (GetNodeResource: no diffs).
   Remove   RemoveWorkload stops running instances (their processes end), removes them from the
            engine and the registry, and gives their resources back (usage as before, no diffs,
            deploy count back to zero); an unknown id answers 1076 before anything stops.
@@ -108,6 +109,29 @@ class Deploy(Base):
         for m in msgs:
             rec = self.stack.redis.cmd("HGET", base + "wl:" + m.id, "name")
             self.assertEqual(rec, m.name)
+        # The reads: GetWorkload, GetWorkloads, ListWorkloads, ListNodeWorkloads.
+        w = self.core.GetWorkload(core_pb2.WorkloadID(id=msgs[0].id), timeout=10)
+        self.assertEqual((w.id, w.name, w.podname, w.nodename, w.image),
+                         (msgs[0].id, msgs[0].name, "dp", msgs[0].nodename, "demo:1"))
+        self.assertEqual(w.labels["ERU"], "1")
+        self.assertEqual(w.labels["eru.nodename"], msgs[0].nodename)
+        self.assertIn("APP_NAME=%s" % opts.name, list(w.env))
+        self.assertIn("cpumem", json.loads(w.resources))
+        got = self.core.GetWorkloads(core_pb2.WorkloadIDs(IDs=[m.id for m in msgs]), timeout=10)
+        self.assertEqual(sorted(x.id for x in got.workloads), sorted(m.id for m in msgs))
+        listed = list(self.core.ListWorkloads(core_pb2.ListWorkloadsOptions(appname=opts.name),
+                                              timeout=10))
+        self.assertEqual(sorted(x.id for x in listed), sorted(m.id for m in msgs))
+        limited = list(self.core.ListWorkloads(core_pb2.ListWorkloadsOptions(
+            appname=opts.name, limit=2), timeout=10))
+        self.assertEqual(len(limited), 2)
+        on_node = self.core.ListNodeWorkloads(core_pb2.GetNodeOptions(
+            nodename=msgs[0].nodename), timeout=10)
+        self.assertIn(msgs[0].id, [x.id for x in on_node.workloads])
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/GetWorkload",
+                                 core_pb2.WorkloadID(id="e" * 64).SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1051")
+        self.assertIn("not found", t.get("grpc-message", ""))
         # Each instance ran with Eru's environment (its log under the node's engine state).
         seqs = set()
         deadline = time.monotonic() + 10
