@@ -23,7 +23,7 @@
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 2
+#define N_METHODS 3
 #define MAX_CHILDREN 4096
 #define POLL_MS 50
 
@@ -48,7 +48,8 @@ typedef struct child {
     char node[256];
     char after[32]; /* last output entry relayed */
     size_t reported, expected;
-    json_t *pending; /* removal: the ids not answered yet (object id -> true); else NULL */
+    json_t *pending; /* removal, control: the ids not answered yet (id -> true); else NULL */
+    bool control;    /* a control's child: lost ids answer ControlWorkloadMessage */
     bool done;
 } child;
 
@@ -135,6 +136,15 @@ static int send_removed(relay *rl, const char *id, bool success, const char *hoo
     return gw_call_send(rl->call, &m.base);
 }
 
+static int send_controlled(relay *rl, const char *id, const char *error) {
+    Pb__ControlWorkloadMessage m = PB__CONTROL_WORKLOAD_MESSAGE__INIT;
+    m.id = (char *)id;
+    m.error = (char *)error;
+    rl->sent++;
+    if (*error) rl->failed++;
+    return gw_call_send(rl->call, &m.base);
+}
+
 /* How many instances a child was given (its params' allocations). */
 static size_t expected_of(const pv_op *rec) {
     json_t *p = json_loads(rec->params, 0, NULL);
@@ -191,6 +201,11 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
         int sent = 0;
         if (strcmp(type, "workload") == 0) {
             sent = send_instance(rl, &out[i]);
+        } else if (strcmp(type, "controlled") == 0 && c->pending) {
+            const char *wid = value_of(&out[i], "id");
+            if (!json_object_get(c->pending, wid)) continue;
+            json_object_del(c->pending, wid);
+            sent = send_controlled(rl, wid, value_of(&out[i], "error"));
         } else if (strcmp(type, "removed") == 0 && c->pending) {
             const char *wid = value_of(&out[i], "id");
             if (!json_object_get(c->pending, wid)) continue; /* told already */
@@ -215,8 +230,9 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
             const char *wid;
             json_t *v;
             json_object_foreach(c->pending, wid, v) {
-                if (rc == PV_OK && send_removed(rl, wid, false, why) != 0)
-                    rc = pv_status_set(st, PV_CANCELLED, "client gone");
+                int sent =
+                    c->control ? send_controlled(rl, wid, why) : send_removed(rl, wid, false, why);
+                if (rc == PV_OK && sent != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
             }
             json_object_clear(c->pending);
         } else {
@@ -334,18 +350,19 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     relay_free(&rl);
 }
 
-/* One node's removals: an operation on that node's queue, followed like a deploy's child. */
-static int submit_removal(gw_call *call, relay *rl, const char *node, json_t *ids, bool force,
-                          pv_status *st) {
+/* One node's part of a removal or control: an operation on that node's queue, followed like a
+ * deploy's child. type NULL: a removal. */
+static int submit_node_op(gw_call *call, relay *rl, const char *kind, const char *node, json_t *ids,
+                          const char *type, bool force, pv_status *st) {
     gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
     json_t *params = json_pack("{s:O, s:b}", "ids", ids, "force", force);
+    if (params && type) json_object_set_new(params, "type", json_string(type));
     char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
     json_decref(params);
     char queue[300], target[PV_ID_MAX];
     snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new("remove", target, sizeof target);
-    pv_op_submit_req req = {
-        .kind = "workload.remove_on_node", .target = target, .queue = queue, .params_json = text};
+    pv_id_new(type ? "control" : "remove", target, sizeof target);
+    pv_op_submit_req req = {.kind = kind, .target = target, .queue = queue, .params_json = text};
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec;
@@ -367,6 +384,66 @@ static int submit_removal(gw_call *call, relay *rl, const char *node, json_t *id
     return rc;
 }
 
+/* Eru looks every workload up first: an unknown id fails the call before anything changes.
+ * *by_node: node name -> array of the ids there. */
+static int group_by_node(relay *rl, char **ids, size_t n, json_t **by_node, pv_status *st) {
+    *by_node = json_object();
+    int rc = *by_node ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        pv_workload w;
+        if ((rc = pv_workload_get(rl->r, rl->k, ids[i], &w, st)) != PV_OK) break;
+        json_t *list = json_object_get(*by_node, w.node);
+        if (!list) json_object_set_new(*by_node, w.node, list = json_array());
+        json_array_append_new(list, json_string(w.id));
+        pv_workload_clear(&w);
+    }
+    return rc;
+}
+
+static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__ControlWorkloadOptions *o = (const Pb__ControlWorkloadOptions *)req;
+    static const char *const types[] = {"start", "stop", "restart", "suspend", "resume"};
+    bool known = false;
+    for (size_t i = 0; o->type && i < sizeof types / sizeof types[0]; i++)
+        known = known || strcmp(o->type, types[i]) == 0;
+    if (!known) {
+        gw_call_finishf(call, ERU_CONTROL_WORKLOAD,
+                        "type: \"%s\" is not start, stop, restart, suspend or resume",
+                        o->type ? o->type : "");
+        return;
+    }
+    if (o->n_ids == 0) {
+        gw_call_finish(call, ERU_CONTROL_WORKLOAD, "IDs: no workload ids given");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_CONTROL_WORKLOAD, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    json_t *by_node = NULL;
+    pv_status st;
+    int rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
+    const char *node;
+    json_t *ids;
+    json_object_foreach(by_node, node, ids) {
+        if (rc != PV_OK) break;
+        rc = submit_node_op(call, &rl, "workload.control_on_node", node, ids, o->type, o->force,
+                            &st);
+    }
+    json_decref(by_node);
+    if (rc == PV_OK) rc = relay_all(&rl, &st);
+    if (rc == PV_OK) {
+        pv_info("ControlWorkload %s: %zu answered, %zu failed", o->type, rl.sent, rl.failed);
+        gw_call_finish(call, PV_OK, NULL);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, ERU_CONTROL_WORKLOAD, "%s", st.msg);
+    }
+    relay_free(&rl);
+}
+
 static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemoveWorkloadOptions *o = (const Pb__RemoveWorkloadOptions *)req;
     if (o->n_ids == 0) {
@@ -380,23 +457,14 @@ static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     }
     relay rl = {.call = call, .r = r};
     rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
-    /* Eru looks every workload up first: an unknown id fails the call before anything stops. */
-    json_t *by_node = json_object();
+    json_t *by_node = NULL;
     pv_status st;
-    int rc = by_node ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
-    for (size_t i = 0; rc == PV_OK && i < o->n_ids; i++) {
-        pv_workload w;
-        if ((rc = pv_workload_get(r, rl.k, o->ids[i], &w, &st)) != PV_OK) break;
-        json_t *list = json_object_get(by_node, w.node);
-        if (!list) json_object_set_new(by_node, w.node, list = json_array());
-        json_array_append_new(list, json_string(w.id));
-        pv_workload_clear(&w);
-    }
+    int rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
     const char *node;
     json_t *ids;
     json_object_foreach(by_node, node, ids) {
         if (rc != PV_OK) break;
-        rc = submit_removal(call, &rl, node, ids, o->force, &st);
+        rc = submit_node_op(call, &rl, "workload.remove_on_node", node, ids, NULL, o->force, &st);
     }
     json_decref(by_node);
     if (rc == PV_OK) rc = relay_all(&rl, &st);
@@ -414,6 +482,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      on_create_workload, ERU_CREATE_WORKLOAD},
     {"/pb.CoreRPC/RemoveWorkload", GW_SERVER_STREAM, &pb__remove_workload_options__descriptor,
      on_remove_workload, ERU_REMOVE_WORKLOAD},
+    {"/pb.CoreRPC/ControlWorkload", GW_SERVER_STREAM, &pb__control_workload_options__descriptor,
+     on_control_workload, ERU_CONTROL_WORKLOAD},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

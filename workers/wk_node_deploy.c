@@ -456,3 +456,105 @@ int wk_node_deploy_remove(wk_op *op, pv_status *st) {
     json_decref(params);
     return rc;
 }
+
+/* ---- control ---- */
+
+typedef struct control {
+    wk_agent *agent;
+    const char *id, *type;
+    bool force;
+} control;
+
+static int control_engine(wk_engine *e, const control *c, pv_status *st) {
+    int rc;
+    if (strcmp(c->type, "start") == 0) {
+        rc = wk_engine_start(e, c->id, st);
+        return rc == PV_FAILED_PRECONDITION ? PV_OK : rc; /* running already */
+    }
+    if (strcmp(c->type, "stop") == 0) {
+        rc = wk_engine_stop(e, c->id, -1, c->force, st);
+        return rc == PV_FAILED_PRECONDITION ? PV_OK : rc; /* stopped already */
+    }
+    if (strcmp(c->type, "restart") == 0) {
+        rc = wk_engine_stop(e, c->id, -1, c->force, st);
+        if (rc != PV_OK && rc != PV_FAILED_PRECONDITION) return rc;
+        return wk_engine_start(e, c->id, st);
+    }
+    if (strcmp(c->type, "suspend") == 0) return wk_engine_pause(e, c->id, st);
+    if (strcmp(c->type, "resume") == 0) return wk_engine_resume(e, c->id, st);
+    return pv_status_set(st, PV_INVALID_ARGUMENT,
+                         "type: \"%s\" is not start, stop, restart, suspend or resume", c->type);
+}
+
+static int step_control(wk_op *op, void *arg, char **result, pv_status *st) {
+    control *c = arg;
+    wk_engine *engine = wk_agent_engine(c->agent);
+    pv_status est;
+    int rc = control_engine(engine, c, &est);
+    wk_engine_info info = {0};
+    if (rc == PV_OK && wk_engine_inspect(engine, c->id, &info, &est) == PV_OK) {
+        pv_workload_status s = {0};
+        snprintf(s.id, sizeof s.id, "%s", c->id);
+        s.running = s.healthy = info.state == WK_STATE_RUNNING;
+        s.networks = info.networks_json ? info.networks_json : "{}";
+        pv_status sst;
+        if (pv_workload_set_status(wk_op_redis(op), wk_op_keys(op), &s, NULL, &sst) != PV_OK)
+            pv_warn("control %s %s: status not updated: %s", c->type, c->id, sst.msg);
+    }
+    wk_engine_info_clear(&info);
+    json_t *j =
+        rc == PV_OK ? json_pack("{s:s}", "error", "") : json_pack("{s:s}", "error", est.msg);
+    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+static int step_report_control(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    const char *fields[] = {"type", "id", "error", "hook"};
+    const char *values[] = {"controlled", rr->id, err ? err : "", ""};
+    int rc = wk_op_output(op, 4, fields, values, st);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_control(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.control_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *ids = json_object_get(params, "ids");
+    const char *type = json_string_value(json_object_get(params, "type"));
+    int rc =
+        json_is_array(ids) && type
+            ? PV_OK
+            : pv_status_set(st, PV_INVALID_ARGUMENT, "params: ids (array) and type are required");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        if (rc != PV_OK) break;
+        const char *id = json_string_value(v);
+        if (!id) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
+            break;
+        }
+        control c = {agent, id, type, json_is_true(json_object_get(params, "force"))};
+        char step[128], *answer = NULL;
+        snprintf(step, sizeof step, "control:%s", id);
+        rc = wk_op_step(op, step, step_control, &c, &answer, st);
+        if (rc == PV_OK) {
+            removal_report rr = {id, answer};
+            snprintf(step, sizeof step, "reported:%s", id);
+            rc = wk_op_step(op, step, step_report_control, &rr, NULL, st);
+        }
+        free(answer);
+    }
+    json_decref(params);
+    return rc;
+}

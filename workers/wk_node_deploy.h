@@ -33,4 +33,11 @@ int wk_node_deploy_create(wk_op *op, pv_status *st);
 #define WK_REMOVE_NODE_KIND "workload.remove_on_node"
 int wk_node_deploy_remove(wk_op *op, pv_status *st);
 
+/* ControlWorkload's part on a node: `workload.control_on_node`, params {"ids", "type": start |
+ * stop | restart | suspend | resume, "force": bool (no hooks)}. Starting a running workload and
+ * stopping a stopped one are no-ops, as with Docker. The workload's status follows (running,
+ * healthy = running; no expiry). One output entry each: {type=controlled, id, error, hook}. */
+#define WK_CONTROL_NODE_KIND "workload.control_on_node"
+int wk_node_deploy_control(wk_op *op, pv_status *st);
+
 #endif

@@ -17,6 +17,8 @@ Classes:
   Remove   RemoveWorkload stops running instances (their processes end), removes them from the
            engine and the registry, and gives their resources back (usage as before, no diffs,
            deploy count back to zero); an unknown id answers 1076 before anything stops.
+           ControlWorkload suspends (state T), resumes, stops, starts (a new process), restarts,
+           the workload status following; an unknown type answers 1078.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -224,6 +226,49 @@ class Remove(Base):
         for node in NODES:
             self.assertEqual(list(self.usage(node).diffs), [])
         self.assertEqual(self.stack.redis.cmd("HLEN", base + "deploy-count:%s:web" % opts.name), 0)
+
+    def test_control_stop_start_suspend_resume(self):
+        base = self.stack.prefix + "{reg}:"
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", "sleep 60")),
+                                             timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        wid, node = msgs[0].id, msgs[0].nodename
+        record = os.path.join(self.stack.data_dir, "engine", node, wid, "record.json")
+
+        def control(kind, force=False):
+            got = list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+                IDs=[wid], type=kind, force=force), timeout=60))
+            self.assertEqual([(g.id, g.error) for g in got], [(wid, "")], got)
+
+        def state():
+            st = self.core.GetWorkloadsStatus(core_pb2.WorkloadIDs(IDs=[wid]), timeout=10)
+            return st.status[0].running
+
+        pid = json.load(open(record))["pid"]
+        control("suspend")
+        with open("/proc/%d/stat" % pid) as f:
+            self.assertEqual(f.read().split()[2], "T")
+        control("resume")
+        control("stop", force=True)
+        self.assertFalse(pid_alive(pid))
+        self.assertFalse(state())
+        control("stop")  # stopping a stopped workload is fine
+        control("start")
+        self.assertTrue(state())
+        pid2 = json.load(open(record))["pid"]
+        self.assertNotEqual(pid2, pid)
+        self.assertTrue(pid_alive(pid2))
+        control("restart", force=True)
+        self.assertTrue(pid_alive(json.load(open(record))["pid"]))
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/ControlWorkload",
+                                 core_pb2.ControlWorkloadOptions(IDs=[wid], type="explode")
+                                 .SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1078")
+        self.assertIn("explode", t.get("grpc-message", ""))
+        got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                            timeout=60))
+        self.assertTrue(got[0].success)
+        self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + wid), 0)
 
     def test_unknown_id_fails_before_anything_stops(self):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
