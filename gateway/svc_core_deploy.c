@@ -23,7 +23,7 @@
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 3
+#define N_METHODS 4
 #define MAX_CHILDREN 4096
 #define POLL_MS 50
 
@@ -477,6 +477,96 @@ static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     relay_free(&rl);
 }
 
+/* LogStream: one operation on the workload's node; its output lines are relayed as they come,
+ * and the operation is cancelled when the client goes (a followed log never ends otherwise). */
+static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__LogStreamOptions *o = (const Pb__LogStreamOptions *)req;
+    if ((o->since && *o->since) || (o->until && *o->until)) {
+        gw_call_finish(call, ERU_LOG_STREAM,
+                       "since/until: the process engine's logs carry no timestamps; use tail");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_LOG_STREAM, "no Redis connection on this gateway thread");
+        return;
+    }
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_workload w;
+    pv_status st;
+    if (pv_workload_get(r, &app->keys, o->id, &w, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_LOG_STREAM, "%s", st.msg);
+        return;
+    }
+    json_t *params = json_pack("{s:s, s:s, s:b}", "id", w.id, "tail",
+                               o->tail && *o->tail ? o->tail : "all", "follow", o->follow);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    char queue[300], target[PV_ID_MAX];
+    snprintf(queue, sizeof queue, "node:%s", w.node);
+    pv_id_new("logs", target, sizeof target);
+    pv_op_submit_req sub = {.kind = "workload.log_on_node",
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .max_attempts = 1};
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op rec;
+    bool existed = false;
+    int rc = text ? pv_op_submit(r, &app->keys, &oo, &sub, &rec, &existed, &st)
+                  : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    free(text);
+    char op_id[PV_ID_MAX] = "", after[32] = "0";
+    if (rc == PV_OK) {
+        snprintf(op_id, sizeof op_id, "%s", rec.id);
+        pv_op_clear(&rec);
+    }
+    for (bool over = false; rc == PV_OK;) {
+        if (gw_call_is_closed(call)) {
+            pv_op out;
+            if (pv_op_cancel(r, &app->keys, &oo, op_id, &out, &st) == PV_OK) pv_op_clear(&out);
+            rc = PV_CANCELLED;
+            break;
+        }
+        pv_op_output *entries = NULL;
+        size_t n = 0;
+        if ((rc = pv_op_output_read(r, &app->keys, op_id, after, 200, over ? 0 : 200, &entries, &n,
+                                    &st)) != PV_OK)
+            break;
+        for (size_t i = 0; rc == PV_OK && i < n; i++) {
+            snprintf(after, sizeof after, "%s", entries[i].id);
+            const char *data = value_of(&entries[i], "data");
+            Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
+            m.id = w.id;
+            m.data.data = (uint8_t *)data;
+            m.data.len = strlen(data);
+            m.std_stream_type = PB__STD_STREAM_TYPE__STDOUT;
+            if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
+        }
+        pv_op_output_free(entries, n);
+        if (rc != PV_OK || (over && n == 0)) break;
+        pv_op now;
+        if ((rc = pv_op_get(r, &app->keys, op_id, &now, &st)) != PV_OK) break;
+        over = now.status == PV_OP_SUCCEEDED || now.status == PV_OP_FAILED ||
+               now.status == PV_OP_CANCELLED;
+        if (over && now.status == PV_OP_FAILED) {
+            /* Eru reports a log's failure in the stream's own error field. */
+            Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
+            m.id = w.id;
+            m.error = now.error_message;
+            m.std_stream_type = PB__STD_STREAM_TYPE__ERUERROR;
+            if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
+        }
+        pv_op_clear(&now);
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_LOG_STREAM, "%s", st.msg);
+    pv_workload_clear(&w);
+}
+
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
      on_create_workload, ERU_CREATE_WORKLOAD},
@@ -484,6 +574,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      on_remove_workload, ERU_REMOVE_WORKLOAD},
     {"/pb.CoreRPC/ControlWorkload", GW_SERVER_STREAM, &pb__control_workload_options__descriptor,
      on_control_workload, ERU_CONTROL_WORKLOAD},
+    {"/pb.CoreRPC/LogStream", GW_SERVER_STREAM, &pb__log_stream_options__descriptor, on_log_stream,
+     ERU_LOG_STREAM},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

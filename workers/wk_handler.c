@@ -59,6 +59,7 @@ static const wk_handler_entry k_handlers[] = {
     {WK_DEPLOY_NODE_KIND, wk_node_deploy_create, false},
     {WK_REMOVE_NODE_KIND, wk_node_deploy_remove, false},
     {WK_CONTROL_NODE_KIND, wk_node_deploy_control, false},
+    {WK_LOG_NODE_KIND, wk_node_deploy_log, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

@@ -558,3 +558,87 @@ int wk_node_deploy_control(wk_op *op, pv_status *st) {
     json_decref(params);
     return rc;
 }
+
+/* ---- logs ---- */
+
+#define LOG_POLL_MS 200
+#define LOG_MAX_LINE 65536
+
+/* The engine's own notes in a workload's log: "<YYYY-MM-DDTHH:MM:SSZ> pivirt: ...". */
+static bool engine_note(const char *line) {
+    return strlen(line) > 29 && line[4] == '-' && line[10] == 'T' && line[19] == 'Z' &&
+           strncmp(line + 20, " pivirt: ", 9) == 0;
+}
+
+static int emit_line(wk_op *op, const char *line, pv_status *st) {
+    if (engine_note(line)) return PV_OK;
+    const char *fields[] = {"type", "data"}, *values[] = {"log", line};
+    return wk_op_output(op, 2, fields, values, st);
+}
+
+/* How many of the workload's own lines to skip for "tail N" (engine notes do not count). */
+static long lines_to_skip(FILE *f, long tail, char *buf, size_t len) {
+    if (tail < 0) return 0;
+    long lines = 0;
+    while (fgets(buf, (int)len, f))
+        if (!engine_note(buf)) lines++;
+    rewind(f);
+    return lines > tail ? lines - tail : 0;
+}
+
+int wk_node_deploy_log(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.log_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *id = wk_op_param(op, "id"), *tail_text = wk_op_param(op, "tail");
+    const char *follow_text = wk_op_param(op, "follow");
+    bool follow = follow_text && strcmp(follow_text, "true") == 0;
+    long tail = -1;
+    if (tail_text && *tail_text && strcmp(tail_text, "all") != 0) {
+        char *end = NULL;
+        tail = strtol(tail_text, &end, 10);
+        if (!end || *end || tail < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "tail: \"%s\" is not \"all\" or a number of lines", tail_text);
+    }
+    if (!id) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    wk_engine *engine = wk_agent_engine(agent);
+    wk_engine_info info = {0};
+    if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
+    if (!info.log_path || !*info.log_path) {
+        wk_engine_info_clear(&info);
+        return pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: the %s engine keeps no log", id,
+                             wk_engine_type(engine));
+    }
+    FILE *f = fopen(info.log_path, "r");
+    wk_engine_info_clear(&info);
+    if (!f) return pv_status_set(st, PV_NOT_FOUND, "workload %s has no log yet", id);
+    char *line = malloc(LOG_MAX_LINE);
+    int rc = line ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    long skip = line ? lines_to_skip(f, tail, line, LOG_MAX_LINE) : 0, n = 0;
+    while (rc == PV_OK) {
+        if (fgets(line, LOG_MAX_LINE, f)) {
+            size_t len = strlen(line);
+            if (len && line[len - 1] == '\n') line[len - 1] = '\0';
+            if (engine_note(line)) continue;
+            if (n++ >= skip) rc = emit_line(op, line, st);
+            continue;
+        }
+        if (!follow) break;
+        clearerr(f);
+        /* Follow while the workload runs; what it wrote before stopping is read first. */
+        wk_engine_info now = {0};
+        bool running = wk_engine_inspect(engine, id, &now, st) == PV_OK &&
+                       (now.state == WK_STATE_RUNNING || now.state == WK_STATE_PAUSED);
+        wk_engine_info_clear(&now);
+        if (!running)
+            follow = false; /* one more pass reads what it wrote last, then the loop ends */
+        else
+            rc = wk_op_sleep(op, LOG_POLL_MS, st);
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}

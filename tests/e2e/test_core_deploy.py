@@ -18,7 +18,9 @@ Classes:
            engine and the registry, and gives their resources back (usage as before, no diffs,
            deploy count back to zero); an unknown id answers 1076 before anything stops.
            ControlWorkload suspends (state T), resumes, stops, starts (a new process), restarts,
-           the workload status following; an unknown type answers 1078.
+           the workload status following; an unknown type answers 1078. LogStream gives the
+           workload's lines (tail N, all, follow until the client leaves, which cancels the
+           node's operation); since/until answer 10711 (the process logs have no timestamps).
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -269,6 +271,49 @@ class Remove(Base):
                                             timeout=60))
         self.assertTrue(got[0].success)
         self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + wid), 0)
+
+    def test_log_stream(self):
+        script = "for i in 1 2 3; do echo line $i; done; sleep 1; echo late; sleep 30"
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", script)),
+                                             timeout=60))
+        wid = msgs[0].id
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        time.sleep(0.5)
+
+        def lines(**kw):
+            return [m.data.decode() for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=wid, **kw), timeout=30)]
+
+        self.assertEqual(lines()[:3], ["line 1", "line 2", "line 3"])  # engine notes left out
+        self.assertEqual(lines(tail="2")[-2:], lines()[-2:])
+        self.assertEqual(len(lines(tail="2")), 2)
+        # follow: what comes later arrives; the client leaving ends the node's operation.
+        stream = self.core.LogStream(core_pb2.LogStreamOptions(id=wid, tail="all", follow=True),
+                                     timeout=30)
+        seen = []
+        for m in stream:
+            seen.append(m.data.decode())
+            if seen[-1] == "late":
+                break
+        stream.cancel()
+        self.assertEqual(seen[-1], "late")
+        base = self.stack.prefix + "{ops}:"
+        def log_ops_over():
+            ids = self.stack.scan(base + "op:*")
+            kinds = [self.stack.redis.cmd("HMGET", k, "kind", "status") for k in ids]
+            return all(s in ("SUCCEEDED", "FAILED", "CANCELLED")
+                       for k, s in kinds if k == "workload.log_on_node")
+        deadline = time.monotonic() + 10
+        while not log_ops_over() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(log_ops_over())
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/LogStream",
+                                 core_pb2.LogStreamOptions(id=wid, since="2026-01-01")
+                                 .SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "10711")
+        self.assertIn("since/until", t.get("grpc-message", ""))
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                      timeout=60))
 
     def test_unknown_id_fails_before_anything_stops(self):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
