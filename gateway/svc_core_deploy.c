@@ -20,10 +20,11 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_op.h"
+#include "pv_resv.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 4
+#define N_METHODS 5
 #define MAX_CHILDREN 4096
 #define POLL_MS 50
 
@@ -477,6 +478,27 @@ static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     relay_free(&rl);
 }
 
+/* DissociateWorkload: the control plane forgets the workload and takes its resources back; the
+ * engine's workload is left as it is (Eru's meaning), so no node is asked anything. */
+static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__DissociateWorkloadOptions *o = (const Pb__DissociateWorkloadOptions *)req;
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_DISSOCIATE_WORKLOAD, "no Redis connection on this gateway thread");
+        return;
+    }
+    const pv_keys *k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    for (size_t i = 0; i < o->n_ids; i++) {
+        pv_status st;
+        Pb__DissociateWorkloadMessage m = PB__DISSOCIATE_WORKLOAD_MESSAGE__INIT;
+        m.id = o->ids[i];
+        m.error = pv_resv_return_workload(r, k, o->ids[i], &st) == PV_OK ? "" : st.msg;
+        if (*m.error == '\0') pv_info("DissociateWorkload id=%s", o->ids[i]);
+        if (gw_call_send(call, &m.base) != 0) return; /* the client has gone */
+    }
+    gw_call_finish(call, PV_OK, NULL);
+}
+
 /* LogStream: one operation on the workload's node; its output lines are relayed as they come,
  * and the operation is cancelled when the client goes (a followed log never ends otherwise). */
 static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
@@ -576,6 +598,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      on_control_workload, ERU_CONTROL_WORKLOAD},
     {"/pb.CoreRPC/LogStream", GW_SERVER_STREAM, &pb__log_stream_options__descriptor, on_log_stream,
      ERU_LOG_STREAM},
+    {"/pb.CoreRPC/DissociateWorkload", GW_SERVER_STREAM,
+     &pb__dissociate_workload_options__descriptor, on_dissociate_workload, ERU_DISSOCIATE_WORKLOAD},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

@@ -85,6 +85,8 @@ bool svc_eru_labels_match(const char *labels_json, void *const *want, size_t n_w
 int svc_eru_register(gw_server *server, const svc_eru_method *table, size_t n, gw_method *methods,
                      void *data) {
     for (size_t i = 0; i < n; i++) {
+        /* A table shorter than its declared size leaves zeroed entries: refuse them loudly. */
+        if (!table[i].path || !table[i].handler) return -1;
         methods[i] = (gw_method){.path = table[i].path,
                                  .kind = table[i].kind,
                                  .request = table[i].request,

@@ -21,6 +21,7 @@ Classes:
            the workload status following; an unknown type answers 1078. LogStream gives the
            workload's lines (tail N, all, follow until the client leaves, which cancels the
            node's operation); since/until answer 10711 (the process logs have no timestamps).
+           DissociateWorkload forgets a workload and frees its resources, its process running on.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -314,6 +315,24 @@ class Remove(Base):
         self.assertIn("since/until", t.get("grpc-message", ""))
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
                                       timeout=60))
+
+    def test_dissociate_leaves_the_process_and_frees_the_resources(self):
+        base = self.stack.prefix + "{reg}:"
+        before = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", "sleep 30")),
+                                             timeout=60))
+        m = msgs[0]
+        pid = json.load(open(os.path.join(self.stack.data_dir, "engine", m.nodename, m.id,
+                                          "record.json")))["pid"]
+        got = list(self.core.DissociateWorkload(core_pb2.DissociateWorkloadOptions(
+            IDs=[m.id, "0" * 64]), timeout=30))
+        self.assertEqual([(g.id, g.error) for g in got][0], (m.id, ""))
+        self.assertIn("not found", got[1].error)
+        self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + m.id), 0)
+        self.assertTrue(pid_alive(pid))  # the engine's workload is left as it is
+        after = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        self.assertEqual(after, before)
+        os.kill(pid, 9)
 
     def test_unknown_id_fails_before_anything_stops(self):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
