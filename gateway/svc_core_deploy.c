@@ -24,7 +24,7 @@
 #include "pv_workload.h"
 #include "svc_eru.h"
 
-#define N_METHODS 5
+#define N_METHODS 7
 #define MAX_CHILDREN 4096
 #define POLL_MS 50
 
@@ -43,14 +43,22 @@ void svc_core_deploy_free(svc_core_deploy *s) {
     free(s);
 }
 
+typedef enum {
+    CHILD_DEPLOY = 0,
+    CHILD_REMOVE,
+    CHILD_CONTROL,
+    CHILD_SEND,
+    CHILD_COPY,
+} child_kind;
+
 /* One node's part of the deploy (or removal) as the relay follows it. */
 typedef struct child {
     char id[PV_ID_MAX];
     char node[256];
     char after[32]; /* last output entry relayed */
     size_t reported, expected;
-    json_t *pending; /* removal, control: the ids not answered yet (id -> true); else NULL */
-    bool control;    /* a control's child: lost ids answer ControlWorkloadMessage */
+    json_t *pending; /* per-id calls: the ids not answered yet (id -> true); else NULL */
+    int kind;        /* child_kind: what a lost id is answered with */
     bool done;
 } child;
 
@@ -146,6 +154,46 @@ static int send_controlled(relay *rl, const char *id, const char *error) {
     return gw_call_send(rl->call, &m.base);
 }
 
+static int send_copied(relay *rl, const pv_op_output *e) {
+    Pb__CopyMessage m = PB__COPY_MESSAGE__INIT;
+    m.id = (char *)value_of(e, "id");
+    m.name = (char *)value_of(e, "name");
+    m.path = (char *)value_of(e, "path");
+    m.error = (char *)value_of(e, "error");
+    unsigned char *data = NULL;
+    size_t len = 0;
+    pv_status st;
+    if (*m.error == '\0' && pv_b64_decode("data", value_of(e, "data"), &data, &len, &st) != PV_OK)
+        m.error = "the node sent a chunk that is not base64";
+    m.data.data = data;
+    m.data.len = len;
+    rl->sent++;
+    if (*m.error) rl->failed++;
+    int rc = gw_call_send(rl->call, &m.base);
+    free(data);
+    return rc;
+}
+
+/* An id whose node's part ended without answering for it. */
+static int send_lost_id(relay *rl, int kind, const char *id, const char *why) {
+    if (kind == CHILD_CONTROL) return send_controlled(rl, id, why);
+    if (kind == CHILD_SEND || kind == CHILD_COPY) {
+        rl->sent++;
+        rl->failed++;
+        if (kind == CHILD_SEND) {
+            Pb__SendMessage m = PB__SEND_MESSAGE__INIT;
+            m.id = (char *)id;
+            m.error = (char *)why;
+            return gw_call_send(rl->call, &m.base);
+        }
+        Pb__CopyMessage m = PB__COPY_MESSAGE__INIT;
+        m.id = (char *)id;
+        m.error = (char *)why;
+        return gw_call_send(rl->call, &m.base);
+    }
+    return send_removed(rl, id, false, why);
+}
+
 /* How many instances a child was given (its params' allocations). */
 static size_t expected_of(const pv_op *rec) {
     json_t *p = json_loads(rec->params, 0, NULL);
@@ -207,6 +255,18 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
             if (!json_object_get(c->pending, wid)) continue;
             json_object_del(c->pending, wid);
             sent = send_controlled(rl, wid, value_of(&out[i], "error"));
+        } else if (strcmp(type, "sent") == 0 && c->pending) {
+            json_object_del(c->pending, value_of(&out[i], "id"));
+            Pb__SendMessage m = PB__SEND_MESSAGE__INIT;
+            m.id = (char *)value_of(&out[i], "id");
+            m.path = (char *)value_of(&out[i], "path");
+            m.error = (char *)value_of(&out[i], "error");
+            rl->sent++;
+            if (*m.error) rl->failed++;
+            sent = gw_call_send(rl->call, &m.base);
+        } else if (strcmp(type, "copied") == 0 && c->pending) {
+            json_object_del(c->pending, value_of(&out[i], "id"));
+            sent = send_copied(rl, &out[i]);
         } else if (strcmp(type, "removed") == 0 && c->pending) {
             const char *wid = value_of(&out[i], "id");
             if (!json_object_get(c->pending, wid)) continue; /* told already */
@@ -231,8 +291,7 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
             const char *wid;
             json_t *v;
             json_object_foreach(c->pending, wid, v) {
-                int sent =
-                    c->control ? send_controlled(rl, wid, why) : send_removed(rl, wid, false, why);
+                int sent = send_lost_id(rl, c->kind, wid, why);
                 if (rc == PV_OK && sent != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
             }
             json_object_clear(c->pending);
@@ -351,18 +410,15 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     relay_free(&rl);
 }
 
-/* One node's part of a removal or control: an operation on that node's queue, followed like a
- * deploy's child. type NULL: a removal. */
-static int submit_node_op(gw_call *call, relay *rl, const char *kind, const char *node, json_t *ids,
-                          const char *type, bool force, pv_status *st) {
+/* One node's part of a call: an operation of kind on that node's queue with params (borrowed),
+ * followed like a deploy's child; ids (borrowed) are the workloads it answers for. */
+static int submit_child(gw_call *call, relay *rl, const char *kind, const char *node,
+                        json_t *params, json_t *ids, child_kind ck, pv_status *st) {
     gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
-    json_t *params = json_pack("{s:O, s:b}", "ids", ids, "force", force);
-    if (params && type) json_object_set_new(params, "type", json_string(type));
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
-    json_decref(params);
+    char *text = json_dumps(params, JSON_COMPACT);
     char queue[300], target[PV_ID_MAX];
     snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new(type ? "control" : "remove", target, sizeof target);
+    pv_id_new("wlop", target, sizeof target);
     pv_op_submit_req req = {.kind = kind, .target = target, .queue = queue, .params_json = text};
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};
@@ -380,8 +436,21 @@ static int submit_node_op(gw_call *call, relay *rl, const char *kind, const char
         json_array_foreach(ids, i, v)
             json_object_set(c->pending, json_string_value(v), json_true());
         c->expected = json_array_size(ids);
+        c->kind = ck;
         pv_op_clear(&rec);
     }
+    return rc;
+}
+
+/* Removal or control of the ids on one node. type NULL: a removal. */
+static int submit_node_op(gw_call *call, relay *rl, const char *kind, const char *node, json_t *ids,
+                          const char *type, bool force, pv_status *st) {
+    json_t *params = json_pack("{s:O, s:b}", "ids", ids, "force", force);
+    if (!params) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (type) json_object_set_new(params, "type", json_string(type));
+    int rc =
+        submit_child(call, rl, kind, node, params, ids, type ? CHILD_CONTROL : CHILD_REMOVE, st);
+    json_decref(params);
     return rc;
 }
 
@@ -476,6 +545,125 @@ static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
         gw_call_finishf(call, ERU_REMOVE_WORKLOAD, "%s", st.msg);
     }
     relay_free(&rl);
+}
+
+/* Finishes a per-node call after its children are submitted (or it failed submitting). */
+static void finish_relay(gw_call *call, relay *rl, int rc, pv_status *st, int eru,
+                         const char *what) {
+    if (rc == PV_OK) rc = relay_all(rl, st);
+    if (rc == PV_OK) {
+        pv_info("%s: %zu answered, %zu failed", what, rl->sent, rl->failed);
+        gw_call_finish(call, PV_OK, NULL);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, eru, "%s", st->msg);
+    }
+    relay_free(rl);
+}
+
+/* Send: every file into every workload; a file without a mode is written 0755 (Eru's). */
+static void on_send(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__SendOptions *o = (const Pb__SendOptions *)req;
+    if (o->n_ids == 0 || o->n_data == 0) {
+        gw_call_finish(call, ERU_SEND,
+                       o->n_ids ? "data: no files to send" : "IDs: no workload ids given");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_SEND, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    json_t *files = json_array(), *by_node = NULL;
+    pv_status st;
+    int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < o->n_data; i++) {
+        const Pb__SendOptions__DataEntry *d = o->data[i];
+        char *b64 = NULL;
+        if ((rc = pv_b64_encode(d->value.data, d->value.len, &b64, &st)) != PV_OK) break;
+        json_t *f = json_pack("{s:s, s:s, s:i}", "path", d->key, "data", b64, "mode", 0755);
+        free(b64);
+        for (size_t j = 0; f && j < o->n_modes; j++) {
+            const Pb__SendOptions__ModesEntry *m = o->modes[j];
+            if (strcmp(m->key, d->key) == 0 && m->value)
+                json_object_set_new(f, "mode", json_integer(m->value->mode));
+        }
+        for (size_t j = 0; f && j < o->n_owners; j++) {
+            const Pb__SendOptions__OwnersEntry *w = o->owners[j];
+            if (strcmp(w->key, d->key) == 0 && w->value) {
+                json_object_set_new(f, "uid", json_integer(w->value->uid));
+                json_object_set_new(f, "gid", json_integer(w->value->gid));
+            }
+        }
+        if (!f || json_array_append_new(files, f) != 0)
+            rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    }
+    if (rc == PV_OK) rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
+    const char *node;
+    json_t *ids;
+    json_object_foreach(by_node, node, ids) {
+        if (rc != PV_OK) break;
+        json_t *params = json_pack("{s:O, s:O}", "ids", ids, "files", files);
+        rc = params ? submit_child(call, &rl, "workload.send_on_node", node, params, ids,
+                                   CHILD_SEND, &st)
+                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
+        json_decref(params);
+    }
+    json_decref(by_node);
+    json_decref(files);
+    finish_relay(call, &rl, rc, &st, ERU_SEND, "Send");
+}
+
+/* Copy: a tar archive of each path of each workload, relayed in the node's 4 KiB chunks. */
+static void on_copy(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__CopyOptions *o = (const Pb__CopyOptions *)req;
+    if (o->n_targets == 0) {
+        gw_call_finish(call, ERU_COPY, "targets: no files to copy");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_COPY, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    char **ids = calloc(o->n_targets, sizeof *ids);
+    json_t *by_node = NULL;
+    pv_status st;
+    int rc = ids ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < o->n_targets; i++) {
+        ids[i] = o->targets[i]->key;
+        if (!o->targets[i]->value || o->targets[i]->value->n_paths == 0)
+            rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "targets[%s]: no paths to copy", ids[i]);
+    }
+    if (rc == PV_OK) rc = group_by_node(&rl, ids, o->n_targets, &by_node, &st);
+    const char *node;
+    json_t *node_ids;
+    json_object_foreach(by_node, node, node_ids) {
+        if (rc != PV_OK) break;
+        json_t *targets = json_object();
+        size_t i;
+        json_t *id;
+        json_array_foreach(node_ids, i, id) {
+            for (size_t t = 0; t < o->n_targets; t++) {
+                if (strcmp(o->targets[t]->key, json_string_value(id)) != 0) continue;
+                json_t *paths = json_array();
+                for (size_t p = 0; p < o->targets[t]->value->n_paths; p++)
+                    json_array_append_new(paths, json_string(o->targets[t]->value->paths[p]));
+                json_object_set_new(targets, json_string_value(id), paths);
+            }
+        }
+        json_t *params = json_pack("{s:o}", "targets", targets);
+        rc = params ? submit_child(call, &rl, "workload.copy_on_node", node, params, node_ids,
+                                   CHILD_COPY, &st)
+                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
+        json_decref(params);
+    }
+    json_decref(by_node);
+    free(ids);
+    finish_relay(call, &rl, rc, &st, ERU_COPY, "Copy");
 }
 
 /* DissociateWorkload: the control plane forgets the workload and takes its resources back; the
@@ -600,6 +788,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      ERU_LOG_STREAM},
     {"/pb.CoreRPC/DissociateWorkload", GW_SERVER_STREAM,
      &pb__dissociate_workload_options__descriptor, on_dissociate_workload, ERU_DISSOCIATE_WORKLOAD},
+    {"/pb.CoreRPC/Send", GW_SERVER_STREAM, &pb__send_options__descriptor, on_send, ERU_SEND},
+    {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

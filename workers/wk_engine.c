@@ -23,6 +23,7 @@ void wk_engine_info_clear(wk_engine_info *info) {
     free(info->networks_json);
     free(info->publish_json);
     free(info->log_path);
+    free(info->root);
     free(info->labels_json);
     memset(info, 0, sizeof *info);
 }

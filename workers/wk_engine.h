@@ -105,6 +105,8 @@ typedef struct wk_engine_info {
                           * runs and the driver has them) */
     char *publish_json;  /* {"80/tcp": ["10.0.0.5:80"]}; virt: {} (no port publishing) */
     char *log_path;      /* the combined stdout/stderr log ("" when the engine has none) */
+    char *root;          /* the workload's root directory on this machine (process engine; NULL
+                            when the engine has none: files go through the guest) */
     char *labels_json;
     int64_t started_ms, finished_ms;
     int restarts; /* times the restart policy restarted it */

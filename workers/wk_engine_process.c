@@ -1495,6 +1495,7 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     out->publish_json = pub ? json_dumps(pub, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(pub);
     out->log_path = xstrdup(w->log_path);
+    out->root = xstrdup(w->root);
     out->labels_json = xstrdup(w->labels_json);
     out->started_ms = w->started_ms;
     out->finished_ms = w->finished_ms;

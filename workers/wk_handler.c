@@ -23,6 +23,7 @@
 #include "pv_log.h"
 #include "wk_deploy.h"
 #include "wk_node_deploy.h"
+#include "wk_node_files.h"
 #include "wk_test_kinds.h"
 
 typedef struct wk_str {
@@ -60,6 +61,8 @@ static const wk_handler_entry k_handlers[] = {
     {WK_REMOVE_NODE_KIND, wk_node_deploy_remove, false},
     {WK_CONTROL_NODE_KIND, wk_node_deploy_control, false},
     {WK_LOG_NODE_KIND, wk_node_deploy_log, false},
+    {WK_SEND_NODE_KIND, wk_node_files_send, false},
+    {WK_COPY_NODE_KIND, wk_node_files_copy, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

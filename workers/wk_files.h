@@ -1,0 +1,30 @@
+/*
+ * wk_files: files in and out of a workload's root directory (Send and Copy on the process
+ * engine), confined to that root: every path is taken relative to it, "." and ".." components
+ * are refused, and no component is followed through a symbolic link (O_NOFOLLOW at each step),
+ * so a workload cannot make the agent write or read outside its own tree.
+ *
+ * No child processes (the agent's engine reaps every child of the process): the tar archive is
+ * written here, in ustar format (regular files, directories, symbolic links).
+ *
+ * Ownership: *tar is malloc'd for the caller.
+ */
+#ifndef WK_FILES_H
+#define WK_FILES_H
+
+#include <stddef.h>
+
+#include "pv_status.h"
+
+#define WK_FILES_TAR_MAX (64u << 20) /* an archive larger than this is refused */
+
+/* Writes data to path inside root (parents created 0755), with mode and, when uid >= 0, owner
+ * uid:gid. INVALID_ARGUMENT naming the path for a path that leaves the root or crosses a link. */
+int wk_files_put(const char *root, const char *path, const void *data, size_t len, int mode,
+                 int uid, int gid, pv_status *st);
+
+/* A tar archive of path inside root (a file, a link, or a directory with what it holds), named
+ * from path's last component. NOT_FOUND naming the path when it does not exist. */
+int wk_files_tar(const char *root, const char *path, char **tar, size_t *len, pv_status *st);
+
+#endif
