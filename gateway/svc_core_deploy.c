@@ -31,6 +31,7 @@
 struct svc_core_deploy {
     gw_app *app;
     gw_method methods[N_METHODS];
+    gw_method run_and_wait;
 };
 
 svc_core_deploy *svc_core_deploy_new(gw_app *app) {
@@ -72,7 +73,15 @@ typedef struct relay {
     child *children;
     size_t n;
     size_t sent, failed;
+    bool quiet;       /* RunAndWait: nothing goes to the client; created instances are kept */
+    json_t *created;  /* quiet: [{"id", "node"}] of the instances created */
+    json_t *failures; /* quiet: the errors of the instances that failed */
 } relay;
+
+/* Sends m to the client, or keeps quiet (RunAndWait drives its own messages). */
+static int relay_send(relay *rl, const ProtobufCMessage *m) {
+    return rl->quiet ? 0 : gw_call_send(rl->call, m);
+}
 
 static void sleep_ms(int ms) {
     struct timespec ts = {0, (long)ms * 1000000L};
@@ -94,6 +103,13 @@ static int send_instance(relay *rl, const pv_op_output *e) {
     m.name = (char *)value_of(e, "name");
     m.error = (char *)value_of(e, "error");
     m.success = strcmp(value_of(e, "success"), "1") == 0;
+    if (rl->quiet) {
+        if (m.success)
+            json_array_append_new(rl->created,
+                                  json_pack("{s:s, s:s}", "id", m.id, "node", m.nodename));
+        else
+            json_array_append_new(rl->failures, json_string(m.error));
+    }
     m.resources = (char *)value_of(e, "resources");
     const char *hook = value_of(e, "hook");
     m.hook.data = (uint8_t *)hook;
@@ -115,7 +131,7 @@ static int send_instance(relay *rl, const pv_op_output *e) {
         }
         m.publish = ptrs;
     }
-    int rc = gw_call_send(rl->call, &m.base);
+    int rc = relay_send(rl, &m.base);
     free(entries);
     free(ptrs);
     json_decref(publish);
@@ -132,7 +148,7 @@ static int send_lost(relay *rl, const child *c, const char *why) {
     m.error = (char *)why;
     rl->sent++;
     rl->failed++;
-    return gw_call_send(rl->call, &m.base);
+    return relay_send(rl, &m.base);
 }
 
 static int send_removed(relay *rl, const char *id, bool success, const char *hook) {
@@ -142,7 +158,7 @@ static int send_removed(relay *rl, const char *id, bool success, const char *hoo
     m.hook = (char *)hook;
     rl->sent++;
     if (!success) rl->failed++;
-    return gw_call_send(rl->call, &m.base);
+    return relay_send(rl, &m.base);
 }
 
 static int send_controlled(relay *rl, const char *id, const char *error) {
@@ -151,7 +167,7 @@ static int send_controlled(relay *rl, const char *id, const char *error) {
     m.error = (char *)error;
     rl->sent++;
     if (*error) rl->failed++;
-    return gw_call_send(rl->call, &m.base);
+    return relay_send(rl, &m.base);
 }
 
 static int send_copied(relay *rl, const pv_op_output *e) {
@@ -169,7 +185,7 @@ static int send_copied(relay *rl, const pv_op_output *e) {
     m.data.len = len;
     rl->sent++;
     if (*m.error) rl->failed++;
-    int rc = gw_call_send(rl->call, &m.base);
+    int rc = relay_send(rl, &m.base);
     free(data);
     return rc;
 }
@@ -184,12 +200,12 @@ static int send_lost_id(relay *rl, int kind, const char *id, const char *why) {
             Pb__SendMessage m = PB__SEND_MESSAGE__INIT;
             m.id = (char *)id;
             m.error = (char *)why;
-            return gw_call_send(rl->call, &m.base);
+            return relay_send(rl, &m.base);
         }
         Pb__CopyMessage m = PB__COPY_MESSAGE__INIT;
         m.id = (char *)id;
         m.error = (char *)why;
-        return gw_call_send(rl->call, &m.base);
+        return relay_send(rl, &m.base);
     }
     return send_removed(rl, id, false, why);
 }
@@ -263,7 +279,7 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
             m.error = (char *)value_of(&out[i], "error");
             rl->sent++;
             if (*m.error) rl->failed++;
-            sent = gw_call_send(rl->call, &m.base);
+            sent = relay_send(rl, &m.base);
         } else if (strcmp(type, "copied") == 0 && c->pending) {
             json_object_del(c->pending, value_of(&out[i], "id"));
             sent = send_copied(rl, &out[i]);
@@ -746,6 +762,7 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
             break;
         for (size_t i = 0; rc == PV_OK && i < n; i++) {
             snprintf(after, sizeof after, "%s", entries[i].id);
+            if (strcmp(value_of(&entries[i], "type"), "log") != 0) continue; /* exit, ... */
             const char *data = value_of(&entries[i], "data");
             Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
             m.id = w.id;
@@ -777,6 +794,229 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
     pv_workload_clear(&w);
 }
 
+/* ---- RunAndWait ---------------------------------------------------------------------------- */
+
+static int attach_send(gw_call *call, const char *id, const char *data, size_t len,
+                       Pb__StdStreamType type) {
+    Pb__AttachWorkloadMessage m = PB__ATTACH_WORKLOAD_MESSAGE__INIT;
+    m.workload_id = (char *)id;
+    m.data.data = (uint8_t *)data;
+    m.data.len = len;
+    m.std_stream_type = type;
+    return gw_call_send(call, &m.base);
+}
+
+/* One workload's followed log, relayed until it ends; *code gets its exit code. */
+typedef struct lambda_log {
+    const char *id;
+    char op[PV_ID_MAX], after[32];
+    int code;
+    bool done;
+} lambda_log;
+
+static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, pv_status *st) {
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    for (size_t left = n; left > 0;) {
+        if (gw_call_is_closed(call)) {
+            for (size_t i = 0; i < n; i++) {
+                pv_op out;
+                if (!logs[i].done && pv_op_cancel(rl->r, rl->k, &oo, logs[i].op, &out, st) == PV_OK)
+                    pv_op_clear(&out);
+            }
+            return pv_status_set(st, PV_CANCELLED, "client gone");
+        }
+        for (size_t i = 0; i < n; i++) {
+            lambda_log *l = &logs[i];
+            if (l->done) continue;
+            pv_op rec;
+            if (pv_op_get(rl->r, rl->k, l->op, &rec, st) != PV_OK) return st->code;
+            bool over = rec.status == PV_OP_SUCCEEDED || rec.status == PV_OP_FAILED ||
+                        rec.status == PV_OP_CANCELLED;
+            pv_op_clear(&rec);
+            pv_op_output *out = NULL;
+            size_t got = 0;
+            if (pv_op_output_read(rl->r, rl->k, l->op, l->after, 200, 0, &out, &got, st) != PV_OK)
+                return st->code;
+            int rc = PV_OK;
+            for (size_t j = 0; rc == PV_OK && j < got; j++) {
+                snprintf(l->after, sizeof l->after, "%s", out[j].id);
+                const char *type = value_of(&out[j], "type");
+                if (strcmp(type, "exit") == 0) {
+                    l->code = atoi(value_of(&out[j], "code"));
+                } else if (strcmp(type, "log") == 0) {
+                    char *line = NULL;
+                    int len = asprintf(&line, "%s\n", value_of(&out[j], "data"));
+                    if (len < 0 || attach_send(call, l->id, line, (size_t)len,
+                                               PB__STD_STREAM_TYPE__STDOUT) != 0)
+                        rc = pv_status_set(st, PV_CANCELLED, "client gone");
+                    free(line);
+                }
+            }
+            pv_op_output_free(out, got);
+            if (rc != PV_OK) return rc;
+            if (over && got == 0) {
+                l->done = true;
+                left--;
+            }
+        }
+        sleep_ms(POLL_MS);
+    }
+    return PV_OK;
+}
+
+static int submit_log(gw_call *call, relay *rl, const char *id, const char *node, char *op_id,
+                      pv_status *st) {
+    json_t *params = json_pack("{s:s, s:s, s:b}", "id", id, "tail", "all", "follow", 1);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    char queue[300], target[PV_ID_MAX];
+    snprintf(queue, sizeof queue, "node:%s", node);
+    pv_id_new("logs", target, sizeof target);
+    pv_op_submit_req req = {.kind = "workload.log_on_node",
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .max_attempts = 1};
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op rec;
+    bool existed = false;
+    int rc = text ? pv_op_submit(rl->r, rl->k, &oo, &req, &rec, &existed, st)
+                  : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(text);
+    if (rc == PV_OK) {
+        snprintf(op_id, PV_ID_MAX, "%s", rec.id);
+        pv_op_clear(&rec);
+    }
+    return rc;
+}
+
+/* Creates, follows to the end, reports "[exitcode] N" and removes the workloads. */
+static int lambda_run(gw_call *call, relay *rl, const Pb__DeployOptions *o, pv_status *st) {
+    int rc = submit(call, o, rl->parent, st);
+    if (rc == PV_OK) rc = relay_all(rl, st);
+    size_t n = json_array_size(rl->created);
+    if (rc == PV_OK && n == 0)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "no workload was created: %s",
+                           json_string_value(json_array_get(rl->failures, 0))
+                               ? json_string_value(json_array_get(rl->failures, 0))
+                               : "deploy failed");
+    lambda_log *logs = n ? calloc(n, sizeof *logs) : NULL;
+    if (rc == PV_OK && !logs) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        json_t *c = json_array_get(rl->created, i);
+        logs[i].id = json_string_value(json_object_get(c, "id"));
+        snprintf(logs[i].after, sizeof logs[i].after, "0");
+        if (attach_send(call, logs[i].id, logs[i].id, strlen(logs[i].id),
+                        PB__STD_STREAM_TYPE__TYPEWORKLOADID) != 0)
+            rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        else
+            rc = submit_log(call, rl, logs[i].id, json_string_value(json_object_get(c, "node")),
+                            logs[i].op, st);
+    }
+    if (rc == PV_OK) rc = follow_logs(call, rl, logs, n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        char line[64];
+        int len = snprintf(line, sizeof line, "[exitcode] %d", logs[i].code);
+        if (attach_send(call, logs[i].id, line, (size_t)len, PB__STD_STREAM_TYPE__STDOUT) != 0)
+            rc = pv_status_set(st, PV_CANCELLED, "client gone");
+    }
+    /* RunAndWait always removes its workloads, whatever happened above. */
+    if (n > 0) {
+        relay rm = {.call = call, .r = rl->r, .k = rl->k, .quiet = true};
+        json_t *by_node = json_object();
+        for (size_t i = 0; by_node && i < n; i++) {
+            json_t *c = json_array_get(rl->created, i);
+            const char *node = json_string_value(json_object_get(c, "node"));
+            json_t *list = json_object_get(by_node, node);
+            if (!list) json_object_set_new(by_node, node, list = json_array());
+            json_array_append(list, json_object_get(c, "id"));
+        }
+        const char *node;
+        json_t *ids;
+        pv_status rst;
+        int rrc = PV_OK;
+        json_object_foreach(by_node, node, ids) {
+            if (rrc == PV_OK)
+                rrc = submit_node_op(call, &rm, "workload.remove_on_node", node, ids, NULL, true,
+                                     &rst);
+        }
+        json_decref(by_node);
+        if (rrc == PV_OK) rrc = relay_all(&rm, &rst);
+        if (rrc != PV_OK && rrc != PV_CANCELLED)
+            pv_warn("RunAndWait operation=%s: removing its workloads: %s", rl->parent, rst.msg);
+        relay_free(&rm);
+    }
+    free(logs);
+    return rc;
+}
+
+static void lambda_free(void *p) {
+    free(p);
+}
+
+/* The first message carries the options; later ones would be stdin, which the process engine
+ * does not take (open_stdin), so they are read and dropped. */
+static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
+    if (gw_call_user(call)) return; /* started: stdin or the half-close */
+    if (!msg) {
+        gw_call_finish(call, ERU_RUN_AND_WAIT, "RunAndWait: no options were sent");
+        return;
+    }
+    gw_call_set_user(call, calloc(1, 1), lambda_free);
+    const Pb__RunAndWaitOptions *o = (const Pb__RunAndWaitOptions *)msg;
+    Pb__DeployOptions *d = o->deploy_options;
+    pv_status st;
+    if (!d) {
+        gw_call_finish(call, ERU_RUN_AND_WAIT, "deploy_options: required");
+        return;
+    }
+    if (o->async) {
+        gw_call_finish(call, ERU_RUN_AND_WAIT,
+                       "async: detached lambdas are not served by this build; run without async");
+        return;
+    }
+    /* cmd replaces the entrypoint's command, split on blanks as Eru does. */
+    char *cmd = strndup((const char *)o->cmd.data, o->cmd.len), *save = NULL;
+    char *argv[256];
+    size_t argc = 0;
+    for (char *t = cmd ? strtok_r(cmd, " \t\n", &save) : NULL; t && argc < 256;
+         t = strtok_r(NULL, " \t\n", &save))
+        argv[argc++] = t;
+    char **old_commands = NULL;
+    size_t old_n = 0;
+    if (argc > 0 && d->entrypoint) {
+        old_commands = d->entrypoint->commands;
+        old_n = d->entrypoint->n_commands;
+        d->entrypoint->commands = argv;
+        d->entrypoint->n_commands = argc;
+    }
+    int rc = pv_deploy_check(d, &st);
+    pv_redis *r = gw_app_redis(call);
+    if (rc == PV_OK && !r) rc = pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    relay rl = {.call = call, .r = r, .pod = d->podname, .quiet = true};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    rl.created = json_array();
+    rl.failures = json_array();
+    snprintf(rl.parent_after, sizeof rl.parent_after, "0");
+    if (rc == PV_OK) rc = lambda_run(call, &rl, d, &st);
+    if (d->entrypoint && argc > 0) {
+        d->entrypoint->commands = old_commands;
+        d->entrypoint->n_commands = old_n;
+    }
+    free(cmd);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_RUN_AND_WAIT, "%s", st.msg);
+    json_decref(rl.created);
+    json_decref(rl.failures);
+    relay_free(&rl);
+}
+
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
      on_create_workload, ERU_CREATE_WORKLOAD},
@@ -793,5 +1033,13 @@ static const svc_eru_method k_methods[N_METHODS] = {
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {
-    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
+    /* The one bidi call: its messages come one by one (gw_message_fn). */
+    s->run_and_wait = (gw_method){.path = "/pb.CoreRPC/RunAndWait",
+                                  .kind = GW_BIDI_STREAM,
+                                  .request = &pb__run_and_wait_options__descriptor,
+                                  .on_message = on_run_and_wait,
+                                  .bad_request_code = ERU_RUN_AND_WAIT,
+                                  .data = s};
+    return gw_server_add_method(server, &s->run_and_wait);
 }

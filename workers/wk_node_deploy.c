@@ -618,6 +618,8 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     char *line = malloc(LOG_MAX_LINE);
     int rc = line ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
     long skip = line ? lines_to_skip(f, tail, line, LOG_MAX_LINE) : 0, n = 0;
+    bool exited = false;
+    int exit_code = 0;
     while (rc == PV_OK) {
         if (fgets(line, LOG_MAX_LINE, f)) {
             size_t len = strlen(line);
@@ -632,13 +634,23 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
         wk_engine_info now = {0};
         bool running = wk_engine_inspect(engine, id, &now, st) == PV_OK &&
                        (now.state == WK_STATE_RUNNING || now.state == WK_STATE_PAUSED);
-        wk_engine_info_clear(&now);
-        if (!running)
+        if (!running) {
             follow = false; /* one more pass reads what it wrote last, then the loop ends */
-        else
+            exited = true;
+            exit_code = now.exit_code;
+        } else {
             rc = wk_op_sleep(op, LOG_POLL_MS, st);
+        }
+        wk_engine_info_clear(&now);
     }
     free(line);
     fclose(f);
+    if (rc == PV_OK && exited) {
+        /* A followed log ends with how the workload ended (RunAndWait's "[exitcode] N"). */
+        char code[16];
+        snprintf(code, sizeof code, "%d", exit_code);
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+        rc = wk_op_output(op, 2, fields, values, st);
+    }
     return rc;
 }

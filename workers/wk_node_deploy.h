@@ -43,8 +43,9 @@ int wk_node_deploy_control(wk_op *op, pv_status *st);
 /* LogStream's part on the workload's node: `workload.log_on_node`, params {"id", "tail": "all"
  * or N (last N lines), "follow": bool}. Writes the workload's output lines (the engine's own
  * "<time> pivirt: ..." notes left out) as output entries {type=log, data}; with follow it keeps
- * reading while the workload runs, until it stops or the operation is cancelled (the gateway
- * cancels it when its client goes). Not journaled: a redelivery starts the log again. */
+ * reading while the workload runs, until it stops (then a last entry {type=exit, code} says how)
+ * or the operation is cancelled (the gateway cancels it when its client goes). Not journaled: a
+ * redelivery starts the log again. */
 #define WK_LOG_NODE_KIND "workload.log_on_node"
 int wk_node_deploy_log(wk_op *op, pv_status *st);
 

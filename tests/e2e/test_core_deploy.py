@@ -24,6 +24,8 @@ Classes:
            DissociateWorkload forgets a workload and frees its resources, its process running on.
            Send writes files (mode 0755 unless given) into each workload's root, refusing ".."
            and symbolic links on the way; Copy returns a tar archive of a path in 4 KiB chunks.
+  Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
+           "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -165,6 +167,37 @@ class Deploy(Base):
 
     def find_log(self, node, wid):
         return os.path.join(self.stack.data_dir, "engine", node, wid, "log")
+
+
+class Lambda(Base):
+    def test_run_and_wait(self):
+        base = self.stack.prefix + "{reg}:"
+        opts = deploy(2, commands=("/bin/true",))
+        # cmd replaces the entrypoint's command, split on blanks as Eru does (no shell quoting).
+        req = core_pb2.RunAndWaitOptions(deploy_options=opts, cmd=b"/bin/sh run.sh")
+        msgs = list(self.core.RunAndWait(iter([req]), timeout=60))
+        ids = [m.workload_id for m in msgs if m.std_stream_type == core_pb2.TYPEWORKLOADID]
+        self.assertEqual(len(ids), 2, msgs)
+        for wid in ids:
+            own = [m.data.decode() for m in msgs
+                   if m.workload_id == wid and m.std_stream_type == core_pb2.STDOUT]
+            self.assertTrue(own[0].startswith("started %s dp" % opts.name), own)
+            self.assertEqual(own[-1], "[exitcode] 0")
+            # RunAndWait removes its workloads at the end.
+            self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + wid), 0)
+        # The IDs come first.
+        self.assertEqual([m.std_stream_type for m in msgs[:2]], [core_pb2.TYPEWORKLOADID] * 2)
+
+    def test_run_and_wait_exit_code_and_errors(self):
+        req = core_pb2.RunAndWaitOptions(deploy_options=deploy(1), cmd=b"/bin/false")
+        msgs = list(self.core.RunAndWait(iter([req]), timeout=60))
+        self.assertEqual(msgs[-1].data.decode(), "[exitcode] 1")
+        req = core_pb2.RunAndWaitOptions(deploy_options=deploy(0), cmd=b"/bin/true")
+        try:
+            list(self.core.RunAndWait(iter([req]), timeout=30))
+            self.fail("count 0 accepted")
+        except Exception as e:  # noqa: BLE001 - 10712 is not a canonical code for grpcio
+            self.assertIn("count is 0", str(e))
 
 
 class Race(Base):
