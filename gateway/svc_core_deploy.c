@@ -31,7 +31,7 @@
 struct svc_core_deploy {
     gw_app *app;
     gw_method methods[N_METHODS];
-    gw_method run_and_wait;
+    gw_method run_and_wait, execute;
 };
 
 svc_core_deploy *svc_core_deploy_new(gw_app *app) {
@@ -1017,6 +1017,109 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
     relay_free(&rl);
 }
 
+/* ---- ExecuteWorkload ------------------------------------------------------------------------ */
+
+/* Waits for an operation to end; *rec is the final record. */
+static int wait_op(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,
+                   pv_status *st) {
+    for (;;) {
+        if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
+        if (rec->status == PV_OP_SUCCEEDED || rec->status == PV_OP_FAILED ||
+            rec->status == PV_OP_CANCELLED)
+            return PV_OK;
+        pv_op_clear(rec);
+        if (gw_call_is_closed(call)) return pv_status_set(st, PV_CANCELLED, "client gone");
+        sleep_ms(POLL_MS);
+    }
+}
+
+static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status *st) {
+    if (o->open_stdin)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "open_stdin: the process engine runs exec without a terminal or "
+                             "stdin; send the command whole");
+    if (o->n_commands == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "commands: required");
+    pv_redis *r = gw_app_redis(call);
+    if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_workload w;
+    if (pv_workload_get(r, &app->keys, o->workload_id, &w, st) != PV_OK) return st->code;
+    json_t *cmds = json_array(), *envs = json_array();
+    for (size_t i = 0; cmds && i < o->n_commands; i++)
+        json_array_append_new(cmds, json_string(o->commands[i]));
+    for (size_t i = 0; envs && i < o->n_envs; i++)
+        json_array_append_new(envs, json_string(o->envs[i]));
+    json_t *params = json_pack("{s:s, s:o, s:o, s:s}", "id", w.id, "commands", cmds, "envs", envs,
+                               "workdir", o->workdir ? o->workdir : "");
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    char queue[300], target[PV_ID_MAX];
+    snprintf(queue, sizeof queue, "node:%s", w.node);
+    pv_id_new("exec", target, sizeof target);
+    /* One attempt: a command is not run twice behind the client's back. */
+    pv_op_submit_req req = {.kind = "workload.exec_on_node",
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .max_attempts = 1};
+    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op rec = {0};
+    bool existed = false;
+    int rc = text ? pv_op_submit(r, &app->keys, &oo, &req, &rec, &existed, st)
+                  : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(text);
+    char op_id[PV_ID_MAX] = "";
+    if (rc == PV_OK) {
+        snprintf(op_id, sizeof op_id, "%s", rec.id);
+        pv_op_clear(&rec);
+        rc = wait_op(call, r, &app->keys, op_id, &rec, st);
+    }
+    if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
+                           rec.error_message && *rec.error_message ? rec.error_message
+                                                                   : "exec did not run");
+    pv_op_clear(&rec);
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    if (rc == PV_OK) rc = pv_op_output_read(r, &app->keys, op_id, "0", 10, 0, &out, &n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (strcmp(value_of(&out[i], "type"), "exec") != 0) continue;
+        unsigned char *data = NULL;
+        size_t len = 0;
+        if (pv_b64_decode("data", value_of(&out[i], "data"), &data, &len, st) != PV_OK) {
+            rc = st->code;
+            break;
+        }
+        char line[64];
+        int ll = snprintf(line, sizeof line, "[exitcode] %s", value_of(&out[i], "code"));
+        if ((len &&
+             attach_send(call, w.id, (const char *)data, len, PB__STD_STREAM_TYPE__STDOUT) != 0) ||
+            attach_send(call, w.id, line, (size_t)ll, PB__STD_STREAM_TYPE__STDOUT) != 0)
+            rc = pv_status_set(st, PV_CANCELLED, "client gone");
+        free(data);
+    }
+    pv_op_output_free(out, n);
+    pv_workload_clear(&w);
+    return rc;
+}
+
+/* The first message names the workload and the command; later ones (stdin) are dropped. */
+static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
+    if (gw_call_user(call)) return;
+    if (!msg) {
+        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: no options were sent");
+        return;
+    }
+    gw_call_set_user(call, calloc(1, 1), lambda_free);
+    pv_status st;
+    int rc = execute(call, (const Pb__ExecuteWorkloadOptions *)msg, &st);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+}
+
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
      on_create_workload, ERU_CREATE_WORKLOAD},
@@ -1041,5 +1144,12 @@ int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {
                                   .on_message = on_run_and_wait,
                                   .bad_request_code = ERU_RUN_AND_WAIT,
                                   .data = s};
-    return gw_server_add_method(server, &s->run_and_wait);
+    s->execute = (gw_method){.path = "/pb.CoreRPC/ExecuteWorkload",
+                             .kind = GW_BIDI_STREAM,
+                             .request = &pb__execute_workload_options__descriptor,
+                             .on_message = on_execute_workload,
+                             .bad_request_code = ERU_EXECUTE_WORKLOAD,
+                             .data = s};
+    if (gw_server_add_method(server, &s->run_and_wait) != 0) return -1;
+    return gw_server_add_method(server, &s->execute);
 }

@@ -654,3 +654,59 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     }
     return rc;
 }
+
+/* ---- exec ---- */
+
+#define EXEC_DEFAULT_TIMEOUT_MS 600000
+
+int wk_node_deploy_exec(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.exec_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    const char *id = json_string_value(json_object_get(params, "id"));
+    const char *workdir = json_string_value(json_object_get(params, "workdir"));
+    json_t *cmds = json_object_get(params, "commands"), *envs = json_object_get(params, "envs");
+    json_int_t timeout = json_integer_value(json_object_get(params, "timeout_ms"));
+    size_t ncmd = json_array_size(cmds), nenv = json_array_size(envs);
+    int rc = id && ncmd > 0
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
+    /* env -C workdir K=V ... cmd...: the extras without a shell in between. */
+    const char **argv = calloc(ncmd + nenv + 4, sizeof *argv);
+    size_t argc = 0;
+    if (rc == PV_OK && !argv) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && (nenv > 0 || (workdir && *workdir))) {
+        argv[argc++] = "env";
+        if (workdir && *workdir) {
+            argv[argc++] = "-C";
+            argv[argc++] = workdir;
+        }
+        for (size_t i = 0; i < nenv; i++)
+            argv[argc++] = json_string_value(json_array_get(envs, i)) ?: "";
+    }
+    for (size_t i = 0; rc == PV_OK && i < ncmd; i++)
+        argv[argc++] = json_string_value(json_array_get(cmds, i)) ?: "";
+    int code = -1;
+    char *output = NULL;
+    size_t len = 0;
+    pv_status est;
+    if (rc == PV_OK && wk_engine_exec(wk_agent_engine(agent), id, argv, argc,
+                                      timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, &code,
+                                      &output, &len, &est) != PV_OK)
+        rc = pv_status_set(st, est.code, "%s", est.msg);
+    char *b64 = NULL, codes[16];
+    if (rc == PV_OK) rc = pv_b64_encode(output ? output : "", len, &b64, st);
+    if (rc == PV_OK) {
+        snprintf(codes, sizeof codes, "%d", code);
+        const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
+        rc = wk_op_output(op, 3, fields, values, st);
+    }
+    free(b64);
+    free(output);
+    free(argv);
+    json_decref(params);
+    return rc;
+}

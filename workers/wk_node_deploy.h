@@ -46,6 +46,13 @@ int wk_node_deploy_control(wk_op *op, pv_status *st);
  * reading while the workload runs, until it stops (then a last entry {type=exit, code} says how)
  * or the operation is cancelled (the gateway cancels it when its client goes). Not journaled: a
  * redelivery starts the log again. */
+#define WK_EXEC_NODE_KIND "workload.exec_on_node"
+/* ExecuteWorkload's part on the node: `workload.exec_on_node`, params {"id", "commands": [...],
+ * "envs": ["K=V"], "workdir", "timeout_ms"}: runs the command in the running workload (the
+ * engine's exec: its root and environment, then env -C workdir K=V ... for the extras) and
+ * writes one output entry {type=exec, data (base64 of the combined output), code}. */
+int wk_node_deploy_exec(wk_op *op, pv_status *st);
+
 #define WK_LOG_NODE_KIND "workload.log_on_node"
 int wk_node_deploy_log(wk_op *op, pv_status *st);
 

@@ -26,6 +26,8 @@ Classes:
            and symbolic links on the way; Copy returns a tar archive of a path in 4 KiB chunks.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
+  Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
+           with "[exitcode] N"; open_stdin is refused (no terminal on the process engine).
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -198,6 +200,29 @@ class Lambda(Base):
             self.fail("count 0 accepted")
         except Exception as e:  # noqa: BLE001 - 10712 is not a canonical code for grpcio
             self.assertIn("count is 0", str(e))
+
+
+class Execute(Base):
+    def test_execute_workload(self):
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", "sleep 30")),
+                                             timeout=60))
+        wid = msgs[0].id
+        req = core_pb2.ExecuteWorkloadOptions(
+            workload_id=wid, commands=["/bin/sh", "-c", "pwd; echo $GREETING $APP_NAME; exit 4"],
+            envs=["GREETING=hello"], workdir="/")
+        got = list(self.core.ExecuteWorkload(iter([req]), timeout=60))
+        out = b"".join(m.data for m in got[:-1]).decode()
+        self.assertIn("hello %s" % msgs[0].name.split("_")[0], out)
+        self.assertEqual(got[-1].data.decode(), "[exitcode] 4")
+        self.assertTrue(all(m.workload_id == wid for m in got))
+        try:
+            list(self.core.ExecuteWorkload(iter([core_pb2.ExecuteWorkloadOptions(
+                workload_id=wid, commands=["true"], open_stdin=True)]), timeout=30))
+            self.fail("open_stdin accepted")
+        except Exception as e:  # noqa: BLE001 - 1079 is not a canonical code for grpcio
+            self.assertIn("open_stdin", str(e))
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                      timeout=60))
 
 
 class Race(Base):
