@@ -23,6 +23,7 @@
 #include "pv_resv.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
+#include "svc_nodeop.h"
 
 #define N_METHODS 7
 #define MAX_CHILDREN 4096
@@ -88,21 +89,15 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static const char *value_of(const pv_op_output *e, const char *field) {
-    for (size_t i = 0; i < e->n; i++)
-        if (strcmp(e->fields[i], field) == 0) return e->values[i];
-    return "";
-}
-
 /* One instance's message: the fields the agent wrote. */
 static int send_instance(relay *rl, const pv_op_output *e) {
     Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;
-    m.podname = (char *)value_of(e, "podname");
-    m.nodename = (char *)value_of(e, "nodename");
-    m.id = (char *)value_of(e, "id");
-    m.name = (char *)value_of(e, "name");
-    m.error = (char *)value_of(e, "error");
-    m.success = strcmp(value_of(e, "success"), "1") == 0;
+    m.podname = (char *)svc_nodeop_value(e, "podname");
+    m.nodename = (char *)svc_nodeop_value(e, "nodename");
+    m.id = (char *)svc_nodeop_value(e, "id");
+    m.name = (char *)svc_nodeop_value(e, "name");
+    m.error = (char *)svc_nodeop_value(e, "error");
+    m.success = strcmp(svc_nodeop_value(e, "success"), "1") == 0;
     if (rl->quiet) {
         if (m.success)
             json_array_append_new(rl->created,
@@ -110,11 +105,11 @@ static int send_instance(relay *rl, const pv_op_output *e) {
         else
             json_array_append_new(rl->failures, json_string(m.error));
     }
-    m.resources = (char *)value_of(e, "resources");
-    const char *hook = value_of(e, "hook");
+    m.resources = (char *)svc_nodeop_value(e, "resources");
+    const char *hook = svc_nodeop_value(e, "hook");
     m.hook.data = (uint8_t *)hook;
     m.hook.len = strlen(hook);
-    json_t *publish = json_loads(value_of(e, "publish"), 0, NULL);
+    json_t *publish = json_loads(svc_nodeop_value(e, "publish"), 0, NULL);
     size_t np = json_is_object(publish) ? json_object_size(publish) : 0;
     Pb__CreateWorkloadMessage__PublishEntry *entries = np ? calloc(np, sizeof *entries) : NULL;
     Pb__CreateWorkloadMessage__PublishEntry **ptrs = np ? calloc(np, sizeof *ptrs) : NULL;
@@ -172,14 +167,15 @@ static int send_controlled(relay *rl, const char *id, const char *error) {
 
 static int send_copied(relay *rl, const pv_op_output *e) {
     Pb__CopyMessage m = PB__COPY_MESSAGE__INIT;
-    m.id = (char *)value_of(e, "id");
-    m.name = (char *)value_of(e, "name");
-    m.path = (char *)value_of(e, "path");
-    m.error = (char *)value_of(e, "error");
+    m.id = (char *)svc_nodeop_value(e, "id");
+    m.name = (char *)svc_nodeop_value(e, "name");
+    m.path = (char *)svc_nodeop_value(e, "path");
+    m.error = (char *)svc_nodeop_value(e, "error");
     unsigned char *data = NULL;
     size_t len = 0;
     pv_status st;
-    if (*m.error == '\0' && pv_b64_decode("data", value_of(e, "data"), &data, &len, &st) != PV_OK)
+    if (*m.error == '\0' &&
+        pv_b64_decode("data", svc_nodeop_value(e, "data"), &data, &len, &st) != PV_OK)
         m.error = "the node sent a chunk that is not base64";
     m.data.data = data;
     m.data.len = len;
@@ -243,8 +239,9 @@ static int read_announcements(relay *rl, pv_status *st) {
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(rl->parent_after, sizeof rl->parent_after, "%s", out[i].id);
-        if (strcmp(value_of(&out[i], "type"), "node") == 0)
-            rc = add_child(rl, value_of(&out[i], "op"), value_of(&out[i], "node"), st);
+        if (strcmp(svc_nodeop_value(&out[i], "type"), "node") == 0)
+            rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
+                           st);
     }
     pv_op_output_free(out, n);
     return rc;
@@ -262,33 +259,33 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
     int rc = pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(c->after, sizeof c->after, "%s", out[i].id);
-        const char *type = value_of(&out[i], "type");
+        const char *type = svc_nodeop_value(&out[i], "type");
         int sent = 0;
         if (strcmp(type, "workload") == 0) {
             sent = send_instance(rl, &out[i]);
         } else if (strcmp(type, "controlled") == 0 && c->pending) {
-            const char *wid = value_of(&out[i], "id");
+            const char *wid = svc_nodeop_value(&out[i], "id");
             if (!json_object_get(c->pending, wid)) continue;
             json_object_del(c->pending, wid);
-            sent = send_controlled(rl, wid, value_of(&out[i], "error"));
+            sent = send_controlled(rl, wid, svc_nodeop_value(&out[i], "error"));
         } else if (strcmp(type, "sent") == 0 && c->pending) {
-            json_object_del(c->pending, value_of(&out[i], "id"));
+            json_object_del(c->pending, svc_nodeop_value(&out[i], "id"));
             Pb__SendMessage m = PB__SEND_MESSAGE__INIT;
-            m.id = (char *)value_of(&out[i], "id");
-            m.path = (char *)value_of(&out[i], "path");
-            m.error = (char *)value_of(&out[i], "error");
+            m.id = (char *)svc_nodeop_value(&out[i], "id");
+            m.path = (char *)svc_nodeop_value(&out[i], "path");
+            m.error = (char *)svc_nodeop_value(&out[i], "error");
             rl->sent++;
             if (*m.error) rl->failed++;
             sent = relay_send(rl, &m.base);
         } else if (strcmp(type, "copied") == 0 && c->pending) {
-            json_object_del(c->pending, value_of(&out[i], "id"));
+            json_object_del(c->pending, svc_nodeop_value(&out[i], "id"));
             sent = send_copied(rl, &out[i]);
         } else if (strcmp(type, "removed") == 0 && c->pending) {
-            const char *wid = value_of(&out[i], "id");
+            const char *wid = svc_nodeop_value(&out[i], "id");
             if (!json_object_get(c->pending, wid)) continue; /* told already */
             json_object_del(c->pending, wid);
-            sent = send_removed(rl, wid, strcmp(value_of(&out[i], "success"), "1") == 0,
-                                value_of(&out[i], "hook"));
+            sent = send_removed(rl, wid, strcmp(svc_nodeop_value(&out[i], "success"), "1") == 0,
+                                svc_nodeop_value(&out[i], "hook"));
         } else {
             continue;
         }
@@ -762,8 +759,8 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
             break;
         for (size_t i = 0; rc == PV_OK && i < n; i++) {
             snprintf(after, sizeof after, "%s", entries[i].id);
-            if (strcmp(value_of(&entries[i], "type"), "log") != 0) continue; /* exit, ... */
-            const char *data = value_of(&entries[i], "data");
+            if (strcmp(svc_nodeop_value(&entries[i], "type"), "log") != 0) continue; /* exit, ... */
+            const char *data = svc_nodeop_value(&entries[i], "data");
             Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
             m.id = w.id;
             m.data.data = (uint8_t *)data;
@@ -842,12 +839,12 @@ static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, pv_
             int rc = PV_OK;
             for (size_t j = 0; rc == PV_OK && j < got; j++) {
                 snprintf(l->after, sizeof l->after, "%s", out[j].id);
-                const char *type = value_of(&out[j], "type");
+                const char *type = svc_nodeop_value(&out[j], "type");
                 if (strcmp(type, "exit") == 0) {
-                    l->code = atoi(value_of(&out[j], "code"));
+                    l->code = atoi(svc_nodeop_value(&out[j], "code"));
                 } else if (strcmp(type, "log") == 0) {
                     char *line = NULL;
-                    int len = asprintf(&line, "%s\n", value_of(&out[j], "data"));
+                    int len = asprintf(&line, "%s\n", svc_nodeop_value(&out[j], "data"));
                     if (len < 0 || attach_send(call, l->id, line, (size_t)len,
                                                PB__STD_STREAM_TYPE__STDOUT) != 0)
                         rc = pv_status_set(st, PV_CANCELLED, "client gone");
@@ -1019,20 +1016,6 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
 
 /* ---- ExecuteWorkload ------------------------------------------------------------------------ */
 
-/* Waits for an operation to end; *rec is the final record. */
-static int wait_op(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,
-                   pv_status *st) {
-    for (;;) {
-        if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
-        if (rec->status == PV_OP_SUCCEEDED || rec->status == PV_OP_FAILED ||
-            rec->status == PV_OP_CANCELLED)
-            return PV_OK;
-        pv_op_clear(rec);
-        if (gw_call_is_closed(call)) return pv_status_set(st, PV_CANCELLED, "client gone");
-        sleep_ms(POLL_MS);
-    }
-}
-
 static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status *st) {
     if (o->open_stdin)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
@@ -1073,7 +1056,7 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status
     if (rc == PV_OK) {
         snprintf(op_id, sizeof op_id, "%s", rec.id);
         pv_op_clear(&rec);
-        rc = wait_op(call, r, &app->keys, op_id, &rec, st);
+        rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
     }
     if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
@@ -1084,15 +1067,15 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status
     size_t n = 0;
     if (rc == PV_OK) rc = pv_op_output_read(r, &app->keys, op_id, "0", 10, 0, &out, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
-        if (strcmp(value_of(&out[i], "type"), "exec") != 0) continue;
+        if (strcmp(svc_nodeop_value(&out[i], "type"), "exec") != 0) continue;
         unsigned char *data = NULL;
         size_t len = 0;
-        if (pv_b64_decode("data", value_of(&out[i], "data"), &data, &len, st) != PV_OK) {
+        if (pv_b64_decode("data", svc_nodeop_value(&out[i], "data"), &data, &len, st) != PV_OK) {
             rc = st->code;
             break;
         }
         char line[64];
-        int ll = snprintf(line, sizeof line, "[exitcode] %s", value_of(&out[i], "code"));
+        int ll = snprintf(line, sizeof line, "[exitcode] %s", svc_nodeop_value(&out[i], "code"));
         if ((len &&
              attach_send(call, w.id, (const char *)data, len, PB__STD_STREAM_TYPE__STDOUT) != 0) ||
             attach_send(call, w.id, line, (size_t)ll, PB__STD_STREAM_TYPE__STDOUT) != 0)

@@ -70,6 +70,8 @@ typedef struct pv_config {
                                    agent has taken after this is cancelled (60000) */
         char *endpoint;         /* worker.endpoint: the agent's engine ("process://") */
         char *image_dir;        /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
+        char *registry_dir;     /* worker.registry_dir: the cluster's image registry CacheImage
+                                   copies from ("" = <data_dir>/registry) */
     } worker;
 
     struct {

@@ -41,18 +41,24 @@ struct wk_agent {
     bool failing;
     bool info_failing;
     wk_engine *engine; /* NULL when it could not be opened (deploys then fail saying why) */
+    char image_dir[PATH_MAX], registry_dir[PATH_MAX];
     char engine_error[PV_STATUS_MSG_MAX];
 };
 
 /* The engine of the node's endpoint, with its state under <data_dir>/engine/<node> and the image
  * store in worker.image_dir (default <data_dir>/images). */
 static void open_engine(wk_agent *a, const pv_config *cfg) {
-    char state[PATH_MAX], images[PATH_MAX];
+    char state[PATH_MAX];
+    char *images = a->image_dir;
     snprintf(state, sizeof state, "%s/engine/%s", cfg->data_dir, a->node);
     if (cfg->worker.image_dir && *cfg->worker.image_dir)
-        snprintf(images, sizeof images, "%s", cfg->worker.image_dir);
+        snprintf(a->image_dir, sizeof a->image_dir, "%s", cfg->worker.image_dir);
     else
-        snprintf(images, sizeof images, "%s/images", cfg->data_dir);
+        snprintf(a->image_dir, sizeof a->image_dir, "%s/images", cfg->data_dir);
+    if (cfg->worker.registry_dir && *cfg->worker.registry_dir)
+        snprintf(a->registry_dir, sizeof a->registry_dir, "%s", cfg->worker.registry_dir);
+    else
+        snprintf(a->registry_dir, sizeof a->registry_dir, "%s/registry", cfg->data_dir);
     wk_engine_opts o = {.state_dir = state, .image_dir = images, .stop_grace_seconds = 10};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
@@ -70,6 +76,14 @@ wk_engine *wk_agent_engine(wk_agent *a) {
 
 const char *wk_agent_node(const wk_agent *a) {
     return a->node;
+}
+
+const char *wk_agent_image_dir(const wk_agent *a) {
+    return a->image_dir;
+}
+
+const char *wk_agent_registry_dir(const wk_agent *a) {
+    return a->registry_dir;
 }
 
 wk_agent *wk_agent_new(const pv_config *cfg) {

@@ -33,6 +33,11 @@ void wk_agent_free(wk_agent *a);
 wk_engine *wk_agent_engine(wk_agent *a);
 const char *wk_agent_node(const wk_agent *a);
 
+/* The node's image store (worker.image_dir) and the registry CacheImage copies from
+ * (worker.registry_dir). */
+const char *wk_agent_image_dir(const wk_agent *a);
+const char *wk_agent_registry_dir(const wk_agent *a);
+
 /* A pv_presence tick: reports the engine info, registers the node if not yet done (and
  * worker.pod is set), then refreshes its alive key. */
 void wk_agent_beat(void *agent, pv_redis *r);

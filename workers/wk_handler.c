@@ -24,6 +24,7 @@
 #include "wk_deploy.h"
 #include "wk_node_deploy.h"
 #include "wk_node_files.h"
+#include "wk_node_image.h"
 #include "wk_test_kinds.h"
 
 typedef struct wk_str {
@@ -64,6 +65,9 @@ static const wk_handler_entry k_handlers[] = {
     {WK_EXEC_NODE_KIND, wk_node_deploy_exec, false},
     {WK_SEND_NODE_KIND, wk_node_files_send, false},
     {WK_COPY_NODE_KIND, wk_node_files_copy, false},
+    {"image.list_on_node", wk_node_image_list, false},
+    {"image.remove_on_node", wk_node_image_remove, false},
+    {"image.cache_on_node", wk_node_image_cache, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

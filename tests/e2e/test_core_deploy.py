@@ -28,6 +28,8 @@ Classes:
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
            with "[exitcode] N"; open_stdin is refused (no terminal on the process engine).
+  Images   ListImage per node (ids are the archives' SHA-256, filter is a glob), CacheImage from
+           the registry directory, RemoveImage with prune; failures per image.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -223,6 +225,34 @@ class Execute(Base):
             self.assertIn("open_stdin", str(e))
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
                                       timeout=60))
+
+
+class Images(Base):
+    def test_list_cache_remove(self):
+        listed = list(self.core.ListImage(core_pb2.ListImageOptions(podname="dp"), timeout=60))
+        self.assertEqual(sorted(m.nodename for m in listed), sorted(NODES))
+        for m in listed:
+            self.assertEqual(m.err, "")
+            demo = [i for i in m.images if "demo:1" in i.tags]
+            self.assertEqual(len(demo), 1, m)
+            self.assertEqual(len(demo[0].id), 64)
+        # CacheImage copies from the registry directory into the node's store.
+        make_image(os.path.join(self.stack.data_dir, "registry", "cached", "app", "2.tar"))
+        got = list(self.core.CacheImage(core_pb2.CacheImageOptions(
+            podname="dp", nodenames=[NODES[0]], images=["cached/app:2", "nope:1"]), timeout=60))
+        self.assertEqual([(m.image, m.success, m.nodename) for m in got],
+                         [("cached/app:2", True, NODES[0]), ("nope:1", False, NODES[0])])
+        self.assertIn("nope", got[1].message)
+        listed = list(self.core.ListImage(core_pb2.ListImageOptions(
+            podname="dp", nodenames=[NODES[0]], filter="cached/*"), timeout=60))
+        self.assertEqual([list(i.tags) for i in listed[0].images], [["cached/app:2"]])
+        got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+            podname="dp", nodenames=[NODES[0]], images=["cached/app:2"], prune=True), timeout=60))
+        self.assertEqual([(m.image, m.success) for m in got], [("cached/app:2", True)])
+        self.assertFalse(os.path.exists(os.path.join(self.stack.data_dir, "images", "cached")))
+        got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+            podname="dp", nodenames=[NODES[0]], images=["cached/app:2"]), timeout=60))
+        self.assertFalse(got[0].success)
 
 
 class Race(Base):

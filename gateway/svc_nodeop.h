@@ -1,0 +1,30 @@
+/*
+ * svc_nodeop: what the pb.CoreRPC services share to run one operation on a node's agent (queue
+ * node:<name>) and read its answers from the operation's output stream.
+ *
+ * Ownership: the caller owns params (borrowed here) and *rec (pv_op_clear).
+ */
+#ifndef SVC_NODEOP_H
+#define SVC_NODEOP_H
+
+#include <jansson.h>
+
+#include "gw_app.h"
+#include "gw_server.h"
+#include "pv_id.h"
+#include "pv_op.h"
+
+/* The value of field in an output entry ("" when absent). */
+const char *svc_nodeop_value(const pv_op_output *e, const char *field);
+
+/* Submits an operation of kind with params on node's queue (max_attempts <= 0: the default).
+ * op_id gets its id. */
+int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *kind, json_t *params,
+                      int max_attempts, char op_id[PV_ID_MAX], pv_status *st);
+
+/* Waits until the operation has ended (*rec: its final record), or the client has gone
+ * (CANCELLED). */
+int svc_nodeop_wait(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,
+                    pv_status *st);
+
+#endif
