@@ -977,7 +977,8 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
         return;
     }
     /* cmd replaces the entrypoint's command, split on blanks as Eru does. */
-    char *cmd = strndup((const char *)o->cmd.data, o->cmd.len), *save = NULL;
+    char *cmd = o->cmd.len ? strndup((const char *)o->cmd.data, o->cmd.len) : strdup(""),
+         *save = NULL;
     char *argv[256];
     size_t argc = 0;
     for (char *t = cmd ? strtok_r(cmd, " \t\n", &save) : NULL; t && argc < 256;

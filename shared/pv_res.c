@@ -411,11 +411,12 @@ int pv_res_cpumem_req_parse(const char *json, size_t len, pv_res_cpumem_req *req
         memset(req, 0, sizeof *req);
         return rc;
     }
+    /* Eru's rules: a request of 0 takes the limit, a limit below the request (0 included) is
+     * raised to it, so what a workload is granted is also what it may use. */
     if (req->cpu_request == 0) req->cpu_request = req->cpu_limit;
-    if (req->cpu_limit > 0 && req->cpu_limit < req->cpu_request) req->cpu_limit = req->cpu_request;
+    if (req->cpu_limit < req->cpu_request) req->cpu_limit = req->cpu_request;
     if (req->memory_request == 0) req->memory_request = req->memory_limit;
-    if (req->memory_limit > 0 && req->memory_limit < req->memory_request)
-        req->memory_limit = req->memory_request;
+    if (req->memory_limit < req->memory_request) req->memory_limit = req->memory_request;
     if (req->cpu_bind && req->cpu_request == 0) {
         memset(req, 0, sizeof *req);
         return pv_status_set(st, PV_INVALID_ARGUMENT,

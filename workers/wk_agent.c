@@ -13,6 +13,7 @@
  * (SetNode), so restarting an agent never undoes a change.
  */
 #include "wk_agent.h"
+#include "wk_engine_virt.h"
 
 #include <limits.h>
 
@@ -40,7 +41,9 @@ struct wk_agent {
     bool alive_set; /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
     bool info_failing;
-    wk_engine *engine; /* NULL when it could not be opened (deploys then fail saying why) */
+    wk_engine *engine;  /* NULL when it could not be opened (deploys then fail saying why) */
+    wk_virt *virt;      /* virt nodes: networks and raw operations (wk_engine_virt.h) */
+    char endpoint[512]; /* worker.endpoint: what the node is registered with */
     char image_dir[PATH_MAX], registry_dir[PATH_MAX];
     char engine_error[PV_STATUS_MSG_MAX];
 };
@@ -50,6 +53,7 @@ struct wk_agent {
 static void open_engine(wk_agent *a, const pv_config *cfg) {
     char state[PATH_MAX];
     char *images = a->image_dir;
+    snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->worker.endpoint);
     snprintf(state, sizeof state, "%s/engine/%s", cfg->data_dir, a->node);
     if (cfg->worker.image_dir && *cfg->worker.image_dir)
         snprintf(a->image_dir, sizeof a->image_dir, "%s", cfg->worker.image_dir);
@@ -66,6 +70,9 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
         pv_error("agent node=%s: engine %s: %s", a->node, cfg->worker.endpoint, st.msg);
         return;
     }
+    if (strcmp(wk_engine_type(a->engine), "virt") == 0 &&
+        wk_virt_open(cfg->worker.endpoint + strlen("virt://"), &o, &a->virt, &st) != PV_OK)
+        pv_error("agent node=%s: libvirt networks: %s", a->node, st.msg);
     pv_info("agent node=%s: engine %s (state %s, images %s)", a->node, wk_engine_type(a->engine),
             state, images);
 }
@@ -76,6 +83,10 @@ wk_engine *wk_agent_engine(wk_agent *a) {
 
 const char *wk_agent_node(const wk_agent *a) {
     return a->node;
+}
+
+wk_virt *wk_agent_virt(wk_agent *a) {
+    return a ? a->virt : NULL;
 }
 
 const char *wk_agent_image_dir(const wk_agent *a) {
@@ -111,6 +122,7 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
 
 void wk_agent_free(wk_agent *a) {
     if (!a) return;
+    wk_virt_close(a->virt);
     wk_engine_close(a->engine);
     free(a->node);
     free(a->pod);
@@ -192,7 +204,7 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
              "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}",
              cpu_count(), mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
     pv_node_spec ns = {
-        .name = a->node, .pod_name = a->pod, .endpoint = "process://", .resources = resources};
+        .name = a->node, .pod_name = a->pod, .endpoint = a->endpoint, .resources = resources};
     rc = pv_registry_add_node(r, &a->keys, &ns, &node, st);
     if (rc == PV_OK)
         pv_info("agent registered node=%s id=%s pod=%s resources=%s", a->node, node.id, a->pod,

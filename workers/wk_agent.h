@@ -33,6 +33,10 @@ void wk_agent_free(wk_agent *a);
 wk_engine *wk_agent_engine(wk_agent *a);
 const char *wk_agent_node(const wk_agent *a);
 
+/* A virt node's libvirt handle for networks and raw operations (NULL on other engines). */
+struct wk_virt;
+struct wk_virt *wk_agent_virt(wk_agent *a);
+
 /* The node's image store (worker.image_dir) and the registry CacheImage copies from
  * (worker.registry_dir). */
 const char *wk_agent_image_dir(const wk_agent *a);

@@ -25,6 +25,7 @@
 #include "wk_node_deploy.h"
 #include "wk_node_files.h"
 #include "wk_node_image.h"
+#include "wk_node_net.h"
 #include "wk_test_kinds.h"
 
 typedef struct wk_str {
@@ -68,6 +69,10 @@ static const wk_handler_entry k_handlers[] = {
     {"image.list_on_node", wk_node_image_list, false},
     {"image.remove_on_node", wk_node_image_remove, false},
     {"image.cache_on_node", wk_node_image_cache, false},
+    {"net.list_on_node", wk_node_net_list, false},
+    {"net.connect_on_node", wk_node_net_connect, false},
+    {"net.disconnect_on_node", wk_node_net_disconnect, false},
+    {"raw.on_node", wk_node_net_raw, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

@@ -560,7 +560,8 @@ class Stack:
     ports, a temporary directory and the key prefix 'pvt:'.
 
     gateways, workers, schedulers: how many of each. agents: node agents, each a node name
-    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ...}. config: overrides merged
+    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ...} (the
+    agent's engine, process:// by default). config: overrides merged
     into the config file (nested objects or dotted keys).
 
     Start waits until every gateway address reports SERVING and every other process has its
@@ -614,10 +615,13 @@ class Stack:
         for spec in agents:
             node, pod = self._agent_spec(spec)
             self.agent_nodes.append(node)
+            extra = []
+            if isinstance(spec, dict) and spec.get("endpoint"):
+                extra = ["--set", "worker.endpoint=" + spec["endpoint"]]
             self.agents.append(self._proc("agent-%s" % node, "agent",
                                           ["--config", self.config_path,
                                            "--set", "worker.node=" + node,
-                                           "--set", "worker.pod=" + pod]))
+                                           "--set", "worker.pod=" + pod] + extra))
         if start:
             self.start()
 

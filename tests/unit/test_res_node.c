@@ -259,17 +259,17 @@ static void test_alloc_documents(void **state) {
     /* NUMA node 0 first: the busier fragment core 1 (50 free) and the whole core 0 */
     alloc_is(&node, &req,
              "{\"cpumem\":{\"cpu_request\":1.5,\"cpu_limit\":2.0,\"memory_request\":1073741824,"
-             "\"memory_limit\":0,\"cpu_map\":{\"0\":100,\"1\":50},\"numa_node\":\"0\","
+             "\"memory_limit\":1073741824,\"cpu_map\":{\"0\":100,\"1\":50},\"numa_node\":\"0\","
              "\"numa_memory\":{\"0\":1073741824}},\"storage\":{\"storage_request\":0,"
              "\"storage_limit\":0}}");
     /* then NUMA node 1: the whole core of higher id, a fragment of the other */
     alloc_is(&node, &req,
              "{\"cpumem\":{\"cpu_request\":1.5,\"cpu_limit\":2.0,\"memory_request\":1073741824,"
-             "\"memory_limit\":0,\"cpu_map\":{\"2\":50,\"3\":100},\"numa_node\":\"1\","
+             "\"memory_limit\":1073741824,\"cpu_map\":{\"2\":50,\"3\":100},\"numa_node\":\"1\","
              "\"numa_memory\":{\"1\":1073741824}},\"storage\":{\"storage_request\":0,"
              "\"storage_limit\":0}}");
     usage_is(&node, "{\"cpumem\":{\"cpu_request\":3.0,\"cpu_limit\":4.0,"
-                    "\"memory_request\":2147483648,"
+                    "\"memory_request\":2147483648,\"memory_limit\":2147483648,"
                     "\"cpu_map\":{\"0\":100,\"1\":50,\"2\":50,\"3\":100},"
                     "\"numa_memory\":{\"0\":1073741824,\"1\":1073741824}}}");
     /* 50 pieces left on core 2: no plan; the node does not change */
@@ -285,8 +285,8 @@ static void test_alloc_documents(void **state) {
     /* without binding: no cores, no NUMA node, memory only */
     req_ok("{\"cpumem\":{\"cpu-request\":0.5,\"memory-request\":\"1536M\"}}", &req);
     alloc_is(&node, &req,
-             "{\"cpumem\":{\"cpu_request\":0.5,\"cpu_limit\":0.0,\"memory_request\":1610612736,"
-             "\"memory_limit\":0},\"storage\":{\"storage_request\":0,\"storage_limit\":0}}");
+             "{\"cpumem\":{\"cpu_request\":0.5,\"cpu_limit\":0.5,\"memory_request\":1610612736,"
+             "\"memory_limit\":1610612736},\"storage\":{\"storage_request\":0,\"storage_limit\":0}}");
     assert_int_equal(pv_res_node_alloc(&node, &req, &doc, &st), PV_RESOURCE_EXHAUSTED);
     assert_string_equal(st.msg, "cpumem: memory-request 1610612736 is more than the free memory "
                                 "536870912");

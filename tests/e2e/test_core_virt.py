@@ -1,0 +1,130 @@
+"""End-to-end tests of pb.CoreRPC on a virt:// node: workloads as libvirt domains, networks and
+RawEngine, through a real gRPC client.
+
+Real processes only: redis-server, a pivirt-gateway, a pivirt-scheduler, an ops worker, a node
+agent whose engine is libvirt's test driver (worker.endpoint=virt://test:///default: libvirt's
+in-process driver, held by the agent for its lifetime; qemu:///system runs unchanged where a
+hypervisor exists) and a process:// agent for the engine that has no networks.
+
+Classes:
+  Virt   CreateWorkload defines and starts a domain (RawEngine dominfo shows it running, with the
+         vcpus and memory of the allocation); ListNetworks lists libvirt's "default" network with
+         its subnet; ControlWorkload stops the domain; DisconnectNetwork and ConnectNetwork
+         change its definition (the domain XML through RawEngine shows it); an unknown raw op is 1057; on the process node
+         ConnectNetwork and RawEngine answer UNIMPLEMENTED naming the engine; RemoveWorkload
+         removes the domain.
+"""
+import json
+import unittest
+
+import pvtest
+from pb import core_pb2, core_pb2_grpc
+
+_stack = None
+
+
+def setUpModule():
+    global _stack
+    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
+                          agents=[{"node": "vm1", "pod": "vp",
+                                   "endpoint": "virt://test:///default"},
+                                  {"node": "pr1", "pod": "pp"}])
+    _stack.start()
+
+
+def tearDownModule():
+    _stack.stop()
+
+
+def deploy(pod, name):
+    return core_pb2.DeployOptions(
+        name=name, entrypoint=core_pb2.EntrypointOptions(name="vm", commands=["boot"]),
+        podname=pod, image="disk:1", count=1,
+        resources={"cpumem": json.dumps({"cpu-request": 2, "memory-request": "256M",
+                                         "memory-limit": "256M"}).encode()})
+
+
+class Virt(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
+        cls.addr = cls.stack.gateways[0].addrs[0]
+
+    def raw(self, wid, op, params=b""):
+        return self.core.RawEngine(core_pb2.RawEngineOptions(id=wid, op=op, params=params),
+                                   timeout=30).data.decode()
+
+    def trailers(self, method, msg):
+        return pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/" + method, msg.SerializeToString())
+
+    def test_domain_networks_raw(self):
+        msgs = list(self.core.CreateWorkload(deploy("vp", "vmapp"), timeout=60))
+        self.assertEqual(len(msgs), 1)
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        wid = msgs[0].id
+        info = json.loads(self.raw(wid, "dominfo"))
+        self.assertEqual(info["vcpus"], 2)
+        self.assertEqual(info["max_memory_kib"], 256 * 1024)
+        self.assertIn(info["state"], ("running", "RUNNING", 1))
+
+        nets = self.core.ListNetworks(core_pb2.ListNetworkOptions(podname="vp"), timeout=30)
+        default = [n for n in nets.networks if n.name == "default"]
+        self.assertEqual(len(default), 1)
+        self.assertEqual(list(default[0].subnets), ["192.168.122.0/24"])
+
+        # The test driver cannot hot-plug: with the domain stopped, both changes are plain
+        # edits of its definition (running, they would apply at the next start).
+        got = list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+            IDs=[wid], type="stop", force=True), timeout=60))
+        self.assertEqual([(g.id, g.error) for g in got], [(wid, "")])
+        self.core.DisconnectNetwork(core_pb2.DisconnectNetworkOptions(
+            network="default", target=wid), timeout=30)
+        self.assertNotIn("network='default'",
+                         self.raw(wid, "domain_xml", b'{"inactive": true}').replace('"', "'"))
+        got = self.core.ConnectNetwork(core_pb2.ConnectNetworkOptions(
+            network="default", target=wid), timeout=30)
+        self.assertEqual((got.name, list(got.subnets)), ("default", ["192.168.122.0/24"]))
+        self.assertIn("network='default'",
+                      self.raw(wid, "domain_xml", b'{"inactive": true}').replace('"', "'"))
+        t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="explode"))
+        self.assertEqual(t.get("grpc-status"), "1057")
+        self.assertIn("explode", t.get("grpc-message", ""))
+
+        got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid],
+                                                                           force=True),
+                                            timeout=60))
+        self.assertTrue(got[0].success, got)
+        t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="dominfo"))
+        self.assertEqual(t.get("grpc-status"), "1057")  # the workload is gone
+
+    def test_process_node_has_no_networks(self):
+        image = pvtest.os.path.join(self.stack.data_dir, "images", "disk", "1.tar")
+        pvtest.os.makedirs(pvtest.os.path.dirname(image), exist_ok=True)
+        import tarfile
+        import tempfile
+        with tempfile.TemporaryDirectory() as root:
+            with open(pvtest.os.path.join(root, "boot"), "w") as f:
+                f.write("#!/bin/sh\nsleep 30\n")
+            pvtest.os.chmod(pvtest.os.path.join(root, "boot"), 0o755)
+            with tarfile.open(image, "w") as t:
+                t.add(pvtest.os.path.join(root, "boot"), arcname="boot")
+        opts = deploy("pp", "prapp")
+        opts.entrypoint.commands[:] = ["/bin/sh", "boot"]
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        wid = msgs[0].id
+        t = self.trailers("ConnectNetwork", core_pb2.ConnectNetworkOptions(network="default",
+                                                                           target=wid))
+        self.assertEqual(t.get("grpc-status"), "12")
+        self.assertIn("process engine", t.get("grpc-message", ""))
+        t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="dominfo"))
+        self.assertEqual(t.get("grpc-status"), "12")
+        t = self.trailers("ListNetworks", core_pb2.ListNetworkOptions(podname="pp"))
+        self.assertEqual(t.get("grpc-status"), "12")
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                      timeout=60))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
