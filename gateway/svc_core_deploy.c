@@ -27,7 +27,7 @@
 
 #define N_METHODS 7
 #define MAX_CHILDREN 4096
-#define POLL_MS 50
+#define POLL_MS 10
 
 struct svc_core_deploy {
     gw_app *app;

@@ -21,7 +21,7 @@
 #include "pv_resv.h"
 #include "pv_sched.h"
 
-#define POLL_MS 200
+#define POLL_MS 20
 #define DEFAULT_NODE_TIMEOUT_MS 60000
 #define DEFAULT_PLAN_TIMEOUT_MS 10000
 

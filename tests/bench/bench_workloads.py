@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""bench workloads: create and remove process workloads through the whole pipeline.
+
+    PV_BUILD_DIR=<build dir> /usr/bin/python3 tests/bench/bench_workloads.py [--count N]
+        [--clients C]
+
+(`./ops/pivirt bench workloads` runs it on the release build.) It starts its own Redis, gateway,
+scheduler, two ops workers and four node agents (process engine, one pod) with the e2e harness,
+writes a trivial image (a shell script that sleeps) into the agents' image store, then:
+
+  1. creates N workloads (default 200) with C concurrent clients (default 8), one CreateWorkload
+     of count 1 per call, timing each call from request to its last message;
+  2. removes them all, C clients at once, 10 per RemoveWorkload call.
+
+Prints workloads per second for both, and p50/p99/max of the create latency. Goal: >= 100
+creates/s and p99 <= 200 ms on 2 cores (reported, not enforced). Exit status 0 when every
+workload was created and removed, 1 otherwise.
+"""
+import argparse
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+import pvtest  # noqa: E402
+
+sys.path.insert(0, os.path.join(pvtest.BUILD_DIR, "py"))
+from pb import core_pb2, core_pb2_grpc  # noqa: E402
+
+NODES = ["bn%d" % i for i in range(4)]
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def make_image(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory() as root:
+        script = os.path.join(root, "run.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 600\n")
+        os.chmod(script, 0o755)
+        with tarfile.open(path, "w") as t:
+            t.add(script, arcname="run.sh")
+
+
+def parallel(clients, jobs, fn):
+    """Runs fn(job) for every job with CLIENTS threads; returns the results in job order."""
+    results = [None] * len(jobs)
+    nxt = [0]
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(jobs):
+                return
+            results[i] = fn(jobs[i])
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--clients", type=int, default=8)
+    args = ap.parse_args()
+
+    stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
+                         agents=[(n, "bp") for n in NODES],
+                         config={"log": {"level": "warn"}, "gateway": {"threads": 8}})
+    stack.start()
+    ok = False
+    try:
+        make_image(os.path.join(stack.data_dir, "images", "trivial", "1.tar"))
+        core = core_pb2_grpc.CoreRPCStub(stack.channel(0))
+
+        def create(i):
+            opts = core_pb2.DeployOptions(
+                name="bench", entrypoint=core_pb2.EntrypointOptions(
+                    name="w", commands=["/bin/sh", "run.sh"]),
+                podname="bp", image="trivial:1", count=1,
+                resources={"cpumem": json.dumps({"memory-request": "8M"}).encode()})
+            t0 = time.perf_counter()
+            msgs = list(core.CreateWorkload(opts, timeout=120))
+            dt = (time.perf_counter() - t0) * 1000.0
+            good = [m.id for m in msgs if m.success]
+            return dt, good[0] if good else None, [m.error for m in msgs if not m.success]
+
+        core.CreateWorkload  # warm the channel
+        t0 = time.perf_counter()
+        created = parallel(args.clients, list(range(args.count)), create)
+        create_s = time.perf_counter() - t0
+        ids = [c[1] for c in created if c[1]]
+        errors = [e for c in created for e in c[2]]
+        lat = [c[0] for c in created]
+
+        batches = [ids[i:i + 10] for i in range(0, len(ids), 10)]
+
+        def remove(batch):
+            got = list(core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=batch, force=True),
+                                           timeout=120))
+            return sum(1 for g in got if g.success)
+
+        t0 = time.perf_counter()
+        removed = sum(parallel(args.clients, batches, remove))
+        remove_s = time.perf_counter() - t0
+
+        print()
+        print("bench workloads: %d process workloads over %d node agents, %d clients, "
+              "one gateway, two ops workers, one scheduler" % (args.count, len(NODES),
+                                                               args.clients))
+        print("create: %d ok, %d failed in %.2f s: %.1f workloads/s" %
+              (len(ids), len(errors), create_s, len(ids) / create_s))
+        print("create latency: p50 %.1f ms   p99 %.1f ms   max %.1f ms" %
+              (pct(lat, 50), pct(lat, 99), max(lat)))
+        print("remove: %d ok in %.2f s: %.1f workloads/s" %
+              (removed, remove_s, removed / remove_s if remove_s else 0))
+        rate_ok = len(ids) / create_s >= 100
+        p99_ok = pct(lat, 99) <= 200
+        print("goal >= 100 creates/s: %s; goal p99 <= 200 ms: %s" %
+              ("met" if rate_ok else "MISSED", "met" if p99_ok else "MISSED"))
+        if errors:
+            print("first error: %s" % errors[0])
+        ok = len(ids) == args.count and removed == len(ids)
+    finally:
+        stack.stop(check=False)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
