@@ -32,7 +32,7 @@
 struct svc_core_deploy {
     gw_app *app;
     gw_method methods[N_METHODS];
-    gw_method run_and_wait, execute;
+    gw_method run_and_wait, execute, send_large_file;
 };
 
 svc_core_deploy *svc_core_deploy_new(gw_app *app) {
@@ -573,6 +573,26 @@ static void finish_relay(gw_call *call, relay *rl, int rc, pv_status *st, int er
     relay_free(rl);
 }
 
+/* Sends files (borrowed: [{path, data (base64), mode, uid, gid}]) into the workloads ids, one
+ * operation per node, relaying one SendMessage per workload and file; finishes the call. */
+static void send_files(gw_call *call, relay *rl, int rc, pv_status *st, char **ids, size_t n_ids,
+                       json_t *files, int eru) {
+    json_t *by_node = NULL;
+    if (rc == PV_OK) rc = group_by_node(rl, ids, n_ids, &by_node, st);
+    const char *node;
+    json_t *node_ids;
+    json_object_foreach(by_node, node, node_ids) {
+        if (rc != PV_OK) break;
+        json_t *params = json_pack("{s:O, s:O}", "ids", node_ids, "files", files);
+        rc = params ? submit_child(call, rl, "workload.send_on_node", node, params, node_ids,
+                                   CHILD_SEND, st)
+                    : pv_status_set(st, PV_INTERNAL, "out of memory");
+        json_decref(params);
+    }
+    json_decref(by_node);
+    finish_relay(call, rl, rc, st, eru, "Send");
+}
+
 /* Send: every file into every workload; a file without a mode is written 0755 (Eru's). */
 static void on_send(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SendOptions *o = (const Pb__SendOptions *)req;
@@ -588,7 +608,7 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
     }
     relay rl = {.call = call, .r = r};
     rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
-    json_t *files = json_array(), *by_node = NULL;
+    json_t *files = json_array();
     pv_status st;
     int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < o->n_data; i++) {
@@ -612,20 +632,157 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
         if (!f || json_array_append_new(files, f) != 0)
             rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
     }
-    if (rc == PV_OK) rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
-    const char *node;
-    json_t *ids;
-    json_object_foreach(by_node, node, ids) {
-        if (rc != PV_OK) break;
-        json_t *params = json_pack("{s:O, s:O}", "ids", ids, "files", files);
-        rc = params ? submit_child(call, &rl, "workload.send_on_node", node, params, ids,
-                                   CHILD_SEND, &st)
-                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
-        json_decref(params);
-    }
-    json_decref(by_node);
+    send_files(call, &rl, rc, &st, o->ids, o->n_ids, files, ERU_SEND);
     json_decref(files);
-    finish_relay(call, &rl, rc, &st, ERU_SEND, "Send");
+}
+
+/* SendLargeFile: the client streams each file in chunks (FileOptions: ids, dst, size, mode,
+ * owner, chunk); at the half-close every file is sent as Send sends (default mode 0755). The
+ * files are held in memory until then, so each is bounded by gateway.max_request_bytes in
+ * total. */
+typedef struct large_send {
+    char **ids;
+    size_t n_ids;
+    char **paths;
+    unsigned char **bufs;
+    size_t *lens, *caps;
+    int *modes, *uids, *gids;
+    size_t n;
+    size_t total;
+    bool failed;
+} large_send;
+
+static void large_send_free(void *p) {
+    large_send *ls = p;
+    if (!ls) return;
+    for (size_t i = 0; i < ls->n_ids; i++)
+        free(ls->ids[i]);
+    for (size_t i = 0; i < ls->n; i++) {
+        free(ls->paths[i]);
+        free(ls->bufs[i]);
+    }
+    free(ls->ids);
+    free(ls->paths);
+    free(ls->bufs);
+    free(ls->lens);
+    free(ls->caps);
+    free(ls->modes);
+    free(ls->uids);
+    free(ls->gids);
+    free(ls);
+}
+
+static int large_file(large_send *ls, const char *dst) {
+    for (size_t i = 0; i < ls->n; i++)
+        if (strcmp(ls->paths[i], dst) == 0) return (int)i;
+    size_t n = ls->n + 1;
+    char **paths = realloc(ls->paths, n * sizeof *paths);
+    if (paths) ls->paths = paths;
+    unsigned char **bufs = realloc(ls->bufs, n * sizeof *bufs);
+    if (bufs) ls->bufs = bufs;
+    size_t *lens = realloc(ls->lens, n * sizeof *lens);
+    if (lens) ls->lens = lens;
+    size_t *caps = realloc(ls->caps, n * sizeof *caps);
+    if (caps) ls->caps = caps;
+    int *modes = realloc(ls->modes, n * sizeof *modes);
+    if (modes) ls->modes = modes;
+    int *uids = realloc(ls->uids, n * sizeof *uids);
+    if (uids) ls->uids = uids;
+    int *gids = realloc(ls->gids, n * sizeof *gids);
+    if (gids) ls->gids = gids;
+    if (!paths || !bufs || !lens || !caps || !modes || !uids || !gids) return -1;
+    if (!(ls->paths[ls->n] = strdup(dst))) return -1;
+    ls->bufs[ls->n] = NULL;
+    ls->lens[ls->n] = ls->caps[ls->n] = 0;
+    ls->modes[ls->n] = 0755;
+    ls->uids[ls->n] = -1;
+    ls->gids[ls->n] = -1;
+    return (int)ls->n++;
+}
+
+static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
+    large_send *ls = gw_call_user(call);
+    if (!ls) {
+        if (!(ls = calloc(1, sizeof *ls))) {
+            gw_call_finish(call, ERU_SEND_LARGE_FILE, "out of memory");
+            return;
+        }
+        gw_call_set_user(call, ls, large_send_free);
+    }
+    if (ls->failed) return;
+    if (msg) {
+        const Pb__FileOptions *f = (const Pb__FileOptions *)msg;
+        if (ls->n_ids == 0 && f->n_ids > 0) {
+            ls->ids = calloc(f->n_ids, sizeof *ls->ids);
+            for (size_t i = 0; ls->ids && i < f->n_ids; i++)
+                ls->ids[ls->n_ids++] = strdup(f->ids[i]);
+        }
+        int i = f->dst && *f->dst ? large_file(ls, f->dst) : -2;
+        const char *err = i == -2 ? "dst: required in every chunk" : i < 0 ? "out of memory" : NULL;
+        size_t limit =
+            ((svc_core_deploy *)gw_call_method_data(call))->app->cfg.gateway.max_request_bytes;
+        if (!err && ls->total + f->chunk.len > limit)
+            err = "files larger than gateway.max_request_bytes";
+        if (!err && f->mode) ls->modes[i] = (int)f->mode->mode;
+        if (!err && f->owner) {
+            ls->uids[i] = f->owner->uid;
+            ls->gids[i] = f->owner->gid;
+        }
+        if (!err && ls->lens[i] + f->chunk.len > ls->caps[i]) {
+            size_t cap = ls->caps[i] ? ls->caps[i] : 65536;
+            while (cap < ls->lens[i] + f->chunk.len)
+                cap *= 2;
+            unsigned char *b = realloc(ls->bufs[i], cap);
+            if (!b)
+                err = "out of memory";
+            else {
+                ls->bufs[i] = b;
+                ls->caps[i] = cap;
+            }
+        }
+        if (err) {
+            ls->failed = true;
+            gw_call_finishf(call, ERU_SEND_LARGE_FILE, "%s", err);
+            return;
+        }
+        if (f->chunk.len) memcpy(ls->bufs[i] + ls->lens[i], f->chunk.data, f->chunk.len);
+        ls->lens[i] += f->chunk.len;
+        ls->total += f->chunk.len;
+        return;
+    }
+    /* half-close: send what came */
+    if (ls->n_ids == 0 || ls->n == 0) {
+        gw_call_finish(call, ERU_SEND_LARGE_FILE,
+                       ls->n_ids ? "no files to send" : "ids: no workload ids given");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, ERU_SEND_LARGE_FILE, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    json_t *files = json_array();
+    pv_status st;
+    int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < ls->n; i++) {
+        char *b64 = NULL;
+        if ((rc = pv_b64_encode(ls->bufs[i] ? (const void *)ls->bufs[i] : "", ls->lens[i], &b64,
+                                &st)) != PV_OK)
+            break;
+        json_t *f =
+            json_pack("{s:s, s:s, s:i}", "path", ls->paths[i], "data", b64, "mode", ls->modes[i]);
+        free(b64);
+        if (f && ls->uids[i] >= 0) {
+            json_object_set_new(f, "uid", json_integer(ls->uids[i]));
+            json_object_set_new(f, "gid", json_integer(ls->gids[i]));
+        }
+        if (!f || json_array_append_new(files, f) != 0)
+            rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    }
+    send_files(call, &rl, rc, &st, ls->ids, ls->n_ids, files, ERU_SEND_LARGE_FILE);
+    json_decref(files);
 }
 
 /* Copy: a tar archive of each path of each workload, relayed in the node's 4 KiB chunks. */
@@ -1134,6 +1291,14 @@ int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {
                              .on_message = on_execute_workload,
                              .bad_request_code = ERU_EXECUTE_WORKLOAD,
                              .data = s};
-    if (gw_server_add_method(server, &s->run_and_wait) != 0) return -1;
+    s->send_large_file = (gw_method){.path = "/pb.CoreRPC/SendLargeFile",
+                                     .kind = GW_BIDI_STREAM,
+                                     .request = &pb__file_options__descriptor,
+                                     .on_message = on_send_large_file,
+                                     .bad_request_code = ERU_SEND_LARGE_FILE,
+                                     .data = s};
+    if (gw_server_add_method(server, &s->run_and_wait) != 0 ||
+        gw_server_add_method(server, &s->send_large_file) != 0)
+        return -1;
     return gw_server_add_method(server, &s->execute);
 }

@@ -23,7 +23,8 @@ Classes:
            node's operation); since/until answer 10711 (the process logs have no timestamps).
            DissociateWorkload forgets a workload and frees its resources, its process running on.
            Send writes files (mode 0755 unless given) into each workload's root, refusing ".."
-           and symbolic links on the way; Copy returns a tar archive of a path in 4 KiB chunks.
+           and symbolic links on the way; SendLargeFile takes a file in chunks; Copy returns a
+           tar archive of a path in 4 KiB chunks.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
@@ -459,6 +460,20 @@ class Remove(Base):
         with tarfile.open(fileobj=io.BytesIO(data)) as t:
             self.assertEqual(t.extractfile("app/conf.ini").read(), b"a=1\n")
         self.assertTrue(any(c.path == "/nope" and "No such file" in c.error for c in chunks))
+        # SendLargeFile: one file streamed in chunks, to both workloads.
+        blob = os.urandom(300 * 1024)
+        reqs = [core_pb2.FileOptions(ids=ids, dst="/data/blob.bin", size=len(blob),
+                                     mode=core_pb2.FileMode(mode=0o640),
+                                     chunk=blob[i:i + 65536])
+                for i in range(0, len(blob), 65536)]
+        got = list(self.core.SendLargeFile(iter(reqs), timeout=60))
+        self.assertEqual(sorted((g.id, g.path, g.error) for g in got),
+                         sorted((i, "/data/blob.bin", "") for i in ids))
+        for m in msgs:
+            path = os.path.join(self.stack.data_dir, "engine", m.nodename, m.id, "root",
+                                "data/blob.bin")
+            self.assertEqual(open(path, "rb").read(), blob)
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=ids, force=True),
                                       timeout=60))
 
