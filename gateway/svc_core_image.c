@@ -4,16 +4,20 @@
  */
 #include "svc_core_image.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
+#include "pv_b64.h"
+#include "pv_log.h"
 #include "pv_registry.h"
+#include "pv_workload.h"
 #include "svc_eru.h"
 #include "svc_nodeop.h"
 
-#define N_METHODS 3
+#define N_METHODS 4
 
 struct svc_core_image {
     gw_app *app;
@@ -212,6 +216,109 @@ static void on_cache_image(gw_call *call, const ProtobufCMessage *req) {
     finish(call, rc, &st, ERU_CACHE_IMAGE);
 }
 
+/* ---- BuildImage ---- */
+
+/* The build pod's most idle live node: the one with the fewest workloads. */
+static int idle_node(pv_redis *r, const pv_keys *k, const char *pod, char **node, pv_status *st) {
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    *node = NULL;
+    if (pv_registry_list_nodes(r, k, pod, &nodes, &n, st) != PV_OK) return st->code;
+    const pv_node *best = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (nodes[i].alive && (!best || nodes[i].workloads < best->workloads)) best = &nodes[i];
+    int rc = best ? PV_OK
+                  : pv_status_set(st, PV_FAILED_PRECONDITION,
+                                  "build pod %s has no live node to build on", pod);
+    if (best && !(*node = strdup(best->name))) rc = pv_status_set(st, PV_INTERNAL, "oom");
+    pv_node_array_free(nodes, n);
+    return rc;
+}
+
+static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__BuildImageOptions *o = (const Pb__BuildImageOptions *)req;
+    gw_app *app = app_of(call);
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    if (!o->name || !*o->name) {
+        gw_call_finish(call, ERU_BUILD_IMAGE, "name: image name is empty");
+        return;
+    }
+    if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__SCM) {
+        gw_call_finish(call, ERU_BUILD_IMAGE,
+                       "build_method SCM: no SCM is configured on this control plane; build from "
+                       "a tar (RAW) or a workload (EXIST)");
+        return;
+    }
+    if (!r) {
+        gw_call_finish(call, ERU_BUILD_IMAGE, "no Redis connection on this gateway thread");
+        return;
+    }
+    json_t *refs = json_array();
+    for (size_t i = 0; i < o->n_tags; i++) {
+        char *ref = NULL;
+        if (asprintf(&ref, "%s:%s", o->name, o->tags[i]) >= 0)
+            json_array_append_new(refs, json_string(ref));
+        free(ref);
+    }
+    if (o->n_tags == 0) {
+        char *ref = NULL;
+        if (asprintf(&ref, "%s:latest", o->name) >= 0)
+            json_array_append_new(refs, json_string(ref));
+        free(ref);
+    }
+    json_t *params = json_pack("{s:O}", "refs", refs);
+    char *node = NULL;
+    int rc = PV_OK;
+    if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__RAW) {
+        char *b64 = NULL;
+        if (o->tar.len == 0)
+            rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "tar: empty for build_method RAW");
+        if (rc == PV_OK) rc = pv_b64_encode(o->tar.data, o->tar.len, &b64, &st);
+        if (rc == PV_OK) json_object_set_new(params, "tar", json_string(b64));
+        free(b64);
+        if (rc == PV_OK) rc = idle_node(r, &app->keys, app->cfg.worker.build_pod, &node, &st);
+    } else {
+        pv_workload w;
+        rc = o->exist_id && *o->exist_id
+                 ? pv_workload_get(r, &app->keys, o->exist_id, &w, &st)
+                 : pv_status_set(&st, PV_INVALID_ARGUMENT, "exist_id: required for EXIST");
+        if (rc == PV_OK) {
+            node = strdup(w.node);
+            json_object_set_new(params, "exist_id", json_string(w.id));
+            pv_workload_clear(&w);
+        }
+    }
+    char op_id[PV_ID_MAX];
+    pv_op rec = {0};
+    if (rc == PV_OK)
+        rc = svc_nodeop_submit(app, r, node, "image.build_on_node", params, 1, op_id, &st);
+    if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
+    if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
+        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "%s",
+                           rec.error_message ? rec.error_message : "build failed");
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    if (rc == PV_OK) rc = pv_op_output_read(r, &app->keys, op_id, "0", 1000, 0, &out, &n, &st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        Pb__BuildImageMessage m = PB__BUILD_IMAGE_MESSAGE__INIT;
+        m.id = (char *)svc_nodeop_value(&out[i], "id");
+        m.status = "finished";
+        m.progress = (char *)svc_nodeop_value(&out[i], "ref");
+        m.stream = (char *)svc_nodeop_value(&out[i], "stream");
+        if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
+    }
+    pv_op_output_free(out, n);
+    pv_op_clear(&rec);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finishf(call, ERU_BUILD_IMAGE, "%s", st.msg);
+    free(node);
+    json_decref(params);
+    json_decref(refs);
+}
+
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/ListImage", GW_SERVER_STREAM, &pb__list_image_options__descriptor, on_list_image,
      ERU_LIST_IMAGE},
@@ -219,6 +326,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      on_remove_image, ERU_REMOVE_IMAGE},
     {"/pb.CoreRPC/CacheImage", GW_SERVER_STREAM, &pb__cache_image_options__descriptor,
      on_cache_image, ERU_CACHE_IMAGE},
+    {"/pb.CoreRPC/BuildImage", GW_SERVER_STREAM, &pb__build_image_options__descriptor,
+     on_build_image, ERU_BUILD_IMAGE},
 };
 
 int svc_core_image_register(svc_core_image *s, gw_server *server) {

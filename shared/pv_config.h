@@ -72,6 +72,8 @@ typedef struct pv_config {
         char *image_dir;        /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
         char *registry_dir;     /* worker.registry_dir: the cluster's image registry CacheImage
                                    copies from ("" = <data_dir>/registry) */
+        char *build_pod;        /* worker.build_pod: BuildImage runs on this pod's most idle
+                                   node ("local") */
     } worker;
 
     struct {

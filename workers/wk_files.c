@@ -261,3 +261,33 @@ int wk_files_tar(const char *root, const char *path, char **tar, size_t *len, pv
     *len = t.len;
     return PV_OK;
 }
+
+int wk_files_tar_root(const char *root, char **tar, size_t *len, pv_status *st) {
+    *tar = NULL;
+    *len = 0;
+    int fd = open(root, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error(st, "workload root", root, errno);
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return io_error(st, "read directory", root, errno);
+    }
+    tarbuf t = {0};
+    int rc = PV_OK;
+    for (struct dirent *e; rc == PV_OK && (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        rc = tb_add(&t, dirfd(d), e->d_name, e->d_name, st);
+    }
+    closedir(d);
+    if (rc == PV_OK && tb_reserve(&t, 2 * BLOCK) != 0)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: the archive is too large", root);
+    if (rc != PV_OK) {
+        free(t.data);
+        return rc;
+    }
+    memset(t.data + t.len, 0, 2 * BLOCK);
+    t.len += 2 * BLOCK;
+    *tar = t.data;
+    *len = t.len;
+    return PV_OK;
+}

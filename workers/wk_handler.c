@@ -69,6 +69,7 @@ static const wk_handler_entry k_handlers[] = {
     {"image.list_on_node", wk_node_image_list, false},
     {"image.remove_on_node", wk_node_image_remove, false},
     {"image.cache_on_node", wk_node_image_cache, false},
+    {"image.build_on_node", wk_node_image_build, false},
     {"net.list_on_node", wk_node_net_list, false},
     {"net.connect_on_node", wk_node_net_connect, false},
     {"net.disconnect_on_node", wk_node_net_disconnect, false},

@@ -15,8 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pv_b64.h"
 #include "pv_id.h"
 #include "wk_agent.h"
+#include "wk_engine.h"
+#include "wk_files.h"
 #include "wk_image.h"
 
 static wk_agent *agent_of(wk_op *op, pv_status *st) {
@@ -189,6 +192,79 @@ int wk_node_image_cache(wk_op *op, pv_status *st) {
         free(src);
         free(dst);
     }
+    json_decref(params);
+    return rc;
+}
+
+/* Writes data to path atomically (a temporary file renamed in place). */
+static int write_file(const char *path, const void *data, size_t len, char *msg, size_t mlen) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.part-%d", path, (int)getpid());
+    int fd =
+        make_parents(path) == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    int ok = fd >= 0 && write(fd, data, len) == (ssize_t)len && fsync(fd) == 0;
+    int err = errno;
+    if (fd >= 0) close(fd);
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        snprintf(msg, mlen, "write %s: %s", path, strerror(err));
+    }
+    return ok;
+}
+
+int wk_node_image_build(wk_op *op, pv_status *st) {
+    wk_agent *a = agent_of(op, st);
+    if (!a) return st->code;
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    const char *b64 = json_string_value(json_object_get(params, "tar"));
+    const char *exist = json_string_value(json_object_get(params, "exist_id"));
+    unsigned char *tar = NULL;
+    size_t len = 0;
+    int rc = PV_OK;
+    if (b64) {
+        rc = pv_b64_decode("tar", b64, &tar, &len, st);
+    } else if (exist && wk_agent_engine(a)) {
+        wk_engine_info info = {0};
+        rc = wk_engine_inspect(wk_agent_engine(a), exist, &info, st);
+        if (rc == PV_OK && !info.root)
+            rc = pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: its engine has no files here",
+                               exist);
+        if (rc == PV_OK) rc = wk_files_tar_root(info.root, (char **)&tar, &len, st);
+        wk_engine_info_clear(&info);
+    } else {
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params: tar or exist_id is required");
+    }
+    char id[65] = "";
+    if (rc == PV_OK) pv_sha256_hex(tar, len, id);
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(params, "refs"), i, v) {
+        if (rc != PV_OK) break;
+        const char *ref = json_string_value(v) ? json_string_value(v) : "";
+        char *store = NULL, *registry = NULL, msg[PV_STATUS_MSG_MAX] = "";
+        pv_status ist;
+        if (wk_image_path(wk_agent_image_dir(a), ref, &store, &ist) != PV_OK ||
+            wk_image_path(wk_agent_registry_dir(a), ref, &registry, &ist) != PV_OK) {
+            rc = pv_status_set(st, ist.code, "%s", ist.msg);
+        } else if (!write_file(store, tar, len, msg, sizeof msg) ||
+                   !write_file(registry, tar, len, msg, sizeof msg)) {
+            rc = pv_status_set(st, PV_INTERNAL, "%s", msg);
+        } else {
+            char stream[PV_STATUS_MSG_MAX];
+            snprintf(stream, sizeof stream, "stored %s (%zu bytes) on %s and in the registry", ref,
+                     len, wk_agent_node(a));
+            const char *fields[] = {"type", "ref", "id", "stream"};
+            const char *values[] = {"built", ref, id, stream};
+            rc = wk_op_output(op, 4, fields, values, st);
+        }
+        free(store);
+        free(registry);
+    }
+    free(tar);
     json_decref(params);
     return rc;
 }

@@ -30,7 +30,9 @@ Classes:
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
            with "[exitcode] N"; open_stdin is refused (no terminal on the process engine).
   Images   ListImage per node (ids are the archives' SHA-256, filter is a glob), CacheImage from
-           the registry directory, RemoveImage with prune; failures per image.
+           the registry directory, RemoveImage with prune; failures per image. BuildImage RAW
+           (on the build pod's most idle node, every tag, pushed to the registry) and EXIST (a
+           workload's tree as it is), then a deploy from the built image; SCM is refused (1071).
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -57,7 +59,8 @@ NODES = ("dpa", "dpb")
 def setUpModule():
     global _stack
     _stack = pvtest.Stack(gateways=2, workers=2, schedulers=2,
-                          agents=[(n, "dp") for n in NODES])
+                          agents=[(n, "dp") for n in NODES],
+                          config={"worker": {"build_pod": "dp"}})
     _stack.start()
     make_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
@@ -254,6 +257,34 @@ class Images(Base):
         got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
             podname="dp", nodenames=[NODES[0]], images=["cached/app:2"]), timeout=60))
         self.assertFalse(got[0].success)
+
+    def test_build_raw_and_exist_then_deploy(self):
+        make_image(os.path.join(self.stack.data_dir, "tmp-raw.tar"))
+        raw = open(os.path.join(self.stack.data_dir, "tmp-raw.tar"), "rb").read()
+        got = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+            name="built/app", tags=["v1", "v2"], build_method=core_pb2.BuildImageOptions.RAW,
+            tar=raw), timeout=60))
+        self.assertEqual([m.progress for m in got], ["built/app:v1", "built/app:v2"])
+        self.assertTrue(all(len(m.id) == 64 and m.status == "finished" for m in got))
+        self.assertTrue(os.path.exists(os.path.join(self.stack.data_dir, "registry", "built",
+                                                    "app", "v1.tar")))
+        msgs = list(self.core.CreateWorkload(deploy(1, image="built/app:v2"), timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        # EXIST: the workload's tree as it is now, a file sent into it included.
+        list(self.core.Send(core_pb2.SendOptions(IDs=[msgs[0].id], data={"/marker": b"m"}),
+                            timeout=60))
+        got = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+            name="snap/app", build_method=core_pb2.BuildImageOptions.EXIST,
+            exist_id=msgs[0].id), timeout=60))
+        self.assertEqual([m.progress for m in got], ["snap/app:latest"])
+        with tarfile.open(os.path.join(self.stack.data_dir, "registry", "snap", "app",
+                                       "latest.tar")) as t:
+            self.assertEqual(t.extractfile("marker").read(), b"m")
+            self.assertIn("run.sh", t.getnames())
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/BuildImage", core_pb2.BuildImageOptions(
+            name="x", build_method=core_pb2.BuildImageOptions.SCM).SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1071")
+        self.assertIn("SCM", t.get("grpc-message", ""))
 
 
 class Race(Base):
