@@ -483,6 +483,47 @@ static int group_by_node(relay *rl, char **ids, size_t n, json_t **by_node, pv_s
     return rc;
 }
 
+/* Finishes a per-node call after its children are submitted (or it failed submitting). */
+static void finish_relay(gw_call *call, relay *rl, int rc, pv_status *st, int eru,
+                         const char *what) {
+    if (rc == PV_OK) rc = relay_all(rl, st);
+    if (rc == PV_OK) {
+        pv_info("%s: %zu answered, %zu failed", what, rl->sent, rl->failed);
+        gw_call_finish(call, PV_OK, NULL);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, eru, "%s", st->msg);
+    }
+    relay_free(rl);
+}
+
+/* RemoveWorkload and ControlWorkload: the ids grouped by node (an unknown id fails the call
+ * first), one operation of kind per node, one answer per id. type NULL: a removal. */
+static void ids_on_nodes(gw_call *call, char **ids, size_t n_ids, const char *kind,
+                         const char *type, bool force, int eru, const char *what) {
+    if (n_ids == 0) {
+        gw_call_finish(call, eru, "IDs: no workload ids given");
+        return;
+    }
+    pv_redis *r = gw_app_redis(call);
+    if (!r) {
+        gw_call_finish(call, eru, "no Redis connection on this gateway thread");
+        return;
+    }
+    relay rl = {.call = call, .r = r};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    json_t *by_node = NULL;
+    pv_status st;
+    int rc = group_by_node(&rl, ids, n_ids, &by_node, &st);
+    const char *node;
+    json_t *node_ids;
+    json_object_foreach(by_node, node, node_ids) {
+        if (rc != PV_OK) break;
+        rc = submit_node_op(call, &rl, kind, node, node_ids, type, force, &st);
+    }
+    json_decref(by_node);
+    finish_relay(call, &rl, rc, &st, eru, what);
+}
+
 static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ControlWorkloadOptions *o = (const Pb__ControlWorkloadOptions *)req;
     static const char *const types[] = {"start", "stop", "restart", "suspend", "resume"};
@@ -495,82 +536,14 @@ static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
                         o->type ? o->type : "");
         return;
     }
-    if (o->n_ids == 0) {
-        gw_call_finish(call, ERU_CONTROL_WORKLOAD, "IDs: no workload ids given");
-        return;
-    }
-    pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_CONTROL_WORKLOAD, "no Redis connection on this gateway thread");
-        return;
-    }
-    relay rl = {.call = call, .r = r};
-    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
-    json_t *by_node = NULL;
-    pv_status st;
-    int rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
-    const char *node;
-    json_t *ids;
-    json_object_foreach(by_node, node, ids) {
-        if (rc != PV_OK) break;
-        rc = submit_node_op(call, &rl, "workload.control_on_node", node, ids, o->type, o->force,
-                            &st);
-    }
-    json_decref(by_node);
-    if (rc == PV_OK) rc = relay_all(&rl, &st);
-    if (rc == PV_OK) {
-        pv_info("ControlWorkload %s: %zu answered, %zu failed", o->type, rl.sent, rl.failed);
-        gw_call_finish(call, PV_OK, NULL);
-    } else if (rc != PV_CANCELLED) {
-        gw_call_finishf(call, ERU_CONTROL_WORKLOAD, "%s", st.msg);
-    }
-    relay_free(&rl);
+    ids_on_nodes(call, o->ids, o->n_ids, "workload.control_on_node", o->type, o->force,
+                 ERU_CONTROL_WORKLOAD, "ControlWorkload");
 }
 
 static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemoveWorkloadOptions *o = (const Pb__RemoveWorkloadOptions *)req;
-    if (o->n_ids == 0) {
-        gw_call_finish(call, ERU_REMOVE_WORKLOAD, "IDs: no workload ids given");
-        return;
-    }
-    pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_REMOVE_WORKLOAD, "no Redis connection on this gateway thread");
-        return;
-    }
-    relay rl = {.call = call, .r = r};
-    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
-    json_t *by_node = NULL;
-    pv_status st;
-    int rc = group_by_node(&rl, o->ids, o->n_ids, &by_node, &st);
-    const char *node;
-    json_t *ids;
-    json_object_foreach(by_node, node, ids) {
-        if (rc != PV_OK) break;
-        rc = submit_node_op(call, &rl, "workload.remove_on_node", node, ids, NULL, o->force, &st);
-    }
-    json_decref(by_node);
-    if (rc == PV_OK) rc = relay_all(&rl, &st);
-    if (rc == PV_OK) {
-        pv_info("RemoveWorkload: %zu answered, %zu failed", rl.sent, rl.failed);
-        gw_call_finish(call, PV_OK, NULL);
-    } else if (rc != PV_CANCELLED) {
-        gw_call_finishf(call, ERU_REMOVE_WORKLOAD, "%s", st.msg);
-    }
-    relay_free(&rl);
-}
-
-/* Finishes a per-node call after its children are submitted (or it failed submitting). */
-static void finish_relay(gw_call *call, relay *rl, int rc, pv_status *st, int eru,
-                         const char *what) {
-    if (rc == PV_OK) rc = relay_all(rl, st);
-    if (rc == PV_OK) {
-        pv_info("%s: %zu answered, %zu failed", what, rl->sent, rl->failed);
-        gw_call_finish(call, PV_OK, NULL);
-    } else if (rc != PV_CANCELLED) {
-        gw_call_finishf(call, eru, "%s", st->msg);
-    }
-    relay_free(rl);
+    ids_on_nodes(call, o->ids, o->n_ids, "workload.remove_on_node", NULL, o->force,
+                 ERU_REMOVE_WORKLOAD, "RemoveWorkload");
 }
 
 /* Sends files (borrowed: [{path, data (base64), mode, uid, gid}]) into the workloads ids, one

@@ -377,15 +377,16 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
 
 /* ---- removal ---- */
 
-typedef struct removal {
+/* One workload of a removal or control: the step functions' argument. */
+typedef struct id_job {
     wk_agent *agent;
-    const char *id;
+    const char *id, *type; /* type: control only */
     bool force;
-} removal;
+} id_job;
 
 /* Stops and removes one workload; the answer ({"ok": true} or {"error": ...}) is journaled. */
 static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
-    removal *rm = arg;
+    id_job *rm = arg;
     wk_engine *engine = wk_agent_engine(rm->agent);
     pv_status est;
     int rc = wk_engine_stop(engine, rm->id, -1, rm->force, &est);
@@ -420,14 +421,19 @@ static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *s
     return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
-int wk_node_deploy_remove(wk_op *op, pv_status *st) {
+/* For each id of params.ids: the journaled step `do_step` ("<prefix>:<id>"), then its journaled
+ * report (`report_step`, "reported:<id>"). */
+static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn report_step,
+                   pv_status *st) {
     wk_agent *agent = wk_op_context(op);
     if (!agent || !wk_agent_engine(agent))
         return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.remove_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
+                             "this worker runs no engine: %s needs the node agent (pivirt-worker "
+                             "--set worker.node=NAME)",
+                             wk_op_record(op)->kind);
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     json_t *ids = json_object_get(params, "ids");
+    const char *type = json_string_value(json_object_get(params, "type"));
     bool force = json_is_true(json_object_get(params, "force"));
     int rc = json_is_array(ids) ? PV_OK
                                 : pv_status_set(st, PV_INVALID_ARGUMENT,
@@ -442,14 +448,14 @@ int wk_node_deploy_remove(wk_op *op, pv_status *st) {
             break;
         }
         if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
-        removal rm = {agent, id, force};
+        id_job job = {agent, id, type ? type : "", force};
         char step[128], *answer = NULL;
-        snprintf(step, sizeof step, "remove:%s", id);
-        rc = wk_op_step(op, step, step_remove, &rm, &answer, st);
+        snprintf(step, sizeof step, "%s:%s", prefix, id);
+        rc = wk_op_step(op, step, do_step, &job, &answer, st);
         if (rc == PV_OK) {
             removal_report rr = {id, answer};
             snprintf(step, sizeof step, "reported:%s", id);
-            rc = wk_op_step(op, step, step_report_removal, &rr, NULL, st);
+            rc = wk_op_step(op, step, report_step, &rr, NULL, st);
         }
         free(answer);
     }
@@ -457,15 +463,13 @@ int wk_node_deploy_remove(wk_op *op, pv_status *st) {
     return rc;
 }
 
+int wk_node_deploy_remove(wk_op *op, pv_status *st) {
+    return each_id(op, "remove", step_remove, step_report_removal, st);
+}
+
 /* ---- control ---- */
 
-typedef struct control {
-    wk_agent *agent;
-    const char *id, *type;
-    bool force;
-} control;
-
-static int control_engine(wk_engine *e, const control *c, pv_status *st) {
+static int control_engine(wk_engine *e, const id_job *c, pv_status *st) {
     int rc;
     if (strcmp(c->type, "start") == 0) {
         rc = wk_engine_start(e, c->id, st);
@@ -487,7 +491,7 @@ static int control_engine(wk_engine *e, const control *c, pv_status *st) {
 }
 
 static int step_control(wk_op *op, void *arg, char **result, pv_status *st) {
-    control *c = arg;
+    id_job *c = arg;
     wk_engine *engine = wk_agent_engine(c->agent);
     pv_status est;
     int rc = control_engine(engine, c, &est);
@@ -523,40 +527,9 @@ static int step_report_control(wk_op *op, void *arg, char **result, pv_status *s
 }
 
 int wk_node_deploy_control(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.control_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
-    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
-    json_t *ids = json_object_get(params, "ids");
-    const char *type = json_string_value(json_object_get(params, "type"));
-    int rc =
-        json_is_array(ids) && type
-            ? PV_OK
-            : pv_status_set(st, PV_INVALID_ARGUMENT, "params: ids (array) and type are required");
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v) {
-        if (rc != PV_OK) break;
-        const char *id = json_string_value(v);
-        if (!id) {
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
-            break;
-        }
-        control c = {agent, id, type, json_is_true(json_object_get(params, "force"))};
-        char step[128], *answer = NULL;
-        snprintf(step, sizeof step, "control:%s", id);
-        rc = wk_op_step(op, step, step_control, &c, &answer, st);
-        if (rc == PV_OK) {
-            removal_report rr = {id, answer};
-            snprintf(step, sizeof step, "reported:%s", id);
-            rc = wk_op_step(op, step, step_report_control, &rr, NULL, st);
-        }
-        free(answer);
-    }
-    json_decref(params);
-    return rc;
+    const char *type = wk_op_param(op, "type");
+    if (!type) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.type: required");
+    return each_id(op, "control", step_control, step_report_control, st);
 }
 
 /* ---- logs ---- */
