@@ -25,7 +25,7 @@
 #include "svc_eru.h"
 #include "svc_nodeop.h"
 
-#define N_METHODS 7
+#define N_METHODS 8
 #define MAX_CHILDREN 4096
 #define POLL_MS 10
 
@@ -809,6 +809,91 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
     finish_relay(call, &rl, rc, &st, ERU_COPY, "Copy");
 }
 
+/* The deltas that take allocation `to` back to `from` (numbers: realloc's own documents). */
+static char *inverse_delta(const char *from, const char *to) {
+    static const char *const cpumem[][2] = {{"cpu-request", "cpu_request"},
+                                            {"cpu-limit", "cpu_limit"},
+                                            {"memory-request", "memory_request"},
+                                            {"memory-limit", "memory_limit"}};
+    json_t *a = json_loads(from, 0, NULL), *b = json_loads(to, 0, NULL);
+    json_t *d = json_pack("{s:{}, s:{}}", "cpumem", "storage");
+    for (size_t i = 0; d && i < 4; i++) {
+        double x = json_number_value(json_object_get(json_object_get(a, "cpumem"), cpumem[i][1]));
+        double y = json_number_value(json_object_get(json_object_get(b, "cpumem"), cpumem[i][1]));
+        json_object_set_new(json_object_get(d, "cpumem"), cpumem[i][0], json_real(x - y));
+    }
+    static const char *const storage[][2] = {{"storage-request", "storage_request"},
+                                             {"storage-limit", "storage_limit"}};
+    for (size_t i = 0; d && i < 2; i++) {
+        double x = json_number_value(json_object_get(json_object_get(a, "storage"), storage[i][1]));
+        double y = json_number_value(json_object_get(json_object_get(b, "storage"), storage[i][1]));
+        json_object_set_new(json_object_get(d, "storage"), storage[i][0], json_real(x - y));
+    }
+    char *text = d ? json_dumps(d, JSON_COMPACT) : NULL;
+    json_decref(a);
+    json_decref(b);
+    json_decref(d);
+    return text;
+}
+
+/* ReallocResource in place: the accounting first (it is the capacity check), then the engine's
+ * limits on the node; when the node cannot apply them, the accounting is put back. */
+static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__ReallocOptions *o = (const Pb__ReallocOptions *)req;
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    char *delta = NULL, *fresh = NULL;
+    pv_workload w = {0};
+    int rc = r ? pv_workload_get(r, &app->keys, o->id, &w, &st)
+               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    if (rc == PV_OK)
+        rc = svc_eru_resources_json("resources", (void *const *)o->resources, o->n_resources,
+                                    &delta, &st);
+    if (rc == PV_OK) rc = pv_resv_realloc_workload(r, &app->keys, w.id, delta, &fresh, &st);
+    if (rc == PV_OK) {
+        json_t *j = json_loads(fresh, 0, NULL), *cm = json_object_get(j, "cpumem");
+        json_t *params =
+            json_pack("{s:s, s:f, s:I}", "id", w.id, "cpu_limit",
+                      json_number_value(json_object_get(cm, "cpu_limit")), "memory_limit",
+                      json_integer_value(json_object_get(cm, "memory_limit")));
+        char op_id[PV_ID_MAX];
+        pv_op rec = {0};
+        pv_status nst;
+        int nrc =
+            svc_nodeop_submit(app, r, w.node, "workload.realloc_on_node", params, 1, op_id, &nst);
+        if (nrc == PV_OK) nrc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &nst);
+        if (nrc == PV_OK && rec.status != PV_OP_SUCCEEDED)
+            nrc = pv_status_set(
+                &nst, rec.error_code > 0 && rec.error_code <= 16 ? rec.error_code : PV_INTERNAL,
+                "%s", rec.error_message ? rec.error_message : "failed");
+        if (nrc != PV_OK) {
+            char *back = inverse_delta(w.resources, fresh);
+            pv_status bst;
+            if (!back || pv_resv_realloc_workload(r, &app->keys, w.id, back, NULL, &bst) != PV_OK)
+                pv_warn("ReallocResource %s: putting the accounting back failed: %s", w.id,
+                        back ? bst.msg : "out of memory");
+            free(back);
+            rc = nrc;
+            st = nst;
+        }
+        pv_op_clear(&rec);
+        json_decref(params);
+        json_decref(j);
+    }
+    if (rc == PV_OK) {
+        pv_info("ReallocResource id=%s: %s", w.id, fresh);
+        Pb__ReallocResourceMessage m = PB__REALLOC_RESOURCE_MESSAGE__INIT;
+        m.error = "";
+        gw_call_reply(call, &m.base);
+    } else if (rc != PV_CANCELLED) {
+        gw_call_finishf(call, ERU_REALLOC_RESOURCE, "%s", st.msg);
+    }
+    free(delta);
+    free(fresh);
+    pv_workload_clear(&w);
+}
+
 /* DissociateWorkload: the control plane forgets the workload and takes its resources back; the
  * engine's workload is left as it is (Eru's meaning), so no node is asked anything. */
 static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
@@ -1247,6 +1332,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
      &pb__dissociate_workload_options__descriptor, on_dissociate_workload, ERU_DISSOCIATE_WORKLOAD},
     {"/pb.CoreRPC/Send", GW_SERVER_STREAM, &pb__send_options__descriptor, on_send, ERU_SEND},
     {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY},
+    {"/pb.CoreRPC/ReallocResource", GW_UNARY, &pb__realloc_options__descriptor, on_realloc_resource,
+     ERU_REALLOC_RESOURCE},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

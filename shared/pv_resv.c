@@ -468,6 +468,159 @@ int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_
                          workload_id, RETRIES);
 }
 
+/* A delta value: a number, or a size string with an optional leading '-' ("-512M"). */
+static int delta_value(const char *plugin, const char *field, json_t *v, int sized, double *out,
+                       pv_status *st) {
+    if (json_is_number(v)) {
+        *out = json_number_value(v);
+        return PV_OK;
+    }
+    const char *text = json_string_value(v);
+    if (!text || !sized)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s: must be a number%s", plugin, field,
+                             sized ? " or a size" : "");
+    int neg = text[0] == '-';
+    int64_t bytes = 0;
+    if (pv_res_size_parse(text + neg, &bytes, st) != PV_OK)
+        return pv_status_prefix(st, "%s: %s", plugin, field);
+    *out = neg ? -(double)bytes : (double)bytes;
+    return PV_OK;
+}
+
+/* old allocation + deltas -> the new allocation (the same document shape). */
+static int realloc_doc(const char *old_alloc, const char *delta_json, char **out, pv_status *st) {
+    static const struct {
+        const char *plugin, *delta, *field;
+        int sized, integer;
+    } k_fields[] = {
+        {"cpumem", "cpu-request", "cpu_request", 0, 0},
+        {"cpumem", "cpu-limit", "cpu_limit", 0, 0},
+        {"cpumem", "memory-request", "memory_request", 1, 1},
+        {"cpumem", "memory-limit", "memory_limit", 1, 1},
+        {"storage", "storage-request", "storage_request", 1, 1},
+        {"storage", "storage-limit", "storage_limit", 1, 1},
+    };
+    json_t *alloc = json_loads(old_alloc ? old_alloc : "{}", 0, NULL);
+    json_t *delta = json_loads(delta_json ? delta_json : "{}", 0, NULL);
+    int rc = json_is_object(alloc) && json_is_object(delta)
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "resources: not a JSON object");
+    const char *plugin;
+    json_t *doc;
+    json_object_foreach(delta, plugin, doc) {
+        if (rc != PV_OK) break;
+        const char *field;
+        json_t *v;
+        json_object_foreach(doc, field, v) {
+            size_t i = 0, n = sizeof k_fields / sizeof k_fields[0];
+            while (i < n && (strcmp(k_fields[i].plugin, plugin) != 0 ||
+                             strcmp(k_fields[i].delta, field) != 0))
+                i++;
+            if (i == n) {
+                rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                                   "%s: %s: not a field ReallocResource can change", plugin, field);
+                break;
+            }
+            double d = 0;
+            if ((rc = delta_value(plugin, field, v, k_fields[i].sized, &d, st)) != PV_OK) break;
+            json_t *pdoc = json_object_get(alloc, plugin);
+            if (!pdoc) json_object_set_new(alloc, plugin, pdoc = json_object());
+            if (strcmp(plugin, "cpumem") == 0 && strncmp(field, "cpu", 3) == 0 && d != 0 &&
+                json_object_size(json_object_get(pdoc, "cpu_map")) > 0) {
+                rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                                   "cpumem: %s: the workload is bound to cores; its cpu cannot "
+                                   "change in place",
+                                   field);
+                break;
+            }
+            double now = json_number_value(json_object_get(pdoc, k_fields[i].field)) + d;
+            if (now < 0) {
+                rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                                   "%s: %s: the result %g would be negative", plugin, field, now);
+                break;
+            }
+            json_object_set_new(pdoc, k_fields[i].field,
+                                k_fields[i].integer ? json_integer((json_int_t)now)
+                                                    : json_real(now));
+        }
+    }
+    /* Eru's rule again: a limit below the request is raised to it. */
+    json_t *cm = json_object_get(alloc, "cpumem");
+    if (rc == PV_OK && cm) {
+        if (json_number_value(json_object_get(cm, "cpu_limit")) <
+            json_number_value(json_object_get(cm, "cpu_request")))
+            json_object_set(cm, "cpu_limit", json_object_get(cm, "cpu_request"));
+        if (json_integer_value(json_object_get(cm, "memory_limit")) <
+            json_integer_value(json_object_get(cm, "memory_request")))
+            json_object_set(cm, "memory_limit", json_object_get(cm, "memory_request"));
+    }
+    *out = rc == PV_OK ? json_dumps(alloc, JSON_COMPACT) : NULL;
+    if (rc == PV_OK && !*out) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    json_decref(alloc);
+    json_decref(delta);
+    return rc;
+}
+
+int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload_id,
+                             const char *delta_json, char **new_alloc, pv_status *st) {
+    if (new_alloc) *new_alloc = NULL;
+    char base[PV_KEY_MAX];
+    if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
+    for (int attempt = 0; attempt < RETRIES; attempt++) {
+        redisReply *rep = NULL;
+        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
+            PV_OK)
+            return st->code;
+        char *node_id = NULL, *old = NULL;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+            rep->element[0]->type == REDIS_REPLY_STRING) {
+            node_id = strdup(rep->element[0]->str);
+            old = strdup(rep->element[1]->type == REDIS_REPLY_STRING ? rep->element[1]->str : "{}");
+        }
+        freeReplyObject(rep);
+        pv_node node = {0};
+        pv_res_node res = {0};
+        char *fresh = NULL, *usage = NULL, *check = NULL, rev[24];
+        int rc =
+            node_id ? PV_OK : pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
+        if (rc == PV_OK) rc = realloc_doc(old, delta_json, &fresh, st);
+        if (rc == PV_OK) rc = pv_registry_get_node_by_id(r, k, node_id, &node, st);
+        if (rc == PV_OK) rc = pv_res_node_parse(node.resources, node.usage, NULL, &res, st);
+        if (rc == PV_OK) rc = pv_res_node_usage_add(&res, old, -1, st);
+        if (rc == PV_OK) rc = pv_res_node_usage_add(&res, fresh, 1, st);
+        if (rc == PV_OK) rc = pv_res_node_usage_dump(&res, &usage, st);
+        if (rc == PV_OK && pv_res_node_delta(node.resources, "{}", usage, &check, st) != PV_OK)
+            rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "node %s: not enough resource: %s",
+                               node.name, st->msg);
+        snprintf(rev, sizeof rev, "%lld", (long long)node.usage_rev);
+        bool conflict = false;
+        if (rc == PV_OK) {
+            const char *args[] = {base, workload_id, rev, usage, fresh};
+            rep = NULL;
+            rc = pv_redis_fcall(r, "pv_wl_realloc", 0, NULL, 5, args, &rep, st);
+            conflict =
+                rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0;
+            if (rep) freeReplyObject(rep);
+        }
+        if (rc == PV_OK && !conflict && new_alloc) {
+            *new_alloc = fresh;
+            fresh = NULL;
+        }
+        free(node_id);
+        free(old);
+        free(fresh);
+        free(usage);
+        free(check);
+        pv_res_node_free(&res);
+        pv_node_clear(&node);
+        if (rc != PV_OK) return rc;
+        if (!conflict) return PV_OK;
+    }
+    return pv_status_set(st, PV_ABORTED,
+                         "workload %s: its node's usage kept changing; gave up after %d tries",
+                         workload_id, RETRIES);
+}
+
 int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,
                     size_t *n, pv_status *st) {
     *ids = NULL;

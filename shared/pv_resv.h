@@ -98,6 +98,16 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
  * (it drifted) is clamped and logged; GetNodeResource's fix repairs it. */
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st);
 
+/* ReallocResource's accounting: the workload's allocation plus delta_json (a resources object of
+ * deltas: {"cpumem": {"cpu-request": 0.5, "memory-limit": "-256M", ...}, "storage":
+ * {"storage-request": "1G"}}, each may be negative), checked to fit on its node and written with
+ * the node's usage in one compare-and-set step. INVALID_ARGUMENT for a bad delta or a result
+ * below zero, FAILED_PRECONDITION for a cpu change of a workload bound to cores,
+ * RESOURCE_EXHAUSTED naming the node when it does not fit. *new_alloc (may be NULL) gets the
+ * new allocation (caller frees). */
+int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload_id,
+                             const char *delta_json, char **new_alloc, pv_status *st);
+
 /* Ids of the reservations whose expiry is at or before now_ms (at most max). *ids is a malloc'd
  * array of malloc'd strings (pv_resv_ids_free); NULL when none. */
 int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, char ***ids,

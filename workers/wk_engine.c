@@ -120,3 +120,12 @@ int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t
                    pv_status *st) {
     return e->v->exec(e->impl, id, argv, argc, timeout_ms, exit_code, output, output_len, st);
 }
+
+int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                         pv_status *st) {
+    if (!e->v->set_limits)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "the %s engine cannot change a workload's limits in place",
+                             e->v->type);
+    return e->v->set_limits(e->impl, id, cpu_limit, memory_limit, st);
+}

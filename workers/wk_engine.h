@@ -156,4 +156,9 @@ int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t
  * each workload's log when it starts. */
 const char *wk_engine_process_limits(void);
 
+/* ReallocResource in place: new limits for a workload (cpu_limit in cores, memory_limit in
+ * bytes; 0 = none), applied now and at later starts. UNIMPLEMENTED for engines that cannot. */
+int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                         pv_status *st);
+
 #endif

@@ -23,6 +23,9 @@ typedef struct wk_engine_vtbl {
     int (*list)(void *impl, wk_engine_info **out, size_t *n, pv_status *st);
     int (*exec)(void *impl, const char *id, const char *const *argv, size_t argc, int timeout_ms,
                 int *exit_code, char **output, size_t *output_len, pv_status *st);
+    /* may be NULL: the engine cannot change a workload's limits in place */
+    int (*set_limits)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                      pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

@@ -1949,6 +1949,55 @@ static int pe_resume(void *impl, const char *id, pv_status *st) {
     return pe_signal(impl, id, WK_STATE_PAUSED, WK_STATE_RUNNING, SIGCONT, st);
 }
 
+/* ReallocResource in place: the new limits apply now (cgroup files, or the running process's
+ * RLIMIT_AS through prlimit) and at every later start (the record). */
+static int pe_set_limits(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                         pv_status *st) {
+    pe *e = impl;
+    pe_wl *w;
+    if (cpu_limit < 0 || memory_limit < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "limits must not be negative");
+    if (wl_acquire(e, id, &w, st) != PV_OK) return st->code;
+    pthread_mutex_lock(&e->mu);
+    double old_cpu = w->cpu_limit;
+    int64_t old_memory = w->memory_limit;
+    w->cpu_limit = cpu_limit;
+    w->memory_limit = memory_limit;
+    pid_t pid = is_live(w) ? w->pid : 0;
+    pthread_mutex_unlock(&e->mu);
+    int rc = PV_OK;
+    if (w->cgroup) {
+        free(w->cgroup); /* written again from the new limits */
+        w->cgroup = NULL;
+        rc = wl_setup_cgroup(e, w, st);
+    } else if (pid > 0) {
+        struct rlimit rl = {memory_limit > 0 ? (rlim_t)memory_limit : RLIM_INFINITY,
+                            memory_limit > 0 ? (rlim_t)memory_limit : RLIM_INFINITY};
+        if (prlimit(pid, RLIMIT_AS, &rl, NULL) != 0)
+            rc = errno == EPERM
+                     ? pv_status_set(st, PV_FAILED_PRECONDITION,
+                                     "workload %s: raising a running process's memory limit "
+                                     "needs CAP_SYS_RESOURCE without cgroup v2, and this agent "
+                                     "lacks it (lowering works; a restart applies any limit)",
+                                     id)
+                     : pv_status_set(st, PV_INTERNAL, "workload %s: prlimit: %s", id,
+                                     strerror(errno));
+    }
+    if (rc != PV_OK) { /* not applied: the workload keeps what it had */
+        pthread_mutex_lock(&e->mu);
+        w->cpu_limit = old_cpu;
+        w->memory_limit = old_memory;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (rc == PV_OK && wl_save(w) != 0)
+        rc = pv_status_set(st, PV_INTERNAL, "workload %s: cannot save its record", id);
+    if (rc == PV_OK)
+        wl_log(w, "limits changed: cpu_limit %g, memory_limit %" PRId64 "%s", cpu_limit,
+               memory_limit, w->cgroup ? "" : (cpu_limit > 0 ? " (cpu_limit not enforced)" : ""));
+    wl_release(e, w);
+    return rc;
+}
+
 static void forget_on_loop(pe *e, void *arg) {
     pe_wl *w = arg;
     wl_stop_watchers(e, w);
@@ -2081,4 +2130,5 @@ const wk_engine_vtbl wk_engine_process_vtbl = {
     .inspect = pe_inspect,
     .list = pe_list,
     .exec = pe_exec,
+    .set_limits = pe_set_limits,
 };

@@ -683,3 +683,22 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     json_decref(params);
     return rc;
 }
+
+/* ---- realloc ---- */
+
+int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.realloc_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    const char *id = json_string_value(json_object_get(params, "id"));
+    int rc = id ? wk_engine_set_limits(
+                      wk_agent_engine(agent), id,
+                      json_number_value(json_object_get(params, "cpu_limit")),
+                      (int64_t)json_integer_value(json_object_get(params, "memory_limit")), st)
+                : pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    json_decref(params);
+    return rc;
+}

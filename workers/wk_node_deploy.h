@@ -53,6 +53,10 @@ int wk_node_deploy_control(wk_op *op, pv_status *st);
  * writes one output entry {type=exec, data (base64 of the combined output), code}. */
 int wk_node_deploy_exec(wk_op *op, pv_status *st);
 
+/* ReallocResource's part on the node: `workload.realloc_on_node`, params {"id", "cpu_limit",
+ * "memory_limit"}: the engine applies the new limits in place (wk_engine_set_limits). */
+int wk_node_deploy_realloc(wk_op *op, pv_status *st);
+
 #define WK_LOG_NODE_KIND "workload.log_on_node"
 int wk_node_deploy_log(wk_op *op, pv_status *st);
 

@@ -107,6 +107,22 @@ redis.register_function('pv_wl_remove', function(keys, args)
   return 1
 end)
 
+-- pv_wl_realloc(ARGV: base id expected_usage_rev usage resources): ReallocResource's record: the
+-- workload's resources become `resources` and its node's usage `usage` (computed by the caller
+-- from the usage it read at expected_usage_rev), in one step. -> 1, or 'CONFLICT'.
+redis.register_function('pv_wl_realloc', function(keys, args)
+  local base, id = args[1], args[2]
+  local node_id = redis.call('HGET', record_key(base, id), 'node_id')
+  if not node_id then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local node_key = base .. 'node:' .. node_id
+  if (redis.call('HGET', node_key, 'usage_rev') or '0') ~= args[3] then return 'CONFLICT' end
+  redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
+  redis.call('HINCRBY', node_key, 'usage_rev', 1)
+  redis.call('HINCRBY', node_key, 'rev', 1)
+  redis.call('HSET', record_key(base, id), 'resources', args[5])
+  return 1
+end)
+
 -- pv_wl_remove_release(ARGV: base id expected_usage_rev usage): removes the workload and gives
 -- its resources back to its node in one step: the node's usage becomes `usage` (computed by the
 -- caller from the usage it read at expected_usage_rev, minus the workload's resources), its

@@ -24,7 +24,10 @@ Classes:
            DissociateWorkload forgets a workload and frees its resources, its process running on.
            Send writes files (mode 0755 unless given) into each workload's root, refusing ".."
            and symbolic links on the way; SendLargeFile takes a file in chunks; Copy returns a
-           tar archive of a path in 4 KiB chunks.
+           tar archive of a path in 4 KiB chunks. ReallocResource lowers a running workload's
+           memory in place (its process's RLIMIT_AS), the node's usage following; raising needs
+           CAP_SYS_RESOURCE without cgroup v2 (applied, or refused saying so, nothing changed);
+           a change that does not fit or goes negative is refused and changes nothing.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
@@ -506,6 +509,59 @@ class Remove(Base):
             self.assertEqual(open(path, "rb").read(), blob)
             self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=ids, force=True),
+                                      timeout=60))
+
+    def test_realloc_in_place(self):
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", "sleep 60")),
+                                             timeout=60))
+        m = msgs[0]
+        self.assertTrue(m.success, m.error)
+        pid = json.load(open(os.path.join(self.stack.data_dir, "engine", m.nodename, m.id,
+                                          "record.json")))["pid"]
+
+        def address_limit():
+            return [l.split()[3] for l in open("/proc/%d/limits" % pid).read().splitlines()
+                    if l.startswith("Max address space")][0]
+
+        def used():
+            return json.loads(self.usage(m.nodename).resource_usage)["cpumem"]["memory_request"]
+
+        # Lowering applies in place (the running process's RLIMIT_AS).
+        before = used()
+        got = self.core.ReallocResource(core_pb2.ReallocOptions(id=m.id, resources={
+            "cpumem": b'{"memory-request": "-32M", "memory-limit": "-32M"}'}), timeout=60)
+        self.assertEqual(got.error, "")
+        w = self.core.GetWorkload(core_pb2.WorkloadID(id=m.id), timeout=10)
+        self.assertEqual(json.loads(w.resources)["cpumem"]["memory_request"], 32 * 2**20)
+        self.assertEqual(before - used(), 32 * 2**20)
+        self.assertEqual(address_limit(), str(32 * 2**20))
+        self.assertEqual(list(self.usage(m.nodename).diffs), [])
+        # Raising needs CAP_SYS_RESOURCE without cgroup v2: either it applies, or it is refused
+        # saying so and nothing changes.
+        after = used()
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/ReallocResource",
+                                 core_pb2.ReallocOptions(id=m.id, resources={
+                                     "cpumem": b'{"memory-request": "32M"}'})
+                                 .SerializeToString())
+        if t.get("grpc-status") == "0":
+            self.assertEqual(address_limit(), str(64 * 2**20))
+            self.assertEqual(used() - after, 32 * 2**20)
+            after = used()
+        else:
+            self.assertEqual(t.get("grpc-status"), "10710")
+            self.assertIn("CAP_SYS_RESOURCE", t.get("grpc-message", ""))
+            self.assertEqual(used(), after)
+            self.assertEqual(address_limit(), str(32 * 2**20))
+        self.assertEqual(list(self.usage(m.nodename).diffs), [])
+        for body, word in ((b'{"memory-request": "100P"}', "not enough"),
+                           (b'{"memory-request": "-1G"}', "negative")):
+            t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/ReallocResource",
+                                     core_pb2.ReallocOptions(id=m.id, resources={
+                                         "cpumem": body}).SerializeToString())
+            self.assertEqual(t.get("grpc-status"), "10710")
+            self.assertIn(word, t.get("grpc-message", ""))
+        self.assertEqual(used(), after)  # refused changes change nothing
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[m.id], force=True),
                                       timeout=60))
 
     def test_unknown_id_fails_before_anything_stops(self):
