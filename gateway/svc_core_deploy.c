@@ -25,7 +25,7 @@
 #include "svc_eru.h"
 #include "svc_nodeop.h"
 
-#define N_METHODS 8
+#define N_METHODS 9
 #define MAX_CHILDREN 4096
 #define POLL_MS 10
 
@@ -51,6 +51,7 @@ typedef enum {
     CHILD_CONTROL,
     CHILD_SEND,
     CHILD_COPY,
+    CHILD_REPLACE,
 } child_kind;
 
 /* One node's part of the deploy (or removal) as the relay follows it. */
@@ -186,8 +187,39 @@ static int send_copied(relay *rl, const pv_op_output *e) {
     return rc;
 }
 
+/* One replacement: the new workload's CreateWorkloadMessage and the old one's removal. */
+static int send_replaced(relay *rl, const pv_op_output *e) {
+    Pb__CreateWorkloadMessage c = PB__CREATE_WORKLOAD_MESSAGE__INIT;
+    Pb__RemoveWorkloadMessage rm = PB__REMOVE_WORKLOAD_MESSAGE__INIT;
+    Pb__ReplaceWorkloadMessage m = PB__REPLACE_WORKLOAD_MESSAGE__INIT;
+    c.podname = (char *)svc_nodeop_value(e, "podname");
+    c.nodename = (char *)svc_nodeop_value(e, "nodename");
+    c.id = (char *)svc_nodeop_value(e, "id");
+    c.name = (char *)svc_nodeop_value(e, "name");
+    c.error = (char *)svc_nodeop_value(e, "error");
+    c.success = strcmp(svc_nodeop_value(e, "success"), "1") == 0;
+    rm.id = (char *)svc_nodeop_value(e, "old");
+    rm.success = c.success;
+    m.create = &c;
+    m.remove = &rm;
+    m.error = c.error;
+    rl->sent++;
+    if (!c.success) rl->failed++;
+    return relay_send(rl, &m.base);
+}
+
 /* An id whose node's part ended without answering for it. */
 static int send_lost_id(relay *rl, int kind, const char *id, const char *why) {
+    if (kind == CHILD_REPLACE) {
+        Pb__RemoveWorkloadMessage rm = PB__REMOVE_WORKLOAD_MESSAGE__INIT;
+        Pb__ReplaceWorkloadMessage m = PB__REPLACE_WORKLOAD_MESSAGE__INIT;
+        rm.id = (char *)id;
+        m.remove = &rm;
+        m.error = (char *)why;
+        rl->sent++;
+        rl->failed++;
+        return relay_send(rl, &m.base);
+    }
     if (kind == CHILD_CONTROL) return send_controlled(rl, id, why);
     if (kind == CHILD_SEND || kind == CHILD_COPY) {
         rl->sent++;
@@ -277,6 +309,11 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
             rl->sent++;
             if (*m.error) rl->failed++;
             sent = relay_send(rl, &m.base);
+        } else if (strcmp(type, "replaced") == 0 && c->pending) {
+            const char *old = svc_nodeop_value(&out[i], "old");
+            if (!json_object_get(c->pending, old)) continue;
+            json_object_del(c->pending, old);
+            sent = send_replaced(rl, &out[i]);
         } else if (strcmp(type, "copied") == 0 && c->pending) {
             json_object_del(c->pending, svc_nodeop_value(&out[i], "id"));
             sent = send_copied(rl, &out[i]);
@@ -894,6 +931,77 @@ static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
     pv_workload_clear(&w);
 }
 
+/* ReplaceWorkload: each old workload (the IDs, or every one of the app's entrypoint in the pod
+ * carrying filter_labels) is replaced on its node by a new one from deployOpt that keeps its
+ * resources; the old one runs on when the new one fails. */
+static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
+    const Pb__ReplaceOptions *o = (const Pb__ReplaceOptions *)req;
+    Pb__DeployOptions *d = o->deployopt;
+    pv_status st;
+    if (!d) {
+        gw_call_finish(call, ERU_REPLACE_WORKLOAD, "deployOpt: required");
+        return;
+    }
+    int32_t count = d->count;
+    d->count = 1; /* each replacement is one instance; Eru's count does not apply */
+    int rc = pv_deploy_check(d, &st);
+    pv_redis *r = gw_app_redis(call);
+    if (rc == PV_OK && !r) rc = pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    relay rl = {.call = call, .r = r, .pod = d->podname};
+    rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
+    char **ids = NULL, *labels = NULL;
+    size_t n = 0;
+    pv_workload *found = NULL;
+    if (rc == PV_OK && o->n_ids > 0) {
+        ids = o->ids;
+        n = o->n_ids;
+    } else if (rc == PV_OK) {
+        rc = svc_eru_labels_json("filter_labels", (void *const *)o->filter_labels,
+                                 o->n_filter_labels, &labels, &st);
+        if (rc == PV_OK)
+            rc = pv_workload_list(r, rl.k, d->name, d->entrypoint->name, "", labels, &found, &n,
+                                  &st);
+        ids = n ? calloc(n, sizeof *ids) : NULL;
+        for (size_t i = 0; ids && i < n; i++)
+            ids[i] = found[i].id;
+    }
+    json_t *copy = json_object();
+    for (size_t i = 0; copy && i < o->n_copy; i++)
+        json_object_set_new(copy, o->copy[i]->key, json_string(o->copy[i]->value));
+    char *b64 = NULL;
+    if (rc == PV_OK) {
+        size_t len = pb__deploy_options__get_packed_size(d);
+        uint8_t *bytes = malloc(len ? len : 1);
+        if (!bytes) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+        if (bytes) {
+            pb__deploy_options__pack(d, bytes);
+            rc = pv_b64_encode(bytes, len, &b64, &st);
+            free(bytes);
+        }
+    }
+    d->count = count;
+    json_t *by_node = NULL;
+    if (rc == PV_OK) rc = group_by_node(&rl, ids, n, &by_node, &st);
+    const char *node;
+    json_t *node_ids;
+    json_object_foreach(by_node, node, node_ids) {
+        if (rc != PV_OK) break;
+        json_t *params = json_pack("{s:s, s:s, s:O, s:O}", "deploy", b64, "pod", d->podname, "ids",
+                                   node_ids, "copy", copy);
+        rc = params ? submit_child(call, &rl, "workload.replace_on_node", node, params, node_ids,
+                                   CHILD_REPLACE, &st)
+                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
+        json_decref(params);
+    }
+    json_decref(by_node);
+    json_decref(copy);
+    free(b64);
+    free(labels);
+    if (ids != o->ids) free(ids);
+    pv_workload_array_free(found, found ? n : 0);
+    finish_relay(call, &rl, rc, &st, ERU_REPLACE_WORKLOAD, "ReplaceWorkload");
+}
+
 /* DissociateWorkload: the control plane forgets the workload and takes its resources back; the
  * engine's workload is left as it is (Eru's meaning), so no node is asked anything. */
 static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
@@ -1334,6 +1442,8 @@ static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY},
     {"/pb.CoreRPC/ReallocResource", GW_UNARY, &pb__realloc_options__descriptor, on_realloc_resource,
      ERU_REALLOC_RESOURCE},
+    {"/pb.CoreRPC/ReplaceWorkload", GW_SERVER_STREAM, &pb__replace_options__descriptor,
+     on_replace_workload, ERU_REPLACE_WORKLOAD},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

@@ -291,3 +291,43 @@ int wk_files_tar_root(const char *root, char **tar, size_t *len, pv_status *st) 
     *len = t.len;
     return PV_OK;
 }
+
+int wk_files_get(const char *root, const char *path, char **data, size_t *len, int *mode,
+                 pv_status *st) {
+    *data = NULL;
+    *len = 0;
+    char copy[4096], *parts[256];
+    size_t n = 0;
+    if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
+    int dir = -1;
+    if (walk_parent(root, parts, n, 0, path, &dir, st) != PV_OK) return st->code;
+    int fd = openat(dir, parts[n - 1], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    close(dir);
+    if (fd < 0) return io_error(st, "read", path, err);
+    struct stat sb;
+    int rc = PV_OK;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT, "read %s: not a regular file", path);
+    else if ((size_t)sb.st_size > WK_FILES_TAR_MAX)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "read %s: larger than %u MiB", path,
+                           WK_FILES_TAR_MAX >> 20);
+    char *buf = rc == PV_OK ? malloc((size_t)sb.st_size + 1) : NULL;
+    if (rc == PV_OK && !buf) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    size_t got = 0;
+    while (rc == PV_OK && got < (size_t)sb.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (rc != PV_OK) {
+        free(buf);
+        return rc;
+    }
+    *data = buf;
+    *len = got;
+    *mode = (int)(sb.st_mode & 07777);
+    return PV_OK;
+}

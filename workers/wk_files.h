@@ -27,6 +27,11 @@ int wk_files_put(const char *root, const char *path, const void *data, size_t le
  * from path's last component. NOT_FOUND naming the path when it does not exist. */
 int wk_files_tar(const char *root, const char *path, char **tar, size_t *len, pv_status *st);
 
+/* Reads a regular file at path inside root (at most WK_FILES_TAR_MAX bytes): *data is malloc'd,
+ * *mode its permission bits. */
+int wk_files_get(const char *root, const char *path, char **data, size_t *len, int *mode,
+                 pv_status *st);
+
 /* A tar archive of everything in root (entries named relative to it), for committing a
  * workload's tree as an image. */
 int wk_files_tar_root(const char *root, char **tar, size_t *len, pv_status *st);

@@ -65,6 +65,7 @@ static const wk_handler_entry k_handlers[] = {
     {WK_LOG_NODE_KIND, wk_node_deploy_log, false},
     {WK_EXEC_NODE_KIND, wk_node_deploy_exec, false},
     {"workload.realloc_on_node", wk_node_deploy_realloc, false},
+    {"workload.replace_on_node", wk_node_deploy_replace, false},
     {WK_SEND_NODE_KIND, wk_node_files_send, false},
     {WK_COPY_NODE_KIND, wk_node_files_copy, false},
     {"image.list_on_node", wk_node_image_list, false},

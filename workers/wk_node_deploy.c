@@ -20,6 +20,7 @@
 #include "pv_workload.h"
 #include "wk_agent.h"
 #include "wk_engine.h"
+#include "wk_files.h"
 
 typedef struct strs {
     char **v;
@@ -61,6 +62,12 @@ typedef struct instance {
     const Pb__DeployOptions *o;
     const char *pod, *node;
     json_t *alloc; /* {"id", "seq", "resources"} */
+    /* ReplaceWorkload: the resources are the old workload's, not a reservation's allocation to
+     * take over; before_start copies files from the old one into the new root. */
+    bool keep_resources;
+    int (*before_start)(const struct instance *in, const char *new_root, pv_status *st);
+    const char *old_root;
+    json_t *copy;
 } instance;
 
 /* The argv of the main process: entrypoint.commands, else the older single string (with
@@ -218,6 +225,8 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         int crc = wk_engine_create(engine, &spec, &info, &est);
         if (crc == PV_ALREADY_EXISTS) /* a previous delivery created it */
             crc = wk_engine_inspect(engine, id, &info, &est);
+        if (crc == PV_OK && in->before_start && info.state != WK_STATE_RUNNING && info.root)
+            crc = in->before_start(in, info.root, &est);
         if (crc == PV_OK && info.state != WK_STATE_RUNNING) crc = wk_engine_start(engine, id, &est);
         if (crc == PV_OK) {
             wk_engine_info_clear(&info);
@@ -235,7 +244,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         w.labels = labels;
         w.env = env_text;
         w.resources = res_text;
-        w.alloc_id = (char *)alloc_id;
+        w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
         w.engine_id = info.engine_id ? info.engine_id : "";
         if (crc == PV_OK) {
             crc = pv_workload_add(wk_op_redis(op), wk_op_keys(op), &w, &est);
@@ -700,5 +709,156 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
                       (int64_t)json_integer_value(json_object_get(params, "memory_limit")), st)
                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
     json_decref(params);
+    return rc;
+}
+
+/* ---- replace ---- */
+
+/* Copies each "old path" -> "new path" of in->copy from the old root, mode kept (and owner, as
+ * the files are written by the agent with their uid/gid). */
+static int copy_from_old(const instance *in, const char *new_root, pv_status *st) {
+    const char *src;
+    json_t *dst;
+    json_object_foreach(in->copy, src, dst) {
+        char *data = NULL;
+        size_t len = 0;
+        int mode = 0644;
+        int rc = wk_files_get(in->old_root, src, &data, &len, &mode, st);
+        if (rc == PV_OK)
+            rc = wk_files_put(new_root, json_string_value(dst) ? json_string_value(dst) : src, data,
+                              len, mode, -1, -1, st);
+        free(data);
+        if (rc != PV_OK) return pv_status_prefix(st, "copy %s", src);
+    }
+    return PV_OK;
+}
+
+typedef struct replace_job {
+    wk_agent *agent;
+    const Pb__DeployOptions *o;
+    const char *pod, *old_id;
+    json_t *copy;
+} replace_job;
+
+/* Stops the old workload, creates and starts the new one with the old one's resources (copying
+ * the files asked for), records it and drops the old record and the old workload; when the new
+ * one fails, it is removed and the old one started again. The answer is journaled. */
+static int step_replace(wk_op *op, void *arg, char **result, pv_status *st) {
+    replace_job *rj = arg;
+    wk_engine *engine = wk_agent_engine(rj->agent);
+    pv_workload old = {0};
+    wk_engine_info oldinfo = {0};
+    pv_status est;
+    char *answer = NULL;
+    if (pv_workload_get(wk_op_redis(op), wk_op_keys(op), rj->old_id, &old, &est) != PV_OK ||
+        wk_engine_inspect(engine, rj->old_id, &oldinfo, &est) != PV_OK) {
+        json_t *j = json_pack("{s:s, s:s}", "error", est.msg, "old", rj->old_id);
+        *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        pv_workload_clear(&old);
+        return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    wk_engine_stop(engine, rj->old_id, -1, false, &est); /* not running: nothing to stop */
+    char alloc_id[PV_ID_MAX + 80];
+    snprintf(alloc_id, sizeof alloc_id, "replace:%s:%s", rj->old_id, wk_op_record(op)->id);
+    json_t *res = json_loads(old.resources ? old.resources : "{}", 0, NULL);
+    json_t *alloc = json_pack("{s:s, s:i, s:o}", "id", alloc_id, "seq", 0, "resources",
+                              res ? res : json_object());
+    instance in = {.op = op,
+                   .agent = rj->agent,
+                   .o = rj->o,
+                   .pod = rj->pod,
+                   .node = wk_agent_node(rj->agent),
+                   .alloc = alloc,
+                   .keep_resources = true,
+                   .before_start = rj->copy ? copy_from_old : NULL,
+                   .old_root = oldinfo.root,
+                   .copy = rj->copy};
+    int rc = step_instance(op, &in, &answer, st);
+    json_t *a = rc == PV_OK ? json_loads(answer, 0, NULL) : NULL;
+    if (rc == PV_OK && !json_object_get(a, "error")) {
+        /* The new one holds the resources now: the old record goes without giving them back. */
+        pv_workload_remove(wk_op_redis(op), wk_op_keys(op), rj->old_id, &est);
+        wk_engine_remove(engine, rj->old_id, true, &est);
+    } else if (rc == PV_OK) {
+        wk_engine_start(engine, rj->old_id, &est); /* the old one runs on */
+    }
+    if (a) json_object_set_new(a, "old", json_string(rj->old_id));
+    free(answer);
+    *result = rc == PV_OK && a ? json_dumps(a, JSON_COMPACT) : NULL;
+    if (rc == PV_OK && !*result) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    json_decref(a);
+    json_decref(alloc);
+    wk_engine_info_clear(&oldinfo);
+    pv_workload_clear(&old);
+    return rc;
+}
+
+static int step_report_replace(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    wk_agent *agent = wk_op_context(op);
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    json_t *pub = json_object_get(a, "publish");
+    char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
+    const char *fields[] = {"type",    "id",      "name",  "nodename", "podname",
+                            "publish", "success", "error", "old"};
+    const char *values[] = {"replaced",
+                            err ? "" : json_string_value(json_object_get(a, "id")),
+                            err ? "" : json_string_value(json_object_get(a, "name")),
+                            wk_agent_node(agent),
+                            wk_op_param(op, "pod") ? wk_op_param(op, "pod") : "",
+                            publish ? publish : "{}",
+                            err ? "0" : "1",
+                            err ? err : "",
+                            rr->id};
+    int rc = wk_op_output(op, 9, fields, values, st);
+    free(publish);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_replace(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.replace_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
+    if (!b64 || !pod)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
+    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!o || !o->entrypoint) {
+        if (o) pb__deploy_options__free_unpacked(o, NULL);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+    }
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *copy = json_object_get(params, "copy");
+    int rc = PV_OK;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(params, "ids"), i, v) {
+        if (rc != PV_OK) break;
+        const char *old_id = json_string_value(v);
+        if (!old_id) continue;
+        replace_job rj = {agent, o, pod, old_id, json_object_size(copy) ? copy : NULL};
+        char step[160], *answer = NULL;
+        snprintf(step, sizeof step, "replace:%s", old_id);
+        rc = wk_op_step(op, step, step_replace, &rj, &answer, st);
+        if (rc == PV_OK) {
+            removal_report rr = {old_id, answer};
+            snprintf(step, sizeof step, "reported:%s", old_id);
+            rc = wk_op_step(op, step, step_report_replace, &rr, NULL, st);
+        }
+        free(answer);
+    }
+    json_decref(params);
+    pb__deploy_options__free_unpacked(o, NULL);
     return rc;
 }

@@ -57,6 +57,13 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st);
  * "memory_limit"}: the engine applies the new limits in place (wk_engine_set_limits). */
 int wk_node_deploy_realloc(wk_op *op, pv_status *st);
 
+/* ReplaceWorkload's part on the node: `workload.replace_on_node`, params {"deploy", "pod", "ids",
+ * "copy": {old path: new path}}: for each old workload, stop it, create and start the new one
+ * with its resources (the files of copy taken from the old root), record the new and drop the
+ * old; when the new one fails, it is removed and the old one started again. One entry each:
+ * {type=replaced, id, name, nodename, podname, publish, success, error, old}. */
+int wk_node_deploy_replace(wk_op *op, pv_status *st);
+
 #define WK_LOG_NODE_KIND "workload.log_on_node"
 int wk_node_deploy_log(wk_op *op, pv_status *st);
 

@@ -28,6 +28,9 @@ Classes:
            memory in place (its process's RLIMIT_AS), the node's usage following; raising needs
            CAP_SYS_RESOURCE without cgroup v2 (applied, or refused saying so, nothing changed);
            a change that does not fit or goes negative is refused and changes nothing.
+           ReplaceWorkload replaces every workload of an app's entrypoint by a new one that
+           keeps its resources (usage unchanged) and gets the copied files (mode kept); a
+           replacement that fails leaves the old workload running.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
@@ -563,6 +566,53 @@ class Remove(Base):
         self.assertEqual(used(), after)  # refused changes change nothing
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[m.id], force=True),
                                       timeout=60))
+
+    def test_replace_keeps_resources_and_copies(self):
+        base = self.stack.prefix + "{reg}:"
+        opts = deploy(2, commands=("/bin/sh", "-c", "sleep 60"))
+        olds = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(all(m.success for m in olds), olds)
+        list(self.core.Send(core_pb2.SendOptions(IDs=[m.id for m in olds],
+                                                 data={"/state/kept": b"k"},
+                                                 modes={"/state/kept": core_pb2.FileMode(
+                                                     mode=0o600)}), timeout=60))
+        before = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        # Every workload of the app and entrypoint (no IDs), with a new command.
+        new_opts = deploy(1, name=opts.name, commands=("/bin/sh", "-c", "sleep 61"))
+        got = list(self.core.ReplaceWorkload(core_pb2.ReplaceOptions(
+            deployOpt=new_opts, copy={"/state/kept": "/state/kept"}), timeout=60))
+        self.assertEqual(sorted(g.remove.id for g in got), sorted(m.id for m in olds), got)
+        for g in got:
+            self.assertTrue(g.create.success, g.error)
+            self.assertTrue(g.remove.success)
+            self.assertEqual(g.error, "")
+            self.assertNotIn(g.create.id, [m.id for m in olds])
+            self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + g.remove.id), 0)
+            root = os.path.join(self.stack.data_dir, "engine", g.create.nodename, g.create.id,
+                                "root")
+            self.assertEqual(open(os.path.join(root, "state/kept"), "rb").read(), b"k")
+            self.assertEqual(os.stat(os.path.join(root, "state/kept")).st_mode & 0o777, 0o600)
+            self.assertFalse(os.path.exists(os.path.join(self.stack.data_dir, "engine",
+                                                         g.create.nodename, g.remove.id)))
+        # The new ones hold exactly what the old ones held.
+        after = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
+        self.assertEqual(after, before)
+        for node in NODES:
+            self.assertEqual(list(self.usage(node).diffs), [])
+        # A replacement that fails (no such image) leaves the old one running.
+        keep = got[0].create.id
+        bad = deploy(1, name=opts.name, image="nope:0")
+        failed = list(self.core.ReplaceWorkload(core_pb2.ReplaceOptions(deployOpt=bad, IDs=[keep]),
+                                                timeout=60))
+        self.assertFalse(failed[0].create.success)
+        self.assertIn("nope", failed[0].error)
+        self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + keep), 1)
+        st = self.core.GetWorkload(core_pb2.WorkloadID(id=keep), timeout=10)
+        pid = json.load(open(os.path.join(self.stack.data_dir, "engine", st.nodename, keep,
+                                          "record.json")))["pid"]
+        self.assertTrue(pid_alive(pid))
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(
+            IDs=[g.create.id for g in got], force=True), timeout=60))
 
     def test_unknown_id_fails_before_anything_stops(self):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
