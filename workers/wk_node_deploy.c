@@ -146,6 +146,47 @@ static char *answer_error(const char *fmt, const char *a, const char *b) {
     return text;
 }
 
+/* DeployOptions.data: files written into the new workload's root before it starts, with
+ * modes (default 0755, as Send) and owners. */
+static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status *st) {
+    for (size_t i = 0; i < o->n_data; i++) {
+        const Pb__DeployOptions__DataEntry *d = o->data[i];
+        int mode = 0755, uid = -1, gid = -1;
+        for (size_t j = 0; j < o->n_modes; j++)
+            if (strcmp(o->modes[j]->key, d->key) == 0 && o->modes[j]->value)
+                mode = (int)o->modes[j]->value->mode;
+        for (size_t j = 0; j < o->n_owners; j++)
+            if (strcmp(o->owners[j]->key, d->key) == 0 && o->owners[j]->value) {
+                uid = o->owners[j]->value->uid;
+                gid = o->owners[j]->value->gid;
+            }
+        if (wk_files_put(root, d->key, d->value.data ? (const void *)d->value.data : "",
+                         d->value.len, mode, uid, gid, st) != PV_OK)
+            return pv_status_prefix(st, "data[%s]", d->key);
+    }
+    return PV_OK;
+}
+
+/* DeployOptions.after_create: each command run (sh -c) in the started workload; a failing one
+ * fails the instance, as Eru's does. */
+static int after_create(wk_engine *engine, const Pb__DeployOptions *o, const char *id,
+                        pv_status *st) {
+    for (size_t i = 0; i < o->n_after_create; i++) {
+        const char *argv[] = {"/bin/sh", "-c", o->after_create[i]};
+        int code = -1;
+        char *out = NULL;
+        size_t len = 0;
+        if (wk_engine_exec(engine, id, argv, 3, 60000, &code, &out, &len, st) != PV_OK)
+            return pv_status_prefix(st, "after_create[%zu]", i);
+        free(out);
+        if (code != 0)
+            return pv_status_set(st, PV_FAILED_PRECONDITION,
+                                 "after_create[%zu] \"%s\" exited with %d", i, o->after_create[i],
+                                 code);
+    }
+    return PV_OK;
+}
+
 /* Creates, starts and records one instance; the answer is the step's result. */
 static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     instance *in = arg;
@@ -221,13 +262,19 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     } else if (argv.n == 0) {
         answer = answer_error("entrypoint %s of %s: no command to run", e->name, o->name);
+    } else if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0) {
+        answer = answer_error("raw_args: the %s engine takes no raw engine arguments%s",
+                              wk_engine_type(engine), "");
     } else {
         int crc = wk_engine_create(engine, &spec, &info, &est);
         if (crc == PV_ALREADY_EXISTS) /* a previous delivery created it */
             crc = wk_engine_inspect(engine, id, &info, &est);
+        if (crc == PV_OK && info.state != WK_STATE_RUNNING && info.root)
+            crc = deploy_files(o, info.root, &est);
         if (crc == PV_OK && in->before_start && info.state != WK_STATE_RUNNING && info.root)
             crc = in->before_start(in, info.root, &est);
         if (crc == PV_OK && info.state != WK_STATE_RUNNING) crc = wk_engine_start(engine, id, &est);
+        if (crc == PV_OK && o->n_after_create > 0) crc = after_create(engine, o, id, &est);
         if (crc == PV_OK) {
             wk_engine_info_clear(&info);
             crc = wk_engine_inspect(engine, id, &info, &est);

@@ -30,7 +30,9 @@ Classes:
            a change that does not fit or goes negative is refused and changes nothing.
            ReplaceWorkload replaces every workload of an app's entrypoint by a new one that
            keeps its resources (usage unchanged) and gets the copied files (mode kept); a
-           replacement that fails leaves the old workload running.
+           replacement that fails leaves the old workload running. DeployOptions data/modes are
+           written before start, after_create runs in the started workload (a failing one fails
+           the instance), raw_args are refused on the process engine.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
@@ -613,6 +615,30 @@ class Remove(Base):
         self.assertTrue(pid_alive(pid))
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(
             IDs=[g.create.id for g in got], force=True), timeout=60))
+
+    def test_deploy_files_and_after_create(self):
+        opts = deploy(1, commands=("/bin/sh", "-c", "sleep 30"))
+        opts.data["/conf/app.ini"] = b"mode=prod\n"
+        opts.modes["/conf/app.ini"].mode = 0o600
+        opts.after_create.append("echo created > created.txt")
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        root = os.path.join(self.stack.data_dir, "engine", msgs[0].nodename, msgs[0].id, "root")
+        conf = os.path.join(root, "conf/app.ini")
+        self.assertEqual(open(conf, "rb").read(), b"mode=prod\n")
+        self.assertEqual(os.stat(conf).st_mode & 0o777, 0o600)
+        self.assertEqual(open(os.path.join(root, "created.txt")).read(), "created\n")
+        bad = deploy(1, commands=("/bin/sh", "-c", "sleep 30"))
+        bad.after_create.append("exit 3")
+        failed = list(self.core.CreateWorkload(bad, timeout=60))
+        self.assertFalse(failed[0].success)
+        self.assertIn("exited with 3", failed[0].error)
+        raw = deploy(1)
+        raw.raw_args = b'{"x": 1}'
+        failed = list(self.core.CreateWorkload(raw, timeout=60))
+        self.assertIn("raw_args", failed[0].error)
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
+                                                                     force=True), timeout=60))
 
     def test_unknown_id_fails_before_anything_stops(self):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/RemoveWorkload",
