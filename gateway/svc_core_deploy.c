@@ -1134,18 +1134,25 @@ typedef struct lambda_log {
     bool done;
 } lambda_log;
 
-static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, pv_status *st) {
+/* Relays the logs to the client; detached (async), they go to the gateway's log instead, until
+ * deadline_ms (monotonic; 0 = none). */
+static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, bool detached,
+                       int64_t deadline_ms, pv_status *st) {
     gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};
     for (size_t left = n; left > 0;) {
-        if (gw_call_is_closed(call)) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        bool late = deadline_ms > 0 && now.tv_sec * 1000LL + now.tv_nsec / 1000000 > deadline_ms;
+        if ((!detached && gw_call_is_closed(call)) || late) {
             for (size_t i = 0; i < n; i++) {
                 pv_op out;
                 if (!logs[i].done && pv_op_cancel(rl->r, rl->k, &oo, logs[i].op, &out, st) == PV_OK)
                     pv_op_clear(&out);
             }
-            return pv_status_set(st, PV_CANCELLED, "client gone");
+            return late ? pv_status_set(st, PV_DEADLINE_EXCEEDED, "async_timeout passed")
+                        : pv_status_set(st, PV_CANCELLED, "client gone");
         }
         for (size_t i = 0; i < n; i++) {
             lambda_log *l = &logs[i];
@@ -1165,6 +1172,8 @@ static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, pv_
                 const char *type = svc_nodeop_value(&out[j], "type");
                 if (strcmp(type, "exit") == 0) {
                     l->code = atoi(svc_nodeop_value(&out[j], "code"));
+                } else if (strcmp(type, "log") == 0 && detached) {
+                    pv_info("RunAndWait async %s: %s", l->id, svc_nodeop_value(&out[j], "data"));
                 } else if (strcmp(type, "log") == 0) {
                     char *line = NULL;
                     int len = asprintf(&line, "%s\n", svc_nodeop_value(&out[j], "data"));
@@ -1215,7 +1224,8 @@ static int submit_log(gw_call *call, relay *rl, const char *id, const char *node
 }
 
 /* Creates, follows to the end, reports "[exitcode] N" and removes the workloads. */
-static int lambda_run(gw_call *call, relay *rl, const Pb__DeployOptions *o, pv_status *st) {
+static int lambda_run(gw_call *call, relay *rl, const Pb__DeployOptions *o, bool async,
+                      int async_timeout_s, pv_status *st) {
     int rc = submit(call, o, rl->parent, st);
     if (rc == PV_OK) rc = relay_all(rl, st);
     size_t n = json_array_size(rl->created);
@@ -1237,8 +1247,18 @@ static int lambda_run(gw_call *call, relay *rl, const Pb__DeployOptions *o, pv_s
             rc = submit_log(call, rl, logs[i].id, json_string_value(json_object_get(c, "node")),
                             logs[i].op, st);
     }
-    if (rc == PV_OK) rc = follow_logs(call, rl, logs, n, st);
-    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+    int64_t deadline = 0;
+    if (rc == PV_OK && async) {
+        /* Detached: the client has its IDs; the gateway follows the output into its log for at
+         * most async_timeout seconds, then removes the workloads as always. */
+        gw_call_finish(call, PV_OK, NULL);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        deadline = now.tv_sec * 1000LL + now.tv_nsec / 1000000 +
+                   1000LL * (async_timeout_s > 0 ? async_timeout_s : 600);
+    }
+    if (rc == PV_OK) rc = follow_logs(call, rl, logs, n, async, deadline, st);
+    for (size_t i = 0; rc == PV_OK && !async && i < n; i++) {
         char line[64];
         int len = snprintf(line, sizeof line, "[exitcode] %d", logs[i].code);
         if (attach_send(call, logs[i].id, line, (size_t)len, PB__STD_STREAM_TYPE__STDOUT) != 0)
@@ -1294,11 +1314,6 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
         gw_call_finish(call, ERU_RUN_AND_WAIT, "deploy_options: required");
         return;
     }
-    if (o->async) {
-        gw_call_finish(call, ERU_RUN_AND_WAIT,
-                       "async: detached lambdas are not served by this build; run without async");
-        return;
-    }
     /* cmd replaces the entrypoint's command, split on blanks as Eru does. */
     char *cmd = o->cmd.len ? strndup((const char *)o->cmd.data, o->cmd.len) : strdup(""),
          *save = NULL;
@@ -1323,7 +1338,8 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
     rl.created = json_array();
     rl.failures = json_array();
     snprintf(rl.parent_after, sizeof rl.parent_after, "0");
-    if (rc == PV_OK) rc = lambda_run(call, &rl, d, &st);
+    if (rc == PV_OK) rc = lambda_run(call, &rl, d, o->async, o->async_timeout, &st);
+    if (o->async && rc != PV_OK) pv_warn("RunAndWait async operation=%s: %s", rl.parent, st.msg);
     if (d->entrypoint && argc > 0) {
         d->entrypoint->commands = old_commands;
         d->entrypoint->n_commands = old_n;

@@ -34,7 +34,8 @@ Classes:
            written before start, after_create runs in the started workload (a failing one fails
            the instance), raw_args are refused on the process engine.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
-           "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call.
+           "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call;
+           async: the IDs only, the call ends at once, the workloads removed when they end.
   Execute  ExecuteWorkload runs a command in a running workload (extra env, workdir) and ends
            with "[exitcode] N"; open_stdin is refused (no terminal on the process engine).
   Images   ListImage per node (ids are the archives' SHA-256, filter is a glob), CacheImage from
@@ -203,6 +204,22 @@ class Lambda(Base):
             self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + wid), 0)
         # The IDs come first.
         self.assertEqual([m.std_stream_type for m in msgs[:2]], [core_pb2.TYPEWORKLOADID] * 2)
+
+    def test_run_and_wait_async_detaches(self):
+        base = self.stack.prefix + "{reg}:"
+        req = core_pb2.RunAndWaitOptions(deploy_options=deploy(1), cmd=b"/bin/sh run.sh",
+                                         async_timeout=30)
+        setattr(req, "async", True)
+        t0 = time.monotonic()
+        msgs = list(self.core.RunAndWait(iter([req]), timeout=60))
+        self.assertLess(time.monotonic() - t0, 2.0)  # run.sh sleeps 2 s: the call did not wait
+        self.assertEqual([m.std_stream_type for m in msgs], [core_pb2.TYPEWORKLOADID])
+        wid = msgs[0].workload_id
+        # The gateway follows it to the end, then removes it, as always.
+        deadline = time.monotonic() + 30
+        while self.stack.redis.cmd("EXISTS", base + "wl:" + wid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.stack.redis.cmd("EXISTS", base + "wl:" + wid), 0)
 
     def test_run_and_wait_exit_code_and_errors(self):
         req = core_pb2.RunAndWaitOptions(deploy_options=deploy(1), cmd=b"/bin/false")
