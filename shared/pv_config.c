@@ -68,7 +68,7 @@ static const key_def keys[] = {
     INT("redis.command_timeout_ms", redis.command_timeout_ms, "2000", 1, INT_MAX),
     {"gateway.listen", KEY_LIST, OFF(gateway.listen), OFF(gateway.n_listen),
      "localhost:8443,localhost:9002,localhost:5001", 0, 0, 0},
-    INT("gateway.threads", gateway.threads, "4", 1, 64),
+    INT("gateway.threads", gateway.threads, "16", 1, 256),
     STR("gateway.tls_cert", gateway.tls_cert, "", 0),
     STR("gateway.tls_key", gateway.tls_key, "", 0),
     {"gateway.max_request_bytes", KEY_LONG, OFF(gateway.max_request_bytes), 0, "4194304", 1,

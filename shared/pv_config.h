@@ -35,8 +35,10 @@ typedef struct pv_config {
         char **listen; /* gateway.listen: addresses, JSON array or comma-separated
                           ("localhost:8443,localhost:9002,localhost:5001") */
         size_t n_listen;
-        int threads;            /* gateway.threads: completion-queue threads (4: handlers wait
-                                   on Redis round trips, so more threads than cores pay off) */
+        int threads;            /* gateway.threads: completion-queue threads (16: handlers wait
+                                   on Redis round trips, and streaming calls that relay a node's
+                                   operation (LogStream follow, RunAndWait, deploys) hold their
+                                   thread while they last) */
         char *tls_cert;         /* gateway.tls_cert: PEM path ("" = plaintext) */
         char *tls_key;          /* gateway.tls_key: PEM path, required with tls_cert */
         long max_request_bytes; /* gateway.max_request_bytes (4194304) */

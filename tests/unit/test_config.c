@@ -112,7 +112,7 @@ static void test_defaults(void **state) {
     assert_string_equal(c.gateway.listen[0], "localhost:8443");
     assert_string_equal(c.gateway.listen[1], "localhost:9002");
     assert_string_equal(c.gateway.listen[2], "localhost:5001");
-    assert_int_equal(c.gateway.threads, 4);
+    assert_int_equal(c.gateway.threads, 16);
     assert_string_equal(c.gateway.tls_cert, "");
     assert_string_equal(c.gateway.tls_key, "");
     assert_int_equal(c.gateway.max_request_bytes, 4194304);
@@ -194,8 +194,8 @@ static void test_set_bad_numbers(void **state) {
     expect_set_error("redis.db", "99999999999999999999", "redis.db",
                      "\"99999999999999999999\" is out of range");
     expect_set_error("redis.db", "3000000000", "redis.db", "3000000000 is larger than 2147483647");
-    expect_set_error("gateway.threads", "0", "gateway.threads", "0 is out of range 1..64");
-    expect_set_error("gateway.threads", "65", "gateway.threads", "65 is out of range 1..64");
+    expect_set_error("gateway.threads", "0", "gateway.threads", "0 is out of range 1..256");
+    expect_set_error("gateway.threads", "257", "gateway.threads", "257 is out of range 1..256");
     expect_set_error("redis.connect_timeout_ms", "0", "redis.connect_timeout_ms",
                      "must be at least 1");
     expect_set_error("redis.command_timeout_ms", "-5", "redis.command_timeout_ms",
@@ -314,9 +314,9 @@ static void test_file_type_errors(void **state) {
     assert_int_equal(load_file_error("{\"gateway\": {\"threads\": 2.5}}", &st),
                      PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "gateway.threads: expected an integer, got 2.5");
-    assert_int_equal(load_file_error("{\"gateway\": {\"threads\": 100}}", &st),
+    assert_int_equal(load_file_error("{\"gateway\": {\"threads\": 300}}", &st),
                      PV_INVALID_ARGUMENT);
-    assert_contains(st.msg, "gateway.threads: 100 is out of range 1..64");
+    assert_contains(st.msg, "gateway.threads: 300 is out of range 1..256");
     assert_int_equal(load_file_error("{\"test_operations\": 1}", &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "test_operations: expected true or false, got 1");
     assert_int_equal(load_file_error("{\"redis\": {\"addr\": null}}", &st), PV_INVALID_ARGUMENT);
@@ -345,7 +345,7 @@ static void test_file_error_midway_keeps_config_owned(void **state) {
     assert_int_equal(pv_config_load_file(&c, path, &st), PV_INVALID_ARGUMENT);
     assert_contains(st.msg, "gateway.threads");
     assert_string_equal(c.redis.addr, "set-before-error");
-    assert_int_equal(c.gateway.threads, 4);
+    assert_int_equal(c.gateway.threads, 16);
     pv_config_free(&c);
 }
 
@@ -497,7 +497,7 @@ static void test_load_error_paths(void **state) {
     char *no_key[] = {"p", "--set==x", NULL};
     expect_load_error(no_key, 2, "is not key=value");
     char *bad_value[] = {"p", "--set", "gateway.threads=0", NULL};
-    expect_load_error(bad_value, 3, "--set: gateway.threads: 0 is out of range 1..64");
+    expect_load_error(bad_value, 3, "--set: gateway.threads: 0 is out of range 1..256");
     char *dangling[] = {"p", "x", "--set", NULL};
     int argc = 3;
     pv_config c;
@@ -593,7 +593,7 @@ static void test_validate_ranges_of_struct_values(void **state) {
     pv_status st;
     c.gateway.threads = 0;
     assert_int_equal(pv_config_validate(&c, &st), PV_INVALID_ARGUMENT);
-    assert_contains(st.msg, "gateway.threads: 0 is out of range 1..64");
+    assert_contains(st.msg, "gateway.threads: 0 is out of range 1..256");
     c.gateway.threads = 2;
     c.redis.command_timeout_ms = -1;
     assert_int_equal(pv_config_validate(&c, &st), PV_INVALID_ARGUMENT);
