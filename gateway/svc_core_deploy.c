@@ -1356,11 +1356,8 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
 
 /* ---- ExecuteWorkload ------------------------------------------------------------------------ */
 
-static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status *st) {
-    if (o->open_stdin)
-        return pv_status_set(st, PV_INVALID_ARGUMENT,
-                             "open_stdin: the process engine runs exec without a terminal or "
-                             "stdin; send the command whole");
+static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const char *stdin_b64,
+                   pv_status *st) {
     if (o->n_commands == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "commands: required");
     pv_redis *r = gw_app_redis(call);
     if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
@@ -1374,6 +1371,7 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status
         json_array_append_new(envs, json_string(o->envs[i]));
     json_t *params = json_pack("{s:s, s:o, s:o, s:s}", "id", w.id, "commands", cmds, "envs", envs,
                                "workdir", o->workdir ? o->workdir : "");
+    if (params && stdin_b64) json_object_set_new(params, "stdin", json_string(stdin_b64));
     char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
     json_decref(params);
     char queue[300], target[PV_ID_MAX];
@@ -1427,20 +1425,106 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status
     return rc;
 }
 
-/* The first message names the workload and the command; later ones (stdin) are dropped. */
-static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
-    if (gw_call_user(call)) return;
-    if (!msg) {
-        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: no options were sent");
-        return;
-    }
-    gw_call_set_user(call, calloc(1, 1), lambda_free);
+/* What an ExecuteWorkload call has read: its options (packed: the framework frees the message)
+ * and, with open_stdin, the input of the later messages (repl_cmd). */
+typedef struct exec_call {
+    uint8_t *options;
+    size_t options_len;
+    bool open_stdin;
+    unsigned char *input;
+    size_t input_len, input_cap;
+} exec_call;
+
+static void exec_call_free(void *p) {
+    exec_call *x = p;
+    if (!x) return;
+    free(x->options);
+    free(x->input);
+    free(x);
+}
+
+static void exec_now(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const exec_call *x) {
     pv_status st;
-    int rc = execute(call, (const Pb__ExecuteWorkloadOptions *)msg, &st);
+    char *b64 = NULL;
+    int rc = PV_OK;
+    if (x && x->open_stdin)
+        rc = pv_b64_encode(x->input ? (const void *)x->input : "", x->input_len, &b64, &st);
+    if (rc == PV_OK) rc = execute(call, o, b64, &st);
+    free(b64);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
         gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+}
+
+/* The first message names the workload and the command. Without open_stdin the command runs at
+ * once; with it, the repl_cmd of the later messages is its standard input, given whole when the
+ * client half-closes (the process engine's exec has no terminal: not interactive). */
+static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
+    exec_call *x = gw_call_user(call);
+    const Pb__ExecuteWorkloadOptions *o = (const Pb__ExecuteWorkloadOptions *)msg;
+    if (!x) {
+        if (!msg) {
+            gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: no options were sent");
+            return;
+        }
+        if (!(x = calloc(1, sizeof *x))) {
+            gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
+            return;
+        }
+        gw_call_set_user(call, x, exec_call_free);
+        if (!o->open_stdin) {
+            exec_now(call, o, NULL);
+            return;
+        }
+        x->open_stdin = true;
+        x->options_len = pb__execute_workload_options__get_packed_size(o);
+        if (!(x->options = malloc(x->options_len ? x->options_len : 1))) {
+            gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
+            return;
+        }
+        pb__execute_workload_options__pack(o, x->options);
+        msg = NULL; /* the first message's repl_cmd, if any, is input too */
+        if (o->repl_cmd.len == 0) return;
+    }
+    if (!x->open_stdin) return; /* ran already: later messages are not input */
+    if (o) {
+        size_t limit =
+            ((svc_core_deploy *)gw_call_method_data(call))->app->cfg.gateway.max_request_bytes;
+        if (x->input_len + o->repl_cmd.len > limit) {
+            x->open_stdin = false;
+            gw_call_finish(call, ERU_EXECUTE_WORKLOAD,
+                           "stdin: more than gateway.max_request_bytes of input");
+            return;
+        }
+        if (x->input_len + o->repl_cmd.len > x->input_cap) {
+            size_t cap = x->input_cap ? x->input_cap : 4096;
+            while (cap < x->input_len + o->repl_cmd.len)
+                cap *= 2;
+            unsigned char *b = realloc(x->input, cap);
+            if (!b) {
+                x->open_stdin = false;
+                gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
+                return;
+            }
+            x->input = b;
+            x->input_cap = cap;
+        }
+        memcpy(x->input + x->input_len, o->repl_cmd.data, o->repl_cmd.len);
+        x->input_len += o->repl_cmd.len;
+        return;
+    }
+    if (msg) return;
+    /* half-close: run with what came */
+    Pb__ExecuteWorkloadOptions *first =
+        pb__execute_workload_options__unpack(NULL, x->options_len, x->options);
+    if (!first) {
+        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: cannot read the options");
+        return;
+    }
+    exec_now(call, first, x);
+    x->open_stdin = false;
+    pb__execute_workload_options__free_unpacked(first, NULL);
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {

@@ -8,9 +8,11 @@
 #include "wk_node_deploy.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
@@ -718,6 +720,38 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     }
     for (size_t i = 0; rc == PV_OK && i < ncmd; i++)
         argv[argc++] = json_string_value(json_array_get(cmds, i)) ?: "";
+    /* stdin: written into the workload's root, and the command run with it redirected (sh -c
+     * 'exec "$@" < "$0"' file cmd...): the engines' exec takes no input of its own. */
+    const char *stdin_b64 = json_string_value(json_object_get(params, "stdin"));
+    char input_path[PATH_MAX] = "";
+    if (rc == PV_OK && stdin_b64) {
+        unsigned char *data = NULL;
+        size_t dlen = 0;
+        wk_engine_info info = {0};
+        char name[PV_ID_MAX + 32];
+        snprintf(name, sizeof name, ".pivirt-stdin-%s", wk_op_record(op)->id);
+        rc = pv_b64_decode("stdin", stdin_b64, &data, &dlen, st);
+        if (rc == PV_OK) rc = wk_engine_inspect(wk_agent_engine(agent), id, &info, st);
+        if (rc == PV_OK && !info.root)
+            rc = pv_status_set(st, PV_UNIMPLEMENTED, "stdin: the %s engine has no files here",
+                               wk_engine_type(wk_agent_engine(agent)));
+        if (rc == PV_OK) rc = wk_files_put(info.root, name, data, dlen, 0644, -1, -1, st);
+        if (rc == PV_OK) snprintf(input_path, sizeof input_path, "%s/%s", info.root, name);
+        wk_engine_info_clear(&info);
+        free(data);
+        const char **wrapped = rc == PV_OK ? calloc(argc + 4, sizeof *wrapped) : NULL;
+        if (rc == PV_OK && !wrapped) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        if (rc == PV_OK) {
+            wrapped[0] = "/bin/sh";
+            wrapped[1] = "-c";
+            wrapped[2] = "exec \"$@\" < \"$0\"";
+            wrapped[3] = input_path;
+            memcpy(wrapped + 4, argv, argc * sizeof *argv);
+            free(argv);
+            argv = wrapped;
+            argc += 4;
+        }
+    }
     int code = -1;
     char *output = NULL;
     size_t len = 0;
@@ -726,6 +760,7 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
                                       timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, &code,
                                       &output, &len, &est) != PV_OK)
         rc = pv_status_set(st, est.code, "%s", est.msg);
+    if (input_path[0]) unlink(input_path);
     char *b64 = NULL, codes[16];
     if (rc == PV_OK) rc = pv_b64_encode(output ? output : "", len, &b64, st);
     if (rc == PV_OK) {
