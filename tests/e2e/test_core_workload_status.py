@@ -256,12 +256,13 @@ class Stream(Base):
         time.sleep(1.0)  # the streams are registered and their followers have read by then
 
         self.set(status(w1, True, True, networks={"net": "10.0.0.7"}, extension=b"x"),
-                 status(w2, True, False, ttl=1), status(w3, False, False))
+                 status(w2, True, False, ttl=3), status(w3, False, False))
         # A notification carries no value: a set is read when its notification arrives, so
         # the removal waits until w3's set has been streamed (else only its deletion is).
         self.assertTrue(wait_for(lambda: (w3, "set") in every.events(ids), 5 * SLACK))
         remove(self.stack, w3)  # the record goes with its status: still reported, filtered
-        # w2 expires a second after it was set.
+        # w2 expires three seconds after it was set (long enough for a loaded follower to read
+        # it first: a status that expires before its set is read is seen only as a deletion).
         want = {
             every: [(w1, "set"), (w2, "set"), (w3, "set"), (w3, "delete"), (w2, "delete")],
             by_app: [(w1, "set"), (w2, "set"), (w2, "delete")],
@@ -270,7 +271,7 @@ class Stream(Base):
             by_node: [(w2, "set"), (w2, "delete")],
         }
         for w, evs in want.items():
-            self.assertTrue(wait_for(lambda: len(w.events(ids)) >= len(evs), 6 * SLACK),
+            self.assertTrue(wait_for(lambda: len(w.events(ids)) >= len(evs), 8 * SLACK),
                             (w.events(ids), evs))
         time.sleep(0.3)  # nothing more arrives
         for w, evs in want.items():

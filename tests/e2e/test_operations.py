@@ -347,9 +347,9 @@ class Pending(unittest.TestCase):
         self.assertTrue(eventually(lambda: [subscribers(self.stack, op.id) for op in ops] ==
                                    [1] * len(ops)), "not one subscription per operation")
         self.assertFalse(any(f.done() for f in futs))
-        self.assertLess(during, 20, "threads while 200 calls wait: %d (before: %d)" %
-                        (during, before))
-        self.assertLessEqual(during, before + 2)
+        # Waiting calls hold no thread: the gateway's pool (gateway.threads) does not grow.
+        self.assertLessEqual(during, before + 2, "threads while 200 calls wait: %d (before: %d)" %
+                             (during, before))
         t0 = time.monotonic()
         for op in ops:
             self.s2.CancelOperation(opb.CancelOperationRequest(id=op.id), timeout=5)
