@@ -58,6 +58,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -761,15 +762,20 @@ static void __attribute__((noreturn)) child_fail(int errfd, int step) {
     _exit(127);
 }
 
+/* Runs in the vfork child, which shares the agent's memory until exec: it only makes system
+ * calls and writes nothing but its own stack. Signal handlers are reset before signals are
+ * unblocked (the parent blocked them all), so no agent handler ever runs here. Credentials
+ * change through raw system calls: glibc's setuid family would signal every thread of the
+ * agent to change theirs too (setxid broadcast), and those threads are not the child's. */
 static void __attribute__((noreturn)) child_exec(const pe_spawn *sp, int errfd) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     if (setsid() < 0) child_fail(errfd, STEP_SETSID);
     int devnull = open("/dev/null", O_RDWR);
     int out = sp->out_fd >= 0 ? sp->out_fd : devnull;
@@ -791,31 +797,38 @@ static void __attribute__((noreturn)) child_exec(const pe_spawn *sp, int errfd) 
     }
     if (sp->cwd && chdir(sp->cwd) != 0) child_fail(errfd, STEP_CHDIR);
     if (sp->switch_user) {
-        if (setgroups(1, &sp->gid) != 0) child_fail(errfd, STEP_SETGROUPS);
-        if (setgid(sp->gid) != 0) child_fail(errfd, STEP_SETGID);
-        if (setuid(sp->uid) != 0) child_fail(errfd, STEP_SETUID);
+        if (syscall(SYS_setgroups, 1, &sp->gid) != 0) child_fail(errfd, STEP_SETGROUPS);
+        if (syscall(SYS_setresgid, sp->gid, sp->gid, sp->gid) != 0)
+            child_fail(errfd, STEP_SETGID);
+        if (syscall(SYS_setresuid, sp->uid, sp->uid, sp->uid) != 0)
+            child_fail(errfd, STEP_SETUID);
     }
     execvpe(sp->argv.v[0], sp->argv.v, sp->env.v ? sp->env.v : environ);
     child_fail(errfd, STEP_EXEC);
 }
 
-/* Forks and execs sp; returns once the exec succeeded or failed. Loop thread only, so that the
+/* Starts sp (vfork + exec); returns once the exec succeeded or failed. Loop thread only, so that the
  * caller can start the child watcher before libev sees the exit. */
 static int pe_fork(const pe_spawn *sp, pid_t *pid, pv_status *st) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
         return pv_status_set(st, PV_INTERNAL, "start %s: pipe: %s", sp->argv.v[0], strerror(errno));
-    pid_t c = fork();
+    /* vfork, not fork: copying the agent's page tables (libvirt, threads, heap) cost a few
+     * milliseconds of CPU per start, most of a workload's creation. The parent thread sleeps
+     * until the child has exec'd or failed; every signal stays blocked meanwhile so that no
+     * handler of the agent runs in the child, which shares its memory. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t c = vfork();
+    if (c == 0) child_exec(sp, p[1]);
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (c < 0) {
-        int err = errno;
         close(p[0]);
         close(p[1]);
-        return pv_status_set(st, PV_UNAVAILABLE, "start %s: fork: %s", sp->argv.v[0],
+        return pv_status_set(st, PV_UNAVAILABLE, "start %s: vfork: %s", sp->argv.v[0],
                              strerror(err));
-    }
-    if (c == 0) {
-        close(p[0]);
-        child_exec(sp, p[1]);
     }
     close(p[1]);
     int msg[2];

@@ -51,6 +51,28 @@ def make_image(path):
             t.add(script, arcname="run.sh")
 
 
+def cpu_seconds(pid):
+    """utime + stime of pid and its waited-for children, in seconds (None when it is gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[0] is field 3 (state): utime, stime, cutime, cstime are fields 14..17
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def stack_cpu(stack):
+    """CPU seconds used so far by each kind of process of the stack."""
+    kinds = {"gateway": [g.proc for g in stack.gateways], "ops workers": stack.workers,
+             "scheduler": stack.schedulers, "node agents": stack.agents,
+             "redis": [stack.redis.proc]}
+    out = {}
+    for kind, procs in kinds.items():
+        out[kind] = sum(cpu_seconds(p.pid) or 0 for p in procs if p is not None and p.pid)
+    return out
+
+
 def parallel(clients, jobs, fn):
     """Runs fn(job) for every job with CLIENTS threads; returns the results in job order."""
     results = [None] * len(jobs)
@@ -102,9 +124,11 @@ def main():
             return dt, good[0] if good else None, [m.error for m in msgs if not m.success]
 
         core.CreateWorkload  # warm the channel
+        cpu0 = stack_cpu(stack)
         t0 = time.perf_counter()
         created = parallel(args.clients, list(range(args.count)), create)
         create_s = time.perf_counter() - t0
+        cpu1 = stack_cpu(stack)
         ids = [c[1] for c in created if c[1]]
         errors = [e for c in created for e in c[2]]
         lat = [c[0] for c in created]
@@ -130,6 +154,10 @@ def main():
               (pct(lat, 50), pct(lat, 99), max(lat)))
         print("remove: %d ok in %.2f s: %.1f workloads/s" %
               (removed, remove_s, removed / remove_s if remove_s else 0))
+        if ids:
+            used = {k: (cpu1[k] - cpu0[k]) * 1000.0 / len(ids) for k in cpu0}
+            print("CPU per create (ms): " + ", ".join("%s %.1f" % kv for kv in used.items()) +
+                  "; all %.1f" % sum(used.values()))
         rate_ok = len(ids) / create_s >= 100
         p99_ok = pct(lat, 99) <= 200
         print("goal >= 100 creates/s: %s; goal p99 <= 200 ms: %s" %
