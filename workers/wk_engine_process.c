@@ -69,6 +69,7 @@
 #include "pv_log.h"
 #include "wk_engine_impl.h"
 #include "wk_image.h"
+#include "wk_untar.h"
 
 #define PE_BACKOFF_MIN_MS 100
 #define PE_BACKOFF_MAX_MS 10000
@@ -798,17 +799,15 @@ static void __attribute__((noreturn)) child_exec(const pe_spawn *sp, int errfd) 
     if (sp->cwd && chdir(sp->cwd) != 0) child_fail(errfd, STEP_CHDIR);
     if (sp->switch_user) {
         if (syscall(SYS_setgroups, 1, &sp->gid) != 0) child_fail(errfd, STEP_SETGROUPS);
-        if (syscall(SYS_setresgid, sp->gid, sp->gid, sp->gid) != 0)
-            child_fail(errfd, STEP_SETGID);
-        if (syscall(SYS_setresuid, sp->uid, sp->uid, sp->uid) != 0)
-            child_fail(errfd, STEP_SETUID);
+        if (syscall(SYS_setresgid, sp->gid, sp->gid, sp->gid) != 0) child_fail(errfd, STEP_SETGID);
+        if (syscall(SYS_setresuid, sp->uid, sp->uid, sp->uid) != 0) child_fail(errfd, STEP_SETUID);
     }
     execvpe(sp->argv.v[0], sp->argv.v, sp->env.v ? sp->env.v : environ);
     child_fail(errfd, STEP_EXEC);
 }
 
-/* Starts sp (vfork + exec); returns once the exec succeeded or failed. Loop thread only, so that the
- * caller can start the child watcher before libev sees the exit. */
+/* Starts sp (vfork + exec); returns once the exec succeeded or failed. Loop thread only, so that
+ * the caller can start the child watcher before libev sees the exit. */
 static int pe_fork(const pe_spawn *sp, pid_t *pid, pv_status *st) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
@@ -1458,9 +1457,13 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
     if (mkdir(w->root, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "workload %s: mkdir %s: %s", w->id, w->root,
                              strerror(errno));
-    const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
-    if (pe_run_tool(e, tar_argv, 5, w->root, st) != PV_OK)
-        return pv_status_prefix(st, "image %s", w->image);
+    /* tar(1) only for what the agent's own reader does not know (compression, devices) */
+    int rc = wk_untar_extract(image_path, w->root, geteuid() == 0, st);
+    if (rc == PV_UNIMPLEMENTED) {
+        const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
+        rc = pe_run_tool(e, tar_argv, 5, w->root, st);
+    }
+    if (rc != PV_OK) return pv_status_prefix(st, "image %s", w->image);
     if (mkdir_p(w->cwd, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "dir %s: mkdir %s: %s", w->dir, w->cwd,
                              strerror(errno));

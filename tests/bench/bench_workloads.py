@@ -73,6 +73,16 @@ def stack_cpu(stack):
     return out
 
 
+def redis_calls(stack):
+    """{command: calls} from Redis's INFO commandstats."""
+    out = {}
+    for line in stack.redis.cmd("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            out[name] = int(dict(kv.split("=") for kv in rest.split(","))["calls"])
+    return out
+
+
 def parallel(clients, jobs, fn):
     """Runs fn(job) for every job with CLIENTS threads; returns the results in job order."""
     results = [None] * len(jobs)
@@ -125,10 +135,12 @@ def main():
 
         core.CreateWorkload  # warm the channel
         cpu0 = stack_cpu(stack)
+        calls0 = redis_calls(stack)
         t0 = time.perf_counter()
         created = parallel(args.clients, list(range(args.count)), create)
         create_s = time.perf_counter() - t0
         cpu1 = stack_cpu(stack)
+        calls1 = redis_calls(stack)
         ids = [c[1] for c in created if c[1]]
         errors = [e for c in created for e in c[2]]
         lat = [c[0] for c in created]
@@ -158,6 +170,10 @@ def main():
             used = {k: (cpu1[k] - cpu0[k]) * 1000.0 / len(ids) for k in cpu0}
             print("CPU per create (ms): " + ", ".join("%s %.1f" % kv for kv in used.items()) +
                   "; all %.1f" % sum(used.values()))
+            per = {k: (v - calls0.get(k, 0)) / len(ids) for k, v in calls1.items()}
+            top = sorted(((v, k) for k, v in per.items() if v >= 0.5), reverse=True)
+            print("Redis commands per create: %.1f (%s)" % (
+                sum(per.values()), ", ".join("%s %.1f" % (k, v) for v, k in top)))
         rate_ok = len(ids) / create_s >= 100
         p99_ok = pct(lat, 99) <= 200
         print("goal >= 100 creates/s: %s; goal p99 <= 200 ms: %s" %

@@ -1,0 +1,208 @@
+/*
+ * wk_untar against GNU tar: archives of one tree in the gnu, posix (pax), ustar and v7 formats
+ * are extracted by wk_untar and by tar(1) itself, and the two results must match in every
+ * entry's type, mode, size, content, link target, hard-link count and modification time.
+ * Then the archives wk_untar must refuse (leaving the root, writing through a link of its own,
+ * corrupt or truncated) or hand to tar(1) (compressed, fifos).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "wk_untar.h"
+
+typedef struct fixture {
+    char dir[64];
+} fixture;
+
+static void sh(const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    if (rc != 0) fail_msg("command failed (%d): %s", rc, cmd);
+}
+
+/* Everything find and md5sum say about the tree under dir (its root excluded). */
+static char *manifest(const char *dir) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && { find . -mindepth 1 -printf '%%y %%m %%s %%Ts %%n %%p -> %%l\\n' | "
+             "LC_ALL=C sort; find . -type f -exec md5sum {} + | LC_ALL=C sort; }",
+             dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    size_t n;
+    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 4096) out = realloc(out, cap *= 2);
+    }
+    out[len] = '\0';
+    assert_int_equal(pclose(p), 0);
+    return out;
+}
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/pv-untar-XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    /* The tree: nested directories, modes, an empty file, a larger random file, links of both
+     * kinds (one dangling), a read-only directory with a file in it, names past the 100-byte
+     * header field and a path past 255 bytes. */
+    sh("cd %s && mkdir -p src/a/b/c src/ro && cd src && "
+       "echo hello > a/f1 && echo two > a/b/f2 && : > a/empty && chmod 600 a/f1 && "
+       "head -c 1100000 /dev/urandom > a/b/c/big && printf '#!/bin/sh\\n' > run.sh && "
+       "chmod 4755 run.sh && ln -s a/f1 l1 && ln -s ../nowhere a/dangling && "
+       "ln a/b/f2 a/hard && echo ro > ro/x && chmod 555 ro && "
+       "touch -d '2020-01-02 03:04:05' a/f1 a/b && "
+       "mkdir -p long && cd long && "
+       "n=$(printf 'n%%.0s' $(seq 1 120)) && mkdir -p $n/$n && echo deep > $n/$n/$n",
+       f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    sh("chmod -R u+w %s; rm -rf %s", f->dir, f->dir);
+    free(f);
+    return 0;
+}
+
+/* Extracts archive both ways and compares. */
+static void same_as_tar(fixture *f, const char *archive) {
+    sh("rm -rf %s/x1 %s/x2 2>/dev/null; chmod -R u+w %s/x1 %s/x2 2>/dev/null; "
+       "rm -rf %s/x1 %s/x2; mkdir %s/x1 %s/x2",
+       f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir);
+    char path[256], x1[256];
+    snprintf(path, sizeof path, "%s/%s", f->dir, archive);
+    snprintf(x1, sizeof x1, "%s/x1", f->dir);
+    pv_status st;
+    int rc = wk_untar_extract(path, x1, geteuid() == 0, &st);
+    if (rc != PV_OK) fail_msg("%s: %s", archive, st.msg);
+    sh("tar -xf %s -C %s/x2", path, f->dir);
+    char x2[256];
+    snprintf(x2, sizeof x2, "%s/x2", f->dir);
+    char *m1 = manifest(x1), *m2 = manifest(x2);
+    if (strcmp(m1, m2) != 0) {
+        fprintf(stderr, "--- wk_untar (%s)\n%s--- tar\n%s", archive, m1, m2);
+        fail_msg("%s: wk_untar and tar(1) disagree", archive);
+    }
+    assert_non_null(strstr(m1, "big"));
+    free(m1);
+    free(m2);
+}
+
+static void test_formats_match_tar(void **state) {
+    fixture *f = *state;
+    sh("cd %s && tar --format=gnu -cf gnu.tar -C src . && "
+       "tar --format=posix -cf posix.tar -C src . && "
+       "tar --format=gnu -cf names.tar -C src a l1 run.sh ro long",
+       f->dir);
+    same_as_tar(f, "gnu.tar");
+    same_as_tar(f, "posix.tar");
+    same_as_tar(f, "names.tar");
+}
+
+static void test_short_formats_match_tar(void **state) {
+    fixture *f = *state;
+    /* ustar and v7 cannot hold the long names */
+    sh("cd %s && tar --format=ustar -cf ustar.tar -C src a l1 run.sh ro && "
+       "tar --format=v7 -cf v7.tar -C src a l1 run.sh",
+       f->dir);
+    same_as_tar(f, "ustar.tar");
+    same_as_tar(f, "v7.tar");
+}
+
+static int extract(fixture *f, const char *archive, const char *into, pv_status *st) {
+    char path[256], dest[256];
+    snprintf(path, sizeof path, "%s/%s", f->dir, archive);
+    snprintf(dest, sizeof dest, "%s/%s", f->dir, into);
+    sh("rm -rf %s && mkdir -p %s", dest, dest);
+    return wk_untar_extract(path, dest, false, st);
+}
+
+static void test_absolute_names_stay_inside(void **state) {
+    fixture *f = *state;
+    sh("cd %s && tar -cPf abs.tar %s/src/a/f1 2>/dev/null", f->dir, f->dir);
+    pv_status st;
+    assert_int_equal(extract(f, "abs.tar", "xa", &st), PV_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/xa%s/src/a/f1", f->dir, f->dir);
+    assert_int_equal(access(p, F_OK), 0);
+}
+
+static void test_dotdot_refused(void **state) {
+    fixture *f = *state;
+    sh("mkdir -p %s/up/in && echo evil > %s/up/evil && cd %s/up/in && tar -cPf %s/dd.tar ../evil",
+       f->dir, f->dir, f->dir, f->dir);
+    pv_status st;
+    assert_int_equal(extract(f, "dd.tar", "up/in/x", &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "\"..\""));
+}
+
+static void test_no_write_through_own_symlink(void **state) {
+    fixture *f = *state;
+    /* first entry: esc -> <outside>; second: esc/pwned, a file that would land outside */
+    sh("cd %s && mkdir -p outside t1 t2/esc && ln -s %s/outside t1/esc && echo x > t2/esc/pwned && "
+       "tar -cf esc.tar -C t1 esc && tar -rf esc.tar -C t2 esc/pwned",
+       f->dir, f->dir);
+    pv_status st;
+    assert_int_equal(extract(f, "esc.tar", "xe", &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "esc/pwned"));
+    char p[256];
+    snprintf(p, sizeof p, "%s/outside/pwned", f->dir);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+static void test_left_to_tar(void **state) {
+    fixture *f = *state;
+    sh("cd %s && tar -czf z.tgz -C src a && mkdir -p fifo && mkfifo fifo/p && "
+       "tar -cf fifo.tar -C fifo p && echo 'not a tar archive at all' > junk.tar",
+       f->dir);
+    pv_status st;
+    assert_int_equal(extract(f, "z.tgz", "xz", &st), PV_UNIMPLEMENTED);
+    assert_int_equal(extract(f, "fifo.tar", "xf", &st), PV_UNIMPLEMENTED);
+    assert_non_null(strstr(st.msg, "type '6'"));
+    assert_int_equal(extract(f, "junk.tar", "xj", &st), PV_UNIMPLEMENTED);
+    assert_int_equal(extract(f, "missing.tar", "xm", &st), PV_NOT_FOUND);
+}
+
+static void test_corrupt_and_truncated(void **state) {
+    fixture *f = *state;
+    /* a/f1's header, its one data block, then a/b/c/big's header at offset 1024 */
+    sh("cd %s && tar --format=gnu -cf two.tar -C src a/f1 a/b/c/big && cp two.tar trunc.tar && "
+       "truncate -s 500000 trunc.tar && cp two.tar corrupt.tar && "
+       "printf 'Z' | dd of=corrupt.tar bs=1 seek=1030 conv=notrunc status=none",
+       f->dir);
+    pv_status st;
+    assert_int_equal(extract(f, "trunc.tar", "xt", &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "truncated"));
+    assert_int_equal(extract(f, "corrupt.tar", "xc", &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "corrupt header at offset 1024"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formats_match_tar),
+        cmocka_unit_test(test_short_formats_match_tar),
+        cmocka_unit_test(test_absolute_names_stay_inside),
+        cmocka_unit_test(test_dotdot_refused),
+        cmocka_unit_test(test_no_write_through_own_symlink),
+        cmocka_unit_test(test_left_to_tar),
+        cmocka_unit_test(test_corrupt_and_truncated),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,30 @@
+/*
+ * wk_untar: unpacks an image (a tar archive) into a workload's root inside the agent, without a
+ * child process. Starting tar(1) cost more CPU than everything else the agent does to create a
+ * workload (a fork, an exec and its dynamic loading for an archive of a few kilobytes), so the
+ * common formats are read here: ustar, GNU (long names and link names) and pax (path, linkpath,
+ * size, uid, gid, mtime), with regular files, directories, symbolic and hard links.
+ *
+ * Entries are confined to the destination: a leading "/" is dropped (as tar does), ".." is
+ * refused, and no path component is followed through a symbolic link (O_NOFOLLOW at each step),
+ * so an archive cannot make the agent write outside the root, even through links it made itself.
+ *
+ * Anything else (compressed archives, device nodes, fifos, sparse files) answers UNIMPLEMENTED,
+ * and the caller hands the archive to tar(1), which knows them all.
+ */
+#ifndef WK_UNTAR_H
+#define WK_UNTAR_H
+
+#include <stdbool.h>
+
+#include "pv_status.h"
+
+/* Extracts the archive at path into dest, an existing directory. Modes and modification times
+ * are restored; owners too (numeric ids) when set_owner. Directory modes are applied last, so a
+ * read-only directory still receives its entries.
+ * Errors: UNIMPLEMENTED (the archive needs tar(1); dest may hold part of it, and tar overwrites
+ * it), FAILED_PRECONDITION naming the entry for a corrupt or hostile archive, NOT_FOUND when the
+ * archive does not exist, INTERNAL for I/O errors. */
+int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_status *st);
+
+#endif
