@@ -27,7 +27,10 @@
 
 #define N_METHODS 9
 #define MAX_CHILDREN 4096
-#define POLL_MS 10
+/* How long a relay sleeps in XREAD for news of its operations. Their streams' end entries wake
+ * it when they finish; this bounds the wait for an operation that ends without output (its
+ * status is read again each time). */
+#define WAIT_MS 200
 
 struct svc_core_deploy {
     gw_app *app;
@@ -63,6 +66,8 @@ typedef struct child {
     json_t *pending; /* per-id calls: the ids not answered yet (id -> true); else NULL */
     int kind;        /* child_kind: what a lost id is answered with */
     bool done;
+    bool checked; /* its record was read at least once (expected is known) */
+    bool ended;   /* its output's end entry came: its record is final */
 } child;
 
 typedef struct relay {
@@ -83,11 +88,6 @@ typedef struct relay {
 /* Sends m to the client, or keeps quiet (RunAndWait drives its own messages). */
 static int relay_send(relay *rl, const ProtobufCMessage *m) {
     return rl->quiet ? 0 : gw_call_send(rl->call, m);
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {0, (long)ms * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* One instance's message: the fields the agent wrote. */
@@ -280,12 +280,18 @@ static int read_announcements(relay *rl, pv_status *st) {
 }
 
 /* Relays what a child has written; marks it done when it has finished and nothing is left. */
-static int follow_child(relay *rl, child *c, pv_status *st) {
-    pv_op rec;
-    if (pv_op_get(rl->r, rl->k, c->id, &rec, st) != PV_OK) return st->code;
-    bool over = rec.status == PV_OP_SUCCEEDED || rec.status == PV_OP_FAILED ||
-                rec.status == PV_OP_CANCELLED;
-    if (!c->expected) c->expected = expected_of(&rec);
+static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
+    pv_op rec = {0};
+    bool over = false;
+    /* The record matters only once (how many instances) and at the end; in between the output
+     * says everything. check: read it anyway (a child may end without output). */
+    if (check || c->ended || !c->checked) {
+        if (pv_op_get(rl->r, rl->k, c->id, &rec, st) != PV_OK) return st->code;
+        over = rec.status == PV_OP_SUCCEEDED || rec.status == PV_OP_FAILED ||
+               rec.status == PV_OP_CANCELLED;
+        if (!c->checked) c->expected = expected_of(&rec);
+        c->checked = true;
+    }
     pv_op_output *out = NULL;
     size_t n = 0;
     int rc = pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
@@ -355,9 +361,54 @@ static int follow_child(relay *rl, child *c, pv_status *st) {
     return rc;
 }
 
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Sleeps until the parent (when with_parent) or a child not done yet writes something or ends,
+ * WAIT_MS at most: the relay's cursors stay where they are, the reads that follow move them. */
+static int wait_news(relay *rl, bool with_parent, bool *woke, pv_status *st) {
+    size_t n = 0;
+    const char **ids = calloc(rl->n + 1, sizeof *ids);
+    char(*cursors)[PV_OP_CURSOR_MAX] = calloc(rl->n + 1, sizeof *cursors);
+    bool *ended = calloc(rl->n + 1, sizeof *ended);
+    size_t *idx = calloc(rl->n + 1, sizeof *idx);
+    *woke = false;
+    if (!ids || !cursors || !ended || !idx) {
+        free(ids);
+        free(cursors);
+        free(ended);
+        free(idx);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    if (with_parent) {
+        ids[n] = rl->parent;
+        snprintf(cursors[n++], PV_OP_CURSOR_MAX, "%s", rl->parent_after);
+    }
+    size_t first_child = n;
+    for (size_t i = 0; i < rl->n; i++)
+        if (!rl->children[i].done) {
+            ids[n] = rl->children[i].id;
+            idx[n] = i;
+            snprintf(cursors[n++], PV_OP_CURSOR_MAX, "%s", rl->children[i].after);
+        }
+    int rc = n ? pv_op_output_wait(rl->r, rl->k, n, ids, cursors, WAIT_MS, woke, ended, st) : PV_OK;
+    for (size_t j = first_child; rc == PV_OK && j < n; j++)
+        rl->children[idx[j]].ended = rl->children[idx[j]].ended || ended[j];
+    free(ids);
+    free(cursors);
+    free(ended);
+    free(idx);
+    return rc;
+}
+
 /* Relays until the deploy and every node's part are over. PV_OK: the call is finished with OK;
  * else the call's error in st (a deploy that failed before asking any node). */
 static int relay_all(relay *rl, pv_status *st) {
+    bool check = true; /* read every child's record: no news came, or a second passed */
+    int64_t last_check = 0;
     for (;;) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
         pv_op parent = {0};
@@ -371,7 +422,7 @@ static int relay_all(relay *rl, pv_status *st) {
         bool all_done = true;
         for (size_t i = 0; rc == PV_OK && i < rl->n; i++)
             if (!rl->children[i].done) {
-                rc = follow_child(rl, &rl->children[i], st);
+                rc = follow_child(rl, &rl->children[i], check, st);
                 all_done = all_done && rl->children[i].done;
             }
         if (rc == PV_OK && over && all_done) {
@@ -385,7 +436,10 @@ static int relay_all(relay *rl, pv_status *st) {
         }
         pv_op_clear(&parent);
         if (rc != PV_OK) return rc;
-        sleep_ms(POLL_MS);
+        if (check) last_check = mono_ms();
+        bool woke;
+        if (wait_news(rl, has_parent && !over, &woke, st) != PV_OK) return st->code;
+        check = !woke || mono_ms() - last_check >= 1000;
     }
 }
 
@@ -1134,6 +1188,25 @@ typedef struct lambda_log {
     bool done;
 } lambda_log;
 
+/* Sleeps until a log not done yet has news (a line, its end), WAIT_MS at most. */
+static int wait_logs(relay *rl, const lambda_log *logs, size_t n, pv_status *st) {
+    const char **ids = calloc(n, sizeof *ids);
+    char(*cursors)[PV_OP_CURSOR_MAX] = calloc(n, sizeof *cursors);
+    size_t m = 0;
+    int rc = ids && cursors ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        if (!logs[i].done) {
+            ids[m] = logs[i].op;
+            snprintf(cursors[m++], PV_OP_CURSOR_MAX, "%s", logs[i].after);
+        }
+    bool woke;
+    if (rc == PV_OK && m)
+        rc = pv_op_output_wait(rl->r, rl->k, m, ids, cursors, WAIT_MS, &woke, NULL, st);
+    free(ids);
+    free(cursors);
+    return rc;
+}
+
 /* Relays the logs to the client; detached (async), they go to the gateway's log instead, until
  * deadline_ms (monotonic; 0 = none). */
 static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, bool detached,
@@ -1190,7 +1263,7 @@ static int follow_logs(gw_call *call, relay *rl, lambda_log *logs, size_t n, boo
                 left--;
             }
         }
-        sleep_ms(POLL_MS);
+        if (left > 0 && wait_logs(rl, logs, n, st) != PV_OK) return st->code;
     }
     return PV_OK;
 }

@@ -970,6 +970,72 @@ static int output_entry(const redisReply *x, pv_op_output *e, pv_status *st) {
     return PV_OK;
 }
 
+/* The closing entry pv_op_finish appends: exactly the fields type=end and status. */
+static bool is_end_entry(const redisReply *e) {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) return false;
+    const redisReply *f = e->element[1];
+    return f->type == REDIS_REPLY_ARRAY && f->elements == 4 && f->element[0]->str &&
+           strcmp(f->element[0]->str, "type") == 0 && f->element[1]->str &&
+           strcmp(f->element[1]->str, "end") == 0;
+}
+
+int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
+                      char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke, bool *ended,
+                      pv_status *st) {
+    *woke = false;
+    for (size_t i = 0; ended && i < n; i++)
+        ended[i] = false;
+    if (n == 0) return PV_OK;
+    for (size_t i = 0; i < n; i++)
+        if (check_id(op_ids[i], st) != PV_OK) return st->code;
+    size_t argc = 6 + 2 * n;
+    const char **argv = calloc(argc, sizeof *argv);
+    char(*keys)[PV_KEY_MAX] = calloc(n, sizeof *keys);
+    if (!argv || !keys) {
+        free(argv);
+        free(keys);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    char blk[24];
+    snprintf(blk, sizeof blk, "%d", block_ms > 0 ? block_ms : 1);
+    argv[0] = "XREAD";
+    argv[1] = "COUNT";
+    argv[2] = "100";
+    argv[3] = "BLOCK";
+    argv[4] = blk;
+    argv[5] = "STREAMS";
+    for (size_t i = 0; i < n; i++) {
+        snprintf(keys[i], PV_KEY_MAX, "%s" OPS "out:%s", k->prefix, op_ids[i]);
+        argv[6 + i] = keys[i];
+        argv[6 + n + i] = cursors[i][0] ? cursors[i] : "0";
+    }
+    redisReply *rep = NULL;
+    int rc = pv_redis_commandv(r, &rep, st, (int)argc, argv, NULL);
+    /* nil when the block ran out, else [[key, [entries]], ...] for the streams that had some */
+    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        const redisReply *s = rep->element[i];
+        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || !s->element[0]->str ||
+            s->element[1]->type != REDIS_REPLY_ARRAY || s->element[1]->elements == 0)
+            continue;
+        const redisReply *last = s->element[1]->element[s->element[1]->elements - 1];
+        if (last->type != REDIS_REPLY_ARRAY || last->elements < 1 || !last->element[0]->str)
+            continue;
+        bool end = false;
+        for (size_t e = 0; e < s->element[1]->elements; e++)
+            end = end || is_end_entry(s->element[1]->element[e]);
+        for (size_t j = 0; j < n; j++)
+            if (strcmp(keys[j], s->element[0]->str) == 0) {
+                snprintf(cursors[j], PV_OP_CURSOR_MAX, "%s", last->element[0]->str);
+                if (ended) ended[j] = ended[j] || end;
+            }
+        *woke = true;
+    }
+    if (rep) freeReplyObject(rep);
+    free(argv);
+    free(keys);
+    return rc;
+}
+
 int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
                       size_t count, int block_ms, pv_op_output **entries, size_t *n,
                       pv_status *st) {
@@ -996,8 +1062,12 @@ int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const ch
         *entries = calloc(list->elements, sizeof **entries);
         if (!*entries) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
         for (size_t i = 0; rc == PV_OK && i < list->elements; i++) {
-            (*n)++;
-            rc = output_entry(list->element[i], &(*entries)[i], st);
+            if (is_end_entry(list->element[i])) continue;
+            rc = output_entry(list->element[i], &(*entries)[(*n)++], st);
+        }
+        if (rc == PV_OK && *n == 0) {
+            free(*entries);
+            *entries = NULL;
         }
         if (rc != PV_OK) {
             pv_op_output_free(*entries, *n);

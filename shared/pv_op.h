@@ -225,9 +225,23 @@ void pv_op_output_free(pv_op_output *entries, size_t n);
 
 /* Reads the entries after `after` ("0" = from the start), at most count, waiting up to block_ms
  * for the first one (0 = do not wait; the connection's command timeout must exceed block_ms).
- * *entries is malloc'd (NULL when none). */
+ * *entries is malloc'd (NULL when none). The stream's closing entry (type "end", written when
+ * the operation finishes) is plumbing for pv_op_output_wait and never returned here. */
 int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
                       size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st);
+
+/* Blocks up to block_ms (> 0, under the connection's command timeout) until any of the n
+ * operations' output streams has an entry after cursors[i] ("0": from the start), the closing
+ * "end" entry included: a follower of running operations wakes on their output and on their
+ * end, without polling. Each cursor advances to the newest entry seen; *woke tells whether any
+ * came; ended (NULL, or n flags) is set for each stream whose end entry came (the operation is
+ * finished; its record says how). A follower must leave finished operations out of the set
+ * (their end entry would wake it at once, every time). An operation that finishes without ever
+ * writing output has no stream and no end entry: only its record tells. */
+#define PV_OP_CURSOR_MAX 32
+int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
+                      char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke, bool *ended,
+                      pv_status *st);
 
 /* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
  * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's

@@ -11,9 +11,10 @@
  * - Before a command is sent on an idle connection, a zero-timeout poll() looks for a hang-up from
  *   the server (restart, CLIENT KILL, idle timeout). Such a connection is replaced before
  *   anything is written, so a Redis restart fails only the commands that were in flight.
- * - Every (re)connect runs the handshake: AUTH, SELECT, FUNCTION LOAD REPLACE of the embedded
- *   library. A Redis that restarted empty therefore has our functions again before the first
- *   FCALL reaches it.
+ * - Every (re)connect runs the handshake: AUTH, SELECT, and FUNCTION LOAD REPLACE of each
+ *   embedded library that Redis does not hold in this very version (a marker function named
+ *   after the text's digest tells; see load_libraries). A Redis that restarted empty therefore
+ *   has our functions again before the first FCALL reaches it.
  * - Pipelined replies are counted. When the connection drops mid-pipeline the replies still owed
  *   become "lost" and are failed one by one without touching the network, so the caller's read
  *   loop stays in step. A new append or command after that starts afresh (the lost replies are
@@ -30,10 +31,12 @@
 #include "pv_redis.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +234,64 @@ static int handshake_step(pv_redis *r, const char *what, int argc, const char **
     return code;
 }
 
+/* Each library as loaded: its text plus a marker function named after the text's digest
+ * (pvlib_<FNV-1a 64 of the text>), so that one FCALL tells whether Redis has this very text. */
+#define N_LIBRARIES (sizeof k_libraries / sizeof *k_libraries)
+static struct {
+    char *text;
+    size_t len;
+    char marker[32];
+} g_loadable[N_LIBRARIES];
+static pthread_once_t g_loadable_once = PTHREAD_ONCE_INIT;
+
+static void make_loadable(void) {
+    for (size_t i = 0; i < N_LIBRARIES; i++) {
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t j = 0; j < *k_libraries[i].len; j++)
+            h = (h ^ k_libraries[i].text[j]) * 1099511628211ULL;
+        snprintf(g_loadable[i].marker, sizeof g_loadable[i].marker, "pvlib_%016" PRIx64, h);
+        char *text = NULL;
+        int n = asprintf(&text,
+                         "%.*s\nredis.register_function{function_name='%s', "
+                         "callback=function() return 1 end, flags={'no-writes'}}\n",
+                         (int)*k_libraries[i].len, (const char *)k_libraries[i].text,
+                         g_loadable[i].marker);
+        g_loadable[i].text = n < 0 ? NULL : text;
+        g_loadable[i].len = n < 0 ? 0 : (size_t)n;
+    }
+}
+
+/* Loads the libraries this build carries, unless Redis has them already: a FUNCTION LOAD
+ * compiles the whole library (milliseconds of the server's single thread), and every new
+ * connection of every process would pay it. One pipelined FCALL per library asks for its
+ * marker; only the libraries whose marker is missing (a Redis that restarted empty, another
+ * build's text) are loaded. */
+static int load_libraries(pv_redis *r, pv_status *st) {
+    pthread_once(&g_loadable_once, make_loadable);
+    for (size_t i = 0; i < N_LIBRARIES; i++) {
+        if (!g_loadable[i].text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        const char *argv[] = {"FCALL", g_loadable[i].marker, "0"};
+        if (redisAppendCommandArgv(r->ctx, 3, argv, NULL) != REDIS_OK)
+            return io_failure(r, errno, st);
+    }
+    bool missing[N_LIBRARIES];
+    for (size_t i = 0; i < N_LIBRARIES; i++) {
+        redisReply *reply = NULL;
+        if (redisGetReply(r->ctx, (void **)&reply) != REDIS_OK || !reply)
+            return io_failure(r, errno, st);
+        missing[i] = reply->type == REDIS_REPLY_ERROR;
+        freeReplyObject(reply);
+    }
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < N_LIBRARIES; i++) {
+        if (!missing[i]) continue;
+        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", g_loadable[i].text};
+        const size_t len[] = {8, 4, 7, g_loadable[i].len};
+        rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
+    }
+    return rc;
+}
+
 static int handshake(pv_redis *r, pv_status *st) {
     int rc = PV_OK;
     if (r->password != NULL) {
@@ -249,12 +310,7 @@ static int handshake(pv_redis *r, pv_status *st) {
         const char *argv[] = {"SELECT", db};
         rc = handshake_step(r, "SELECT", 2, argv, NULL, st);
     }
-    for (size_t i = 0;
-         rc == PV_OK && r->load_functions && i < sizeof k_libraries / sizeof *k_libraries; i++) {
-        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", (const char *)k_libraries[i].text};
-        const size_t len[] = {8, 4, 7, *k_libraries[i].len};
-        rc = handshake_step(r, "FUNCTION LOAD", 4, argv, len, st);
-    }
+    if (rc == PV_OK && r->load_functions) rc = load_libraries(r, st);
     return rc;
 }
 

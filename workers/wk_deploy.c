@@ -21,7 +21,10 @@
 #include "pv_resv.h"
 #include "pv_sched.h"
 
-#define POLL_MS 20
+/* How long a deploy sleeps in XREAD for news of its children. Their streams' end entries wake
+ * it when they finish; this bounds the wait for a child that ends without output (its agent
+ * lost, say) and for a cancel. */
+#define WAIT_MS 200
 #define DEFAULT_NODE_TIMEOUT_MS 60000
 #define DEFAULT_PLAN_TIMEOUT_MS 10000
 
@@ -141,43 +144,115 @@ static bool finished(pv_op_status s) {
     return s == PV_OP_SUCCEEDED || s == PV_OP_FAILED || s == PV_OP_CANCELLED;
 }
 
+/* What wait_children tracks per child, and the scratch arrays of one wait. */
+typedef struct child_wait {
+    char (*cursors)[PV_OP_CURSOR_MAX]; /* each child's output cursor */
+    bool *done, *ended;                /* finished (record read); end entry seen */
+    char (*wcur)[PV_OP_CURSOR_MAX];    /* of the children waited on */
+    bool *wended;
+    const char **wids;
+    size_t *widx;
+} child_wait;
+
+/* Sleeps until a child not finished yet writes output or ends, WAIT_MS at most, and never past
+ * a stop (cancel, lost lease, shutdown) by more than that. *woke: whether any child had news. */
+static int wait_news(wk_op *op, char **children, size_t n, child_wait *w, bool *woke,
+                     pv_status *st) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!w->done[i]) {
+            w->wids[m] = children[i];
+            w->widx[m] = i;
+            memcpy(w->wcur[m++], w->cursors[i], PV_OP_CURSOR_MAX);
+        }
+    if (pv_op_output_wait(wk_op_redis(op), wk_op_keys(op), m, w->wids, w->wcur, WAIT_MS, woke,
+                          w->wended, st) != PV_OK)
+        return st->code;
+    for (size_t j = 0; j < m; j++) {
+        memcpy(w->cursors[w->widx[j]], w->wcur[j], PV_OP_CURSOR_MAX);
+        w->ended[w->widx[j]] = w->wended[j];
+    }
+    return wk_op_sleep(op, 0, st);
+}
+
+/* Reads child i's record: done, and failed, when it has finished; cancels it when no agent took
+ * it within timeout. */
+static int check_child(wk_op *op, char **children, size_t i, child_wait *w, int64_t timeout,
+                       size_t *failed, pv_status *st) {
+    pv_op child;
+    int rc = pv_op_get(wk_op_redis(op), wk_op_keys(op), children[i], &child, st);
+    if (rc == PV_NOT_FOUND) { /* expired: long finished */
+        w->done[i] = true;
+        return PV_OK;
+    }
+    if (rc != PV_OK) return rc;
+    if (finished(child.status)) {
+        w->done[i] = true;
+        *failed += child.status != PV_OP_SUCCEEDED;
+    } else if (child.status == PV_OP_PENDING && wall_ms() - child.created_ms > timeout) {
+        pv_op out;
+        pv_warn("deploy %s: no agent took %s on queue %s within %lld ms; cancelling it",
+                wk_op_record(op)->id, child.id, child.queue, (long long)timeout);
+        if (pv_op_cancel(wk_op_redis(op), wk_op_keys(op), wk_op_opts(op), child.id, &out, st) ==
+            PV_OK)
+            pv_op_clear(&out);
+    }
+    pv_op_clear(&child);
+    return PV_OK;
+}
+
 /* Waits for every child; cancels those no agent took in time. *failed_nodes counts children
- * that did not succeed. */
-static int wait_children(wk_op *op, char **children, size_t n, size_t *failed_nodes,
-                         pv_status *st) {
+ * that did not succeed. A child's record is read when its end entry arrives; every record not
+ * finished is read again when a wait brings no news or a second has passed since the last
+ * full pass (children that end without output, children no agent takes). */
+static int wait_loop(wk_op *op, char **children, size_t n, child_wait *w, size_t *failed_nodes,
+                     pv_status *st) {
     const pv_config *cfg = wk_op_config(op);
     int64_t timeout = cfg ? cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS;
-    *failed_nodes = 0;
+    size_t failed = 0;
+    bool full = true;
+    int64_t last_full = 0;
     for (;;) {
-        size_t done = 0, failed = 0;
+        size_t left = 0;
         for (size_t i = 0; i < n; i++) {
-            pv_op child;
-            int rc = pv_op_get(wk_op_redis(op), wk_op_keys(op), children[i], &child, st);
-            if (rc == PV_NOT_FOUND) { /* expired: long finished */
-                done++;
-                continue;
-            }
-            if (rc != PV_OK) return rc;
-            if (finished(child.status)) {
-                done++;
-                failed += child.status != PV_OP_SUCCEEDED;
-            } else if (child.status == PV_OP_PENDING && wall_ms() - child.created_ms > timeout) {
-                pv_op out;
-                pv_warn("deploy %s: no agent took %s on queue %s within %lld ms; cancelling it",
-                        wk_op_record(op)->id, child.id, child.queue, (long long)timeout);
-                if (pv_op_cancel(wk_op_redis(op), wk_op_keys(op), wk_op_opts(op), child.id, &out,
-                                 st) == PV_OK)
-                    pv_op_clear(&out);
-            }
-            pv_op_clear(&child);
+            if (!w->done[i] && (full || w->ended[i]) &&
+                check_child(op, children, i, w, timeout, &failed, st) != PV_OK)
+                return st->code;
+            left += !w->done[i];
         }
-        if (done == n) {
+        if (full) last_full = wall_ms();
+        if (left == 0) {
             *failed_nodes = failed;
             return PV_OK;
         }
-        int rc = wk_op_sleep(op, POLL_MS, st);
-        if (rc != PV_OK) return rc;
+        bool woke = false;
+        if (wait_news(op, children, n, w, &woke, st) != PV_OK) return st->code;
+        full = !woke || wall_ms() - last_full >= 1000;
     }
+}
+
+static int wait_children(wk_op *op, char **children, size_t n, size_t *failed_nodes,
+                         pv_status *st) {
+    *failed_nodes = 0;
+    size_t c = n ? n : 1;
+    child_wait w = {.cursors = calloc(c, sizeof *w.cursors),
+                    .done = calloc(c, sizeof *w.done),
+                    .ended = calloc(c, sizeof *w.ended),
+                    .wcur = calloc(c, sizeof *w.wcur),
+                    .wended = calloc(c, sizeof *w.wended),
+                    .wids = calloc(c, sizeof *w.wids),
+                    .widx = calloc(c, sizeof *w.widx)};
+    int rc = w.cursors && w.done && w.ended && w.wcur && w.wended && w.wids && w.widx
+                 ? wait_loop(op, children, n, &w, failed_nodes, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(w.cursors);
+    free(w.done);
+    free(w.ended);
+    free(w.wcur);
+    free(w.wended);
+    free(w.wids);
+    free(w.widx);
+    return rc;
 }
 
 static int run(deploy_ctx *c, pv_status *st) {

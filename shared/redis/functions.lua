@@ -235,9 +235,14 @@ local function op_end(c, rec, status, code, errmsg, now)
   locks_release(c.base, rec)
   if c.queue and c.entry and c.entry ~= '' then redis.call('XACK', c.queue, GROUP, c.entry) end
   redis.call('EXPIRE', c.key, c.retention)
-  -- The output stream (pv_op_output) lives as long as its record; EXPIRE on a missing key is a
-  -- no-op, so operations without output cost nothing.
-  redis.call('EXPIRE', c.base .. 'out:' .. rec.id, c.retention)
+  -- The output stream (pv_op_output) lives as long as its record. A stream ends with an 'end'
+  -- entry, so that whoever follows it (a relay blocked in XREAD) wakes at the end too;
+  -- operations without output get no stream and cost nothing.
+  local out = c.base .. 'out:' .. rec.id
+  if redis.call('EXISTS', out) == 1 then
+    redis.call('XADD', out, '*', 'type', 'end', 'status', status)
+    redis.call('EXPIRE', out, c.retention)
+  end
   op_publish(c.base, rec)
   op_event(c.events, c.maxlen, rec, status == 'SUCCEEDED' and rec.message or errmsg)
 end
