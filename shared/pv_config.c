@@ -85,6 +85,7 @@ static const key_def keys[] = {
     STR("worker.image_dir", worker.image_dir, "", 0),
     STR("worker.registry_dir", worker.registry_dir, "", 0),
     STR("worker.build_pod", worker.build_pod, "local", 0),
+    INT("worker.status_interval_seconds", worker.status_interval_seconds, "5", 1, 3600),
     INT("worker.concurrency", worker.concurrency, "8", 1, 256),
     INT("worker.lease_ms", worker.lease_ms, "10000", 100, INT_MAX),
     INT("worker.max_attempts", worker.max_attempts, "5", 1, 1000),

@@ -76,6 +76,9 @@ typedef struct pv_config {
                                    copies from ("" = <data_dir>/registry) */
         char *build_pod;        /* worker.build_pod: BuildImage runs on this pod's most idle
                                    node ("local") */
+        int status_interval_seconds; /* worker.status_interval_seconds: the agent checks its
+                                        workloads' health and reports their statuses this often;
+                                        statuses live three times as long (5) */
     } worker;
 
     struct {

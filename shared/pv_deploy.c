@@ -4,6 +4,7 @@
 #include "pv_deploy.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,46 @@ static int resources_object(const Pb__DeployOptions *o, json_t **out, pv_status 
     return PV_OK;
 }
 
+/* A port of a healthcheck: a decimal number 1..65535. */
+static bool port_ok(const char *p) {
+    if (empty(p) || strlen(p) > 5) return false;
+    for (const char *c = p; *c; c++)
+        if (*c < '0' || *c > '9') return false;
+    long v = strtol(p, NULL, 10);
+    return v >= 1 && v <= 65535;
+}
+
+/* Eru's healthcheck: what the node agent will check, so it must make sense now. */
+static int check_healthcheck(const Pb__HealthCheckOptions *h, pv_status *st) {
+    if (!h) return PV_OK;
+    for (size_t i = 0; i < h->n_tcp_ports; i++)
+        if (!port_ok(h->tcp_ports[i]))
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "entrypoint.healthcheck.tcp_ports[%zu]: \"%s\" is not a port "
+                                 "(1-65535)",
+                                 i, h->tcp_ports[i] ? h->tcp_ports[i] : "");
+    if (!empty(h->http_port) && !port_ok(h->http_port))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.healthcheck.http_port: \"%s\" is not a port (1-65535)",
+                             h->http_port);
+    if (!empty(h->url) && empty(h->http_port))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.healthcheck.url: \"%s\" needs http_port", h->url);
+    if (!empty(h->url) && h->url[0] != '/')
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.healthcheck.url: \"%s\" must start with '/'", h->url);
+    if (!empty(h->url) && strpbrk(h->url, " \r\n"))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.healthcheck.url: \"%s\" has a space or a line break",
+                             h->url);
+    if (h->code != 0 && (h->code < 100 || h->code > 599))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.healthcheck.code: %d is not an HTTP status (100-599, or 0 "
+                             "for any below 500)",
+                             (int)h->code);
+    return PV_OK;
+}
+
 int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st) {
     if (empty(o->name)) return pv_status_set(st, PV_INVALID_ARGUMENT, "name: app name is empty");
     if (empty(o->podname))
@@ -65,6 +106,7 @@ int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st) {
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "entrypoint.name: entrypoint name has '_' character (\"%s\")",
                              o->entrypoint->name);
+    if (check_healthcheck(o->entrypoint->healthcheck, st) != PV_OK) return st->code;
     json_t *res = NULL;
     int rc = resources_object(o, &res, st);
     json_decref(res);

@@ -21,6 +21,7 @@
 #include "pv_log.h"
 #include "pv_presence.h"
 #include "wk_agent.h"
+#include "wk_health.h"
 #include "pv_validate.h"
 #include "pv_version.h"
 #include "wk_consumer.h"
@@ -91,10 +92,16 @@ int main(int argc, char **argv) {
         pv_config_free(&cfg);
         return 1;
     }
+    /* The agent reports its workloads' statuses (and runs their healthchecks) on its own. */
+    wk_health *health = NULL;
+    if (node_agent && wk_agent_engine(node_agent) &&
+        wk_health_start(&cfg, wk_agent_engine(node_agent), &health, &st) != PV_OK)
+        pv_error("status reporter: %s; workloads' statuses are not reported", st.msg);
     pv_info("started role=%s instance=%s consumer=%s queue=%s version=%s redis=%s",
             agent ? "agent" : "ops", instance, consumer, queue, PV_VERSION, cfg.redis.addr);
     int sig = pv_daemon_wait_signal();
     pv_info("signal=%d shutting down", sig);
+    wk_health_stop(health);
     bool clean = wk_consumer_stop(consumer_handle);
     pv_presence_stop(presence);
     wk_agent_free(node_agent);

@@ -110,6 +110,19 @@ static char *build_labels(const instance *in) {
     for (size_t i = 0; publish && i < in->o->entrypoint->n_publish; i++)
         json_array_append_new(publish, json_string(in->o->entrypoint->publish[i]));
     json_t *meta = json_pack("{s:o}", "publish", publish ? publish : json_array());
+    /* Eru keeps the healthcheck in ERU_META too: the node agent's status reporter reads it
+     * there (wk_health) */
+    const Pb__HealthCheckOptions *hc = in->o->entrypoint->healthcheck;
+    if (meta && hc && (hc->n_tcp_ports || (hc->http_port && *hc->http_port))) {
+        json_t *ports = json_array();
+        for (size_t i = 0; ports && i < hc->n_tcp_ports; i++)
+            json_array_append_new(ports, json_string(hc->tcp_ports[i]));
+        json_object_set_new(meta, "healthcheck",
+                            json_pack("{s:o, s:s, s:s, s:i}", "tcp_ports",
+                                      ports ? ports : json_array(), "http_port",
+                                      hc->http_port ? hc->http_port : "", "url",
+                                      hc->url ? hc->url : "", "code", (int)hc->code));
+    }
     char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
     if (l) {

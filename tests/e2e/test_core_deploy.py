@@ -49,8 +49,10 @@ Classes:
            reserved resources go back; count 0, an entrypoint with '_', not enough resource:
            code 1074 with Eru's words.
 """
+import grpc
 import itertools
 import json
+import socket
 import os
 import tarfile
 import tempfile
@@ -69,7 +71,7 @@ def setUpModule():
     global _stack
     _stack = pvtest.Stack(gateways=2, workers=2, schedulers=2,
                           agents=[(n, "dp") for n in NODES],
-                          config={"worker": {"build_pod": "dp"}})
+                          config={"worker": {"build_pod": "dp", "status_interval_seconds": 1}})
     _stack.start()
     make_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
@@ -689,6 +691,62 @@ class Failures(Base):
             self.assertEqual(m.id, "")
         after = {n: json.loads(self.usage(n).resource_usage) for n in NODES}
         self.assertEqual(after, before)
+
+    def test_healthcheck_makes_the_agent_report_health(self):
+        def free_port():
+            with socket.socket() as s:
+                s.bind(("", 0))
+                return s.getsockname()[1]
+        port, closed = free_port(), free_port()
+        server = ("/usr/bin/python3", "-m", "http.server", str(port), "--bind", "0.0.0.0")
+        good = deploy(1, commands=server)
+        good.entrypoint.healthcheck.tcp_ports.append(str(port))
+        good.entrypoint.healthcheck.http_port = str(port)
+        good.entrypoint.healthcheck.url = "/run.sh"
+        good.entrypoint.healthcheck.code = 200
+        bad = deploy(1, commands=("/bin/sh", "-c", "sleep 60"))
+        bad.entrypoint.healthcheck.tcp_ports.append(str(closed))
+        ids = []
+        for opts in (good, bad):
+            msgs = list(self.core.CreateWorkload(opts, timeout=60))
+            self.assertTrue(msgs[0].success, msgs[0].error)
+            ids.append(msgs[0].id)
+        meta = json.loads(self.core.GetWorkload(core_pb2.WorkloadID(id=ids[0]), timeout=10)
+                          .labels["ERU_META"])
+        self.assertEqual(meta["healthcheck"], {"tcp_ports": [str(port)], "http_port": str(port),
+                                               "url": "/run.sh", "code": 200})
+        deadline = time.time() + 20
+        got = {}
+        while time.time() < deadline:
+            try:  # 1055 until the agent's first report (within an interval)
+                st = self.core.GetWorkloadsStatus(core_pb2.WorkloadIDs(IDs=ids), timeout=10)
+            except grpc.RpcError:
+                time.sleep(0.2)
+                continue
+            got = {s.id: (s.running, s.healthy) for s in st.status}
+            if got.get(ids[0]) == (True, True) and got.get(ids[1]) == (True, False):
+                break
+            time.sleep(0.2)
+        self.assertEqual(got, {ids[0]: (True, True), ids[1]: (True, False)})
+        # the agent's statuses live three intervals (1 s here) and are renewed
+        key = self.stack.prefix + "{reg}:wl-status:" + ids[0]
+        ttl = self.stack.redis.cmd("TTL", key)
+        self.assertTrue(0 < ttl <= 3, ttl)
+        got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=ids, force=True),
+                                            timeout=60))
+        self.assertEqual(sorted(g.id for g in got if g.success), sorted(ids))
+
+    def test_bad_healthcheck_answers_1074(self):
+        opts = deploy(1)
+        opts.entrypoint.healthcheck.tcp_ports.append("80x")
+        code, msg = self.eru(opts)
+        self.assertEqual(code, 1074)
+        self.assertIn("entrypoint.healthcheck.tcp_ports[0]", msg)
+        opts = deploy(1)
+        opts.entrypoint.healthcheck.url = "/health"
+        code, msg = self.eru(opts)
+        self.assertEqual(code, 1074)
+        self.assertIn("needs http_port", msg)
 
     def test_bad_requests_answer_1074(self):
         code, msg = self.eru(deploy(0))
