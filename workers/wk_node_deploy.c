@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,9 +152,14 @@ static void limits_of(json_t *resources, wk_workload_spec *spec, int *cores, siz
     spec->cpuset = spec->ncpuset ? cores : NULL;
 }
 
-static char *answer_error(const char *fmt, const char *a, const char *b) {
+static char *answer_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *answer_error(const char *fmt, ...) {
     char *msg = NULL;
-    if (asprintf(&msg, fmt, a, b) < 0) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
     json_t *j = json_pack("{s:s}", "error", msg);
     free(msg);
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -280,6 +286,13 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     } else if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0) {
         answer = answer_error("raw_args: the %s engine takes no raw engine arguments%s",
                               wk_engine_type(engine), "");
+    } else if (o->n_dns > 0 || o->n_extra_hosts > 0) {
+        /* process workloads share the host's network and files; a domain's resolver is its
+         * guest's own configuration */
+        answer = answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
+                              o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
+                              o->n_dns ? "name servers" : "hosts file",
+                              o->n_dns ? o->dns[0] : o->extra_hosts[0]);
     } else {
         int crc = wk_engine_create(engine, &spec, &info, &est);
         if (crc == PV_ALREADY_EXISTS) /* a previous delivery created it */

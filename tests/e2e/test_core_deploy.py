@@ -32,7 +32,7 @@ Classes:
            keeps its resources (usage unchanged) and gets the copied files (mode kept); a
            replacement that fails leaves the old workload running. DeployOptions data/modes are
            written before start, after_create runs in the started workload (a failing one fails
-           the instance), raw_args are refused on the process engine.
+           the instance), raw_args, dns and extra_hosts are refused on the process engine.
   Lambda   RunAndWait (bidi): the workload IDs first, then each one's output, then
            "[exitcode] N"; the workloads are removed at the end; a bad deploy fails the call;
            async: the IDs only, the call ends at once, the workloads removed when they end.
@@ -661,6 +661,13 @@ class Remove(Base):
         raw.raw_args = b'{"x": 1}'
         failed = list(self.core.CreateWorkload(raw, timeout=60))
         self.assertIn("raw_args", failed[0].error)
+        for field, value in (("dns", "10.0.0.53"), ("extra_hosts", "db:10.0.0.7")):
+            opts = deploy(1)
+            getattr(opts, field).append(value)
+            failed = list(self.core.CreateWorkload(opts, timeout=60))
+            self.assertFalse(failed[0].success)
+            self.assertIn("%s: the process engine cannot set" % field, failed[0].error)
+            self.assertIn(value, failed[0].error)
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
                                                                      force=True), timeout=60))
 
