@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,6 +358,29 @@ static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_
     return rc;
 }
 
+/* Whether any of n's allocations is still on its node (none when workloads took them all over,
+ * the usual end of a deploy). One HMGET. */
+static int allocs_left(pv_redis *r, const pv_keys *k, const pv_resv_node *n, bool *any,
+                       pv_status *st) {
+    *any = false;
+    if (n->nallocs == 0) return PV_OK;
+    char allocs_key[PV_KEY_MAX];
+    snprintf(allocs_key, sizeof allocs_key, "%s{reg}:node-allocs:%s", k->prefix, n->id);
+    const char **argv = calloc(n->nallocs + 2, sizeof *argv);
+    if (!argv) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    argv[0] = "HMGET";
+    argv[1] = allocs_key;
+    for (size_t i = 0; i < n->nallocs; i++)
+        argv[2 + i] = n->alloc_ids[i];
+    redisReply *rep = NULL;
+    int rc = pv_redis_commandv(r, &rep, st, (int)n->nallocs + 2, argv, NULL);
+    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++)
+        *any = *any || rep->element[i]->type == REDIS_REPLY_STRING;
+    if (rep) freeReplyObject(rep);
+    free(argv);
+    return rc;
+}
+
 int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_status *st) {
     char base[PV_KEY_MAX], key[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK ||
@@ -366,9 +390,13 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
         pv_resv rv = {0};
         int rc = resv_load(r, k, resv_id, &rv, st);
         for (size_t i = 0; rc == PV_OK && i < rv.nnodes; i++) {
-            rc = node_minus_allocs(r, k, &rv.nodes[i], st);
+            /* A node whose allocations all went to workloads has nothing to give back: it is
+             * left alone (no usage rewrite, no revision bump for the schedulers' caches). */
+            bool any = true;
+            rc = allocs_left(r, k, &rv.nodes[i], &any, st);
+            if (rc == PV_OK && any) rc = node_minus_allocs(r, k, &rv.nodes[i], st);
             /* A node removed since cannot hold anything any more. */
-            if (rc == PV_NOT_FOUND) {
+            if (rc == PV_NOT_FOUND || (rc == PV_OK && !any)) {
                 node_clear(&rv.nodes[i]);
                 rv.nodes[i] = rv.nodes[--rv.nnodes];
                 i--;

@@ -73,6 +73,14 @@ def stack_cpu(stack):
     return out
 
 
+def machine_cpu():
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
 def redis_calls(stack):
     """{command: calls} from Redis's INFO commandstats."""
     out = {}
@@ -114,7 +122,7 @@ def main():
 
     stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
                          agents=[(n, "bp") for n in NODES],
-                         config={"log": {"level": "warn"}, "gateway": {"threads": 8}})
+                         config={"log": {"level": "warn"}})
     stack.start()
     ok = False
     try:
@@ -137,12 +145,15 @@ def main():
         cpu0 = stack_cpu(stack)
         calls0 = redis_calls(stack)
         client0 = time.process_time()
+        mach0 = machine_cpu()
         t0 = time.perf_counter()
         created = parallel(args.clients, list(range(args.count)), create)
         create_s = time.perf_counter() - t0
         cpu1 = stack_cpu(stack)
         calls1 = redis_calls(stack)
         client_ms = (time.process_time() - client0) * 1000.0
+        mach1 = machine_cpu()
+        busy = 100.0 * (mach1[0] - mach0[0]) / max(1, mach1[1] - mach0[1])
         ids = [c[1] for c in created if c[1]]
         errors = [e for c in created for e in c[2]]
         lat = [c[0] for c in created]
@@ -173,6 +184,7 @@ def main():
             print("CPU per create (ms): " + ", ".join("%s %.1f" % kv for kv in used.items()) +
                   "; all %.1f (the benchmark's gRPC client: %.1f more)" %
                   (sum(used.values()), client_ms / len(ids)))
+            print("machine CPU busy while creating: %.0f%% of %d cores" % (busy, os.cpu_count()))
             per = {k: (v - calls0.get(k, 0)) / len(ids) for k, v in calls1.items()}
             top = sorted(((v, k) for k, v in per.items() if v >= 0.5), reverse=True)
             print("Redis commands per create: %.1f (%s)" % (
