@@ -24,6 +24,7 @@
 #include "pv_workload.h"
 #include "svc_eru.h"
 #include "svc_nodeop.h"
+#include "pv_time.h"
 
 #define N_METHODS 9
 #define MAX_CHILDREN 4096
@@ -1081,9 +1082,18 @@ static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
  * and the operation is cancelled when the client goes (a followed log never ends otherwise). */
 static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
     const Pb__LogStreamOptions *o = (const Pb__LogStreamOptions *)req;
-    if ((o->since && *o->since) || (o->until && *o->until)) {
-        gw_call_finish(call, ERU_LOG_STREAM,
-                       "since/until: the process engine's logs carry no timestamps; use tail");
+    int64_t since_ms = 0, until_ms = 0, now = pv_time_now_ms();
+    pv_status tst;
+    if ((o->since && *o->since &&
+         pv_time_parse("since", o->since, now, &since_ms, &tst) != PV_OK) ||
+        (o->until && *o->until &&
+         pv_time_parse("until", o->until, now, &until_ms, &tst) != PV_OK)) {
+        gw_call_finishf(call, ERU_LOG_STREAM, "%s", tst.msg);
+        return;
+    }
+    if (since_ms > 0 && until_ms > 0 && until_ms < since_ms) {
+        gw_call_finishf(call, ERU_LOG_STREAM, "until: \"%s\" is before since \"%s\"", o->until,
+                        o->since);
         return;
     }
     pv_redis *r = gw_app_redis(call);
@@ -1098,8 +1108,9 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
         gw_call_finishf(call, ERU_LOG_STREAM, "%s", st.msg);
         return;
     }
-    json_t *params = json_pack("{s:s, s:s, s:b}", "id", w.id, "tail",
-                               o->tail && *o->tail ? o->tail : "all", "follow", o->follow);
+    json_t *params = json_pack("{s:s, s:s, s:b, s:I, s:I}", "id", w.id, "tail",
+                               o->tail && *o->tail ? o->tail : "all", "follow", o->follow,
+                               "since_ms", (json_int_t)since_ms, "until_ms", (json_int_t)until_ms);
     char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
     json_decref(params);
     char queue[300], target[PV_ID_MAX];

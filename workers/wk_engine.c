@@ -129,3 +129,12 @@ int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t
                              e->v->type);
     return e->v->set_limits(e->impl, id, cpu_limit, memory_limit, st);
 }
+
+int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t until_ms,
+                        int64_t *start, int64_t *end, pv_status *st) {
+    if (!e->v->log_range)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "the %s engine keeps no timed log: since and until need one",
+                             e->v->type);
+    return e->v->log_range(e->impl, id, since_ms, until_ms, start, end, st);
+}

@@ -156,6 +156,14 @@ int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t
  * each workload's log when it starts. */
 const char *wk_engine_process_limits(void);
 
+/* LogStream's since/until: the byte range of the workload's log written between since_ms and
+ * until_ms (wall-clock ms; <= 0 = open), at the engine's index granularity
+ * (WK_ENGINE_LOG_INDEX_MS: a range may take in up to that much more on each side). *start is a
+ * byte offset, *end one too or -1 (to the end). UNIMPLEMENTED for engines without a log. */
+#define WK_ENGINE_LOG_INDEX_MS 1000
+int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t until_ms,
+                        int64_t *start, int64_t *end, pv_status *st);
+
 /* ReallocResource in place: new limits for a workload (cpu_limit in cores, memory_limit in
  * bytes; 0 = none), applied now and at later starts. UNIMPLEMENTED for engines that cannot. */
 int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,

@@ -26,6 +26,9 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine cannot change a workload's limits in place */
     int (*set_limits)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
                       pv_status *st);
+    /* may be NULL: the engine keeps no timed log */
+    int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
+                     int64_t *start, int64_t *end, pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

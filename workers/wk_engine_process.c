@@ -229,6 +229,7 @@ typedef struct pe_wl {
     ev_child child;
     ev_timer restart_timer;
     ev_timer poll_timer;
+    int64_t indexed_size; /* the log's size at its last index entry; -1: not read yet */
 } pe_wl;
 
 typedef struct pe_call {
@@ -251,8 +252,11 @@ struct pe {
     bool quit, ready;
     struct ev_loop *loop;
     ev_async wake;
+    ev_timer index_timer; /* the logs' time index (log_index_tick) */
     pthread_t thread;
 };
+
+static void index_append(const char *home, int64_t ms, int64_t size);
 
 /* libev has one default loop per process: one process engine at a time. */
 static atomic_int pe_is_open;
@@ -936,6 +940,81 @@ static void wl_stop_watchers(pe *e, pe_wl *w) {
     ev_timer_stop(e->loop, &w->poll_timer);
 }
 
+/* --- the logs' time index --------------------------------------------------------------------
+ * A workload's output goes straight from its processes to its log file, so nothing knows when a
+ * line was written. Once a second the loop notes each log that grew: "<wall ms> <size>" in
+ * <home>/log.idx, meaning "by then the log held this many bytes". LogStream's since and until
+ * become byte ranges from it, to the second. */
+
+static void index_append(const char *home, int64_t ms, int64_t size) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/log.idx", home);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) return;
+    char line[64];
+    int n = snprintf(line, sizeof line, "%" PRId64 " %" PRId64 "\n", ms, size);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
+/* The index's entries, oldest first: *ms and *size are malloc'd arrays of *n. */
+static int index_read(const char *home, int64_t **ms, int64_t **size, size_t *n) {
+    *ms = *size = NULL;
+    *n = 0;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/log.idx", home);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : -1;
+    size_t cap = 0;
+    long long a, b;
+    while (fscanf(f, "%lld %lld", &a, &b) == 2) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int64_t *m2 = realloc(*ms, cap * sizeof **ms),
+                    *s2 = m2 ? realloc(*size, cap * sizeof **size) : NULL;
+            if (m2) *ms = m2;
+            if (!m2 || !s2) {
+                fclose(f);
+                return -1;
+            }
+            *size = s2;
+        }
+        (*ms)[*n] = a;
+        (*size)[(*n)++] = b;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The size at the index's last entry; -1 when it has none. */
+static int64_t index_last_size(const char *home) {
+    int64_t *ms, *size;
+    size_t n;
+    int64_t last = -1;
+    if (index_read(home, &ms, &size, &n) == 0 && n > 0) last = size[n - 1];
+    free(ms);
+    free(size);
+    return last;
+}
+
+static void log_index_tick(struct ev_loop *loop, ev_timer *t, int revents) {
+    (void)loop;
+    (void)revents;
+    pe *e = t->data;
+    int64_t now = wall_ms();
+    pthread_mutex_lock(&e->mu);
+    for (pe_wl *w = e->wls; w; w = w->next) {
+        struct stat sb;
+        if (!w->log_path || stat(w->log_path, &sb) != 0) continue;
+        if (w->indexed_size < 0) w->indexed_size = index_last_size(w->home);
+        if ((int64_t)sb.st_size == w->indexed_size) continue;
+        index_append(w->home, now, (int64_t)sb.st_size);
+        w->indexed_size = (int64_t)sb.st_size;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *pe_thread(void *arg) {
     pe *e = arg;
     struct ev_loop *loop = ev_default_loop(0);
@@ -945,6 +1024,10 @@ static void *pe_thread(void *arg) {
         ev_async_init(&e->wake, on_wake);
         e->wake.data = e;
         ev_async_start(loop, &e->wake);
+        double every = WK_ENGINE_LOG_INDEX_MS / 1000.0;
+        ev_timer_init(&e->index_timer, log_index_tick, every, every);
+        e->index_timer.data = e;
+        ev_timer_start(loop, &e->index_timer);
     }
     e->ready = true;
     pthread_cond_broadcast(&e->cv);
@@ -956,6 +1039,7 @@ static void *pe_thread(void *arg) {
         wl_stop_watchers(e, w);
     pthread_mutex_unlock(&e->mu);
     ev_async_stop(loop, &e->wake);
+    ev_timer_stop(loop, &e->index_timer);
     ev_loop_destroy(loop); /* gives SIGCHLD back to the process */
     return NULL;
 }
@@ -973,6 +1057,7 @@ static void wl_init_watchers(pe_wl *w) {
     w->restart_timer.data = w;
     ev_timer_init(&w->poll_timer, on_poll_timer, PE_ADOPT_POLL_S, PE_ADOPT_POLL_S);
     w->poll_timer.data = w;
+    w->indexed_size = -1;
 }
 
 static int wl_spawn_main(pe *e, pe_wl *w, pv_status *st) {
@@ -1472,6 +1557,7 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
         return pv_status_set(st, PV_INTERNAL, "workload %s: log %s: %s", w->id, w->log_path,
                              strerror(errno));
     close(log);
+    index_append(w->home, wall_ms(), 0); /* since a time before any output: from the start */
     if (wl_link_volumes(w, st) != PV_OK) return st->code;
     if (w->switch_user) {
         char owner[64];
@@ -1967,6 +2053,48 @@ static int pe_resume(void *impl, const char *id, pv_status *st) {
 
 /* ReallocResource in place: the new limits apply now (cgroup files, or the running process's
  * RLIMIT_AS through prlimit) and at every later start (the record). */
+static int pe_log_range(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
+                        int64_t *start, int64_t *end, pv_status *st) {
+    pe *e = impl;
+    *start = 0;
+    *end = -1;
+    pthread_mutex_lock(&e->mu);
+    pe_wl *w = wl_find(e, id);
+    char *home = w && w->home ? strdup(w->home) : NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (!w) return pv_status_set(st, PV_NOT_FOUND, "workload %s not found", id);
+    if (!home) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    int64_t *ms = NULL, *size = NULL;
+    size_t n = 0;
+    int rc =
+        index_read(home, &ms, &size, &n) == 0
+            ? PV_OK
+            : pv_status_set(st, PV_INTERNAL, "workload %s: its log index: %s", id, strerror(errno));
+    /* The bytes an entry adds were written in the tick before it: (ms - tick, ms]. since: from
+     * the size at the last entry no later than since (what follows may be up to a tick older
+     * than since); until: to the size at the first entry no earlier than until, or at the one
+     * before when that entry's whole tick came after until. With no such entry, what the log
+     * holds past the last entry came in the tick under way: after until when until is older
+     * than a tick, else it may not be (kept). */
+    for (size_t i = 0; rc == PV_OK && since_ms > 0 && i < n && ms[i] <= since_ms; i++)
+        *start = size[i];
+    bool found = false;
+    for (size_t i = 0; rc == PV_OK && until_ms > 0 && i < n; i++)
+        if (ms[i] >= until_ms) {
+            bool after = ms[i] - WK_ENGINE_LOG_INDEX_MS >= until_ms;
+            *end = !after ? size[i] : i > 0 ? size[i - 1] : 0;
+            found = true;
+            break;
+        }
+    if (rc == PV_OK && until_ms > 0 && !found && until_ms <= wall_ms() - WK_ENGINE_LOG_INDEX_MS)
+        *end = n > 0 ? size[n - 1] : 0;
+    if (*end >= 0 && *end < *start) *end = *start;
+    free(ms);
+    free(size);
+    free(home);
+    return rc;
+}
+
 static int pe_set_limits(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
                          pv_status *st) {
     pe *e = impl;
@@ -2147,4 +2275,5 @@ const wk_engine_vtbl wk_engine_process_vtbl = {
     .list = pe_list,
     .exec = pe_exec,
     .set_limits = pe_set_limits,
+    .log_range = pe_log_range,
 };

@@ -19,6 +19,7 @@
 #include "pv_b64.h"
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_time.h"
 #include "pv_resv.h"
 #include "pv_workload.h"
 #include "wk_agent.h"
@@ -633,14 +634,26 @@ static int emit_line(wk_op *op, const char *line, pv_status *st) {
     return wk_op_output(op, 2, fields, values, st);
 }
 
-/* How many of the workload's own lines to skip for "tail N" (engine notes do not count). */
-static long lines_to_skip(FILE *f, long tail, char *buf, size_t len) {
+/* How many of the workload's own lines (engine notes do not count) from f's position to end
+ * (-1: the end of the file) to skip for "tail N"; f is back where it was. */
+static long lines_to_skip(FILE *f, long tail, int64_t end, char *buf, size_t len) {
     if (tail < 0) return 0;
+    off_t at = ftello(f);
     long lines = 0;
-    while (fgets(buf, (int)len, f))
+    while ((end < 0 || ftello(f) < end) && fgets(buf, (int)len, f))
         if (!engine_note(buf)) lines++;
-    rewind(f);
+    fseeko(f, at, SEEK_SET);
     return lines > tail ? lines - tail : 0;
+}
+
+/* Puts f at the first whole line at or after byte start. */
+static void seek_line(FILE *f, int64_t start, char *buf, size_t len) {
+    if (start <= 0) return;
+    if (fseeko(f, (off_t)start - 1, SEEK_SET) != 0) return;
+    if (fgetc(f) != '\n') {
+        char *got = fgets(buf, (int)len, f); /* the rest of a line that began before start */
+        (void)got;
+    }
 }
 
 int wk_node_deploy_log(wk_op *op, pv_status *st) {
@@ -652,6 +665,9 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     const char *id = wk_op_param(op, "id"), *tail_text = wk_op_param(op, "tail");
     const char *follow_text = wk_op_param(op, "follow");
     bool follow = follow_text && strcmp(follow_text, "true") == 0;
+    const char *since_text = wk_op_param(op, "since_ms"), *until_text = wk_op_param(op, "until_ms");
+    int64_t since_ms = since_text ? strtoll(since_text, NULL, 10) : 0;
+    int64_t until_ms = until_text ? strtoll(until_text, NULL, 10) : 0;
     long tail = -1;
     if (tail_text && *tail_text && strcmp(tail_text, "all") != 0) {
         char *end = NULL;
@@ -669,15 +685,23 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
         return pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: the %s engine keeps no log", id,
                              wk_engine_type(engine));
     }
+    int64_t start = 0, end = -1;
+    if ((since_ms > 0 || until_ms > 0) &&
+        wk_engine_log_range(engine, id, since_ms, until_ms, &start, &end, st) != PV_OK) {
+        wk_engine_info_clear(&info);
+        return st->code;
+    }
     FILE *f = fopen(info.log_path, "r");
     wk_engine_info_clear(&info);
     if (!f) return pv_status_set(st, PV_NOT_FOUND, "workload %s has no log yet", id);
     char *line = malloc(LOG_MAX_LINE);
     int rc = line ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
-    long skip = line ? lines_to_skip(f, tail, line, LOG_MAX_LINE) : 0, n = 0;
+    if (line) seek_line(f, start, line, LOG_MAX_LINE);
+    long skip = line ? lines_to_skip(f, tail, end, line, LOG_MAX_LINE) : 0, n = 0;
     bool exited = false;
     int exit_code = 0;
     while (rc == PV_OK) {
+        if (end >= 0 && ftello(f) >= end) break; /* until */
         if (fgets(line, LOG_MAX_LINE, f)) {
             size_t len = strlen(line);
             if (len && line[len - 1] == '\n') line[len - 1] = '\0';
@@ -686,6 +710,8 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
             continue;
         }
         if (!follow) break;
+        /* following up to until: the lines of the tick after it may still come in */
+        if (until_ms > 0 && pv_time_now_ms() > until_ms + WK_ENGINE_LOG_INDEX_MS) break;
         clearerr(f);
         /* Follow while the workload runs; what it wrote before stopping is read first. */
         wk_engine_info now = {0};

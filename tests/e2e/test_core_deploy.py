@@ -469,7 +469,43 @@ class Remove(Base):
                                  core_pb2.LogStreamOptions(id=wid, since="2026-01-01")
                                  .SerializeToString())
         self.assertEqual(t.get("grpc-status"), "10711")
-        self.assertIn("since/until", t.get("grpc-message", ""))
+        self.assertIn('since: "2026-01-01" is not a time', t.get("grpc-message", ""))
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                      timeout=60))
+
+    def test_log_stream_since_until(self):
+        script = "echo a1; echo a2; sleep 4; echo b1; echo b2; sleep 30"
+        msgs = list(self.core.CreateWorkload(deploy(1, commands=("/bin/sh", "-c", script)),
+                                             timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        wid = msgs[0].id
+
+        def lines(**kw):
+            return [m.data.decode() for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=wid, **kw), timeout=30)]
+
+        deadline = time.monotonic() + 10
+        while lines() != ["a1", "a2"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # a moment after the a-lines (their index tick has passed), well before the b-lines
+        mid = time.time() + 1.5
+        deadline = time.monotonic() + 15
+        while lines()[-1:] != ["b2"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mid)) + \
+            ".%03dZ" % int((mid % 1) * 1000)
+        idx = open(os.path.join(self.stack.data_dir, "engine", msgs[0].nodename, wid,
+                                "log.idx")).read()
+        self.assertEqual(lines(since=stamp), ["b1", "b2"], (stamp, mid, idx))
+        self.assertEqual(lines(until=stamp), ["a1", "a2"], (stamp, mid, idx))
+        self.assertEqual(lines(since="%.3f" % mid, tail="1"), ["b2"])
+        self.assertEqual(lines(since="1h"), ["a1", "a2", "b1", "b2"])
+        self.assertEqual(lines(until="1h"), [])
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/LogStream",
+                                 core_pb2.LogStreamOptions(id=wid, since="1m", until="2h")
+                                 .SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "10711")
+        self.assertIn("is before since", t.get("grpc-message", ""))
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
                                       timeout=60))
 

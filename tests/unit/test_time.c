@@ -1,0 +1,77 @@
+/* pv_time_parse: the three forms, their edges, and what is refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pv_time.h"
+
+#define NOW 1796229307123LL /* 2026-12-02T16:35:07.123Z */
+
+static int64_t ok(const char *text) {
+    int64_t v = 0;
+    pv_status st;
+    if (pv_time_parse("since", text, NOW, &v, &st) != PV_OK) fail_msg("%s: %s", text, st.msg);
+    return v;
+}
+
+static void test_rfc3339(void **state) {
+    (void)state;
+    assert_int_equal(ok("2026-12-02T16:35:07Z"), 1796229307000LL);
+    assert_int_equal(ok("2026-12-02T16:35:07.5Z"), 1796229307500LL);
+    assert_int_equal(ok("2026-12-02T16:35:07.123456789Z"), 1796229307123LL);
+    assert_int_equal(ok("2026-12-02T18:35:07+02:00"), 1796229307000LL);
+    assert_int_equal(ok("2026-12-02t14:05:07-02:30"), 1796229307000LL);
+    assert_int_equal(ok("1970-01-01T00:00:00Z"), 0);
+}
+
+static void test_unix_and_durations(void **state) {
+    (void)state;
+    assert_int_equal(ok("1796229307"), 1796229307000LL);
+    assert_int_equal(ok("1796229307.25"), 1796229307250LL);
+    assert_int_equal(ok("10m"), NOW - 600000);
+    assert_int_equal(ok("1h30m"), NOW - 5400000);
+    assert_int_equal(ok("1.5h"), NOW - 5400000);
+    assert_int_equal(ok("45s"), NOW - 45000);
+    assert_int_equal(ok("500ms"), NOW - 500);
+}
+
+static void test_refused(void **state) {
+    (void)state;
+    const char *bad[] = {"",
+                         "yesterday",
+                         "2026-12-02",
+                         "10mins",
+                         "10",
+                         "-5m",
+                         "2026-12-02T16:35:07",
+                         "1.x",
+                         "2026-13-02T16:35:07Z",
+                         "2026-12-02T16:35:07+0200",
+                         "m",
+                         "1796229307."};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v;
+        pv_status st;
+        int rc = pv_time_parse("until", bad[i], NOW, &v, &st);
+        if (strcmp(bad[i], "10") == 0) { /* bare digits are Unix seconds */
+            assert_int_equal(rc, PV_OK);
+            assert_int_equal(v, 10000);
+            continue;
+        }
+        if (rc != PV_INVALID_ARGUMENT) fail_msg("\"%s\" was taken (%lld)", bad[i], (long long)v);
+        assert_non_null(strstr(st.msg, "until: \""));
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_unix_and_durations),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
