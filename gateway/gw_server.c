@@ -15,6 +15,7 @@
  */
 #include "gw_server.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -326,13 +327,19 @@ int gw_call_send(gw_call *c, const ProtobufCMessage *m) {
 }
 
 void gw_call_finish(gw_call *c, int code, const char *details) {
+    /* An HTTP/2 field value must not begin or end with whitespace: clients (nghttp2 among them)
+     * drop a grpc-message that does, and with it the cause. */
+    size_t len = details ? strlen(details) : 0;
+    while (len && isspace((unsigned char)*details))
+        details++, len--;
+    while (len && isspace((unsigned char)details[len - 1]))
+        len--;
     pthread_mutex_lock(&c->mu);
     if (!c->finish_queued) {
         c->finish_queued = true;
         c->status_code = code;
         grpc_slice_unref(c->status_slice);
-        c->status_slice =
-            details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
+        c->status_slice = len ? grpc_slice_from_copied_buffer(details, len) : grpc_empty_slice();
         send_next_locked(c);
     }
     pthread_mutex_unlock(&c->mu);

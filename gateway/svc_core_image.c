@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "pb/core.pb-c.h"
-#include "pv_log.h"
 #include "pv_b64.h"
+#include "pv_build.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
@@ -244,13 +244,21 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
         gw_call_finish(call, ERU_BUILD_IMAGE, "name: image name is empty");
         return;
     }
+    json_t *scm = NULL;
     if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__SCM) {
-        gw_call_finish(call, ERU_BUILD_IMAGE,
-                       "build_method SCM: no SCM is configured on this control plane; build from "
-                       "a tar (RAW) or a workload (EXIST)");
-        return;
+        if (!app->cfg.git.scm_type || !*app->cfg.git.scm_type) {
+            gw_call_finish(call, ERU_BUILD_IMAGE,
+                           "build_method SCM: no SCM is configured on this control plane (set "
+                           "git.scm_type); build from a tar (RAW) or a workload (EXIST)");
+            return;
+        }
+        if (pv_build_scm_params(o->builds, &scm, &st) != PV_OK) {
+            gw_call_finishf(call, ERU_BUILD_IMAGE, "%s", st.msg);
+            return;
+        }
     }
     if (!r) {
+        json_decref(scm);
         gw_call_finish(call, ERU_BUILD_IMAGE, "no Redis connection on this gateway thread");
         return;
     }
@@ -270,7 +278,10 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     json_t *params = json_pack("{s:O}", "refs", refs);
     char *node = NULL;
     int rc = PV_OK;
-    if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__RAW) {
+    if (scm) {
+        json_object_set_new(params, "builds", scm);
+        rc = idle_node(r, &app->keys, app->cfg.worker.build_pod, &node, &st);
+    } else if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__RAW) {
         char *b64 = NULL;
         if (o->tar.len == 0)
             rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "tar: empty for build_method RAW");
@@ -294,21 +305,26 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     if (rc == PV_OK)
         rc = svc_nodeop_submit(app, r, node, "image.build_on_node", params, 1, op_id, &st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
-    if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "%s",
-                           rec.error_message ? rec.error_message : "build failed");
+    /* the build's log lines (SCM builds), then one message per image reference; a failed
+     * build's log comes before its error */
+    bool failed = rc == PV_OK && rec.status != PV_OP_SUCCEEDED;
     pv_op_output *out = NULL;
     size_t n = 0;
-    if (rc == PV_OK) rc = pv_op_output_read(r, &app->keys, op_id, "0", 1000, 0, &out, &n, &st);
+    if (rc == PV_OK) rc = pv_op_output_read(r, &app->keys, op_id, "0", 5000, 0, &out, &n, &st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         Pb__BuildImageMessage m = PB__BUILD_IMAGE_MESSAGE__INIT;
-        m.id = (char *)svc_nodeop_value(&out[i], "id");
-        m.status = "finished";
-        m.progress = (char *)svc_nodeop_value(&out[i], "ref");
+        bool log = strcmp(svc_nodeop_value(&out[i], "type"), "log") == 0;
+        if (failed && !log) continue;
+        m.id = log ? "" : (char *)svc_nodeop_value(&out[i], "id");
+        m.status = log ? "building" : "finished";
+        m.progress = log ? "" : (char *)svc_nodeop_value(&out[i], "ref");
         m.stream = (char *)svc_nodeop_value(&out[i], "stream");
         if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
     }
     pv_op_output_free(out, n);
+    if (rc == PV_OK && failed)
+        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "%s",
+                           rec.error_message ? rec.error_message : "build failed");
     pv_op_clear(&rec);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);

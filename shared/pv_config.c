@@ -85,6 +85,8 @@ static const key_def keys[] = {
     STR("worker.image_dir", worker.image_dir, "", 0),
     STR("worker.registry_dir", worker.registry_dir, "", 0),
     STR("worker.build_pod", worker.build_pod, "local", 0),
+    STR("git.scm_type", git.scm_type, "", 0),
+    STR("git.private_key", git.private_key, "", 0),
     INT("worker.status_interval_seconds", worker.status_interval_seconds, "5", 1, 3600),
     INT("worker.concurrency", worker.concurrency, "8", 1, 256),
     INT("worker.lease_ms", worker.lease_ms, "10000", 100, INT_MAX),
@@ -540,6 +542,12 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "gateway.tls_cert: is required with gateway.tls_key (\"%.*s%s\")",
                              SHOWN(key));
+    const char *scm = c->git.scm_type ? c->git.scm_type : "";
+    if (*scm && strcmp(scm, "git") != 0 && strcmp(scm, "github") != 0 && strcmp(scm, "gitlab") != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "git.scm_type: \"%.*s%s\" is not git, github or gitlab (or empty: "
+                             "no SCM builds)",
+                             SHOWN(scm));
     return validate_auth(c, st);
 }
 

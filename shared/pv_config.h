@@ -82,6 +82,12 @@ typedef struct pv_config {
     } worker;
 
     struct {
+        char *scm_type;    /* git.scm_type: BuildImage's SCM method clones with git(1) when set
+                              ("git", or Eru's "github"/"gitlab"); "" refuses SCM builds ("") */
+        char *private_key; /* git.private_key: the SSH key the build nodes clone with ("") */
+    } git;
+
+    struct {
         int retention_seconds; /* ops.retention_seconds: finished operations expire (7 d) */
         int events_maxlen;     /* ops.events_maxlen: approximate cap of the events stream
                                   (100000) */

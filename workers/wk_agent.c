@@ -45,6 +45,7 @@ struct wk_agent {
     wk_virt *virt;      /* virt nodes: networks and raw operations (wk_engine_virt.h) */
     char endpoint[512]; /* worker.endpoint: what the node is registered with */
     char image_dir[PATH_MAX], registry_dir[PATH_MAX];
+    char git_key[PATH_MAX]; /* git.private_key */
     char engine_error[PV_STATUS_MSG_MAX];
 };
 
@@ -52,6 +53,7 @@ struct wk_agent {
  * store in worker.image_dir (default <data_dir>/images). */
 static void open_engine(wk_agent *a, const pv_config *cfg) {
     char state[PATH_MAX];
+    snprintf(a->git_key, sizeof a->git_key, "%s", cfg->git.private_key ? cfg->git.private_key : "");
     char *images = a->image_dir;
     snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->worker.endpoint);
     snprintf(state, sizeof state, "%s/engine/%s", cfg->data_dir, a->node);
@@ -87,6 +89,14 @@ const char *wk_agent_node(const wk_agent *a) {
 
 wk_virt *wk_agent_virt(wk_agent *a) {
     return a ? a->virt : NULL;
+}
+
+const char *wk_agent_data_dir(const wk_agent *a) {
+    return a->data_dir;
+}
+
+const char *wk_agent_git_key(const wk_agent *a) {
+    return a->git_key;
 }
 
 const char *wk_agent_image_dir(const wk_agent *a) {

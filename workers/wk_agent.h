@@ -40,6 +40,10 @@ struct wk_virt *wk_agent_virt(wk_agent *a);
 /* The node's image store (worker.image_dir) and the registry CacheImage copies from
  * (worker.registry_dir). */
 const char *wk_agent_image_dir(const wk_agent *a);
+/* The agent's data directory (BuildImage works under <data_dir>/build). */
+const char *wk_agent_data_dir(const wk_agent *a);
+/* git.private_key: the SSH key SCM builds clone with ("" = git's own configuration). */
+const char *wk_agent_git_key(const wk_agent *a);
 const char *wk_agent_registry_dir(const wk_agent *a);
 
 /* A pv_presence tick: reports the engine info, registers the node if not yet done (and

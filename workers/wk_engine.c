@@ -138,3 +138,17 @@ int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t 
                              e->v->type);
     return e->v->log_range(e->impl, id, since_ms, until_ms, start, end, st);
 }
+
+int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char *const *env,
+                  const char *cwd, int timeout_ms, int *exit_code, char **output,
+                  size_t *output_len, pv_status *st) {
+    *exit_code = -1;
+    *output = NULL;
+    *output_len = 0;
+    if (!e->v->run)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "the %s engine runs no programs of the node (builds need a "
+                             "process:// node)",
+                             e->v->type);
+    return e->v->run(e->impl, argv, argc, env, cwd, timeout_ms, exit_code, output, output_len, st);
+}

@@ -156,6 +156,16 @@ int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t
  * each workload's log when it starts. */
 const char *wk_engine_process_limits(void);
 
+/* Runs a program of the node itself, outside any workload (BuildImage's git and build steps):
+ * argv in cwd with env ("KEY=VALUE", NULL-terminated; NULL = PATH only) as the agent's user, in
+ * a process group of its own, waiting at most timeout_ms (<= 0: no limit). *exit_code and the
+ * combined output (caller frees *output; at most 1 MiB kept) as for wk_engine_exec; past the
+ * timeout the group is killed and the call answers DEADLINE_EXCEEDED. Engines that leave the
+ * node's processes to nobody (virt) answer UNIMPLEMENTED. */
+int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char *const *env,
+                  const char *cwd, int timeout_ms, int *exit_code, char **output,
+                  size_t *output_len, pv_status *st);
+
 /* LogStream's since/until: the byte range of the workload's log written between since_ms and
  * until_ms (wall-clock ms; <= 0 = open), at the engine's index granularity
  * (WK_ENGINE_LOG_INDEX_MS: a range may take in up to that much more on each side). *start is a

@@ -2261,6 +2261,40 @@ static int pe_exec(void *impl, const char *id, const char *const *argv, size_t a
     return PV_OK;
 }
 
+static int pe_run(void *impl, const char *const *argv, size_t argc, const char *const *env,
+                  const char *cwd, int timeout_ms, int *exit_code, char **output,
+                  size_t *output_len, pv_status *st) {
+    pe *e = impl;
+    if (argc == 0 || !argv || !argv[0] || !*argv[0])
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "run: empty command");
+    pe_job job;
+    memset(&job, 0, sizeof job);
+    size_t nenv = 0;
+    while (env && env[nenv])
+        nenv++;
+    const char *path_only[] = {PE_DEFAULT_PATH};
+    if (strv_dup(&job.sp.argv, argv, argc) != 0 ||
+        strv_dup(&job.sp.env, env ? env : path_only, env ? nenv : 1) != 0 ||
+        !(job.sp.cwd = strdup(cwd ? cwd : "/"))) {
+        spawn_clear(&job.sp);
+        return pv_status_set(st, PV_INTERNAL, "%s: out of memory", argv[0]);
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        spawn_clear(&job.sp);
+        return pv_status_set(st, PV_INTERNAL, "%s: pipe: %s", argv[0], strerror(errno));
+    }
+    job.sp.out_fd = p[1];
+    bool timed_out;
+    int rc = job_run(e, &job, p[0], timeout_ms, exit_code, output, output_len, &timed_out, st);
+    if (rc != PV_OK) return rc;
+    if (timed_out)
+        return pv_status_set(st, PV_DEADLINE_EXCEEDED,
+                             "%s still running after %d ms; its process group was killed", argv[0],
+                             timeout_ms);
+    return PV_OK;
+}
+
 const wk_engine_vtbl wk_engine_process_vtbl = {
     .type = "process",
     .open = pe_open,
@@ -2276,4 +2310,5 @@ const wk_engine_vtbl wk_engine_process_vtbl = {
     .exec = pe_exec,
     .set_limits = pe_set_limits,
     .log_range = pe_log_range,
+    .run = pe_run,
 };

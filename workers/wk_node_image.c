@@ -21,6 +21,8 @@
 #include "wk_engine.h"
 #include "wk_files.h"
 #include "wk_image.h"
+#include "wk_untar.h"
+#include "pv_log.h"
 
 static wk_agent *agent_of(wk_op *op, pv_status *st) {
     wk_agent *a = wk_op_context(op);
@@ -216,6 +218,238 @@ static int write_file(const char *path, const void *data, size_t len, char *msg,
     return ok;
 }
 
+/* ---- SCM builds ----
+ * Each stage of builds.stages runs in a root of its own under <data_dir>/build/<op>/<stage>:
+ * the base image unpacked (an image of this node's store; none or "scratch": empty), the repo
+ * cloned at version and copied into <root>/<dir> without its .git, then each command run with
+ * sh -c in <root>/<dir> with envs and args in its environment. A stage's artifacts (path in its
+ * root -> path in the next stage's root) are copied into the next stage; the last stage's root
+ * is the image. Every program's output goes to the operation's output as build log lines. */
+
+#define BUILD_STEP_TIMEOUT_MS (10 * 60 * 1000)
+#define BUILD_LOG_LINES_MAX 2000
+
+typedef struct build_ctx {
+    wk_op *op;
+    wk_agent *agent;
+    wk_engine *engine;
+    char work[PATH_MAX];
+    size_t log_lines;
+} build_ctx;
+
+static int build_log(build_ctx *b, const char *text, size_t len, pv_status *st) {
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (b->log_lines++ < BUILD_LOG_LINES_MAX) {
+            char *line = strndup(p, n);
+            if (!line) return pv_status_set(st, PV_INTERNAL, "out of memory");
+            const char *fields[] = {"type", "stream"}, *values[] = {"log", line};
+            int rc = wk_op_output(b->op, 2, fields, values, st);
+            free(line);
+            if (rc != PV_OK) return rc;
+        }
+        p += n + 1;
+    }
+    return PV_OK;
+}
+
+/* Runs one build step; a non-zero exit fails the build with the end of its output. */
+static int build_run(build_ctx *b, const char *what, const char *const *argv, size_t argc,
+                     const char *const *env, const char *cwd, pv_status *st) {
+    int code = -1;
+    char *out = NULL;
+    size_t len = 0;
+    int rc = wk_engine_run(b->engine, argv, argc, env, cwd, BUILD_STEP_TIMEOUT_MS, &code, &out,
+                           &len, st);
+    if (out && len && build_log(b, out, len, st) != PV_OK) rc = st->code;
+    if (rc == PV_OK && code != 0) {
+        /* the end of its output, on one line */
+        char *tail = out && len > 300 ? out + len - 300 : out ? out : "";
+        for (char *c = tail; *c; c++)
+            if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+        while (*tail == ' ')
+            tail++;
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s exited with %d%s%s", what, code,
+                           *tail ? ": " : "", tail);
+    } else if (rc != PV_OK && rc != PV_ABORTED) {
+        pv_status_prefix(st, "%s", what);
+    }
+    free(out);
+    return rc;
+}
+
+static int build_shell(build_ctx *b, const char *what, const char *script, const char *cwd,
+                       const char *const *env, pv_status *st) {
+    const char *argv[] = {"/bin/sh", "-c", script};
+    return build_run(b, what, argv, 3, env, cwd, st);
+}
+
+/* A path inside root: rel without leading '/' (".." was refused by the gateway). */
+static void inside(char *out, size_t cap, const char *root, const char *rel) {
+    while (rel && *rel == '/')
+        rel++;
+    snprintf(out, cap, "%s/%s", root, rel && *rel ? rel : "");
+}
+
+/* envs and args of a build as "KEY=VALUE" (PATH first unless they set it); NULL-terminated. */
+static char **build_env(json_t *build) {
+    json_t *all = json_object();
+    json_object_set_new(
+        all, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    json_object_update(all, json_object_get(build, "args"));
+    json_object_update(all, json_object_get(build, "envs"));
+    char **env = calloc(json_object_size(all) + 1, sizeof *env);
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(all, k, v) {
+        if (env &&
+            asprintf(&env[n], "%s=%s", k, json_string_value(v) ? json_string_value(v) : "") >= 0)
+            n++;
+    }
+    json_decref(all);
+    return env;
+}
+
+static void env_free(char **env) {
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+static int build_stage(build_ctx *b, const char *stage, json_t *build, const char *root,
+                       const char *next_root, pv_status *st) {
+    char path[PATH_MAX], dir[PATH_MAX];
+    const char *base = json_string_value(json_object_get(build, "base"));
+    const char *repo = json_string_value(json_object_get(build, "repo"));
+    const char *version = json_string_value(json_object_get(build, "version"));
+    const char *subdir = json_string_value(json_object_get(build, "dir"));
+    bool submodule = json_is_true(json_object_get(build, "submodule"));
+    int rc = PV_OK;
+    if (base && *base && strcmp(base, "scratch") != 0) {
+        char *image = NULL;
+        rc = wk_image_path(wk_agent_image_dir(b->agent), base, &image, st);
+        if (rc == PV_OK) {
+            rc = wk_untar_extract(image, root, false, st);
+            if (rc == PV_UNIMPLEMENTED) {
+                const char *argv[] = {"tar", "-xf", image, "-C", root};
+                rc = build_run(b, "unpacking the base image", argv, 5, NULL, root, st);
+            }
+            if (rc == PV_NOT_FOUND)
+                pv_status_set(st, PV_FAILED_PRECONDITION,
+                              "stage %s: base image %s is not in node %s's store", stage, base,
+                              wk_agent_node(b->agent));
+        }
+        free(image);
+        if (rc != PV_OK) return rc;
+    }
+    inside(dir, sizeof dir, root, subdir);
+    if (rc == PV_OK) {
+        const char *argv[] = {"mkdir", "-p", dir};
+        rc = build_run(b, "mkdir", argv, 3, NULL, root, st);
+    }
+    if (rc == PV_OK && repo && *repo) {
+        if (snprintf(path, sizeof path, "%s/%s.src", b->work, stage) >= (int)sizeof path)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "stage %s: name too long", stage);
+        char ssh[PATH_MAX + 64] = "";
+        if (*wk_agent_git_key(b->agent))
+            snprintf(ssh, sizeof ssh, "GIT_SSH_COMMAND=ssh -i %s -o IdentitiesOnly=yes",
+                     wk_agent_git_key(b->agent));
+        const char *git_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "GIT_TERMINAL_PROMPT=0",
+                                 ssh[0] ? ssh : NULL, NULL};
+        const char *clone[] = {
+            "git",     "clone",
+            "--quiet", submodule ? "--recurse-submodules" : "--no-recurse-submodules",
+            "--",      repo,
+            path};
+        rc = build_run(b, "git clone", clone, 7, git_env, b->work, st);
+        if (rc == PV_OK && version && *version) {
+            const char *co[] = {"git", "-C", path, "checkout", "--quiet", "--detach", version};
+            rc = build_run(b, "git checkout", co, 7, git_env, b->work, st);
+            if (rc == PV_OK && submodule) {
+                const char *sm[] = {"git",     "-C",     path,     "submodule",
+                                    "--quiet", "update", "--init", "--recursive"};
+                rc = build_run(b, "git submodule update", sm, 8, git_env, b->work, st);
+            }
+        }
+        if (rc == PV_OK) {
+            char script[3 * PATH_MAX];
+            snprintf(script, sizeof script, "cp -a -- \"$0\"/. \"$1\"/ && rm -rf -- \"$1\"/.git");
+            const char *argv[] = {"/bin/sh", "-c", script, path, dir};
+            rc = build_run(b, "copying the source", argv, 5, NULL, b->work, st);
+        }
+    }
+    char **env = rc == PV_OK ? build_env(build) : NULL;
+    size_t i;
+    json_t *cmd;
+    json_array_foreach(json_object_get(build, "commands"), i, cmd) {
+        if (rc != PV_OK) break;
+        char what[128];
+        snprintf(what, sizeof what, "stage %s command %zu", stage, i + 1);
+        rc = build_shell(b, what, json_string_value(cmd) ? json_string_value(cmd) : "true", dir,
+                         (const char *const *)env, st);
+    }
+    env_free(env);
+    const char *from;
+    json_t *to;
+    json_object_foreach(json_object_get(build, "artifacts"), from, to) {
+        if (rc != PV_OK || !next_root) break;
+        char src[PATH_MAX], dst[PATH_MAX];
+        inside(src, sizeof src, root, from);
+        inside(dst, sizeof dst, next_root, json_string_value(to));
+        const char *argv[] = {"/bin/sh", "-c",
+                              "mkdir -p -- \"$(dirname -- \"$1\")\" && cp -a -- \"$0\" \"$1\"", src,
+                              dst};
+        char what[PATH_MAX + 32];
+        snprintf(what, sizeof what, "stage %s artifact %s", stage, from);
+        rc = build_run(b, what, argv, 5, NULL, root, st);
+    }
+    return rc;
+}
+
+/* The image of an SCM build: a tar of the last stage's root (*tar malloc'd). */
+static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t *len,
+                     pv_status *st) {
+    build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
+    if (!b.engine)
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "node %s has no engine", wk_agent_node(a));
+    json_t *stages = json_object_get(builds, "stages");
+    size_t n = json_array_size(stages);
+    if (n == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "builds.stages: empty");
+    snprintf(b.work, sizeof b.work, "%s/build/%s", wk_agent_data_dir(a), wk_op_record(op)->id);
+    char clean[PATH_MAX + 16];
+    snprintf(clean, sizeof clean, "%s", b.work);
+    const char *rm[] = {"rm", "-rf", "--", clean};
+    const char *mk[] = {"mkdir", "-p", b.work};
+    int rc = build_run(&b, "cleaning the build directory", rm, 4, NULL, "/", st);
+    if (rc == PV_OK) rc = build_run(&b, "mkdir", mk, 3, NULL, "/", st);
+    char(*roots)[PATH_MAX] = calloc(n, sizeof *roots);
+    if (!roots) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (snprintf(roots[i], PATH_MAX, "%s/%s.root", b.work,
+                     json_string_value(json_array_get(stages, i))) >= PATH_MAX) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "builds.stages[%zu]: name too long", i);
+            break;
+        }
+        const char *argv[] = {"mkdir", "-p", roots[i]};
+        rc = build_run(&b, "mkdir", argv, 3, NULL, "/", st);
+    }
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const char *stage = json_string_value(json_array_get(stages, i));
+        json_t *build = json_object_get(json_object_get(builds, "builds"), stage);
+        rc = build_stage(&b, stage, build, roots[i], i + 1 < n ? roots[i + 1] : NULL, st);
+        if (rc != PV_OK && rc != PV_ABORTED) pv_status_prefix(st, "stage %s", stage);
+    }
+    if (rc == PV_OK) rc = wk_files_tar_root(roots[n - 1], tar, len, st);
+    free(roots);
+    pv_status cst;
+    if (build_run(&b, "cleaning the build directory", rm, 4, NULL, "/", &cst) != PV_OK)
+        pv_warn("build %s: %s", wk_op_record(op)->id, cst.msg);
+    return rc;
+}
+
 int wk_node_image_build(wk_op *op, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
@@ -225,8 +459,11 @@ int wk_node_image_build(wk_op *op, pv_status *st) {
     unsigned char *tar = NULL;
     size_t len = 0;
     int rc = PV_OK;
+    json_t *builds = json_object_get(params, "builds");
     if (b64) {
         rc = pv_b64_decode("tar", b64, &tar, &len, st);
+    } else if (builds) {
+        rc = build_scm(op, a, builds, (char **)&tar, &len, st);
     } else if (exist && wk_agent_engine(a)) {
         wk_engine_info info = {0};
         rc = wk_engine_inspect(wk_agent_engine(a), exist, &info, st);

@@ -41,7 +41,9 @@ Classes:
   Images   ListImage per node (ids are the archives' SHA-256, filter is a glob), CacheImage from
            the registry directory, RemoveImage with prune; failures per image. BuildImage RAW
            (on the build pod's most idle node, every tag, pushed to the registry) and EXIST (a
-           workload's tree as it is), then a deploy from the built image; SCM is refused (1071).
+           workload's tree as it is) and SCM (git.scm_type set: stages cloned from a local repository at
+           a tag, built with commands, artifacts carried to the next stage), then deploys from
+           the built images; bad SCM requests and failing steps answer 1071 naming the cause.
   Race     deploys raced from both gateways at once never overcommit: exactly the pod's capacity
            for the request is created, every other deploy is refused with 1074 "need: 1,
            available: 0", and afterwards nothing more fits.
@@ -53,6 +55,7 @@ import grpc
 import itertools
 import json
 import socket
+import subprocess
 import os
 import tarfile
 import tempfile
@@ -71,7 +74,8 @@ def setUpModule():
     global _stack
     _stack = pvtest.Stack(gateways=2, workers=2, schedulers=2,
                           agents=[(n, "dp") for n in NODES],
-                          config={"worker": {"build_pod": "dp", "status_interval_seconds": 1}})
+                          config={"worker": {"build_pod": "dp", "status_interval_seconds": 1},
+                                  "git": {"scm_type": "git"}})
     _stack.start()
     make_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
@@ -316,7 +320,87 @@ class Images(Base):
         t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/BuildImage", core_pb2.BuildImageOptions(
             name="x", build_method=core_pb2.BuildImageOptions.SCM).SerializeToString())
         self.assertEqual(t.get("grpc-status"), "1071")
-        self.assertIn("SCM", t.get("grpc-message", ""))
+        self.assertIn("builds.stages: an SCM build needs at least one stage",
+                      t.get("grpc-message", ""))
+
+    def make_repo(self):
+        """A git repository with tag v1 (app.sh prints its build's files) and a later commit."""
+        repo = tempfile.mkdtemp(prefix="pv-scm-", dir=self.stack.tmpdir)
+        def git(*args):
+            subprocess.run(["git", "-C", repo] + list(args), check=True, capture_output=True,
+                           env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e",
+                                    GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e"))
+        git("init", "-q", "-b", "main")
+        with open(os.path.join(repo, "app.sh"), "w") as f:
+            f.write("cat app/out.txt app/greet.txt\nsleep 30\n")
+        git("add", "app.sh")
+        git("commit", "-q", "-m", "v1")
+        git("tag", "v1")
+        with open(os.path.join(repo, "app.sh"), "w") as f:
+            f.write("echo this is v2\nsleep 30\n")
+        git("commit", "-q", "-am", "v2")
+        return repo
+
+    def scm(self, name, stages):
+        builds = core_pb2.Builds(stages=[s for s, _ in stages])
+        for stage, b in stages:
+            builds.builds[stage].CopyFrom(b)
+        return core_pb2.BuildImageOptions(name=name, tags=["v1"], builds=builds,
+                                          build_method=core_pb2.BuildImageOptions.SCM)
+
+    def test_build_scm_in_stages_then_deploy(self):
+        repo = self.make_repo()
+        compile_stage = core_pb2.Build(
+            repo="file://" + repo, version="v1", dir="src",
+            commands=["echo built > out.txt", "echo $GREETING > greet.txt", "echo compiling"],
+            envs={"GREETING": "hi"},
+            artifacts={"/src/out.txt": "/app/out.txt", "/src/greet.txt": "/app/greet.txt",
+                       "/src/app.sh": "/app/app.sh"})
+        run_stage = core_pb2.Build(commands=["test -f app/out.txt", "test ! -e src"])
+        got = list(self.core.BuildImage(self.scm("scm/app", [("compile", compile_stage),
+                                                             ("run", run_stage)]), timeout=120))
+        self.assertIn("compiling", [m.stream for m in got if m.status == "building"])
+        self.assertEqual([m.progress for m in got if m.status == "finished"], ["scm/app:v1"])
+        with tarfile.open(os.path.join(self.stack.data_dir, "registry", "scm", "app",
+                                       "v1.tar")) as t:
+            names = t.getnames()
+        self.assertIn("app/app.sh", names)
+        self.assertFalse([n for n in names if n.startswith("src") or ".git" in n], names)
+        msgs = list(self.core.CreateWorkload(deploy(1, image="scm/app:v1",
+                                                    commands=("/bin/sh", "app/app.sh")),
+                                             timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        deadline = time.monotonic() + 10
+        lines = []
+        while lines != ["built", "hi"] and time.monotonic() < deadline:
+            lines = [m.data.decode() for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=msgs[0].id), timeout=30)]
+            time.sleep(0.1)
+        self.assertEqual(lines, ["built", "hi"])  # v1's app.sh, not v2's
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
+                                                                     force=True), timeout=60))
+
+    def test_build_scm_failures(self):
+        repo = self.make_repo()
+        failing = core_pb2.Build(repo="file://" + repo, commands=["echo before", "exit 7"])
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/BuildImage",
+                                 self.scm("scm/bad", [("only", failing)]).SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1071")
+        self.assertIn("stage only: stage only command 2 exited with 7", t.get("grpc-message", ""), t)
+        for stages, want in (
+                ([("a", core_pb2.Build(commands=["true"]))], "needs a repository"),
+                ([("a", core_pb2.Build(repo="file://" + repo, dir="../up"))], "leaves"),
+                ([("a/b", core_pb2.Build(repo="file://" + repo))], "is not a stage name"),
+                ([("a", core_pb2.Build(repo="--upload-pack=x"))], "looks like an option")):
+            t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/BuildImage",
+                                     self.scm("scm/bad", stages).SerializeToString())
+            self.assertEqual(t.get("grpc-status"), "1071", stages)
+            self.assertIn(want, t.get("grpc-message", ""))
+        missing = core_pb2.Build(repo="file://" + repo + "-missing")
+        t = pvtest.grpc_trailers(self.addr, "/pb.CoreRPC/BuildImage",
+                                 self.scm("scm/bad", [("a", missing)]).SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1071")
+        self.assertIn("git clone exited with", t.get("grpc-message", ""))
 
 
 class Race(Base):

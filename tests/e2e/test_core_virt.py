@@ -98,6 +98,14 @@ class Virt(unittest.TestCase):
         t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="dominfo"))
         self.assertEqual(t.get("grpc-status"), "1057")  # the workload is gone
 
+    def test_scm_build_needs_git_scm_type(self):
+        t = self.trailers("BuildImage", core_pb2.BuildImageOptions(
+            name="x", build_method=core_pb2.BuildImageOptions.SCM,
+            builds=core_pb2.Builds(stages=["a"])))
+        self.assertEqual(t.get("grpc-status"), "1071")
+        self.assertIn("no SCM is configured on this control plane (set git.scm_type)",
+                      t.get("grpc-message", ""))
+
     def test_process_node_has_no_networks(self):
         image = pvtest.os.path.join(self.stack.data_dir, "images", "disk", "1.tar")
         pvtest.os.makedirs(pvtest.os.path.dirname(image), exist_ok=True)

@@ -571,6 +571,8 @@ static void test_validate_tls_and_listen(void **state) {
     expect_invalid(cert_only, "gateway.tls_key: is required with gateway.tls_cert");
     const char *key_only[] = {"gateway.tls_key", "/etc/pv/key.pem", NULL};
     expect_invalid(key_only, "gateway.tls_cert: is required with gateway.tls_key");
+    const char *bad_scm[] = {"git.scm_type", "svn", NULL};
+    expect_invalid(bad_scm, "git.scm_type: \"svn\" is not git, github or gitlab");
     const char *no_listen[] = {"gateway.listen", " , ", NULL};
     expect_invalid(no_listen, "gateway.listen: at least one address is required");
     const char *no_addr[] = {"redis.addr", "", NULL};
