@@ -9,6 +9,8 @@
 #include "svc_core_deploy.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,7 @@
 
 struct svc_core_deploy {
     gw_app *app;
+    atomic_int sessions; /* interactive ExecuteWorkload sessions running */
     gw_method methods[N_METHODS];
     gw_method run_and_wait, execute, send_large_file;
 };
@@ -1440,26 +1443,28 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
 
 /* ---- ExecuteWorkload ------------------------------------------------------------------------ */
 
-static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const char *stdin_b64,
-                   pv_status *st) {
+/* Submits the exec of o on its workload's node: op_id (PV_ID_MAX) names it; *w is the workload
+ * (pv_workload_clear). interactive: the command's input and output stream while it runs. */
+static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool interactive,
+                       char *op_id, pv_workload *w, pv_status *st) {
+    memset(w, 0, sizeof *w);
     if (o->n_commands == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "commands: required");
     pv_redis *r = gw_app_redis(call);
     if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
     gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
-    pv_workload w;
-    if (pv_workload_get(r, &app->keys, o->workload_id, &w, st) != PV_OK) return st->code;
+    if (pv_workload_get(r, &app->keys, o->workload_id, w, st) != PV_OK) return st->code;
     json_t *cmds = json_array(), *envs = json_array();
     for (size_t i = 0; cmds && i < o->n_commands; i++)
         json_array_append_new(cmds, json_string(o->commands[i]));
     for (size_t i = 0; envs && i < o->n_envs; i++)
         json_array_append_new(envs, json_string(o->envs[i]));
-    json_t *params = json_pack("{s:s, s:o, s:o, s:s}", "id", w.id, "commands", cmds, "envs", envs,
-                               "workdir", o->workdir ? o->workdir : "");
-    if (params && stdin_b64) json_object_set_new(params, "stdin", json_string(stdin_b64));
+    json_t *params =
+        json_pack("{s:s, s:o, s:o, s:s, s:b}", "id", w->id, "commands", cmds, "envs", envs,
+                  "workdir", o->workdir ? o->workdir : "", "interactive", interactive);
     char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
     json_decref(params);
     char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", w.node);
+    snprintf(queue, sizeof queue, "node:%s", w->node);
     pv_id_new("exec", target, sizeof target);
     /* One attempt: a command is not run twice behind the client's back. */
     pv_op_submit_req req = {.kind = "workload.exec_on_node",
@@ -1474,12 +1479,20 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const cha
     int rc = text ? pv_op_submit(r, &app->keys, &oo, &req, &rec, &existed, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
+    if (rc == PV_OK) snprintf(op_id, PV_ID_MAX, "%s", rec.id);
+    pv_op_clear(&rec);
+    return rc;
+}
+
+/* A command without input: submitted, waited for, its output and exit code sent. */
+static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status *st) {
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_workload w;
     char op_id[PV_ID_MAX] = "";
-    if (rc == PV_OK) {
-        snprintf(op_id, sizeof op_id, "%s", rec.id);
-        pv_op_clear(&rec);
-        rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
-    }
+    pv_op rec = {0};
+    int rc = submit_exec(call, o, false, op_id, &w, st);
+    pv_redis *r = gw_app_redis(call);
+    if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
     if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
                            rec.error_message && *rec.error_message ? rec.error_message
@@ -1512,103 +1525,213 @@ static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const cha
 /* What an ExecuteWorkload call has read: its options (packed: the framework frees the message)
  * and, with open_stdin, the input of the later messages (repl_cmd). */
 typedef struct exec_call {
-    uint8_t *options;
-    size_t options_len;
     bool open_stdin;
-    unsigned char *input;
-    size_t input_len, input_cap;
+    char op_id[PV_ID_MAX]; /* interactive: the running exec ("" until submitted) */
+    size_t input_total;    /* interactive: bytes of input streamed so far */
 } exec_call;
 
 static void exec_call_free(void *p) {
-    exec_call *x = p;
-    if (!x) return;
-    free(x->options);
-    free(x->input);
-    free(x);
+    free(p);
 }
 
-static void exec_now(gw_call *call, const Pb__ExecuteWorkloadOptions *o, const exec_call *x) {
+static void exec_now(gw_call *call, const Pb__ExecuteWorkloadOptions *o) {
     pv_status st;
-    char *b64 = NULL;
-    int rc = PV_OK;
-    if (x && x->open_stdin)
-        rc = pv_b64_encode(x->input ? (const void *)x->input : "", x->input_len, &b64, &st);
-    if (rc == PV_OK) rc = execute(call, o, b64, &st);
-    free(b64);
+    int rc = execute(call, o, &st);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
         gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
 }
 
+/* ---- interactive exec: a relay thread per session ----
+ * The input (later messages' repl_cmd) goes to the operation's input stream as it comes, from
+ * the call's own handler; a thread of the session relays the output stream to the client as it
+ * comes, ends the call with "[exitcode] N", and cancels the operation if the client leaves. At
+ * most MAX_SESSIONS run at once on a gateway (each holds a thread and a Redis connection). */
+
+#define MAX_SESSIONS 64
+
+typedef struct exec_relay {
+    gw_call *call; /* a reference of its own */
+    svc_core_deploy *svc;
+    char op_id[PV_ID_MAX];
+    char wid[PV_WORKLOAD_ID_LEN + 1];
+} exec_relay;
+
+static void relay_session(exec_relay *er, pv_redis *r) {
+    gw_app *app = er->svc->app;
+    char cursor[PV_OP_CURSOR_MAX] = "0";
+    for (;;) {
+        pv_status st;
+        if (gw_call_is_closed(er->call)) {
+            pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
+                             .events_maxlen = app->cfg.ops.events_maxlen};
+            pv_op out;
+            if (pv_op_cancel(r, &app->keys, &oo, er->op_id, &out, &st) == PV_OK) pv_op_clear(&out);
+            return;
+        }
+        pv_op_output *out = NULL;
+        size_t n = 0;
+        if (pv_op_output_read(r, &app->keys, er->op_id, cursor, 100, WAIT_MS, &out, &n, &st) !=
+            PV_OK) {
+            gw_call_finishf(er->call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+            return;
+        }
+        bool ended = false;
+        for (size_t i = 0; i < n && !ended; i++) {
+            snprintf(cursor, sizeof cursor, "%s", out[i].id);
+            const char *type = svc_nodeop_value(&out[i], "type");
+            if (strcmp(type, "data") == 0) {
+                unsigned char *data = NULL;
+                size_t len = 0;
+                if (pv_b64_decode("data", svc_nodeop_value(&out[i], "data"), &data, &len, &st) ==
+                        PV_OK &&
+                    len)
+                    attach_send(er->call, er->wid, (const char *)data, len,
+                                PB__STD_STREAM_TYPE__STDOUT);
+                free(data);
+            } else if (strcmp(type, "exit") == 0) {
+                char line[64];
+                int ll =
+                    snprintf(line, sizeof line, "[exitcode] %s", svc_nodeop_value(&out[i], "code"));
+                attach_send(er->call, er->wid, line, (size_t)ll, PB__STD_STREAM_TYPE__STDOUT);
+                gw_call_finish(er->call, PV_OK, NULL);
+                ended = true;
+            }
+        }
+        pv_op_output_free(out, n);
+        if (ended) return;
+        if (n > 0) continue;
+        pv_op rec;
+        if (pv_op_get(r, &app->keys, er->op_id, &rec, &st) != PV_OK) {
+            gw_call_finishf(er->call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+            return;
+        }
+        bool over = pv_op_done(&rec);
+        if (over) /* finished without an exit entry: it never ran, or its node failed it */
+            gw_call_finishf(er->call, ERU_EXECUTE_WORKLOAD, "%s",
+                            rec.error_message && *rec.error_message ? rec.error_message
+                                                                    : "exec ended without "
+                                                                      "an exit code");
+        pv_op_clear(&rec);
+        if (over) return;
+    }
+}
+
+static void *exec_relay_main(void *arg) {
+    exec_relay *er = arg;
+    pv_redis_opts ro;
+    pv_redis_opts_from_config(&er->svc->app->cfg, &ro);
+    pv_redis *r = NULL;
+    pv_status st;
+    if (pv_redis_new(&ro, &r, &st) == PV_OK)
+        relay_session(er, r);
+    else
+        gw_call_finishf(er->call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+    pv_redis_free(r);
+    atomic_fetch_sub(&er->svc->sessions, 1);
+    gw_call_unref(er->call);
+    free(er);
+    return NULL;
+}
+
+/* Submits the interactive exec and starts its relay. */
+static int start_session(gw_call *call, const Pb__ExecuteWorkloadOptions *o, exec_call *x,
+                         pv_status *st) {
+    svc_core_deploy *svc = gw_call_method_data(call);
+    if (atomic_fetch_add(&svc->sessions, 1) >= MAX_SESSIONS) {
+        atomic_fetch_sub(&svc->sessions, 1);
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                             "open_stdin: %d interactive sessions run on this gateway already",
+                             MAX_SESSIONS);
+    }
+    exec_relay *er = calloc(1, sizeof *er);
+    pv_workload w;
+    int rc = er ? submit_exec(call, o, true, x->op_id, &w, st)
+                : pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) {
+        er->call = call;
+        er->svc = svc;
+        snprintf(er->op_id, sizeof er->op_id, "%s", x->op_id);
+        snprintf(er->wid, sizeof er->wid, "%s", w.id);
+        gw_call_ref(call);
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, exec_relay_main, er) != 0) {
+            gw_call_unref(call);
+            rc = pv_status_set(st, PV_INTERNAL, "open_stdin: cannot start the session's thread");
+        } else {
+            er = NULL; /* the thread's */
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pv_workload_clear(&w);
+    if (er) {
+        free(er);
+        atomic_fetch_sub(&svc->sessions, 1);
+    }
+    return rc;
+}
+
+/* One chunk of input (or its end) for the running session. */
+static void session_input(gw_call *call, exec_call *x, const ProtobufCBinaryData *data, bool eof) {
+    gw_app *app = ((svc_core_deploy *)gw_call_method_data(call))->app;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    char *b64 = NULL;
+    if (!r) return; /* the relay ends the call when the command ends */
+    if (!eof && (x->input_total += data->len) > (size_t)app->cfg.gateway.max_request_bytes * 16) {
+        pv_warn("ExecuteWorkload %s: input past 16x gateway.max_request_bytes dropped", x->op_id);
+        return;
+    }
+    if (!eof && pv_b64_encode(data->data, data->len, &b64, &st) != PV_OK) return;
+    if (pv_op_input_add(r, &app->keys, x->op_id, b64, eof, app->cfg.ops.retention_seconds, &st) !=
+        PV_OK)
+        pv_warn("ExecuteWorkload %s: input lost: %s", x->op_id, st.msg);
+    free(b64);
+}
+
 /* The first message names the workload and the command. Without open_stdin the command runs at
- * once; with it, the repl_cmd of the later messages is its standard input, given whole when the
- * client half-closes (the process engine's exec has no terminal: not interactive). */
+ * once; with it, the session is interactive: the repl_cmd of the first and later messages is
+ * its standard input as it comes, the half-close its end, and its output streams back as it
+ * comes (no terminal: a program that insists on a tty sees pipes). */
 static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
     exec_call *x = gw_call_user(call);
     const Pb__ExecuteWorkloadOptions *o = (const Pb__ExecuteWorkloadOptions *)msg;
-    if (!x) {
-        if (!msg) {
-            gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: no options were sent");
-            return;
-        }
+    if (x && x->op_id[0]) {
+        if (o && o->repl_cmd.len) session_input(call, x, &o->repl_cmd, false);
+        if (!o) session_input(call, x, NULL, true);
+        return;
+    }
+    if (x && x->open_stdin) return; /* the session could not start: answered already */
+    if (!x && msg && o->open_stdin) {
         if (!(x = calloc(1, sizeof *x))) {
             gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
             return;
         }
         gw_call_set_user(call, x, exec_call_free);
-        if (!o->open_stdin) {
-            exec_now(call, o, NULL);
-            return;
-        }
         x->open_stdin = true;
-        x->options_len = pb__execute_workload_options__get_packed_size(o);
-        if (!(x->options = malloc(x->options_len ? x->options_len : 1))) {
-            gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
+        pv_status st;
+        if (start_session(call, o, x, &st) != PV_OK) {
+            gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
             return;
         }
-        pb__execute_workload_options__pack(o, x->options);
-        msg = NULL; /* the first message's repl_cmd, if any, is input too */
-        if (o->repl_cmd.len == 0) return;
-    }
-    if (!x->open_stdin) return; /* ran already: later messages are not input */
-    if (o) {
-        size_t limit =
-            ((svc_core_deploy *)gw_call_method_data(call))->app->cfg.gateway.max_request_bytes;
-        if (x->input_len + o->repl_cmd.len > limit) {
-            x->open_stdin = false;
-            gw_call_finish(call, ERU_EXECUTE_WORKLOAD,
-                           "stdin: more than gateway.max_request_bytes of input");
-            return;
-        }
-        if (x->input_len + o->repl_cmd.len > x->input_cap) {
-            size_t cap = x->input_cap ? x->input_cap : 4096;
-            while (cap < x->input_len + o->repl_cmd.len)
-                cap *= 2;
-            unsigned char *b = realloc(x->input, cap);
-            if (!b) {
-                x->open_stdin = false;
-                gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
-                return;
-            }
-            x->input = b;
-            x->input_cap = cap;
-        }
-        memcpy(x->input + x->input_len, o->repl_cmd.data, o->repl_cmd.len);
-        x->input_len += o->repl_cmd.len;
+        if (o->repl_cmd.len) session_input(call, x, &o->repl_cmd, false);
         return;
     }
-    if (msg) return;
-    /* half-close: run with what came */
-    Pb__ExecuteWorkloadOptions *first =
-        pb__execute_workload_options__unpack(NULL, x->options_len, x->options);
-    if (!first) {
-        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: cannot read the options");
+    if (x) return; /* ran already: later messages are not input */
+    if (!msg) {
+        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "ExecuteWorkload: no options were sent");
         return;
     }
-    exec_now(call, first, x);
-    x->open_stdin = false;
-    pb__execute_workload_options__free_unpacked(first, NULL);
+    if (!(x = calloc(1, sizeof *x))) {
+        gw_call_finish(call, ERU_EXECUTE_WORKLOAD, "out of memory");
+        return;
+    }
+    gw_call_set_user(call, x, exec_call_free);
+    exec_now(call, o);
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {

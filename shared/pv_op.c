@@ -1036,14 +1036,10 @@ int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const
     return rc;
 }
 
-int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
-                      size_t count, int block_ms, pv_op_output **entries, size_t *n,
-                      pv_status *st) {
-    *entries = NULL;
-    *n = 0;
-    if (check_id(op_id, st) != PV_OK) return st->code;
-    char key[PV_KEY_MAX], cnt[24], blk[24];
-    snprintf(key, sizeof key, "%s" OPS "out:%s", k->prefix, op_id);
+/* XREAD of key after `after` (see pv_op_output_read); end entries are skipped. */
+static int read_stream(pv_redis *r, const char *key, const char *after, size_t count, int block_ms,
+                       pv_op_output **entries, size_t *n, pv_status *st) {
+    char cnt[24], blk[24];
     snprintf(cnt, sizeof cnt, "%zu", count ? count : 100);
     snprintf(blk, sizeof blk, "%d", block_ms);
     const char *with_block[] = {"XREAD", "COUNT",   cnt, "BLOCK",
@@ -1077,6 +1073,51 @@ int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const ch
     }
     freeReplyObject(rep);
     return rc;
+}
+
+int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
+                      size_t count, int block_ms, pv_op_output **entries, size_t *n,
+                      pv_status *st) {
+    *entries = NULL;
+    *n = 0;
+    if (check_id(op_id, st) != PV_OK) return st->code;
+    char key[PV_KEY_MAX];
+    snprintf(key, sizeof key, "%s" OPS "out:%s", k->prefix, op_id);
+    return read_stream(r, key, after, count, block_ms, entries, n, st);
+}
+
+int pv_op_input_add(pv_redis *r, const pv_keys *k, const char *op_id, const char *data_b64,
+                    bool eof, int ttl_seconds, pv_status *st) {
+    if (check_id(op_id, st) != PV_OK) return st->code;
+    char key[PV_KEY_MAX], ttl[24];
+    snprintf(key, sizeof key, "%s" OPS "in:%s", k->prefix, op_id);
+    snprintf(ttl, sizeof ttl, "%d", ttl_seconds > 0 ? ttl_seconds : 86400);
+    const char *add[] = {"XADD", key, "*", eof ? "eof" : "data", eof ? "1" : data_b64};
+    const char *expire[] = {"EXPIRE", key, ttl};
+    if (pv_redis_append(r, 5, add, NULL, st) != PV_OK) return st->code;
+    if (pv_redis_append(r, 3, expire, NULL, st) != PV_OK) return st->code;
+    int rc = PV_OK;
+    for (int i = 0; i < 2; i++) {
+        redisReply *rep = NULL;
+        if (pv_redis_get_reply(r, &rep, st) != PV_OK) {
+            rc = st->code;
+            continue;
+        }
+        if (rep->type == REDIS_REPLY_ERROR && rc == PV_OK)
+            rc = pv_status_set(st, PV_INTERNAL, "input of %s: %s", op_id, rep->str);
+        freeReplyObject(rep);
+    }
+    return rc;
+}
+
+int pv_op_input_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
+                     size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st) {
+    *entries = NULL;
+    *n = 0;
+    if (check_id(op_id, st) != PV_OK) return st->code;
+    char key[PV_KEY_MAX];
+    snprintf(key, sizeof key, "%s" OPS "in:%s", k->prefix, op_id);
+    return read_stream(r, key, after, count, block_ms, entries, n, st);
 }
 
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,

@@ -230,6 +230,14 @@ void pv_op_output_free(pv_op_output *entries, size_t n);
 int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
                       size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st);
 
+/* Input: what an operation's submitter streams to it while it runs (ExecuteWorkload's stdin),
+ * on <prefix>{ops}:in:<op>: entries {data: base64} and a last {eof: 1}, kept ttl_seconds
+ * (<= 0: a day) after the last one. Read like output (entries in pv_op_output form). */
+int pv_op_input_add(pv_redis *r, const pv_keys *k, const char *op_id, const char *data_b64,
+                    bool eof, int ttl_seconds, pv_status *st);
+int pv_op_input_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
+                     size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st);
+
 /* Blocks up to block_ms (> 0, under the connection's command timeout) until any of the n
  * operations' output streams has an entry after cursors[i] ("0": from the start), the closing
  * "end" entry included: a follower of running operations wakes on their output and on their

@@ -7,12 +7,18 @@
  */
 #include "wk_node_deploy.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pb/core.pb-c.h"
@@ -742,6 +748,249 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
 
 #define EXEC_DEFAULT_TIMEOUT_MS 600000
 
+/* ---- interactive exec ----
+ * ExecuteWorkload with open_stdin: the command runs inside the workload with its standard input
+ * and output on two FIFOs in the workload's root (sh -c 'exec "$@" < in > out 2>&1'), while
+ * this handler feeds the input the gateway streams to the operation (pv_op_input_*) into the
+ * one and relays what comes out of the other as output entries {type: data, data: base64},
+ * as it comes. The engine's exec (which waits) runs on a thread of its own; the handler ends
+ * with {type: exit, code} once the command has exited and its output is drained. A cancel (the
+ * client gone) closes both FIFOs: the command sees the end of its input and a broken pipe. */
+
+#define INPUT_WAIT_MS 50
+
+typedef struct ix_exec {
+    wk_engine *engine;
+    const char *id;
+    const char **argv;
+    size_t argc;
+    int timeout_ms;
+    int code;
+    int rc;
+    pv_status st;
+    bool done;
+    pthread_mutex_t mu;
+} ix_exec;
+
+static void *ix_exec_thread(void *arg) {
+    ix_exec *x = arg;
+    char *out = NULL;
+    size_t len = 0;
+    int code = -1;
+    int rc = wk_engine_exec(x->engine, x->id, x->argv, x->argc, x->timeout_ms, &code, &out, &len,
+                            &x->st);
+    free(out); /* redirected to the FIFO: nothing here */
+    pthread_mutex_lock(&x->mu);
+    x->rc = rc;
+    x->code = code;
+    x->done = true;
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+static bool ix_done(ix_exec *x) {
+    pthread_mutex_lock(&x->mu);
+    bool d = x->done;
+    pthread_mutex_unlock(&x->mu);
+    return d;
+}
+
+/* Relays what the command wrote; *eof once every writer has closed. */
+static int ix_relay_output(wk_op *op, int fd, bool *eof, pv_status *st) {
+    char buf[16384];
+    *eof = false;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0) {
+            *eof = true;
+            return PV_OK;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return PV_OK; /* EAGAIN: nothing more for now */
+        char *b64 = NULL;
+        if (pv_b64_encode(buf, (size_t)n, &b64, st) != PV_OK) return st->code;
+        const char *fields[] = {"type", "data"}, *values[] = {"data", b64};
+        int rc = wk_op_output(op, 2, fields, values, st);
+        free(b64);
+        if (rc != PV_OK) return rc;
+    }
+}
+
+/* Feeds the input that has come; closes *in_fd at its end. Input the command does not read is
+ * kept in *pending until the FIFO takes it. */
+static int ix_feed_input(wk_op *op, int *in_fd, char *cursor, unsigned char **pending,
+                         size_t *npending, int block_ms, pv_status *st) {
+    if (*in_fd < 0) return PV_OK;
+    if (*npending == 0) {
+        pv_op_output *in = NULL;
+        size_t n = 0;
+        if (pv_op_input_read(wk_op_redis(op), wk_op_keys(op), wk_op_record(op)->id, cursor, 100,
+                             block_ms, &in, &n, st) != PV_OK)
+            return st->code;
+        bool eof = false;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(cursor, PV_OP_CURSOR_MAX, "%s", in[i].id);
+            for (size_t f = 0; f < in[i].n; f++) {
+                if (strcmp(in[i].fields[f], "eof") == 0) eof = true;
+                if (strcmp(in[i].fields[f], "data") != 0) continue;
+                unsigned char *d = NULL;
+                size_t dl = 0;
+                if (pv_b64_decode("stdin", in[i].values[f], &d, &dl, st) != PV_OK) {
+                    pv_op_output_free(in, n);
+                    return st->code;
+                }
+                unsigned char *grown = realloc(*pending, *npending + dl + 1);
+                if (!grown) {
+                    free(d);
+                    pv_op_output_free(in, n);
+                    return pv_status_set(st, PV_INTERNAL, "out of memory");
+                }
+                memcpy(grown + *npending, d, dl);
+                *pending = grown;
+                *npending += dl;
+                free(d);
+            }
+        }
+        pv_op_output_free(in, n);
+        if (eof && *npending == 0) {
+            close(*in_fd);
+            *in_fd = -1;
+            return PV_OK;
+        }
+        if (eof) cursor[0] = '!'; /* the end came: close once the rest is written */
+    }
+    while (*npending > 0) {
+        ssize_t w = write(*in_fd, *pending, *npending);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) return PV_OK; /* the command is not reading yet */
+        if (w < 0) { /* it closed its input: the rest has nowhere to go */
+            *npending = 0;
+            close(*in_fd);
+            *in_fd = -1;
+            return PV_OK;
+        }
+        memmove(*pending, *pending + w, *npending - (size_t)w);
+        *npending -= (size_t)w;
+    }
+    if (cursor[0] == '!') {
+        close(*in_fd);
+        *in_fd = -1;
+    }
+    return PV_OK;
+}
+
+/* Ends the command's process group: TERM, then KILL after a second. */
+static void ix_kill(ix_exec *x, const char *pid_path) {
+    FILE *f = fopen(pid_path, "r");
+    long pid = 0;
+    if (f && fscanf(f, "%ld", &pid) != 1) pid = 0;
+    if (f) fclose(f);
+    if (pid <= 1) return;
+    kill(-(pid_t)pid, SIGTERM);
+    for (int i = 0; i < 20 && !ix_done(x); i++)
+        usleep(50 * 1000);
+    if (!ix_done(x)) kill(-(pid_t)pid, SIGKILL);
+}
+
+static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const char **argv,
+                            size_t argc, int timeout_ms, pv_status *st) {
+    wk_engine_info info = {0};
+    if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
+    if (!info.root) {
+        wk_engine_info_clear(&info);
+        return pv_status_set(st, PV_UNIMPLEMENTED, "open_stdin: the %s engine has no files here",
+                             wk_engine_type(engine));
+    }
+    char in_path[PATH_MAX], out_path[PATH_MAX], pid_path[PATH_MAX];
+    snprintf(in_path, sizeof in_path, "%s/.pivirt-in-%s", info.root, wk_op_record(op)->id);
+    snprintf(out_path, sizeof out_path, "%s/.pivirt-out-%s", info.root, wk_op_record(op)->id);
+    snprintf(pid_path, sizeof pid_path, "%s/.pivirt-pid-%s", info.root, wk_op_record(op)->id);
+    wk_engine_info_clear(&info);
+    unlink(in_path);
+    unlink(out_path);
+    /* 0666: the command may run as the workload's user */
+    if (mkfifo(in_path, 0600) != 0 || chmod(in_path, 0666) != 0 || mkfifo(out_path, 0600) != 0 ||
+        chmod(out_path, 0666) != 0) {
+        int err = errno;
+        unlink(in_path);
+        unlink(out_path);
+        return pv_status_set(st, PV_INTERNAL, "open_stdin: mkfifo: %s", strerror(err));
+    }
+    const char **wrapped = calloc(argc + 6, sizeof *wrapped);
+    if (!wrapped) {
+        unlink(in_path);
+        unlink(out_path);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    wrapped[0] = "/bin/sh";
+    wrapped[1] = "-c";
+    /* its pid (the command's, after exec) lets a cancel end its process group */
+    wrapped[2] = "echo $$ >\"$2\"; exec >\"$1\" 2>&1 <\"$0\"; shift 2; exec \"$@\"";
+    wrapped[3] = in_path;
+    wrapped[4] = out_path;
+    wrapped[5] = pid_path;
+    memcpy(wrapped + 6, argv, argc * sizeof *argv);
+    /* the reading end first: the command's open of its output then never waits */
+    int out_fd = open(out_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ix_exec x = {.engine = engine,
+                 .id = id,
+                 .argv = wrapped,
+                 .argc = argc + 6,
+                 .timeout_ms = timeout_ms,
+                 .code = -1};
+    pthread_mutex_init(&x.mu, NULL);
+    pthread_t th;
+    int rc = out_fd >= 0
+                 ? PV_OK
+                 : pv_status_set(st, PV_INTERNAL, "open_stdin: %s: %s", out_path, strerror(errno));
+    bool started = rc == PV_OK && pthread_create(&th, NULL, ix_exec_thread, &x) == 0;
+    if (rc == PV_OK && !started) rc = pv_status_set(st, PV_INTERNAL, "open_stdin: no thread");
+    int in_fd = -1;
+    char cursor[PV_OP_CURSOR_MAX] = "0";
+    unsigned char *pending = NULL;
+    size_t npending = 0;
+    bool out_eof = false, writer_seen = false; /* out_eof: only what the last read saw */
+    while (rc == PV_OK) {
+        /* the command opens its input when it starts; until then the FIFO has no reader */
+        if (in_fd < 0 && cursor[0] != '!' && !writer_seen) {
+            in_fd = open(in_path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            if (in_fd >= 0) writer_seen = true;
+        }
+        /* done is read first: whatever the command wrote before it exited is then read now */
+        bool done = ix_done(&x);
+        rc = ix_relay_output(op, out_fd, &out_eof, st);
+        if (rc != PV_OK || done) break;
+        if (writer_seen)
+            rc = ix_feed_input(op, &in_fd, cursor, &pending, &npending,
+                               npending || done ? 0 : INPUT_WAIT_MS, st);
+        if (rc == PV_OK && (!writer_seen || in_fd < 0 || npending)) {
+            struct pollfd p = {.fd = out_fd, .events = POLLIN};
+            poll(&p, 1, INPUT_WAIT_MS);
+        }
+        if (rc == PV_OK) rc = wk_op_sleep(op, 0, st); /* cancelled: stop feeding */
+    }
+    /* stopping (the end, a cancel, an error): the command sees its input end and its output
+     * break, and the exec thread returns */
+    if (in_fd >= 0) close(in_fd);
+    if (out_fd >= 0) close(out_fd);
+    if (started && rc != PV_OK) ix_kill(&x, pid_path);
+    if (started) pthread_join(th, NULL);
+    unlink(pid_path);
+    unlink(in_path);
+    unlink(out_path);
+    free(pending);
+    free(wrapped);
+    pthread_mutex_destroy(&x.mu);
+    if (rc == PV_OK && x.rc != PV_OK) rc = pv_status_set(st, x.st.code, "%s", x.st.msg);
+    if (rc == PV_OK) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", x.code);
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+        rc = wk_op_output(op, 2, fields, values, st);
+    }
+    return rc;
+}
+
 int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     wk_agent *agent = wk_op_context(op);
     if (!agent || !wk_agent_engine(agent))
@@ -772,37 +1021,12 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     }
     for (size_t i = 0; rc == PV_OK && i < ncmd; i++)
         argv[argc++] = json_string_value(json_array_get(cmds, i)) ?: "";
-    /* stdin: written into the workload's root, and the command run with it redirected (sh -c
-     * 'exec "$@" < "$0"' file cmd...): the engines' exec takes no input of its own. */
-    const char *stdin_b64 = json_string_value(json_object_get(params, "stdin"));
-    char input_path[PATH_MAX] = "";
-    if (rc == PV_OK && stdin_b64) {
-        unsigned char *data = NULL;
-        size_t dlen = 0;
-        wk_engine_info info = {0};
-        char name[PV_ID_MAX + 32];
-        snprintf(name, sizeof name, ".pivirt-stdin-%s", wk_op_record(op)->id);
-        rc = pv_b64_decode("stdin", stdin_b64, &data, &dlen, st);
-        if (rc == PV_OK) rc = wk_engine_inspect(wk_agent_engine(agent), id, &info, st);
-        if (rc == PV_OK && !info.root)
-            rc = pv_status_set(st, PV_UNIMPLEMENTED, "stdin: the %s engine has no files here",
-                               wk_engine_type(wk_agent_engine(agent)));
-        if (rc == PV_OK) rc = wk_files_put(info.root, name, data, dlen, 0644, -1, -1, st);
-        if (rc == PV_OK) snprintf(input_path, sizeof input_path, "%s/%s", info.root, name);
-        wk_engine_info_clear(&info);
-        free(data);
-        const char **wrapped = rc == PV_OK ? calloc(argc + 4, sizeof *wrapped) : NULL;
-        if (rc == PV_OK && !wrapped) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-        if (rc == PV_OK) {
-            wrapped[0] = "/bin/sh";
-            wrapped[1] = "-c";
-            wrapped[2] = "exec \"$@\" < \"$0\"";
-            wrapped[3] = input_path;
-            memcpy(wrapped + 4, argv, argc * sizeof *argv);
-            free(argv);
-            argv = wrapped;
-            argc += 4;
-        }
+    if (rc == PV_OK && json_is_true(json_object_get(params, "interactive"))) {
+        rc = exec_interactive(op, wk_agent_engine(agent), id, argv, argc,
+                              timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, st);
+        free(argv);
+        json_decref(params);
+        return rc;
     }
     int code = -1;
     char *output = NULL;
@@ -812,7 +1036,6 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
                                       timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, &code,
                                       &output, &len, &est) != PV_OK)
         rc = pv_status_set(st, est.code, "%s", est.msg);
-    if (input_path[0]) unlink(input_path);
     char *b64 = NULL, codes[16];
     if (rc == PV_OK) rc = pv_b64_encode(output ? output : "", len, &b64, st);
     if (rc == PV_OK) {

@@ -57,6 +57,7 @@ import json
 import socket
 import subprocess
 import os
+import queue
 import tarfile
 import tempfile
 import time
@@ -252,8 +253,8 @@ class Execute(Base):
         self.assertIn("hello %s" % msgs[0].name.split("_")[0], out)
         self.assertEqual(got[-1].data.decode(), "[exitcode] 4")
         self.assertTrue(all(m.workload_id == wid for m in got))
-        # open_stdin: the later messages' repl_cmd is the command's input, given whole at the
-        # half-close (no terminal on the process engine).
+        # open_stdin: the later messages' repl_cmd is the command's input, and its end the
+        # half-close
         reqs = [core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=["/bin/sh", "-c",
                                                                            "wc -l; cat"],
                                                 open_stdin=True),
@@ -263,6 +264,41 @@ class Execute(Base):
         out = b"".join(m.data for m in got[:-1]).decode()
         self.assertEqual(out.split(), ["2"])  # wc read both lines; cat had nothing left
         self.assertEqual(got[-1].data.decode(), "[exitcode] 0")
+        # ... and it is interactive: each answer comes back before the next question is sent
+        answers = queue.Queue()
+
+        def questions():
+            yield core_pb2.ExecuteWorkloadOptions(
+                workload_id=wid, open_stdin=True, commands=[
+                    "/bin/sh", "-c", "while read q; do echo \"answer to $q\"; done; exit 3"])
+            for q in ("one", "two", "three"):
+                yield core_pb2.ExecuteWorkloadOptions(repl_cmd=(q + "\n").encode())
+                seen = b""
+                while b"answer to " + q.encode() not in seen:
+                    seen += answers.get(timeout=20)
+
+        stream = self.core.ExecuteWorkload(questions(), timeout=60)
+        out = b""
+        for m in stream:
+            out += m.data
+            answers.put(m.data)
+        self.assertEqual(out.decode(), "answer to one\nanswer to two\nanswer to three\n"
+                                       "[exitcode] 3")
+        # a client that leaves ends the command (its process group), not just the call
+        stream = self.core.ExecuteWorkload(iter([core_pb2.ExecuteWorkloadOptions(
+            workload_id=wid, open_stdin=True,
+            commands=["/bin/sh", "-c", "echo started; exec sleep 300"])] + [None] * 0),
+            timeout=60)
+        first = next(stream)
+        self.assertEqual(first.data, b"started\n")
+        stream.cancel()
+        deadline = time.monotonic() + 15
+        def sleeping():
+            return subprocess.run(["pgrep", "-f", "^sleep 300$"],
+                                  capture_output=True).returncode == 0
+        while sleeping() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(sleeping())
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
                                       timeout=60))
 
