@@ -19,6 +19,7 @@ workload was created and removed, 1 otherwise.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -91,6 +92,40 @@ def redis_calls(stack):
     return out
 
 
+def direct_starts(count):
+    """The baseline: the same workload (sh run.sh, which execs sleep) started COUNT times
+    straight from here, no control plane. Returns (starts per second, machine CPU ms per
+    start)."""
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "run.sh"), "w") as f:
+            f.write("#!/bin/sh\nexec sleep 600\n")
+        procs = []
+        m0, t0 = machine_cpu(), time.perf_counter()
+        try:
+            for _ in range(count):
+                procs.append(subprocess.Popen(["/bin/sh", "run.sh"], cwd=root,
+                                              stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+            # started = each one has exec'd sleep (what "created" means for the control plane)
+            for p in procs:
+                while True:
+                    try:
+                        with open("/proc/%d/comm" % p.pid) as f:
+                            if f.read().strip() == "sleep":
+                                break
+                    except OSError:
+                        break
+                    time.sleep(0.001)
+            t1, m1 = time.perf_counter(), machine_cpu()
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    jiffy_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+    return count / (t1 - t0), (m1[0] - m0[0]) * jiffy_ms / count
+
+
 def parallel(clients, jobs, fn):
     """Runs fn(job) for every job with CLIENTS threads; returns the results in job order."""
     results = [None] * len(jobs)
@@ -120,6 +155,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     args = ap.parse_args()
 
+    base_rate, base_cpu = direct_starts(args.count)
     stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
                          agents=[(n, "bp") for n in NODES],
                          config={"log": {"level": "warn"}})
@@ -185,6 +221,10 @@ def main():
                   "; all %.1f (the benchmark's gRPC client: %.1f more)" %
                   (sum(used.values()), client_ms / len(ids)))
             print("machine CPU busy while creating: %.0f%% of %d cores" % (busy, os.cpu_count()))
+            print("baseline, the same workload started %d times straight from the benchmark (no "
+                  "control plane): %.0f starts/s, %.1f ms of machine CPU each; the control "
+                  "plane's rate is %.2fx that" % (args.count, base_rate, base_cpu,
+                                                  (len(ids) / create_s) / base_rate))
             per = {k: (v - calls0.get(k, 0)) / len(ids) for k, v in calls1.items()}
             top = sorted(((v, k) for k, v in per.items() if v >= 0.5), reverse=True)
             print("Redis commands per create: %.1f (%s)" % (
