@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "pv_test_util.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -53,12 +55,6 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static char *slurp(const char *path) {
     FILE *fp = fopen(path, "r");
     if (!fp) return strdup("");
@@ -79,16 +75,6 @@ static void write_text(const char *path, const char *text) {
     assert_non_null(fp);
     fputs(text, fp);
     fclose(fp);
-}
-
-static void run_cmd(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc != 0) fail_msg("command failed (%d): %s", rc, cmd);
 }
 
 /* The /proc state letter of pid ('R', 'S', 'T', ...), or 0 when it is gone. */
@@ -116,7 +102,7 @@ static int group_setup(void **state) {
     if (make_temp_dir(image_dir, sizeof image_dir, "/tmp/pv-proc-images-") != 0) return -1;
     char src[300];
     snprintf(src, sizeof src, "%s/src", image_dir);
-    run_cmd("mkdir -p %s/sub %s/test/app", src, image_dir);
+    pv_test_sh("mkdir -p %s/sub %s/test/app", src, image_dir);
     char path[400];
     snprintf(path, sizeof path, "%s/hello.sh", src);
     write_text(path, "echo \"hello $GREETING\"\necho \"err line\" >&2\necho \"pwd=$(pwd)\"\n"
@@ -133,13 +119,13 @@ static int group_setup(void **state) {
                      "print('allocated', len(b))\n");
     snprintf(path, sizeof path, "%s/sub/data.txt", src);
     write_text(path, "data in sub\n");
-    run_cmd("tar -cf %s/test/app/v1.tar -C %s .", image_dir, src);
+    pv_test_sh("tar -cf %s/test/app/v1.tar -C %s .", image_dir, src);
     return 0;
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    run_cmd("rm -rf %s", image_dir);
+    pv_test_sh("rm -rf %s", image_dir);
     return 0;
 }
 
@@ -175,7 +161,7 @@ static int teardown(void **state) {
         wk_engine_info_array_free(infos, n);
         wk_engine_close(f->e);
     }
-    run_cmd("rm -rf %s", f->state_dir);
+    pv_test_sh("rm -rf %s", f->state_dir);
     free(f);
     return 0;
 }
@@ -228,7 +214,7 @@ static wk_engine_info wait_state(fixture *f, const char *id, wk_state state, int
             fail_msg("%s: state %d restarts %d, want state %d restarts >= %d", id, info.state,
                      info.restarts, state, min_restarts);
         wk_engine_info_clear(&info);
-        sleep_ms(20);
+        pv_test_sleep_ms(20);
     }
 }
 
@@ -245,7 +231,7 @@ static void wait_log(fixture *f, const char *id, const char *needle, int timeout
             break;
         }
         free(log);
-        sleep_ms(20);
+        pv_test_sleep_ms(20);
     }
     wk_engine_info_clear(&info);
 }
@@ -426,7 +412,7 @@ static void test_pause_resume(void **state) {
      * only when it wakes: wait generously. */
     int64_t deadline = now_ms() + 10000;
     while (proc_state(pid) != 'T' && now_ms() < deadline)
-        sleep_ms(10);
+        pv_test_sleep_ms(10);
     assert_int_equal(proc_state(pid), 'T');
     assert_int_equal(wk_engine_pause(f->e, "pz", &st), PV_FAILED_PRECONDITION);
     assert_int_equal(wk_engine_resume(f->e, "pz", &st), PV_OK);
@@ -436,7 +422,7 @@ static void test_pause_resume(void **state) {
     wk_engine_info_clear(&info);
     deadline = now_ms() + 10000;
     while (proc_state(pid) == 'T' && now_ms() < deadline)
-        sleep_ms(10);
+        pv_test_sleep_ms(10);
     assert_true(proc_state(pid) == 'S' || proc_state(pid) == 'R');
     assert_int_equal(wk_engine_resume(f->e, "pz", &st), PV_FAILED_PRECONDITION);
     /* a paused workload still stops (SIGTERM is followed by SIGCONT) */
@@ -472,7 +458,7 @@ static void test_restart_always(void **state) {
     /* a stop ends the policy */
     pv_status st;
     assert_int_equal(wk_engine_stop(f->e, "always", 2, false, &st), PV_OK);
-    sleep_ms(500);
+    pv_test_sleep_ms(500);
     info = inspect(f, "always");
     assert_int_equal(info.state, WK_STATE_STOPPED);
     assert_int_equal(info.restarts, 2);
@@ -490,7 +476,7 @@ static void test_restart_no(void **state) {
     info = wait_state(f, "never", WK_STATE_STOPPED, -1, 5000);
     assert_int_equal(info.exit_code, 128 + SIGKILL);
     wk_engine_info_clear(&info);
-    sleep_ms(500);
+    pv_test_sleep_ms(500);
     info = inspect(f, "never");
     assert_int_equal(info.state, WK_STATE_STOPPED);
     assert_int_equal(info.restarts, 0);
@@ -527,7 +513,7 @@ static void test_restart_on_failure(void **state) {
     assert_int_equal(info.state, WK_STATE_STOPPED);
     int restarts = info.restarts;
     wk_engine_info_clear(&info);
-    sleep_ms(700);
+    pv_test_sleep_ms(700);
     info = inspect(f, "badexit");
     assert_int_equal(info.state, WK_STATE_STOPPED);
     assert_int_equal(info.restarts, restarts);
@@ -679,7 +665,7 @@ static void test_reopen_adopts(void **state) {
     assert_true(proc_alive(a.pid));
     kill(-(pid_t)c.pid, SIGKILL);
     kill(-(pid_t)d.pid, SIGKILL);
-    sleep_ms(100);
+    pv_test_sleep_ms(100);
     /* a create the old agent never finished: a root but no record */
     char half[400];
     snprintf(half, sizeof half, "%s/half", f->state_dir);
@@ -836,7 +822,7 @@ static void test_user(void **state) {
     struct stat sb;
     int64_t deadline = now_ms() + 3000;
     while (stat(path, &sb) != 0 && now_ms() < deadline)
-        sleep_ms(20);
+        pv_test_sleep_ms(20);
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_uid, 65534);
 }

@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "pv_test_util.h"
+
 #include "pv_config.h"
 #include "pv_keys.h"
 #include "pv_registry.h"
@@ -38,21 +40,6 @@ typedef struct fixture {
     pv_config cfg;
     wk_health *h;
 } fixture;
-
-static void sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    if (system(cmd) != 0) fail_msg("command failed: %s", cmd);
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 /* A port nothing listens on right now. */
 static int free_port(void) {
@@ -114,7 +101,7 @@ static int teardown(void **state) {
     wk_health_free(f->h);
     pv_redis_free(f->r);
     pv_test_redis_free(f->srv);
-    sh("rm -rf %s", f->dir);
+    pv_test_sh("rm -rf %s", f->dir);
     free(f);
     return 0;
 }
@@ -251,7 +238,7 @@ static void test_tcp_and_http_healthcheck(void **state) {
         pv_workload_status s = status(f, "web");
         healthy = s.healthy;
         pv_workload_status_clear(&s);
-        if (!healthy) sleep_ms(100);
+        if (!healthy) pv_test_sleep_ms(100);
     }
     assert_true(healthy);
     pv_workload_status s = status(f, "webbad");

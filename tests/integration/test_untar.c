@@ -17,21 +17,13 @@
 
 #include <cmocka.h>
 
+#include "pv_test_util.h"
+
 #include "wk_untar.h"
 
 typedef struct fixture {
     char dir[64];
 } fixture;
-
-static void sh(const char *fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc != 0) fail_msg("command failed (%d): %s", rc, cmd);
-}
 
 /* Everything find and md5sum say about the tree under dir (its root excluded). */
 static char *manifest(const char *dir) {
@@ -61,38 +53,38 @@ static int setup(void **state) {
     /* The tree: nested directories, modes, an empty file, a larger random file, links of both
      * kinds (one dangling), a read-only directory with a file in it, names past the 100-byte
      * header field and a path past 255 bytes. */
-    sh("cd %s && mkdir -p src/a/b/c src/ro && cd src && "
-       "echo hello > a/f1 && echo two > a/b/f2 && : > a/empty && chmod 600 a/f1 && "
-       "head -c 1100000 /dev/urandom > a/b/c/big && printf '#!/bin/sh\\n' > run.sh && "
-       "chmod 4755 run.sh && ln -s a/f1 l1 && ln -s ../nowhere a/dangling && "
-       "ln a/b/f2 a/hard && echo ro > ro/x && chmod 555 ro && "
-       "touch -d '2020-01-02 03:04:05' a/f1 a/b && "
-       "mkdir -p long && cd long && "
-       "n=$(printf 'n%%.0s' $(seq 1 120)) && mkdir -p $n/$n && echo deep > $n/$n/$n",
-       f->dir);
+    pv_test_sh("cd %s && mkdir -p src/a/b/c src/ro && cd src && "
+               "echo hello > a/f1 && echo two > a/b/f2 && : > a/empty && chmod 600 a/f1 && "
+               "head -c 1100000 /dev/urandom > a/b/c/big && printf '#!/bin/sh\\n' > run.sh && "
+               "chmod 4755 run.sh && ln -s a/f1 l1 && ln -s ../nowhere a/dangling && "
+               "ln a/b/f2 a/hard && echo ro > ro/x && chmod 555 ro && "
+               "touch -d '2020-01-02 03:04:05' a/f1 a/b && "
+               "mkdir -p long && cd long && "
+               "n=$(printf 'n%%.0s' $(seq 1 120)) && mkdir -p $n/$n && echo deep > $n/$n/$n",
+               f->dir);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    sh("chmod -R u+w %s; rm -rf %s", f->dir, f->dir);
+    pv_test_sh("chmod -R u+w %s; rm -rf %s", f->dir, f->dir);
     free(f);
     return 0;
 }
 
 /* Extracts archive both ways and compares. */
 static void same_as_tar(fixture *f, const char *archive) {
-    sh("rm -rf %s/x1 %s/x2 2>/dev/null; chmod -R u+w %s/x1 %s/x2 2>/dev/null; "
-       "rm -rf %s/x1 %s/x2; mkdir %s/x1 %s/x2",
-       f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir);
+    pv_test_sh("rm -rf %s/x1 %s/x2 2>/dev/null; chmod -R u+w %s/x1 %s/x2 2>/dev/null; "
+               "rm -rf %s/x1 %s/x2; mkdir %s/x1 %s/x2",
+               f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir, f->dir);
     char path[256], x1[256];
     snprintf(path, sizeof path, "%s/%s", f->dir, archive);
     snprintf(x1, sizeof x1, "%s/x1", f->dir);
     pv_status st;
     int rc = wk_untar_extract(path, x1, geteuid() == 0, &st);
     if (rc != PV_OK) fail_msg("%s: %s", archive, st.msg);
-    sh("tar -xf %s -C %s/x2", path, f->dir);
+    pv_test_sh("tar -xf %s -C %s/x2", path, f->dir);
     char x2[256];
     snprintf(x2, sizeof x2, "%s/x2", f->dir);
     char *m1 = manifest(x1), *m2 = manifest(x2);
@@ -107,10 +99,10 @@ static void same_as_tar(fixture *f, const char *archive) {
 
 static void test_formats_match_tar(void **state) {
     fixture *f = *state;
-    sh("cd %s && tar --format=gnu -cf gnu.tar -C src . && "
-       "tar --format=posix -cf posix.tar -C src . && "
-       "tar --format=gnu -cf names.tar -C src a l1 run.sh ro long",
-       f->dir);
+    pv_test_sh("cd %s && tar --format=gnu -cf gnu.tar -C src . && "
+               "tar --format=posix -cf posix.tar -C src . && "
+               "tar --format=gnu -cf names.tar -C src a l1 run.sh ro long",
+               f->dir);
     same_as_tar(f, "gnu.tar");
     same_as_tar(f, "posix.tar");
     same_as_tar(f, "names.tar");
@@ -119,9 +111,9 @@ static void test_formats_match_tar(void **state) {
 static void test_short_formats_match_tar(void **state) {
     fixture *f = *state;
     /* ustar and v7 cannot hold the long names */
-    sh("cd %s && tar --format=ustar -cf ustar.tar -C src a l1 run.sh ro && "
-       "tar --format=v7 -cf v7.tar -C src a l1 run.sh",
-       f->dir);
+    pv_test_sh("cd %s && tar --format=ustar -cf ustar.tar -C src a l1 run.sh ro && "
+               "tar --format=v7 -cf v7.tar -C src a l1 run.sh",
+               f->dir);
     same_as_tar(f, "ustar.tar");
     same_as_tar(f, "v7.tar");
 }
@@ -130,13 +122,13 @@ static int extract(fixture *f, const char *archive, const char *into, pv_status 
     char path[256], dest[256];
     snprintf(path, sizeof path, "%s/%s", f->dir, archive);
     snprintf(dest, sizeof dest, "%s/%s", f->dir, into);
-    sh("rm -rf %s && mkdir -p %s", dest, dest);
+    pv_test_sh("rm -rf %s && mkdir -p %s", dest, dest);
     return wk_untar_extract(path, dest, false, st);
 }
 
 static void test_absolute_names_stay_inside(void **state) {
     fixture *f = *state;
-    sh("cd %s && tar -cPf abs.tar %s/src/a/f1 2>/dev/null", f->dir, f->dir);
+    pv_test_sh("cd %s && tar -cPf abs.tar %s/src/a/f1 2>/dev/null", f->dir, f->dir);
     pv_status st;
     assert_int_equal(extract(f, "abs.tar", "xa", &st), PV_OK);
     char p[512];
@@ -146,8 +138,9 @@ static void test_absolute_names_stay_inside(void **state) {
 
 static void test_dotdot_refused(void **state) {
     fixture *f = *state;
-    sh("mkdir -p %s/up/in && echo evil > %s/up/evil && cd %s/up/in && tar -cPf %s/dd.tar ../evil",
-       f->dir, f->dir, f->dir, f->dir);
+    pv_test_sh(
+        "mkdir -p %s/up/in && echo evil > %s/up/evil && cd %s/up/in && tar -cPf %s/dd.tar ../evil",
+        f->dir, f->dir, f->dir, f->dir);
     pv_status st;
     assert_int_equal(extract(f, "dd.tar", "up/in/x", &st), PV_FAILED_PRECONDITION);
     assert_non_null(strstr(st.msg, "\"..\""));
@@ -156,9 +149,10 @@ static void test_dotdot_refused(void **state) {
 static void test_no_write_through_own_symlink(void **state) {
     fixture *f = *state;
     /* first entry: esc -> <outside>; second: esc/pwned, a file that would land outside */
-    sh("cd %s && mkdir -p outside t1 t2/esc && ln -s %s/outside t1/esc && echo x > t2/esc/pwned && "
-       "tar -cf esc.tar -C t1 esc && tar -rf esc.tar -C t2 esc/pwned",
-       f->dir, f->dir);
+    pv_test_sh("cd %s && mkdir -p outside t1 t2/esc && ln -s %s/outside t1/esc && echo x > "
+               "t2/esc/pwned && "
+               "tar -cf esc.tar -C t1 esc && tar -rf esc.tar -C t2 esc/pwned",
+               f->dir, f->dir);
     pv_status st;
     assert_int_equal(extract(f, "esc.tar", "xe", &st), PV_FAILED_PRECONDITION);
     assert_non_null(strstr(st.msg, "esc/pwned"));
@@ -169,9 +163,9 @@ static void test_no_write_through_own_symlink(void **state) {
 
 static void test_left_to_tar(void **state) {
     fixture *f = *state;
-    sh("cd %s && tar -czf z.tgz -C src a && mkdir -p fifo && mkfifo fifo/p && "
-       "tar -cf fifo.tar -C fifo p && echo 'not a tar archive at all' > junk.tar",
-       f->dir);
+    pv_test_sh("cd %s && tar -czf z.tgz -C src a && mkdir -p fifo && mkfifo fifo/p && "
+               "tar -cf fifo.tar -C fifo p && echo 'not a tar archive at all' > junk.tar",
+               f->dir);
     pv_status st;
     assert_int_equal(extract(f, "z.tgz", "xz", &st), PV_UNIMPLEMENTED);
     assert_int_equal(extract(f, "fifo.tar", "xf", &st), PV_UNIMPLEMENTED);
@@ -183,10 +177,11 @@ static void test_left_to_tar(void **state) {
 static void test_corrupt_and_truncated(void **state) {
     fixture *f = *state;
     /* a/f1's header, its one data block, then a/b/c/big's header at offset 1024 */
-    sh("cd %s && tar --format=gnu -cf two.tar -C src a/f1 a/b/c/big && cp two.tar trunc.tar && "
-       "truncate -s 500000 trunc.tar && cp two.tar corrupt.tar && "
-       "printf 'Z' | dd of=corrupt.tar bs=1 seek=1030 conv=notrunc status=none",
-       f->dir);
+    pv_test_sh(
+        "cd %s && tar --format=gnu -cf two.tar -C src a/f1 a/b/c/big && cp two.tar trunc.tar && "
+        "truncate -s 500000 trunc.tar && cp two.tar corrupt.tar && "
+        "printf 'Z' | dd of=corrupt.tar bs=1 seek=1030 conv=notrunc status=none",
+        f->dir);
     pv_status st;
     assert_int_equal(extract(f, "trunc.tar", "xt", &st), PV_FAILED_PRECONDITION);
     assert_non_null(strstr(st.msg, "truncated"));
