@@ -474,7 +474,15 @@ static int check_spec(const wk_workload_spec *s, pv_status *st) {
         const char *c = strchr(v, ':');
         if (v[0] != '/' || !c || c[1] == '\0' || !inside_root(c + 1))
             return pv_status_set(st, PV_INVALID_ARGUMENT,
-                                 "volumes %s: want \"/host/path:path[:ro]\" inside the root", v);
+                                 "volumes %s: want \"/host/path:path[:rw]\" inside the root", v);
+        /* a volume is a link into the host's tree: nothing could keep the workload from
+         * writing through it, so read-only is refused rather than promised */
+        const char *mode = strchr(c + 1, ':');
+        if (mode && strncmp(mode + 1, "ro", 2) == 0 && (mode[3] == '\0' || mode[3] == ':'))
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "volumes %s: the process engine cannot make a volume read-only "
+                                 "(its workloads share the host's mounts)",
+                                 v);
     }
     if (s->cpu_limit < 0 || s->memory_limit < 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
@@ -1492,9 +1500,6 @@ static int wl_link_volumes(pe_wl *w, pv_status *st) {
         if (rc != 0 || symlink(spec, link) != 0)
             return pv_status_set(st, PV_INTERNAL, "volumes %s: link %s: %s", w->volumes.v[i], link,
                                  strerror(errno));
-        if (mode && strcmp(mode, "ro") == 0)
-            wl_log(w, "volume %s: read-only is not enforced by the process engine",
-                   w->volumes.v[i]);
     }
     return PV_OK;
 }

@@ -520,6 +520,32 @@ static void test_restart_on_failure(void **state) {
     wk_engine_info_clear(&info);
 }
 
+static void test_volumes(void **state) {
+    fixture *f = *state;
+    wk_workload_spec s = spec_for("vols", HELLO, 2);
+    const char *ro[] = {"/etc:/etc/host:ro"};
+    s.volumes = ro;
+    s.nvolumes = 1;
+    wk_engine_info info;
+    pv_status st;
+    assert_int_equal(wk_engine_create(f->e, &s, &info, &st), PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "cannot make a volume read-only"));
+    const char *rw[] = {"/etc:/etc/host", "/tmp:data/tmp:rw"};
+    s.volumes = rw;
+    s.nvolumes = 2;
+    create_ok(f, &s);
+    info = inspect(f, "vols");
+    char path[512], target[256];
+    snprintf(path, sizeof path, "%s/etc/host", info.root);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    assert_true(n > 0);
+    target[n] = '\0';
+    assert_string_equal(target, "/etc");
+    snprintf(path, sizeof path, "%s/data/tmp/", info.root);
+    assert_int_equal(access(path, F_OK), 0);
+    wk_engine_info_clear(&info);
+}
+
 static void test_remove(void **state) {
     fixture *f = *state;
     wk_workload_spec s = spec_for("rm1", HELLO, 2);
@@ -875,6 +901,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_restart_always, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_no, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_on_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_volumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_after_start_hook, setup, teardown),
