@@ -31,6 +31,7 @@
 #include "svc_core_image.h"
 #include "svc_core_net.h"
 #include "svc_core_res.h"
+#include "svc_cluster.h"
 #include "svc_core_wl.h"
 #include "svc_operations.h"
 
@@ -82,6 +83,7 @@ typedef struct gateway {
     svc_core_image *core_image;
     svc_core_net *core_net;
     svc_core_wl *core_wl;
+    svc_cluster *cluster;
     gw_waiter *waiter;
     svc_operations *ops;
     gw_server *server;
@@ -99,6 +101,7 @@ static void gateway_free(gateway *g) {
     svc_core_image_free(g->core_image);
     svc_core_net_free(g->core_net);
     svc_core_wl_free(g->core_wl);
+    svc_cluster_free(g->cluster);
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
     free(g->services);
@@ -125,10 +128,11 @@ static int build_server(gateway *g) {
     g->core_image = svc_core_image_new(app);
     g->core_net = svc_core_net_new(app);
     g->core_wl = svc_core_wl_new(app);
+    g->cluster = svc_cluster_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
     if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_image ||
-        !g->core_net || !g->core_wl || !g->ops)
+        !g->core_net || !g->core_wl || !g->cluster || !g->ops)
         return -1;
 
     gw_server_opts o = {
@@ -160,6 +164,7 @@ static int build_server(gateway *g) {
         svc_core_image_register(g->core_image, g->server) != 0 ||
         svc_core_net_register(g->core_net, g->server) != 0 ||
         svc_core_wl_register(g->core_wl, g->server) != 0 ||
+        svc_cluster_register(g->cluster, g->server) != 0 ||
         svc_operations_register(g->ops, g->server) != 0 ||
         gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {
         pv_error("registering the services failed");

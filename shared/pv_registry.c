@@ -43,6 +43,7 @@ static const field pod_fields[] = {
     {"annotations", F_STR, offsetof(pv_pod, annotations), "{}"},
     {"created_ms", F_I64, offsetof(pv_pod, created_ms), NULL},
     {"updated_ms", F_I64, offsetof(pv_pod, updated_ms), NULL},
+    {"formed_ms", F_I64, offsetof(pv_pod, formed_ms), NULL},
     {"n_nodes", F_LONG, offsetof(pv_pod, n_nodes), NULL},
 };
 
@@ -380,6 +381,29 @@ int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, 
     call_arg(&c, spec->annotations ? spec->annotations : "{}");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_pod", &rep, st);
+    return pod_reply(rc, rep, out, st);
+}
+
+int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
+                           pv_status *st) {
+    if (pv_validate_name("name", u->name, st) != PV_OK) return st->code;
+    if (u->labels && pv_registry_check_labels("labels", u->labels, st) != PV_OK) return st->code;
+    if (u->annotations && pv_registry_check_labels("annotations", u->annotations, st) != PV_OK)
+        return st->code;
+    char cp[16] = "", workers[16] = "";
+    if (u->cp_nodes >= 0) snprintf(cp, sizeof cp, "%d", u->cp_nodes);
+    if (u->worker_nodes >= 0) snprintf(workers, sizeof workers, "%d", u->worker_nodes);
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    call_arg(&c, u->name);
+    call_arg(&c, u->labels ? u->labels : "");
+    call_arg(&c, u->annotations ? u->annotations : "");
+    call_arg(&c, cp);
+    call_arg(&c, workers);
+    call_arg(&c, u->mark_formed ? "1" : "");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_update_pod", &rep, st);
     return pod_reply(rc, rep, out, st);
 }
 

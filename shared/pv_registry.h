@@ -79,7 +79,8 @@ typedef struct pv_pod {
     char *labels;               /* JSON object of strings, "{}" when none */
     char *annotations;          /* JSON object of strings, "{}" when none */
     int64_t created_ms, updated_ms;
-    long n_nodes; /* filled by the readers */
+    int64_t formed_ms; /* when it first had the nodes its topology asks for; 0 = never */
+    long n_nodes;      /* filled by the readers */
 } pv_pod;
 
 typedef struct pv_node {
@@ -151,6 +152,18 @@ typedef struct pv_pod_spec {
 /* ALREADY_EXISTS "pod <name> already exists". On PV_OK *out is the new record. */
 int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, pv_pod *out,
                         pv_status *st);
+
+/* ClusterService's UpdateCluster: what is set replaces the stored value (labels and
+ * annotations: JSON objects of strings, NULL = keep; counts: < 0 = keep). NOT_FOUND when
+ * missing. On PV_OK *out is the record as it is now. */
+typedef struct pv_pod_update {
+    const char *name;
+    const char *labels, *annotations;
+    int cp_nodes, worker_nodes;
+    bool mark_formed; /* sets formed_ms to now unless it is set (once per cluster) */
+} pv_pod_update;
+int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
+                           pv_status *st);
 
 /* NOT_FOUND when missing; FAILED_PRECONDITION "pod <name> still has N nodes ..." while it has
  * nodes. */

@@ -38,6 +38,7 @@ struct wk_agent {
     char *data_dir;
     int ttl_seconds;
     bool registered;
+    bool resources_checked; /* fill_resources looked at the node once it existed */
     bool alive_set; /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
     bool info_failing;
@@ -223,6 +224,28 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
     return rc == PV_ALREADY_EXISTS ? PV_OK : rc; /* another agent of the same name raced us */
 }
 
+/* A node added without resources (ClusterService's AddNode before the agent ever reported)
+ * gets the machine's defaults on its agent's first beat; a node with resources keeps them. */
+static int fill_resources(wk_agent *a, pv_redis *r, pv_status *st) {
+    pv_node node;
+    memset(&node, 0, sizeof node);
+    int rc = pv_registry_get_node(r, &a->keys, a->node, &node, st);
+    if (rc == PV_NOT_FOUND) return PV_OK; /* not added yet: the next beat looks again */
+    if (rc != PV_OK) return rc;
+    bool empty = !node.resources || !*node.resources || strcmp(node.resources, "{}") == 0;
+    pv_node_clear(&node);
+    a->resources_checked = true;
+    if (!empty) return PV_OK;
+    char resources[512];
+    snprintf(resources, sizeof resources,
+             "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}",
+             cpu_count(), mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
+    pv_node_update u = {.name = a->node, .resources = resources};
+    rc = pv_registry_set_node(r, &a->keys, &u, NULL, st);
+    if (rc == PV_OK) pv_info("agent node=%s: resources from the machine: %s", a->node, resources);
+    return rc;
+}
+
 /* ---- presence callbacks ---- */
 
 void wk_agent_beat(void *arg, pv_redis *r) {
@@ -236,6 +259,11 @@ void wk_agent_beat(void *arg, pv_redis *r) {
     if (!a->registered && *a->pod) {
         rc = register_node(a, r, &st);
         if (rc == PV_OK) a->registered = true;
+    }
+    if (rc == PV_OK && !a->resources_checked) {
+        pv_status fst;
+        if (fill_resources(a, r, &fst) != PV_OK)
+            pv_warn("agent node=%s: resources: %s", a->node, fst.msg);
     }
     if (rc == PV_OK) rc = pv_registry_set_alive(r, &a->keys, a->node, a->ttl_seconds, NULL, &st);
     if (rc == PV_OK) a->alive_set = true;

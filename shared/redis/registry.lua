@@ -76,6 +76,30 @@ redis.register_function('pv_reg_add_pod', function(keys, args)
   return pod_reply(base, id)
 end)
 
+-- pv_reg_update_pod(KEYS[1]=pods index, ARGV: base name labels annotations cp_nodes
+-- worker_nodes formed) -> the record. An empty string leaves that field as it is; formed '1'
+-- records the first time the cluster had its nodes (kept once set).
+redis.register_function('pv_reg_update_pod', function(keys, args)
+  local base, name = args[1], args[2]
+  local id = redis.call('HGET', keys[1], name)
+  if not id then return err('NOT_FOUND', 'pod ' .. name .. ' not found') end
+  local key, changes = base .. 'pod:' .. id, {}
+  local fields = {'labels', 'annotations', 'cp_nodes', 'worker_nodes'}
+  for i, f in ipairs(fields) do
+    if args[2 + i] ~= '' then
+      changes[#changes + 1] = f
+      changes[#changes + 1] = args[2 + i]
+    end
+  end
+  if #changes > 0 then
+    changes[#changes + 1] = 'updated_ms'
+    changes[#changes + 1] = tostring(now_ms())
+    redis.call('HSET', key, unpack(changes))
+  end
+  if args[7] == '1' then redis.call('HSETNX', key, 'formed_ms', tostring(now_ms())) end
+  return pod_reply(base, id)
+end)
+
 -- pv_reg_remove_pod(KEYS[1]=pods index, ARGV: base name): refuses while the pod has nodes.
 redis.register_function('pv_reg_remove_pod', function(keys, args)
   local base, name = args[1], args[2]

@@ -99,9 +99,9 @@ class GatewayBasics(unittest.TestCase):
     def test_declared_but_unserved_method_is_unimplemented(self):
         stub = cluster_pb2_grpc.ClusterServiceStub(self.ch)
         with self.assertRaises(grpc.RpcError) as e:
-            stub.CreateCluster(cluster_pb2.CreateClusterRequest(name="x"), timeout=5)
+            stub.GetHealth(cluster_pb2.GetHealthRequest(cluster_id="x"), timeout=5)
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-        self.assertIn("/pivirt.cluster.v1.ClusterService/CreateCluster", e.exception.details())
+        self.assertIn("/pivirt.cluster.v1.ClusterService/GetHealth", e.exception.details())
         self.assertIn("part of the pivirt API", e.exception.details())
 
     def test_unknown_method_is_unimplemented_at_once(self):
@@ -202,12 +202,19 @@ class Reflection(unittest.TestCase):
         self.assertEqual(len(info["identifier"]), 64)
         self.assertIn("revison", info)
 
-    def test_seed_example_through_reflection_gets_unimplemented(self):
+    def test_seed_example_through_reflection(self):
         body = json.dumps({"name": "prod-cluster",
                            "topology": {"control_plane_count": 3, "worker_count": 5},
                            "version": "v0.0.89"})
         rc, out, err = self.buf("-d", body,
                                 self.url + "/pivirt.cluster.v1.ClusterService/CreateCluster")
+        self.assertEqual(rc, 0, err)
+        got = json.loads(out)
+        self.assertEqual((got["name"], got["version"], got["status"]),
+                         ("prod-cluster", "v0.0.89", "CLUSTER_STATUS_CREATING"))
+        self.assertEqual(got["topology"]["controlPlaneCount"], 3)
+        rc, out, err = self.buf("-d", '{"cluster_id": "prod-cluster"}',
+                                self.url + "/pivirt.cluster.v1.ClusterService/GetHealth")
         self.assertNotEqual(rc, 0)
         self.assertIn("unimplemented", (out + err).lower())
 

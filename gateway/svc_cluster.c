@@ -1,0 +1,546 @@
+/*
+ * svc_cluster: ClusterService's handlers (see svc_cluster.h). Each handler decodes and checks,
+ * calls the registry (shared/pv_registry) and the view (shared/pv_cluster), and encodes; the
+ * encoding helpers below turn registry records into Cluster and Node messages.
+ */
+#include "svc_cluster.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pivirt/cluster/v1/cluster.pb-c.h"
+#include "pv_cluster.h"
+#include "pv_log.h"
+#include "pv_registry.h"
+#include "pv_res.h"
+#include "pv_validate.h"
+
+struct svc_cluster {
+    gw_app *app;
+    gw_method methods[7];
+    char paths[7][96];
+};
+
+svc_cluster *svc_cluster_new(gw_app *app) {
+    svc_cluster *s = calloc(1, sizeof *s);
+    if (s) s->app = app;
+    return s;
+}
+
+void svc_cluster_free(svc_cluster *s) {
+    free(s);
+}
+
+static const pv_keys *keys_of(gw_call *call) {
+    return &((svc_cluster *)gw_call_method_data(call))->app->keys;
+}
+
+static void finish_status(gw_call *call, const pv_status *st) {
+    gw_call_finish(call, st->code, st->msg);
+}
+
+/* ---- maps ---- */
+
+/* Every map<string, string> entry of the generated code is laid out as base, key, value. */
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+/* A request's map as a JSON object text (caller frees). */
+static char *map_json(void *const *entries, size_t n) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++) {
+        const str_entry *e = entries[i];
+        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
+    }
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return text;
+}
+
+/* Entries of descriptor d for a JSON object of strings; they point into *keep (the parsed
+ * object, the caller's to json_decref) and are freed with map_free. */
+static void **map_entries(const char *json, const ProtobufCMessageDescriptor *d, json_t **keep,
+                          size_t *n) {
+    *n = 0;
+    *keep = json_loads(json && *json ? json : "{}", 0, NULL);
+    size_t cap = json_object_size(*keep);
+    if (cap == 0) return NULL;
+    void **out = calloc(cap, sizeof *out);
+    const char *key;
+    json_t *v;
+    json_object_foreach(*keep, key, v) {
+        if (!out || !json_is_string(v)) continue;
+        str_entry *e = calloc(1, d->sizeof_message);
+        if (!e) continue;
+        protobuf_c_message_init(d, e);
+        e->key = (char *)key;
+        e->value = (char *)json_string_value(v);
+        out[(*n)++] = e;
+    }
+    return out;
+}
+
+static void map_free(void **entries, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(entries[i]);
+    free(entries);
+}
+
+static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
+    google__protobuf__timestamp__init(ts);
+    ts->seconds = ms / 1000;
+    ts->nanos = (int32_t)(ms % 1000) * 1000000;
+}
+
+/* ---- lookups ---- */
+
+/* A cluster by id or by name. */
+static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const char *ref,
+                        pv_pod *out, pv_status *st) {
+    if (!ref || !*ref) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
+    if (pv_registry_get_pod_by_id(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (st->code != PV_NOT_FOUND) return st->code;
+    if (pv_registry_get_pod(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (st->code == PV_NOT_FOUND || st->code == PV_INVALID_ARGUMENT)
+        return pv_status_set(st, PV_NOT_FOUND, "%s: cluster %s not found", field, ref);
+    return st->code;
+}
+
+/* A node by id or by name, which must belong to cluster pod. */
+static int find_node(pv_redis *r, const pv_keys *k, const pv_pod *pod, const char *ref,
+                     pv_node *out, pv_status *st) {
+    if (!ref || !*ref) return pv_status_set(st, PV_INVALID_ARGUMENT, "node_id: required");
+    int rc = pv_registry_get_node_by_id(r, k, ref, out, st);
+    if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, ref, out, st);
+    if (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)
+        return pv_status_set(st, PV_NOT_FOUND, "node_id: node %s not found", ref);
+    if (rc != PV_OK) return rc;
+    if (strcmp(out->pod_id, pod->id) != 0) {
+        pv_status_set(st, PV_NOT_FOUND, "node_id: node %s is not in cluster %s (it is in %s)", ref,
+                      pod->name, out->pod_name);
+        pv_node_clear(out);
+        return PV_NOT_FOUND;
+    }
+    return PV_OK;
+}
+
+/* ---- encoding ---- */
+
+typedef struct node_msg {
+    Pivirt__Cluster__V1__Node msg;
+    Pivirt__Cluster__V1__NodeResources res;
+    Pivirt__Cluster__V1__NodeConditions cond;
+    Google__Protobuf__Timestamp created, updated;
+    json_t *labels_json, *annotations_json;
+} node_msg;
+
+static void node_msg_free(node_msg *m) {
+    map_free((void **)m->msg.labels, m->msg.n_labels);
+    map_free((void **)m->msg.annotations, m->msg.n_annotations);
+    json_decref(m->labels_json);
+    json_decref(m->annotations_json);
+}
+
+/* Capacity and use: the node's resources and usage, with the agent's report for what they
+ * leave to the machine. */
+static void node_resources(const pv_node *n, Pivirt__Cluster__V1__NodeResources *out) {
+    pivirt__cluster__v1__node_resources__init(out);
+    json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    pv_res_engine_info facts = {.cpu_count = json_integer_value(json_object_get(info, "cpu_count")),
+                                .mem_total = json_integer_value(json_object_get(info, "mem_total")),
+                                .storage_total =
+                                    json_integer_value(json_object_get(info, "storage_total"))};
+    json_decref(info);
+    pv_res_node res = {0};
+    pv_status st;
+    if (pv_res_node_parse(n->resources, n->usage, &facts, &res, &st) == PV_OK) {
+        out->cpu_cores = (int32_t)res.cpumem.ncores;
+        out->memory_bytes = res.cpumem.memory;
+        out->storage_bytes = res.storage.storage;
+        out->cpu_used_cores = (int32_t)(res.cpumem.cpu_used + 0.999);
+        out->memory_used_bytes = res.cpumem.memory_used;
+        out->storage_used_bytes = res.storage.storage_used;
+    }
+    pv_res_node_free(&res);
+}
+
+static int node_fill(const pv_node *n, node_msg *m) {
+    memset(m, 0, sizeof *m);
+    pivirt__cluster__v1__node__init(&m->msg);
+    m->msg.id = (char *)n->id;
+    m->msg.name = n->name;
+    m->msg.cluster_id = n->pod_id;
+    m->msg.role = n->role && strcmp(n->role, "control-plane") == 0
+                      ? PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_CONTROL_PLANE
+                      : PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_WORKER;
+    m->msg.status = (Pivirt__Cluster__V1__NodeStatus)pv_cluster_node_state(n);
+    m->msg.ip = n->ip ? n->ip : "";
+    node_resources(n, &m->res);
+    m->msg.resources = &m->res;
+    pivirt__cluster__v1__node_conditions__init(&m->cond);
+    m->msg.conditions = &m->cond;
+    m->msg.labels = (Pivirt__Cluster__V1__Node__LabelsEntry **)map_entries(
+        n->labels, &pivirt__cluster__v1__node__labels_entry__descriptor, &m->labels_json,
+        &m->msg.n_labels);
+    /* the agent's software version, as the annotation */
+    json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    json_t *ann = json_object();
+    const char *version = json_string_value(json_object_get(info, "version"));
+    if (version) json_object_set_new(ann, "pivirt.io/version", json_string(version));
+    json_decref(info);
+    char *ann_text = json_dumps(ann, JSON_COMPACT);
+    json_decref(ann);
+    m->msg.annotations = (Pivirt__Cluster__V1__Node__AnnotationsEntry **)map_entries(
+        ann_text, &pivirt__cluster__v1__node__annotations_entry__descriptor, &m->annotations_json,
+        &m->msg.n_annotations);
+    free(ann_text);
+    timestamp(&m->created, n->created_ms);
+    timestamp(&m->updated, n->updated_ms);
+    m->msg.created_at = &m->created;
+    m->msg.updated_at = &m->updated;
+    return PV_OK;
+}
+
+static int send_node(gw_call *call, const pv_node *n) {
+    node_msg m;
+    node_fill(n, &m);
+    int rc = gw_call_send(call, &m.msg.base);
+    node_msg_free(&m);
+    return rc;
+}
+
+/* A cluster as its message, with its nodes (for the status and the topology's ids). */
+static int send_cluster(gw_call *call, pv_redis *r, const pv_pod *p, pv_status *st) {
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    if (pv_registry_list_nodes(r, keys_of(call), p->name, &nodes, &n, st) != PV_OK) return st->code;
+    /* the first read that sees the cluster complete records it: from then on a missing node
+     * makes it DEGRADED, never CREATING again */
+    pv_pod formed = {0};
+    if (p->formed_ms == 0 && pv_cluster_complete(p, nodes, n)) {
+        pv_pod_update u = {
+            .name = p->name, .cp_nodes = -1, .worker_nodes = -1, .mark_formed = true};
+        pv_status fst;
+        if (pv_registry_update_pod(r, keys_of(call), &u, &formed, &fst) == PV_OK)
+            p = &formed;
+        else
+            pv_warn("cluster %s: recording that it formed: %s", p->name, fst.msg);
+    }
+    Pivirt__Cluster__V1__Cluster m = PIVIRT__CLUSTER__V1__CLUSTER__INIT;
+    Pivirt__Cluster__V1__ClusterTopology topo = PIVIRT__CLUSTER__V1__CLUSTER_TOPOLOGY__INIT;
+    Google__Protobuf__Timestamp created, updated;
+    m.id = (char *)p->id;
+    m.name = p->name;
+    m.status = (Pivirt__Cluster__V1__ClusterStatus)pv_cluster_state_of(p, nodes, n);
+    m.version = p->version ? p->version : "";
+    topo.control_plane_count = p->cp_nodes;
+    topo.worker_count = p->worker_nodes;
+    char **cps = n ? calloc(n, sizeof *cps) : NULL,
+         **workers = n ? calloc(n, sizeof *workers) : NULL;
+    for (size_t i = 0; cps && workers && i < n; i++) {
+        if (nodes[i].role && strcmp(nodes[i].role, "control-plane") == 0)
+            cps[topo.n_control_plane_nodes++] = nodes[i].id;
+        else
+            workers[topo.n_worker_nodes++] = nodes[i].id;
+    }
+    topo.control_plane_nodes = cps;
+    topo.worker_nodes = workers;
+    m.topology = &topo;
+    json_t *lk = NULL, *ak = NULL;
+    m.labels = (Pivirt__Cluster__V1__Cluster__LabelsEntry **)map_entries(
+        p->labels, &pivirt__cluster__v1__cluster__labels_entry__descriptor, &lk, &m.n_labels);
+    m.annotations = (Pivirt__Cluster__V1__Cluster__AnnotationsEntry **)map_entries(
+        p->annotations, &pivirt__cluster__v1__cluster__annotations_entry__descriptor, &ak,
+        &m.n_annotations);
+    timestamp(&created, p->created_ms);
+    timestamp(&updated, p->updated_ms);
+    m.created_at = &created;
+    m.updated_at = &updated;
+    int rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
+    map_free((void **)m.labels, m.n_labels);
+    map_free((void **)m.annotations, m.n_annotations);
+    json_decref(lk);
+    json_decref(ak);
+    free(cps);
+    free(workers);
+    pv_node_array_free(nodes, n);
+    pv_pod_clear(&formed);
+    return rc;
+}
+
+/* ---- clusters ---- */
+
+static void on_create_cluster(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__CreateClusterRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    if (pv_validate_name("name", req->name, &st) != PV_OK ||
+        pv_cluster_check_version("version", req->version, &st) != PV_OK)
+        return finish_status(call, &st);
+    int cp = req->topology ? req->topology->control_plane_count : 0;
+    int workers = req->topology ? req->topology->worker_count : 0;
+    if (cp < 0 || workers < 0) {
+        gw_call_finishf(call, PV_INVALID_ARGUMENT,
+                        "topology: counts must be >= 0 (control_plane_count %d, worker_count %d)",
+                        cp, workers);
+        return;
+    }
+    char *labels = map_json((void *const *)req->labels, req->n_labels);
+    char *annotations = map_json((void *const *)req->annotations, req->n_annotations);
+    pv_pod_spec spec = {.name = req->name,
+                        .version = req->version,
+                        .cp_nodes = cp,
+                        .worker_nodes = workers,
+                        .labels = labels,
+                        .annotations = annotations};
+    pv_pod p = {0};
+    int rc = pv_registry_add_pod(r, keys_of(call), &spec, &p, &st);
+    if (rc == PV_ALREADY_EXISTS)
+        pv_status_set(&st, PV_ALREADY_EXISTS, "name: a cluster named %s already exists", req->name);
+    if (rc == PV_OK) {
+        pv_info("CreateCluster id=%s name=%s version=%s", p.id, p.name, p.version);
+        rc = send_cluster(call, r, &p, &st);
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    pv_pod_clear(&p);
+    free(labels);
+    free(annotations);
+}
+
+static void on_get_cluster(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__GetClusterRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = send_cluster(call, r, &p, &st);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    pv_pod_clear(&p);
+}
+
+static void on_list_clusters(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__ListClustersRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    if (pv_validate_enums(msg, &st) != PV_OK) return finish_status(call, &st);
+    char *want = map_json((void *const *)req->labels, req->n_labels);
+    pv_pod *pods = NULL;
+    size_t n = 0;
+    int rc = pv_registry_list_pods(r, keys_of(call), &pods, &n, &st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (!pv_cluster_labels_match(pods[i].labels, want)) continue;
+        if (req->status != PIVIRT__CLUSTER__V1__CLUSTER_STATUS__CLUSTER_STATUS_UNSPECIFIED) {
+            pv_node *nodes = NULL;
+            size_t nn = 0;
+            if ((rc = pv_registry_list_nodes(r, keys_of(call), pods[i].name, &nodes, &nn, &st)) !=
+                PV_OK)
+                break;
+            pv_cluster_state s = pv_cluster_state_of(&pods[i], nodes, nn);
+            pv_node_array_free(nodes, nn);
+            if ((int)s != (int)req->status) continue;
+        }
+        rc = send_cluster(call, r, &pods[i], &st);
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    pv_pod_array_free(pods, n);
+    free(want);
+}
+
+static void on_update_cluster(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__UpdateClusterRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0}, now = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK && req->name && *req->name && strcmp(req->name, p.name) != 0)
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
+                           "name: a cluster's name is immutable (it is %s, not %s)", p.name,
+                           req->name);
+    if (rc == PV_OK && req->topology &&
+        (req->topology->control_plane_count < 0 || req->topology->worker_count < 0))
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "topology: counts must be >= 0");
+    char *labels = rc == PV_OK && (req->n_labels || req->update_labels)
+                       ? map_json((void *const *)req->labels, req->n_labels)
+                       : NULL;
+    char *annotations = rc == PV_OK && (req->n_annotations || req->update_annotations)
+                            ? map_json((void *const *)req->annotations, req->n_annotations)
+                            : NULL;
+    if (rc == PV_OK) {
+        pv_pod_update u = {.name = p.name,
+                           .labels = labels,
+                           .annotations = annotations,
+                           .cp_nodes = req->topology ? req->topology->control_plane_count : -1,
+                           .worker_nodes = req->topology ? req->topology->worker_count : -1};
+        rc = pv_registry_update_pod(r, keys_of(call), &u, &now, &st);
+    }
+    if (rc == PV_OK) rc = send_cluster(call, r, &now, &st);
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    free(labels);
+    free(annotations);
+    pv_pod_clear(&p);
+    pv_pod_clear(&now);
+}
+
+/* ---- nodes ---- */
+
+static void on_add_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__AddNodeRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node n = {0};
+    int rc = pv_validate_enums(msg, &st);
+    if (rc == PV_OK) rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_validate_name("name", req->name, &st);
+    if (rc == PV_OK && req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED)
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
+                           "role: required (NODE_ROLE_CONTROL_PLANE or NODE_ROLE_WORKER)");
+    if (rc == PV_OK) rc = pv_cluster_check_ip("ip", req->ip, &st);
+    char *labels = rc == PV_OK ? map_json((void *const *)req->labels, req->n_labels) : NULL;
+    if (rc == PV_OK) {
+        /* the node's resources come from its agent's report when it has one; until then the
+         * node holds none, and its agent fills them in when it first beats */
+        char *report = NULL;
+        pv_status ist;
+        const char *resources = "{}";
+        char *defaults = NULL;
+        if (pv_registry_get_engine_info(r, keys_of(call), req->name, &report, &ist) == PV_OK &&
+            report) {
+            pv_res_engine_info facts;
+            if (pv_registry_engine_facts(report, &facts, &ist) == PV_OK) {
+                pv_res_node res = {0};
+                if (pv_res_node_parse(NULL, NULL, &facts, &res, &ist) == PV_OK &&
+                    pv_res_node_resources_dump(&res, &defaults, &ist) == PV_OK)
+                    resources = defaults;
+                pv_res_node_free(&res);
+            }
+        }
+        pv_node_spec spec = {.name = req->name,
+                             .pod_name = p.name,
+                             .role = req->role ==
+                                             PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_CONTROL_PLANE
+                                         ? "control-plane"
+                                         : "worker",
+                             .ip = req->ip,
+                             .endpoint = "process://",
+                             .labels = labels,
+                             .resources = resources};
+        rc = pv_registry_add_node(r, keys_of(call), &spec, &n, &st);
+        if (rc == PV_ALREADY_EXISTS)
+            pv_status_set(&st, PV_ALREADY_EXISTS, "name: a node named %s already exists",
+                          req->name);
+        free(report);
+        free(defaults);
+    }
+    if (rc == PV_OK) {
+        pv_info("AddNode cluster=%s node=%s role=%s ip=%s", p.name, n.name, n.role, n.ip);
+        rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    free(labels);
+    pv_pod_clear(&p);
+    pv_node_clear(&n);
+}
+
+static void on_get_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__GetNodeRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node n = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
+    if (rc == PV_OK) rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    pv_pod_clear(&p);
+    pv_node_clear(&n);
+}
+
+static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__ListNodesRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    int rc = pv_validate_enums(msg, &st);
+    if (rc == PV_OK && req->cluster_id && *req->cluster_id)
+        rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    char *want = map_json((void *const *)req->labels, req->n_labels);
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &n, &st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        node_msg m;
+        node_fill(&nodes[i], &m);
+        bool keep = pv_cluster_labels_match(nodes[i].labels, want) &&
+                    (req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED ||
+                     req->role == m.msg.role) &&
+                    (req->status == PIVIRT__CLUSTER__V1__NODE_STATUS__NODE_STATUS_UNSPECIFIED ||
+                     req->status == m.msg.status);
+        if (keep && gw_call_send(call, &m.msg.base) != 0) rc = PV_CANCELLED;
+        node_msg_free(&m);
+    }
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        finish_status(call, &st);
+    pv_node_array_free(nodes, n);
+    pv_pod_clear(&p);
+    free(want);
+}
+
+int svc_cluster_register(svc_cluster *s, gw_server *server) {
+    static const struct {
+        const char *name;
+        gw_method_kind kind;
+        const ProtobufCMessageDescriptor *request;
+        gw_handler_fn handler;
+    } k[] = {
+        {"CreateCluster", GW_UNARY, &pivirt__cluster__v1__create_cluster_request__descriptor,
+         on_create_cluster},
+        {"GetCluster", GW_UNARY, &pivirt__cluster__v1__get_cluster_request__descriptor,
+         on_get_cluster},
+        {"ListClusters", GW_SERVER_STREAM, &pivirt__cluster__v1__list_clusters_request__descriptor,
+         on_list_clusters},
+        {"UpdateCluster", GW_UNARY, &pivirt__cluster__v1__update_cluster_request__descriptor,
+         on_update_cluster},
+        {"AddNode", GW_UNARY, &pivirt__cluster__v1__add_node_request__descriptor, on_add_node},
+        {"GetNode", GW_UNARY, &pivirt__cluster__v1__get_node_request__descriptor, on_get_node},
+        {"ListNodes", GW_SERVER_STREAM, &pivirt__cluster__v1__list_nodes_request__descriptor,
+         on_list_nodes},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.cluster.v1.ClusterService/%s",
+                 k[i].name);
+        s->methods[i] = (gw_method){
+            .path = s->paths[i],
+            .kind = k[i].kind,
+            .request = k[i].request,
+            .handler = k[i].handler,
+            .data = s,
+        };
+        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,27 @@
+/*
+ * svc_cluster: pivirt.cluster.v1.ClusterService on the one registry (clusters are pods, nodes
+ * the same records CoreRPC's AddNode makes). Served: CreateCluster, GetCluster, ListClusters,
+ * UpdateCluster, AddNode, GetNode, ListNodes. The calls that answer Operations (DeleteCluster,
+ * RemoveNode, DrainNode, CordonNode, UncordonNode, UpgradeCluster), GetUpgradeStatus, GetHealth
+ * and GetMetrics are not registered yet: the framework answers UNIMPLEMENTED. A node's CORDONED
+ * status already shows Eru's bypass (CoreRPC's SetNode).
+ *
+ * Clusters and nodes are named by id or by name. Standard gRPC codes; messages name the field.
+ *
+ * Ownership: svc_cluster_new borrows app (it must outlive the service).
+ */
+#ifndef SVC_CLUSTER_H
+#define SVC_CLUSTER_H
+
+#include "gw_app.h"
+#include "gw_server.h"
+
+typedef struct svc_cluster svc_cluster;
+
+svc_cluster *svc_cluster_new(gw_app *app);
+void svc_cluster_free(svc_cluster *s);
+
+/* Adds the served methods to server (before gw_server_start). Returns 0 or -1. */
+int svc_cluster_register(svc_cluster *s, gw_server *server);
+
+#endif

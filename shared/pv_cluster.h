@@ -1,0 +1,54 @@
+/*
+ * pv_cluster: ClusterService's view of the one registry (see ../shared/DESIGN.md, "One model,
+ * three APIs"): a cluster is a pod, a node is the same record CoreRPC's AddNode makes. What the
+ * view derives lives here, away from gRPC: a node's status (CORDONED before readiness; READY
+ * while its agent's heartbeat key lives), a cluster's status from its nodes and topology, and
+ * the checks of ClusterService's own fields (versions, addresses, roles).
+ */
+#ifndef PV_CLUSTER_H
+#define PV_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pv_registry.h"
+#include "pv_status.h"
+
+typedef enum {
+    PV_NODE_READY = 1,
+    PV_NODE_NOT_READY = 2,
+    PV_NODE_DRAINING = 3,
+    PV_NODE_CORDONED = 4,
+    PV_NODE_ERROR = 5,
+} pv_node_state;
+
+typedef enum {
+    PV_CLUSTER_CREATING = 1,
+    PV_CLUSTER_RUNNING = 2,
+    PV_CLUSTER_DEGRADED = 3,
+    PV_CLUSTER_ERROR = 4,
+    PV_CLUSTER_UPGRADING = 5,
+} pv_cluster_state;
+
+/* "vMAJOR.MINOR.PATCH" (numbers without leading zeros); INVALID_ARGUMENT naming field. */
+int pv_cluster_check_version(const char *field, const char *v, pv_status *st);
+
+/* An IPv4 or IPv6 address; INVALID_ARGUMENT naming field. */
+int pv_cluster_check_ip(const char *field, const char *ip, pv_status *st);
+
+/* CORDONED (bypass) before readiness; READY while alive; NOT_READY otherwise. */
+pv_node_state pv_cluster_node_state(const pv_node *n);
+
+/* Whether at least one node and the topology's counts of control-plane and worker nodes are up
+ * (alive: a cordoned node still counts, it only takes no new work). */
+bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n);
+
+/* CREATING until the cluster is complete for the first time (p->formed_ms), then RUNNING while
+ * it is complete and every node is up, DEGRADED otherwise. */
+pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size_t n);
+
+/* Whether the JSON object of strings `have` holds every key/value of `want` (both JSON text;
+ * want NULL or "{}" matches everything). */
+bool pv_cluster_labels_match(const char *have, const char *want);
+
+#endif

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""End-to-end tests of pivirt.cluster.v1.ClusterService's clusters and nodes through a real gRPC
+client: CreateCluster, GetCluster, ListClusters, UpdateCluster, AddNode, GetNode, ListNodes, on
+the one registry CoreRPC reads too.
+
+Two node agents run with no pod of their own (worker.pod ""): they register nothing and wait for
+AddNode, then heartbeat (READY) and fill in the node's resources from their machine. A cluster
+asking for one control-plane and one worker node is CREATING until both are READY, RUNNING
+then, DEGRADED when an agent stops. A node with Eru's bypass is CORDONED.
+Errors use the standard codes and name the field; the calls not served yet answer
+UNIMPLEMENTED.
+"""
+import os
+import sys
+import time
+import unittest
+
+import grpc
+
+import pvtest
+from pb import core_pb2, core_pb2_grpc
+from pivirt.cluster.v1 import cluster_pb2, cluster_pb2_grpc
+
+C = cluster_pb2
+_stack = None
+
+
+def setUpModule():
+    global _stack
+    _stack = pvtest.Stack(gateways=1, agents=[("cn1", ""), ("wn1", "")],
+                          config={"worker": {"heartbeat_seconds": 1}})
+    _stack.start()
+
+
+def tearDownModule():
+    _stack.stop()
+
+
+class Clusters(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.cs = cluster_pb2_grpc.ClusterServiceStub(cls.stack.channel(0))
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
+
+    def err(self, fn, req):
+        with self.assertRaises(grpc.RpcError) as e:
+            fn(req, timeout=10)
+        return e.exception.code(), e.exception.details()
+
+    def wait_for(self, what, fn, timeout=15):
+        deadline = time.monotonic() + timeout
+        got = fn()
+        while got != what and time.monotonic() < deadline:
+            time.sleep(0.2)
+            got = fn()
+        self.assertEqual(got, what)
+
+    def test_a_clusters(self):
+        c = self.cs.CreateCluster(C.CreateClusterRequest(
+            name="blue", version="v1.2.3", labels={"env": "prod"},
+            topology=C.ClusterTopology(control_plane_count=0, worker_count=2)), timeout=10)
+        self.assertTrue(c.id.startswith("cluster-"))
+        self.assertEqual((c.name, c.version, c.status), ("blue", "v1.2.3",
+                                                         C.CLUSTER_STATUS_CREATING))
+        self.assertEqual(c.topology.worker_count, 2)
+        self.assertGreater(c.created_at.seconds, 0)
+        self.assertEqual(self.cs.GetCluster(C.GetClusterRequest(cluster_id=c.id),
+                                            timeout=10).name, "blue")
+        self.assertEqual(self.cs.GetCluster(C.GetClusterRequest(cluster_id="blue"),
+                                            timeout=10).id, c.id)
+        # one registry: CoreRPC sees the cluster as a pod
+        self.assertIn("blue", [p.name for p in self.core.ListPods(core_pb2.Empty(),
+                                                                   timeout=10).pods])
+        self.cs.CreateCluster(C.CreateClusterRequest(name="green", version="v2.0.0",
+                                                     labels={"env": "test"}), timeout=10)
+        names = [x.name for x in self.cs.ListClusters(C.ListClustersRequest(
+            labels={"env": "prod"}), timeout=10)]
+        self.assertEqual(names, ["blue"])
+        # update: labels replaced, annotations set, topology changed, name immutable
+        u = self.cs.UpdateCluster(C.UpdateClusterRequest(
+            cluster_id="blue", labels={"env": "staging"}, annotations={"owner": "ops"},
+            topology=C.ClusterTopology(worker_count=1)), timeout=10)
+        self.assertEqual((dict(u.labels), dict(u.annotations), u.topology.worker_count),
+                         ({"env": "staging"}, {"owner": "ops"}, 1))
+        u = self.cs.UpdateCluster(C.UpdateClusterRequest(cluster_id=c.id, update_labels=True),
+                                  timeout=10)
+        self.assertEqual((dict(u.labels), dict(u.annotations)), ({}, {"owner": "ops"}))
+        code, msg = self.err(self.cs.UpdateCluster, C.UpdateClusterRequest(cluster_id="blue",
+                                                                           name="red"))
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("name: a cluster's name is immutable", msg)
+        # bad input names the field
+        for req, field in ((C.CreateClusterRequest(name="blue", version="v1.0.0"), "name"),
+                           (C.CreateClusterRequest(name="x1", version="1.2"), "version"),
+                           (C.CreateClusterRequest(name="x2", version="v01.2.3"), "version"),
+                           (C.CreateClusterRequest(name="a/b", version="v1.0.0"), "name"),
+                           (C.CreateClusterRequest(name="x3", version="v1.0.0",
+                                                   topology=C.ClusterTopology(worker_count=-1)),
+                            "topology")):
+            code, msg = self.err(self.cs.CreateCluster, req)
+            self.assertIn(code, (grpc.StatusCode.INVALID_ARGUMENT,
+                                 grpc.StatusCode.ALREADY_EXISTS), msg)
+            self.assertTrue(msg.startswith(field + ":"), msg)
+        code, msg = self.err(self.cs.GetCluster, C.GetClusterRequest(cluster_id="nope"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("cluster nope not found", msg)
+
+    def test_b_nodes_readiness_and_cordon(self):
+        self.cs.CreateCluster(C.CreateClusterRequest(
+            name="prod", version="v0.9.0",
+            topology=C.ClusterTopology(control_plane_count=1, worker_count=1)), timeout=10)
+        status = lambda: self.cs.GetCluster(C.GetClusterRequest(cluster_id="prod"),
+                                            timeout=10).status
+        n = self.cs.AddNode(C.AddNodeRequest(cluster_id="prod", name="cn1", ip="10.0.0.1",
+                                             role=C.NODE_ROLE_CONTROL_PLANE,
+                                             labels={"zone": "a"}), timeout=10)
+        self.assertEqual((n.name, n.role, n.ip), ("cn1", C.NODE_ROLE_CONTROL_PLANE, "10.0.0.1"))
+        node = lambda name: self.cs.GetNode(C.GetNodeRequest(cluster_id="prod", node_id=name),
+                                            timeout=10)
+        # its agent (waiting for AddNode) beats: READY, with its machine's resources and version
+        self.wait_for(C.NODE_STATUS_READY, lambda: node("cn1").status)
+        self.wait_for(True, lambda: node("cn1").resources.cpu_cores > 0)
+        got = node(n.id)
+        self.assertGreater(got.resources.memory_bytes, 0)
+        self.assertTrue(got.annotations["pivirt.io/version"])
+        self.assertEqual(status(), C.CLUSTER_STATUS_CREATING)  # no worker yet
+        self.cs.AddNode(C.AddNodeRequest(cluster_id="prod", name="wn1", ip="fd00::7",
+                                         role=C.NODE_ROLE_WORKER), timeout=10)
+        self.wait_for(C.CLUSTER_STATUS_RUNNING, status)
+        c = self.cs.GetCluster(C.GetClusterRequest(cluster_id="prod"), timeout=10)
+        self.assertEqual(list(c.topology.control_plane_nodes), [n.id])
+        self.assertEqual(len(c.topology.worker_nodes), 1)
+        # filters
+        listed = lambda **kw: [x.name for x in self.cs.ListNodes(C.ListNodesRequest(**kw),
+                                                                 timeout=10)]
+        self.assertEqual(listed(cluster_id="prod"), ["cn1", "wn1"])
+        self.assertEqual(listed(cluster_id="prod", role=C.NODE_ROLE_WORKER), ["wn1"])
+        self.assertEqual(listed(labels={"zone": "a"}), ["cn1"])
+        # cordoned = Eru's bypass (CoreRPC's SetNode for now); CORDONED shows before readiness
+        self.core.SetNode(core_pb2.SetNodeOptions(nodename="cn1", bypass=core_pb2.TRUE),
+                          timeout=10)
+        self.assertEqual(node("cn1").status, C.NODE_STATUS_CORDONED)
+        self.assertEqual(listed(status=C.NODE_STATUS_CORDONED), ["cn1"])
+        self.assertEqual(status(), C.CLUSTER_STATUS_RUNNING)  # cordoned, still up
+        self.core.SetNode(core_pb2.SetNodeOptions(nodename="cn1", bypass=core_pb2.FALSE),
+                          timeout=10)
+        self.assertEqual(node("cn1").status, C.NODE_STATUS_READY)
+        # an agent that stops: its node NOT_READY, the cluster DEGRADED
+        agent = self.stack.agents[self.stack.agent_nodes.index("wn1")]
+        agent.stop()
+        self.wait_for(C.NODE_STATUS_NOT_READY, lambda: node("wn1").status)
+        self.assertEqual(status(), C.CLUSTER_STATUS_DEGRADED)
+        agent.start()
+        self.wait_for(C.CLUSTER_STATUS_RUNNING, status)
+        # bad input
+        for req, code, part in (
+                (C.AddNodeRequest(cluster_id="prod", name="x9", ip="10.0.0.300",
+                                  role=C.NODE_ROLE_WORKER),
+                 grpc.StatusCode.INVALID_ARGUMENT, 'ip: "10.0.0.300" is not an IPv4 or IPv6'),
+                (C.AddNodeRequest(cluster_id="prod", name="x9", ip="10.0.0.9"),
+                 grpc.StatusCode.INVALID_ARGUMENT, "role: required"),
+                (C.AddNodeRequest(cluster_id="prod", name="cn1", ip="10.0.0.9",
+                                  role=C.NODE_ROLE_WORKER),
+                 grpc.StatusCode.ALREADY_EXISTS, "name: a node named cn1 already exists"),
+                (C.AddNodeRequest(cluster_id="nope", name="x9", ip="10.0.0.9",
+                                  role=C.NODE_ROLE_WORKER),
+                 grpc.StatusCode.NOT_FOUND, "cluster_id: cluster nope not found")):
+            got_code, msg = self.err(self.cs.AddNode, req)
+            self.assertEqual(got_code, code, msg)
+            self.assertIn(part, msg)
+        self.cs.CreateCluster(C.CreateClusterRequest(name="other", version="v1.0.0"), timeout=10)
+        code, msg = self.err(self.cs.GetNode, C.GetNodeRequest(cluster_id="other",
+                                                               node_id="cn1"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("node cn1 is not in cluster other", msg)
+
+    def test_c_unserved_calls_are_unimplemented(self):
+        for fn, req in ((self.cs.DrainNode, C.DrainNodeRequest(cluster_id="prod", node_id="cn1")),
+                        (self.cs.CordonNode, C.CordonNodeRequest(cluster_id="prod",
+                                                                 node_id="cn1")),
+                        (self.cs.GetHealth, C.GetHealthRequest(cluster_id="prod"))):
+            code, msg = self.err(fn, req)
+            self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED, msg)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

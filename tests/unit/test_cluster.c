@@ -1,0 +1,91 @@
+/* pv_cluster: version and address checks, node and cluster states. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pv_cluster.h"
+
+static void test_version(void **state) {
+    (void)state;
+    pv_status st;
+    const char *ok[] = {"v0.0.89", "v1.2.3", "v10.0.0", "v0.0.0"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        assert_int_equal(pv_cluster_check_version("version", ok[i], &st), PV_OK);
+    const char *bad[] = {"",        "1.2.3",      "v1.2",  "v1.2.3.4",
+                         "v01.2.3", "v1.2.3-rc1", "v1..3", "V1.2.3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(pv_cluster_check_version("version", bad[i], &st), PV_INVALID_ARGUMENT);
+        assert_non_null(strstr(st.msg, "version: \""));
+    }
+}
+
+static void test_ip(void **state) {
+    (void)state;
+    pv_status st;
+    assert_int_equal(pv_cluster_check_ip("ip", "10.0.0.1", &st), PV_OK);
+    assert_int_equal(pv_cluster_check_ip("ip", "fd00::7", &st), PV_OK);
+    assert_int_equal(pv_cluster_check_ip("ip", "10.0.0.300", &st), PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_cluster_check_ip("ip", "host.example", &st), PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_cluster_check_ip("ip", "", &st), PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "ip: \"\" is not an IPv4 or IPv6 address"));
+}
+
+static pv_node node(const char *role, bool alive, bool bypass) {
+    pv_node n;
+    memset(&n, 0, sizeof n);
+    n.role = (char *)role;
+    n.alive = alive;
+    n.bypass = bypass;
+    return n;
+}
+
+static void test_states(void **state) {
+    (void)state;
+    pv_node a = node("worker", true, false);
+    assert_int_equal(pv_cluster_node_state(&a), PV_NODE_READY);
+    a.alive = false;
+    assert_int_equal(pv_cluster_node_state(&a), PV_NODE_NOT_READY);
+    a.bypass = true; /* cordoned shows before readiness */
+    assert_int_equal(pv_cluster_node_state(&a), PV_NODE_CORDONED);
+
+    pv_pod p;
+    memset(&p, 0, sizeof p);
+    p.cp_nodes = 1;
+    p.worker_nodes = 1;
+    assert_int_equal(pv_cluster_state_of(&p, NULL, 0), PV_CLUSTER_CREATING);
+    pv_node nodes[3] = {node("control-plane", true, false), node("worker", false, false),
+                        node("worker", true, true)};
+    /* the cordoned worker is up: complete, but one node is down */
+    assert_true(pv_cluster_complete(&p, nodes, 3));
+    assert_int_equal(pv_cluster_state_of(&p, nodes, 3), PV_CLUSTER_DEGRADED);
+    nodes[1].alive = true;
+    assert_int_equal(pv_cluster_state_of(&p, nodes, 3), PV_CLUSTER_RUNNING);
+    /* not complete: CREATING until it once was, DEGRADED after */
+    assert_false(pv_cluster_complete(&p, nodes, 1));
+    assert_int_equal(pv_cluster_state_of(&p, nodes, 1), PV_CLUSTER_CREATING);
+    p.formed_ms = 1;
+    assert_int_equal(pv_cluster_state_of(&p, nodes, 1), PV_CLUSTER_DEGRADED);
+}
+
+static void test_labels(void **state) {
+    (void)state;
+    assert_true(pv_cluster_labels_match("{\"a\":\"1\",\"b\":\"2\"}", "{\"a\":\"1\"}"));
+    assert_true(pv_cluster_labels_match("{}", NULL));
+    assert_true(pv_cluster_labels_match("{}", "{}"));
+    assert_false(pv_cluster_labels_match("{\"a\":\"1\"}", "{\"a\":\"2\"}"));
+    assert_false(pv_cluster_labels_match("{}", "{\"a\":\"1\"}"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_ip),
+        cmocka_unit_test(test_states),
+        cmocka_unit_test(test_labels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
