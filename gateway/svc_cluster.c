@@ -8,8 +8,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pivirt/cluster/v1/cluster.pb-c.h"
+#include "op_convert.h"
 #include "pv_cluster.h"
 #include "pv_log.h"
 #include "pv_registry.h"
@@ -18,8 +20,8 @@
 
 struct svc_cluster {
     gw_app *app;
-    gw_method methods[7];
-    char paths[7][96];
+    gw_method methods[10];
+    char paths[10][96];
 };
 
 svc_cluster *svc_cluster_new(gw_app *app) {
@@ -510,6 +512,151 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     free(want);
 }
 
+/* ---- health ---- */
+
+static void on_get_health(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__GetHealthRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_health_report h = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_cluster_health(r, keys_of(call), &p, &h, &st);
+    if (rc != PV_OK) {
+        finish_status(call, &st);
+        pv_pod_clear(&p);
+        return;
+    }
+    Pivirt__Cluster__V1__ClusterHealth m = PIVIRT__CLUSTER__V1__CLUSTER_HEALTH__INIT;
+    m.cluster_id = (char *)p.id;
+    m.status = (Pivirt__Cluster__V1__HealthStatus)h.status;
+    m.message = h.message;
+    size_t nc = h.ncomponents, nn = h.nnodes;
+    Pivirt__Cluster__V1__ComponentHealth *cs = nc ? calloc(nc, sizeof *cs) : NULL;
+    Pivirt__Cluster__V1__ComponentHealth **cps = nc ? calloc(nc, sizeof *cps) : NULL;
+    Pivirt__Cluster__V1__NodeHealth *ns = nn ? calloc(nn, sizeof *ns) : NULL;
+    Pivirt__Cluster__V1__NodeHealth **nps = nn ? calloc(nn, sizeof *nps) : NULL;
+    Google__Protobuf__Timestamp *ts = calloc(nc + nn + 1, sizeof *ts);
+    if ((nc && (!cs || !cps)) || (nn && (!ns || !nps)) || !ts) {
+        gw_call_finish(call, PV_INTERNAL, "out of memory");
+    } else {
+        for (size_t i = 0; i < nc; i++) {
+            pivirt__cluster__v1__component_health__init(&cs[i]);
+            cs[i].name = h.components[i].name;
+            cs[i].status = (Pivirt__Cluster__V1__HealthStatus)h.components[i].status;
+            cs[i].message = h.components[i].message;
+            timestamp(&ts[i], h.components[i].last_check_ms);
+            cs[i].last_check = &ts[i];
+            cps[i] = &cs[i];
+        }
+        for (size_t i = 0; i < nn; i++) {
+            pivirt__cluster__v1__node_health__init(&ns[i]);
+            ns[i].node_id = h.nodes[i].node_id;
+            ns[i].node_name = h.nodes[i].name;
+            ns[i].status = (Pivirt__Cluster__V1__HealthStatus)h.nodes[i].status;
+            ns[i].message = h.nodes[i].message;
+            timestamp(&ts[nc + i], h.nodes[i].last_check_ms);
+            ns[i].last_check = &ts[nc + i];
+            nps[i] = &ns[i];
+        }
+        m.n_components = nc;
+        m.components = cps;
+        m.n_nodes = nn;
+        m.nodes = nps;
+        gw_call_reply(call, &m.base);
+    }
+    free(cs);
+    free(cps);
+    free(ns);
+    free(nps);
+    free(ts);
+    pv_health_free(&h);
+    pv_pod_clear(&p);
+}
+
+/* ---- node operations ---- */
+
+/* How long a node operation is waited for before its Operation is answered as it stands:
+ * cordoning takes one registry write, so a worker normally finishes it well within this. */
+#define NODE_OP_WAIT_MS 5000
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Waits for op_id to end, at most NODE_OP_WAIT_MS and a little less than the call's deadline;
+ * *rec is the record as it is then. */
+static int wait_op(gw_call *call, pv_redis *r, const char *op_id, pv_op *rec, pv_status *st) {
+    int64_t budget = NODE_OP_WAIT_MS, left_ms = gw_call_deadline_ms(call);
+    if (left_ms != INT64_MAX && left_ms - 100 < budget) budget = left_ms - 100;
+    int64_t until = mono_ms() + budget;
+    for (;;) {
+        if (pv_op_get(r, keys_of(call), op_id, rec, st) != PV_OK) return st->code;
+        if (pv_op_done(rec) || mono_ms() >= until || gw_call_is_closed(call)) return PV_OK;
+        pv_op_clear(rec);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* CordonNode and UncordonNode: an Operation on the ops workers (kind node.cordon or
+ * node.uncordon) holding the node and its cluster, answered once it ended (or as it stands
+ * after NODE_OP_WAIT_MS). */
+static void node_op(gw_call *call, const char *cluster_id, const char *node_id, const char *kind) {
+    svc_cluster *s = gw_call_method_data(call);
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node n = {0};
+    pv_op rec = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", cluster_id, &p, &st);
+    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, node_id, &n, &st);
+    char *params = NULL;
+    if (rc == PV_OK) {
+        json_t *j = json_pack("{s:s, s:s}", "node", n.name, "cluster", p.name);
+        params = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        const char *holds[] = {p.id};
+        pv_op_submit_req req = {.kind = kind,
+                                .target = n.id,
+                                .queue = "ops",
+                                .params_json = params,
+                                .holds = holds,
+                                .n_holds = 1};
+        pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
+                         .events_maxlen = s->app->cfg.ops.events_maxlen};
+        bool existed = false;
+        pv_op sub = {0};
+        rc = params ? pv_op_submit(r, keys_of(call), &oo, &req, &sub, &existed, &st)
+                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
+        if (rc == PV_OK) {
+            pv_info("%s cluster=%s node=%s op=%s", kind, p.name, n.name, sub.id);
+            rc = wait_op(call, r, sub.id, &rec, &st);
+        }
+        pv_op_clear(&sub);
+    }
+    if (rc == PV_OK)
+        op_convert_reply(call, &rec);
+    else
+        finish_status(call, &st);
+    free(params);
+    pv_op_clear(&rec);
+    pv_pod_clear(&p);
+    pv_node_clear(&n);
+}
+
+static void on_cordon_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__CordonNodeRequest *req = (const void *)msg;
+    node_op(call, req->cluster_id, req->node_id, "node.cordon");
+}
+
+static void on_uncordon_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__UncordonNodeRequest *req = (const void *)msg;
+    node_op(call, req->cluster_id, req->node_id, "node.uncordon");
+}
+
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
     static const struct {
         const char *name;
@@ -529,6 +676,12 @@ int svc_cluster_register(svc_cluster *s, gw_server *server) {
         {"GetNode", GW_UNARY, &pivirt__cluster__v1__get_node_request__descriptor, on_get_node},
         {"ListNodes", GW_SERVER_STREAM, &pivirt__cluster__v1__list_nodes_request__descriptor,
          on_list_nodes},
+        {"CordonNode", GW_UNARY, &pivirt__cluster__v1__cordon_node_request__descriptor,
+         on_cordon_node},
+        {"GetHealth", GW_UNARY, &pivirt__cluster__v1__get_health_request__descriptor,
+         on_get_health},
+        {"UncordonNode", GW_UNARY, &pivirt__cluster__v1__uncordon_node_request__descriptor,
+         on_uncordon_node},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.cluster.v1.ClusterService/%s",

@@ -1,10 +1,10 @@
 /*
  * svc_cluster: pivirt.cluster.v1.ClusterService on the one registry (clusters are pods, nodes
  * the same records CoreRPC's AddNode makes). Served: CreateCluster, GetCluster, ListClusters,
- * UpdateCluster, AddNode, GetNode, ListNodes. The calls that answer Operations (DeleteCluster,
- * RemoveNode, DrainNode, CordonNode, UncordonNode, UpgradeCluster), GetUpgradeStatus, GetHealth
- * and GetMetrics are not registered yet: the framework answers UNIMPLEMENTED. A node's CORDONED
- * status already shows Eru's bypass (CoreRPC's SetNode).
+ * UpdateCluster, AddNode, GetNode, ListNodes, and CordonNode and UncordonNode, which answer an
+ * Operation (node.cordon, node.uncordon) an ops worker runs, once it ended or after 5 s as it
+ * stands. DeleteCluster, RemoveNode, DrainNode, UpgradeCluster, GetUpgradeStatus, GetHealth and
+ * GetMetrics are not registered yet: the framework answers UNIMPLEMENTED.
  *
  * Clusters and nodes are named by id or by name. Standard gRPC codes; messages name the field.
  *

@@ -6,7 +6,12 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "pv_presence.h"
 
 /* a decimal number without a leading zero (0 itself is fine); advances *p */
 static bool number(const char **p) {
@@ -86,4 +91,125 @@ bool pv_cluster_labels_match(const char *have, const char *want) {
     json_decref(h);
     json_decref(w);
     return ok;
+}
+
+/* ---- health ---- */
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int add_item(pv_health_item **v, size_t *n, const char *name, const char *node_id,
+                    pv_health status, const char *message, int64_t at) {
+    pv_health_item *grown = realloc(*v, (*n + 1) * sizeof **v);
+    if (!grown) return -1;
+    *v = grown;
+    pv_health_item *it = &grown[(*n)++];
+    it->name = strdup(name);
+    it->node_id = strdup(node_id ? node_id : "");
+    it->status = status;
+    it->message = strdup(message);
+    it->last_check_ms = at;
+    return it->name && it->node_id && it->message ? 0 : -1;
+}
+
+/* The live processes of a kind as components; *count how many. */
+static int add_kind(pv_redis *r, const pv_keys *k, const char *kind, pv_health_report *h,
+                    size_t *count, pv_status *st) {
+    char **values = NULL;
+    size_t n = 0;
+    if (pv_presence_list(r, k, kind, &values, &n, st) != PV_OK) return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        json_t *j = json_loads(values[i], 0, NULL);
+        const char *inst = json_string_value(json_object_get(j, "instance"));
+        char name[256];
+        snprintf(name, sizeof name, "%s %s", kind, inst ? inst : "?");
+        if (add_item(&h->components, &h->ncomponents, name, NULL, PV_HEALTHY, "heartbeat alive",
+                     wall_ms()) != 0)
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        json_decref(j);
+    }
+    pv_presence_values_free(values, n);
+    *count = n;
+    return rc;
+}
+
+int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_report *out,
+                      pv_status *st) {
+    memset(out, 0, sizeof *out);
+    int64_t now = wall_ms();
+    if (add_item(&out->components, &out->ncomponents, "redis", NULL, PV_HEALTHY, "answering",
+                 now) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    size_t gateways = 0, workers = 0, schedulers = 0;
+    int rc = add_kind(r, k, "gateway", out, &gateways, st);
+    if (rc == PV_OK) rc = add_kind(r, k, "worker", out, &workers, st);
+    if (rc == PV_OK) rc = add_kind(r, k, "scheduler", out, &schedulers, st);
+    if (rc == PV_OK && workers == 0)
+        add_item(&out->components, &out->ncomponents, "worker", NULL, PV_UNHEALTHY,
+                 "no ops worker is running: operations wait", now);
+    if (rc == PV_OK && schedulers == 0)
+        add_item(&out->components, &out->ncomponents, "scheduler", NULL, PV_UNHEALTHY,
+                 "no scheduler is running: nothing can be placed", now);
+    pv_node *nodes = NULL;
+    size_t n = 0, up = 0, down = 0, cordoned_up = 0;
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, k, p->name, &nodes, &n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const pv_node *nd = &nodes[i];
+        pv_health hs = nd->alive ? PV_HEALTHY : PV_UNHEALTHY;
+        const char *why = nd->alive ? (nd->bypass ? "ready, cordoned" : "ready")
+                                    : (nd->bypass ? "agent heartbeat missing; cordoned"
+                                                  : "agent heartbeat missing");
+        up += nd->alive;
+        down += !nd->alive;
+        cordoned_up += nd->alive && nd->bypass;
+        if (add_item(&out->nodes, &out->nnodes, nd->name, nd->id, hs, why,
+                     nd->alive ? now : nd->updated_ms) != 0)
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    pv_node_array_free(nodes, n);
+    if (rc != PV_OK) {
+        pv_health_free(out);
+        return rc;
+    }
+    char why[256];
+    if (workers == 0 || schedulers == 0) {
+        out->status = PV_UNHEALTHY;
+        snprintf(why, sizeof why, "no %s is running", workers == 0 ? "ops worker" : "scheduler");
+    } else if (up == 0) {
+        out->status = PV_UNHEALTHY;
+        snprintf(why, sizeof why, n ? "none of its %zu nodes is up" : "it has no nodes", n);
+    } else if (down > 0) {
+        out->status = PV_DEGRADED;
+        snprintf(why, sizeof why, "%zu of its %zu nodes are down", down, n);
+    } else if (cordoned_up == up) {
+        out->status = PV_DEGRADED;
+        snprintf(why, sizeof why, "every node that is up is cordoned: nothing new can run");
+    } else {
+        out->status = PV_HEALTHY;
+        snprintf(why, sizeof why, "%zu nodes up; %zu gateways, %zu ops workers, %zu schedulers", up,
+                 gateways, workers, schedulers);
+    }
+    out->message = strdup(why);
+    return PV_OK;
+}
+
+void pv_health_free(pv_health_report *h) {
+    for (size_t i = 0; i < h->ncomponents; i++) {
+        free(h->components[i].name);
+        free(h->components[i].node_id);
+        free(h->components[i].message);
+    }
+    for (size_t i = 0; i < h->nnodes; i++) {
+        free(h->nodes[i].name);
+        free(h->nodes[i].node_id);
+        free(h->nodes[i].message);
+    }
+    free(h->components);
+    free(h->nodes);
+    free(h->message);
+    memset(h, 0, sizeof *h);
 }

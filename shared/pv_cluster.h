@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "pv_redis.h"
 #include "pv_registry.h"
 #include "pv_status.h"
 
@@ -46,6 +47,36 @@ bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n);
 /* CREATING until the cluster is complete for the first time (p->formed_ms), then RUNNING while
  * it is complete and every node is up, DEGRADED otherwise. */
 pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size_t n);
+
+/* ---- health ---- */
+
+typedef enum { PV_HEALTHY = 1, PV_DEGRADED = 2, PV_UNHEALTHY = 3 } pv_health;
+
+/* What GetHealth reports of a cluster: each control-plane component and node with a status and
+ * why, and the overall status with the reason that decided it. Owned strings; pv_health_free. */
+typedef struct pv_health_item {
+    char *name; /* "redis", "gateway <instance>", ...; nodes: the node's name */
+    char *node_id;
+    pv_health status;
+    char *message;
+    int64_t last_check_ms;
+} pv_health_item;
+
+typedef struct pv_health_report {
+    pv_health status;
+    char *message;
+    pv_health_item *components, *nodes;
+    size_t ncomponents, nnodes;
+} pv_health_report;
+
+/* Builds the report for pod p from Redis (the caller's connection answered, so Redis is
+ * HEALTHY), the live processes (pv_presence) and the pod's nodes. The rules, in order:
+ * UNHEALTHY when no ops worker or no scheduler runs (nothing long can happen) or no node of the
+ * cluster is up; DEGRADED when a node is down (its agent's heartbeat missing) or cordoned
+ * nodes are all that is up; else HEALTHY. */
+int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_report *out,
+                      pv_status *st);
+void pv_health_free(pv_health_report *h);
 
 /* Whether the JSON object of strings `have` holds every key/value of `want` (both JSON text;
  * want NULL or "{}" matches everything). */

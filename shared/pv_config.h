@@ -71,11 +71,11 @@ typedef struct pv_config {
         int node_op_timeout_ms; /* worker.node_op_timeout_ms: a node's part of a deploy that no
                                    agent has taken after this is cancelled (60000) */
         char *endpoint;         /* worker.endpoint: the agent's engine ("process://") */
-        char *image_dir;        /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
-        char *registry_dir;     /* worker.registry_dir: the cluster's image registry CacheImage
-                                   copies from ("" = <data_dir>/registry) */
-        char *build_pod;        /* worker.build_pod: BuildImage runs on this pod's most idle
-                                   node ("local") */
+        char *image_dir;    /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
+        char *registry_dir; /* worker.registry_dir: the cluster's image registry CacheImage
+                               copies from ("" = <data_dir>/registry) */
+        char *build_pod;    /* worker.build_pod: BuildImage runs on this pod's most idle
+                               node ("local") */
         int status_interval_seconds; /* worker.status_interval_seconds: the agent checks its
                                         workloads' health and reports their statuses this often;
                                         statuses live three times as long (5) */

@@ -39,7 +39,7 @@ struct wk_agent {
     int ttl_seconds;
     bool registered;
     bool resources_checked; /* fill_resources looked at the node once it existed */
-    bool alive_set; /* an alive write succeeded: a clean stop deletes the key */
+    bool alive_set;         /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
     bool info_failing;
     wk_engine *engine;  /* NULL when it could not be opened (deploys then fail saying why) */

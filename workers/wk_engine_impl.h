@@ -28,11 +28,11 @@ typedef struct wk_engine_vtbl {
                       pv_status *st);
     /* may be NULL: the engine runs no programs of the node */
     int (*run)(void *impl, const char *const *argv, size_t argc, const char *const *env,
-               const char *cwd, int timeout_ms, int *exit_code, char **output,
-               size_t *output_len, pv_status *st);
+               const char *cwd, int timeout_ms, int *exit_code, char **output, size_t *output_len,
+               pv_status *st);
     /* may be NULL: the engine keeps no timed log */
-    int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
-                     int64_t *start, int64_t *end, pv_status *st);
+    int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms, int64_t *start,
+                     int64_t *end, pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "pv_log.h"
+#include "wk_cluster.h"
 #include "wk_deploy.h"
 #include "wk_node_deploy.h"
 #include "wk_node_files.h"
@@ -76,6 +77,8 @@ static const wk_handler_entry k_handlers[] = {
     {"net.connect_on_node", wk_node_net_connect, false},
     {"net.disconnect_on_node", wk_node_net_disconnect, false},
     {"raw.on_node", wk_node_net_raw, false},
+    {WK_CORDON_KIND, wk_cluster_cordon, false},
+    {WK_UNCORDON_KIND, wk_cluster_cordon, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

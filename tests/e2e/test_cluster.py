@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """End-to-end tests of pivirt.cluster.v1.ClusterService's clusters and nodes through a real gRPC
-client: CreateCluster, GetCluster, ListClusters, UpdateCluster, AddNode, GetNode, ListNodes, on
-the one registry CoreRPC reads too.
+client: CreateCluster, GetCluster, ListClusters, UpdateCluster, AddNode, GetNode, ListNodes,
+CordonNode and UncordonNode (Operations run by an ops worker), GetHealth, on the one registry
+CoreRPC reads too.
 
 Two node agents run with no pod of their own (worker.pod ""): they register nothing and wait for
 AddNode, then heartbeat (READY) and fill in the node's resources from their machine. A cluster
 asking for one control-plane and one worker node is CREATING until both are READY, RUNNING
-then, DEGRADED when an agent stops. A node with Eru's bypass is CORDONED.
+then, DEGRADED when an agent stops. Cordon is Eru's bypass (CoreRPC's GetNode shows it).
 Errors use the standard codes and name the field; the calls not served yet answer
 UNIMPLEMENTED.
 """
@@ -27,7 +28,7 @@ _stack = None
 
 def setUpModule():
     global _stack
-    _stack = pvtest.Stack(gateways=1, agents=[("cn1", ""), ("wn1", "")],
+    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1, agents=[("cn1", ""), ("wn1", "")],
                           config={"worker": {"heartbeat_seconds": 1}})
     _stack.start()
 
@@ -137,22 +138,50 @@ class Clusters(unittest.TestCase):
         self.assertEqual(listed(cluster_id="prod"), ["cn1", "wn1"])
         self.assertEqual(listed(cluster_id="prod", role=C.NODE_ROLE_WORKER), ["wn1"])
         self.assertEqual(listed(labels={"zone": "a"}), ["cn1"])
-        # cordoned = Eru's bypass (CoreRPC's SetNode for now); CORDONED shows before readiness
-        self.core.SetNode(core_pb2.SetNodeOptions(nodename="cn1", bypass=core_pb2.TRUE),
-                          timeout=10)
+        # cordon: an Operation (node.cordon) on the ops workers; it is Eru's bypass, and
+        # CORDONED shows before readiness
+        op = self.cs.CordonNode(C.CordonNodeRequest(cluster_id="prod", node_id="cn1"),
+                                timeout=10)
+        self.assertEqual((op.kind, op.status, op.done), ("node.cordon", 3, True))
+        self.assertEqual(op.target, n.id)
         self.assertEqual(node("cn1").status, C.NODE_STATUS_CORDONED)
+        self.assertTrue(self.core.GetNode(core_pb2.GetNodeOptions(nodename="cn1"),
+                                          timeout=10).bypass)
         self.assertEqual(listed(status=C.NODE_STATUS_CORDONED), ["cn1"])
         self.assertEqual(status(), C.CLUSTER_STATUS_RUNNING)  # cordoned, still up
-        self.core.SetNode(core_pb2.SetNodeOptions(nodename="cn1", bypass=core_pb2.FALSE),
-                          timeout=10)
+        again = self.cs.CordonNode(C.CordonNodeRequest(cluster_id=c.id, node_id=n.id),
+                                   timeout=10)  # ids work too; cordoning again changes nothing
+        self.assertTrue(again.done)
+        op = self.cs.UncordonNode(C.UncordonNodeRequest(cluster_id="prod", node_id="cn1"),
+                                  timeout=10)
+        self.assertEqual((op.kind, op.done), ("node.uncordon", True))
         self.assertEqual(node("cn1").status, C.NODE_STATUS_READY)
+        code, msg = self.err(self.cs.CordonNode, C.CordonNodeRequest(cluster_id="prod",
+                                                                     node_id="nope"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("node nope not found", msg)
         # an agent that stops: its node NOT_READY, the cluster DEGRADED
         agent = self.stack.agents[self.stack.agent_nodes.index("wn1")]
         agent.stop()
         self.wait_for(C.NODE_STATUS_NOT_READY, lambda: node("wn1").status)
         self.assertEqual(status(), C.CLUSTER_STATUS_DEGRADED)
+        h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="prod"), timeout=10)
+        self.assertEqual(h.status, C.HEALTH_STATUS_DEGRADED)
+        self.assertEqual(h.message, "1 of its 2 nodes are down")
+        self.assertEqual({x.node_name: (x.status, x.message) for x in h.nodes},
+                         {"cn1": (C.HEALTH_STATUS_HEALTHY, "ready"),
+                          "wn1": (C.HEALTH_STATUS_UNHEALTHY, "agent heartbeat missing")})
         agent.start()
         self.wait_for(C.CLUSTER_STATUS_RUNNING, status)
+        h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="prod"), timeout=10)
+        self.assertEqual(h.status, C.HEALTH_STATUS_HEALTHY, h.message)
+        kinds = sorted(c.name.split(" ")[0] for c in h.components)
+        self.assertEqual(kinds, ["gateway", "redis", "scheduler", "worker"])
+        self.assertTrue(all(c.status == C.HEALTH_STATUS_HEALTHY for c in h.components))
+        h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="green"), timeout=10)
+        self.assertEqual((h.status, h.message), (C.HEALTH_STATUS_UNHEALTHY, "it has no nodes"))
+        code, msg = self.err(self.cs.GetHealth, C.GetHealthRequest(cluster_id="nope"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
         # bad input
         for req, code, part in (
                 (C.AddNodeRequest(cluster_id="prod", name="x9", ip="10.0.0.300",
@@ -177,9 +206,7 @@ class Clusters(unittest.TestCase):
 
     def test_c_unserved_calls_are_unimplemented(self):
         for fn, req in ((self.cs.DrainNode, C.DrainNodeRequest(cluster_id="prod", node_id="cn1")),
-                        (self.cs.CordonNode, C.CordonNodeRequest(cluster_id="prod",
-                                                                 node_id="cn1")),
-                        (self.cs.GetHealth, C.GetHealthRequest(cluster_id="prod"))):
+                        (self.cs.GetMetrics, C.GetMetricsRequest(cluster_id="prod"))):
             code, msg = self.err(fn, req)
             self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED, msg)
 

@@ -720,7 +720,8 @@ static void test_redis_restart_under_load(void **state) {
         char name[16];
         snprintf(name, sizeof name, "r%d", effect_of[i]);
         wait_done(f, ids[i], 60000, &op);
-        if (op.status == PV_OP_SUCCEEDED) succeeded++;
+        if (op.status == PV_OP_SUCCEEDED)
+            succeeded++;
         else
             fprintf(stderr, "redis-restart: %s ended %s after %d attempts: %d %s\n", op.id,
                     pv_op_status_name(op.status), op.attempts, op.error_code,

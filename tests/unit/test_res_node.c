@@ -284,9 +284,10 @@ static void test_alloc_documents(void **state) {
 
     /* without binding: no cores, no NUMA node, memory only */
     req_ok("{\"cpumem\":{\"cpu-request\":0.5,\"memory-request\":\"1536M\"}}", &req);
-    alloc_is(&node, &req,
-             "{\"cpumem\":{\"cpu_request\":0.5,\"cpu_limit\":0.5,\"memory_request\":1610612736,"
-             "\"memory_limit\":1610612736},\"storage\":{\"storage_request\":0,\"storage_limit\":0}}");
+    alloc_is(
+        &node, &req,
+        "{\"cpumem\":{\"cpu_request\":0.5,\"cpu_limit\":0.5,\"memory_request\":1610612736,"
+        "\"memory_limit\":1610612736},\"storage\":{\"storage_request\":0,\"storage_limit\":0}}");
     assert_int_equal(pv_res_node_alloc(&node, &req, &doc, &st), PV_RESOURCE_EXHAUSTED);
     assert_string_equal(st.msg, "cpumem: memory-request 1610612736 is more than the free memory "
                                 "536870912");
