@@ -20,8 +20,8 @@
 
 struct svc_cluster {
     gw_app *app;
-    gw_method methods[10];
-    char paths[10][96];
+    gw_method methods[11];
+    char paths[11][96];
 };
 
 svc_cluster *svc_cluster_new(gw_app *app) {
@@ -147,27 +147,16 @@ static void node_msg_free(node_msg *m) {
     json_decref(m->annotations_json);
 }
 
-/* Capacity and use: the node's resources and usage, with the agent's report for what they
- * leave to the machine. */
 static void node_resources(const pv_node *n, Pivirt__Cluster__V1__NodeResources *out) {
     pivirt__cluster__v1__node_resources__init(out);
-    json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
-    pv_res_engine_info facts = {.cpu_count = json_integer_value(json_object_get(info, "cpu_count")),
-                                .mem_total = json_integer_value(json_object_get(info, "mem_total")),
-                                .storage_total =
-                                    json_integer_value(json_object_get(info, "storage_total"))};
-    json_decref(info);
-    pv_res_node res = {0};
-    pv_status st;
-    if (pv_res_node_parse(n->resources, n->usage, &facts, &res, &st) == PV_OK) {
-        out->cpu_cores = (int32_t)res.cpumem.ncores;
-        out->memory_bytes = res.cpumem.memory;
-        out->storage_bytes = res.storage.storage;
-        out->cpu_used_cores = (int32_t)(res.cpumem.cpu_used + 0.999);
-        out->memory_used_bytes = res.cpumem.memory_used;
-        out->storage_used_bytes = res.storage.storage_used;
-    }
-    pv_res_node_free(&res);
+    pv_node_capacity c;
+    pv_cluster_node_capacity(n, &c);
+    out->cpu_cores = c.cpu_cores;
+    out->memory_bytes = c.memory;
+    out->storage_bytes = c.storage;
+    out->cpu_used_cores = c.cpu_used_cores;
+    out->memory_used_bytes = c.memory_used;
+    out->storage_used_bytes = c.storage_used;
 }
 
 static int node_fill(const pv_node *n, node_msg *m) {
@@ -574,6 +563,53 @@ static void on_get_health(gw_call *call, const ProtobufCMessage *msg) {
     pv_pod_clear(&p);
 }
 
+/* ---- metrics ---- */
+
+static void on_get_metrics(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__GetMetricsRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_cluster_metrics mt;
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_cluster_metrics_of(r, keys_of(call), &p, &mt, &st);
+    if (rc != PV_OK) {
+        finish_status(call, &st);
+        pv_pod_clear(&p);
+        return;
+    }
+    Pivirt__Cluster__V1__ClusterMetrics m = PIVIRT__CLUSTER__V1__CLUSTER_METRICS__INIT;
+    Pivirt__Cluster__V1__NodeStatusCounts nodes = PIVIRT__CLUSTER__V1__NODE_STATUS_COUNTS__INIT;
+    Pivirt__Cluster__V1__OperationStatusCounts ops =
+        PIVIRT__CLUSTER__V1__OPERATION_STATUS_COUNTS__INIT;
+    Google__Protobuf__Timestamp at;
+    m.cluster_id = (char *)p.id;
+    nodes.total = mt.nodes_total;
+    nodes.ready = mt.nodes_ready;
+    nodes.not_ready = mt.nodes_not_ready;
+    nodes.cordoned = mt.nodes_cordoned;
+    m.nodes = &nodes;
+    m.cpu_cores = mt.cpu_cores;
+    m.cpu_used_cores = mt.cpu_used_cores;
+    m.memory_bytes = mt.memory;
+    m.memory_used_bytes = mt.memory_used;
+    m.storage_bytes = mt.storage;
+    m.storage_used_bytes = mt.storage_used;
+    m.workload_count = mt.workloads;
+    ops.pending = mt.ops_pending;
+    ops.running = mt.ops_running;
+    ops.succeeded = mt.ops_succeeded;
+    ops.failed = mt.ops_failed;
+    ops.cancelled = mt.ops_cancelled;
+    m.operations = &ops;
+    m.queue_depth = mt.queue_depth;
+    m.oldest_pending_age_seconds = mt.oldest_pending_age_s;
+    timestamp(&at, mt.collected_ms);
+    m.collected_at = &at;
+    gw_call_reply(call, &m.base);
+    pv_pod_clear(&p);
+}
+
 /* ---- node operations ---- */
 
 /* How long a node operation is waited for before its Operation is answered as it stands:
@@ -680,6 +716,8 @@ int svc_cluster_register(svc_cluster *s, gw_server *server) {
          on_cordon_node},
         {"GetHealth", GW_UNARY, &pivirt__cluster__v1__get_health_request__descriptor,
          on_get_health},
+        {"GetMetrics", GW_UNARY, &pivirt__cluster__v1__get_metrics_request__descriptor,
+         on_get_metrics},
         {"UncordonNode", GW_UNARY, &pivirt__cluster__v1__uncordon_node_request__descriptor,
          on_uncordon_node},
     };

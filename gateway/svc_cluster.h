@@ -3,8 +3,8 @@
  * the same records CoreRPC's AddNode makes). Served: CreateCluster, GetCluster, ListClusters,
  * UpdateCluster, AddNode, GetNode, ListNodes, and CordonNode and UncordonNode, which answer an
  * Operation (node.cordon, node.uncordon) an ops worker runs, once it ended or after 5 s as it
- * stands, and GetHealth. DeleteCluster, RemoveNode, DrainNode, UpgradeCluster, GetUpgradeStatus
- * and GetMetrics are not registered yet: the framework answers UNIMPLEMENTED.
+ * stands, GetHealth and GetMetrics. DeleteCluster, RemoveNode, DrainNode, UpgradeCluster and
+ * GetUpgradeStatus are not registered yet: the framework answers UNIMPLEMENTED.
  *
  * Clusters and nodes are named by id or by name. Standard gRPC codes; messages name the field.
  *

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "pv_op.h"
 #include "pv_presence.h"
+#include "pv_res.h"
 
 /* a decimal number without a leading zero (0 itself is fine); advances *p */
 static bool number(const char **p) {
@@ -212,4 +214,132 @@ void pv_health_free(pv_health_report *h) {
     free(h->nodes);
     free(h->message);
     memset(h, 0, sizeof *h);
+}
+
+/* ---- metrics ---- */
+
+void pv_cluster_node_capacity(const pv_node *n, pv_node_capacity *out) {
+    memset(out, 0, sizeof *out);
+    json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    pv_res_engine_info facts = {.cpu_count = json_integer_value(json_object_get(info, "cpu_count")),
+                                .mem_total = json_integer_value(json_object_get(info, "mem_total")),
+                                .storage_total =
+                                    json_integer_value(json_object_get(info, "storage_total"))};
+    json_decref(info);
+    pv_res_node res = {0};
+    pv_status st;
+    if (pv_res_node_parse(n->resources, n->usage, &facts, &res, &st) == PV_OK) {
+        out->cpu_cores = (int)res.cpumem.ncores;
+        out->cpu_used_cores = (int)(res.cpumem.cpu_used + 0.999);
+        out->memory = res.cpumem.memory;
+        out->memory_used = res.cpumem.memory_used;
+        out->storage = res.storage.storage;
+        out->storage_used = res.storage.storage_used;
+    }
+    pv_res_node_free(&res);
+}
+
+/* Operations targeting target, by status; the oldest PENDING one's creation time. */
+static int count_ops(pv_redis *r, const pv_keys *k, const char *target, pv_cluster_metrics *m,
+                     int64_t *oldest_pending_ms, pv_status *st) {
+    pv_op_filter f = {.target = target, .status = PV_OP_ANY, .limit = 1000};
+    pv_op *ops = NULL;
+    size_t n = 0;
+    if (pv_op_list(r, k, &f, &ops, &n, st) != PV_OK) return st->code;
+    for (size_t i = 0; i < n; i++) {
+        switch (ops[i].status) {
+        case PV_OP_PENDING:
+            m->ops_pending++;
+            if (!*oldest_pending_ms || ops[i].created_ms < *oldest_pending_ms)
+                *oldest_pending_ms = ops[i].created_ms;
+            break;
+        case PV_OP_RUNNING:
+            m->ops_running++;
+            break;
+        case PV_OP_SUCCEEDED:
+            m->ops_succeeded++;
+            break;
+        case PV_OP_FAILED:
+            m->ops_failed++;
+            break;
+        case PV_OP_CANCELLED:
+            m->ops_cancelled++;
+            break;
+        default:
+            break;
+        }
+    }
+    pv_op_array_free(ops, n);
+    return PV_OK;
+}
+
+/* Entries of a queue's stream no worker has acknowledged: the group's lag (never delivered)
+ * plus its pending entries (delivered, not acknowledged). A queue never used has none. */
+static int queue_unacked(pv_redis *r, const pv_keys *k, const char *queue, int64_t *out,
+                         pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_op_queue_key(k, queue, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    const char *argv[] = {"XINFO", "GROUPS", key};
+    int rc = pv_redis_commandv(r, &rep, st, 3, argv, NULL);
+    if (rc != PV_OK) {
+        if (strstr(st->msg, "no such key")) return PV_OK;
+        return rc;
+    }
+    for (size_t g = 0; rep->type == REDIS_REPLY_ARRAY && g < rep->elements; g++) {
+        const redisReply *grp = rep->element[g];
+        for (size_t i = 0; grp->type == REDIS_REPLY_ARRAY && i + 1 < grp->elements; i += 2) {
+            const char *f = grp->element[i]->str;
+            const redisReply *v = grp->element[i + 1];
+            if (f && (strcmp(f, "pending") == 0 || strcmp(f, "lag") == 0) &&
+                v->type == REDIS_REPLY_INTEGER)
+                *out += v->integer;
+        }
+    }
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+int pv_cluster_metrics_of(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_cluster_metrics *out,
+                          pv_status *st) {
+    memset(out, 0, sizeof *out);
+    out->collected_ms = wall_ms();
+    pv_node *nodes = NULL;
+    size_t n = 0;
+    if (pv_registry_list_nodes(r, k, p->name, &nodes, &n, st) != PV_OK) return st->code;
+    int64_t oldest = 0;
+    int rc = count_ops(r, k, p->id, out, &oldest, st);
+    if (rc == PV_OK) rc = queue_unacked(r, k, "ops", &out->queue_depth, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const pv_node *nd = &nodes[i];
+        out->nodes_total++;
+        switch (pv_cluster_node_state(nd)) {
+        case PV_NODE_READY:
+            out->nodes_ready++;
+            break;
+        case PV_NODE_CORDONED:
+            out->nodes_cordoned++;
+            break;
+        default:
+            out->nodes_not_ready++;
+            break;
+        }
+        pv_node_capacity c;
+        pv_cluster_node_capacity(nd, &c);
+        out->cpu_cores += c.cpu_cores;
+        out->cpu_used_cores += c.cpu_used_cores;
+        out->memory += c.memory;
+        out->memory_used += c.memory_used;
+        out->storage += c.storage;
+        out->storage_used += c.storage_used;
+        out->workloads += (int)nd->workloads;
+        rc = count_ops(r, k, nd->id, out, &oldest, st);
+        char queue[300];
+        snprintf(queue, sizeof queue, "node:%s", nd->name);
+        if (rc == PV_OK) rc = queue_unacked(r, k, queue, &out->queue_depth, st);
+    }
+    pv_node_array_free(nodes, n);
+    if (oldest) out->oldest_pending_age_s = (double)(out->collected_ms - oldest) / 1000.0;
+    if (out->oldest_pending_age_s < 0) out->oldest_pending_age_s = 0;
+    return rc;
 }

@@ -9,6 +9,7 @@
 #define PV_CLUSTER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 #include "pv_redis.h"
@@ -77,6 +78,34 @@ typedef struct pv_health_report {
 int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_report *out,
                       pv_status *st);
 void pv_health_free(pv_health_report *h);
+
+/* ---- metrics ---- */
+
+typedef struct pv_cluster_metrics {
+    int nodes_total, nodes_ready, nodes_not_ready, nodes_cordoned;
+    int cpu_cores, cpu_used_cores;
+    int64_t memory, memory_used, storage, storage_used;
+    int workloads;
+    int ops_pending, ops_running, ops_succeeded, ops_failed, ops_cancelled;
+    int64_t queue_depth;         /* entries not acknowledged on the ops queue and its nodes' */
+    double oldest_pending_age_s; /* 0 when nothing is pending */
+    int64_t collected_ms;
+} pv_cluster_metrics;
+
+/* A node's capacity and use (cores, bytes) from its resources and usage, with its agent's
+ * report for what they leave to the machine. */
+typedef struct pv_node_capacity {
+    int cpu_cores, cpu_used_cores;
+    int64_t memory, memory_used, storage, storage_used;
+} pv_node_capacity;
+void pv_cluster_node_capacity(const pv_node *n, pv_node_capacity *out);
+
+/* GetMetrics' figures for pod p. Operations counted: those whose target is the cluster or one
+ * of its nodes (at most the newest 1000 per target, kept ones included); the queue: the entries
+ * of the ops queue and of each node's queue that no worker has acknowledged yet (delivered or
+ * not). */
+int pv_cluster_metrics_of(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_cluster_metrics *out,
+                          pv_status *st);
 
 /* Whether the JSON object of strings `have` holds every key/value of `want` (both JSON text;
  * want NULL or "{}" matches everything). */

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """End-to-end tests of pivirt.cluster.v1.ClusterService's clusters and nodes through a real gRPC
 client: CreateCluster, GetCluster, ListClusters, UpdateCluster, AddNode, GetNode, ListNodes,
-CordonNode and UncordonNode (Operations run by an ops worker), GetHealth, on the one registry
-CoreRPC reads too.
+CordonNode and UncordonNode (Operations run by an ops worker), GetHealth and GetMetrics, on the
+one registry CoreRPC reads too.
 
 Two node agents run with no pod of their own (worker.pod ""): they register nothing and wait for
 AddNode, then heartbeat (READY) and fill in the node's resources from their machine. A cluster
@@ -178,6 +178,16 @@ class Clusters(unittest.TestCase):
         kinds = sorted(c.name.split(" ")[0] for c in h.components)
         self.assertEqual(kinds, ["gateway", "redis", "scheduler", "worker"])
         self.assertTrue(all(c.status == C.HEALTH_STATUS_HEALTHY for c in h.components))
+        # metrics: nodes by status, their capacity, the operations on the cluster's nodes
+        m = self.cs.GetMetrics(C.GetMetricsRequest(cluster_id="prod"), timeout=10)
+        self.assertEqual((m.nodes.total, m.nodes.ready, m.nodes.cordoned), (2, 2, 0))
+        self.assertGreater(m.cpu_cores, 0)
+        self.assertEqual(m.memory_bytes, node("cn1").resources.memory_bytes +
+                         node("wn1").resources.memory_bytes)
+        self.assertEqual(m.workload_count, 0)
+        self.assertEqual((m.operations.succeeded, m.operations.pending), (3, 0))
+        self.assertEqual((m.queue_depth, m.oldest_pending_age_seconds), (0, 0))
+        self.assertGreater(m.collected_at.seconds, 0)
         h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="green"), timeout=10)
         self.assertEqual((h.status, h.message), (C.HEALTH_STATUS_UNHEALTHY, "it has no nodes"))
         code, msg = self.err(self.cs.GetHealth, C.GetHealthRequest(cluster_id="nope"))
@@ -206,7 +216,7 @@ class Clusters(unittest.TestCase):
 
     def test_c_unserved_calls_are_unimplemented(self):
         for fn, req in ((self.cs.DrainNode, C.DrainNodeRequest(cluster_id="prod", node_id="cn1")),
-                        (self.cs.GetMetrics, C.GetMetricsRequest(cluster_id="prod"))):
+                        (self.cs.UpgradeCluster, C.UpgradeClusterRequest(cluster_id="prod"))):
             code, msg = self.err(fn, req)
             self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED, msg)
 

@@ -99,9 +99,10 @@ class GatewayBasics(unittest.TestCase):
     def test_declared_but_unserved_method_is_unimplemented(self):
         stub = cluster_pb2_grpc.ClusterServiceStub(self.ch)
         with self.assertRaises(grpc.RpcError) as e:
-            stub.GetMetrics(cluster_pb2.GetMetricsRequest(cluster_id="x"), timeout=5)
+            stub.GetUpgradeStatus(cluster_pb2.GetUpgradeStatusRequest(cluster_id="x"), timeout=5)
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-        self.assertIn("/pivirt.cluster.v1.ClusterService/GetMetrics", e.exception.details())
+        self.assertIn("/pivirt.cluster.v1.ClusterService/GetUpgradeStatus",
+                      e.exception.details())
         self.assertIn("part of the pivirt API", e.exception.details())
 
     def test_unknown_method_is_unimplemented_at_once(self):
