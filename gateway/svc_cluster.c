@@ -17,11 +17,12 @@
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_validate.h"
+#include "pv_workload.h"
 
 struct svc_cluster {
     gw_app *app;
-    gw_method methods[11];
-    char paths[11][96];
+    gw_method methods[16];
+    char paths[16][96];
 };
 
 svc_cluster *svc_cluster_new(gw_app *app) {
@@ -159,7 +160,8 @@ static void node_resources(const pv_node *n, Pivirt__Cluster__V1__NodeResources 
     out->storage_used_bytes = c.storage_used;
 }
 
-static int node_fill(const pv_node *n, node_msg *m) {
+/* The node's message; draining: an operation drains it now (pv_cluster_node_draining). */
+static int node_fill(const pv_node *n, bool draining, node_msg *m) {
     memset(m, 0, sizeof *m);
     pivirt__cluster__v1__node__init(&m->msg);
     m->msg.id = (char *)n->id;
@@ -168,7 +170,8 @@ static int node_fill(const pv_node *n, node_msg *m) {
     m->msg.role = n->role && strcmp(n->role, "control-plane") == 0
                       ? PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_CONTROL_PLANE
                       : PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_WORKER;
-    m->msg.status = (Pivirt__Cluster__V1__NodeStatus)pv_cluster_node_state(n);
+    m->msg.status = draining ? PIVIRT__CLUSTER__V1__NODE_STATUS__NODE_STATUS_DRAINING
+                             : (Pivirt__Cluster__V1__NodeStatus)pv_cluster_node_state(n);
     m->msg.ip = n->ip ? n->ip : "";
     node_resources(n, &m->res);
     m->msg.resources = &m->res;
@@ -196,9 +199,18 @@ static int node_fill(const pv_node *n, node_msg *m) {
     return PV_OK;
 }
 
+/* Whether n is draining; a failed read shows the node as its record says. */
+static bool draining_now(gw_call *call, const pv_node *n) {
+    bool draining = false;
+    pv_status st;
+    if (pv_cluster_node_draining(gw_app_redis(call), keys_of(call), n, &draining, &st) != PV_OK)
+        pv_warn("node %s: drain state not read: %s", n->name, st.msg);
+    return draining;
+}
+
 static int send_node(gw_call *call, const pv_node *n) {
     node_msg m;
-    node_fill(n, &m);
+    node_fill(n, draining_now(call, n), &m);
     int rc = gw_call_send(call, &m.msg.base);
     node_msg_free(&m);
     return rc;
@@ -483,7 +495,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &n, &st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         node_msg m;
-        node_fill(&nodes[i], &m);
+        node_fill(&nodes[i], draining_now(call, &nodes[i]), &m);
         bool keep = pv_cluster_labels_match(nodes[i].labels, want) &&
                     (req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED ||
                      req->role == m.msg.role) &&
@@ -637,48 +649,68 @@ static int wait_op(gw_call *call, pv_redis *r, const char *op_id, pv_op *rec, pv
     }
 }
 
+/* What an Operation-answering call submits. */
+typedef struct op_req {
+    const char *kind, *target;
+    const char *const *holds;
+    size_t n_holds;
+    json_t *params; /* borrowed */
+    bool wait;      /* answer once it ended (NODE_OP_WAIT_MS at most), else at once */
+} op_req;
+
+/* Submits the operation (idempotent by the call's x-request-id) and answers its record. */
+static void answer_op(gw_call *call, const op_req *o) {
+    svc_cluster *s = gw_call_method_data(call);
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    char *params = json_dumps(o->params, JSON_COMPACT);
+    pv_op_submit_req req = {
+        .kind = o->kind,
+        .target = o->target,
+        .queue = "ops",
+        .params_json = params,
+        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
+        .holds = o->holds,
+        .n_holds = o->n_holds};
+    pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
+                     .events_maxlen = s->app->cfg.ops.events_maxlen};
+    bool existed = false;
+    pv_op sub = {0}, rec = {0};
+    int rc = params ? pv_op_submit(r, keys_of(call), &oo, &req, &sub, &existed, &st)
+                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) {
+        pv_info("%s target=%s params=%s op=%s%s", o->kind, o->target, params, sub.id,
+                existed ? " (existing, same x-request-id)" : "");
+        if (o->wait) rc = wait_op(call, r, sub.id, &rec, &st);
+    }
+    if (rc == PV_OK)
+        op_convert_reply(call, o->wait ? &rec : &sub);
+    else
+        finish_status(call, &st);
+    free(params);
+    pv_op_clear(&sub);
+    pv_op_clear(&rec);
+}
+
 /* CordonNode and UncordonNode: an Operation on the ops workers (kind node.cordon or
  * node.uncordon) holding the node and its cluster, answered once it ended (or as it stands
  * after NODE_OP_WAIT_MS). */
 static void node_op(gw_call *call, const char *cluster_id, const char *node_id, const char *kind) {
-    svc_cluster *s = gw_call_method_data(call);
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     pv_pod p = {0};
     pv_node n = {0};
-    pv_op rec = {0};
     int rc = find_cluster(r, keys_of(call), "cluster_id", cluster_id, &p, &st);
     if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, node_id, &n, &st);
-    char *params = NULL;
     if (rc == PV_OK) {
-        json_t *j = json_pack("{s:s, s:s}", "node", n.name, "cluster", p.name);
-        params = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
+        json_t *params = json_pack("{s:s, s:s}", "node", n.name, "cluster", p.name);
         const char *holds[] = {p.id};
-        pv_op_submit_req req = {.kind = kind,
-                                .target = n.id,
-                                .queue = "ops",
-                                .params_json = params,
-                                .holds = holds,
-                                .n_holds = 1};
-        pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
-                         .events_maxlen = s->app->cfg.ops.events_maxlen};
-        bool existed = false;
-        pv_op sub = {0};
-        rc = params ? pv_op_submit(r, keys_of(call), &oo, &req, &sub, &existed, &st)
-                    : pv_status_set(&st, PV_INTERNAL, "out of memory");
-        if (rc == PV_OK) {
-            pv_info("%s cluster=%s node=%s op=%s", kind, p.name, n.name, sub.id);
-            rc = wait_op(call, r, sub.id, &rec, &st);
-        }
-        pv_op_clear(&sub);
-    }
-    if (rc == PV_OK)
-        op_convert_reply(call, &rec);
-    else
+        op_req o = {kind, n.id, holds, 1, params, true};
+        answer_op(call, &o);
+        json_decref(params);
+    } else {
         finish_status(call, &st);
-    free(params);
-    pv_op_clear(&rec);
+    }
     pv_pod_clear(&p);
     pv_node_clear(&n);
 }
@@ -691,6 +723,137 @@ static void on_cordon_node(gw_call *call, const ProtobufCMessage *msg) {
 static void on_uncordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__UncordonNodeRequest *req = (const void *)msg;
     node_op(call, req->cluster_id, req->node_id, "node.uncordon");
+}
+
+/* "name (id12), ..." of up to 8 workloads, and how many more; labels_json filters. *count gets
+ * how many there are. */
+static int workloads_named(pv_redis *r, const pv_keys *k, const pv_node *nodes, size_t nn,
+                           const char *labels_json, char *out, size_t cap, size_t *count,
+                           pv_status *st) {
+    size_t used = 0, shown = 0;
+    *count = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < nn; i++) {
+        pv_workload *w = NULL;
+        size_t n = 0;
+        if (pv_workload_list(r, k, NULL, NULL, nodes[i].name, labels_json, &w, &n, st) != PV_OK)
+            return st->code;
+        for (size_t j = 0; j < n; j++, (*count)++) {
+            if (shown == 8 || used + 1 >= cap) continue;
+            int m = snprintf(out + used, cap - used, "%s%s (%.12s) on %s", shown ? ", " : "",
+                             w[j].name, w[j].id, nodes[i].name);
+            if (m > 0) used += (size_t)m < cap - used ? (size_t)m : cap - used - 1;
+            shown++;
+        }
+        pv_workload_array_free(w, n);
+    }
+    if (*count > shown && used + 1 < cap)
+        snprintf(out + used, cap - used, " and %zu more", *count - shown);
+    return PV_OK;
+}
+
+/* DrainNode: node.drain on the ops workers, holding the node and its cluster, answered at once.
+ * Daemon workloads refuse it here already (unless ignore_daemonsets), before anything moves. */
+static void on_drain_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__DrainNodeRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node n = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
+    if (rc == PV_OK && req->grace_period_seconds < 0)
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "grace_period_seconds: %d is negative",
+                           (int)req->grace_period_seconds);
+    if (rc == PV_OK && req->grace_period_seconds > 86400)
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
+                           "grace_period_seconds: %d is more than a day (86400)",
+                           (int)req->grace_period_seconds);
+    if (rc == PV_OK && !req->ignore_daemonsets) {
+        char names[400];
+        size_t count = 0;
+        rc = workloads_named(r, keys_of(call), &n, 1, "{\"pivirt.io/daemon\":\"true\"}", names,
+                             sizeof names, &count, &st);
+        if (rc == PV_OK && count > 0)
+            rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
+                               "node %s runs %zu daemon workload(s) (label pivirt.io/daemon=true): "
+                               "%s; set ignore_daemonsets to leave them in place",
+                               n.name, count, names);
+    }
+    if (rc == PV_OK) {
+        json_t *params = json_pack("{s:s, s:s, s:b, s:b, s:i}", "node", n.name, "cluster", p.name,
+                                   "force", req->force, "ignore_daemonsets", req->ignore_daemonsets,
+                                   "grace_period_seconds", (int)req->grace_period_seconds);
+        const char *holds[] = {p.id};
+        op_req o = {"node.drain", n.id, holds, 1, params, false};
+        answer_op(call, &o);
+        json_decref(params);
+    } else {
+        finish_status(call, &st);
+    }
+    pv_pod_clear(&p);
+    pv_node_clear(&n);
+}
+
+/* RemoveNode: node.remove (drain, then the record), holding the node and its cluster. */
+static void on_remove_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__RemoveNodeRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node n = {0};
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
+    if (rc == PV_OK) {
+        json_t *params =
+            json_pack("{s:s, s:s, s:b}", "node", n.name, "cluster", p.name, "force", req->force);
+        const char *holds[] = {p.id};
+        op_req o = {"node.remove", n.id, holds, 1, params, false};
+        answer_op(call, &o);
+        json_decref(params);
+    } else {
+        finish_status(call, &st);
+    }
+    pv_pod_clear(&p);
+    pv_node_clear(&n);
+}
+
+/* DeleteCluster: cluster.delete, holding the cluster and every node of it. Workloads would be
+ * lost (no node of the cluster remains to take them): refused here unless force. */
+static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__DeleteClusterRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node *nodes = NULL;
+    size_t nn = 0;
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
+    if (rc == PV_OK && !req->force) {
+        char names[400];
+        size_t count = 0;
+        rc = workloads_named(r, keys_of(call), nodes, nn, NULL, names, sizeof names, &count, &st);
+        if (rc == PV_OK && count > 0)
+            rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
+                               "cluster %s runs %zu workload(s), which would be lost: %s; remove "
+                               "them first or set force",
+                               p.name, count, names);
+    }
+    const char **holds = rc == PV_OK ? calloc(nn ? nn : 1, sizeof *holds) : NULL;
+    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) {
+        for (size_t i = 0; i < nn; i++)
+            holds[i] = nodes[i].id;
+        json_t *params = json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force);
+        op_req o = {"cluster.delete", p.id, holds, nn, params, false};
+        answer_op(call, &o);
+        json_decref(params);
+    } else {
+        finish_status(call, &st);
+    }
+    free(holds);
+    pv_node_array_free(nodes, nn);
+    pv_pod_clear(&p);
 }
 
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
@@ -720,6 +883,12 @@ int svc_cluster_register(svc_cluster *s, gw_server *server) {
          on_get_metrics},
         {"UncordonNode", GW_UNARY, &pivirt__cluster__v1__uncordon_node_request__descriptor,
          on_uncordon_node},
+        {"DrainNode", GW_UNARY, &pivirt__cluster__v1__drain_node_request__descriptor,
+         on_drain_node},
+        {"RemoveNode", GW_UNARY, &pivirt__cluster__v1__remove_node_request__descriptor,
+         on_remove_node},
+        {"DeleteCluster", GW_UNARY, &pivirt__cluster__v1__delete_cluster_request__descriptor,
+         on_delete_cluster},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.cluster.v1.ClusterService/%s",

@@ -1,10 +1,11 @@
 /*
  * svc_cluster: pivirt.cluster.v1.ClusterService on the one registry (clusters are pods, nodes
  * the same records CoreRPC's AddNode makes). Served: CreateCluster, GetCluster, ListClusters,
- * UpdateCluster, AddNode, GetNode, ListNodes, and CordonNode and UncordonNode, which answer an
- * Operation (node.cordon, node.uncordon) an ops worker runs, once it ended or after 5 s as it
- * stands, GetHealth and GetMetrics. DeleteCluster, RemoveNode, DrainNode, UpgradeCluster and
- * GetUpgradeStatus are not registered yet: the framework answers UNIMPLEMENTED.
+ * UpdateCluster, AddNode, GetNode, ListNodes, GetHealth, GetMetrics; CordonNode and
+ * UncordonNode answer an Operation an ops worker runs once it ended (or after 5 s as it stands);
+ * DrainNode, RemoveNode and DeleteCluster answer theirs at once (workers/wk_cluster.h).
+ * UpgradeCluster and GetUpgradeStatus are not registered yet: the framework answers
+ * UNIMPLEMENTED.
  *
  * Clusters and nodes are named by id or by name. Standard gRPC codes; messages name the field.
  *

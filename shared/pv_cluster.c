@@ -50,6 +50,24 @@ pv_node_state pv_cluster_node_state(const pv_node *n) {
     return n->alive ? PV_NODE_READY : PV_NODE_NOT_READY;
 }
 
+int pv_cluster_node_draining(pv_redis *r, const pv_keys *k, const pv_node *n, bool *draining,
+                             pv_status *st) {
+    *draining = false;
+    char holder[PV_ID_MAX];
+    if (pv_op_lock_holder(r, k, n->id, holder, st) != PV_OK) return st->code;
+    if (!holder[0]) return PV_OK;
+    pv_op op;
+    int rc = pv_op_get(r, k, holder, &op, st);
+    if (rc == PV_NOT_FOUND) return PV_OK; /* finished and expired since */
+    if (rc != PV_OK) return rc;
+    static const char *const kinds[] = {"node.drain", "node.remove", "cluster.delete"};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (op.kind && strcmp(op.kind, kinds[i]) == 0 && op.status == PV_OP_RUNNING)
+            *draining = true;
+    pv_op_clear(&op);
+    return PV_OK;
+}
+
 pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size_t n) {
     int cp_up = 0, workers_up = 0, up = 0, down = 0;
     for (size_t i = 0; i < n; i++) {

@@ -41,6 +41,11 @@ int pv_cluster_check_ip(const char *field, const char *ip, pv_status *st);
 /* CORDONED (bypass) before readiness; READY while alive; NOT_READY otherwise. */
 pv_node_state pv_cluster_node_state(const pv_node *n);
 
+/* Whether the node is being drained now: an operation that drains it (node.drain, node.remove,
+ * cluster.delete) holds it and is RUNNING. Its status then shows DRAINING (before readiness). */
+int pv_cluster_node_draining(pv_redis *r, const pv_keys *k, const pv_node *n, bool *draining,
+                             pv_status *st);
+
 /* Whether at least one node and the topology's counts of control-plane and worker nodes are up
  * (alive: a cordoned node still counts, it only takes no new work). */
 bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n);

@@ -88,6 +88,7 @@ static const key_def keys[] = {
     STR("git.scm_type", git.scm_type, "", 0),
     STR("git.private_key", git.private_key, "", 0),
     INT("worker.status_interval_seconds", worker.status_interval_seconds, "5", 1, 3600),
+    INT("worker.stop_grace_seconds", worker.stop_grace_seconds, "10", 1, 3600),
     INT("worker.concurrency", worker.concurrency, "8", 1, 256),
     INT("worker.lease_ms", worker.lease_ms, "10000", 100, INT_MAX),
     INT("worker.max_attempts", worker.max_attempts, "5", 1, 1000),

@@ -79,6 +79,9 @@ typedef struct pv_config {
         int status_interval_seconds; /* worker.status_interval_seconds: the agent checks its
                                         workloads' health and reports their statuses this often;
                                         statuses live three times as long (5) */
+        int stop_grace_seconds;      /* worker.stop_grace_seconds: a stop that names no grace
+                                        (RemoveWorkload, RemoveNode, DeleteCluster) waits this long
+                                        between SIGTERM (a domain's shutdown) and SIGKILL (10) */
     } worker;
 
     struct {

@@ -469,6 +469,17 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     return rc;
 }
 
+int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st) {
+    holder[0] = '\0';
+    char key[PV_KEY_MAX];
+    snprintf(key, sizeof key, "%s" OPS "lock:%s", k->prefix, res);
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
+    if (rep->type == REDIS_REPLY_STRING) snprintf(holder, PV_ID_MAX, "%s", rep->str);
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st) {
     memset(out, 0, sizeof *out);
     if (check_id(id, st) != PV_OK) return st->code;

@@ -120,6 +120,10 @@ typedef struct pv_op_submit_req {
 int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op_submit_req *req,
                  pv_op *out, bool *existed, pv_status *st);
 
+/* The id of the unfinished operation holding resource res (its target or one of its holds),
+ * into holder (PV_ID_MAX bytes); "" when none does. */
+int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st);
+
 /* PV_NOT_FOUND "operation <id> not found" when missing or expired. */
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st);
 

@@ -265,7 +265,8 @@ int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_stat
                             w->publish ? w->publish : "{}",
                             w->resources,
                             w->alloc_id,
-                            w->engine_id};
+                            w->engine_id,
+                            w->deploy ? w->deploy : ""};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         fargs_add(&a, fields[i]);
     redisReply *rep = NULL;
@@ -287,6 +288,17 @@ int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *
     redisReply *rep = NULL;
     int rc = by_id(r, k, "pv_wl_get", id, &rep, st);
     if (rc == PV_OK) rc = decode_record(rep, out, st);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_workload_deploy(pv_redis *r, const pv_keys *k, const char *id, char **out, pv_status *st) {
+    *out = NULL;
+    redisReply *rep = NULL;
+    int rc = by_id(r, k, "pv_wl_deploy", id, &rep, st);
+    if (rc == PV_OK && rep->type != REDIS_REPLY_STRING) rc = bad_reply("a deploy", st);
+    if (rc == PV_OK && !(*out = strdup(rep->str)))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     if (rep) freeReplyObject(rep);
     return rc;
 }

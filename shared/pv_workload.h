@@ -25,6 +25,8 @@
  * strings) env (JSON array of strings) publish (JSON object) resources (JSON object: plugin ->
  * allocation, as pv_res.h) alloc_id (the reservation allocation it took over, "" if none)
  * engine_id (the engine's own handle: pid, libvirt domain uuid) created_ms.
+ *   <b>wl-deploy:<id>             string: base64 of the pb.DeployOptions that made it (what a
+ *                                 drain places a replacement from), when known
  *
  * Ownership: records filled by these functions own their strings (pv_workload_clear, safe on a
  * zeroed record); arrays with pv_workload_array_free; statuses with pv_workload_status_clear.
@@ -48,6 +50,9 @@ typedef struct pv_workload {
     bool privileged;
     char *labels, *env, *publish, *resources; /* JSON texts ("{}"/"[]" when none) */
     char *alloc_id, *engine_id;
+    const char *deploy; /* pv_workload_add's input only (borrowed, never filled by readers):
+                           base64 of the pb.DeployOptions that made it, kept apart from the
+                           record (pv_workload_deploy) so listings do not carry its files */
     int64_t created_ms;
 } pv_workload;
 
@@ -66,6 +71,11 @@ int pv_workload_new_id(char out[PV_WORKLOAD_ID_LEN + 1], pv_status *st);
  * node (plain names), name (required), labels, env and publish are checked first
  * (INVALID_ARGUMENT naming the field). */
 int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_status *st);
+
+/* The base64 pb.DeployOptions workload id was made from, malloc'd in *out (the caller frees).
+ * NOT_FOUND when the workload does not exist; FAILED_PRECONDITION when it exists but was
+ * recorded without one (made before this was kept, or dissociated from its deploy). */
+int pv_workload_deploy(pv_redis *r, const pv_keys *k, const char *id, char **out, pv_status *st);
 
 /* Removes the record, its status and its set memberships. NOT_FOUND when missing. The
  * resources it held are the caller's to give back (pv_resv). */

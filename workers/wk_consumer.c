@@ -634,7 +634,7 @@ static void decide(struct wk_consumer *c, wk_op *op, int rc, const pv_status *hs
         out->kind = OUT_CANCELLED;
         out->code = PV_CANCELLED;
         snprintf(out->message, sizeof out->message, "operation %s cancelled", rec->id);
-    } else if (wk_code_transient(rc)) {
+    } else if (wk_code_transient(rc) && !wk_op_failure_final(op)) {
         bool shutting_down = is_stopping(c);
         out->kind = shutting_down ? OUT_RELEASE : OUT_RETRY;
         out->code = rc;

@@ -46,6 +46,7 @@ struct wk_op {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     bool cancel, lost, shutdown;
+    bool final; /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
     char lost_why[PV_STATUS_MSG_MAX];
 };
 
@@ -79,6 +80,9 @@ static const wk_handler_entry k_handlers[] = {
     {"raw.on_node", wk_node_net_raw, false},
     {WK_CORDON_KIND, wk_cluster_cordon, false},
     {WK_UNCORDON_KIND, wk_cluster_cordon, false},
+    {WK_DRAIN_KIND, wk_cluster_drain, false},
+    {WK_NODE_REMOVE_KIND, wk_cluster_remove_node, false},
+    {WK_CLUSTER_DELETE_KIND, wk_cluster_delete, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */
@@ -380,6 +384,20 @@ int wk_random_between(int lo, int hi) {
     state ^= state << 17;
     if (hi <= lo) return lo;
     return lo + (int)(state % (uint64_t)(hi - lo + 1));
+}
+
+int wk_op_fail_final(wk_op *op, pv_status *st, int code, const char *fmt, ...) {
+    op->final = true;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[PV_STATUS_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return pv_status_set(st, code, "%s", msg);
+}
+
+bool wk_op_failure_final(const wk_op *op) {
+    return op->final;
 }
 
 bool wk_code_transient(int code) {

@@ -75,6 +75,15 @@ int wk_op_sleep(wk_op *op, int ms, pv_status *st);
  * unreachable is waited out (up to about a lease); a lost lease is PV_ABORTED. */
 int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result, pv_status *st);
 
+/* Fails the operation with code and the formatted message in st, for good: no retry even when
+ * the code is one wk_code_transient names (a drain's RESOURCE_EXHAUSTED is its answer, not a
+ * passing fault). Returns code. */
+int wk_op_fail_final(wk_op *op, pv_status *st, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Whether the handler's failure was made final by wk_op_fail_final. */
+bool wk_op_failure_final(const wk_op *op);
+
 /* The Redis connection of the thread running the handler (for the handler's own commands). */
 pv_redis *wk_op_redis(wk_op *op);
 const pv_keys *wk_op_keys(const wk_op *op);

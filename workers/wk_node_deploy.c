@@ -328,6 +328,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         w.resources = res_text;
         w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
         w.engine_id = info.engine_id ? info.engine_id : "";
+        w.deploy = wk_op_param(in->op, "deploy");
         if (crc == PV_OK) {
             crc = pv_workload_add(wk_op_redis(op), wk_op_keys(op), &w, &est);
             if (crc == PV_ALREADY_EXISTS) crc = PV_OK; /* recorded by a previous delivery */
@@ -473,6 +474,7 @@ typedef struct id_job {
     wk_agent *agent;
     const char *id, *type; /* type: control only */
     bool force;
+    int grace_seconds; /* between SIGTERM and SIGKILL; < 0: the engine's default */
 } id_job;
 
 /* Stops and removes one workload; the answer ({"ok": true} or {"error": ...}) is journaled. */
@@ -480,7 +482,7 @@ static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
     id_job *rm = arg;
     wk_engine *engine = wk_agent_engine(rm->agent);
     pv_status est;
-    int rc = wk_engine_stop(engine, rm->id, -1, rm->force, &est);
+    int rc = wk_engine_stop(engine, rm->id, rm->grace_seconds, rm->force, &est);
     if (rc == PV_OK || rc == PV_FAILED_PRECONDITION) /* FAILED_PRECONDITION: not running */
         rc = wk_engine_remove(engine, rm->id, true, &est);
     if (rc == PV_NOT_FOUND) rc = PV_OK; /* the engine has nothing of it (left, or never made) */
@@ -526,6 +528,11 @@ static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn
     json_t *ids = json_object_get(params, "ids");
     const char *type = json_string_value(json_object_get(params, "type"));
     bool force = json_is_true(json_object_get(params, "force"));
+    json_t *grace = json_object_get(params, "grace_seconds");
+    int grace_seconds = json_is_integer(grace) && json_integer_value(grace) >= 0 &&
+                                json_integer_value(grace) <= 86400
+                            ? (int)json_integer_value(grace)
+                            : -1;
     int rc = json_is_array(ids) ? PV_OK
                                 : pv_status_set(st, PV_INVALID_ARGUMENT,
                                                 "params.ids: must be an array of workload ids");
@@ -539,7 +546,7 @@ static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn
             break;
         }
         if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
-        id_job job = {agent, id, type ? type : "", force};
+        id_job job = {agent, id, type ? type : "", force, grace_seconds};
         char step[128], *answer = NULL;
         snprintf(step, sizeof step, "%s:%s", prefix, id);
         rc = wk_op_step(op, step, do_step, &job, &answer, st);

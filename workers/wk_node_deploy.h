@@ -26,10 +26,11 @@
 int wk_node_deploy_create(wk_op *op, pv_status *st);
 
 /* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
- * [...], "force": bool}. Each workload is stopped (before_stop hooks unless force; the engine's
- * grace), removed from the engine (already gone is fine), and its record removed with its
- * resources given back to the node in one step (pv_resv_return_workload); one output entry each:
- * {type=removed, id, success (1|0), hook (what went wrong, or "")}. Journaled per workload. */
+ * [...], "force": bool, "grace_seconds": N (optional; else the engine's)}. Each workload is
+ * stopped (before_stop hooks unless force; SIGTERM, then SIGKILL after the grace), removed from the
+ * engine (already gone is fine), and its record removed with its resources given back to the node
+ * in one step (pv_resv_return_workload); one output entry each: {type=removed, id, success (1|0),
+ * hook (what went wrong, or "")}. Journaled per workload. */
 #define WK_REMOVE_NODE_KIND "workload.remove_on_node"
 int wk_node_deploy_remove(wk_op *op, pv_status *st);
 

@@ -51,7 +51,7 @@ end
 --[[ records ----------------------------------------------------------------------------------- ]]
 
 -- pv_wl_add(KEYS[1]=nodes index, ARGV: base id name app entry pod node image privileged labels
--- env publish resources alloc_id engine_id) -> the record. pod '' = the node's pod; resources
+-- env publish resources alloc_id engine_id deploy) -> the record. pod '' = the node's pod; resources
 -- '' = the allocation taken over (alloc_id), else "{}".
 redis.register_function('pv_wl_add', function(keys, args)
   local base, id, node = args[1], args[2], args[7]
@@ -84,6 +84,7 @@ redis.register_function('pv_wl_add', function(keys, args)
     'pod', pod, 'node', node, 'node_id', node_id, 'image', args[8], 'privileged', args[9],
     'labels', args[10], 'env', args[11], 'publish', args[12], 'resources', resources,
     'alloc_id', alloc_id, 'engine_id', args[15], 'created_ms', tostring(now_ms()))
+  if args[16] and args[16] ~= '' then redis.call('SET', base .. 'wl-deploy:' .. id, args[16]) end
   redis.call('ZADD', base .. 'wls', 0, id)
   redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
   redis.call('SADD', base .. 'app-workloads:' .. args[4], id)
@@ -92,7 +93,7 @@ end)
 
 -- Deletes the record, its status and its index entries (v = HMGET app node_id of the record).
 local function remove_record(base, id, v)
-  redis.call('DEL', record_key(base, id), status_key(base, id))
+  redis.call('DEL', record_key(base, id), status_key(base, id), base .. 'wl-deploy:' .. id)
   redis.call('ZREM', base .. 'wls', id)
   redis.call('SREM', base .. 'app-workloads:' .. v[1], id)
   if v[2] then redis.call('SREM', base .. 'node-workloads:' .. v[2], id) end
@@ -153,6 +154,20 @@ redis.register_function{function_name = 'pv_wl_get', flags = {'no-writes'},
     local rec = redis.call('HGETALL', record_key(args[1], args[2]))
     if #rec == 0 then return err('NOT_FOUND', 'workload ' .. args[2] .. ' not found') end
     return rec
+  end}
+
+-- pv_wl_deploy(ARGV: base id) -> the base64 DeployOptions the workload was made from.
+redis.register_function{function_name = 'pv_wl_deploy', flags = {'no-writes'},
+  callback = function(keys, args)
+    if redis.call('EXISTS', record_key(args[1], args[2])) == 0 then
+      return err('NOT_FOUND', 'workload ' .. args[2] .. ' not found')
+    end
+    local d = redis.call('GET', args[1] .. 'wl-deploy:' .. args[2])
+    if not d then
+      return err('FAILED_PRECONDITION', 'workload ' .. args[2] ..
+        ' has no deploy options recorded to make another like it')
+    end
+    return d
   end}
 
 -- Whether a record (flat array) matches: app, entry and node '' = any; every label of want (a

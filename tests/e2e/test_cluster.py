@@ -215,8 +215,9 @@ class Clusters(unittest.TestCase):
         self.assertIn("node cn1 is not in cluster other", msg)
 
     def test_c_unserved_calls_are_unimplemented(self):
-        for fn, req in ((self.cs.DrainNode, C.DrainNodeRequest(cluster_id="prod", node_id="cn1")),
-                        (self.cs.UpgradeCluster, C.UpgradeClusterRequest(cluster_id="prod"))):
+        for fn, req in ((self.cs.UpgradeCluster, C.UpgradeClusterRequest(cluster_id="prod")),
+                        (self.cs.GetUpgradeStatus,
+                         C.GetUpgradeStatusRequest(cluster_id="prod"))):
             code, msg = self.err(fn, req)
             self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED, msg)
 
