@@ -17,6 +17,7 @@
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_validate.h"
+#include "pv_upgrade.h"
 #include "pv_workload.h"
 
 struct svc_cluster {
@@ -216,6 +217,28 @@ static int send_node(gw_call *call, const pv_node *n) {
     return rc;
 }
 
+/* The phase of the cluster's current or last upgrade, 0 when it has none (or it is unread). */
+static int upgrade_phase(gw_call *call, pv_redis *r, const char *cluster_id) {
+    json_t *rec = NULL;
+    pv_status st;
+    int rc = pv_upgrade_get(r, keys_of(call), cluster_id, &rec, &st);
+    if (rc != PV_OK && rc != PV_NOT_FOUND)
+        pv_warn("cluster %s: upgrade record: %s", cluster_id, st.msg);
+    int phase = rec ? (int)json_integer_value(json_object_get(rec, "phase")) : 0;
+    json_decref(rec);
+    return phase;
+}
+
+/* The cluster's status: UPGRADING while an upgrade runs, ERROR after one that could not roll
+ * back, else from its nodes. */
+static pv_cluster_state cluster_state(gw_call *call, pv_redis *r, const pv_pod *p,
+                                      const pv_node *nodes, size_t n) {
+    int phase = upgrade_phase(call, r, p->id);
+    if (phase == PV_UPGRADE_FAILED) return PV_CLUSTER_ERROR;
+    if (phase > 0 && !pv_upgrade_phase_done(phase)) return PV_CLUSTER_UPGRADING;
+    return pv_cluster_state_of(p, nodes, n);
+}
+
 /* A cluster as its message, with its nodes (for the status and the topology's ids). */
 static int send_cluster(gw_call *call, pv_redis *r, const pv_pod *p, pv_status *st) {
     pv_node *nodes = NULL;
@@ -238,7 +261,7 @@ static int send_cluster(gw_call *call, pv_redis *r, const pv_pod *p, pv_status *
     Google__Protobuf__Timestamp created, updated;
     m.id = (char *)p->id;
     m.name = p->name;
-    m.status = (Pivirt__Cluster__V1__ClusterStatus)pv_cluster_state_of(p, nodes, n);
+    m.status = (Pivirt__Cluster__V1__ClusterStatus)cluster_state(call, r, p, nodes, n);
     m.version = p->version ? p->version : "";
     topo.control_plane_count = p->cp_nodes;
     topo.worker_count = p->worker_nodes;
@@ -348,7 +371,7 @@ static void on_list_clusters(gw_call *call, const ProtobufCMessage *msg) {
             if ((rc = pv_registry_list_nodes(r, keys_of(call), pods[i].name, &nodes, &nn, &st)) !=
                 PV_OK)
                 break;
-            pv_cluster_state s = pv_cluster_state_of(&pods[i], nodes, nn);
+            pv_cluster_state s = cluster_state(call, r, &pods[i], nodes, nn);
             pv_node_array_free(nodes, nn);
             if ((int)s != (int)req->status) continue;
         }
@@ -856,6 +879,225 @@ static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
     pv_pod_clear(&p);
 }
 
+/* ---- upgrades ---- */
+
+/* UpgradeCluster: cluster.upgrade on the ops workers (workers/wk_upgrade.h), holding the
+ * cluster and every node, answered at once. */
+static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__UpgradeClusterRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node *nodes = NULL;
+    size_t nn = 0;
+    const Pivirt__Cluster__V1__UpgradeStrategy *s = req->strategy;
+    pv_upgrade_strategy us = {
+        .type = s && s->type ? (pv_upgrade_type)s->type : PV_UPGRADE_ROLLING,
+        .max_surge = s ? s->max_surge : 0,
+        .max_unavailable = s ? s->max_unavailable : 0,
+        .partition = s ? s->partition : 0,
+    };
+    /* ROLLING's default with no strategy at all: one node at a time, one replacement at once */
+    if (!s) us.max_surge = 1;
+    int rc = pv_validate_enums(msg, &st);
+    if (rc == PV_OK) rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_cluster_check_version("target_version", req->target_version, &st);
+    static const char *const names[] = {"strategy.max_surge", "strategy.max_unavailable",
+                                        "strategy.partition"};
+    const int values[] = {us.max_surge, us.max_unavailable, us.partition};
+    for (size_t i = 0; rc == PV_OK && i < 3; i++)
+        if (values[i] < 0)
+            rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "%s: %d is negative", names[i], values[i]);
+    if (rc == PV_OK && p.version && strcmp(p.version, req->target_version) == 0)
+        rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
+                           "target_version: cluster %s already runs %s", p.name, p.version);
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
+    if (rc == PV_OK && (int64_t)nn <= (int64_t)us.partition)
+        rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
+                           "cluster %s has no node to upgrade (%zu node(s), partition %d)", p.name,
+                           nn, us.partition);
+    const char **holds = rc == PV_OK ? calloc(nn, sizeof *holds) : NULL;
+    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) {
+        for (size_t i = 0; i < nn; i++)
+            holds[i] = nodes[i].id;
+        const char *from = p.version ? p.version : "";
+        if (pv_version_compare(req->target_version, from) < 0)
+            pv_warn("UpgradeCluster cluster=%s: a downgrade, %s -> %s", p.name, from,
+                    req->target_version);
+        json_t *params = json_pack(
+            "{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i}}", "cluster", p.name, "cluster_id", p.id,
+            "from", from, "to", req->target_version, "strategy", "type", (int)us.type, "max_surge",
+            us.max_surge, "max_unavailable", us.max_unavailable, "partition", us.partition);
+        op_req o = {"cluster.upgrade", p.id, holds, nn, params, false};
+        answer_op(call, &o);
+        json_decref(params);
+    } else {
+        finish_status(call, &st);
+    }
+    free(holds);
+    pv_node_array_free(nodes, nn);
+    pv_pod_clear(&p);
+}
+
+/* The record GetUpgradeStatus answers: the worker's, or, while the newest upgrade operation has
+ * not written one yet, a PENDING one made from its parameters. *out NULL: never upgraded. */
+static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_node *nodes,
+                          size_t nn, json_t **out, pv_status *st) {
+    *out = NULL;
+    int rc = pv_upgrade_get(r, keys_of(call), p->id, out, st);
+    if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
+    pv_op_filter f = {.kind = "cluster.upgrade", .target = p->id, .status = PV_OP_ANY, .limit = 1};
+    pv_op *ops = NULL;
+    size_t n = 0;
+    if (pv_op_list(r, keys_of(call), &f, &ops, &n, st) != PV_OK) {
+        json_decref(*out);
+        *out = NULL;
+        return st->code;
+    }
+    const char *owner = json_string_value(json_object_get(*out, "operation_id"));
+    if (n == 1 && !pv_op_done(&ops[0]) && (!owner || strcmp(owner, ops[0].id) != 0)) {
+        json_t *params = json_loads(ops[0].params, 0, NULL),
+               *js = json_object_get(params, "strategy");
+        pv_upgrade_strategy us = {
+            .type = (pv_upgrade_type)json_integer_value(json_object_get(js, "type")),
+            .max_surge = (int)json_integer_value(json_object_get(js, "max_surge")),
+            .max_unavailable = (int)json_integer_value(json_object_get(js, "max_unavailable")),
+            .partition = (int)json_integer_value(json_object_get(js, "partition"))};
+        const char **ids = calloc(nn ? nn : 1, sizeof *ids),
+                   **names = calloc(nn ? nn : 1, sizeof *names);
+        bool *cordoned = calloc(nn ? nn : 1, sizeof *cordoned);
+        for (size_t i = 0; ids && names && cordoned && i < nn; i++) {
+            ids[i] = nodes[i].id;
+            names[i] = nodes[i].name;
+            cordoned[i] = nodes[i].bypass;
+        }
+        const char *from = json_string_value(json_object_get(params, "from"));
+        const char *to = json_string_value(json_object_get(params, "to"));
+        json_t *pending =
+            ids && names && cordoned
+                ? pv_upgrade_new_record(ops[0].id, p->id, from ? from : "", to ? to : "", &us, ids,
+                                        names, cordoned, nn, ops[0].created_ms)
+                : NULL;
+        free(ids);
+        free(names);
+        free(cordoned);
+        json_decref(params);
+        if (pending) {
+            json_decref(*out);
+            *out = pending;
+        }
+    }
+    pv_op_array_free(ops, n);
+    return PV_OK;
+}
+
+static const char *jstr(json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static int64_t jint(json_t *o, const char *key) {
+    return (int64_t)json_integer_value(json_object_get(o, key));
+}
+
+/* What a node reports as its version now ("" when nothing). */
+static const char *reported_version(const pv_node *nodes, size_t nn, const char *name,
+                                    json_t **keep) {
+    for (size_t i = 0; i < nn; i++) {
+        if (strcmp(nodes[i].name, name) != 0 || !nodes[i].engine_info) continue;
+        *keep = json_loads(nodes[i].engine_info, 0, NULL);
+        return jstr(*keep, "version");
+    }
+    return "";
+}
+
+static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__GetUpgradeStatusRequest *req = (const void *)msg;
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    pv_pod p = {0};
+    pv_node *nodes = NULL;
+    size_t nn = 0;
+    json_t *rec = NULL;
+    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
+    if (rc == PV_OK) rc = upgrade_record(call, r, &p, nodes, nn, &rec, &st);
+    if (rc == PV_OK && !rec)
+        rc = pv_status_set(&st, PV_NOT_FOUND, "cluster %s has never been upgraded", p.name);
+    if (rc != PV_OK) {
+        finish_status(call, &st);
+        pv_node_array_free(nodes, nn);
+        pv_pod_clear(&p);
+        return;
+    }
+    Pivirt__Cluster__V1__UpgradeStatus m = PIVIRT__CLUSTER__V1__UPGRADE_STATUS__INIT;
+    Pivirt__Cluster__V1__UpgradeStrategy strat = PIVIRT__CLUSTER__V1__UPGRADE_STRATEGY__INIT;
+    Google__Protobuf__Timestamp started, updated, finished;
+    json_t *js = json_object_get(rec, "strategy"), *jn = json_object_get(rec, "nodes");
+    m.cluster_id = (char *)jstr(rec, "cluster_id");
+    m.operation_id = (char *)jstr(rec, "operation_id");
+    m.phase = (Pivirt__Cluster__V1__UpgradePhase)jint(rec, "phase");
+    m.from_version = (char *)jstr(rec, "from");
+    m.to_version = (char *)jstr(rec, "to");
+    strat.type = (Pivirt__Cluster__V1__UpgradeType)jint(js, "type");
+    strat.max_surge = (int32_t)jint(js, "max_surge");
+    strat.max_unavailable = (int32_t)jint(js, "max_unavailable");
+    strat.partition = (int32_t)jint(js, "partition");
+    m.strategy = &strat;
+    m.message = (char *)jstr(rec, "message");
+    m.downgrade = json_is_true(json_object_get(rec, "downgrade"));
+    size_t n = json_array_size(jn);
+    Pivirt__Cluster__V1__NodeUpgradeStatus *ns = calloc(n ? n : 1, sizeof *ns);
+    Pivirt__Cluster__V1__NodeUpgradeStatus **np = calloc(n ? n : 1, sizeof *np);
+    Google__Protobuf__Timestamp *ts = calloc(2 * (n ? n : 1), sizeof *ts);
+    json_t **infos = calloc(n ? n : 1, sizeof *infos);
+    if (!ns || !np || !ts || !infos) n = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(jn, i);
+        pivirt__cluster__v1__node_upgrade_status__init(&ns[i]);
+        ns[i].node_id = (char *)jstr(x, "id");
+        ns[i].node_name = (char *)jstr(x, "name");
+        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)jint(x, "state");
+        ns[i].message = (char *)jstr(x, "message");
+        ns[i].batch = (int32_t)jint(x, "batch");
+        ns[i].version = (char *)reported_version(nodes, nn, ns[i].node_name, &infos[i]);
+        if (jint(x, "started_ms")) {
+            timestamp(&ts[2 * i], jint(x, "started_ms"));
+            ns[i].started_at = &ts[2 * i];
+        }
+        if (jint(x, "finished_ms")) {
+            timestamp(&ts[2 * i + 1], jint(x, "finished_ms"));
+            ns[i].finished_at = &ts[2 * i + 1];
+        }
+        np[i] = &ns[i];
+        if (ns[i].batch > 0) {
+            m.nodes_total++;
+            m.nodes_upgraded += strcmp(ns[i].version, m.to_version) == 0;
+        }
+    }
+    m.nodes = np;
+    m.n_nodes = n;
+    timestamp(&started, jint(rec, "started_ms"));
+    timestamp(&updated, jint(rec, "updated_ms"));
+    m.started_at = &started;
+    m.updated_at = &updated;
+    if (jint(rec, "finished_ms")) {
+        timestamp(&finished, jint(rec, "finished_ms"));
+        m.finished_at = &finished;
+    }
+    gw_call_reply(call, &m.base);
+    for (size_t i = 0; infos && i < n; i++)
+        json_decref(infos[i]);
+    free(infos);
+    free(ns);
+    free(np);
+    free(ts);
+    json_decref(rec);
+    pv_node_array_free(nodes, nn);
+    pv_pod_clear(&p);
+}
+
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
     static const struct {
         const char *name;
@@ -889,6 +1131,10 @@ int svc_cluster_register(svc_cluster *s, gw_server *server) {
          on_remove_node},
         {"DeleteCluster", GW_UNARY, &pivirt__cluster__v1__delete_cluster_request__descriptor,
          on_delete_cluster},
+        {"UpgradeCluster", GW_UNARY, &pivirt__cluster__v1__upgrade_cluster_request__descriptor,
+         on_upgrade_cluster},
+        {"GetUpgradeStatus", GW_UNARY, &pivirt__cluster__v1__get_upgrade_status_request__descriptor,
+         on_get_upgrade_status},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.cluster.v1.ClusterService/%s",

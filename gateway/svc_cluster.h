@@ -3,9 +3,9 @@
  * the same records CoreRPC's AddNode makes). Served: CreateCluster, GetCluster, ListClusters,
  * UpdateCluster, AddNode, GetNode, ListNodes, GetHealth, GetMetrics; CordonNode and
  * UncordonNode answer an Operation an ops worker runs once it ended (or after 5 s as it stands);
- * DrainNode, RemoveNode and DeleteCluster answer theirs at once (workers/wk_cluster.h).
- * UpgradeCluster and GetUpgradeStatus are not registered yet: the framework answers
- * UNIMPLEMENTED.
+ * DrainNode, RemoveNode, DeleteCluster (workers/wk_cluster.h) and UpgradeCluster
+ * (workers/wk_upgrade.h) answer theirs at once; GetUpgradeStatus reads the upgrade record
+ * (shared/pv_upgrade.h). All 16 calls are served.
  *
  * Clusters and nodes are named by id or by name. Standard gRPC codes; messages name the field.
  *

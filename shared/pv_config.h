@@ -91,6 +91,17 @@ typedef struct pv_config {
     } git;
 
     struct {
+        char *hook;               /* upgrade.hook: what a node agent runs to upgrade its node,
+                                     with the target version as its argument ("" = the
+                                     project's ops/hooks/node-upgrade) */
+        int node_timeout_seconds; /* upgrade.node_timeout_seconds: a node's hook, and its
+                                     coming back READY at the target version, each within
+                                     this (300) */
+        int settle_seconds;       /* upgrade.settle_seconds: how long CANARY and BLUE_GREEN
+                                     watch upgraded nodes stay READY before going on (30) */
+    } upgrade;
+
+    struct {
         int retention_seconds; /* ops.retention_seconds: finished operations expire (7 d) */
         int events_maxlen;     /* ops.events_maxlen: approximate cap of the events stream
                                   (100000) */

@@ -402,6 +402,7 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
     call_arg(&c, cp);
     call_arg(&c, workers);
     call_arg(&c, u->mark_formed ? "1" : "");
+    call_arg(&c, u->version ? u->version : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_update_pod", &rep, st);
     return pod_reply(rc, rep, out, st);

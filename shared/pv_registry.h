@@ -160,7 +160,8 @@ typedef struct pv_pod_update {
     const char *name;
     const char *labels, *annotations;
     int cp_nodes, worker_nodes;
-    bool mark_formed; /* sets formed_ms to now unless it is set (once per cluster) */
+    bool mark_formed;    /* sets formed_ms to now unless it is set (once per cluster) */
+    const char *version; /* NULL/"" = keep (an upgrade sets it when it is done) */
 } pv_pod_update;
 int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
                            pv_status *st);

@@ -46,7 +46,10 @@ struct wk_agent {
     wk_virt *virt;      /* virt nodes: networks and raw operations (wk_engine_virt.h) */
     char endpoint[512]; /* worker.endpoint: what the node is registered with */
     char image_dir[PATH_MAX], registry_dir[PATH_MAX];
-    char git_key[PATH_MAX]; /* git.private_key */
+    char git_key[PATH_MAX];      /* git.private_key */
+    char version_file[PATH_MAX]; /* <data_dir>/node/<node>/version: what the upgrade hook
+                                    writes and the agent reports as the node's version */
+    char upgrade_hook[PATH_MAX]; /* upgrade.hook, or the default ops/hooks/node-upgrade */
     char engine_error[PV_STATUS_MSG_MAX];
 };
 
@@ -110,6 +113,26 @@ const char *wk_agent_registry_dir(const wk_agent *a) {
     return a->registry_dir;
 }
 
+const char *wk_agent_version_file(const wk_agent *a) {
+    return a->version_file;
+}
+
+const char *wk_agent_upgrade_hook(const wk_agent *a) {
+    return a->upgrade_hook;
+}
+
+void wk_agent_version(const wk_agent *a, char *out, size_t cap) {
+    snprintf(out, cap, "v%s", PV_VERSION);
+    FILE *f = fopen(a->version_file, "r");
+    if (!f) return;
+    char line[128];
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, " \t\r\n")] = '\0';
+        if (line[0]) snprintf(out, cap, "%s", line);
+    }
+    fclose(f);
+}
+
 wk_agent *wk_agent_new(const pv_config *cfg) {
     wk_agent *a = calloc(1, sizeof *a);
     pv_status st;
@@ -121,6 +144,12 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
     a->pod = strdup(cfg->worker.pod ? cfg->worker.pod : "");
     a->data_dir = strdup(cfg->data_dir);
     a->ttl_seconds = 3 * cfg->worker.heartbeat_seconds;
+    snprintf(a->version_file, sizeof a->version_file, "%s/node/%s/version", cfg->data_dir,
+             cfg->worker.node);
+    if (cfg->upgrade.hook && *cfg->upgrade.hook)
+        snprintf(a->upgrade_hook, sizeof a->upgrade_hook, "%s", cfg->upgrade.hook);
+    else
+        snprintf(a->upgrade_hook, sizeof a->upgrade_hook, "%s/node-upgrade", PV_HOOKS_DIR);
     if (!a->node || !a->pod || !a->data_dir) {
         wk_agent_free(a);
         return NULL;
@@ -172,11 +201,13 @@ static long cpu_count(void) {
 static char *engine_info_json(const wk_agent *a) {
     struct utsname u;
     bool named = uname(&u) == 0;
+    char version[128];
+    wk_agent_version(a, version, sizeof version);
     json_t *j =
         json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type", "process", "cpu_count",
                   (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
                   "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
-                  named ? u.nodename : "", "version", PV_VERSION, "kernel", named ? u.release : "");
+                  named ? u.nodename : "", "version", version, "kernel", named ? u.release : "");
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;
@@ -188,6 +219,10 @@ static int report_engine_info(wk_agent *a, pv_redis *r, pv_status *st) {
     int rc = pv_registry_set_engine_info(r, &a->keys, a->node, info, a->ttl_seconds, st);
     free(info);
     return rc;
+}
+
+int wk_agent_report(wk_agent *a, pv_redis *r, pv_status *st) {
+    return report_engine_info(a, r, st);
 }
 
 /* ---- registration ---- */

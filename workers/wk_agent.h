@@ -46,6 +46,19 @@ const char *wk_agent_data_dir(const wk_agent *a);
 const char *wk_agent_git_key(const wk_agent *a);
 const char *wk_agent_registry_dir(const wk_agent *a);
 
+/* The node's version as the agent reports it (annotation pivirt.io/version): the first word of
+ * its version file (<data_dir>/node/<node>/version, written by the upgrade hook), or
+ * "v<the agent's own version>" while there is none. */
+void wk_agent_version(const wk_agent *a, char *out, size_t cap);
+const char *wk_agent_version_file(const wk_agent *a);
+
+/* What the agent runs to upgrade its node (upgrade.hook, default ops/hooks/node-upgrade). */
+const char *wk_agent_upgrade_hook(const wk_agent *a);
+
+/* Reports the engine info (with the version) now, from any thread with its own connection:
+ * an upgrade does not wait for the next beat to show the new version. */
+int wk_agent_report(wk_agent *a, pv_redis *r, pv_status *st);
+
 /* A pv_presence tick: reports the engine info, registers the node if not yet done (and
  * worker.pod is set), then refreshes its alive key. */
 void wk_agent_beat(void *agent, pv_redis *r);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
@@ -23,6 +24,7 @@
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_resv.h"
+#include "pv_upgrade.h"
 #include "pv_workload.h"
 
 /* How often a drain reads the record of the child it waits for. */
@@ -40,7 +42,7 @@ static bool param_true(wk_op *op, const char *key) {
     return v && strcmp(v, "true") == 0;
 }
 
-static int set_bypass(wk_op *op, const char *node, bool cordon, pv_status *st) {
+int wk_cluster_set_bypass(wk_op *op, const char *node, bool cordon, pv_status *st) {
     pv_node_update u = {.name = node, .bypass = cordon ? PV_TRI_TRUE : PV_TRI_FALSE};
     pv_node now = {0};
     int rc = pv_registry_set_node(wk_op_redis(op), wk_op_keys(op), &u, &now, st);
@@ -52,7 +54,7 @@ int wk_cluster_cordon(wk_op *op, pv_status *st) {
     const char *node = wk_op_param(op, "node");
     if (!node || !*node) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.node: required");
     bool cordon = strcmp(wk_op_record(op)->kind, WK_CORDON_KIND) == 0;
-    if (set_bypass(op, node, cordon, st) != PV_OK) return st->code;
+    if (wk_cluster_set_bypass(op, node, cordon, st) != PV_OK) return st->code;
     pv_info("%s node=%s op=%s", cordon ? "cordoned" : "uncordoned", node, wk_op_record(op)->id);
     return wk_op_progress(op, 100, "node %s %s", node,
                           cordon ? "cordoned: it takes no new workloads"
@@ -98,10 +100,17 @@ static void cancel_child(wk_op *op, const char *id) {
         pv_op_clear(&out);
 }
 
-/* Submits the child (journaled as `step`) and waits for it to finish; *done is its final
- * record. A child no worker took within the node timeout is cancelled (its record then says
- * CANCELLED). When this operation must stop, a cancel is passed on to the child. */
 static int run_child(wk_op *op, const char *step, const child_req *c, pv_op *done, pv_status *st) {
+    return wk_cluster_run_child(op, step, c->kind, c->queue, c->params, c->request_id, false, done,
+                                st);
+}
+
+int wk_cluster_run_child(wk_op *op, const char *step, const char *kind, const char *queue,
+                         const char *params, const char *request_id, bool ignore_cancel,
+                         pv_op *done, pv_status *st) {
+    child_req req = {kind, queue, params, request_id,
+                     strncmp(kind, "workload.create", 16) == 0 ? "deploy" : "wlop"};
+    const child_req *c = &req;
     memset(done, 0, sizeof *done);
     char *id = NULL;
     if (wk_op_step(op, step, step_submit, (void *)c, &id, st) != PV_OK) return st->code;
@@ -126,6 +135,12 @@ static int run_child(wk_op *op, const char *step, const child_req *c, pv_op *don
         }
         pv_op_clear(&rec);
         rc = wk_op_sleep(op, CHILD_POLL_MS, st);
+        if (rc == PV_CANCELLED && ignore_cancel) { /* a rollback finishes what it started */
+            struct timespec ts = {0, CHILD_POLL_MS * 1000000L};
+            nanosleep(&ts, NULL);
+            rc = PV_OK;
+            continue;
+        }
         if (rc != PV_OK) {
             if (rc == PV_CANCELLED) cancel_child(op, id);
             break;
@@ -275,23 +290,8 @@ static void name_list(const pv_workload *w, size_t n, const bool *pick, char *ou
 
 /* ---- one node's drain ---- */
 
-typedef enum {
-    DAEMONS_REFUSE, /* node.drain without ignore_daemonsets */
-    DAEMONS_LEAVE,  /* node.drain with it */
-    DAEMONS_REMOVE, /* node.remove: they go with their node */
-} daemon_policy;
-
-typedef struct drain_opts {
-    const char *node;
-    bool force;
-    daemon_policy daemons;
-    int grace_seconds; /* < 0: the engine's default */
-    int unplaceable_code;
-} drain_opts;
-
-typedef struct drain_tally {
-    size_t moved, removed, left;
-} drain_tally;
+typedef wk_drain_opts drain_opts;
+typedef wk_drain_tally drain_tally;
 
 /* Stops and removes workload w on its node (a child on the node's queue). A node whose agent is
  * gone cannot stop anything: with force the record is dropped (its resources given back),
@@ -389,7 +389,7 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
                     int base, int span, drain_tally *t, pv_status *st) {
     for (size_t i = 0; i < n; i++) {
         int pct = base + (int)((size_t)span * i / (n ? n : 1));
-        if (daemon[i] && d->daemons == DAEMONS_LEAVE) {
+        if (daemon[i] && d->daemons == WK_DAEMONS_LEAVE) {
             t->left++;
             continue;
         }
@@ -404,6 +404,9 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
         if ((rc = wk_op_progress(op, pct, "moving %s (%zu of %zu): placing a replacement",
                                  w[i].name, i + 1, n)) != PV_OK)
             return wk_op_stop_code(op, st);
+        if (d->stop_first) { /* max_surge 0: no replacement runs next to the old one */
+            if ((rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
+        }
         placed p;
         rc = place_elsewhere(op, d, &w[i], &p, st);
         if (rc == PV_NOT_FOUND) { /* removed by someone else meanwhile: nothing to move */
@@ -412,7 +415,13 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
             continue;
         }
         if (rc != PV_OK) return rc;
-        if (!p.id[0] && !d->force) {
+        if (!p.id[0] && d->keep_unplaceable && !d->stop_first) {
+            t->left++;
+            wk_op_progress(op, pct, "%s (%s) stays on node %s: it cannot be placed elsewhere (%s)",
+                           w[i].name, w[i].id, d->node, p.why);
+            continue;
+        }
+        if (!p.id[0] && !d->force && !d->stop_first) {
             wk_op_progress(op, pct, "blocked: %s (%s) cannot be placed elsewhere: %s", w[i].name,
                            w[i].id, p.why);
             return wk_op_fail_final(op, st, d->unplaceable_code,
@@ -430,7 +439,7 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
                            "removing %s (%zu of %zu): it cannot be placed elsewhere "
                            "(%s)",
                            w[i].name, i + 1, n, p.why);
-        if ((rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
+        if (!d->stop_first && (rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
         if (p.id[0]) {
             t->moved++;
             pv_info("%s %s: moved workload %s from %s to %s as %s", wk_op_record(op)->kind,
@@ -448,9 +457,8 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
     return PV_OK;
 }
 
-/* The drain of one node: daemons checked, node cordoned, workloads moved. */
-static int drain_node(wk_op *op, const drain_opts *d, int base, int span, drain_tally *t,
-                      pv_status *st) {
+int wk_cluster_drain_node(wk_op *op, const wk_drain_opts *d, int base, int span, wk_drain_tally *t,
+                          pv_status *st) {
     pv_workload *w = NULL;
     size_t n = 0;
     if (pv_workload_list(wk_op_redis(op), wk_op_keys(op), NULL, NULL, d->node, NULL, &w, &n, st) !=
@@ -461,7 +469,7 @@ static int drain_node(wk_op *op, const drain_opts *d, int base, int span, drain_
     size_t ndaemons = 0;
     for (size_t i = 0; rc == PV_OK && i < n; i++)
         ndaemons += daemon[i] = is_daemon(&w[i]);
-    if (rc == PV_OK && ndaemons && d->daemons == DAEMONS_REFUSE) {
+    if (rc == PV_OK && ndaemons && d->daemons == WK_DAEMONS_REFUSE) {
         char names[300];
         name_list(w, n, daemon, names, sizeof names);
         rc = wk_op_fail_final(op, st, PV_FAILED_PRECONDITION,
@@ -469,7 +477,7 @@ static int drain_node(wk_op *op, const drain_opts *d, int base, int span, drain_
                               "ignore_daemonsets to leave them in place",
                               d->node, ndaemons, WK_DAEMON_LABEL, names);
     }
-    if (rc == PV_OK) rc = set_bypass(op, d->node, true, st);
+    if (rc == PV_OK) rc = wk_cluster_set_bypass(op, d->node, true, st);
     if (rc == PV_OK)
         rc = wk_op_progress(op, base, "node %s cordoned; %zu workload(s) on it", d->node, n);
     if (rc == PV_OK) rc = move_all(op, d, w, n, daemon, base, span, t, st);
@@ -486,7 +494,8 @@ static int required(wk_op *op, const char *key, const char **out, pv_status *st)
 
 int wk_cluster_drain(wk_op *op, pv_status *st) {
     drain_opts d = {.force = param_true(op, "force"),
-                    .daemons = param_true(op, "ignore_daemonsets") ? DAEMONS_LEAVE : DAEMONS_REFUSE,
+                    .daemons =
+                        param_true(op, "ignore_daemonsets") ? WK_DAEMONS_LEAVE : WK_DAEMONS_REFUSE,
                     .unplaceable_code = PV_RESOURCE_EXHAUSTED};
     long grace = -1;
     if (required(op, "node", &d.node, st) != PV_OK ||
@@ -494,7 +503,7 @@ int wk_cluster_drain(wk_op *op, pv_status *st) {
         return st->code;
     d.grace_seconds = (int)grace;
     drain_tally t = {0};
-    if (drain_node(op, &d, 5, 90, &t, st) != PV_OK) return st->code;
+    if (wk_cluster_drain_node(op, &d, 5, 90, &t, st) != PV_OK) return st->code;
     pv_info("drained node=%s op=%s moved=%zu removed=%zu left=%zu", d.node, wk_op_record(op)->id,
             t.moved, t.removed, t.left);
     return wk_op_progress(op, 100,
@@ -510,7 +519,7 @@ static int remove_record(wk_op *op, const char *node, pv_status *st) {
 
 int wk_cluster_remove_node(wk_op *op, pv_status *st) {
     drain_opts d = {.force = param_true(op, "force"),
-                    .daemons = DAEMONS_REMOVE,
+                    .daemons = WK_DAEMONS_REMOVE,
                     .unplaceable_code = PV_FAILED_PRECONDITION};
     if (required(op, "node", &d.node, st) != PV_OK) return st->code;
     d.grace_seconds = -1;
@@ -520,7 +529,7 @@ int wk_cluster_remove_node(wk_op *op, pv_status *st) {
     pv_node_clear(&n);
     if (rc == PV_NOT_FOUND) /* an earlier delivery removed it */
         return wk_op_progress(op, 100, "node %s removed", d.node);
-    if (rc == PV_OK) rc = drain_node(op, &d, 5, 85, &t, st);
+    if (rc == PV_OK) rc = wk_cluster_drain_node(op, &d, 5, 85, &t, st);
     if (rc == PV_OK) rc = remove_record(op, d.node, st);
     if (rc != PV_OK) return rc;
     pv_info("removed node=%s op=%s moved=%zu removed=%zu", d.node, wk_op_record(op)->id, t.moved,
@@ -556,7 +565,7 @@ int wk_cluster_delete(wk_op *op, pv_status *st) {
         rc = pv_workload_list(wk_op_redis(op), wk_op_keys(op), NULL, NULL, nodes[i].name, NULL, &w,
                               &n, st);
         drain_opts d = {.node = nodes[i].name, .force = true, .grace_seconds = -1};
-        if (rc == PV_OK) rc = set_bypass(op, d.node, true, st);
+        if (rc == PV_OK) rc = wk_cluster_set_bypass(op, d.node, true, st);
         for (size_t j = 0; rc == PV_OK && j < n; j++) {
             wk_op_progress(op, (int)(90 * i / nn), "node %s (%zu of %zu): removing %s", d.node,
                            i + 1, nn, w[j].name);
@@ -570,10 +579,12 @@ int wk_cluster_delete(wk_op *op, pv_status *st) {
                            i + 1, nn);
     }
     pv_node_array_free(nodes, nn);
-    if (rc == PV_OK) {
-        rc = pv_registry_remove_pod(wk_op_redis(op), wk_op_keys(op), cluster, st);
-        if (rc == PV_NOT_FOUND) rc = PV_OK;
-    }
+    pv_pod pod = {0};
+    if (rc == PV_OK) rc = pv_registry_get_pod(wk_op_redis(op), wk_op_keys(op), cluster, &pod, st);
+    if (rc == PV_OK) rc = pv_upgrade_delete(wk_op_redis(op), wk_op_keys(op), pod.id, st);
+    if (rc == PV_OK) rc = pv_registry_remove_pod(wk_op_redis(op), wk_op_keys(op), cluster, st);
+    pv_pod_clear(&pod);
+    if (rc == PV_NOT_FOUND) rc = PV_OK; /* removed by an earlier delivery */
     if (rc != PV_OK) return rc;
     pv_info("deleted cluster=%s op=%s nodes=%zu workloads=%zu", cluster, wk_op_record(op)->id, nn,
             removed);

@@ -22,6 +22,7 @@
 
 #include "pv_log.h"
 #include "wk_cluster.h"
+#include "wk_upgrade.h"
 #include "wk_deploy.h"
 #include "wk_node_deploy.h"
 #include "wk_node_files.h"
@@ -46,7 +47,8 @@ struct wk_op {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     bool cancel, lost, shutdown;
-    bool final; /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
+    bool final;   /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
+    bool cleanup; /* a cancel no longer stops the handler (wk_op_begin_cleanup) */
     char lost_why[PV_STATUS_MSG_MAX];
 };
 
@@ -83,6 +85,8 @@ static const wk_handler_entry k_handlers[] = {
     {WK_DRAIN_KIND, wk_cluster_drain, false},
     {WK_NODE_REMOVE_KIND, wk_cluster_remove_node, false},
     {WK_CLUSTER_DELETE_KIND, wk_cluster_delete, false},
+    {WK_UPGRADE_KIND, wk_upgrade_cluster, false},
+    {WK_UPGRADE_NODE_KIND, wk_upgrade_node, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */
@@ -200,7 +204,8 @@ bool wk_op_is_cancelled(wk_op *op) {
  * write the CANCELLED outcome either. */
 static int stop_code_locked(wk_op *op, pv_status *st) {
     if (op->lost) return pv_status_set(st, PV_ABORTED, "%s", op->lost_why);
-    if (op->cancel) return pv_status_set(st, PV_CANCELLED, "operation %s cancelled", op->rec.id);
+    if (op->cancel && !op->cleanup)
+        return pv_status_set(st, PV_CANCELLED, "operation %s cancelled", op->rec.id);
     if (op->shutdown) return pv_status_set(st, PV_UNAVAILABLE, "worker shutting down");
     return PV_OK;
 }
@@ -210,6 +215,12 @@ int wk_op_stop_code(wk_op *op, pv_status *st) {
     int rc = stop_code_locked(op, st);
     pthread_mutex_unlock(&op->mu);
     return rc;
+}
+
+void wk_op_begin_cleanup(wk_op *op) {
+    pthread_mutex_lock(&op->mu);
+    op->cleanup = true;
+    pthread_mutex_unlock(&op->mu);
 }
 
 bool wk_op_should_stop(wk_op *op) {

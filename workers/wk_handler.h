@@ -63,6 +63,11 @@ int wk_op_progress(wk_op *op, int percent, const char *fmt, ...)
 
 bool wk_op_should_stop(wk_op *op);
 
+/* From now on a cancel no longer stops the handler (sleeps, steps and progress go on; a lost
+ * lease or a shutdown still do): for the undo work a cancelled operation must finish, such as
+ * an upgrade's rollback. The operation still ends CANCELLED when a cancel was requested. */
+void wk_op_begin_cleanup(wk_op *op);
+
 /* PV_OK while the handler may go on; else the stop code with its reason in st. */
 int wk_op_stop_code(wk_op *op, pv_status *st);
 

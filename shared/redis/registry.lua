@@ -77,7 +77,7 @@ redis.register_function('pv_reg_add_pod', function(keys, args)
 end)
 
 -- pv_reg_update_pod(KEYS[1]=pods index, ARGV: base name labels annotations cp_nodes
--- worker_nodes formed) -> the record. An empty string leaves that field as it is; formed '1'
+-- worker_nodes formed version) -> the record. An empty string leaves that field as it is; formed '1'
 -- records the first time the cluster had its nodes (kept once set).
 redis.register_function('pv_reg_update_pod', function(keys, args)
   local base, name = args[1], args[2]
@@ -90,6 +90,10 @@ redis.register_function('pv_reg_update_pod', function(keys, args)
       changes[#changes + 1] = f
       changes[#changes + 1] = args[2 + i]
     end
+  end
+  if args[8] and args[8] ~= '' then
+    changes[#changes + 1] = 'version'
+    changes[#changes + 1] = args[8]
   end
   if #changes > 0 then
     changes[#changes + 1] = 'updated_ms'

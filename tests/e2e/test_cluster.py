@@ -8,8 +8,8 @@ Two node agents run with no pod of their own (worker.pod ""): they register noth
 AddNode, then heartbeat (READY) and fill in the node's resources from their machine. A cluster
 asking for one control-plane and one worker node is CREATING until both are READY, RUNNING
 then, DEGRADED when an agent stops. Cordon is Eru's bypass (CoreRPC's GetNode shows it).
-Errors use the standard codes and name the field; the calls not served yet answer
-UNIMPLEMENTED.
+Errors use the standard codes and name the field. Drains, removals and deletion are in
+test_cluster_drain, upgrades in test_cluster_upgrade.
 """
 import os
 import sys
@@ -213,13 +213,6 @@ class Clusters(unittest.TestCase):
                                                                node_id="cn1"))
         self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
         self.assertIn("node cn1 is not in cluster other", msg)
-
-    def test_c_unserved_calls_are_unimplemented(self):
-        for fn, req in ((self.cs.UpgradeCluster, C.UpgradeClusterRequest(cluster_id="prod")),
-                        (self.cs.GetUpgradeStatus,
-                         C.GetUpgradeStatusRequest(cluster_id="prod"))):
-            code, msg = self.err(fn, req)
-            self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED, msg)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import grpc
 
 import pvtest
 from pb import core_pb2, core_pb2_grpc
-from pivirt.cluster.v1 import cluster_pb2, cluster_pb2_grpc
+from pivirt.storage.v1 import storage_pb2, storage_pb2_grpc
 
 SERVICES = [
     "pb.CoreRPC",
@@ -97,11 +97,11 @@ class GatewayBasics(unittest.TestCase):
         self.assertEqual(info.identifier, hashlib.sha256(store.encode()).hexdigest())
 
     def test_declared_but_unserved_method_is_unimplemented(self):
-        stub = cluster_pb2_grpc.ClusterServiceStub(self.ch)
+        stub = storage_pb2_grpc.StorageServiceStub(self.ch)
         with self.assertRaises(grpc.RpcError) as e:
-            stub.GetUpgradeStatus(cluster_pb2.GetUpgradeStatusRequest(cluster_id="x"), timeout=5)
+            stub.GetPool(storage_pb2.GetPoolRequest(name="x"), timeout=5)
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-        self.assertIn("/pivirt.cluster.v1.ClusterService/GetUpgradeStatus",
+        self.assertIn("/pivirt.storage.v1.StorageService/GetPool",
                       e.exception.details())
         self.assertIn("part of the pivirt API", e.exception.details())
 

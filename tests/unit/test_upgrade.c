@@ -1,0 +1,88 @@
+/* pv_upgrade: the batches of each strategy, the partition, version order, the PENDING record. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pv_upgrade.h"
+
+static void expect_batches(pv_upgrade_type type, int surge, int unavailable, int partition,
+                           size_t n, const int *want, int want_count) {
+    pv_upgrade_strategy s = {type, surge, unavailable, partition};
+    int got[16], count = -1;
+    pv_upgrade_batches(&s, n, got, &count);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i], want[i]);
+    assert_int_equal(count, want_count);
+}
+
+static void test_rolling(void **state) {
+    (void)state;
+    /* the seed's max_unavailable 0 means one node per batch */
+    expect_batches(PV_UPGRADE_ROLLING, 1, 0, 0, 3, (int[]){1, 2, 3}, 3);
+    expect_batches(PV_UPGRADE_ROLLING, 1, 2, 0, 5, (int[]){1, 1, 2, 2, 3}, 3);
+    /* a one-node cluster upgrades its node alone */
+    expect_batches(PV_UPGRADE_ROLLING, 1, 0, 0, 1, (int[]){1}, 1);
+    /* the partition keeps the first nodes by name order */
+    expect_batches(PV_UPGRADE_ROLLING, 1, 1, 2, 4, (int[]){0, 0, 1, 2}, 2);
+    expect_batches(PV_UPGRADE_ROLLING, 1, 1, 9, 2, (int[]){0, 0}, 0);
+    /* 0 is ROLLING */
+    expect_batches((pv_upgrade_type)0, 0, 3, 0, 4, (int[]){1, 1, 1, 2}, 2);
+}
+
+static void test_canary(void **state) {
+    (void)state;
+    expect_batches(PV_UPGRADE_CANARY, 1, 2, 0, 5, (int[]){1, 2, 2, 3, 3}, 3);
+    expect_batches(PV_UPGRADE_CANARY, 1, 0, 1, 3, (int[]){0, 1, 2}, 2);
+}
+
+static void test_blue_green(void **state) {
+    (void)state;
+    expect_batches(PV_UPGRADE_BLUE_GREEN, 1, 0, 0, 4, (int[]){1, 1, 2, 2}, 2);
+    expect_batches(PV_UPGRADE_BLUE_GREEN, 1, 0, 0, 3, (int[]){1, 1, 2}, 2);
+    expect_batches(PV_UPGRADE_BLUE_GREEN, 1, 0, 1, 3, (int[]){0, 1, 2}, 2);
+    expect_batches(PV_UPGRADE_BLUE_GREEN, 1, 0, 0, 1, (int[]){1}, 1);
+}
+
+static void test_versions(void **state) {
+    (void)state;
+    assert_true(pv_version_compare("v1.2.3", "v1.2.4") < 0);
+    assert_true(pv_version_compare("v1.10.0", "v1.9.9") > 0);
+    assert_true(pv_version_compare("v2.0.0", "v10.0.0") < 0);
+    assert_int_equal(pv_version_compare("v1.2.3", "v1.2.3"), 0);
+    assert_true(pv_version_compare("junk", "v0.0.1") < 0);
+    assert_true(pv_upgrade_phase_done(PV_UPGRADE_ROLLED_BACK));
+    assert_false(pv_upgrade_phase_done(PV_UPGRADE_MIGRATING));
+}
+
+static void test_new_record(void **state) {
+    (void)state;
+    pv_upgrade_strategy s = {PV_UPGRADE_ROLLING, 1, 0, 1};
+    const char *ids[] = {"node-a", "node-b"}, *names[] = {"a", "b"};
+    bool cordoned[] = {false, true};
+    json_t *r = pv_upgrade_new_record("op-1", "cluster-1", "v1.1.0", "v1.0.0", &s, ids, names,
+                                      cordoned, 2, 1000);
+    assert_non_null(r);
+    assert_int_equal(json_integer_value(json_object_get(r, "phase")), PV_UPGRADE_PENDING);
+    assert_true(json_is_true(json_object_get(r, "downgrade")));
+    json_t *nodes = json_object_get(r, "nodes");
+    assert_int_equal(json_array_size(nodes), 2);
+    json_t *a = json_array_get(nodes, 0), *b = json_array_get(nodes, 1);
+    assert_int_equal(json_integer_value(json_object_get(a, "state")), PV_NODE_UPGRADE_SKIPPED);
+    assert_int_equal(json_integer_value(json_object_get(b, "state")), PV_NODE_UPGRADE_PENDING);
+    assert_int_equal(json_integer_value(json_object_get(b, "batch")), 1);
+    assert_true(json_is_true(json_object_get(b, "was_cordoned")));
+    json_decref(r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rolling),    cmocka_unit_test(test_canary),
+        cmocka_unit_test(test_blue_green), cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_new_record),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
