@@ -177,6 +177,12 @@ static int node_fill(const pv_node *n, bool draining, node_msg *m) {
     node_resources(n, &m->res);
     m->msg.resources = &m->res;
     pivirt__cluster__v1__node_conditions__init(&m->cond);
+    pv_node_conditions c;
+    pv_cluster_node_conditions(n, &c);
+    m->cond.memory_pressure = c.memory_pressure;
+    m->cond.disk_pressure = c.disk_pressure;
+    m->cond.pid_pressure = c.pid_pressure;
+    m->cond.network_unavailable = c.network_unavailable;
     m->msg.conditions = &m->cond;
     m->msg.labels = (Pivirt__Cluster__V1__Node__LabelsEntry **)map_entries(
         n->labels, &pivirt__cluster__v1__node__labels_entry__descriptor, &m->labels_json,

@@ -175,14 +175,27 @@ int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_
         add_item(&out->components, &out->ncomponents, "scheduler", NULL, PV_UNHEALTHY,
                  "no scheduler is running: nothing can be placed", now);
     pv_node *nodes = NULL;
-    size_t n = 0, up = 0, down = 0, cordoned_up = 0;
+    size_t n = 0, up = 0, down = 0, cordoned_up = 0, pressed = 0;
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, k, p->name, &nodes, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         const pv_node *nd = &nodes[i];
         pv_health hs = nd->alive ? PV_HEALTHY : PV_UNHEALTHY;
-        const char *why = nd->alive ? (nd->bypass ? "ready, cordoned" : "ready")
-                                    : (nd->bypass ? "agent heartbeat missing; cordoned"
-                                                  : "agent heartbeat missing");
+        char why[160];
+        snprintf(why, sizeof why, "%s",
+                 nd->alive ? (nd->bypass ? "ready, cordoned" : "ready")
+                           : (nd->bypass ? "agent heartbeat missing; cordoned"
+                                         : "agent heartbeat missing"));
+        pv_node_conditions c;
+        pv_cluster_node_conditions(nd, &c);
+        if (nd->alive &&
+            (c.memory_pressure || c.disk_pressure || c.pid_pressure || c.network_unavailable)) {
+            hs = PV_DEGRADED;
+            pressed++;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; under%s%s%s%s",
+                     c.memory_pressure ? " memory pressure" : "",
+                     c.disk_pressure ? " disk pressure" : "", c.pid_pressure ? " pid pressure" : "",
+                     c.network_unavailable ? " network unavailable" : "");
+        }
         up += nd->alive;
         down += !nd->alive;
         cordoned_up += nd->alive && nd->bypass;
@@ -205,6 +218,9 @@ int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_
     } else if (down > 0) {
         out->status = PV_DEGRADED;
         snprintf(why, sizeof why, "%zu of its %zu nodes are down", down, n);
+    } else if (pressed > 0) {
+        out->status = PV_DEGRADED;
+        snprintf(why, sizeof why, "%zu of its %zu nodes are under pressure", pressed, n);
     } else if (cordoned_up == up) {
         out->status = PV_DEGRADED;
         snprintf(why, sizeof why, "every node that is up is cordoned: nothing new can run");
@@ -236,9 +252,45 @@ void pv_health_free(pv_health_report *h) {
 
 /* ---- metrics ---- */
 
+static bool at_least(int64_t used, int64_t total, int percent) {
+    return total > 0 && percent > 0 && used * 100 >= total * (int64_t)percent;
+}
+
+void pv_cluster_conditions_of(const pv_machine *m, const pv_pressure_limits *l,
+                              pv_node_conditions *out) {
+    out->memory_pressure = at_least(m->mem_total - m->mem_available, m->mem_total, l->memory);
+    out->disk_pressure = at_least(m->disk_total - m->disk_free, m->disk_total, l->disk);
+    out->pid_pressure = at_least(m->tasks, m->pid_max, l->pid);
+    out->network_unavailable = !m->network_up;
+}
+
+void pv_cluster_node_conditions(const pv_node *n, pv_node_conditions *out) {
+    memset(out, 0, sizeof *out);
+    json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    json_t *c = json_object_get(info, "conditions");
+    out->memory_pressure = json_is_true(json_object_get(c, "memory_pressure"));
+    out->disk_pressure = json_is_true(json_object_get(c, "disk_pressure"));
+    out->pid_pressure = json_is_true(json_object_get(c, "pid_pressure"));
+    out->network_unavailable = json_is_true(json_object_get(c, "network_unavailable"));
+    json_decref(info);
+}
+
 void pv_cluster_node_capacity(const pv_node *n, pv_node_capacity *out) {
     memset(out, 0, sizeof *out);
     json_t *info = n->engine_info && *n->engine_info ? json_loads(n->engine_info, 0, NULL) : NULL;
+    json_t *m = json_object_get(info, "machine");
+    if (json_is_object(m)) {
+        json_int_t mt = json_integer_value(json_object_get(m, "mem_total"));
+        json_int_t dt = json_integer_value(json_object_get(m, "disk_total"));
+        out->cpu_cores = (int)json_integer_value(json_object_get(info, "cpu_count"));
+        out->cpu_used_cores = (int)(json_number_value(json_object_get(m, "cpu_busy_cores")) + 0.5);
+        out->memory = mt;
+        out->memory_used = mt - json_integer_value(json_object_get(m, "mem_available"));
+        out->storage = dt;
+        out->storage_used = dt - json_integer_value(json_object_get(m, "disk_free"));
+        json_decref(info);
+        return;
+    }
     pv_res_engine_info facts = {.cpu_count = json_integer_value(json_object_get(info, "cpu_count")),
                                 .mem_total = json_integer_value(json_object_get(info, "mem_total")),
                                 .storage_total =

@@ -54,6 +54,33 @@ bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n);
  * it is complete and every node is up, DEGRADED otherwise. */
 pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size_t n);
 
+/* ---- a node's machine: figures and pressure conditions ---- */
+
+/* What a node agent reads from its machine each beat (engine info "machine"). */
+typedef struct pv_machine {
+    int64_t mem_total, mem_available; /* /proc/meminfo */
+    int64_t disk_total, disk_free;    /* the file system of the agent's data directory */
+    int64_t tasks, pid_max;           /* /proc/loadavg's task count, kernel.pid_max */
+    double cpu_busy_cores;            /* CPU time in use over the last beat, in cores */
+    bool network_up;                  /* a non-loopback interface is up with an address */
+} pv_machine;
+
+/* Thresholds in percent of use (worker.*_pressure_percent). */
+typedef struct pv_pressure_limits {
+    int memory, disk, pid;
+} pv_pressure_limits;
+
+typedef struct pv_node_conditions {
+    bool memory_pressure, disk_pressure, pid_pressure, network_unavailable;
+} pv_node_conditions;
+
+/* Pressure where use reaches the threshold; figures that are unknown (0 totals) press nothing. */
+void pv_cluster_conditions_of(const pv_machine *m, const pv_pressure_limits *l,
+                              pv_node_conditions *out);
+
+/* The conditions an agent reported in its engine info ("conditions"), all false when none. */
+void pv_cluster_node_conditions(const pv_node *n, pv_node_conditions *out);
+
 /* ---- health ---- */
 
 typedef enum { PV_HEALTHY = 1, PV_DEGRADED = 2, PV_UNHEALTHY = 3 } pv_health;
@@ -99,6 +126,9 @@ typedef struct pv_cluster_metrics {
 
 /* A node's capacity and use (cores, bytes) from its resources and usage, with its agent's
  * report for what they leave to the machine. */
+/* A node's capacity and use: the machine's own figures when its agent reports them (engine info
+ * "machine": memory, disk, CPU time in use), else the registered resources and what its
+ * workloads hold. */
 typedef struct pv_node_capacity {
     int cpu_cores, cpu_used_cores;
     int64_t memory, memory_used, storage, storage_used;

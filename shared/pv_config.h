@@ -79,6 +79,12 @@ typedef struct pv_config {
         int status_interval_seconds; /* worker.status_interval_seconds: the agent checks its
                                         workloads' health and reports their statuses this often;
                                         statuses live three times as long (5) */
+        int memory_pressure_percent; /* worker.memory_pressure_percent: the node reports
+                                        memory pressure from this much memory in use (90) */
+        int disk_pressure_percent;   /* worker.disk_pressure_percent: disk pressure from this
+                                        much of its data directory's file system in use (90) */
+        int pid_pressure_percent;    /* worker.pid_pressure_percent: pid pressure from this many
+                                        tasks, in percent of kernel.pid_max (90) */
         int stop_grace_seconds;      /* worker.stop_grace_seconds: a stop that names no grace
                                         (RemoveWorkload, RemoveNode, DeleteCluster) waits this long
                                         between SIGTERM (a domain's shutdown) and SIGKILL (10) */

@@ -17,7 +17,10 @@
 
 #include <limits.h>
 
+#include <ifaddrs.h>
 #include <jansson.h>
+#include <net/if.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "pv_cluster.h"
 #include "pv_keys.h"
 #include "pv_log.h"
 #include "pv_registry.h"
@@ -46,10 +50,14 @@ struct wk_agent {
     wk_virt *virt;      /* virt nodes: networks and raw operations (wk_engine_virt.h) */
     char endpoint[512]; /* worker.endpoint: what the node is registered with */
     char image_dir[PATH_MAX], registry_dir[PATH_MAX];
-    char git_key[PATH_MAX];      /* git.private_key */
-    char version_file[PATH_MAX]; /* <data_dir>/node/<node>/version: what the upgrade hook
-                                    writes and the agent reports as the node's version */
-    char upgrade_hook[PATH_MAX]; /* upgrade.hook, or the default ops/hooks/node-upgrade */
+    char git_key[PATH_MAX];        /* git.private_key */
+    char version_file[PATH_MAX];   /* <data_dir>/node/<node>/version: what the upgrade hook
+                                      writes and the agent reports as the node's version */
+    char upgrade_hook[PATH_MAX];   /* upgrade.hook, or the default ops/hooks/node-upgrade */
+    pv_pressure_limits limits;     /* worker.*_pressure_percent */
+    pthread_mutex_t cpu_mu;        /* the CPU sample: beats and an upgrade's report both read */
+    long long cpu_busy, cpu_total; /* /proc/stat at the last sample */
+    double cpu_busy_cores;         /* in use between the last two samples */
     char engine_error[PV_STATUS_MSG_MAX];
 };
 
@@ -144,6 +152,10 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
     a->pod = strdup(cfg->worker.pod ? cfg->worker.pod : "");
     a->data_dir = strdup(cfg->data_dir);
     a->ttl_seconds = 3 * cfg->worker.heartbeat_seconds;
+    a->limits =
+        (pv_pressure_limits){cfg->worker.memory_pressure_percent, cfg->worker.disk_pressure_percent,
+                             cfg->worker.pid_pressure_percent};
+    pthread_mutex_init(&a->cpu_mu, NULL);
     snprintf(a->version_file, sizeof a->version_file, "%s/node/%s/version", cfg->data_dir,
              cfg->worker.node);
     if (cfg->upgrade.hook && *cfg->upgrade.hook)
@@ -169,6 +181,7 @@ void wk_agent_free(wk_agent *a) {
     free(a->node);
     free(a->pod);
     free(a->data_dir);
+    pthread_mutex_destroy(&a->cpu_mu);
     free(a);
 }
 
@@ -196,6 +209,78 @@ static long cpu_count(void) {
     return cpus > 0 ? cpus : 1;
 }
 
+static long long meminfo_kb(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[256], name[64];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "%63[^:]: %lld kB", name, &kb) == 2 && strcmp(name, key) == 0) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+static long long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
+    long long v = 0;
+    if (f && fscanf(f, "%lld", &v) != 1) v = 0;
+    if (f) fclose(f);
+    return v;
+}
+
+/* CPU time in use since the previous sample, in cores (0 on the first). */
+static double cpu_sample(wk_agent *a) {
+    FILE *f = fopen("/proc/stat", "r");
+    long long v[8] = {0};
+    int got = f ? fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7])
+                : 0;
+    if (f) fclose(f);
+    if (got < 4) return 0;
+    long long total = 0;
+    for (int i = 0; i < 8; i++)
+        total += v[i];
+    long long busy = total - v[3] - v[4]; /* idle, iowait */
+    pthread_mutex_lock(&a->cpu_mu);
+    if (a->cpu_total > 0 && total > a->cpu_total)
+        a->cpu_busy_cores =
+            (double)(busy - a->cpu_busy) / (double)(total - a->cpu_total) * (double)cpu_count();
+    a->cpu_busy = busy;
+    a->cpu_total = total;
+    double cores = a->cpu_busy_cores;
+    pthread_mutex_unlock(&a->cpu_mu);
+    return cores;
+}
+
+static bool network_up(void) {
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0) return true; /* unknown: claim nothing */
+    bool up = false;
+    for (struct ifaddrs *i = list; i && !up; i = i->ifa_next)
+        up = i->ifa_addr && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK) &&
+             (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6);
+    freeifaddrs(list);
+    return up;
+}
+
+/* The machine's figures now, and the conditions they make. */
+static void read_machine(wk_agent *a, pv_machine *m) {
+    memset(m, 0, sizeof *m);
+    m->mem_total = meminfo_kb("MemTotal") * 1024;
+    m->mem_available = meminfo_kb("MemAvailable") * 1024;
+    struct statvfs v;
+    if (statvfs(a->data_dir, &v) == 0 || statvfs("/", &v) == 0) {
+        m->disk_total = (int64_t)v.f_blocks * (int64_t)v.f_frsize;
+        m->disk_free = (int64_t)v.f_bavail * (int64_t)v.f_frsize;
+    }
+    FILE *f = fopen("/proc/loadavg", "r");
+    long long running = 0, tasks = 0;
+    if (f && fscanf(f, "%*f %*f %*f %lld/%lld", &running, &tasks) == 2) m->tasks = tasks;
+    if (f) fclose(f);
+    m->pid_max = read_number("/proc/sys/kernel/pid_max");
+    m->cpu_busy_cores = cpu_sample(a);
+    m->network_up = network_up();
+}
+
 /* The engine info document (pv_registry.h lists its fields). Caller frees; NULL when out of
  * memory. */
 static char *engine_info_json(const wk_agent *a) {
@@ -203,11 +288,29 @@ static char *engine_info_json(const wk_agent *a) {
     bool named = uname(&u) == 0;
     char version[128];
     wk_agent_version(a, version, sizeof version);
+    pv_machine m;
+    read_machine((wk_agent *)a, &m);
+    pv_node_conditions c;
+    pv_cluster_conditions_of(&m, &a->limits, &c);
     json_t *j =
         json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type", "process", "cpu_count",
                   (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
                   "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
                   named ? u.nodename : "", "version", version, "kernel", named ? u.release : "");
+    if (j) {
+        json_object_set_new(
+            j, "machine",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:b}", "mem_total",
+                      (json_int_t)m.mem_total, "mem_available", (json_int_t)m.mem_available,
+                      "disk_total", (json_int_t)m.disk_total, "disk_free", (json_int_t)m.disk_free,
+                      "tasks", (json_int_t)m.tasks, "pid_max", (json_int_t)m.pid_max,
+                      "cpu_busy_cores", m.cpu_busy_cores, "network_up", m.network_up));
+        json_object_set_new(j, "conditions",
+                            json_pack("{s:b, s:b, s:b, s:b}", "memory_pressure", c.memory_pressure,
+                                      "disk_pressure", c.disk_pressure, "pid_pressure",
+                                      c.pid_pressure, "network_unavailable",
+                                      c.network_unavailable));
+    }
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;

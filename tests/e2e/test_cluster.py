@@ -29,7 +29,12 @@ _stack = None
 def setUpModule():
     global _stack
     _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1, agents=[("cn1", ""), ("wn1", "")],
-                          config={"worker": {"heartbeat_seconds": 1}})
+                          config={"worker": {"heartbeat_seconds": 1,
+                                             # the health below must not depend on how full
+                                             # this machine is
+                                             "memory_pressure_percent": 100,
+                                             "disk_pressure_percent": 100,
+                                             "pid_pressure_percent": 100}})
     _stack.start()
 
 

@@ -8,6 +8,8 @@ every stop takes the drain's grace period and ends with SIGKILL: long enough to 
 DRAINING. Stops that name no grace (RemoveNode, DeleteCluster) take worker.stop_grace_seconds,
 1 s here.
 
+  test_0  the agents' machine figures and pressure conditions (disk pressure from 1 % here),
+          and the health they make (DEGRADED, naming the pressure).
   test_a  a workload pinned by node labels to dn1 cannot be placed elsewhere: the drain fails
           RESOURCE_EXHAUSTED naming it and leaves dn1 cordoned; with force it is removed.
   test_b  a daemon workload (label pivirt.io/daemon=true) refuses the drain at the call,
@@ -48,7 +50,9 @@ def setUpModule():
                           agents=[(n, "") for n in NODES],
                           config={"worker": {"heartbeat_seconds": 1,
                                              "status_interval_seconds": 1,
-                                             "stop_grace_seconds": 1}})
+                                             "stop_grace_seconds": 1,
+                                             "disk_pressure_percent": 1,
+                                             "memory_pressure_percent": 100}})
     _stack.start()
     make_image(os.path.join(_stack.data_dir, "images", "stub", "1.tar"))
 
@@ -135,6 +139,20 @@ class Drain(unittest.TestCase):
         op = self.cs.UncordonNode(C.UncordonNodeRequest(cluster_id="drn", node_id=name),
                                   timeout=10)
         self.assertTrue(op.done)
+
+    def test_0_conditions_and_machine_figures(self):
+        # worker.disk_pressure_percent 1: any disk in use presses; memory never reaches 100%
+        n = self.node("dn2")
+        self.assertEqual((n.conditions.disk_pressure, n.conditions.memory_pressure,
+                          n.conditions.pid_pressure), (True, False, False))
+        self.assertGreater(n.resources.storage_used_bytes, 0)
+        self.assertGreater(n.resources.memory_used_bytes, 0)
+        self.assertLess(n.resources.memory_used_bytes, n.resources.memory_bytes)
+        h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="drn"), timeout=10)
+        self.assertEqual(h.status, C.HEALTH_STATUS_DEGRADED)
+        self.assertEqual(h.message, "3 of its 3 nodes are under pressure")
+        self.assertTrue(all(x.status == C.HEALTH_STATUS_DEGRADED and
+                            "disk pressure" in x.message for x in h.nodes), h.nodes)
 
     def test_a_unplaceable_workload(self):
         msgs = self.deploy("pinned", 1, nodelabels={"zone": "a"})

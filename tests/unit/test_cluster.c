@@ -80,12 +80,47 @@ static void test_labels(void **state) {
     assert_false(pv_cluster_labels_match("{}", "{\"a\":\"1\"}"));
 }
 
+static void test_conditions(void **state) {
+    (void)state;
+    pv_pressure_limits l = {90, 80, 50};
+    pv_machine m = {.mem_total = 1000,
+                    .mem_available = 100,
+                    .disk_total = 1000,
+                    .disk_free = 201,
+                    .tasks = 49,
+                    .pid_max = 100,
+                    .network_up = true};
+    pv_node_conditions c;
+    pv_cluster_conditions_of(&m, &l, &c);
+    assert_true(c.memory_pressure); /* 90% in use reaches 90 */
+    assert_false(c.disk_pressure);  /* 79.9% */
+    assert_false(c.pid_pressure);
+    assert_false(c.network_unavailable);
+    m.disk_free = 200;
+    m.tasks = 50;
+    m.network_up = false;
+    pv_cluster_conditions_of(&m, &l, &c);
+    assert_true(c.disk_pressure && c.pid_pressure && c.network_unavailable);
+    pv_machine unknown = {.network_up = true};
+    pv_cluster_conditions_of(&unknown, &l, &c);
+    assert_false(c.memory_pressure || c.disk_pressure || c.pid_pressure);
+    /* read back from an agent's report */
+    pv_node n;
+    memset(&n, 0, sizeof n);
+    n.engine_info = "{\"conditions\":{\"disk_pressure\":true,\"memory_pressure\":false}}";
+    pv_cluster_node_conditions(&n, &c);
+    assert_true(c.disk_pressure);
+    assert_false(c.memory_pressure);
+    n.engine_info = "";
+    pv_cluster_node_conditions(&n, &c);
+    assert_false(c.disk_pressure);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_version),
-        cmocka_unit_test(test_ip),
-        cmocka_unit_test(test_states),
-        cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_version),    cmocka_unit_test(test_ip),
+        cmocka_unit_test(test_states),     cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_conditions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
