@@ -161,8 +161,9 @@ static void node_resources(const pv_node *n, Pivirt__Cluster__V1__NodeResources 
     out->storage_used_bytes = c.storage_used;
 }
 
-/* The node's message; draining: an operation drains it now (pv_cluster_node_draining). */
-static int node_fill(const pv_node *n, bool draining, node_msg *m) {
+/* The node's message; state: what its operations make it (DRAINING, ERROR), 0 for what its
+ * record and heartbeat say (node_state_now). */
+static int node_fill(const pv_node *n, pv_node_state state, node_msg *m) {
     memset(m, 0, sizeof *m);
     pivirt__cluster__v1__node__init(&m->msg);
     m->msg.id = (char *)n->id;
@@ -171,8 +172,7 @@ static int node_fill(const pv_node *n, bool draining, node_msg *m) {
     m->msg.role = n->role && strcmp(n->role, "control-plane") == 0
                       ? PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_CONTROL_PLANE
                       : PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_WORKER;
-    m->msg.status = draining ? PIVIRT__CLUSTER__V1__NODE_STATUS__NODE_STATUS_DRAINING
-                             : (Pivirt__Cluster__V1__NodeStatus)pv_cluster_node_state(n);
+    m->msg.status = (Pivirt__Cluster__V1__NodeStatus)(state ? state : pv_cluster_node_state(n));
     m->msg.ip = n->ip ? n->ip : "";
     node_resources(n, &m->res);
     m->msg.resources = &m->res;
@@ -206,18 +206,34 @@ static int node_fill(const pv_node *n, bool draining, node_msg *m) {
     return PV_OK;
 }
 
-/* Whether n is draining; a failed read shows the node as its record says. */
-static bool draining_now(gw_call *call, const pv_node *n) {
+/* DRAINING while an operation drains n; ERROR when the cluster's last upgrade failed to roll
+ * it back; else 0. A failed read shows the node as its record says. */
+static pv_node_state node_state_now(gw_call *call, const pv_node *n) {
     bool draining = false;
     pv_status st;
     if (pv_cluster_node_draining(gw_app_redis(call), keys_of(call), n, &draining, &st) != PV_OK)
         pv_warn("node %s: drain state not read: %s", n->name, st.msg);
-    return draining;
+    if (draining) return PV_NODE_DRAINING;
+    json_t *rec = NULL;
+    pv_node_state state = 0;
+    if (pv_upgrade_get(gw_app_redis(call), keys_of(call), n->pod_id, &rec, &st) == PV_OK &&
+        json_integer_value(json_object_get(rec, "phase")) == PV_UPGRADE_FAILED) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(rec, "nodes"), i, x) {
+            const char *id = json_string_value(json_object_get(x, "id"));
+            if (id && strcmp(id, n->id) == 0 &&
+                json_integer_value(json_object_get(x, "state")) == PV_NODE_UPGRADE_FAILED)
+                state = PV_NODE_ERROR;
+        }
+    }
+    json_decref(rec);
+    return state;
 }
 
 static int send_node(gw_call *call, const pv_node *n) {
     node_msg m;
-    node_fill(n, draining_now(call, n), &m);
+    node_fill(n, node_state_now(call, n), &m);
     int rc = gw_call_send(call, &m.msg.base);
     node_msg_free(&m);
     return rc;
@@ -524,7 +540,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &n, &st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         node_msg m;
-        node_fill(&nodes[i], draining_now(call, &nodes[i]), &m);
+        node_fill(&nodes[i], node_state_now(call, &nodes[i]), &m);
         bool keep = pv_cluster_labels_match(nodes[i].labels, want) &&
                     (req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED ||
                      req->role == m.msg.role) &&

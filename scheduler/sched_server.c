@@ -23,6 +23,7 @@
 #include "pv_redis.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
+#include "pv_cluster.h"
 #include "pv_workload.h"
 #include "sched_cache.h"
 #include "sched_place.h"
@@ -209,6 +210,16 @@ static void mark_dead_nodes(sched_server *s) {
         pv_info("marked %zu workload(s) of dead nodes not running, not healthy", marked);
 }
 
+/* Clusters complete for the first time are recorded as formed (CREATING ends for good). */
+static void mark_formed(sched_server *s) {
+    size_t marked = 0;
+    pv_status st;
+    if (pv_cluster_mark_formed(s->redis, &s->keys, &marked, &st) != PV_OK)
+        pv_warn("recording formed clusters: %s", st.msg);
+    else if (marked > 0)
+        pv_info("%zu cluster(s) formed: complete for the first time", marked);
+}
+
 static void *loop(void *arg) {
     sched_server *s = arg;
     pv_status st;
@@ -234,6 +245,7 @@ static void *loop(void *arg) {
             next_reap = now + REAP_EVERY_MS;
             reap_expired(s);
             mark_dead_nodes(s);
+            mark_formed(s);
             sched_cache_sweep(s->cache, CACHE_IDLE_MS);
         }
         if (grouped && read_new(s, &st) != PV_OK) {

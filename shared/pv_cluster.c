@@ -86,6 +86,36 @@ pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size
     return down ? PV_CLUSTER_DEGRADED : PV_CLUSTER_RUNNING;
 }
 
+int pv_cluster_mark_formed(pv_redis *r, const pv_keys *k, size_t *count, pv_status *st) {
+    if (count) *count = 0;
+    pv_pod *pods = NULL;
+    size_t n = 0;
+    if (pv_registry_list_pods(r, k, &pods, &n, st) != PV_OK) return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (pods[i].formed_ms > 0) continue;
+        pv_node *nodes = NULL;
+        size_t nn = 0;
+        rc = pv_registry_list_nodes(r, k, pods[i].name, &nodes, &nn, st);
+        if (rc == PV_NOT_FOUND) { /* deleted meanwhile */
+            rc = PV_OK;
+            continue;
+        }
+        if (rc == PV_OK && pv_cluster_complete(&pods[i], nodes, nn)) {
+            pv_pod_update u = {
+                .name = pods[i].name, .cp_nodes = -1, .worker_nodes = -1, .mark_formed = true};
+            pv_pod now = {0};
+            rc = pv_registry_update_pod(r, k, &u, &now, st);
+            if (rc == PV_NOT_FOUND) rc = PV_OK;
+            if (rc == PV_OK && count) (*count)++;
+            pv_pod_clear(&now);
+        }
+        pv_node_array_free(nodes, nn);
+    }
+    pv_pod_array_free(pods, n);
+    return rc;
+}
+
 bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n) {
     int cp_up = 0, workers_up = 0;
     for (size_t i = 0; i < n; i++) {

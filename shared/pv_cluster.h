@@ -50,6 +50,11 @@ int pv_cluster_node_draining(pv_redis *r, const pv_keys *k, const pv_node *n, bo
  * (alive: a cordoned node still counts, it only takes no new work). */
 bool pv_cluster_complete(const pv_pod *p, const pv_node *nodes, size_t n);
 
+/* Records formed_ms on every cluster that is complete for the first time (the schedulers' tick
+ * runs it, so a cluster nobody read while complete is DEGRADED, not CREATING, when it later
+ * loses a node). *count (may be NULL) gets how many it marked. */
+int pv_cluster_mark_formed(pv_redis *r, const pv_keys *k, size_t *count, pv_status *st);
+
 /* CREATING until the cluster is complete for the first time (p->formed_ms), then RUNNING while
  * it is complete and every node is up, DEGRADED otherwise. */
 pv_cluster_state pv_cluster_state_of(const pv_pod *p, const pv_node *nodes, size_t n);

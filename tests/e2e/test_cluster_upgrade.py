@@ -18,9 +18,12 @@ file "slow" does. A two-instance app runs in the cluster, so every node's drain 
           naming u3 and the hook's words, phase ROLLED_BACK, every node READY at the old
           version and uncordoned, u4 never touched, the cluster's version unchanged.
   test_e  CancelOperation midway: CANCELLED, the touched nodes back at the old version.
+  test_ez a rollback that fails too (the hook refuses the old version on u1): phase FAILED,
+          the cluster and u1 in ERROR until the operator uncordons it and upgrades again.
   test_f  bad requests: the codes and the fields they name.
   test_g  the seed's UpgradeCluster example as written, through buf curl and reflection, on a
-          one-node cluster (max_unavailable 0, max_surge 1: its node upgrades alone).
+          one-node cluster (max_unavailable 0, max_surge 1: its node upgrades alone); the cluster
+          is recorded formed by the schedulers' tick before anyone reads it.
 """
 import json
 import os
@@ -258,10 +261,37 @@ class Upgrade(unittest.TestCase):
         self.assertTrue(all(self.node(n).status == C.NODE_STATUS_READY for n in NODES))
         self.assertEqual(self.cluster().version, "v1.3.0")
 
+    def test_ez_failed_rollback_leaves_error(self):
+        markers = [os.path.join(_hooks.name, "fail-u1-" + v) for v in ("v1.6.0", "v1.3.0")]
+        for m in markers:
+            open(m, "w").close()
+        try:
+            op = self.upgrade("v1.6.0", type=C.UPGRADE_TYPE_ROLLING, max_surge=1)
+            _, _, end = self.follow(op)
+        finally:
+            for m in markers:
+                os.unlink(m)
+        self.assertEqual(end.status, O.OPERATION_STATUS_FAILED, end)
+        self.assertIn("the cluster is in ERROR", end.error.message)
+        s = self.status()
+        self.assertEqual(s.phase, C.UPGRADE_PHASE_FAILED)
+        self.assertEqual(s.nodes[0].state, C.NODE_UPGRADE_STATE_FAILED)
+        self.assertIn("rollback to v1.3.0 failed", s.nodes[0].message)
+        self.assertEqual(self.cluster().status, C.CLUSTER_STATUS_ERROR)
+        self.assertEqual(self.node("u1").status, C.NODE_STATUS_ERROR)
+        # the operator repairs the node, uncordons it and upgrades again: ERROR is over
+        self.cs.UncordonNode(C.UncordonNodeRequest(cluster_id="upg", node_id="u1"), timeout=10)
+        op = self.upgrade("v1.6.0", type=C.UPGRADE_TYPE_ROLLING, max_surge=1, max_unavailable=4)
+        _, _, end = self.follow(op)
+        self.assertEqual(end.status, O.OPERATION_STATUS_SUCCEEDED, end)
+        c = self.cluster()
+        self.assertEqual((c.version, c.status), ("v1.6.0", C.CLUSTER_STATUS_RUNNING))
+        self.assertEqual(self.node("u1").status, C.NODE_STATUS_READY)
+
     def test_f_bad_requests(self):
         for req, code, part in (
-                (C.UpgradeClusterRequest(cluster_id="upg", target_version="v1.3.0"),
-                 grpc.StatusCode.FAILED_PRECONDITION, "already runs v1.3.0"),
+                (C.UpgradeClusterRequest(cluster_id="upg", target_version="v1.6.0"),
+                 grpc.StatusCode.FAILED_PRECONDITION, "already runs v1.6.0"),
                 (C.UpgradeClusterRequest(cluster_id="upg", target_version="1.4"),
                  grpc.StatusCode.INVALID_ARGUMENT, "target_version: "),
                 (C.UpgradeClusterRequest(cluster_id="upg", target_version="v2.0.0",
@@ -282,12 +312,15 @@ class Upgrade(unittest.TestCase):
         self.assertIn("never been upgraded", msg)
 
     def test_g_seed_example_through_reflection(self):
-        self.cs.CreateCluster(C.CreateClusterRequest(name="cluster-abc123", version="v0.0.89"),
-                              timeout=10)
+        made = self.cs.CreateCluster(C.CreateClusterRequest(name="cluster-abc123",
+                                                            version="v0.0.89"), timeout=10)
         self.cs.AddNode(C.AddNodeRequest(cluster_id="cluster-abc123", name="node-01",
                                          ip="10.4.0.1", role=C.NODE_ROLE_WORKER), timeout=10)
         self.assertTrue(self.wait(lambda: self.node("node-01", "cluster-abc123").status ==
                                   C.NODE_STATUS_READY))
+        # complete for the first time: the schedulers record it without anyone reading it
+        key = self.stack.prefix + "{reg}:pod:" + made.id
+        self.assertTrue(self.wait(lambda: self.stack.redis.cmd("HGET", key, "formed_ms")))
         body = json.dumps({"cluster_id": "cluster-abc123", "target_version": "v0.0.90",
                            "strategy": {"type": "UPGRADE_TYPE_ROLLING", "max_surge": 1,
                                         "max_unavailable": 0}})
