@@ -149,7 +149,10 @@ class Upgrade(unittest.TestCase):
                 on_status(s)
             statuses.add(self.cluster().status)
             cur = self.ops.GetOperation(O.GetOperationRequest(id=op.id), timeout=10)
-            if cur.done:
+            if cur.done:  # the record's last word may have come after the read above
+                s = self.status()
+                if s.operation_id == op.id and (not phases or phases[-1] != s.phase):
+                    phases.append(s.phase)
                 return phases, statuses, cur
             time.sleep(0.1)
         self.fail("upgrade %s still running: %s" % (op.id, self.status()))

@@ -468,10 +468,19 @@ class AgentEngine(Base):
 
         # The agent reports before its node exists, with the alive key's TTL (three beats).
         info = wait_for(self.report, 5 * SLACK)
+        machine, conditions = info.pop("machine"), info.pop("conditions")
         self.assertEqual(info, {
             "type": "process", "cpu_count": cpus, "mem_total": mem, "storage_total": storage,
             "hostname": socket.gethostname(), "version": info["version"],
             "kernel": os.uname().release})
+        # what ClusterService shows of the machine, and the pressure conditions it makes
+        self.assertEqual(machine["mem_total"], mem)
+        self.assertTrue(0 < machine["mem_available"] <= mem)
+        self.assertEqual(machine["disk_total"], storage)
+        self.assertGreater(machine["pid_max"], 0)
+        self.assertGreater(machine["tasks"], 0)
+        self.assertEqual(sorted(conditions), ["disk_pressure", "memory_pressure",
+                                              "network_unavailable", "pid_pressure"])
         self.assertTrue(info["version"])
         ttl = self.stack.redis.cmd("TTL", self.stack.key("{reg}:engine-info:" + node))
         self.assertTrue(0 < ttl <= 3 * self.HEARTBEAT, ttl)
