@@ -22,7 +22,8 @@ DRAINING. Stops that name no grace (RemoveNode, DeleteCluster) take worker.stop_
           seeing it); a daemon goes with its node.
   test_e  DeleteCluster refuses while workloads would be lost (naming them); forced, it stops
           them, removes every node and the cluster.
-  test_f  the seed's DrainNode example, as written, through buf curl and reflection.
+  test_f  the seed's AddNode and DrainNode examples, as written, through buf curl and
+          reflection.
 """
 import json
 import os
@@ -290,12 +291,20 @@ class Drain(unittest.TestCase):
                               timeout=10)
         self.cs.AddNode(C.AddNodeRequest(cluster_id="cluster-abc123", name="node-01",
                                          ip="10.2.0.1", role=C.NODE_ROLE_WORKER), timeout=10)
+        base = "http://%s/pivirt.cluster.v1.ClusterService/" % self.stack.gateways[0].addrs[0]
+        # the seed's AddNode example: a node without an agent yet is NOT_READY
+        body = json.dumps({"cluster_id": "cluster-abc123", "name": "worker-04",
+                           "role": "NODE_ROLE_WORKER", "ip": "10.0.1.24"})
+        rc, out, err = pvtest.buf_curl("--protocol", "grpc", "--http2-prior-knowledge", "-d",
+                                       body, base + "AddNode", check=False)
+        self.assertEqual(rc, 0, err)
+        added = json.loads(out)
+        self.assertEqual((added["name"], added["role"], added["ip"], added["status"]),
+                         ("worker-04", "NODE_ROLE_WORKER", "10.0.1.24", "NODE_STATUS_NOT_READY"))
         body = json.dumps({"cluster_id": "cluster-abc123", "node_id": "node-01",
                            "force": False, "grace_period_seconds": 300})
-        url = "http://%s/pivirt.cluster.v1.ClusterService/DrainNode" % \
-            self.stack.gateways[0].addrs[0]
         rc, out, err = pvtest.buf_curl("--protocol", "grpc", "--http2-prior-knowledge", "-d",
-                                       body, url, check=False)
+                                       body, base + "DrainNode", check=False)
         self.assertEqual(rc, 0, err)
         got = json.loads(out)
         self.assertEqual(got["kind"], "node.drain")
