@@ -32,6 +32,7 @@
 #include "svc_core_net.h"
 #include "svc_core_res.h"
 #include "svc_cluster.h"
+#include "svc_storage.h"
 #include "svc_core_wl.h"
 #include "svc_operations.h"
 
@@ -84,6 +85,7 @@ typedef struct gateway {
     svc_core_net *core_net;
     svc_core_wl *core_wl;
     svc_cluster *cluster;
+    svc_storage *storage;
     gw_waiter *waiter;
     svc_operations *ops;
     gw_server *server;
@@ -102,6 +104,7 @@ static void gateway_free(gateway *g) {
     svc_core_net_free(g->core_net);
     svc_core_wl_free(g->core_wl);
     svc_cluster_free(g->cluster);
+    svc_storage_free(g->storage);
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
     free(g->services);
@@ -129,10 +132,11 @@ static int build_server(gateway *g) {
     g->core_net = svc_core_net_new(app);
     g->core_wl = svc_core_wl_new(app);
     g->cluster = svc_cluster_new(app);
+    g->storage = svc_storage_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
     if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_image ||
-        !g->core_net || !g->core_wl || !g->cluster || !g->ops)
+        !g->core_net || !g->core_wl || !g->cluster || !g->storage || !g->ops)
         return -1;
 
     gw_server_opts o = {
@@ -165,6 +169,7 @@ static int build_server(gateway *g) {
         svc_core_net_register(g->core_net, g->server) != 0 ||
         svc_core_wl_register(g->core_wl, g->server) != 0 ||
         svc_cluster_register(g->cluster, g->server) != 0 ||
+        svc_storage_register(g->storage, g->server) != 0 ||
         svc_operations_register(g->ops, g->server) != 0 ||
         gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {
         pv_error("registering the services failed");

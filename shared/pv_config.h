@@ -97,6 +97,13 @@ typedef struct pv_config {
     } git;
 
     struct {
+        char *libvirt_uri;  /* storage.libvirt_uri: the connection a node agent manages its
+                               host's pools through ("qemu:///system") */
+        char *default_node; /* storage.default_node: the node whose agent holds a pool created
+                               without config.node ("" = this machine's host name) */
+    } storage;
+
+    struct {
         char *hook;               /* upgrade.hook: what a node agent runs to upgrade its node,
                                      with the target version as its argument ("" = the
                                      project's ops/hooks/node-upgrade) */

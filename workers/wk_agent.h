@@ -59,6 +59,14 @@ const char *wk_agent_upgrade_hook(const wk_agent *a);
  * an upgrade does not wait for the next beat to show the new version. */
 int wk_agent_report(wk_agent *a, pv_redis *r, pv_status *st);
 
+/* Runs a program of the node (argv NULL-terminated; env "K=V" NULL-terminated) in its own
+ * process group, at most timeout_ms: through the process engine where it runs (it reaps every
+ * child of the process), else spawned and waited for here. *exit_code and the last few KiB of
+ * its combined output (*output, caller frees); past the timeout the group is killed:
+ * DEADLINE_EXCEEDED. */
+int wk_agent_run(wk_agent *a, const char *const *argv, const char *const *env, int timeout_ms,
+                 int *exit_code, char **output, pv_status *st);
+
 /* A pv_presence tick: reports the engine info, registers the node if not yet done (and
  * worker.pod is set), then refreshes its alive key. */
 void wk_agent_beat(void *agent, pv_redis *r);

@@ -22,6 +22,7 @@
 
 #include "pv_log.h"
 #include "wk_cluster.h"
+#include "wk_storage.h"
 #include "wk_upgrade.h"
 #include "wk_deploy.h"
 #include "wk_node_deploy.h"
@@ -87,6 +88,15 @@ static const wk_handler_entry k_handlers[] = {
     {WK_CLUSTER_DELETE_KIND, wk_cluster_delete, false},
     {WK_UPGRADE_KIND, wk_upgrade_cluster, false},
     {WK_UPGRADE_NODE_KIND, wk_upgrade_node, false},
+    {"storage.pool_create", wk_storage_run, false},
+    {"storage.pool_delete", wk_storage_run, false},
+    {"storage.volume_create", wk_storage_run, false},
+    {"storage.volume_resize", wk_storage_run, false},
+    {"storage.volume_clone", wk_storage_run, false},
+    {"storage.volume_delete", wk_storage_run, false},
+    {"storage.snapshot_create", wk_storage_run, false},
+    {"storage.snapshot_restore", wk_storage_run, false},
+    {"storage.snapshot_delete", wk_storage_run, false},
 };
 
 /* --- construction ---------------------------------------------------------------------------- */

@@ -33,9 +33,6 @@
 #include "wk_engine.h"
 
 #define POLL_MS 200
-#define HOOK_OUTPUT_MAX 4096
-
-extern char **environ;
 
 static int64_t wall_ms(void) {
     struct timeval tv;
@@ -44,72 +41,6 @@ static int64_t wall_ms(void) {
 }
 
 /* ==== the node's side: the upgrade hook ==== */
-
-/* The hook where no engine runs the node's processes (virt nodes, or no engine): nothing else
- * in the process reaps children then, so a plain spawn and waitpid are safe. */
-static int spawn_hook(const char *const *argv, const char *const *env, int timeout_ms,
-                      int *exit_code, char **output, pv_status *st) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return pv_status_set(st, PV_INTERNAL, "pipe: %s", strerror(errno));
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
-    posix_spawnattr_init(&attr);
-    sigset_t none, dflt;
-    sigemptyset(&none);
-    sigfillset(&dflt);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dflt);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    int err = posix_spawn(&pid, argv[0], &fa, &attr, (char *const *)argv, (char *const *)env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    close(p[1]);
-    if (err != 0) {
-        close(p[0]);
-        return pv_status_set(st, PV_FAILED_PRECONDITION, "%s: %s", argv[0], strerror(err));
-    }
-    char *buf = calloc(1, HOOK_OUTPUT_MAX + 1);
-    size_t len = 0;
-    int64_t until = wall_ms() + timeout_ms;
-    bool timed_out = false;
-    for (;;) {
-        int left = (int)(until - wall_ms());
-        if (left <= 0) {
-            timed_out = true;
-            break;
-        }
-        struct pollfd pfd = {p[0], POLLIN, 0};
-        if (poll(&pfd, 1, left) <= 0) continue;
-        char chunk[1024];
-        ssize_t got = read(p[0], chunk, sizeof chunk);
-        if (got <= 0) break;
-        for (ssize_t i = 0; buf && i < got; i++) { /* keep the tail */
-            if (len == HOOK_OUTPUT_MAX) memmove(buf, buf + 1, --len);
-            buf[len++] = chunk[i];
-        }
-    }
-    close(p[0]);
-    if (timed_out) kill(-pid, SIGKILL);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (buf) buf[len] = '\0';
-    *output = buf;
-    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (timed_out)
-        return pv_status_set(st, PV_DEADLINE_EXCEEDED,
-                             "%s still running after %d ms; its process group was killed", argv[0],
-                             timeout_ms);
-    return PV_OK;
-}
 
 /* The last non-empty line of text, for messages. */
 static void last_line(const char *text, char *out, size_t cap) {
@@ -150,16 +81,7 @@ int wk_upgrade_node(wk_op *op, pv_status *st) {
     wk_op_progress(op, 10, "running %s %s", hook, version);
     int code = -1;
     char *output = NULL;
-    size_t output_len = 0;
-    wk_engine *engine = wk_agent_engine(agent);
-    int rc = engine ? wk_engine_run(engine, argv, 2, env, "/", timeout_ms, &code, &output,
-                                    &output_len, st)
-                    : PV_UNIMPLEMENTED;
-    if (rc == PV_UNIMPLEMENTED) { /* the engine leaves the node's own processes to us */
-        free(output);
-        output = NULL;
-        rc = spawn_hook(argv, env, timeout_ms, &code, &output, st);
-    }
+    int rc = wk_agent_run(agent, argv, env, timeout_ms, &code, &output, st);
     char tail[300];
     last_line(output, tail, sizeof tail);
     free(output);

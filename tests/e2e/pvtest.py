@@ -855,3 +855,30 @@ def main():
     if not ok:
         _run_failed = True
     sys.exit(0 if ok else 1)
+
+
+LIBVIRT_SOCK = "/run/libvirt/libvirt-sock"
+
+
+def ensure_libvirtd(timeout=20.0):
+    """Makes sure a system libvirtd answers (DIR pools need the real one): starts it, with the
+    libvirt-qemu user it runs qemu-img as, when none runs. Returns an error text, or None."""
+    if os.path.exists(LIBVIRT_SOCK) and subprocess.run(
+            ["virsh", "-c", "qemu:///system", "pool-list", "--all"], capture_output=True).returncode == 0:
+        return None
+    libvirtd = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
+    if not os.path.exists(libvirtd):
+        return "libvirtd is not installed (./ops/pivirt installs libvirt-daemon)"
+    if subprocess.run(["getent", "passwd", "libvirt-qemu"], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", "libvirt-qemu"], capture_output=True)
+    for d in ("/var/log/libvirt", "/var/lib/libvirt", "/run/libvirt"):
+        os.makedirs(d, exist_ok=True)
+    subprocess.run([libvirtd, "-d"], capture_output=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(LIBVIRT_SOCK) and subprocess.run(
+                ["virsh", "-c", "qemu:///system", "pool-list", "--all"], capture_output=True).returncode == 0:
+            return None
+        time.sleep(0.2)
+    return "libvirtd did not answer within %.0f s" % timeout

@@ -1,0 +1,85 @@
+/*
+ * pv_storage: StorageService's model away from gRPC and libvirt: the checks of names and pool
+ * configurations, the libvirt XML of each pool type, and the records of pools, volumes and
+ * snapshots in Redis.
+ *
+ * Records are JSON documents (one writer at a time: the agent of the pool's node, holding the
+ * operation's lock), with indexes kept in the same MULTI/EXEC:
+ *   <prefix>{sto}:pool:<name>            {name, type, status, config, node, capacity, used,
+ *                                         available, status_message, created_ms, updated_ms}
+ *   <prefix>{sto}:pools                  zset of pool names
+ *   <prefix>{sto}:vol:<id>               {id, name, pool, size, used, format, status, labels,
+ *                                         path, current_snapshot, created_ms, updated_ms}
+ *   <prefix>{sto}:pool-vols:<pool>       zset of the pool's volume ids
+ *   <prefix>{sto}:pool-names:<pool>      hash volume name -> id (names are unique in a pool)
+ *   <prefix>{sto}:snap:<id>              {id, name, volume_id, size, status, parent,
+ *                                         created_ms}
+ *   <prefix>{sto}:vol-snaps:<volume id>  zset of the volume's snapshot ids by creation time
+ * Numbers are bytes; types, statuses and formats are the API's enum numbers.
+ *
+ * Ownership: json_t results are new references for the caller (json_decref).
+ */
+#ifndef PV_STORAGE_H
+#define PV_STORAGE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pv_keys.h"
+#include "pv_redis.h"
+#include "pv_status.h"
+
+enum { PV_POOL_DIR = 1, PV_POOL_LVM = 2, PV_POOL_ISCSI = 3, PV_POOL_NFS = 4, PV_POOL_RBD = 5 };
+enum { PV_POOL_ACTIVE = 1, PV_POOL_INACTIVE = 2, PV_POOL_ERROR = 3 };
+enum { PV_VOL_RAW = 1, PV_VOL_QCOW2 = 2, PV_VOL_VMDK = 3, PV_VOL_VDI = 4 };
+enum { PV_VOL_CREATING = 1, PV_VOL_READY = 2, PV_VOL_IN_USE = 3, PV_VOL_ERROR = 4 };
+enum { PV_SNAP_CREATING = 1, PV_SNAP_READY = 2, PV_SNAP_ERROR = 3 };
+
+/* A plain name: [A-Za-z0-9._-], not starting with '-' or '.', at most 128 bytes, so no path
+ * made from it leaves its pool. INVALID_ARGUMENT naming field and value. */
+int pv_storage_check_name(const char *field, const char *name, pv_status *st);
+
+/* The pool type's config keys: required ones present and well formed, no key the type does
+ * not know (INVALID_ARGUMENT "config.<key>: ..."). Keys every type takes: node (the agent that
+ * holds it), max_overcommit (a ratio >= 1, thin volumes' limit), status_message (ours). */
+int pv_storage_check_pool(int type, json_t *config, pv_status *st);
+
+/* libvirt's <pool> XML for the checked config (caller frees). */
+int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, pv_status *st);
+
+/* libvirt's name of a format ("raw", "qcow2", "vmdk", "vdi"); NULL when unknown. */
+const char *pv_storage_format_name(int format);
+
+/* ---- records ---- */
+
+/* kind: "pool", "vol" or "snap". NOT_FOUND "<what> <id> not found" (what: pool, volume,
+ * snapshot). */
+int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *id, json_t **out,
+                   pv_status *st);
+
+/* Writes a record (its updated_ms set) and its index entries: a pool in pools; a volume in its
+ * pool's set and name index; a snapshot in its volume's set. */
+int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st);
+
+/* Removes a record and its index entries (missing is fine). */
+int pv_storage_del(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st);
+
+/* Reserves a volume name in a pool for id: ALREADY_EXISTS naming the pool when another volume
+ * has it (the same id again is fine). */
+int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
+                          const char *id, pv_status *st);
+int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
+                            pv_status *st);
+
+/* A volume by id, or by name when exactly one pool holds a volume of that name (NOT_FOUND
+ * otherwise; INVALID_ARGUMENT asking for the id when several do). */
+int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_t **out,
+                           pv_status *st);
+
+/* Records listed by an index: every pool (owner NULL), the volumes of pool owner, the
+ * snapshots of volume owner. *out is a JSON array in index order. */
+int pv_storage_list(pv_redis *r, const pv_keys *k, const char *kind, const char *owner,
+                    json_t **out, pv_status *st);
+
+#endif

@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""End-to-end tests of pivirt.storage.v1.StorageService on a real DIR pool: the system libvirtd
+(started when none runs), qemu-img, and the node agent of node sn1 that holds the pools.
+
+  test_a  pools: a DIR pool made ACTIVE with the file system's figures; the seed's LVM
+          fast-pool kept with status ERROR and libvirt's reason; bad configs named by key.
+  test_b  volumes: the seed's 100 GiB qcow2 allocates almost nothing; names unique in a pool;
+          overcommit beyond max_overcommit is RESOURCE_EXHAUSTED; resize grows, shrinking is
+          refused; a raw volume refuses snapshots.
+  test_c  a snapshot tree: data written with qemu-io, snapshots taken, an older one restored and
+          snapshotted again (a branch), the middle one restored and its data read back with
+          qemu-io; ListSnapshots gives parents before children; deleting a snapshot re-parents
+          its children and leaves the others' data intact.
+  test_d  clones: a sparse copy with the same data, independent of its source (the source
+          written and deleted afterwards, the clone unchanged); pool stats agree with the lists;
+          a pool with volumes cannot be deleted.
+  test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
+          CreateSnapshot, GetPoolStats) through buf curl and reflection.
+"""
+import json
+import os
+import subprocess
+import unittest
+
+import grpc
+
+import pvtest
+from pivirt.storage.v1 import storage_pb2, storage_pb2_grpc
+from pivirt.operations.v1 import operations_pb2, operations_pb2_grpc
+
+S = storage_pb2
+O = operations_pb2
+GiB = 1 << 30
+_stack = None
+
+
+def setUpModule():
+    global _stack
+    why = pvtest.ensure_libvirtd()
+    if why:
+        raise RuntimeError(why)
+    _stack = pvtest.Stack(gateways=1, workers=1, agents=[("sn1", "sto")],
+                          config={"storage": {"default_node": "sn1"},
+                                  "worker": {"heartbeat_seconds": 1}})
+    _stack.start()
+
+
+def tearDownModule():
+    if _stack:
+        st = storage_pb2_grpc.StorageServiceStub(_stack.channel(0))
+        for p in st.ListPools(S.ListPoolsRequest(), timeout=10):
+            for v in st.ListVolumes(S.ListVolumesRequest(pool=p.name), timeout=10):
+                st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+            st.DeletePool(S.DeletePoolRequest(name=p.name), timeout=30)
+        _stack.stop()
+
+
+def qemu_io(path, cmd):
+    r = subprocess.run(["qemu-io", "-f", "qcow2", "-c", cmd, path], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and "Pattern verification failed" not in r.stdout, r.stdout
+
+
+class Storage(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.st = storage_pb2_grpc.StorageServiceStub(cls.stack.channel(0))
+        cls.ops = operations_pb2_grpc.OperationServiceStub(cls.stack.channel(0))
+        cls.pool_dir = os.path.join(cls.stack.data_dir, "pools", "default")
+
+    def err(self, fn, req):
+        with self.assertRaises(grpc.RpcError) as e:
+            fn(req, timeout=30)
+        return e.exception.code(), e.exception.details()
+
+    def path(self, vol):
+        return os.path.join(self.pool_dir, vol.name)
+
+    def volume(self, name, size=GiB, fmt=S.VOLUME_FORMAT_QCOW2, **kw):
+        return self.st.CreateVolume(S.CreateVolumeRequest(name=name, pool="default",
+                                                          size_bytes=size, format=fmt, **kw),
+                                    timeout=60)
+
+    def test_a_pools(self):
+        p = self.st.CreatePool(S.CreatePoolRequest(name="default", type=S.POOL_TYPE_DIR,
+                                                   config={"path": self.pool_dir}), timeout=60)
+        self.assertEqual((p.name, p.type, p.status), ("default", S.POOL_TYPE_DIR,
+                                                       S.POOL_STATUS_ACTIVE))
+        self.assertGreater(p.capacity_bytes, 0)
+        self.assertTrue(os.path.isdir(self.pool_dir))  # made when missing
+        self.assertEqual(self.st.GetPool(S.GetPoolRequest(name="default"), timeout=10).status,
+                         S.POOL_STATUS_ACTIVE)
+        # the seed's LVM pool, on a machine without that volume group
+        f = self.st.CreatePool(S.CreatePoolRequest(
+            name="fast-pool", type=S.POOL_TYPE_LVM,
+            config={"volume_group": "pivirtd-vg", "thin_pool": "pivirtd-thin"}), timeout=60)
+        self.assertEqual(f.status, S.POOL_STATUS_ERROR)
+        self.assertIn("libvirt cannot", f.config["status_message"])
+        self.assertEqual(f.config["thin_pool"], "pivirtd-thin")
+        self.assertEqual([x.name for x in self.st.ListPools(
+            S.ListPoolsRequest(type=S.POOL_TYPE_LVM), timeout=10)], ["fast-pool"])
+        for req, code, part in (
+                (S.CreatePoolRequest(name="x", type=S.POOL_TYPE_DIR, config={"pth": "/tmp/x"}),
+                 grpc.StatusCode.INVALID_ARGUMENT, "config.pth: not a key"),
+                (S.CreatePoolRequest(name="x", type=S.POOL_TYPE_DIR),
+                 grpc.StatusCode.INVALID_ARGUMENT, "config.path: required"),
+                (S.CreatePoolRequest(name="x", type=S.POOL_TYPE_DIR, config={"path": "rel"}),
+                 grpc.StatusCode.INVALID_ARGUMENT, "config.path: \"rel\" is not an absolute"),
+                (S.CreatePoolRequest(name="../x", type=S.POOL_TYPE_DIR,
+                                     config={"path": "/tmp/x"}),
+                 grpc.StatusCode.INVALID_ARGUMENT, "name: \"../x\" is not a plain name"),
+                (S.CreatePoolRequest(name="x", config={"path": "/tmp/x"}),
+                 grpc.StatusCode.INVALID_ARGUMENT, "type: required"),
+                (S.CreatePoolRequest(name="r", type=S.POOL_TYPE_RBD,
+                                     config={"monitors": "mon1:6789", "pool": "rbd"}),
+                 grpc.StatusCode.INVALID_ARGUMENT, "config.user: required"),
+                (S.CreatePoolRequest(name="default", type=S.POOL_TYPE_DIR,
+                                     config={"path": "/tmp/y"}),
+                 grpc.StatusCode.ALREADY_EXISTS, "a pool named default already exists")):
+            got, msg = self.err(self.st.CreatePool, req)
+            self.assertEqual(got, code, msg)
+            self.assertIn(part, msg)
+        got, _ = self.err(self.st.GetPool, S.GetPoolRequest(name="nope"))
+        self.assertEqual(got, grpc.StatusCode.NOT_FOUND)
+        self.st.DeletePool(S.DeletePoolRequest(name="fast-pool"), timeout=30)
+
+    def test_b_volumes(self):
+        v = self.volume("data-01", 100 * GiB, labels={"app": "db"})
+        self.assertTrue(v.id.startswith("vol-"))
+        self.assertEqual((v.name, v.pool, v.size_bytes, v.format, v.status),
+                         ("data-01", "default", 100 * GiB, S.VOLUME_FORMAT_QCOW2,
+                          S.VOLUME_STATUS_READY))
+        self.assertLess(v.used_bytes, 16 << 20)  # thin: almost nothing allocated
+        self.assertTrue(os.path.exists(self.path(v)))
+        self.assertEqual(self.st.GetVolume(S.GetVolumeRequest(id=v.id), timeout=10).name,
+                         "data-01")
+        self.assertEqual([x.name for x in self.st.ListVolumes(S.ListVolumesRequest(
+            pool="default", labels={"app": "db"}), timeout=10)], ["data-01"])
+        capacity = self.st.GetPool(S.GetPoolRequest(name="default"), timeout=10).capacity_bytes
+        for req, code, part in (
+                (S.CreateVolumeRequest(name="data-01", pool="default", size_bytes=GiB,
+                                       format=S.VOLUME_FORMAT_RAW),
+                 grpc.StatusCode.ALREADY_EXISTS, "already has a volume named data-01"),
+                (S.CreateVolumeRequest(name="z", pool="default", size_bytes=0,
+                                       format=S.VOLUME_FORMAT_RAW),
+                 grpc.StatusCode.INVALID_ARGUMENT, "size_bytes: 0 is not > 0"),
+                (S.CreateVolumeRequest(name="z", pool="default", size_bytes=GiB),
+                 grpc.StatusCode.INVALID_ARGUMENT, "format: required"),
+                (S.CreateVolumeRequest(name="a/b", pool="default", size_bytes=GiB,
+                                       format=S.VOLUME_FORMAT_RAW),
+                 grpc.StatusCode.INVALID_ARGUMENT, "name: \"a/b\" is not a plain name"),
+                (S.CreateVolumeRequest(name="z", pool="nope", size_bytes=GiB,
+                                       format=S.VOLUME_FORMAT_RAW),
+                 grpc.StatusCode.NOT_FOUND, "pool: pool nope not found"),
+                (S.CreateVolumeRequest(name="huge", pool="default", size_bytes=21 * capacity,
+                                       format=S.VOLUME_FORMAT_QCOW2),
+                 grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot hold")):
+            got, msg = self.err(self.st.CreateVolume, req)
+            self.assertEqual(got, code, msg)
+            self.assertIn(part, msg)
+        r = self.st.ResizeVolume(S.ResizeVolumeRequest(id=v.id, new_size_bytes=200 * GiB),
+                                 timeout=60)
+        self.assertEqual(r.size_bytes, 200 * GiB)
+        got, msg = self.err(self.st.ResizeVolume, S.ResizeVolumeRequest(id=v.id,
+                                                                        new_size_bytes=GiB))
+        self.assertEqual(got, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("only grow", msg)
+        raw = self.volume("raw-01", GiB, S.VOLUME_FORMAT_RAW)
+        got, msg = self.err(self.st.CreateSnapshot, S.CreateSnapshotRequest(volume_id=raw.id,
+                                                                            name="s"))
+        self.assertEqual(got, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("not qcow2", msg)
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=raw.id), timeout=30)
+        self.assertFalse(os.path.exists(self.path(raw)))
+        got, _ = self.err(self.st.GetVolume, S.GetVolumeRequest(id=raw.id))
+        self.assertEqual(got, grpc.StatusCode.NOT_FOUND)
+
+    def snap(self, vol, name):
+        s = self.st.CreateSnapshot(S.CreateSnapshotRequest(volume_id=vol.id, name=name),
+                                   timeout=60)
+        self.assertEqual(s.status, S.SNAPSHOT_STATUS_READY)
+        return s
+
+    def restore(self, s):
+        op = self.st.RestoreSnapshot(S.RestoreSnapshotRequest(snapshot_id=s.id), timeout=10)
+        self.assertEqual(op.kind, "storage.snapshot_restore")
+        done = self.ops.WaitOperation(O.WaitOperationRequest(id=op.id, timeout_seconds=60),
+                                      timeout=65)
+        self.assertEqual(done.status, O.OPERATION_STATUS_SUCCEEDED, done)
+
+    def test_c_snapshot_tree(self):
+        v = self.volume("tree", GiB)
+        path = self.path(v)
+        self.assertTrue(qemu_io(path, "write -P 0x11 0 1M")[0])
+        s1 = self.snap(v, "s1")
+        self.assertEqual(s1.parent_snapshot_id, "")
+        self.assertTrue(qemu_io(path, "write -P 0x22 0 1M")[0])
+        s2 = self.snap(v, "s2")
+        self.assertEqual(s2.parent_snapshot_id, s1.id)
+        self.assertGreater(s2.size_bytes, 0)
+        # back to s1 and a new branch from it
+        self.restore(s1)
+        self.assertTrue(qemu_io(path, "read -P 0x11 0 1M")[0])
+        self.assertTrue(qemu_io(path, "write -P 0x33 0 1M")[0])
+        s3 = self.snap(v, "s3")
+        self.assertEqual(s3.parent_snapshot_id, s1.id)  # a branch
+        # the middle snapshot, restored: its data, read back with qemu-io
+        self.restore(s2)
+        self.assertTrue(qemu_io(path, "read -P 0x22 0 1M")[0])
+        listed = list(self.st.ListSnapshots(S.ListSnapshotsRequest(volume_id=v.id), timeout=10))
+        self.assertEqual([x.name for x in listed], ["s1", "s2", "s3"])
+        order = [x.id for x in listed]
+        for x in listed:
+            if x.parent_snapshot_id:
+                self.assertLess(order.index(x.parent_snapshot_id), order.index(x.id))
+        # deleting s1: its children take its parent (none); the others' data stays
+        self.st.DeleteSnapshot(S.DeleteSnapshotRequest(id=s1.id), timeout=60)
+        got = {x.name: x.parent_snapshot_id for x in self.st.ListSnapshots(
+            S.ListSnapshotsRequest(volume_id=v.id), timeout=10)}
+        self.assertEqual(got, {"s2": "", "s3": ""})
+        self.restore(s3)
+        self.assertTrue(qemu_io(path, "read -P 0x33 0 1M")[0])
+        self.restore(self.st.GetSnapshot(S.GetSnapshotRequest(id=s2.id), timeout=10))
+        self.assertTrue(qemu_io(path, "read -P 0x22 0 1M")[0])
+        out = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                             text=True).stdout
+        self.assertNotIn(s1.id, out)
+        self.assertIn(s2.id, out)
+        got, _ = self.err(self.st.GetSnapshot, S.GetSnapshotRequest(id=s1.id))
+        self.assertEqual(got, grpc.StatusCode.NOT_FOUND)
+
+    def test_d_clone_and_stats(self):
+        src = self.volume("src", 10 * GiB)
+        self.assertTrue(qemu_io(self.path(src), "write -P 0x44 0 4M")[0])
+        c = self.st.CloneVolume(S.CloneVolumeRequest(source_id=src.id, name="src-clone"),
+                                timeout=60)
+        self.assertEqual((c.pool, c.size_bytes, c.format, c.status),
+                         ("default", 10 * GiB, S.VOLUME_FORMAT_QCOW2, S.VOLUME_STATUS_READY))
+        self.assertNotEqual(c.id, src.id)
+        # sparse: the clone holds about what the source holds, not its virtual size
+        self.assertLess(c.used_bytes, 64 << 20)
+        self.assertTrue(qemu_io(self.path(c), "read -P 0x44 0 4M")[0])
+        # the source changes and goes: the clone keeps its data
+        self.assertTrue(qemu_io(self.path(src), "write -P 0x55 0 4M")[0])
+        self.assertTrue(qemu_io(self.path(c), "read -P 0x44 0 4M")[0])
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=src.id), timeout=30)
+        self.assertTrue(qemu_io(self.path(c), "read -P 0x44 0 4M")[0])
+        stats = self.st.GetPoolStats(S.GetPoolStatsRequest(name="default"), timeout=10)
+        vols = list(self.st.ListVolumes(S.ListVolumesRequest(pool="default"), timeout=10))
+        snaps = sum(len(list(self.st.ListSnapshots(S.ListSnapshotsRequest(volume_id=v.id),
+                                                   timeout=10))) for v in vols)
+        self.assertEqual((stats.volume_count, stats.snapshot_count), (len(vols), snaps))
+        self.assertGreater(stats.capacity_bytes, 0)
+        self.assertAlmostEqual(stats.usage_percent,
+                               100.0 * stats.used_bytes / stats.capacity_bytes, places=3)
+        got, msg = self.err(self.st.DeletePool, S.DeletePoolRequest(name="default"))
+        self.assertEqual(got, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("still holds", msg)
+
+    def test_e_seed_examples_through_reflection(self):
+        url = "http://%s/pivirt.storage.v1.StorageService/" % self.stack.gateways[0].addrs[0]
+
+        def call(method, body):
+            rc, out, err = pvtest.buf_curl("--protocol", "grpc", "--http2-prior-knowledge",
+                                           "-d", json.dumps(body), url + method, check=False)
+            self.assertEqual(rc, 0, err)
+            return json.loads(out)
+
+        # volumes are named by id or by their (unique) name: the seed's "vol-abc123"
+        self.volume("vol-abc123", 100 * GiB)
+        v = call("CreateVolume", {"name": "data-02", "pool": "default",
+                                  "size_bytes": 107374182400, "format": "VOLUME_FORMAT_QCOW2"})
+        self.assertEqual((v["status"], v["sizeBytes"]), ("VOLUME_STATUS_READY", "107374182400"))
+        r = call("ResizeVolume", {"id": "vol-abc123", "new_size_bytes": 214748364800})
+        self.assertEqual(r["sizeBytes"], "214748364800")
+        c = call("CloneVolume", {"source_id": "vol-abc123", "name": "data-01-clone",
+                                 "pool": "default"})
+        self.assertEqual((c["name"], c["status"]), ("data-01-clone", "VOLUME_STATUS_READY"))
+        s = call("CreateSnapshot", {"volume_id": "vol-abc123", "name": "backup-01"})
+        self.assertEqual((s["name"], s["status"]), ("backup-01", "SNAPSHOT_STATUS_READY"))
+        stats = call("GetPoolStats", {"name": "default"})
+        self.assertEqual(stats["name"], "default")
+        self.assertGreaterEqual(stats["volumeCount"], 4)
+        self.assertGreaterEqual(stats["snapshotCount"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

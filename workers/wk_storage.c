@@ -1,0 +1,660 @@
+/*
+ * wk_storage: pools, volumes and snapshots on the node agent (see wk_storage.h).
+ *
+ * Each operation opens its own libvirt connection: the calls are rare next to the cost of the
+ * work, and a connection per operation keeps the agent's threads from sharing one.
+ */
+#include "wk_storage.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "pv_log.h"
+#include "pv_storage.h"
+#include "wk_agent.h"
+
+#define QEMU_IMG_TIMEOUT_MS 600000
+
+static int64_t now_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void quiet(void *user, virErrorPtr err) {
+    (void)user;
+    (void)err;
+}
+
+/* The operation's context: its libvirt connection, opened on first use. */
+typedef struct sctx {
+    wk_op *op;
+    virConnectPtr conn;
+    char prefix[64]; /* libvirt pool names: "<redis prefix, sanitized>-" */
+} sctx;
+
+static int vir_fail(pv_status *st, int code, const char *fmt, const char *arg) {
+    const char *why = virGetLastErrorMessage();
+    char what[256];
+    snprintf(what, sizeof what, fmt, arg);
+    return pv_status_set(st, code, "%s: %s", what, why ? why : "unknown libvirt error");
+}
+
+static int conn_of(sctx *c, pv_status *st) {
+    if (c->conn) return PV_OK;
+    const pv_config *cfg = wk_op_config(c->op);
+    const char *uri = cfg && cfg->storage.libvirt_uri ? cfg->storage.libvirt_uri : "qemu:///system";
+    virSetErrorFunc(NULL, quiet);
+    c->conn = virConnectOpen(uri);
+    if (!c->conn) return vir_fail(st, PV_UNAVAILABLE, "libvirt %s", uri);
+    return PV_OK;
+}
+
+static void libvirt_name(sctx *c, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s%s", c->prefix, name);
+}
+
+static const char *param(wk_op *op, const char *key) {
+    const char *v = wk_op_param(op, key);
+    return v ? v : "";
+}
+
+/* ---- pools ---- */
+
+/* Reads the pool's figures from libvirt into its record. */
+static void pool_figures(virStoragePoolPtr p, json_t *rec) {
+    virStoragePoolInfo info;
+    virStoragePoolRefresh(p, 0); /* a failed refresh leaves the last figures: still worth them */
+    if (virStoragePoolGetInfo(p, &info) == 0) {
+        json_object_set_new(rec, "capacity", json_integer((json_int_t)info.capacity));
+        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
+        json_object_set_new(rec, "available", json_integer((json_int_t)info.available));
+    }
+}
+
+/* The pool's record refreshed from libvirt (after a change in it). */
+static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
+    json_t *rec = NULL;
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pool, &rec, st) != PV_OK)
+        return st->code;
+    char lname[256];
+    libvirt_name(c, pool, lname, sizeof lname);
+    virStoragePoolPtr p =
+        conn_of(c, st) == PV_OK ? virStoragePoolLookupByName(c->conn, lname) : NULL;
+    int rc = PV_OK;
+    if (p) {
+        pool_figures(p, rec);
+        virStoragePoolFree(p);
+        rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
+    }
+    json_decref(rec);
+    return rc;
+}
+
+static int pool_create(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    const char *name = param(op, "name");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *config = json_deep_copy(json_object_get(params, "config"));
+    int type = (int)json_integer_value(json_object_get(params, "type"));
+    json_decref(params);
+    if (!config) config = json_object();
+    char *xml = NULL;
+    int rc = pv_storage_pool_xml(name, type, config, &xml, st);
+    if (rc == PV_OK) rc = conn_of(c, st);
+    if (rc != PV_OK) {
+        free(xml);
+        json_decref(config);
+        return rc;
+    }
+    json_t *rec = json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I}", "name", name, "type",
+                            type, "status", PV_POOL_INACTIVE, "config", config, "node",
+                            param(op, "node"), "capacity", (json_int_t)0, "used", (json_int_t)0,
+                            "available", (json_int_t)0, "created_ms", (json_int_t)now_ms());
+    /* A directory pool's path is made when missing, as the API promises. */
+    const char *path = json_string_value(json_object_get(config, "path"));
+    if (type == PV_POOL_DIR && path && mkdir(path, 0711) != 0 && errno != EEXIST)
+        pv_warn("pool %s: mkdir %s: %s", name, path, strerror(errno));
+    char lname[256];
+    libvirt_name(c, name, lname, sizeof lname);
+    /* a definition left by an earlier delivery (or run) is replaced by this one */
+    virStoragePoolPtr old = virStoragePoolLookupByName(c->conn, lname);
+    if (old) {
+        if (virStoragePoolIsActive(old) == 1) virStoragePoolDestroy(old);
+        virStoragePoolUndefine(old);
+        virStoragePoolFree(old);
+    }
+    /* the XML names the pool by its libvirt name */
+    char *lxml = NULL;
+    pv_status xst;
+    pv_storage_pool_xml(lname, type, config, &lxml, &xst);
+    virStoragePoolPtr p = lxml ? virStoragePoolDefineXML(c->conn, lxml, 0) : NULL;
+    char why[PV_STATUS_MSG_MAX] = "";
+    if (!p) {
+        snprintf(why, sizeof why, "libvirt cannot define it: %s", virGetLastErrorMessage());
+    } else {
+        if ((type == PV_POOL_DIR || type == PV_POOL_NFS) && virStoragePoolBuild(p, 0) != 0)
+            pv_warn("pool %s: build: %s", name, virGetLastErrorMessage());
+        if (virStoragePoolCreate(p, 0) != 0)
+            snprintf(why, sizeof why, "libvirt cannot start it: %s", virGetLastErrorMessage());
+        else
+            virStoragePoolSetAutostart(p, 1);
+    }
+    if (why[0]) {
+        json_object_set_new(rec, "status", json_integer(PV_POOL_ERROR));
+        json_object_set_new(json_object_get(rec, "config"), "status_message", json_string(why));
+        pv_warn("pool %s (%s): %s", name, lname, why);
+    } else {
+        json_object_set_new(rec, "status", json_integer(PV_POOL_ACTIVE));
+        pool_figures(p, rec);
+        pv_info("pool %s (%s) active", name, lname);
+    }
+    if (p) virStoragePoolFree(p);
+    rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "pool", rec, st);
+    json_decref(rec);
+    json_decref(config);
+    free(xml);
+    free(lxml);
+    return rc;
+}
+
+static int pool_delete(sctx *c, pv_status *st) {
+    const char *name = param(c->op, "name");
+    json_t *rec = NULL;
+    int rc = pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", name, &rec, st);
+    if (rc == PV_NOT_FOUND) return PV_OK; /* an earlier delivery deleted it */
+    if (rc == PV_OK) rc = conn_of(c, st);
+    if (rc == PV_OK) {
+        char lname[256];
+        libvirt_name(c, name, lname, sizeof lname);
+        virStoragePoolPtr p = virStoragePoolLookupByName(c->conn, lname);
+        if (p) {
+            if (virStoragePoolIsActive(p) == 1 && virStoragePoolDestroy(p) != 0)
+                rc = vir_fail(st, PV_FAILED_PRECONDITION, "stopping pool %s", name);
+            if (rc == PV_OK && virStoragePoolUndefine(p) != 0)
+                rc = vir_fail(st, PV_INTERNAL, "undefining pool %s", name);
+            virStoragePoolFree(p);
+        }
+    }
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
+    json_decref(rec);
+    return rc;
+}
+
+/* ---- volumes ---- */
+
+static int active_pool(sctx *c, const char *pool, json_t **rec, virStoragePoolPtr *p,
+                       pv_status *st) {
+    *p = NULL;
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pool, rec, st) != PV_OK)
+        return st->code;
+    if (json_integer_value(json_object_get(*rec, "status")) != PV_POOL_ACTIVE)
+        return pv_status_set(
+            st, PV_FAILED_PRECONDITION, "pool: pool %s is not active (%s)", pool,
+            json_string_value(json_object_get(json_object_get(*rec, "config"), "status_message"))
+                ?: "inactive");
+    if (conn_of(c, st) != PV_OK) return st->code;
+    char lname[256];
+    libvirt_name(c, pool, lname, sizeof lname);
+    *p = virStoragePoolLookupByName(c->conn, lname);
+    if (!*p) return vir_fail(st, PV_FAILED_PRECONDITION, "pool %s is not defined in libvirt", pool);
+    virStoragePoolRefresh(*p, 0);
+    return PV_OK;
+}
+
+static double overcommit_of(json_t *pool) {
+    const char *v =
+        json_string_value(json_object_get(json_object_get(pool, "config"), "max_overcommit"));
+    double d = v ? strtod(v, NULL) : 20.0;
+    return d >= 1.0 ? d : 20.0;
+}
+
+/* Whether size more bytes fit: thick (LVM) volumes in what is available; thin ones while the
+ * sum of the pool's volume sizes stays within max_overcommit times its capacity. */
+static int check_room(sctx *c, json_t *pool, virStoragePoolPtr p, int64_t size, pv_status *st) {
+    virStoragePoolInfo info;
+    if (virStoragePoolGetInfo(p, &info) != 0) return vir_fail(st, PV_INTERNAL, "pool %s", "info");
+    const char *name = json_string_value(json_object_get(pool, "name"));
+    if (json_integer_value(json_object_get(pool, "type")) == PV_POOL_LVM) {
+        if ((uint64_t)size > info.available)
+            return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                                 "size_bytes: %lld do not fit in pool %s (%llu available)",
+                                 (long long)size, name, (unsigned long long)info.available);
+        return PV_OK;
+    }
+    json_t *vols = NULL;
+    if (pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "vol", name, &vols, st) != PV_OK)
+        return st->code;
+    int64_t promised = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(vols, i, v) promised += json_integer_value(json_object_get(v, "size"));
+    json_decref(vols);
+    double limit = overcommit_of(pool) * (double)info.capacity;
+    if ((double)(promised + size) > limit)
+        return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                             "size_bytes: pool %s cannot hold %lld more bytes: its volumes "
+                             "already promise %lld of at most %.0f (%.4g x its capacity %llu)",
+                             name, (long long)size, (long long)promised, limit, overcommit_of(pool),
+                             (unsigned long long)info.capacity);
+    return PV_OK;
+}
+
+/* The volume's path, allocation and capacity from libvirt into its record. */
+static void vol_figures(virStorageVolPtr v, json_t *rec) {
+    virStorageVolInfo info;
+    if (virStorageVolGetInfo(v, &info) == 0) {
+        json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
+        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
+    }
+    char *path = virStorageVolGetPath(v);
+    if (path) json_object_set_new(rec, "path", json_string(path));
+    free(path);
+}
+
+static int volume_create(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    const char *id = param(op, "id"), *name = param(op, "name"), *pool = param(op, "pool");
+    long size = 0, format = 0;
+    if (wk_op_param_int(op, "size", 0, 1, INT64_MAX, &size, st) != PV_OK ||
+        wk_op_param_int(op, "format", PV_VOL_QCOW2, 1, 4, &format, st) != PV_OK)
+        return st->code;
+    json_t *existing = NULL;
+    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", id, &existing, st) == PV_OK) {
+        json_decref(existing); /* an earlier delivery made it */
+        return PV_OK;
+    }
+    json_t *prec = NULL;
+    virStoragePoolPtr p = NULL;
+    int rc = active_pool(c, pool, &prec, &p, st);
+    if (rc == PV_OK && json_integer_value(json_object_get(prec, "type")) == PV_POOL_ISCSI)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                           "pool: %s is an iSCSI pool: its volumes are the target's LUNs, made on "
+                           "the target (they appear here after a refresh)",
+                           pool);
+    if (rc == PV_OK) rc = check_room(c, prec, p, size, st);
+    if (rc == PV_OK)
+        rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
+    virStorageVolPtr v = NULL;
+    if (rc == PV_OK) {
+        char xml[1024];
+        snprintf(xml, sizeof xml,
+                 "<volume><name>%s</name><capacity unit='bytes'>%ld</capacity>"
+                 "<allocation unit='bytes'>0</allocation><target><format type='%s'/></target>"
+                 "</volume>",
+                 name, size, pv_storage_format_name((int)format));
+        v = virStorageVolLookupByName(p, name);
+        if (!v) v = virStorageVolCreateXML(p, xml, 0);
+        if (!v) {
+            rc = vir_fail(st, PV_INTERNAL, "creating volume %s", name);
+            pv_storage_release_name(wk_op_redis(op), wk_op_keys(op), pool, name, NULL);
+        }
+    }
+    if (rc == PV_OK) {
+        json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+        json_t *labels = json_object_get(params, "labels");
+        labels = json_is_object(labels) ? json_incref(labels) : json_object();
+        json_t *rec =
+            json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I}", "id", id, "name", name,
+                      "pool", pool, "size", (json_int_t)size, "used", (json_int_t)0, "format",
+                      (int)format, "status", PV_VOL_READY, "labels", labels, "current_snapshot", "",
+                      "created_ms", (json_int_t)now_ms());
+        json_decref(params);
+        vol_figures(v, rec);
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
+        json_decref(rec);
+    }
+    if (v) virStorageVolFree(v);
+    if (p) virStoragePoolFree(p);
+    json_decref(prec);
+    if (rc == PV_OK) refresh_pool(c, pool, st);
+    return rc;
+}
+
+static int load_volume(sctx *c, const char *id, json_t **rec, pv_status *st) {
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "vol", id, rec, st) != PV_OK)
+        return st->code;
+    if (json_integer_value(json_object_get(*rec, "status")) == PV_VOL_IN_USE)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "volume %s is in use by a running workload", id);
+    return PV_OK;
+}
+
+static virStorageVolPtr vol_handle(sctx *c, json_t *rec, pv_status *st) {
+    if (conn_of(c, st) != PV_OK) return NULL;
+    const char *path = json_string_value(json_object_get(rec, "path"));
+    virStorageVolPtr v = path ? virStorageVolLookupByPath(c->conn, path) : NULL;
+    if (!v) vir_fail(st, PV_INTERNAL, "volume at %s", path ? path : "?");
+    return v;
+}
+
+static int volume_resize(sctx *c, pv_status *st) {
+    json_t *rec = NULL;
+    long size = 0;
+    int rc = wk_op_param_int(c->op, "size", 0, 1, INT64_MAX, &size, st);
+    if (rc == PV_OK) rc = load_volume(c, param(c->op, "id"), &rec, st);
+    if (rc == PV_OK && size < json_integer_value(json_object_get(rec, "size")))
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                           "new_size_bytes: %ld is smaller than the volume (%lld): volumes only "
+                           "grow",
+                           size, (long long)json_integer_value(json_object_get(rec, "size")));
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+    if (rc == PV_OK && !v) rc = st->code;
+    if (rc == PV_OK && virStorageVolResize(v, (unsigned long long)size, 0) != 0)
+        rc = vir_fail(st, PV_FAILED_PRECONDITION, "resizing volume %s",
+                      json_string_value(json_object_get(rec, "name")));
+    if (rc == PV_OK) {
+        vol_figures(v, rec);
+        rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+    }
+    if (v) virStorageVolFree(v);
+    if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
+    json_decref(rec);
+    return rc;
+}
+
+int wk_storage_sparse_copy(const char *src, const char *dst, int64_t *copied, pv_status *st) {
+    *copied = 0;
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return pv_status_set(st, PV_INTERNAL, "open %s: %s", src, strerror(errno));
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        return pv_status_set(st, PV_INTERNAL, "create %s: %s", dst, strerror(e));
+    }
+    int rc = PV_OK;
+    if (ioctl(out, FICLONE, in) != 0) { /* no reflink here: copy the data extents only */
+        struct stat sb;
+        fstat(in, &sb);
+        off_t pos = 0;
+        while (rc == PV_OK && pos < sb.st_size) {
+            off_t data = lseek(in, pos, SEEK_DATA);
+            if (data < 0) break; /* only a hole is left */
+            off_t hole = lseek(in, data, SEEK_HOLE);
+            if (hole < 0) hole = sb.st_size;
+            off_t off_in = data, off_out = data;
+            while (rc == PV_OK && off_in < hole) {
+                ssize_t n = copy_file_range(in, &off_in, out, &off_out, (size_t)(hole - off_in), 0);
+                if (n <= 0)
+                    rc = pv_status_set(st, PV_INTERNAL, "copying %s: %s", src,
+                                       n < 0 ? strerror(errno) : "short copy");
+                else
+                    *copied += n;
+            }
+            pos = hole;
+        }
+        if (rc == PV_OK && ftruncate(out, sb.st_size) != 0)
+            rc = pv_status_set(st, PV_INTERNAL, "truncate %s: %s", dst, strerror(errno));
+    }
+    if (rc == PV_OK && fsync(out) != 0)
+        rc = pv_status_set(st, PV_INTERNAL, "fsync %s: %s", dst, strerror(errno));
+    close(in);
+    if (close(out) != 0 && rc == PV_OK)
+        rc = pv_status_set(st, PV_INTERNAL, "close %s: %s", dst, strerror(errno));
+    return rc;
+}
+
+static int volume_clone(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    const char *id = param(op, "id"), *name = param(op, "name"), *pool = param(op, "pool");
+    json_t *src = NULL, *prec = NULL, *existing = NULL;
+    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", id, &existing, st) == PV_OK) {
+        json_decref(existing);
+        return PV_OK;
+    }
+    virStoragePoolPtr p = NULL;
+    int rc =
+        pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", param(op, "source_id"), &src, st);
+    if (rc == PV_OK) rc = active_pool(c, pool, &prec, &p, st);
+    if (rc == PV_OK)
+        rc = check_room(c, prec, p, json_integer_value(json_object_get(src, "size")), st);
+    if (rc == PV_OK)
+        rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
+    virStorageVolPtr v = NULL;
+    int64_t copied = 0;
+    if (rc == PV_OK && json_integer_value(json_object_get(prec, "type")) == PV_POOL_DIR) {
+        const char *dir =
+            json_string_value(json_object_get(json_object_get(prec, "config"), "path"));
+        char dst[4096], tmp[4200];
+        snprintf(dst, sizeof dst, "%s/%s", dir, name);
+        snprintf(tmp, sizeof tmp, "%s/.pvtmp-%s", dir, id);
+        rc = wk_storage_sparse_copy(json_string_value(json_object_get(src, "path")), tmp, &copied,
+                                    st);
+        if (rc == PV_OK && rename(tmp, dst) != 0)
+            rc = pv_status_set(st, PV_INTERNAL, "rename to %s: %s", dst, strerror(errno));
+        if (rc != PV_OK) unlink(tmp);
+        if (rc == PV_OK) {
+            virStoragePoolRefresh(p, 0);
+            v = virStorageVolLookupByPath(c->conn, dst);
+            if (!v) rc = vir_fail(st, PV_INTERNAL, "clone %s not seen by libvirt", dst);
+        }
+    } else if (rc == PV_OK) {
+        virStorageVolPtr from = vol_handle(c, src, st);
+        char xml[512];
+        snprintf(xml, sizeof xml,
+                 "<volume><name>%s</name><capacity unit='bytes'>%lld</capacity>"
+                 "<target><format type='%s'/></target></volume>",
+                 name, (long long)json_integer_value(json_object_get(src, "size")),
+                 pv_storage_format_name((int)json_integer_value(json_object_get(src, "format"))));
+        v = from ? virStorageVolCreateXMLFrom(p, xml, from, 0) : NULL;
+        if (!v) rc = from ? vir_fail(st, PV_INTERNAL, "cloning into %s", name) : st->code;
+        if (from) virStorageVolFree(from);
+    }
+    if (rc != PV_OK && json_is_object(prec))
+        pv_storage_release_name(wk_op_redis(op), wk_op_keys(op), pool, name, NULL);
+    if (rc == PV_OK) {
+        json_t *labels = json_object_get(src, "labels");
+        labels = json_is_object(labels) ? json_deep_copy(labels) : json_object();
+        json_t *rec = json_pack(
+            "{s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:o, s:s, s:I, s:s}", "id", id, "name", name,
+            "pool", pool, "size", json_integer_value(json_object_get(src, "size")), "used",
+            (json_int_t)0, "format", json_integer_value(json_object_get(src, "format")), "status",
+            PV_VOL_READY, "labels", labels, "current_snapshot", "", "created_ms",
+            (json_int_t)now_ms(), "cloned_from", json_string_value(json_object_get(src, "id")));
+        vol_figures(v, rec);
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
+        pv_info("volume %s cloned from %s as %s: %lld bytes of data copied%s", name,
+                json_string_value(json_object_get(src, "name")), id, (long long)copied,
+                copied == 0 ? " (reflink or empty)" : "");
+        json_decref(rec);
+    }
+    if (v) virStorageVolFree(v);
+    if (p) virStoragePoolFree(p);
+    json_decref(src);
+    json_decref(prec);
+    if (rc == PV_OK) refresh_pool(c, pool, st);
+    return rc;
+}
+
+static int volume_delete(sctx *c, pv_status *st) {
+    json_t *rec = NULL;
+    int rc = load_volume(c, param(c->op, "id"), &rec, st);
+    if (rc == PV_NOT_FOUND) return PV_OK;
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+    if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
+        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s",
+                      json_string_value(json_object_get(rec, "name")));
+    if (v) virStorageVolFree(v);
+    json_t *snaps = NULL;
+    if (rc == PV_OK)
+        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap",
+                             json_string_value(json_object_get(rec, "id")), &snaps, st);
+    size_t i;
+    json_t *s;
+    json_array_foreach(snaps, i, s) if (rc == PV_OK) rc =
+        pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
+    json_decref(snaps);
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+    if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
+    json_decref(rec);
+    return rc;
+}
+
+/* ---- snapshots ---- */
+
+static int qemu_img(sctx *c, const char *verb, const char *tag, const char *path, pv_status *st) {
+    wk_agent *agent = wk_op_context(c->op);
+    const char *argv[] = {"/usr/bin/qemu-img", "snapshot", verb, tag, path, NULL};
+    const char *env[] = {"PATH=/usr/bin:/bin", NULL};
+    int code = -1;
+    char *out = NULL;
+    int rc = wk_agent_run(agent, argv, env, QEMU_IMG_TIMEOUT_MS, &code, &out, st);
+    if (rc == PV_OK && code != 0) {
+        size_t n = out ? strlen(out) : 0;
+        while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+            out[--n] = '\0';
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "qemu-img snapshot %s %s: %s", verb, tag,
+                           out && *out ? out : "failed");
+    }
+    free(out);
+    return rc;
+}
+
+static int64_t allocated(const char *path) {
+    struct stat sb;
+    return path && stat(path, &sb) == 0 ? (int64_t)sb.st_blocks * 512 : 0;
+}
+
+static int snapshot_create(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    const char *id = param(op, "id");
+    json_t *vol = NULL, *existing = NULL;
+    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", id, &existing, st) == PV_OK) {
+        json_decref(existing);
+        return PV_OK;
+    }
+    int rc = load_volume(c, param(op, "volume_id"), &vol, st);
+    if (rc == PV_OK && json_integer_value(json_object_get(vol, "format")) != PV_VOL_QCOW2)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                           "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
+                           "snapshots",
+                           json_string_value(json_object_get(vol, "name")));
+    const char *path = json_string_value(json_object_get(vol, "path"));
+    if (rc == PV_OK) rc = qemu_img(c, "-c", id, path, st);
+    if (rc == PV_OK) {
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name",
+                                param(op, "name"), "volume_id", param(op, "volume_id"), "size",
+                                (json_int_t)allocated(path), "status", PV_SNAP_READY, "parent",
+                                json_string_value(json_object_get(vol, "current_snapshot")) ?: "",
+                                "created_ms", (json_int_t)now_ms());
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", rec, st);
+        json_decref(rec);
+    }
+    if (rc == PV_OK) {
+        json_object_set_new(vol, "current_snapshot", json_string(id));
+        json_object_set_new(vol, "used", json_integer(allocated(path)));
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+    }
+    json_decref(vol);
+    return rc;
+}
+
+static int snapshot_restore(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    json_t *snap = NULL, *vol = NULL;
+    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "snapshot_id"),
+                            &snap, st);
+    if (rc == PV_OK)
+        rc = load_volume(c, json_string_value(json_object_get(snap, "volume_id")), &vol, st);
+    const char *path = json_string_value(json_object_get(vol, "path"));
+    if (rc == PV_OK)
+        rc = qemu_img(c, "-a", json_string_value(json_object_get(snap, "id")), path, st);
+    if (rc == PV_OK) {
+        json_object_set(vol, "current_snapshot", json_object_get(snap, "id"));
+        json_object_set_new(vol, "used", json_integer(allocated(path)));
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+    }
+    if (rc == PV_OK)
+        wk_op_progress(op, 100, "volume %s restored to snapshot %s",
+                       json_string_value(json_object_get(vol, "name")),
+                       json_string_value(json_object_get(snap, "name")));
+    json_decref(snap);
+    json_decref(vol);
+    return rc;
+}
+
+static int snapshot_delete(sctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    json_t *snap = NULL, *vol = NULL, *all = NULL;
+    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "id"), &snap, st);
+    if (rc == PV_NOT_FOUND) return PV_OK;
+    const char *vid = json_string_value(json_object_get(snap, "volume_id"));
+    if (rc == PV_OK) rc = load_volume(c, vid, &vol, st);
+    const char *id = json_string_value(json_object_get(snap, "id"));
+    const char *parent = json_string_value(json_object_get(snap, "parent"));
+    if (rc == PV_OK)
+        rc = qemu_img(c, "-d", id, json_string_value(json_object_get(vol, "path")), st);
+    if (rc == PV_OK) rc = pv_storage_list(wk_op_redis(op), wk_op_keys(op), "snap", vid, &all, st);
+    size_t i;
+    json_t *s;
+    json_array_foreach(all, i, s) {
+        const char *p = json_string_value(json_object_get(s, "parent"));
+        if (rc != PV_OK || !p || strcmp(p, id) != 0) continue;
+        json_object_set_new(s, "parent", json_string(parent ? parent : ""));
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", s, st);
+    }
+    const char *cur = json_string_value(json_object_get(vol, "current_snapshot"));
+    if (rc == PV_OK && cur && strcmp(cur, id) == 0) {
+        json_object_set_new(vol, "current_snapshot", json_string(parent ? parent : ""));
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+    }
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(op), wk_op_keys(op), "snap", snap, st);
+    json_decref(all);
+    json_decref(snap);
+    json_decref(vol);
+    return rc;
+}
+
+/* ---- dispatch ---- */
+
+int wk_storage_run(wk_op *op, pv_status *st) {
+    if (!wk_op_context(op))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "%s needs the node agent (pivirt-worker --set worker.node=NAME)",
+                             wk_op_record(op)->kind);
+    sctx c = {.op = op};
+    const char *prefix = wk_op_keys(op)->prefix;
+    size_t n = 0;
+    for (; prefix[n] && n + 2 < sizeof c.prefix; n++)
+        c.prefix[n] = (char)(isalnum((unsigned char)prefix[n]) ? prefix[n] : '-');
+    if (n == 0 || c.prefix[n - 1] != '-') c.prefix[n++] = '-';
+    c.prefix[n] = '\0';
+    static const struct {
+        const char *kind;
+        int (*fn)(sctx *, pv_status *);
+    } k[] = {
+        {"storage.pool_create", pool_create},
+        {"storage.pool_delete", pool_delete},
+        {"storage.volume_create", volume_create},
+        {"storage.volume_resize", volume_resize},
+        {"storage.volume_clone", volume_clone},
+        {"storage.volume_delete", volume_delete},
+        {"storage.snapshot_create", snapshot_create},
+        {"storage.snapshot_restore", snapshot_restore},
+        {"storage.snapshot_delete", snapshot_delete},
+    };
+    int rc =
+        pv_status_set(st, PV_INVALID_ARGUMENT, "no storage handler for %s", wk_op_record(op)->kind);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(k[i].kind, wk_op_record(op)->kind) == 0) rc = k[i].fn(&c, st);
+    if (c.conn) virConnectClose(c.conn);
+    /* an answer of the storage (no room, not qcow2, shrinking) is final, not a passing fault */
+    if (rc == PV_RESOURCE_EXHAUSTED) {
+        pv_status keep = *st;
+        return wk_op_fail_final(op, st, rc, "%s", keep.msg);
+    }
+    return rc;
+}
