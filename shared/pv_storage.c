@@ -501,3 +501,66 @@ int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_
     if (hits == 1) return pv_storage_get(r, k, "vol", found, out, st);
     return pv_status_set(st, PV_NOT_FOUND, "volume %.128s not found", ref);
 }
+
+int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
+                      pv_status *st) {
+    json_t *vol = NULL;
+    if (pv_storage_get(r, k, "vol", vol_id, &vol, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc =
+        pv_redis_command(r, &rep, st, "SET %s" STO "vol-user:%s %s NX", k->prefix, vol_id, wl_id);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "GET %s" STO "vol-user:%s", k->prefix, vol_id);
+    if (rc == PV_OK && (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, wl_id) != 0))
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by workload %.64s",
+                           json_string_value(json_object_get(vol, "name")),
+                           rep->type == REDIS_REPLY_STRING ? rep->str : "?");
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK) {
+        json_object_set_new(vol, "status", json_integer(PV_VOL_IN_USE));
+        json_object_set_new(vol, "in_use_by", json_string(wl_id));
+        rc = pv_storage_put(r, k, "vol", vol, st);
+    }
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "SADD %s" STO "wl-vols:%s %s", k->prefix, wl_id, vol_id);
+    if (rep) freeReplyObject(rep);
+    json_decref(vol);
+    return rc;
+}
+
+int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_status *st) {
+    redisReply *ids = NULL;
+    if (pv_redis_command(r, &ids, st, "SMEMBERS %s" STO "wl-vols:%s", k->prefix, wl_id) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < ids->elements; i++) {
+        const char *vid = ids->element[i]->str;
+        json_t *vol = NULL;
+        int grc = pv_storage_get(r, k, "vol", vid, &vol, st);
+        if (grc == PV_OK &&
+            strcmp(json_string_value(json_object_get(vol, "in_use_by")) ?: "", wl_id) == 0) {
+            json_object_set_new(vol, "status", json_integer(PV_VOL_READY));
+            json_object_del(vol, "in_use_by");
+            rc = pv_storage_put(r, k, "vol", vol, st);
+        } else if (grc != PV_OK && grc != PV_NOT_FOUND) {
+            rc = grc;
+        }
+        json_decref(vol);
+        redisReply *rep = NULL;
+        if (rc == PV_OK && pv_redis_command(r, &rep, st, "EVAL %s 1 %s" STO "vol-user:%s %s",
+                                            "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                            "return redis.call('DEL', KEYS[1]) end return 0",
+                                            k->prefix, vid, wl_id) != PV_OK)
+            rc = st->code;
+        if (rep) freeReplyObject(rep);
+    }
+    freeReplyObject(ids);
+    redisReply *rep = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "DEL %s" STO "wl-vols:%s", k->prefix, wl_id);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}

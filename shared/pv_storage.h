@@ -77,6 +77,18 @@ int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, con
 int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_t **out,
                            pv_status *st);
 
+/* ---- volumes attached to workloads ---- */
+
+/* Attaches volume vol_id to workload wl_id: the volume must be READY (or already this
+ * workload's: a redelivery), and becomes IN_USE with in_use_by = wl_id. FAILED_PRECONDITION
+ * naming the workload that holds it. Keys: <prefix>{sto}:vol-user:<vol id> (the holder, SET NX)
+ * and <prefix>{sto}:wl-vols:<wl id> (the workload's volumes). */
+int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
+                      pv_status *st);
+
+/* Detaches every volume of workload wl_id (READY again). Nothing attached is fine. */
+int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_status *st);
+
 /* Records listed by an index: every pool (owner NULL), the volumes of pool owner, the
  * snapshots of volume owner. *out is a JSON array in index order. */
 int pv_storage_list(pv_redis *r, const pv_keys *k, const char *kind, const char *owner,

@@ -25,6 +25,8 @@
 #include "pv_b64.h"
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_res.h"
+#include "pv_storage.h"
 #include "pv_time.h"
 #include "pv_resv.h"
 #include "pv_workload.h"
@@ -215,6 +217,92 @@ static int after_create(wk_engine *engine, const Pb__DeployOptions *o, const cha
     return PV_OK;
 }
 
+/* The engine's volumes of an instance, from the deploy's storage request: each binding
+ * src:dst[:flags][:size], an AUTO source replaced by the host volume the reservation planned for
+ * it. The process engine takes "src:dst:flags" (a link into the host's tree); the virt engine
+ * disk images: an absolute path as it is, anything else a StorageService volume (id or name) on
+ * this node's pools, attached to workload id (IN_USE until it is removed). An answer for the
+ * client (a volume that cannot be used) comes back in *why, with PV_OK. */
+static int instance_volumes(const instance *in, json_t *resources, const char *id, strs *out,
+                            char *why, size_t why_cap, pv_status *st) {
+    why[0] = '\0';
+    const Pb__DeployOptions *o = in->o;
+    const char *json = NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < o->n_resources; i++)
+        if (o->resources[i]->key && strcmp(o->resources[i]->key, "storage") == 0) {
+            json = (const char *)o->resources[i]->value.data;
+            len = o->resources[i]->value.len;
+        }
+    if (!json || len == 0) return PV_OK;
+    pv_res_storage_req req = {0};
+    if (pv_res_storage_req_parse(json, len, &req, st) != PV_OK) return st->code;
+    json_t *plan = json_object_get(json_object_get(resources, "storage"), "volume_plan");
+    bool virt = strcmp(wk_engine_type(wk_agent_engine(in->agent)), "virt") == 0;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && !why[0] && i < req.nvolumes; i++) {
+        const pv_res_binding *b = &req.volumes[i];
+        size_t n = strlen(b->src);
+        char src[4096];
+        snprintf(src, sizeof src, "%s", b->src);
+        if (n == 0 || (n >= 4 && strcmp(b->src + n - 4, "AUTO") == 0)) {
+            char key[4096];
+            snprintf(key, sizeof key, "%s:%s:%s:%lld", b->src, b->dst, b->flags,
+                     (long long)b->size);
+            const char *host = NULL;
+            json_t *v;
+            json_object_foreach(json_object_get(plan, key), host, v) break;
+            if (!host) {
+                snprintf(why, why_cap, "volumes[%zu] %.200s: the reservation planned no volume", i,
+                         key);
+                break;
+            }
+            snprintf(src, sizeof src, "%s", host);
+        }
+        if (!virt) {
+            char *spec = NULL;
+            /* the plugin keeps flags as sorted letters ("or" for ro): without 'w' it is ro */
+            const char *mode = strchr(b->flags, 'w') ? "rw" : "ro";
+            rc = asprintf(&spec, "%s:%s:%s", src, b->dst, mode) >= 0 && strs_add(out, spec) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        if (src[0] == '/') {
+            rc = strs_add(out, strdup(src)) == 0 ? PV_OK
+                                                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        json_t *vol = NULL, *pool = NULL;
+        pv_status vst;
+        int vrc = pv_storage_find_volume(wk_op_redis(in->op), wk_op_keys(in->op), src, &vol, &vst);
+        if (vrc == PV_OK)
+            vrc = pv_storage_get(wk_op_redis(in->op), wk_op_keys(in->op), "pool",
+                                 json_string_value(json_object_get(vol, "pool")), &pool, &vst);
+        const char *pool_node = json_string_value(json_object_get(pool, "node"));
+        if (vrc == PV_OK && (!pool_node || strcmp(pool_node, in->node) != 0))
+            vrc = pv_status_set(&vst, PV_FAILED_PRECONDITION,
+                                "volume %s is in pool %s on node %s, not on %s", src,
+                                json_string_value(json_object_get(vol, "pool")),
+                                pool_node ? pool_node : "?", in->node);
+        if (vrc == PV_OK)
+            vrc = pv_storage_attach(wk_op_redis(in->op), wk_op_keys(in->op),
+                                    json_string_value(json_object_get(vol, "id")), id, &vst);
+        if (vrc == PV_OK)
+            rc = strs_add(out, strdup(json_string_value(json_object_get(vol, "path")))) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+        else if (vrc == PV_UNAVAILABLE)
+            rc = pv_status_set(st, vrc, "%s", vst.msg);
+        else
+            snprintf(why, why_cap, "volumes[%zu] %.200s: %.250s", i, src, vst.msg);
+        json_decref(vol);
+        json_decref(pool);
+    }
+    pv_res_storage_req_free(&req);
+    return rc;
+}
+
 /* Creates, starts and records one instance; the answer is the step's result. */
 static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     instance *in = arg;
@@ -235,7 +323,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     letters[6] = '\0';
     snprintf(name, sizeof name, "%s_%s_%s", o->name, e->name, letters);
 
-    strs argv = {0}, env = {0}, sysctls = {0};
+    strs argv = {0}, env = {0}, sysctls = {0}, vols = {0};
     char *labels = build_labels(in);
     char *res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
     int oom = !labels || !res_text || build_commands(o, &argv) != 0 ||
@@ -281,6 +369,20 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         .labels_json = labels,
     };
     limits_of(resources, &spec, cores, sizeof cores / sizeof cores[0]);
+    char vol_why[PV_STATUS_MSG_MAX] = "";
+    int vrc = oom ? PV_OK : instance_volumes(in, resources, id, &vols, vol_why, sizeof vol_why, st);
+    if (vrc != PV_OK) {
+        strs_free(&argv);
+        strs_free(&env);
+        strs_free(&sysctls);
+        strs_free(&vols);
+        free(labels);
+        free(res_text);
+        free(env_text);
+        return vrc;
+    }
+    spec.volumes = (const char *const *)vols.v;
+    spec.nvolumes = vols.n;
 
     int rc = PV_OK;
     char *answer = NULL;
@@ -288,6 +390,8 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     pv_status est;
     if (oom) {
         rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    } else if (vol_why[0]) {
+        answer = answer_error("%s%s", vol_why, "");
     } else if (argv.n == 0) {
         answer = answer_error("entrypoint %s of %s: no command to run", e->name, o->name);
     } else if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0) {
@@ -362,12 +466,18 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
             answer = answer_error("%s%s", est.msg, "");
         }
     }
+    if (answer && strstr(answer, "\"error\"")) { /* a failed instance holds no volume */
+        pv_status dst;
+        if (pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), id, &dst) != PV_OK)
+            pv_warn("instance %s: volumes not detached: %s", id, dst.msg);
+    }
     if (rc == PV_OK && !answer) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     if (rc == PV_OK) *result = answer;
     wk_engine_info_clear(&info);
     strs_free(&argv);
     strs_free(&env);
     strs_free(&sysctls);
+    strs_free(&vols);
     free(labels);
     free(res_text);
     free(env_text);
@@ -490,6 +600,7 @@ static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
         rc = pv_resv_return_workload(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
         if (rc == PV_NOT_FOUND) rc = PV_OK; /* recorded removal of a previous delivery */
     }
+    if (rc == PV_OK) rc = pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
     json_t *j = rc == PV_OK ? json_pack("{s:b}", "ok", 1) : json_pack("{s:s}", "error", est.msg);
     *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

@@ -12,19 +12,25 @@ Classes:
          its subnet; ControlWorkload stops the domain; DisconnectNetwork and ConnectNetwork
          change its definition (the domain XML through RawEngine shows it); an unknown raw op is 1057; on the process node
          ConnectNetwork and RawEngine answer UNIMPLEMENTED naming the engine; RemoveWorkload
-         removes the domain.
+         removes the domain. A StorageService volume named in the storage request's volumes
+         becomes the domain's disk (its path in the domain XML) and IN_USE: not deleted, resized
+         or attached twice, READY again once the workload is removed.
 """
 import json
 import unittest
 
 import pvtest
 from pb import core_pb2, core_pb2_grpc
+from pivirt.storage.v1 import storage_pb2, storage_pb2_grpc
 
 _stack = None
 
 
 def setUpModule():
     global _stack
+    why = pvtest.ensure_libvirtd()  # the volumes' DIR pool lives on the system libvirtd
+    if why:
+        raise RuntimeError(why)
     _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
                           agents=[{"node": "vm1", "pod": "vp",
                                    "endpoint": "virt://test:///default"},
@@ -50,6 +56,17 @@ class Virt(unittest.TestCase):
         cls.stack = _stack
         cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
         cls.addr = cls.stack.gateways[0].addrs[0]
+        # the process node's image: a script that sleeps
+        image = pvtest.os.path.join(cls.stack.data_dir, "images", "disk", "1.tar")
+        pvtest.os.makedirs(pvtest.os.path.dirname(image), exist_ok=True)
+        import tarfile
+        import tempfile
+        with tempfile.TemporaryDirectory() as root:
+            with open(pvtest.os.path.join(root, "boot"), "w") as f:
+                f.write("#!/bin/sh\nsleep 30\n")
+            pvtest.os.chmod(pvtest.os.path.join(root, "boot"), 0o755)
+            with tarfile.open(image, "w") as t:
+                t.add(pvtest.os.path.join(root, "boot"), arcname="boot")
 
     def raw(self, wid, op, params=b""):
         return self.core.RawEngine(core_pb2.RawEngineOptions(id=wid, op=op, params=params),
@@ -98,6 +115,64 @@ class Virt(unittest.TestCase):
         t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="dominfo"))
         self.assertEqual(t.get("grpc-status"), "1057")  # the workload is gone
 
+    def test_storage_volumes_as_disks(self):
+        st = storage_pb2_grpc.StorageServiceStub(self.stack.channel(0))
+        pool_dir = pvtest.os.path.join(self.stack.data_dir, "pools", "vpool")
+        p = st.CreatePool(storage_pb2.CreatePoolRequest(
+            name="vpool", type=storage_pb2.POOL_TYPE_DIR,
+            config={"path": pool_dir, "node": "vm1"}), timeout=60)
+        self.assertEqual(p.status, storage_pb2.POOL_STATUS_ACTIVE)
+        vol = st.CreateVolume(storage_pb2.CreateVolumeRequest(
+            name="disk-a", pool="vpool", size_bytes=1 << 30,
+            format=storage_pb2.VOLUME_FORMAT_QCOW2), timeout=60)
+        opts = deploy("vp", "vmdisk")
+        opts.resources["storage"] = json.dumps({"volumes": ["disk-a:vdb"]}).encode()
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        wid = msgs[0].id
+        xml = self.raw(wid, "domain_xml", b'{"inactive": true}').replace('"', "'")
+        self.assertIn("<source file='%s'/>" % pvtest.os.path.join(pool_dir, "disk-a"), xml)
+        self.assertIn("type='qcow2'", xml)
+        got = st.GetVolume(storage_pb2.GetVolumeRequest(id=vol.id), timeout=10)
+        self.assertEqual(got.status, storage_pb2.VOLUME_STATUS_IN_USE)
+        # in use: not deleted, not resized, not snapshot-restored, not attached twice
+        for fn, req in ((st.DeleteVolume, storage_pb2.DeleteVolumeRequest(id=vol.id)),
+                        (st.ResizeVolume, storage_pb2.ResizeVolumeRequest(
+                            id=vol.id, new_size_bytes=2 << 30))):
+            with self.assertRaises(pvtest.grpc.RpcError) as e:
+                fn(req, timeout=30)
+            self.assertEqual(e.exception.code(), pvtest.grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("in use", e.exception.details())
+        twice = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertFalse(twice[0].success)
+        self.assertIn("in use by workload %s" % wid, twice[0].error)
+        got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid],
+                                                                           force=True),
+                                            timeout=60))
+        self.assertTrue(got[0].success, got)
+        self.assertEqual(st.GetVolume(storage_pb2.GetVolumeRequest(id=vol.id), timeout=10).status,
+                         storage_pb2.VOLUME_STATUS_READY)
+        st.DeleteVolume(storage_pb2.DeleteVolumeRequest(id=vol.id), timeout=30)
+        st.DeletePool(storage_pb2.DeletePoolRequest(name="vpool"), timeout=30)
+
+    def test_process_volumes_are_links(self):
+        host = pvtest.tempfile.mkdtemp(prefix="pvvol-")
+        opts = deploy("pp", "prvol")
+        opts.entrypoint.commands[:] = ["/bin/sh", "boot"]
+        opts.resources["storage"] = json.dumps({"volumes": ["%s:/data" % host]}).encode()
+        msgs = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        link = pvtest.os.path.join(self.stack.data_dir, "engine", "pr1", msgs[0].id, "root",
+                                   "data")
+        self.assertEqual(pvtest.os.readlink(link), host)
+        # read-only cannot be enforced by links: refused, not promised
+        opts.resources["storage"] = json.dumps({"volumes": ["%s:/data:ro" % host]}).encode()
+        msgs2 = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertFalse(msgs2[0].success)
+        self.assertIn("cannot make a volume read-only", msgs2[0].error)
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
+                                                                     force=True), timeout=60))
+
     def test_scm_build_needs_git_scm_type(self):
         t = self.trailers("BuildImage", core_pb2.BuildImageOptions(
             name="x", build_method=core_pb2.BuildImageOptions.SCM,
@@ -107,16 +182,6 @@ class Virt(unittest.TestCase):
                       t.get("grpc-message", ""))
 
     def test_process_node_has_no_networks(self):
-        image = pvtest.os.path.join(self.stack.data_dir, "images", "disk", "1.tar")
-        pvtest.os.makedirs(pvtest.os.path.dirname(image), exist_ok=True)
-        import tarfile
-        import tempfile
-        with tempfile.TemporaryDirectory() as root:
-            with open(pvtest.os.path.join(root, "boot"), "w") as f:
-                f.write("#!/bin/sh\nsleep 30\n")
-            pvtest.os.chmod(pvtest.os.path.join(root, "boot"), 0o755)
-            with tarfile.open(image, "w") as t:
-                t.add(pvtest.os.path.join(root, "boot"), arcname="boot")
         opts = deploy("pp", "prapp")
         opts.entrypoint.commands[:] = ["/bin/sh", "boot"]
         msgs = list(self.core.CreateWorkload(opts, timeout=60))
