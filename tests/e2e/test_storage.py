@@ -14,6 +14,9 @@
   test_d  clones: a sparse copy with the same data, independent of its source (the source
           written and deleted afterwards, the clone unchanged); pool stats agree with the lists;
           a pool with volumes cannot be deleted.
+  test_f  the agent killed with SIGKILL in the middle of a clone: no half-written volume (no
+          record, no file of that name); the restarted agent takes the operation over and the
+          client's call ends with the complete clone, the temporary file gone.
   test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
           CreateSnapshot, GetPoolStats) through buf curl and reflection.
 """
@@ -41,7 +44,7 @@ def setUpModule():
         raise RuntimeError(why)
     _stack = pvtest.Stack(gateways=1, workers=1, agents=[("sn1", "sto")],
                           config={"storage": {"default_node": "sn1"},
-                                  "worker": {"heartbeat_seconds": 1}})
+                                  "worker": {"heartbeat_seconds": 1, "lease_ms": 2000}})
     _stack.start()
 
 
@@ -283,6 +286,37 @@ class Storage(unittest.TestCase):
         self.assertEqual(stats["name"], "default")
         self.assertGreaterEqual(stats["volumeCount"], 4)
         self.assertGreaterEqual(stats["snapshotCount"], 1)
+
+    def test_f_agent_killed_mid_clone(self):
+        # a clone big enough to take a while; its agent is killed while it copies
+        src = self.volume("big", 10 * GiB)
+        fill = subprocess.run(["qemu-io", "-f", "qcow2", "-c", "write -P 0x66 0 768M",
+                               self.path(src)], capture_output=True)
+        self.assertEqual(fill.returncode, 0, fill.stderr)
+        agent = self.stack.agents[0]
+        fut = self.st.CloneVolume.future(S.CloneVolumeRequest(source_id=src.id, name="big-copy"),
+                                         timeout=120)
+        tmp = None
+        deadline = pvtest.time.monotonic() + 20
+        while tmp is None and pvtest.time.monotonic() < deadline:
+            found = [f for f in os.listdir(self.pool_dir) if f.startswith(".pvtmp-")]
+            tmp = found[0] if found else None
+            pvtest.time.sleep(0.01)
+        self.assertIsNotNone(tmp, "the clone never started copying")
+        agent.kill9()
+        # no half-written volume: no record, no volume file of that name
+        names = [v.name for v in self.st.ListVolumes(S.ListVolumesRequest(pool="default"),
+                                                     timeout=10)]
+        self.assertNotIn("big-copy", names)
+        self.assertFalse(os.path.exists(os.path.join(self.pool_dir, "big-copy")))
+        agent.start()
+        # the operation is redelivered to the restarted agent, which copies again from the start
+        c = fut.result()
+        self.assertEqual((c.name, c.status), ("big-copy", S.VOLUME_STATUS_READY))
+        self.assertTrue(qemu_io(self.path(c), "read -P 0x66 0 768M")[0])
+        self.assertEqual([f for f in os.listdir(self.pool_dir) if f.startswith(".pvtmp-")], [])
+        for v in (c, src):
+            self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
 
 
 if __name__ == "__main__":
