@@ -21,6 +21,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "pv_id.h"
 #include "pv_log.h"
 #include "pv_storage.h"
 #include "wk_agent.h"
@@ -84,7 +85,64 @@ static void pool_figures(virStoragePoolPtr p, json_t *rec) {
     }
 }
 
-/* The pool's record refreshed from libvirt (after a change in it). */
+/* The volume's path, allocation and capacity from libvirt into its record. */
+static void vol_figures(virStorageVolPtr v, json_t *rec) {
+    virStorageVolInfo info;
+    if (virStorageVolGetInfo(v, &info) == 0) {
+        json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
+        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
+    }
+    char *path = virStorageVolGetPath(v);
+    if (path) json_object_set_new(rec, "path", json_string(path));
+    free(path);
+}
+
+static int volume_format(virStorageVolPtr v) {
+    char *xml = virStorageVolGetXMLDesc(v, 0);
+    int f = PV_VOL_RAW;
+    static const struct {
+        const char *tag;
+        int format;
+    } k[] = {{"<format type='qcow2'/>", PV_VOL_QCOW2},
+             {"<format type='vmdk'/>", PV_VOL_VMDK},
+             {"<format type='vdi'/>", PV_VOL_VDI}};
+    for (size_t i = 0; xml && i < sizeof k / sizeof k[0]; i++)
+        if (strstr(xml, k[i].tag)) f = k[i].format;
+    free(xml);
+    return f;
+}
+
+/* Records the volumes libvirt sees in the pool that nobody made through this API: an iSCSI
+ * target's LUNs, an image an operator copied into a directory pool. Names already claimed (a
+ * volume being made) and pivirt's own temporary files are left alone. */
+static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
+    virStorageVolPtr *vols = NULL;
+    int n = virStoragePoolListAllVolumes(p, &vols, 0);
+    for (int i = 0; i < n; i++) {
+        const char *name = virStorageVolGetName(vols[i]);
+        pv_status st;
+        char id[PV_ID_MAX];
+        pv_id_new("vol", id, sizeof id);
+        if (name && name[0] != '.' && pv_storage_check_name("name", name, &st) == PV_OK &&
+            pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) ==
+                PV_OK) {
+            json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id",
+                                    id, "name", name, "pool", pool, "size", (json_int_t)0, "used",
+                                    (json_int_t)0, "format", volume_format(vols[i]), "status",
+                                    PV_VOL_READY, "labels", json_object(), "current_snapshot", "",
+                                    "created_ms", (json_int_t)now_ms(), "imported", 1);
+            vol_figures(vols[i], rec);
+            if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) == PV_OK)
+                pv_info("pool %s: volume %s found by libvirt, recorded as %s", pool, name, id);
+            json_decref(rec);
+        }
+        virStorageVolFree(vols[i]);
+    }
+    free(vols);
+}
+
+/* The pool's record refreshed from libvirt (after a change in it), and the volumes libvirt
+ * found there that have no record yet. */
 static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
     json_t *rec = NULL;
     if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pool, &rec, st) != PV_OK)
@@ -96,6 +154,7 @@ static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
     int rc = PV_OK;
     if (p) {
         pool_figures(p, rec);
+        import_unknown(c, pool, p);
         virStoragePoolFree(p);
         rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
     }
@@ -159,6 +218,7 @@ static int pool_create(sctx *c, pv_status *st) {
     } else {
         json_object_set_new(rec, "status", json_integer(PV_POOL_ACTIVE));
         pool_figures(p, rec);
+        import_unknown(c, name, p); /* an iSCSI target's LUNs, a directory's images */
         pv_info("pool %s (%s) active", name, lname);
     }
     if (p) virStoragePoolFree(p);
@@ -250,18 +310,6 @@ static int check_room(sctx *c, json_t *pool, virStoragePoolPtr p, int64_t size, 
                              name, (long long)size, (long long)promised, limit, overcommit_of(pool),
                              (unsigned long long)info.capacity);
     return PV_OK;
-}
-
-/* The volume's path, allocation and capacity from libvirt into its record. */
-static void vol_figures(virStorageVolPtr v, json_t *rec) {
-    virStorageVolInfo info;
-    if (virStorageVolGetInfo(v, &info) == 0) {
-        json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
-        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
-    }
-    char *path = virStorageVolGetPath(v);
-    if (path) json_object_set_new(rec, "path", json_string(path));
-    free(path);
 }
 
 static int volume_create(sctx *c, pv_status *st) {

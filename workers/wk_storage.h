@@ -25,6 +25,8 @@
  *   storage.snapshot_restore {snapshot_id}: `qemu-img snapshot -a`; the volume is then at it.
  *   storage.snapshot_delete {id}: `qemu-img snapshot -d`; its children take its parent.
  * A volume IN_USE refuses resize, delete, snapshot and restore (FAILED_PRECONDITION).
+ * After every change in a pool (and when it starts) the volumes libvirt finds there without a
+ * record are recorded: an iSCSI target's LUNs, an image copied into a directory pool.
  */
 #ifndef WK_STORAGE_H
 #define WK_STORAGE_H

@@ -17,6 +17,8 @@
   test_f  the agent killed with SIGKILL in the middle of a clone: no half-written volume (no
           record, no file of that name); the restarted agent takes the operation over and the
           client's call ends with the complete clone, the temporary file gone.
+  test_g  an image put into the pool's directory by hand is recorded at the next refresh (as an
+          iSCSI target's LUNs would be), with its format and size, and can be deleted.
   test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
           CreateSnapshot, GetPoolStats) through buf curl and reflection.
 """
@@ -317,6 +319,22 @@ class Storage(unittest.TestCase):
         self.assertEqual([f for f in os.listdir(self.pool_dir) if f.startswith(".pvtmp-")], [])
         for v in (c, src):
             self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+
+    def test_g_volumes_found_in_the_pool_are_recorded(self):
+        # an image an operator put into the pool's directory (as an iSCSI target's LUNs appear
+        # in its pool): recorded at the pool's next refresh, after any change in it
+        found = os.path.join(self.pool_dir, "found.qcow2")
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", found, "1G"], check=True)
+        trigger = self.volume("trigger", GiB)
+        got = {v.name: v for v in self.st.ListVolumes(S.ListVolumesRequest(pool="default"),
+                                                      timeout=10)}
+        self.assertIn("found.qcow2", got)
+        v = got["found.qcow2"]
+        self.assertEqual((v.size_bytes, v.format, v.status),
+                         (GiB, S.VOLUME_FORMAT_QCOW2, S.VOLUME_STATUS_READY))
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+        self.assertFalse(os.path.exists(found))
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=trigger.id), timeout=30)
 
 
 if __name__ == "__main__":
