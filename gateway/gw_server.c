@@ -84,6 +84,9 @@ struct gw_server {
     void *is_declared_arg;
     gw_thread_init_fn thread_init;
     gw_thread_free_fn thread_free;
+    void (*on_call_start)(void *arg, const char *path);
+    void (*on_call_end)(void *arg, const char *path, int code, double seconds);
+    void *observer_arg;
 
     reg_method methods[GW_MAX_METHODS];
     size_t n_methods;
@@ -230,6 +233,9 @@ static void call_release(gw_call *c) {
                      gw_call_request_id(c), pv_code_name(c->status_code), elapsed_ms(&c->started),
                      c->cancelled ? " cancelled=1" : "");
     }
+    if (c->rm && s->on_call_end)
+        s->on_call_end(s->observer_arg, c->rm->m->path, c->status_code,
+                       elapsed_ms(&c->started) / 1e3);
     call_destroy(c);
     atomic_fetch_sub(&s->live_calls, 1);
     maybe_shutdown_cq(s);
@@ -613,6 +619,7 @@ static void on_new_call(gw_call *c, bool ok) {
     start_batch(c, &op, 1, &c->t_close);
 
     set_request_id(c);
+    if (c->rm && s->on_call_start) s->on_call_start(s->observer_arg, c->rm->m->path);
     if (!c->rm) {
         answer_unknown(c);
     } else if (check_auth(c)) {
@@ -772,6 +779,9 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     s->is_declared_arg = o->is_declared_arg;
     s->thread_init = o->thread_init;
     s->thread_free = o->thread_free;
+    s->on_call_start = o->on_call_start;
+    s->on_call_end = o->on_call_end;
+    s->observer_arg = o->observer_arg;
     s->shutdown_tag = (gw_tag){TAG_SHUTDOWN, s};
     s->listen = calloc(o->n_listen, sizeof *s->listen);
     s->ports = calloc(o->n_listen, sizeof *s->ports);

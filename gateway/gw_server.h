@@ -81,6 +81,11 @@ typedef struct gw_server_opts {
     void *is_declared_arg;
     gw_thread_init_fn thread_init;
     gw_thread_free_fn thread_free;
+    /* Observers of calls to served methods (metrics), any thread, may be NULL: a call started;
+     * a call ended with its status code after seconds. */
+    void (*on_call_start)(void *arg, const char *path);
+    void (*on_call_end)(void *arg, const char *path, int code, double seconds);
+    void *observer_arg;
 } gw_server_opts;
 
 /* --- server --- */

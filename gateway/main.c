@@ -31,6 +31,7 @@
 #include "svc_core_image.h"
 #include "svc_core_net.h"
 #include "svc_core_res.h"
+#include "gw_metrics.h"
 #include "svc_cluster.h"
 #include "svc_storage.h"
 #include "svc_core_wl.h"
@@ -86,6 +87,7 @@ typedef struct gateway {
     svc_core_wl *core_wl;
     svc_cluster *cluster;
     svc_storage *storage;
+    gw_metrics *metrics;
     gw_waiter *waiter;
     svc_operations *ops;
     gw_server *server;
@@ -105,6 +107,7 @@ static void gateway_free(gateway *g) {
     svc_core_wl_free(g->core_wl);
     svc_cluster_free(g->cluster);
     svc_storage_free(g->storage);
+    gw_metrics_free(g->metrics); /* after the server: its calls report their end */
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
     free(g->services);
@@ -133,10 +136,11 @@ static int build_server(gateway *g) {
     g->core_wl = svc_core_wl_new(app);
     g->cluster = svc_cluster_new(app);
     g->storage = svc_storage_new(app);
+    g->metrics = gw_metrics_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
     if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_image ||
-        !g->core_net || !g->core_wl || !g->cluster || !g->storage || !g->ops)
+        !g->core_net || !g->core_wl || !g->cluster || !g->storage || !g->metrics || !g->ops)
         return -1;
 
     gw_server_opts o = {
@@ -154,6 +158,9 @@ static int build_server(gateway *g) {
         .is_declared_arg = g->reflection,
         .thread_init = thread_redis_new,
         .thread_free = thread_redis_free,
+        .on_call_start = gw_metrics_on_call_start,
+        .on_call_end = gw_metrics_on_call_end,
+        .observer_arg = g->metrics,
     };
     g->server = gw_server_new(&o, err, sizeof err);
     if (!g->server) {
@@ -220,6 +227,10 @@ int main(int argc, char **argv) {
     grpc_init();
     int rc = 1;
     if (build_server(&g) != 0 || gw_server_start(g.server) != 0) goto out;
+    if (gw_metrics_start(g.metrics, g.app.cfg.gateway.metrics_listen, &st) != PV_OK) {
+        pv_error("%s", st.msg);
+        goto out;
+    }
 
     pv_presence_opts po = {
         .kind = "gateway",

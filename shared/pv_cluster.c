@@ -373,10 +373,8 @@ static int count_ops(pv_redis *r, const pv_keys *k, const char *target, pv_clust
     return PV_OK;
 }
 
-/* Entries of a queue's stream no worker has acknowledged: the group's lag (never delivered)
- * plus its pending entries (delivered, not acknowledged). A queue never used has none. */
-static int queue_unacked(pv_redis *r, const pv_keys *k, const char *queue, int64_t *out,
-                         pv_status *st) {
+int pv_cluster_queue_unacked(pv_redis *r, const pv_keys *k, const char *queue, int64_t *out,
+                             pv_status *st) {
     char key[PV_KEY_MAX];
     if (pv_op_queue_key(k, queue, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
@@ -409,7 +407,7 @@ int pv_cluster_metrics_of(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_clu
     if (pv_registry_list_nodes(r, k, p->name, &nodes, &n, st) != PV_OK) return st->code;
     int64_t oldest = 0;
     int rc = count_ops(r, k, p->id, out, &oldest, st);
-    if (rc == PV_OK) rc = queue_unacked(r, k, "ops", &out->queue_depth, st);
+    if (rc == PV_OK) rc = pv_cluster_queue_unacked(r, k, "ops", &out->queue_depth, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         const pv_node *nd = &nodes[i];
         out->nodes_total++;
@@ -436,7 +434,7 @@ int pv_cluster_metrics_of(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_clu
         rc = count_ops(r, k, nd->id, out, &oldest, st);
         char queue[300];
         snprintf(queue, sizeof queue, "node:%s", nd->name);
-        if (rc == PV_OK) rc = queue_unacked(r, k, queue, &out->queue_depth, st);
+        if (rc == PV_OK) rc = pv_cluster_queue_unacked(r, k, queue, &out->queue_depth, st);
     }
     pv_node_array_free(nodes, n);
     if (oldest) out->oldest_pending_age_s = (double)(out->collected_ms - oldest) / 1000.0;

@@ -86,6 +86,12 @@ void pv_cluster_conditions_of(const pv_machine *m, const pv_pressure_limits *l,
 /* The conditions an agent reported in its engine info ("conditions"), all false when none. */
 void pv_cluster_node_conditions(const pv_node *n, pv_node_conditions *out);
 
+/* Entries of a queue's stream ("ops", "node:<name>") no worker has acknowledged: its group's
+ * lag (never delivered) plus its pending entries (delivered, not acknowledged), added to *out.
+ * A queue never used has none. */
+int pv_cluster_queue_unacked(pv_redis *r, const pv_keys *k, const char *queue, int64_t *out,
+                             pv_status *st);
+
 /* ---- health ---- */
 
 typedef enum { PV_HEALTHY = 1, PV_DEGRADED = 2, PV_UNHEALTHY = 3 } pv_health;

@@ -44,6 +44,8 @@ typedef struct pv_config {
         long max_request_bytes; /* gateway.max_request_bytes (4194304) */
         int heartbeat_seconds;  /* gateway.heartbeat_seconds: presence key refresh (2); the
                                    key lives 3x that */
+        char *metrics_listen;   /* gateway.metrics_listen: host:port of its Prometheus
+                                   /metrics ("" = none) */
         int shutdown_grace_ms;  /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
         char *advertise;        /* gateway.advertise: address reported by WatchServiceStatus
                                    ("" = the first listen address) */
@@ -79,6 +81,8 @@ typedef struct pv_config {
         int status_interval_seconds; /* worker.status_interval_seconds: the agent checks its
                                         workloads' health and reports their statuses this often;
                                         statuses live three times as long (5) */
+        char *metrics_listen;        /* worker.metrics_listen: host:port of the worker's
+                                        Prometheus /metrics ("" = none) */
         int memory_pressure_percent; /* worker.memory_pressure_percent: the node reports
                                         memory pressure from this much memory in use (90) */
         int disk_pressure_percent;   /* worker.disk_pressure_percent: disk pressure from this

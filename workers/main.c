@@ -24,6 +24,7 @@
 #include "wk_health.h"
 #include "pv_validate.h"
 #include "pv_version.h"
+#include "pv_metrics.h"
 #include "wk_consumer.h"
 
 static const char *k_usage =
@@ -82,11 +83,25 @@ int main(int argc, char **argv) {
         }
         pv_warn("redis %s is not answering yet (%s); retrying", cfg.redis.addr, st.msg);
     }
+    pv_metrics *metrics = pv_metrics_new();
+    pv_metrics_server *metrics_srv = NULL;
+    if (metrics && cfg.worker.metrics_listen && *cfg.worker.metrics_listen) {
+        if (pv_metrics_serve(metrics, cfg.worker.metrics_listen, NULL, NULL, &metrics_srv, &st) !=
+            PV_OK)
+            pv_error("%s; no metrics are served", st.msg);
+        else
+            pv_info("metrics on http://%s/metrics", cfg.worker.metrics_listen);
+    }
     wk_consumer *consumer_handle = NULL;
-    wk_consumer_opts co = {
-        .cfg = &cfg, .queue = queue, .consumer = consumer, .context = node_agent};
+    wk_consumer_opts co = {.cfg = &cfg,
+                           .queue = queue,
+                           .consumer = consumer,
+                           .context = node_agent,
+                           .metrics = metrics};
     if (wk_consumer_start(&co, &consumer_handle, &st) != PV_OK) {
         pv_error("consumer: %s", st.msg);
+        pv_metrics_server_stop(metrics_srv);
+        pv_metrics_free(metrics);
         pv_presence_stop(presence);
         wk_agent_free(node_agent);
         pv_config_free(&cfg);
@@ -103,11 +118,13 @@ int main(int argc, char **argv) {
     pv_info("signal=%d shutting down", sig);
     wk_health_stop(health);
     bool clean = wk_consumer_stop(consumer_handle);
+    pv_metrics_server_stop(metrics_srv);
     pv_presence_stop(presence);
     wk_agent_free(node_agent);
     pv_info("stopped%s", clean ? "" : " (a handler did not stop in time and was abandoned)");
     /* Abandoned handler threads still use cfg: exit without freeing it under them. */
     if (!clean) _exit(0);
+    pv_metrics_free(metrics);
     pv_config_free(&cfg);
     return 0;
 }

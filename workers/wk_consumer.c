@@ -28,6 +28,8 @@
  */
 #include "wk_consumer.h"
 
+#include "pv_metrics.h"
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -82,8 +84,9 @@ struct wk_consumer {
     pv_op_opts opts;
     int concurrency, lease_ms, backoff_base_ms, backoff_max_ms, shutdown_ms;
     bool test_operations;
-    void *context;        /* handed to every handler (wk_op_context) */
-    const pv_config *cfg; /* handed to every handler (wk_op_config); outlives the consumer */
+    void *context;              /* handed to every handler (wk_op_context) */
+    struct pv_metrics *metrics; /* may be NULL */
+    const pv_config *cfg;       /* handed to every handler (wk_op_config); outlives the consumer */
 
     pv_redis *reader_redis, *keeper_redis, *control_redis;
     pool_thread *pool;
@@ -748,6 +751,20 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
     }
     slot_unregister(t);
     double ms = (double)(mono_ms() - t0);
+    if (c->metrics) {
+        char labels[256];
+        const char *kv[] = {"kind", r->kind ? r->kind : "", "outcome", result};
+        pv_metrics_labels(labels, sizeof labels, 2, kv);
+        pv_metrics_count(c->metrics, "pivirt_operations_handled_total",
+                         "Deliveries of operations this worker handled, by kind and outcome.",
+                         labels, 1);
+        if (out.kind == OUT_SUCCEEDED || out.kind == OUT_FAILED || out.kind == OUT_CANCELLED) {
+            pv_metrics_labels(labels, sizeof labels, 1, kv);
+            pv_metrics_observe(c->metrics, "pivirt_operation_duration_seconds",
+                               "Time a worker took on the delivery that ended an operation.",
+                               labels, ms / 1e3);
+        }
+    }
     if (out.kind == OUT_SUCCEEDED)
         pv_info("op end id=%s kind=%s attempt=%d outcome=%s ms=%.0f", r->id, r->kind, r->attempts,
                 result, ms);
@@ -932,6 +949,7 @@ static int configure(struct wk_consumer *c, const wk_consumer_opts *o, pv_status
     c->shutdown_ms = cfg->worker.shutdown_ms >= 0 ? cfg->worker.shutdown_ms : 0;
     c->test_operations = cfg->test_operations;
     c->context = o->context;
+    c->metrics = o->metrics;
     c->cfg = cfg;
     c->opts.retention_seconds = cfg->ops.retention_seconds;
     c->opts.events_maxlen = cfg->ops.events_maxlen;

@@ -30,6 +30,9 @@ typedef struct wk_consumer_opts {
     const char *queue;    /* "ops" or "node:<name>" */
     const char *consumer; /* unique per process: "<host>-<pid>", "<node>-<pid>" */
     void *context;        /* given to every handler (wk_op_context); may be NULL */
+    /* may be NULL; borrowed: pivirt_operation_duration_seconds{kind} (each delivery that ended
+     * the operation) and pivirt_operations_handled_total{kind,outcome} (every delivery) */
+    struct pv_metrics *metrics;
 } wk_consumer_opts;
 
 /* Starts the threads. Redis need not be up yet (the reader waits for it). */
