@@ -670,6 +670,45 @@ static void test_dump_shape_round_trips(void **state) {
 
 #define T(f) cmocka_unit_test_teardown(f, teardown_tmp)
 
+/* Every key of the default configuration is in `from` (recursively), as in `want`. */
+static void assert_same_keys(json_t *want, json_t *from, const char *where) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(want, key, v) {
+        json_t *got = json_object_get(from, key);
+        if (!got) fail_msg("ops/config.example.json lacks %s%s", where, key);
+        if (json_is_object(v)) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s%s.", where, key);
+            assert_same_keys(v, got, sub);
+        }
+    }
+}
+
+/* ops/config.example.json loads, is valid, and names every key there is. */
+static void test_example_config_is_complete(void **state) {
+    (void)state;
+    const char *src = getenv("PV_SOURCE_DIR");
+    if (!src) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ops/config.example.json", src);
+    pv_config c;
+    init_ok(&c);
+    pv_status st;
+    assert_int_equal(pv_config_load_file(&c, path, &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_OK);
+    pv_config d;
+    init_ok(&d);
+    json_t *defaults = dump_parsed(&d);
+    json_t *example = json_load_file(path, 0, NULL);
+    assert_non_null(example);
+    assert_same_keys(defaults, example, "");
+    json_decref(defaults);
+    json_decref(example);
+    pv_config_free(&c);
+    pv_config_free(&d);
+}
+
 int main(void) {
     /* The precedence tests own these variables; an outside value must not leak in. */
     teardown_tmp(NULL);
@@ -700,6 +739,7 @@ int main(void) {
         T(test_validate_ranges_of_struct_values),
         T(test_dump_masks_passwords),
         T(test_dump_shape_round_trips),
+        T(test_example_config_is_complete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
