@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""End-to-end tests of pvcli against a running stack: its table and JSON output, sizes and
+ages for people, operations followed to their end (plain progress lines off a terminal) or
+detached, the server's refusals (exit code 1, status and message) and usage errors (exit 2).
+"""
+import json
+import os
+import subprocess
+import unittest
+
+import pvtest
+
+_stack = None
+
+
+def setUpModule():
+    global _stack
+    why = pvtest.ensure_libvirtd()
+    if why:
+        raise RuntimeError(why)
+    _stack = pvtest.Stack(gateways=1, workers=1, agents=[("pc1", "local")],
+                          config={"storage": {"default_node": "pc1"},
+                                  "worker": {"heartbeat_seconds": 1}})
+    _stack.start()
+
+
+def tearDownModule():
+    if _stack:
+        for v in ("v1-clone", "v1"):
+            pvcli("volume", "delete", v)
+        pvcli("pool", "delete", "p1")
+        _stack.stop()
+
+
+def pvcli(*args):
+    env = dict(os.environ, PIVIRT_ENDPOINT=_stack.gateways[0].addrs[0])
+    r = subprocess.run([os.path.join(pvtest.BIN_DIR, "pvcli")] + list(args), env=env,
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def table(text):
+    lines = [l for l in text.splitlines() if l.strip()]
+    return [l.split() for l in lines]
+
+
+class Pvcli(unittest.TestCase):
+    def ok(self, *args):
+        rc, out, err = pvcli(*args)
+        self.assertEqual(rc, 0, "pvcli %s: %s %s" % (" ".join(args), out, err))
+        return out, err
+
+    def test_a_clusters_and_nodes(self):
+        out, _ = self.ok("cluster", "create", "blue", "--version", "v1.0.0", "--labels", "env=prod")
+        fields = dict(l.split(None, 1) for l in out.splitlines() if len(l.split(None, 1)) == 2)
+        self.assertEqual((fields["name"], fields["status"], fields["version"]),
+                         ("blue", "CREATING", "v1.0.0"))
+        self.assertEqual(fields["labels"], "env=prod")
+        out, _ = self.ok("cluster", "list")
+        rows = table(out)
+        self.assertEqual(rows[0], ["NAME", "STATUS", "VERSION", "AGE"])
+        self.assertIn(["blue", "CREATING", "v1.0.0"], [r[:3] for r in rows[1:]])
+        out, _ = self.ok("cluster", "list", "-o", "json")
+        got = {j["name"]: j for j in map(json.loads, out.splitlines())}
+        self.assertEqual(got["blue"]["status"], "CLUSTER_STATUS_CREATING")
+        self.assertEqual(got["blue"]["labels"], {"env": "prod"})
+        # a node operation followed to its end: plain progress lines off a terminal
+        out, err = self.ok("node", "cordon", "local", "pc1")
+        self.assertIn("[100%] node pc1 cordoned", err)
+        out, _ = self.ok("node", "get", "local", "pc1", "-o", "json")
+        self.assertEqual(json.loads(out)["status"], "NODE_STATUS_CORDONED")
+        out, _ = self.ok("node", "uncordon", "local", "pc1", "--detach")
+        self.assertTrue(out.strip().startswith("op-"), out)
+        out, err = self.ok("op", "wait", out.strip())
+        self.assertIn("[100%]", err)
+
+    def test_b_storage(self):
+        pool_dir = os.path.join(_stack.data_dir, "pools", "p1")
+        out, _ = self.ok("pool", "create", "p1", "--type", "dir", "--config", "path=" + pool_dir)
+        self.assertIn("ACTIVE", out)
+        out, _ = self.ok("volume", "create", "v1", "--pool", "p1", "--size-bytes", "1G",
+                         "--format", "qcow2", "--labels", "app=db")
+        self.assertRegex(out, r"size_bytes\s+1 GiB")
+        out, _ = self.ok("volume", "list", "p1")
+        rows = table(out)
+        self.assertEqual(rows[0], ["ID", "NAME", "POOL", "SIZE", "USED", "FORMAT", "STATUS"])
+        row = [r for r in rows if "v1" in r][0]
+        self.assertEqual(row[2:6], ["p1", "1", "GiB", row[5]])
+        self.assertEqual(row[-2:], ["QCOW2", "READY"])
+        out, _ = self.ok("volume", "resize", "v1", "2GiB")
+        self.assertRegex(out, r"size_bytes\s+2 GiB")
+        out, _ = self.ok("snapshot", "create", "v1", "s1", "-o", "json")
+        snap = json.loads(out)
+        self.assertEqual(snap["status"], "SNAPSHOT_STATUS_READY")
+        out, err = self.ok("snapshot", "restore", snap["id"])
+        self.assertIn("[100%]", err)
+        self.ok("volume", "clone", "v1", "v1-clone")
+        out, _ = self.ok("pool", "stats", "p1", "-o", "json")
+        stats = json.loads(out)
+        self.assertEqual((stats["volume_count"], stats["snapshot_count"]), (2, 1))
+
+    def test_c_refusals_and_usage(self):
+        rc, out, err = pvcli("volume", "get", "nope")
+        self.assertEqual(rc, 1)
+        self.assertIn("NOT_FOUND: volume nope not found", err)
+        rc, _, err = pvcli("volume", "create", "x", "--colour", "red")
+        self.assertEqual(rc, 2)
+        self.assertIn("has no field colour", err)
+        rc, _, err = pvcli("volume", "create", "x", "--size-bytes", "10Q")
+        self.assertEqual(rc, 2)
+        self.assertIn("is not a size", err)
+        rc, _, err = pvcli("volume", "create", "x", "--format", "floppy")
+        self.assertEqual(rc, 2)
+        self.assertIn("is not a value of pivirt.storage.v1.VolumeFormat", err)
+        rc, _, _ = pvcli("volume")
+        self.assertEqual(rc, 2)
+        rc, _, _ = pvcli("frobnicate", "now")
+        self.assertEqual(rc, 2)
+        rc, out, _ = pvcli("--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("Nouns: cluster, node, pool, volume, snapshot, op", out)
+        rc, out, _ = pvcli("node", "--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("pvcli node drain", out)
+        # the bash completion knows every verb pvcli has
+        import re
+        script = open(os.path.join(pvtest.SOURCE_DIR, "ops", "pvcli", "pvcli.bash")).read()
+        for noun, verbs in re.findall(r'\[(\w+)\]="([^"]*)"', script):
+            rc, out, _ = pvcli(noun, "--help")
+            have = re.findall(r"pvcli %s (\S+)" % noun, out)
+            self.assertEqual(sorted(have), sorted(verbs.split()), noun)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
