@@ -7,7 +7,10 @@ _pvcli() {
         [pool]="create get list delete stats"
         [volume]="create get list resize clone delete"
         [snapshot]="create get list restore delete"
-        [op]="get list wait cancel"
+        [op]="get list wait cancel watch"
+        [pod]="add get list remove"
+        [workload]="deploy list get remove logs"
+        [capacity]="calc"
     )
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}

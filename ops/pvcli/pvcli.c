@@ -31,6 +31,7 @@
 #include "pivirt/cluster/v1/cluster.pb-c.h"
 #include "pivirt/operations/v1/operations.pb-c.h"
 #include "pivirt/storage/v1/storage.pb-c.h"
+#include "pv_b64.h"
 #include "pv_pbjson.h"
 #include "pv_res.h"
 
@@ -46,340 +47,114 @@ typedef struct command {
     const char *columns;       /* table columns (response fields), for lists */
     bool waits;                /* answers an Operation to follow */
     const char *help;
+    const char *list_field; /* a unary answer whose repeated field holds the table's rows */
+    const char *raw_field;  /* bytes printed as they are, one message after another (logs) */
+    bool live;              /* each message printed as it comes (watch) */
 } command;
 
 #define D(x) &pivirt__cluster__v1__##x##__descriptor
 #define S(x) &pivirt__storage__v1__##x##__descriptor
 #define O(x) &pivirt__operations__v1__##x##__descriptor
+#define E(x) &pb__##x##__descriptor
 
+// clang-format off
 static const command k_commands[] = {
-    {"cluster",
-     "create",
-     CLUSTER "CreateCluster",
-     D(create_cluster_request),
-     D(cluster),
-     {"name"},
-     NULL,
-     false,
+    {"cluster", "create", CLUSTER "CreateCluster", D(create_cluster_request), D(cluster), {"name"}, NULL, false,
      "create a cluster: NAME --version vX.Y.Z"},
-    {"cluster",
-     "get",
-     CLUSTER "GetCluster",
-     D(get_cluster_request),
-     D(cluster),
-     {"cluster_id"},
-     NULL,
-     false,
+    {"cluster", "get", CLUSTER "GetCluster", D(get_cluster_request), D(cluster), {"cluster_id"}, NULL, false,
      "show a cluster: CLUSTER"},
-    {"cluster",
-     "list",
-     CLUSTER "ListClusters",
-     D(list_clusters_request),
-     D(cluster),
-     {NULL},
-     "name,status,version,created_at",
-     false,
+    {"cluster", "list", CLUSTER "ListClusters", D(list_clusters_request), D(cluster), {NULL}, "name,status,version,created_at", false,
      "list clusters [--labels K=V]"},
-    {"cluster",
-     "update",
-     CLUSTER "UpdateCluster",
-     D(update_cluster_request),
-     D(cluster),
-     {"cluster_id"},
-     NULL,
-     false,
+    {"cluster", "update", CLUSTER "UpdateCluster", D(update_cluster_request), D(cluster), {"cluster_id"}, NULL, false,
      "change labels, annotations, topology: CLUSTER"},
-    {"cluster",
-     "delete",
-     CLUSTER "DeleteCluster",
-     D(delete_cluster_request),
-     O(operation),
-     {"cluster_id"},
-     NULL,
-     true,
+    {"cluster", "delete", CLUSTER "DeleteCluster", D(delete_cluster_request), O(operation), {"cluster_id"}, NULL, true,
      "delete a cluster and its nodes: CLUSTER [--force]"},
-    {"cluster",
-     "health",
-     CLUSTER "GetHealth",
-     D(get_health_request),
-     D(cluster_health),
-     {"cluster_id"},
-     NULL,
-     false,
-     "health of a cluster's control plane and nodes: CLUSTER"},
-    {"cluster",
-     "metrics",
-     CLUSTER "GetMetrics",
-     D(get_metrics_request),
-     D(cluster_metrics),
-     {"cluster_id"},
-     NULL,
-     false,
+    {"cluster", "health", CLUSTER "GetHealth", D(get_health_request), D(cluster_health), {"cluster_id"}, NULL, false,
+     "health of the control plane and the nodes: CLUSTER"},
+    {"cluster", "metrics", CLUSTER "GetMetrics", D(get_metrics_request), D(cluster_metrics), {"cluster_id"}, NULL, false,
      "a cluster's figures: CLUSTER"},
-    {"cluster",
-     "upgrade",
-     CLUSTER "UpgradeCluster",
-     D(upgrade_cluster_request),
-     O(operation),
-     {"cluster_id", "target_version"},
-     NULL,
-     true,
-     "upgrade: CLUSTER VERSION [--strategy.type rolling|canary|blue_green] "
-     "[--strategy.max-unavailable N] [--strategy.partition N]"},
-    {"cluster",
-     "upgrade-status",
-     CLUSTER "GetUpgradeStatus",
-     D(get_upgrade_status_request),
-     D(upgrade_status),
-     {"cluster_id"},
-     NULL,
-     false,
+    {"cluster", "upgrade", CLUSTER "UpgradeCluster", D(upgrade_cluster_request), O(operation), {"cluster_id", "target_version"}, NULL, true,
+     "upgrade: CLUSTER VERSION [--strategy.type rolling|canary|blue-green] [--strategy.max-unavailable N] [--strategy.partition N]"},
+    {"cluster", "upgrade-status", CLUSTER "GetUpgradeStatus", D(get_upgrade_status_request), D(upgrade_status), {"cluster_id"}, NULL, false,
      "the current or last upgrade: CLUSTER"},
-    {"node",
-     "add",
-     CLUSTER "AddNode",
-     D(add_node_request),
-     D(node),
-     {"cluster_id", "name"},
-     NULL,
-     false,
+    {"node", "add", CLUSTER "AddNode", D(add_node_request), D(node), {"cluster_id", "name"}, NULL, false,
      "add a node: CLUSTER NAME --role worker --ip ADDR"},
-    {"node",
-     "get",
-     CLUSTER "GetNode",
-     D(get_node_request),
-     D(node),
-     {"cluster_id", "node_id"},
-     NULL,
-     false,
+    {"node", "get", CLUSTER "GetNode", D(get_node_request), D(node), {"cluster_id", "node_id"}, NULL, false,
      "show a node: CLUSTER NODE"},
-    {"node",
-     "list",
-     CLUSTER "ListNodes",
-     D(list_nodes_request),
-     D(node),
-     {"cluster_id"},
-     "name,role,status,ip,created_at",
-     false,
+    {"node", "list", CLUSTER "ListNodes", D(list_nodes_request), D(node), {"cluster_id"}, "name,role,status,ip,created_at", false,
      "list nodes: [CLUSTER] [--role R] [--status S]"},
-    {"node",
-     "remove",
-     CLUSTER "RemoveNode",
-     D(remove_node_request),
-     O(operation),
-     {"cluster_id", "node_id"},
-     NULL,
-     true,
+    {"node", "remove", CLUSTER "RemoveNode", D(remove_node_request), O(operation), {"cluster_id", "node_id"}, NULL, true,
      "drain and remove a node: CLUSTER NODE [--force]"},
-    {"node",
-     "drain",
-     CLUSTER "DrainNode",
-     D(drain_node_request),
-     O(operation),
-     {"cluster_id", "node_id"},
-     NULL,
-     true,
-     "move every workload off a node: CLUSTER NODE [--grace-period-seconds N] "
-     "[--ignore-daemonsets] [--force]"},
-    {"node",
-     "cordon",
-     CLUSTER "CordonNode",
-     D(cordon_node_request),
-     O(operation),
-     {"cluster_id", "node_id"},
-     NULL,
-     true,
+    {"node", "drain", CLUSTER "DrainNode", D(drain_node_request), O(operation), {"cluster_id", "node_id"}, NULL, true,
+     "move every workload off a node: CLUSTER NODE [--grace-period-seconds N] [--ignore-daemonsets] [--force]"},
+    {"node", "cordon", CLUSTER "CordonNode", D(cordon_node_request), O(operation), {"cluster_id", "node_id"}, NULL, true,
      "take a node out of scheduling: CLUSTER NODE"},
-    {"node",
-     "uncordon",
-     CLUSTER "UncordonNode",
-     D(uncordon_node_request),
-     O(operation),
-     {"cluster_id", "node_id"},
-     NULL,
-     true,
+    {"node", "uncordon", CLUSTER "UncordonNode", D(uncordon_node_request), O(operation), {"cluster_id", "node_id"}, NULL, true,
      "put a node back into scheduling: CLUSTER NODE"},
-    {"pool",
-     "create",
-     STORAGE "CreatePool",
-     S(create_pool_request),
-     S(storage_pool),
-     {"name"},
-     NULL,
-     false,
+    {"pool", "create", STORAGE "CreatePool", S(create_pool_request), S(storage_pool), {"name"}, NULL, false,
      "create a pool: NAME --type dir --config path=/srv/pool"},
-    {"pool",
-     "get",
-     STORAGE "GetPool",
-     S(get_pool_request),
-     S(storage_pool),
-     {"name"},
-     NULL,
-     false,
+    {"pool", "get", STORAGE "GetPool", S(get_pool_request), S(storage_pool), {"name"}, NULL, false,
      "show a pool: NAME"},
-    {"pool",
-     "list",
-     STORAGE "ListPools",
-     S(list_pools_request),
-     S(storage_pool),
-     {NULL},
-     "name,type,status,capacity_bytes,used_bytes,available_bytes",
-     false,
+    {"pool", "list", STORAGE "ListPools", S(list_pools_request), S(storage_pool), {NULL}, "name,type,status,capacity_bytes,used_bytes,available_bytes", false,
      "list pools [--type T]"},
-    {"pool",
-     "delete",
-     STORAGE "DeletePool",
-     S(delete_pool_request),
-     NULL,
-     {"name"},
-     NULL,
-     false,
+    {"pool", "delete", STORAGE "DeletePool", S(delete_pool_request), NULL, {"name"}, NULL, false,
      "delete an empty pool: NAME"},
-    {"pool",
-     "stats",
-     STORAGE "GetPoolStats",
-     S(get_pool_stats_request),
-     S(pool_stats),
-     {"name"},
-     NULL,
-     false,
+    {"pool", "stats", STORAGE "GetPoolStats", S(get_pool_stats_request), S(pool_stats), {"name"}, NULL, false,
      "a pool's figures: NAME"},
-    {"volume",
-     "create",
-     STORAGE "CreateVolume",
-     S(create_volume_request),
-     S(volume),
-     {"name"},
-     NULL,
-     false,
+    {"volume", "create", STORAGE "CreateVolume", S(create_volume_request), S(volume), {"name"}, NULL, false,
      "create a volume: NAME --pool P --size-bytes 100G --format qcow2"},
-    {"volume",
-     "get",
-     STORAGE "GetVolume",
-     S(get_volume_request),
-     S(volume),
-     {"id"},
-     NULL,
-     false,
+    {"volume", "get", STORAGE "GetVolume", S(get_volume_request), S(volume), {"id"}, NULL, false,
      "show a volume: ID|NAME"},
-    {"volume",
-     "list",
-     STORAGE "ListVolumes",
-     S(list_volumes_request),
-     S(volume),
-     {"pool"},
-     "id,name,pool,size_bytes,used_bytes,format,status",
-     false,
+    {"volume", "list", STORAGE "ListVolumes", S(list_volumes_request), S(volume), {"pool"}, "id,name,pool,size_bytes,used_bytes,format,status", false,
      "list volumes: [POOL] [--labels K=V]"},
-    {"volume",
-     "resize",
-     STORAGE "ResizeVolume",
-     S(resize_volume_request),
-     S(volume),
-     {"id", "new_size_bytes"},
-     NULL,
-     false,
+    {"volume", "resize", STORAGE "ResizeVolume", S(resize_volume_request), S(volume), {"id", "new_size_bytes"}, NULL, false,
      "grow a volume: ID|NAME SIZE"},
-    {"volume",
-     "clone",
-     STORAGE "CloneVolume",
-     S(clone_volume_request),
-     S(volume),
-     {"source_id", "name"},
-     NULL,
-     false,
+    {"volume", "clone", STORAGE "CloneVolume", S(clone_volume_request), S(volume), {"source_id", "name"}, NULL, false,
      "sparse copy: SOURCE NAME [--pool P]"},
-    {"volume",
-     "delete",
-     STORAGE "DeleteVolume",
-     S(delete_volume_request),
-     NULL,
-     {"id"},
-     NULL,
-     false,
+    {"volume", "delete", STORAGE "DeleteVolume", S(delete_volume_request), NULL, {"id"}, NULL, false,
      "delete a volume: ID|NAME"},
-    {"snapshot",
-     "create",
-     STORAGE "CreateSnapshot",
-     S(create_snapshot_request),
-     S(snapshot),
-     {"volume_id", "name"},
-     NULL,
-     false,
+    {"snapshot", "create", STORAGE "CreateSnapshot", S(create_snapshot_request), S(snapshot), {"volume_id", "name"}, NULL, false,
      "snapshot a qcow2 volume: VOLUME NAME"},
-    {"snapshot",
-     "get",
-     STORAGE "GetSnapshot",
-     S(get_snapshot_request),
-     S(snapshot),
-     {"id"},
-     NULL,
-     false,
+    {"snapshot", "get", STORAGE "GetSnapshot", S(get_snapshot_request), S(snapshot), {"id"}, NULL, false,
      "show a snapshot: ID"},
-    {"snapshot",
-     "list",
-     STORAGE "ListSnapshots",
-     S(list_snapshots_request),
-     S(snapshot),
-     {"volume_id"},
-     "id,name,parent_snapshot_id,size_bytes,status,created_at",
-     false,
+    {"snapshot", "list", STORAGE "ListSnapshots", S(list_snapshots_request), S(snapshot), {"volume_id"}, "id,name,parent_snapshot_id,size_bytes,status,created_at", false,
      "a volume's snapshot tree, parents first: VOLUME"},
-    {"snapshot",
-     "restore",
-     STORAGE "RestoreSnapshot",
-     S(restore_snapshot_request),
-     O(operation),
-     {"snapshot_id"},
-     NULL,
-     true,
+    {"snapshot", "restore", STORAGE "RestoreSnapshot", S(restore_snapshot_request), O(operation), {"snapshot_id"}, NULL, true,
      "restore a volume to a snapshot: ID"},
-    {"snapshot",
-     "delete",
-     STORAGE "DeleteSnapshot",
-     S(delete_snapshot_request),
-     NULL,
-     {"id"},
-     NULL,
-     false,
+    {"snapshot", "delete", STORAGE "DeleteSnapshot", S(delete_snapshot_request), NULL, {"id"}, NULL, false,
      "delete a snapshot (its children take its parent): ID"},
-    {"op",
-     "get",
-     OPS "GetOperation",
-     O(get_operation_request),
-     O(operation),
-     {"id"},
-     NULL,
-     false,
+    {"op", "get", OPS "GetOperation", O(get_operation_request), O(operation), {"id"}, NULL, false,
      "show an operation: ID"},
-    {"op",
-     "list",
-     OPS "ListOperations",
-     O(list_operations_request),
-     O(operation),
-     {NULL},
-     "id,kind,status,progress_percent,message,created_at",
-     false,
+    {"op", "list", OPS "ListOperations", O(list_operations_request), O(operation), {NULL}, "id,kind,status,progress_percent,message,created_at", false,
      "list operations [--kind K] [--target T] [--status S]"},
-    {"op",
-     "wait",
-     OPS "GetOperation",
-     O(get_operation_request),
-     O(operation),
-     {"id"},
-     NULL,
-     true,
+    {"op", "wait", OPS "GetOperation", O(get_operation_request), O(operation), {"id"}, NULL, true,
      "wait for an operation to end: ID"},
-    {"op",
-     "cancel",
-     OPS "CancelOperation",
-     O(cancel_operation_request),
-     O(operation),
-     {"id"},
-     NULL,
-     false,
+    {"op", "cancel", OPS "CancelOperation", O(cancel_operation_request), O(operation), {"id"}, NULL, false,
      "cancel an operation: ID"},
+    {"op", "watch", OPS "WatchOperation", O(watch_operation_request), O(operation), {"id"}, "status,progress_percent,message", false,
+     "every change of an operation as it happens: ID", NULL, NULL, true},
+    {"pod", "add", CORE "AddPod", E(add_pod_options), E(pod), {"name"}, NULL, false,
+     "add an Eru pod: NAME [--desc TEXT]"},
+    {"pod", "get", CORE "GetPod", E(get_pod_options), E(pod), {"name"}, NULL, false,
+     "show a pod: NAME"},
+    {"pod", "list", CORE "ListPods", E(empty), E(pods), {NULL}, "name,desc", false,
+     "list pods", "pods"},
+    {"pod", "remove", CORE "RemovePod", E(remove_pod_options), NULL, {"name"}, NULL, false,
+     "remove an empty pod: NAME"},
+    {"workload", "deploy", CORE "CreateWorkload", E(deploy_options), E(create_workload_message), {"name"}, "id,name,nodename,success,error", false,
+     "deploy: APP --podname P --image I --count N --entrypoint.name E --entrypoint.commands ARG (repeat) --resources cpumem=JSON"},
+    {"workload", "list", CORE "ListWorkloads", E(list_workloads_options), E(workload), {"appname"}, "id,name,nodename,podname,image", false,
+     "list workloads: [APP] [--nodename N] [--labels K=V]"},
+    {"workload", "get", CORE "GetWorkload", E(workload_id), E(workload), {"id"}, NULL, false,
+     "show a workload: ID"},
+    {"workload", "remove", CORE "RemoveWorkload", E(remove_workload_options), E(remove_workload_message), {"IDs"}, "id,success,hook", false,
+     "remove workloads: ID... [--force]"},
+    {"workload", "logs", CORE "LogStream", E(log_stream_options), E(log_stream_message), {"id"}, NULL, false,
+     "a workload's output: ID [--tail N|all] [--follow] [--since T]", NULL, "data"},
+    {"capacity", "calc", CORE "CalculateCapacity", E(deploy_options), E(capacity_message), {"name"}, NULL, false,
+     "how many instances fit and where: APP --podname P --entrypoint.name E --resources cpumem=JSON"},
 };
+// clang-format on
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
 /* ---- options ---- */
@@ -405,7 +180,8 @@ static void usage(FILE *f, const char *noun) {
                "Endpoint: --endpoint or PIVIRT_ENDPOINT (localhost:8443). Auth: --user/--password\n"
                "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA.\n"
                "Exit codes: 0 done, 1 the server said no (or the operation failed), 2 usage.\n\n"
-               "Nouns: cluster, node, pool, volume, snapshot, op (pvcli NOUN --help).\n");
+               "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity\n"
+               "(pvcli NOUN --help).\n");
     const char *last = NULL;
     for (size_t i = 0; i < N_COMMANDS; i++) {
         const command *c = &k_commands[i];
@@ -482,7 +258,16 @@ static int put_field(json_t *req, const ProtobufCMessageDescriptor *d, const cha
         if (!obj) json_object_set_new(req, f->name, obj = json_object());
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - value), value);
-        json_object_set_new(obj, key, json_string(eq + 1));
+        const ProtobufCMessageDescriptor *ed = f->descriptor;
+        if (ed->n_fields == 2 && ed->fields[1].type == PROTOBUF_C_TYPE_BYTES) {
+            char *b64 = NULL; /* map<string, bytes>: the text as its bytes */
+            pv_status st;
+            if (pv_b64_encode(eq + 1, strlen(eq + 1), &b64, &st) != PV_OK) return -1;
+            json_object_set_new(obj, key, json_string(b64));
+            free(b64);
+        } else {
+            json_object_set_new(obj, key, json_string(eq + 1));
+        }
         return 0;
     }
     json_t *v = NULL;
@@ -641,9 +426,48 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
         fprintf(stderr, "pvcli: an answer that is not a %s\n", p->cmd->resp->name);
         return 1;
     }
+    if (p->cmd->raw_field) { /* the bytes as they are: a workload's output */
+        for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
+            const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+            if (strcmp(f->name, p->cmd->raw_field) != 0 || f->type != PROTOBUF_C_TYPE_BYTES)
+                continue;
+            const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
+            fwrite(b->data, 1, b->len, stdout);
+            if (b->len && b->data[b->len - 1] != '\n') putchar('\n'); /* Eru sends lines */
+            fflush(stdout);
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+        return 0;
+    }
     json_t *j = pv_pbjson_to_json(m);
     protobuf_c_message_free_unpacked(m, NULL);
     p->n++;
+    if (p->cmd->live && strcmp(p->o->output, "table") == 0) {
+        char status[64];
+        human("status", json_object_get(j, "status"), status, sizeof status);
+        printf("[%3d%%] %-10s %s\n",
+               (int)json_integer_value(json_object_get(j, "progress_percent")), status,
+               json_string_value(json_object_get(j, "message")));
+        fflush(stdout);
+        json_decref(j);
+        return 0;
+    }
+    if (p->cmd->list_field) { /* a unary answer holding the rows */
+        json_t *rows = json_object_get(j, p->cmd->list_field);
+        size_t k;
+        json_t *row;
+        json_array_foreach(rows, k, row) {
+            if (strcmp(p->o->output, "json") == 0) {
+                char *t = json_dumps(row, JSON_COMPACT);
+                printf("%s\n", t ? t : "{}");
+                free(t);
+            } else {
+                json_array_append(p->rows, row);
+            }
+        }
+        json_decref(j);
+        return 0;
+    }
     if (p->cmd->columns) {
         if (strcmp(p->o->output, "json") == 0) {
             char *t = json_dumps(j, JSON_COMPACT);
@@ -811,6 +635,13 @@ static const command *find_command(const char *noun, const char *verb) {
     return NULL;
 }
 
+/* Whether the positional arguments past the last one still go to it (a repeated field). */
+static bool repeats_last(const command *cmd, size_t pos) {
+    if (pos == 0 || (pos < 3 && cmd->positional[pos])) return false;
+    const ProtobufCFieldDescriptor *f = field_named(cmd->req, cmd->positional[pos - 1]);
+    return f && f->label == PROTOBUF_C_LABEL_REPEATED;
+}
+
 static bool known_noun(const char *noun) {
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strcmp(k_commands[i].noun, noun) == 0) return true;
@@ -928,8 +759,10 @@ int main(int argc, char **argv) {
                 json_decref(req);
                 return 2;
             }
-        } else if (pos < 3 && cmd->positional[pos]) {
-            if (put_field(req, cmd->req, cmd->positional[pos++], a, err, sizeof err) != 0) {
+        } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
+            const char *field =
+                pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
+            if (put_field(req, cmd->req, field, a, err, sizeof err) != 0) {
                 fprintf(stderr, "pvcli: %s\n", err);
                 json_decref(req);
                 return 2;
@@ -997,8 +830,10 @@ int main(int argc, char **argv) {
         else
             fprintf(stderr, "pvcli: status %d: %s\n", code, details);
         rc = 1;
-    } else if (cmd->columns) {
+    } else if (cmd->columns && !cmd->live) {
         if (strcmp(o.output, "table") == 0) print_table(cmd->columns, p.rows);
+    } else if (cmd->live || cmd->raw_field) {
+        /* printed as it came */
     } else if (cmd->waits && !o.detach && p.last) {
         rc = follow(c, &o, json_string_value(json_object_get(p.last, "id")));
     } else if (cmd->waits && o.detach && p.last && strcmp(o.output, "table") == 0) {

@@ -18,7 +18,7 @@ def setUpModule():
     why = pvtest.ensure_libvirtd()
     if why:
         raise RuntimeError(why)
-    _stack = pvtest.Stack(gateways=1, workers=1, agents=[("pc1", "local")],
+    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1, agents=[("pc1", "local")],
                           config={"storage": {"default_node": "pc1"},
                                   "worker": {"heartbeat_seconds": 1}})
     _stack.start()
@@ -99,6 +99,42 @@ class Pvcli(unittest.TestCase):
         stats = json.loads(out)
         self.assertEqual((stats["volume_count"], stats["snapshot_count"]), (2, 1))
 
+    def test_d_workloads(self):
+        image = os.path.join(_stack.data_dir, "images", "hi", "1.tar")
+        os.makedirs(os.path.dirname(image), exist_ok=True)
+        import tarfile
+        import tempfile
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, "run.sh"), "w") as f:
+                f.write("#!/bin/sh\necho hello from $APP_NAME\nsleep 300\n")
+            os.chmod(os.path.join(root, "run.sh"), 0o755)
+            with tarfile.open(image, "w") as t:
+                t.add(os.path.join(root, "run.sh"), arcname="run.sh")
+        deploy = ("--podname", "local", "--entrypoint.name", "web", "--resources",
+                  'cpumem={"memory-request":"16M"}')
+        out, _ = self.ok("capacity", "calc", "hi", "--count", "1", *deploy, "-o", "json")
+        self.assertGreaterEqual(int(json.loads(out)["total"]), 1)
+        out, _ = self.ok("workload", "deploy", "hi", "--image", "hi:1", "--count", "2",
+                         "--entrypoint.commands", "/bin/sh", "--entrypoint.commands", "run.sh",
+                         *deploy)
+        rows = table(out)
+        self.assertEqual(rows[0], ["ID", "NAME", "NODENAME", "SUCCESS", "ERROR"])
+        self.assertEqual([r[3] for r in rows[1:]], ["true", "true"], out)
+        ids = [r[0] for r in rows[1:]]
+        out, _ = self.ok("workload", "list", "hi", "-o", "json")
+        self.assertEqual(sorted(json.loads(l)["id"] for l in out.splitlines()), sorted(ids))
+        deadline = pvtest.time.monotonic() + 10
+        while pvtest.time.monotonic() < deadline:
+            out, _ = self.ok("workload", "logs", ids[0], "--tail", "all")
+            if "hello from hi" in out:
+                break
+            pvtest.time.sleep(0.2)
+        self.assertEqual(out, "hello from hi\n")
+        out, _ = self.ok("workload", "remove", *ids)
+        self.assertEqual(sorted(r[0] for r in table(out)[1:]), sorted(ids))
+        out, _ = self.ok("workload", "list", "hi")
+        self.assertEqual(len(table(out)), 1)  # the header only
+
     def test_c_refusals_and_usage(self):
         rc, out, err = pvcli("volume", "get", "nope")
         self.assertEqual(rc, 1)
@@ -118,7 +154,7 @@ class Pvcli(unittest.TestCase):
         self.assertEqual(rc, 2)
         rc, out, _ = pvcli("--help")
         self.assertEqual(rc, 0)
-        self.assertIn("Nouns: cluster, node, pool, volume, snapshot, op", out)
+        self.assertIn("Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity", out)
         rc, out, _ = pvcli("node", "--help")
         self.assertEqual(rc, 0)
         self.assertIn("pvcli node drain", out)
