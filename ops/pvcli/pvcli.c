@@ -512,8 +512,7 @@ static void print_table(const char *columns, json_t *rows) {
             json_t *v = json_object_get(json_array_get(rows, r), names[c]);
             if (v)
                 human(names[c], v, buf, sizeof buf);
-            else
-                snprintf(buf, sizeof buf, "-");
+            if (!v || !buf[0]) snprintf(buf, sizeof buf, "-"); /* columns stay aligned */
             cells[(r + 1) * nc + c] = strdup(buf);
             size_t w = strlen(buf);
             if (w > width[c]) width[c] = w;
