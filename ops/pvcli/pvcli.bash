@@ -9,7 +9,7 @@ _pvcli() {
         [snapshot]="create get list restore delete"
         [op]="get list wait cancel watch"
         [pod]="add get list remove"
-        [workload]="deploy list get remove logs"
+        [workload]="deploy list get remove logs exec"
         [capacity]="calc"
     )
     for ((i = 1; i < COMP_CWORD; i++)); do

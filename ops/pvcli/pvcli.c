@@ -151,6 +151,8 @@ static const command k_commands[] = {
      "remove workloads: ID... [--force]"},
     {"workload", "logs", CORE "LogStream", E(log_stream_options), E(log_stream_message), {"id"}, NULL, false,
      "a workload's output: ID [--tail N|all] [--follow] [--since T]", NULL, "data"},
+    {"workload", "exec", CORE "ExecuteWorkload", E(execute_workload_options), E(attach_workload_message), {"workload_id", "commands"}, NULL, false,
+     "run a command in a running workload: ID CMD [ARG]... [--envs K=V] [--workdir D]", NULL, "data"},
     {"capacity", "calc", CORE "CalculateCapacity", E(deploy_options), E(capacity_message), {"name"}, NULL, false,
      "how many instances fit and where: APP --podname P --entrypoint.name E --resources cpumem=JSON"},
 };
@@ -433,7 +435,9 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
                 continue;
             const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
             fwrite(b->data, 1, b->len, stdout);
-            if (b->len && b->data[b->len - 1] != '\n') putchar('\n'); /* Eru sends lines */
+            /* LogStream sends lines without their newline; exec sends the output as it comes */
+            if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
+                putchar('\n');
             fflush(stdout);
         }
         protobuf_c_message_free_unpacked(m, NULL);

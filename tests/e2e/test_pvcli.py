@@ -130,6 +130,10 @@ class Pvcli(unittest.TestCase):
                 break
             pvtest.time.sleep(0.2)
         self.assertEqual(out, "hello from hi\n")
+        out, _ = self.ok("workload", "exec", ids[0], "/bin/sh", "-c", "echo $APP_NAME; pwd",
+                         "--workdir", "/")
+        self.assertIn("hi\n", out)
+        self.assertIn("[exitcode] 0", out)
         out, _ = self.ok("workload", "remove", *ids)
         self.assertEqual(sorted(r[0] for r in table(out)[1:]), sorted(ids))
         out, _ = self.ok("workload", "list", "hi")
