@@ -737,37 +737,47 @@ static void answer_op(gw_call *call, const op_req *o) {
     pv_op_clear(&rec);
 }
 
-/* CordonNode and UncordonNode: an Operation on the ops workers (kind node.cordon or
- * node.uncordon) holding the node and its cluster, answered once it ended (or as it stands
- * after NODE_OP_WAIT_MS). */
-static void node_op(gw_call *call, const char *cluster_id, const char *node_id, const char *kind) {
+/* A node operation's common part: the cluster and the node (of that cluster) the request
+ * names, checked by check (may be NULL) before anything is submitted, then an Operation of
+ * kind on the ops workers holding the node and its cluster, with params {node, cluster} and
+ * extra's members; answered once it ended (wait: NODE_OP_WAIT_MS at most) or at once. */
+typedef int (*node_check_fn)(gw_call *call, const void *req, const pv_pod *p, const pv_node *n,
+                             pv_status *st);
+
+static void node_op(gw_call *call, const char *cluster_id, const char *node_id, const char *kind,
+                    json_t *extra, bool wait, node_check_fn check, const void *req) {
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     pv_pod p = {0};
     pv_node n = {0};
     int rc = find_cluster(r, keys_of(call), "cluster_id", cluster_id, &p, &st);
     if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, node_id, &n, &st);
+    if (rc == PV_OK && check) rc = check(call, req, &p, &n, &st);
     if (rc == PV_OK) {
         json_t *params = json_pack("{s:s, s:s}", "node", n.name, "cluster", p.name);
+        if (extra) json_object_update(params, extra);
         const char *holds[] = {p.id};
-        op_req o = {kind, n.id, holds, 1, params, true};
+        op_req o = {kind, n.id, holds, 1, params, wait};
         answer_op(call, &o);
         json_decref(params);
     } else {
         finish_status(call, &st);
     }
+    json_decref(extra);
     pv_pod_clear(&p);
     pv_node_clear(&n);
 }
 
+/* CordonNode and UncordonNode: node.cordon / node.uncordon (Eru's bypass), a registry write,
+ * answered once done. */
 static void on_cordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__CordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.cordon");
+    node_op(call, req->cluster_id, req->node_id, "node.cordon", NULL, true, NULL, NULL);
 }
 
 static void on_uncordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__UncordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.uncordon");
+    node_op(call, req->cluster_id, req->node_id, "node.uncordon", NULL, true, NULL, NULL);
 }
 
 /* "name (id12), ..." of up to 8 workloads, and how many more; labels_json filters. *count gets
@@ -797,70 +807,46 @@ static int workloads_named(pv_redis *r, const pv_keys *k, const pv_node *nodes, 
     return PV_OK;
 }
 
-/* DrainNode: node.drain on the ops workers, holding the node and its cluster, answered at once.
- * Daemon workloads refuse it here already (unless ignore_daemonsets), before anything moves. */
-static void on_drain_node(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Cluster__V1__DrainNodeRequest *req = (const void *)msg;
-    pv_redis *r = gw_app_redis(call);
-    pv_status st;
-    pv_pod p = {0};
-    pv_node n = {0};
-    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
-    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
-    if (rc == PV_OK && req->grace_period_seconds < 0)
-        rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "grace_period_seconds: %d is negative",
-                           (int)req->grace_period_seconds);
-    if (rc == PV_OK && req->grace_period_seconds > 86400)
-        rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
-                           "grace_period_seconds: %d is more than a day (86400)",
-                           (int)req->grace_period_seconds);
-    if (rc == PV_OK && !req->ignore_daemonsets) {
-        char names[400];
-        size_t count = 0;
-        rc = workloads_named(r, keys_of(call), &n, 1, "{\"pivirt.io/daemon\":\"true\"}", names,
-                             sizeof names, &count, &st);
-        if (rc == PV_OK && count > 0)
-            rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
-                               "node %s runs %zu daemon workload(s) (label pivirt.io/daemon=true): "
-                               "%s; set ignore_daemonsets to leave them in place",
-                               n.name, count, names);
-    }
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s, s:s, s:b, s:b, s:i}", "node", n.name, "cluster", p.name,
-                                   "force", req->force, "ignore_daemonsets", req->ignore_daemonsets,
-                                   "grace_period_seconds", (int)req->grace_period_seconds);
-        const char *holds[] = {p.id};
-        op_req o = {"node.drain", n.id, holds, 1, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
-    }
-    pv_pod_clear(&p);
-    pv_node_clear(&n);
+/* DrainNode's checks at the call: the grace, and daemons refuse it before anything moves. */
+static int drain_check(gw_call *call, const void *msg, const pv_pod *p, const pv_node *n,
+                       pv_status *st) {
+    (void)p;
+    const Pivirt__Cluster__V1__DrainNodeRequest *req = msg;
+    if (req->grace_period_seconds < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "grace_period_seconds: %d is negative",
+                             (int)req->grace_period_seconds);
+    if (req->grace_period_seconds > 86400)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "grace_period_seconds: %d is more than a day (86400)",
+                             (int)req->grace_period_seconds);
+    if (req->ignore_daemonsets) return PV_OK;
+    char names[400];
+    size_t count = 0;
+    if (workloads_named(gw_app_redis(call), keys_of(call), n, 1, "{\"pivirt.io/daemon\":\"true\"}",
+                        names, sizeof names, &count, st) != PV_OK)
+        return st->code;
+    if (count > 0)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "node %s runs %zu daemon workload(s) (label pivirt.io/daemon=true): "
+                             "%s; set ignore_daemonsets to leave them in place",
+                             n->name, count, names);
+    return PV_OK;
 }
 
-/* RemoveNode: node.remove (drain, then the record), holding the node and its cluster. */
+/* DrainNode: node.drain (workers/wk_cluster.h), answered at once. */
+static void on_drain_node(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Cluster__V1__DrainNodeRequest *req = (const void *)msg;
+    json_t *extra =
+        json_pack("{s:b, s:b, s:i}", "force", req->force, "ignore_daemonsets",
+                  req->ignore_daemonsets, "grace_period_seconds", (int)req->grace_period_seconds);
+    node_op(call, req->cluster_id, req->node_id, "node.drain", extra, false, drain_check, req);
+}
+
+/* RemoveNode: node.remove (drain, then the record), answered at once. */
 static void on_remove_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__RemoveNodeRequest *req = (const void *)msg;
-    pv_redis *r = gw_app_redis(call);
-    pv_status st;
-    pv_pod p = {0};
-    pv_node n = {0};
-    int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
-    if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
-    if (rc == PV_OK) {
-        json_t *params =
-            json_pack("{s:s, s:s, s:b}", "node", n.name, "cluster", p.name, "force", req->force);
-        const char *holds[] = {p.id};
-        op_req o = {"node.remove", n.id, holds, 1, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
-    }
-    pv_pod_clear(&p);
-    pv_node_clear(&n);
+    node_op(call, req->cluster_id, req->node_id, "node.remove",
+            json_pack("{s:b}", "force", req->force), false, NULL, NULL);
 }
 
 /* DeleteCluster: cluster.delete, holding the cluster and every node of it. Workloads would be

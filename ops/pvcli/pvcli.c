@@ -811,25 +811,9 @@ int main(int argc, char **argv) {
     free(bytes);
     int rc = 0;
     if (code != 0) {
-        static const char *const names[] = {"OK",
-                                            "CANCELLED",
-                                            "UNKNOWN",
-                                            "INVALID_ARGUMENT",
-                                            "DEADLINE_EXCEEDED",
-                                            "NOT_FOUND",
-                                            "ALREADY_EXISTS",
-                                            "PERMISSION_DENIED",
-                                            "RESOURCE_EXHAUSTED",
-                                            "FAILED_PRECONDITION",
-                                            "ABORTED",
-                                            "OUT_OF_RANGE",
-                                            "UNIMPLEMENTED",
-                                            "INTERNAL",
-                                            "UNAVAILABLE",
-                                            "DATA_LOSS",
-                                            "UNAUTHENTICATED"};
+
         if (code > 0 && code <= 16)
-            fprintf(stderr, "pvcli: %s: %s\n", names[code], details);
+            fprintf(stderr, "pvcli: %s: %s\n", pv_code_name(code), details);
         else
             fprintf(stderr, "pvcli: status %d: %s\n", code, details);
         rc = 1;
