@@ -827,6 +827,20 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     return s;
 }
 
+int gw_server_add_service(gw_server *s, const char *service, const gw_method_spec *specs, size_t n,
+                          void *data, gw_method *methods, char (*paths)[GW_PATH_MAX]) {
+    for (size_t i = 0; i < n; i++) {
+        snprintf(paths[i], GW_PATH_MAX, "/%s/%s", service, specs[i].name);
+        methods[i] = (gw_method){.path = paths[i],
+                                 .kind = specs[i].kind,
+                                 .request = specs[i].request,
+                                 .handler = specs[i].handler,
+                                 .data = data};
+        if (gw_server_add_method(s, &methods[i]) != 0) return -1;
+    }
+    return 0;
+}
+
 int gw_server_add_method(gw_server *s, const gw_method *m) {
     if (s->started || s->n_methods == GW_MAX_METHODS) return -1;
     for (size_t i = 0; i < s->n_methods; i++)

@@ -98,6 +98,22 @@ gw_server *gw_server_new(const gw_server_opts *opts, char *err, size_t errlen);
  * Returns 0, or -1 when the path is already registered. */
 int gw_server_add_method(gw_server *s, const gw_method *m);
 
+/* A served method of a service table (gw_server_add_service). */
+typedef struct gw_method_spec {
+    const char *name; /* "GetPool" */
+    gw_method_kind kind;
+    const ProtobufCMessageDescriptor *request;
+    gw_handler_fn handler;
+} gw_method_spec;
+
+#define GW_PATH_MAX 128
+
+/* Adds n unary or server-stream methods "/<service>/<name>" with data as their module state.
+ * methods and paths (n each) are the caller's storage and must live as long as the server.
+ * Returns 0 or -1 (as gw_server_add_method). */
+int gw_server_add_service(gw_server *s, const char *service, const gw_method_spec *specs, size_t n,
+                          void *data, gw_method *methods, char (*paths)[GW_PATH_MAX]);
+
 /* Starts the threads. Returns 0 or -1. */
 int gw_server_start(gw_server *s);
 

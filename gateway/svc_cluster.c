@@ -23,7 +23,7 @@
 struct svc_cluster {
     gw_app *app;
     gw_method methods[16];
-    char paths[16][96];
+    char paths[16][GW_PATH_MAX];
 };
 
 svc_cluster *svc_cluster_new(gw_app *app) {
@@ -1107,12 +1107,7 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
-    static const struct {
-        const char *name;
-        gw_method_kind kind;
-        const ProtobufCMessageDescriptor *request;
-        gw_handler_fn handler;
-    } k[] = {
+    static const gw_method_spec k[] = {
         {"CreateCluster", GW_UNARY, &pivirt__cluster__v1__create_cluster_request__descriptor,
          on_create_cluster},
         {"GetCluster", GW_UNARY, &pivirt__cluster__v1__get_cluster_request__descriptor,
@@ -1144,17 +1139,6 @@ int svc_cluster_register(svc_cluster *s, gw_server *server) {
         {"GetUpgradeStatus", GW_UNARY, &pivirt__cluster__v1__get_upgrade_status_request__descriptor,
          on_get_upgrade_status},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.cluster.v1.ClusterService/%s",
-                 k[i].name);
-        s->methods[i] = (gw_method){
-            .path = s->paths[i],
-            .kind = k[i].kind,
-            .request = k[i].request,
-            .handler = k[i].handler,
-            .data = s,
-        };
-        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
-    }
-    return 0;
+    return gw_server_add_service(server, "pivirt.cluster.v1.ClusterService", k,
+                                 sizeof k / sizeof k[0], s, s->methods, s->paths);
 }

@@ -26,7 +26,7 @@
 struct svc_storage {
     gw_app *app;
     gw_method methods[N_METHODS];
-    char paths[N_METHODS][96];
+    char paths[N_METHODS][GW_PATH_MAX];
 };
 
 svc_storage *svc_storage_new(gw_app *app) {
@@ -820,12 +820,7 @@ static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 int svc_storage_register(svc_storage *s, gw_server *server) {
 #define M(name, kind, req, fn)                                                                     \
     { name, kind, &pivirt__storage__v1__##req##__descriptor, fn }
-    static const struct {
-        const char *name;
-        gw_method_kind kind;
-        const ProtobufCMessageDescriptor *request;
-        gw_handler_fn handler;
-    } k[N_METHODS] = {
+    static const gw_method_spec k[N_METHODS] = {
         M("CreatePool", GW_UNARY, create_pool_request, on_create_pool),
         M("GetPool", GW_UNARY, get_pool_request, on_get_pool),
         M("ListPools", GW_SERVER_STREAM, list_pools_request, on_list_pools),
@@ -844,17 +839,6 @@ int svc_storage_register(svc_storage *s, gw_server *server) {
         M("GetPoolStats", GW_UNARY, get_pool_stats_request, on_get_pool_stats),
     };
 #undef M
-    for (size_t i = 0; i < N_METHODS; i++) {
-        snprintf(s->paths[i], sizeof s->paths[i], "/pivirt.storage.v1.StorageService/%s",
-                 k[i].name);
-        s->methods[i] = (gw_method){
-            .path = s->paths[i],
-            .kind = k[i].kind,
-            .request = k[i].request,
-            .handler = k[i].handler,
-            .data = s,
-        };
-        if (gw_server_add_method(server, &s->methods[i]) != 0) return -1;
-    }
-    return 0;
+    return gw_server_add_service(server, "pivirt.storage.v1.StorageService", k, N_METHODS, s,
+                                 s->methods, s->paths);
 }
