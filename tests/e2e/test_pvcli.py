@@ -170,6 +170,49 @@ class Pvcli(unittest.TestCase):
             have = re.findall(r"pvcli %s (\S+)" % noun, out)
             self.assertEqual(sorted(have), sorted(verbs.split()), noun)
 
+    def test_e_ctrl_c_detaches(self):
+        # a long operation followed by `op wait`: SIGINT detaches and says how to go on
+        from pivirt.operations.v1 import operations_pb2, operations_pb2_grpc
+        ops = operations_pb2_grpc.OperationServiceStub(_stack.channel(0))
+        op = ops.CreateTestOperation(operations_pb2.CreateTestOperationRequest(
+            kind="test.sleep", target="ctrlc", params={"ms": "5000"}), timeout=10)
+        env = dict(os.environ, PIVIRT_ENDPOINT=_stack.gateways[0].addrs[0])
+        p = subprocess.Popen([os.path.join(pvtest.BIN_DIR, "pvcli"), "op", "wait", op.id],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pvtest.time.sleep(1.0)
+        p.send_signal(pvtest.signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("detached: operation %s goes on" % op.id, err)
+        self.assertIn("pvcli op cancel %s" % op.id, err)
+        got = ops.GetOperation(operations_pb2.GetOperationRequest(id=op.id), timeout=10)
+        self.assertNotEqual(got.status, operations_pb2.OPERATION_STATUS_CANCELLED)
+
+
+class PvcliAuth(unittest.TestCase):
+    def test_credentials(self):
+        stack = pvtest.Stack(gateways=1, config={"auth": {"username": "admin",
+                                                          "password": "s3cret"}})
+        stack.start(auth=("admin", "s3cret"))
+        try:
+            env = dict(os.environ, PIVIRT_ENDPOINT=stack.gateways[0].addrs[0])
+            binary = os.path.join(pvtest.BIN_DIR, "pvcli")
+            r = subprocess.run([binary, "pool", "list"], env=env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("UNAUTHENTICATED", r.stderr)
+            r = subprocess.run([binary, "pool", "list", "--user", "admin", "--password", "s3cret"],
+                               env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split()[:3], ["NAME", "TYPE", "STATUS"])
+            env.update(PIVIRT_USER="admin", PIVIRT_PASSWORD="nope")
+            r = subprocess.run([binary, "pool", "list"], env=env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 1)
+            self.assertNotIn("s3cret", r.stderr)
+        finally:
+            stack.stop()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
