@@ -214,5 +214,38 @@ class PvcliAuth(unittest.TestCase):
             stack.stop()
 
 
+class PvcliTLS(unittest.TestCase):
+    def test_tls_ca(self):
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="pv-tls-")
+        key, crt = os.path.join(tmp, "key.pem"), os.path.join(tmp, "crt.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", key, "-out", crt], check=True, capture_output=True)
+        with open(crt, "rb") as f:
+            root = f.read()
+        stack = pvtest.Stack(gateways=1, config={"gateway": {"tls_cert": crt, "tls_key": key}})
+        stack.start(tls_root=root)
+        try:
+            port = stack.gateways[0].addrs[0].rsplit(":", 1)[1]
+            env = dict(os.environ, PIVIRT_ENDPOINT="localhost:" + port)
+            binary = os.path.join(pvtest.BIN_DIR, "pvcli")
+            r = subprocess.run([binary, "pool", "list", "--tls-ca", crt], env=env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            env["PIVIRT_TLS_CA"] = crt
+            r = subprocess.run([binary, "pool", "list"], env=env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            # plaintext against a TLS port: the call fails, saying so, exit 1
+            r = subprocess.run([binary, "pool", "list", "--timeout", "5"],
+                               env=dict(env, PIVIRT_TLS_CA=""), capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("UNAVAILABLE", r.stderr)
+        finally:
+            stack.stop()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
