@@ -157,6 +157,17 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents) {
 
 static void watch_connect(gw_node_watch *w) {
     if (w->ac) return;
+    const pv_config *cfg = &w->app->cfg;
+    if (cfg->redis.n_sentinels > 0) { /* the master as the sentinels know it now */
+        pv_status st;
+        if (pv_redis_sentinel_master((const char *const *)cfg->redis.sentinels,
+                                     cfg->redis.n_sentinels, cfg->redis.master_name,
+                                     cfg->redis.connect_timeout_ms, w->host, sizeof w->host,
+                                     &w->port, &st) != PV_OK) {
+            schedule_reconnect(w, st.msg);
+            return;
+        }
+    }
     redisAsyncContext *ac =
         w->port ? redisAsyncConnect(w->host, w->port) : redisAsyncConnectUnix(w->host);
     if (!ac || ac->err) {

@@ -507,6 +507,18 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents) {
 
 static void connect_redis(gw_waiter *w) {
     if (w->ac || w->stopping) return;
+    const pv_config *cfg = &w->app->cfg;
+    if (cfg->redis.n_sentinels > 0) { /* the master as the sentinels know it now */
+        pv_status st;
+        if (pv_redis_sentinel_master((const char *const *)cfg->redis.sentinels,
+                                     cfg->redis.n_sentinels, cfg->redis.master_name,
+                                     cfg->redis.connect_timeout_ms, w->host, sizeof w->host,
+                                     &w->port, &st) != PV_OK) {
+            lost(w, st.msg);
+            schedule_reconnect(w);
+            return;
+        }
+    }
     redisAsyncContext *ac =
         w->port ? redisAsyncConnect(w->host, w->port) : redisAsyncConnectUnix(w->host);
     if (!ac || ac->err) {

@@ -66,6 +66,8 @@ static const key_def keys[] = {
     STR("redis.prefix", redis.prefix, "pv:", 0),
     INT("redis.connect_timeout_ms", redis.connect_timeout_ms, "1000", 1, INT_MAX),
     INT("redis.command_timeout_ms", redis.command_timeout_ms, "2000", 1, INT_MAX),
+    {"redis.sentinels", KEY_LIST, OFF(redis.sentinels), OFF(redis.n_sentinels), "", 0, 0, 0},
+    STR("redis.master_name", redis.master_name, "", 0),
     {"gateway.listen", KEY_LIST, OFF(gateway.listen), OFF(gateway.n_listen),
      "localhost:8443,localhost:9002,localhost:5001", 0, 0, 0},
     INT("gateway.threads", gateway.threads, "16", 1, 256),
@@ -540,6 +542,10 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
     if (c->gateway.n_listen == 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "gateway.listen: at least one address is required");
+    if (c->redis.n_sentinels > 0 && (!c->redis.master_name || !c->redis.master_name[0]))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis.master_name: required with redis.sentinels (the name the "
+                             "sentinels monitor)");
     for (size_t i = 0; i < c->gateway.n_listen; i++)
         if (c->gateway.listen[i] == NULL || c->gateway.listen[i][0] == '\0')
             return pv_status_set(st, PV_INVALID_ARGUMENT, "gateway.listen[%zu]: is empty", i);

@@ -29,6 +29,10 @@ typedef struct pv_config {
         char *prefix;   /* redis.prefix: prepended to every key ("pv:") */
         int connect_timeout_ms; /* redis.connect_timeout_ms (1000) */
         int command_timeout_ms; /* redis.command_timeout_ms (2000) */
+        char **sentinels;       /* redis.sentinels: Redis Sentinel addresses (host:port, JSON
+                                   array or comma-separated); none = redis.addr directly */
+        size_t n_sentinels;
+        char *master_name; /* redis.master_name: the master the sentinels watch ("") */
     } redis;
 
     struct {

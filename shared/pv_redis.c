@@ -74,6 +74,9 @@ struct pv_redis {
     int connect_timeout_ms;
     int command_timeout_ms;
     int load_functions;
+    char **sentinels; /* NULL when Sentinel is not used */
+    size_t n_sentinels;
+    char *master_name;
 
     int sigpipe_ignored; /* SIGPIPE was SIG_IGN at the last (re)connect: no guard needed */
 
@@ -175,6 +178,9 @@ void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o) {
     o->connect_timeout_ms = c->redis.connect_timeout_ms;
     o->command_timeout_ms = c->redis.command_timeout_ms;
     o->load_functions = 1;
+    o->sentinels = (const char *const *)c->redis.sentinels;
+    o->n_sentinels = c->redis.n_sentinels;
+    o->master_name = c->redis.master_name;
 }
 
 /* The handle keeps the host (NULL for a unix socket, whose path is the address itself). */
@@ -184,6 +190,67 @@ static int parse_addr(pv_redis *r, pv_status *st) {
     if (rc != PV_OK || r->port == 0) return rc;
     r->host = strdup(host);
     return r->host ? PV_OK : pv_status_set(st, PV_INTERNAL, "redis: out of memory");
+}
+
+int pv_redis_sentinel_master(const char *const *sentinels, size_t n, const char *name,
+                             int timeout_ms, char *host, size_t hostlen, int *port, pv_status *st) {
+    char why[256] = "no sentinel configured";
+    for (size_t i = 0; i < n; i++) {
+        char shost[256];
+        int sport = 0;
+        pv_status pst;
+        if (pv_redis_parse_addr(sentinels[i], shost, sizeof shost, &sport, &pst) != PV_OK ||
+            sport == 0) {
+            snprintf(why, sizeof why, "sentinel %s: not host:port", sentinels[i]);
+            continue;
+        }
+        struct timeval tv = ms_to_tv(timeout_ms > 0 ? timeout_ms : 1000);
+        redisContext *c = redisConnectWithTimeout(shost, sport, tv);
+        if (!c || c->err) {
+            snprintf(why, sizeof why, "sentinel %s: %s", sentinels[i], c ? c->errstr : "no memory");
+            if (c) redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv);
+        redisReply *rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", name);
+        bool ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_STRING &&
+                  rep->element[1]->type == REDIS_REPLY_STRING;
+        if (ok) {
+            snprintf(host, hostlen, "%s", rep->element[0]->str);
+            *port = atoi(rep->element[1]->str);
+        } else {
+            snprintf(why, sizeof why, "sentinel %s: no master named %s (%s)", sentinels[i], name,
+                     rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no address");
+        }
+        if (rep) freeReplyObject(rep);
+        redisFree(c);
+        if (ok && *port > 0) return PV_OK;
+    }
+    return pv_status_set(st, PV_UNAVAILABLE, "redis master %s: %s", name, why);
+}
+
+/* With Sentinel: the current master's address becomes the handle's. */
+static int resolve_master(pv_redis *r, pv_status *st) {
+    char host[256];
+    int port = 0;
+    if (pv_redis_sentinel_master((const char *const *)r->sentinels, r->n_sentinels, r->master_name,
+                                 r->connect_timeout_ms, host, sizeof host, &port, st) != PV_OK)
+        return st->code;
+    char addr[300];
+    snprintf(addr, sizeof addr, "%s:%d", host, port);
+    char *h = strdup(host), *a = strdup(addr);
+    if (!h || !a) {
+        free(h);
+        free(a);
+        return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
+    }
+    free(r->host);
+    free(r->addr);
+    r->host = h;
+    r->addr = a;
+    r->port = port;
+    return PV_OK;
 }
 
 /* Frees the context; replies it still owed become lost. */
@@ -310,6 +377,19 @@ static int handshake(pv_redis *r, pv_status *st) {
         const char *argv[] = {"SELECT", db};
         rc = handshake_step(r, "SELECT", 2, argv, NULL, st);
     }
+    if (rc == PV_OK && r->n_sentinels > 0) {
+        /* right after a failover the sentinels may still name the old master, now a replica */
+        redisReply *role = redisCommand(r->ctx, "ROLE");
+        if (!role) return io_failure(r, errno, st);
+        bool master = role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
+                      role->element[0]->type == REDIS_REPLY_STRING &&
+                      strcmp(role->element[0]->str, "master") == 0;
+        freeReplyObject(role);
+        if (!master)
+            rc = pv_status_set(st, PV_UNAVAILABLE,
+                               "redis %s: not a master (a failover of %s is under way)", r->addr,
+                               r->master_name);
+    }
     if (rc == PV_OK && r->load_functions) rc = load_libraries(r, st);
     return rc;
 }
@@ -323,6 +403,7 @@ static int set_timeout(pv_redis *r, int ms, pv_status *st) {
 int pv_redis_connect(pv_redis *r, pv_status *st) {
     if (r->ctx != NULL && r->pending == 0 && peer_closed(r->ctx)) drop(r);
     if (r->ctx != NULL) return PV_OK;
+    if (r->n_sentinels > 0 && resolve_master(r, st) != PV_OK) return st->code;
 
     struct timeval tv = ms_to_tv(r->connect_timeout_ms);
     if (r->host == NULL)
@@ -371,6 +452,13 @@ int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
     r->connect_timeout_ms = opts->connect_timeout_ms;
     r->command_timeout_ms = opts->command_timeout_ms;
     r->load_functions = opts->load_functions;
+    if (opts->n_sentinels > 0) {
+        r->sentinels = calloc(opts->n_sentinels, sizeof *r->sentinels);
+        r->master_name = strdup(opts->master_name ? opts->master_name : "");
+        for (size_t i = 0; r->sentinels && i < opts->n_sentinels; i++)
+            r->sentinels[i] = strdup(opts->sentinels[i]);
+        r->n_sentinels = r->sentinels ? opts->n_sentinels : 0;
+    }
     r->sigpipe_ignored = sigpipe_is_ignored();
     if (r->addr == NULL || (opts->password != NULL && opts->password[0] && r->password == NULL)) {
         pv_redis_free(r);
@@ -393,6 +481,10 @@ void pv_redis_free(pv_redis *r) {
         explicit_bzero(r->password, strlen(r->password));
         free(r->password);
     }
+    for (size_t i = 0; i < r->n_sentinels; i++)
+        free(r->sentinels[i]);
+    free(r->sentinels);
+    free(r->master_name);
     free(r->addr);
     free(r->host);
     free(r);
@@ -415,6 +507,12 @@ static int finish(pv_redis *r, redisReply *reply, int saved_errno, redisReply **
     if (out != NULL) *out = NULL;
     if (reply == NULL) return io_failure(r, saved_errno, st);
     if (reply->type == REDIS_REPLY_ERROR) {
+        if (strncmp(reply->str, "READONLY", 8) == 0) { /* a master demoted by a failover */
+            pv_status_set(st, PV_UNAVAILABLE, "redis %s is a replica now: %s", r->addr, reply->str);
+            freeReplyObject(reply);
+            drop(r);
+            return PV_UNAVAILABLE;
+        }
         int code = pv_redis_error_status(reply->str, reply->len, st);
         freeReplyObject(reply);
         return code;

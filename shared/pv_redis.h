@@ -33,6 +33,13 @@ typedef struct pv_redis_opts {
     int connect_timeout_ms;
     int command_timeout_ms; /* 0 = block forever (only for dedicated blocking readers) */
     int load_functions;     /* non-zero: FUNCTION LOAD REPLACE on every connect */
+    /* Redis Sentinel: when n_sentinels > 0, addr is only a fallback for messages; every
+     * (re)connect asks the sentinels (host:port, in order) for master_name's address and checks
+     * the server it reaches is a master, so a failover costs the commands in flight at that
+     * moment. A READONLY reply (the old master, now a replica) drops the connection too. */
+    const char *const *sentinels;
+    size_t n_sentinels;
+    const char *master_name;
 } pv_redis_opts;
 
 typedef struct pv_redis pv_redis;
@@ -44,6 +51,12 @@ void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o);
 /* Splits an address: "host:port" ("[v6]:port" loses its brackets) or a unix socket path (then
  * host = the path and *port = 0). PV_INVALID_ARGUMENT naming the address otherwise. */
 int pv_redis_parse_addr(const char *addr, char *host, size_t hostlen, int *port, pv_status *st);
+
+/* Asks the sentinels, in order, for the address of master `name` (SENTINEL
+ * get-master-addr-by-name) into host and *port; each within timeout_ms. PV_UNAVAILABLE naming
+ * the sentinels when none answers with an address. */
+int pv_redis_sentinel_master(const char *const *sentinels, size_t n, const char *name,
+                             int timeout_ms, char *host, size_t hostlen, int *port, pv_status *st);
 
 /* Allocates a handle; does not connect (the first command does). Returns PV_OK or PV_INTERNAL. */
 int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st);

@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""End-to-end test of Redis Sentinel failover: the stack's Redis is the master, a second
+redis-server its replica, a redis sentinel (quorum 1, down after 1 s) watches them, and every
+process finds the master through the sentinel (redis.sentinels, redis.master_name). The master
+is killed with SIGKILL; once the sentinel has promoted the replica, operations are submitted,
+run by the worker and waited on through the same gateway, without restarting anything.
+"""
+import os
+import subprocess
+import time
+import unittest
+
+import grpc
+
+import pvtest
+from pivirt.operations.v1 import operations_pb2 as O, operations_pb2_grpc
+
+SENTINEL_PORT = pvtest.free_port()
+
+
+class Failover(unittest.TestCase):
+    def setUp(self):
+        self.stack = pvtest.Stack(gateways=1, workers=1, config={
+            "redis": {"sentinels": ["127.0.0.1:%d" % SENTINEL_PORT], "master_name": "pvmaster"}})
+        self.stack.redis.start()
+        master = self.stack.redis.port
+        self.replica_dir = os.path.join(self.stack.tmpdir, "replica")
+        os.makedirs(self.replica_dir)
+        self.replica_port = pvtest.free_port()
+        self.procs = []
+        self.procs.append(subprocess.Popen(
+            [pvtest.REDIS_SERVER, "--port", str(self.replica_port), "--bind", "127.0.0.1",
+             "--dir", self.replica_dir, "--save", "", "--appendonly", "yes",
+             "--replicaof", "127.0.0.1", str(master)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        conf = os.path.join(self.stack.tmpdir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\nsentinel monitor pvmaster 127.0.0.1 %d 1\n"
+                    "sentinel down-after-milliseconds pvmaster 1000\n"
+                    "sentinel failover-timeout pvmaster 3000\n" % (SENTINEL_PORT, master))
+        self.procs.append(subprocess.Popen([pvtest.REDIS_SERVER, conf, "--sentinel"],
+                                           stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL))
+        self.wait_for(lambda: self.sentinel_master() == str(master))
+        self.wait_for(lambda: "master_link_status:up" in self.replica_info())
+        self.stack.start()
+
+    def tearDown(self):
+        self.stack.stop()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+    def wait_for(self, fn, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if fn():
+                    return
+            except (OSError, subprocess.SubprocessError):
+                pass
+            time.sleep(0.2)
+        self.fail("condition not met within %d s" % timeout)
+
+    def redis_cli(self, port, *args):
+        return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True,
+                              text=True, timeout=5).stdout
+
+    def sentinel_master(self):
+        out = self.redis_cli(SENTINEL_PORT, "SENTINEL", "get-master-addr-by-name", "pvmaster")
+        lines = out.split()
+        return lines[1] if len(lines) == 2 else None
+
+    def replica_info(self):
+        return self.redis_cli(self.replica_port, "INFO", "replication")
+
+    def run_op(self, ops, target, timeout=30):
+        """Submits a test operation and waits for it, retrying while Redis is failing over."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                op = ops.CreateTestOperation(O.CreateTestOperationRequest(
+                    kind="test.sleep", target=target, params={"ms": "10"}), timeout=5)
+                return ops.WaitOperation(O.WaitOperationRequest(id=op.id, timeout_seconds=20),
+                                         timeout=25)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def test_failover_keeps_the_control_plane_working(self):
+        ops = operations_pb2_grpc.OperationServiceStub(self.stack.channel(0))
+        before = self.run_op(ops, "before")
+        self.assertEqual(before.status, O.OPERATION_STATUS_SUCCEEDED, before)
+        self.stack.redis.kill9()
+        self.wait_for(lambda: self.sentinel_master() == str(self.replica_port))
+        self.wait_for(lambda: "role:master" in self.replica_info())
+        after = self.run_op(ops, "after")
+        self.assertEqual(after.status, O.OPERATION_STATUS_SUCCEEDED, after)
+        # the new master holds the operations, the one from before the failover too
+        got = ops.GetOperation(O.GetOperationRequest(id=before.id), timeout=10)
+        self.assertEqual(got.status, O.OPERATION_STATUS_SUCCEEDED)
+        self.assertTrue(all(p.alive() for p in self.stack.procs))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
