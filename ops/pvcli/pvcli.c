@@ -514,8 +514,7 @@ static void print_table(const char *columns, json_t *rows) {
         for (size_t r = 0; r < nr; r++) {
             char buf[512];
             json_t *v = json_object_get(json_array_get(rows, r), names[c]);
-            if (v)
-                human(names[c], v, buf, sizeof buf);
+            if (v) human(names[c], v, buf, sizeof buf);
             if (!v || !buf[0]) snprintf(buf, sizeof buf, "-"); /* columns stay aligned */
             cells[(r + 1) * nc + c] = strdup(buf);
             size_t w = strlen(buf);
@@ -638,6 +637,17 @@ static const command *find_command(const char *noun, const char *verb) {
     return NULL;
 }
 
+/* The command of a noun that has a single verb, else NULL. */
+static const command *only_verb(const char *noun) {
+    const command *found = NULL;
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(k_commands[i].noun, noun) != 0) continue;
+        if (found) return NULL;
+        found = &k_commands[i];
+    }
+    return found;
+}
+
 /* Whether the positional arguments past the last one still go to it (a repeated field). */
 static bool repeats_last(const command *cmd, size_t pos) {
     if (pos == 0 || (pos < 3 && cmd->positional[pos])) return false;
@@ -701,6 +711,10 @@ int main(int argc, char **argv) {
         return i >= argc ? 2 : 0;
     }
     const command *cmd = find_command(noun, argv[i]);
+    if (!cmd && only_verb(noun)) { /* a noun with one verb needs none: pvcli capacity APP ... */
+        cmd = only_verb(noun);
+        i--;
+    }
     if (!cmd) {
         fprintf(stderr, "pvcli: %s has no verb %s\n", noun, argv[i]);
         usage(stderr, noun);

@@ -112,7 +112,7 @@ class Pvcli(unittest.TestCase):
                 t.add(os.path.join(root, "run.sh"), arcname="run.sh")
         deploy = ("--podname", "local", "--entrypoint.name", "web", "--resources",
                   'cpumem={"memory-request":"16M"}')
-        out, _ = self.ok("capacity", "calc", "hi", "--count", "1", *deploy, "-o", "json")
+        out, _ = self.ok("capacity", "hi", "--count", "1", *deploy, "-o", "json")
         self.assertGreaterEqual(int(json.loads(out)["total"]), 1)
         out, _ = self.ok("workload", "deploy", "hi", "--image", "hi:1", "--count", "2",
                          "--entrypoint.commands", "/bin/sh", "--entrypoint.commands", "run.sh",
