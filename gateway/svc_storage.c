@@ -16,6 +16,7 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_op.h"
+#include "pv_registry.h"
 #include "pv_storage.h"
 #include "pv_validate.h"
 
@@ -214,6 +215,16 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     *pending = false;
     gw_app *app = app_of(call);
     pv_redis *r = gw_app_redis(call);
+    /* an operation no agent would take would sit on its lock until someone cancels it */
+    bool alive = false;
+    int arc = pv_registry_get_alive(r, &app->keys, node, &alive, NULL, st);
+    if (arc == PV_NOT_FOUND)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "node %s (which holds the pool) is not registered", node);
+    if (arc != PV_OK) return arc;
+    if (!alive)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "the agent of node %s, which holds the pool, is not running", node);
     char queue[300];
     snprintf(queue, sizeof queue, "node:%s", node);
     char *text = json_dumps(params, JSON_COMPACT);

@@ -128,6 +128,11 @@ class Storage(unittest.TestCase):
             self.assertIn(part, msg)
         got, _ = self.err(self.st.GetPool, S.GetPoolRequest(name="nope"))
         self.assertEqual(got, grpc.StatusCode.NOT_FOUND)
+        # a pool on a node without a running agent: refused at once, nothing left pending
+        got, msg = self.err(self.st.CreatePool, S.CreatePoolRequest(
+            name="far", type=S.POOL_TYPE_DIR, config={"path": "/tmp/far", "node": "ghost"}))
+        self.assertEqual(got, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("node ghost (which holds the pool) is not registered", msg)
         self.st.DeletePool(S.DeletePoolRequest(name="fast-pool"), timeout=30)
 
     def test_b_volumes(self):
