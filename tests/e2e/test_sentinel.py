@@ -43,6 +43,10 @@ class Failover(unittest.TestCase):
                                            stderr=subprocess.DEVNULL))
         self.wait_for(lambda: self.sentinel_master() == str(master))
         self.wait_for(lambda: "master_link_status:up" in self.replica_info())
+        # the sentinel learns the replicas from the master's INFO (every 10 s): a failover
+        # needs it to know one
+        self.wait_for(lambda: str(self.replica_port) in self.redis_cli(
+            SENTINEL_PORT, "SENTINEL", "replicas", "pvmaster"))
         self.stack.start()
 
     def tearDown(self):
