@@ -305,10 +305,17 @@ class Storage(unittest.TestCase):
                                          timeout=120)
         tmp = None
         deadline = pvtest.time.monotonic() + 20
-        while tmp is None and pvtest.time.monotonic() < deadline:
+        while tmp is None and not fut.done() and pvtest.time.monotonic() < deadline:
             found = [f for f in os.listdir(self.pool_dir) if f.startswith(".pvtmp-")]
             tmp = found[0] if found else None
             pvtest.time.sleep(0.01)
+        if tmp is None and fut.done():
+            # a file system with reflinks clones at once: there is no middle to kill it in
+            c = fut.result()
+            self.assertTrue(qemu_io(self.path(c), "read -P 0x66 0 768M")[0])
+            for v in (c, src):
+                self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+            self.skipTest("the clone was a reflink, done before it could be interrupted")
         self.assertIsNotNone(tmp, "the clone never started copying")
         agent.kill9()
         # no half-written volume: no record, no volume file of that name
