@@ -882,3 +882,15 @@ def ensure_libvirtd(timeout=20.0):
             return None
         time.sleep(0.2)
     return "libvirtd did not answer within %.0f s" % timeout
+
+
+def make_tls_cert(directory=None):
+    """A self-signed certificate for localhost: (key path, certificate path, certificate
+    bytes to trust as the root)."""
+    directory = directory or tempfile.mkdtemp(prefix="pv-tls-")
+    key, crt = os.path.join(directory, "key.pem"), os.path.join(directory, "crt.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", key, "-out", crt], check=True, capture_output=True)
+    with open(crt, "rb") as f:
+        return key, crt, f.read()

@@ -216,14 +216,7 @@ class PvcliAuth(unittest.TestCase):
 
 class PvcliTLS(unittest.TestCase):
     def test_tls_ca(self):
-        import tempfile
-        tmp = tempfile.mkdtemp(prefix="pv-tls-")
-        key, crt = os.path.join(tmp, "key.pem"), os.path.join(tmp, "crt.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                        "-keyout", key, "-out", crt], check=True, capture_output=True)
-        with open(crt, "rb") as f:
-            root = f.read()
+        key, crt, root = pvtest.make_tls_cert()
         stack = pvtest.Stack(gateways=1, config={"gateway": {"tls_cert": crt, "tls_key": key}})
         stack.start(tls_root=root)
         try:
