@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 import unittest
 
