@@ -23,7 +23,9 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_registry.h"
+#include "pv_deploy.h"
 #include "pv_resv.h"
+#include "pv_sched.h"
 #include "pv_upgrade.h"
 #include "pv_workload.h"
 
@@ -263,6 +265,53 @@ static int replacement_deploy(wk_op *op, const pv_workload *w, const char *node,
     return rc;
 }
 
+/* Whether w's replacement would fit on another node now: the scheduler's count, nothing
+ * reserved. For max_surge 0, where the old one stops before its replacement is placed. */
+static int fits_elsewhere(wk_op *op, const wk_drain_opts *d, const pv_workload *w, bool *fits,
+                          char *why, size_t cap, pv_status *st) {
+    *fits = false;
+    char *b64 = NULL;
+    pv_status dst;
+    int rc = replacement_deploy(op, w, d->node, &b64, &dst);
+    if (rc == PV_FAILED_PRECONDITION) {
+        snprintf(why, cap, "%s", dst.msg);
+        return PV_OK;
+    }
+    if (rc != PV_OK) {
+        *st = dst;
+        return rc;
+    }
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    rc = pv_b64_decode("deploy", b64, &bytes, &len, st);
+    free(b64);
+    if (rc != PV_OK) return rc;
+    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!o) return pv_status_set(st, PV_INTERNAL, "workload %s: unreadable deploy", w->id);
+    char *body = NULL, *reply = NULL;
+    const pv_config *cfg = wk_op_config(op);
+    pv_sched_call_opts so = {.timeout_ms = cfg ? cfg->scheduler.request_timeout_ms : 10000};
+    rc = pv_deploy_plan_body(o, NULL, &body, st);
+    pb__deploy_options__free_unpacked(o, NULL);
+    if (rc == PV_OK)
+        rc = pv_sched_call(wk_op_redis(op), wk_op_keys(op), "capacity", body, &so, &reply, &dst);
+    free(body);
+    if (rc == PV_OK) {
+        json_t *j = json_loads(reply, 0, NULL);
+        *fits = json_integer_value(json_object_get(j, "total")) >= 1;
+        if (!*fits) snprintf(why, cap, "no other node has room for it");
+        json_decref(j);
+    } else if (rc == PV_RESOURCE_EXHAUSTED || rc == PV_FAILED_PRECONDITION) {
+        snprintf(why, cap, "%s", dst.msg);
+        rc = PV_OK;
+    } else {
+        *st = dst;
+    }
+    free(reply);
+    return rc;
+}
+
 static bool is_daemon(const pv_workload *w) {
     json_t *labels = json_loads(w->labels ? w->labels : "{}", 0, NULL);
     const char *v = json_string_value(json_object_get(labels, WK_DAEMON_LABEL));
@@ -405,6 +454,17 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
                                  w[i].name, i + 1, n)) != PV_OK)
             return wk_op_stop_code(op, st);
         if (d->stop_first) { /* max_surge 0: no replacement runs next to the old one */
+            bool fits = false;
+            char why[PV_STATUS_MSG_MAX] = "";
+            if ((rc = fits_elsewhere(op, d, &w[i], &fits, why, sizeof why, st)) != PV_OK) return rc;
+            if (!fits) { /* stopping it first would lose it: it stays */
+                t->left++;
+                wk_op_progress(op, pct,
+                               "%s (%s) stays on node %s: it cannot be placed elsewhere "
+                               "(%s)",
+                               w[i].name, w[i].id, d->node, why);
+                continue;
+            }
             if ((rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
         }
         placed p;

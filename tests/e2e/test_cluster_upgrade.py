@@ -324,6 +324,14 @@ class Upgrade(unittest.TestCase):
         # complete for the first time: the schedulers record it without anyone reading it
         key = self.stack.prefix + "{reg}:pod:" + made.id
         self.assertTrue(self.wait(lambda: self.stack.redis.cmd("HGET", key, "formed_ms")))
+        # a workload on the only node: it cannot go elsewhere, so it stays through upgrades
+        opts = core_pb2.DeployOptions(
+            name="solo", entrypoint=core_pb2.EntrypointOptions(name="web",
+                                                              commands=["/bin/sh", "run.sh"]),
+            podname="cluster-abc123", image="up:1", count=1,
+            resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
+        solo = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertTrue(solo[0].success, solo)
         body = json.dumps({"cluster_id": "cluster-abc123", "target_version": "v0.0.90",
                            "strategy": {"type": "UPGRADE_TYPE_ROLLING", "max_surge": 1,
                                         "max_unavailable": 0}})
@@ -341,6 +349,19 @@ class Upgrade(unittest.TestCase):
         self.assertEqual((s.phase, s.nodes_total, s.nodes_upgraded),
                          (C.UPGRADE_PHASE_SUCCEEDED, 1, 1))
         self.assertEqual(self.cluster("cluster-abc123").version, "v0.0.90")
+        # max_surge 0 stops a workload before placing its replacement: one that cannot be
+        # placed elsewhere is not stopped at all
+        op = self.cs.UpgradeCluster(C.UpgradeClusterRequest(
+            cluster_id="cluster-abc123", target_version="v0.0.91",
+            strategy=C.UpgradeStrategy(type=C.UPGRADE_TYPE_ROLLING, max_surge=0)), timeout=10)
+        end = self.ops.WaitOperation(O.WaitOperationRequest(id=op.id, timeout_seconds=60),
+                                     timeout=65)
+        self.assertEqual(end.status, O.OPERATION_STATUS_SUCCEEDED, end)
+        left = [w.id for w in self.core.ListWorkloads(
+            core_pb2.ListWorkloadsOptions(appname="solo"), timeout=10)]
+        self.assertEqual(left, [solo[0].id])
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=left, force=True),
+                                      timeout=60))
 
 
 if __name__ == "__main__":
