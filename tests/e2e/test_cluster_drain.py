@@ -18,6 +18,8 @@ DRAINING. Stops that name no grace (RemoveNode, DeleteCluster) take worker.stop_
           still has two instances, now on dn2/dn3 and running, the old processes gone (after
           SIGKILL) and their records removed; the daemon stays on dn1; progress names the moves.
   test_c  CancelOperation stops a drain midway: CANCELLED, the node stays cordoned.
+  test_c2 the ops worker running a drain is SIGKILLed after its first move: the other worker
+          takes it over after the lease and finishes it; exactly the app's instances remain.
   test_d  RemoveNode moves the node's workloads off and deletes its record (both APIs stop
           seeing it); a daemon goes with its node.
   test_e  DeleteCluster refuses while workloads would be lost (naming them); forced, it stops
@@ -49,7 +51,7 @@ def setUpModule():
     global _stack
     _stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
                           agents=[(n, "") for n in NODES],
-                          config={"worker": {"heartbeat_seconds": 1,
+                          config={"worker": {"heartbeat_seconds": 1, "lease_ms": 2000,
                                              "status_interval_seconds": 1,
                                              "stop_grace_seconds": 1,
                                              "disk_pressure_percent": 1,
@@ -245,6 +247,37 @@ class Drain(unittest.TestCase):
         left = self.app("slow")
         self.assertGreaterEqual(len(left), 3)  # nothing lost
         self.assertTrue(any(n == "dn2" for n in left.values()), left)  # not all moved
+        self.uncordon("dn2")
+
+    def test_c2_worker_killed_mid_drain(self):
+        # the ops worker running a drain dies (SIGKILL) after its first move: the other worker
+        # takes the operation over when the lease runs out and finishes it from its journal,
+        # without moving a workload twice or losing one
+        self.uncordon("dn2")
+        self.uncordon("dn3")
+        msgs = self.deploy("chaos", 3, nodes=("dn2",))
+        op = self.cs.DrainNode(C.DrainNodeRequest(cluster_id="drn", node_id="dn2",
+                                                  grace_period_seconds=1), timeout=10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            cur = self.ops.GetOperation(O.GetOperationRequest(id=op.id), timeout=10)
+            if "(2 of " in cur.message or cur.done:  # the first one has moved
+                break
+            time.sleep(0.05)
+        self.assertFalse(cur.done, "%s %s %s" % (cur.status, cur.message, cur.error.message))
+        victim = [w for w in self.stack.workers if cur.worker.endswith("-%d" % w.pid)]
+        self.assertEqual(len(victim), 1, (cur.worker, [w.pid for w in self.stack.workers]))
+        victim[0].kill9()
+        done = self.wait_op(op.id, timeout=90)
+        self.assertEqual(done.status, O.OPERATION_STATUS_SUCCEEDED, done)
+        self.assertNotEqual(done.worker, cur.worker)  # finished by the other worker
+        self.assertGreaterEqual(done.attempts, 2)
+        now = self.app("chaos")
+        self.assertEqual(len(now), 3, now)  # no instance lost, none made twice
+        self.assertEqual(len(self.app("web")), 2)
+        self.assertNotIn("dn2", now.values())
+        self.assertFalse(set(now) & {m.id for m in msgs})
+        victim[0].start()
         self.uncordon("dn2")
 
     def test_d_remove_node(self):
