@@ -7,6 +7,8 @@
  */
 #include "op_convert.h"
 
+#include <time.h>
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,4 +125,26 @@ void op_convert_reply(gw_call *c, const pv_op *op) {
     }
     gw_call_reply(c, &m.msg.base);
     op_convert_free(&m);
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, int64_t max_ms,
+                    pv_op *rec, pv_status *st) {
+    int64_t budget = max_ms, left = gw_call_deadline_ms(c);
+    if (left != INT64_MAX && left - 200 < budget) budget = left - 200;
+    int64_t until = mono_ms() + budget;
+    long pause_ms = 5;
+    for (;;) {
+        if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
+        if (pv_op_done(rec) || mono_ms() >= until || gw_call_is_closed(c)) return PV_OK;
+        pv_op_clear(rec);
+        struct timespec ts = {0, pause_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        if (pause_ms < 100) pause_ms *= 2;
+    }
 }

@@ -15,6 +15,7 @@
 #include "gw_server.h"
 #include "pivirt/operations/v1/operations.pb-c.h"
 #include "pv_op.h"
+#include "pv_redis.h"
 
 typedef struct op_convert_msg {
     Pivirt__Operations__V1__Operation msg;
@@ -34,6 +35,13 @@ void op_convert_free(op_convert_msg *m);
 /* Converts and queues op on c (gw_call_send). Returns 0, or -1 when the call is gone or
  * memory ran out. */
 int op_convert_send(gw_call *c, const pv_op *op);
+
+/* Waits for operation id to end, at most max_ms and a little less than the call's deadline, or
+ * until the client goes; *rec is the record as it is then (done or not). For calls that answer
+ * once a short operation ended: the record is read again after 5 ms, then at doubling intervals
+ * up to 100 ms, so a quick operation answers quickly and a slow one costs few reads. */
+int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, int64_t max_ms,
+                    pv_op *rec, pv_status *st);
 
 /* The whole of a unary answer: op then OK (INTERNAL if it cannot be converted). */
 void op_convert_reply(gw_call *c, const pv_op *op);

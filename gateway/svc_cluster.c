@@ -206,34 +206,43 @@ static int node_fill(const pv_node *n, pv_node_state state, node_msg *m) {
     return PV_OK;
 }
 
+/* The upgrade record of the node's cluster, read once per cluster and kept in cache (a JSON
+ * object: cluster id -> record, or null when it has none). Borrowed from the cache. */
+static json_t *upgrade_record_of(gw_call *call, json_t *cache, const char *pod_id) {
+    json_t *rec = json_object_get(cache, pod_id);
+    if (rec) return json_is_null(rec) ? NULL : rec;
+    pv_status st;
+    if (pv_upgrade_get(gw_app_redis(call), keys_of(call), pod_id, &rec, &st) != PV_OK) rec = NULL;
+    json_object_set_new(cache, pod_id, rec ? rec : json_null());
+    return rec;
+}
+
 /* DRAINING while an operation drains n; ERROR when the cluster's last upgrade failed to roll
- * it back; else 0. A failed read shows the node as its record says. */
-static pv_node_state node_state_now(gw_call *call, const pv_node *n) {
+ * it back (upgrade: its cluster's upgrade record, may be NULL); else 0. A failed read shows the
+ * node as its record says. */
+static pv_node_state node_state_now(gw_call *call, const pv_node *n, json_t *upgrade) {
     bool draining = false;
     pv_status st;
     if (pv_cluster_node_draining(gw_app_redis(call), keys_of(call), n, &draining, &st) != PV_OK)
         pv_warn("node %s: drain state not read: %s", n->name, st.msg);
     if (draining) return PV_NODE_DRAINING;
-    json_t *rec = NULL;
-    pv_node_state state = 0;
-    if (pv_upgrade_get(gw_app_redis(call), keys_of(call), n->pod_id, &rec, &st) == PV_OK &&
-        json_integer_value(json_object_get(rec, "phase")) == PV_UPGRADE_FAILED) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(json_object_get(rec, "nodes"), i, x) {
-            const char *id = json_string_value(json_object_get(x, "id"));
-            if (id && strcmp(id, n->id) == 0 &&
-                json_integer_value(json_object_get(x, "state")) == PV_NODE_UPGRADE_FAILED)
-                state = PV_NODE_ERROR;
-        }
+    if (json_integer_value(json_object_get(upgrade, "phase")) != PV_UPGRADE_FAILED) return 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(upgrade, "nodes"), i, x) {
+        const char *id = json_string_value(json_object_get(x, "id"));
+        if (id && strcmp(id, n->id) == 0 &&
+            json_integer_value(json_object_get(x, "state")) == PV_NODE_UPGRADE_FAILED)
+            return PV_NODE_ERROR;
     }
-    json_decref(rec);
-    return state;
+    return 0;
 }
 
 static int send_node(gw_call *call, const pv_node *n) {
     node_msg m;
-    node_fill(n, node_state_now(call, n), &m);
+    json_t *cache = json_object();
+    node_fill(n, node_state_now(call, n, upgrade_record_of(call, cache, n->pod_id)), &m);
+    json_decref(cache);
     int rc = gw_call_send(call, &m.msg.base);
     node_msg_free(&m);
     return rc;
@@ -538,9 +547,11 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     pv_node *nodes = NULL;
     size_t n = 0;
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &n, &st);
+    json_t *upgrades = json_object(); /* each cluster's upgrade record, read once */
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         node_msg m;
-        node_fill(&nodes[i], node_state_now(call, &nodes[i]), &m);
+        json_t *up = upgrade_record_of(call, upgrades, nodes[i].pod_id);
+        node_fill(&nodes[i], node_state_now(call, &nodes[i], up), &m);
         bool keep = pv_cluster_labels_match(nodes[i].labels, want) &&
                     (req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED ||
                      req->role == m.msg.role) &&
@@ -549,6 +560,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
         if (keep && gw_call_send(call, &m.msg.base) != 0) rc = PV_CANCELLED;
         node_msg_free(&m);
     }
+    json_decref(upgrades);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
@@ -673,27 +685,6 @@ static void on_get_metrics(gw_call *call, const ProtobufCMessage *msg) {
  * cordoning takes one registry write, so a worker normally finishes it well within this. */
 #define NODE_OP_WAIT_MS 5000
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-/* Waits for op_id to end, at most NODE_OP_WAIT_MS and a little less than the call's deadline;
- * *rec is the record as it is then. */
-static int wait_op(gw_call *call, pv_redis *r, const char *op_id, pv_op *rec, pv_status *st) {
-    int64_t budget = NODE_OP_WAIT_MS, left_ms = gw_call_deadline_ms(call);
-    if (left_ms != INT64_MAX && left_ms - 100 < budget) budget = left_ms - 100;
-    int64_t until = mono_ms() + budget;
-    for (;;) {
-        if (pv_op_get(r, keys_of(call), op_id, rec, st) != PV_OK) return st->code;
-        if (pv_op_done(rec) || mono_ms() >= until || gw_call_is_closed(call)) return PV_OK;
-        pv_op_clear(rec);
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* What an Operation-answering call submits. */
 typedef struct op_req {
     const char *kind, *target;
@@ -726,7 +717,8 @@ static void answer_op(gw_call *call, const op_req *o) {
     if (rc == PV_OK) {
         pv_info("%s target=%s params=%s op=%s%s", o->kind, o->target, params, sub.id,
                 existed ? " (existing, same x-request-id)" : "");
-        if (o->wait) rc = wait_op(call, r, sub.id, &rec, &st);
+        if (o->wait)
+            rc = op_convert_wait(call, r, keys_of(call), sub.id, NODE_OP_WAIT_MS, &rec, &st);
     }
     if (rc == PV_OK)
         op_convert_reply(call, o->wait ? &rec : &sub);

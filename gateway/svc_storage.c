@@ -52,12 +52,6 @@ static void finish_status(gw_call *call, const pv_status *st) {
     gw_call_finish(call, st->code, st->msg);
 }
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* ---- maps and timestamps ---- */
 
 typedef struct str_entry {
@@ -245,21 +239,13 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     free(text);
     if (rc != PV_OK) return rc;
     pv_info("%s target=%s node=%s op=%s", kind, target, node, sub.id);
-    int64_t budget = MAX_WAIT_MS, left = gw_call_deadline_ms(call);
-    if (left != INT64_MAX && left - 200 < budget) budget = left - 200;
-    int64_t until = mono_ms() + (wait ? budget : 0);
-    pv_op rec = sub;
-    memset(&sub, 0, sizeof sub);
-    while (!pv_op_done(&rec) && mono_ms() < until && !gw_call_is_closed(call)) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-        pv_op now;
-        if (pv_op_get(r, &app->keys, rec.id, &now, st) != PV_OK) {
-            pv_op_clear(&rec);
-            return st->code;
-        }
-        pv_op_clear(&rec);
-        rec = now;
+    pv_op rec = {0};
+    if (wait) {
+        rc = op_convert_wait(call, r, &app->keys, sub.id, MAX_WAIT_MS, &rec, st);
+        pv_op_clear(&sub);
+        if (rc != PV_OK) return rc;
+    } else {
+        rec = sub;
     }
     if (!pv_op_done(&rec)) {
         *pending = true;
