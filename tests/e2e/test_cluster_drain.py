@@ -225,9 +225,11 @@ class Drain(unittest.TestCase):
             self.assertNotEqual(code, grpc.StatusCode.OK)
         self.assertEqual(self.app("agentd"), {daemon[0].id: "dn1"})
         # its replacements were deploys of their own, listed as operations
-        deploys = list(self.ops.ListOperations(O.ListOperationsRequest(kind="workload.create"),
-                                               timeout=10))
-        self.assertGreaterEqual(len(deploys), 2)
+        deploys = [d for d in self.ops.ListOperations(
+            O.ListOperationsRequest(kind="workload.create"), timeout=10)
+            if d.request_id.startswith(op.id + "/place/")]
+        self.assertEqual(sorted(d.request_id.rsplit("/", 1)[1] for d in deploys), sorted(old))
+        self.assertTrue(all(d.status == O.OPERATION_STATUS_SUCCEEDED for d in deploys))
 
     def test_c_cancel_leaves_node_cordoned(self):
         self.uncordon("dn2")
