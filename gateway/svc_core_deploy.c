@@ -68,6 +68,7 @@ typedef struct child {
     char after[32]; /* last output entry relayed */
     size_t reported, expected;
     json_t *pending; /* per-id calls: the ids not answered yet (id -> true); else NULL */
+    json_t *seen;    /* deploys: the instances (allocation ids) told already */
     int kind;        /* child_kind: what a lost id is answered with */
     bool done;
     bool checked; /* its record was read at least once (expected is known) */
@@ -304,6 +305,13 @@ static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
         const char *type = svc_nodeop_value(&out[i], "type");
         int sent = 0;
         if (strcmp(type, "workload") == 0) {
+            /* a redelivered child may write an instance's entry again: it is told once */
+            const char *alloc = svc_nodeop_value(&out[i], "alloc");
+            if (*alloc) {
+                if (!c->seen) c->seen = json_object();
+                if (json_object_get(c->seen, alloc)) continue;
+                json_object_set_new(c->seen, alloc, json_true());
+            }
             sent = send_instance(rl, &out[i]);
         } else if (strcmp(type, "controlled") == 0 && c->pending) {
             const char *wid = svc_nodeop_value(&out[i], "id");
@@ -486,8 +494,10 @@ static int submit(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_sta
 }
 
 static void relay_free(relay *rl) {
-    for (size_t i = 0; i < rl->n; i++)
+    for (size_t i = 0; i < rl->n; i++) {
         json_decref(rl->children[i].pending);
+        json_decref(rl->children[i].seen);
+    }
     free(rl->children);
 }
 

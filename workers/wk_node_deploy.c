@@ -497,8 +497,10 @@ static int report(wk_op *op, const instance *in, const char *answer, pv_status *
     json_t *pub = json_object_get(a, "publish"), *res = json_object_get(in->alloc, "resources");
     char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
     char *resources = res ? json_dumps(res, JSON_COMPACT) : NULL;
-    const char *fields[] = {"type",    "id",      "name",  "nodename", "podname",
-                            "publish", "success", "error", "resources"};
+    const char *alloc = json_string_value(json_object_get(in->alloc, "id"));
+    /* alloc: which instance this is, so a reader drops the repeat a redelivery may write */
+    const char *fields[] = {"type",    "id",      "name",  "nodename",  "podname",
+                            "publish", "success", "error", "resources", "alloc"};
     const char *values[] = {"workload",
                             err ? "" : json_string_value(json_object_get(a, "id")),
                             err ? "" : json_string_value(json_object_get(a, "name")),
@@ -507,8 +509,9 @@ static int report(wk_op *op, const instance *in, const char *answer, pv_status *
                             publish ? publish : "{}",
                             err ? "0" : "1",
                             err ? err : "",
-                            resources ? resources : "{}"};
-    int rc = wk_op_output(op, 9, fields, values, st);
+                            resources ? resources : "{}",
+                            alloc ? alloc : ""};
+    int rc = wk_op_output(op, 10, fields, values, st);
     free(publish);
     free(resources);
     json_decref(a);
