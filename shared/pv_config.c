@@ -68,6 +68,9 @@ static const key_def keys[] = {
     INT("redis.command_timeout_ms", redis.command_timeout_ms, "2000", 1, INT_MAX),
     {"redis.sentinels", KEY_LIST, OFF(redis.sentinels), OFF(redis.n_sentinels), "", 0, 0, 0},
     STR("redis.master_name", redis.master_name, "", 0),
+    STR("redis.durability", redis.durability, "async", 0),
+    INT("redis.wait_replicas", redis.wait_replicas, "1", 1, 64),
+    INT("redis.wait_timeout_ms", redis.wait_timeout_ms, "1000", 1, INT_MAX),
     {"gateway.listen", KEY_LIST, OFF(gateway.listen), OFF(gateway.n_listen),
      "localhost:8443,localhost:9002,localhost:5001", 0, 0, 0},
     INT("gateway.threads", gateway.threads, "16", 1, 256),
@@ -546,6 +549,11 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "redis.master_name: required with redis.sentinels (the name the "
                              "sentinels monitor)");
+    const char *dur = c->redis.durability ? c->redis.durability : "";
+    if (strcmp(dur, "async") != 0 && strcmp(dur, "replicated") != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis.durability: \"%.*s%s\" is not one of async, replicated",
+                             SHOWN(dur));
     for (size_t i = 0; i < c->gateway.n_listen; i++)
         if (c->gateway.listen[i] == NULL || c->gateway.listen[i][0] == '\0')
             return pv_status_set(st, PV_INVALID_ARGUMENT, "gateway.listen[%zu]: is empty", i);

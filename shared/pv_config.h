@@ -32,7 +32,12 @@ typedef struct pv_config {
         char **sentinels;       /* redis.sentinels: Redis Sentinel addresses (host:port, JSON
                                    array or comma-separated); none = redis.addr directly */
         size_t n_sentinels;
-        char *master_name; /* redis.master_name: the master the sentinels watch ("") */
+        char *master_name;   /* redis.master_name: the master the sentinels watch ("") */
+        char *durability;    /* redis.durability: "async" (default) or "replicated": a submitted
+                                operation is acknowledged only once redis.wait_replicas replicas
+                                hold it (WAIT), so a failover cannot lose it */
+        int wait_replicas;   /* redis.wait_replicas (1) */
+        int wait_timeout_ms; /* redis.wait_timeout_ms (1000) */
     } redis;
 
     struct {

@@ -466,6 +466,8 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
         rc = parse_record(rep->element[1], out, st);
     if (rc == PV_OK) *existed = strcmp(tag, "existed") == 0;
     freeReplyObject(rep);
+    if (rc == PV_OK) rc = pv_redis_confirm_durable(r, st);
+    if (rc != PV_OK) pv_op_clear(out);
     return rc;
 }
 

@@ -77,6 +77,8 @@ struct pv_redis {
     char **sentinels; /* NULL when Sentinel is not used */
     size_t n_sentinels;
     char *master_name;
+    int wait_replicas;
+    int wait_timeout_ms;
 
     int sigpipe_ignored; /* SIGPIPE was SIG_IGN at the last (re)connect: no guard needed */
 
@@ -181,6 +183,10 @@ void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o) {
     o->sentinels = (const char *const *)c->redis.sentinels;
     o->n_sentinels = c->redis.n_sentinels;
     o->master_name = c->redis.master_name;
+    if (c->redis.durability && strcmp(c->redis.durability, "replicated") == 0) {
+        o->wait_replicas = c->redis.wait_replicas;
+        o->wait_timeout_ms = c->redis.wait_timeout_ms;
+    }
 }
 
 /* The handle keeps the host (NULL for a unix socket, whose path is the address itself). */
@@ -452,6 +458,8 @@ int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
     r->connect_timeout_ms = opts->connect_timeout_ms;
     r->command_timeout_ms = opts->command_timeout_ms;
     r->load_functions = opts->load_functions;
+    r->wait_replicas = opts->wait_replicas > 0 ? opts->wait_replicas : 0;
+    r->wait_timeout_ms = opts->wait_timeout_ms > 0 ? opts->wait_timeout_ms : 1000;
     if (opts->n_sentinels > 0) {
         r->sentinels = calloc(opts->n_sentinels, sizeof *r->sentinels);
         r->master_name = strdup(opts->master_name ? opts->master_name : "");
@@ -631,6 +639,20 @@ int pv_redis_fcall(pv_redis *r, const char *fn, int nkeys, const char **keys, in
 }
 
 /* ---- error replies ---- */
+
+int pv_redis_confirm_durable(pv_redis *r, pv_status *st) {
+    if (r->wait_replicas <= 0) return PV_OK;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "WAIT %d %d", r->wait_replicas, r->wait_timeout_ms);
+    if (rc != PV_OK) return rc;
+    long long acked = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+    freeReplyObject(rep);
+    if (acked >= r->wait_replicas) return PV_OK;
+    return pv_status_set(st, PV_UNAVAILABLE,
+                         "redis %s: the write reached %lld of %d replica(s) within %d ms "
+                         "(redis.durability replicated); retry with the same request id",
+                         r->addr, acked < 0 ? 0 : acked, r->wait_replicas, r->wait_timeout_ms);
+}
 
 int pv_redis_error_status(const char *err, size_t len, pv_status *st) {
     if (err == NULL) {

@@ -40,6 +40,12 @@ typedef struct pv_redis_opts {
     const char *const *sentinels;
     size_t n_sentinels;
     const char *master_name;
+    /* Durability of acknowledged writes: with wait_replicas > 0, pv_redis_confirm_durable waits
+     * (WAIT) until that many replicas hold this connection's writes, at most wait_timeout_ms.
+     * Redis replicates asynchronously; without this a failover loses what the master had not
+     * yet sent on, even after a client was told it was accepted. */
+    int wait_replicas;
+    int wait_timeout_ms;
 } pv_redis_opts;
 
 typedef struct pv_redis pv_redis;
@@ -86,6 +92,13 @@ int pv_redis_get_reply(pv_redis *r, redisReply **reply, pv_status *st);
 /* FCALL fn with keys then args (NUL-terminated strings). */
 int pv_redis_fcall(pv_redis *r, const char *fn, int nkeys, const char **keys, int nargs,
                    const char **args, redisReply **reply, pv_status *st);
+
+/* Makes this connection's writes so far durable as configured (redis.durability): a no-op for
+ * "async"; for "replicated", WAIT for wait_replicas replicas. PV_UNAVAILABLE saying how many
+ * replicas confirmed when fewer did within the timeout: the write happened on the master but
+ * may not survive a failover, so the caller must not report it accepted (a retry with the same
+ * request id finds it). */
+int pv_redis_confirm_durable(pv_redis *r, pv_status *st);
 
 /* Maps an error reply's text to a code and message as described above (exposed for tests and
  * for callers that read pipelined replies themselves). Returns the code. */

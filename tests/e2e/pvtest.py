@@ -353,7 +353,12 @@ class Redis:
     def _argv(self):
         argv = [REDIS_SERVER]
         if os.path.exists(REDIS_CONF):
-            argv.append(REDIS_CONF)
+            # a copy: CONFIG REWRITE (a sentinel sends it with REPLICAOF) writes to the file the
+            # server was started from, which must never be the repository's
+            conf = os.path.join(self.workdir, "redis.conf")
+            if not os.path.exists(conf):
+                shutil.copyfile(REDIS_CONF, conf)
+            argv.append(conf)
         return argv + ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                        "--appendonly", "yes", "--appendfsync", self.appendfsync,
                        "--save", "", "--daemonize", "no", "--logfile", ""]

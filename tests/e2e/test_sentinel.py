@@ -4,8 +4,15 @@ redis-server its replica, a redis sentinel (quorum 1, down after 1 s) watches th
 process finds the master through the sentinel (redis.sentinels, redis.master_name). The master
 is killed with SIGKILL; once the sentinel has promoted the replica, operations are submitted,
 run by the worker and waited on through the same gateway, without restarting anything.
+
+Durability: with asynchronous replication a client can be told an operation was accepted that
+only the master held, and a failover loses it; with redis.durability "replicated" a submit is
+acknowledged only once a replica holds it (WAIT). The tests cut the replica off (stopped, its
+link closed by the master), submit, kill the master and count the acknowledged operations the
+promoted replica does not know.
 """
 import os
+import signal
 import subprocess
 import time
 import unittest
@@ -20,14 +27,18 @@ SENTINEL_PORT = pvtest.free_port()
 
 class Failover(unittest.TestCase):
     def setUp(self):
-        self.stack = pvtest.Stack(gateways=1, workers=1, config={
-            "redis": {"sentinels": ["127.0.0.1:%d" % SENTINEL_PORT], "master_name": "pvmaster"}})
+        self.stack = None
+        self.procs = []
+
+    def start(self, **redis_config):
+        redis_config.update({"sentinels": ["127.0.0.1:%d" % SENTINEL_PORT],
+                             "master_name": "pvmaster"})
+        self.stack = pvtest.Stack(gateways=1, workers=1, config={"redis": redis_config})
         self.stack.redis.start()
         master = self.stack.redis.port
         self.replica_dir = os.path.join(self.stack.tmpdir, "replica")
         os.makedirs(self.replica_dir)
         self.replica_port = pvtest.free_port()
-        self.procs = []
         self.procs.append(subprocess.Popen(
             [pvtest.REDIS_SERVER, "--port", str(self.replica_port), "--bind", "127.0.0.1",
              "--dir", self.replica_dir, "--save", "", "--appendonly", "yes",
@@ -50,8 +61,10 @@ class Failover(unittest.TestCase):
         self.stack.start()
 
     def tearDown(self):
-        self.stack.stop()
+        if self.stack:
+            self.stack.stop()
         for p in self.procs:
+            p.send_signal(signal.SIGCONT)
             p.kill()
             p.wait()
 
@@ -93,6 +106,7 @@ class Failover(unittest.TestCase):
                 time.sleep(0.3)
 
     def test_failover_keeps_the_control_plane_working(self):
+        self.start()
         ops = operations_pb2_grpc.OperationServiceStub(self.stack.channel(0))
         before = self.run_op(ops, "before")
         self.assertEqual(before.status, O.OPERATION_STATUS_SUCCEEDED, before)
@@ -105,6 +119,71 @@ class Failover(unittest.TestCase):
         got = ops.GetOperation(O.GetOperationRequest(id=before.id), timeout=10)
         self.assertEqual(got.status, O.OPERATION_STATUS_SUCCEEDED)
         self.assertTrue(all(p.alive() for p in self.stack.procs))
+
+    def submit(self, ops, n, tag, acked, refused):
+        for i in range(n):
+            try:
+                op = ops.CreateTestOperation(O.CreateTestOperationRequest(
+                    kind="test.sleep", target="%s-%d" % (tag, i), params={"ms": "1"}), timeout=5)
+                acked.append(op.id)
+            except grpc.RpcError as e:
+                refused.append((e.code(), e.details()))
+
+    def lose_the_master_while_the_replica_lags(self, window):
+        """Submits 10 operations, cuts the replica off, submits `window` more, kills the master,
+        lets the replica be promoted and submits 10 more. Returns (acked, refused, lost)."""
+        ops = operations_pb2_grpc.OperationServiceStub(self.stack.channel(0))
+        acked, refused = [], []
+        self.submit(ops, 10, "before", acked, refused)
+        self.assertEqual(refused, [])
+        replica = self.procs[0]
+        replica.send_signal(signal.SIGSTOP)
+        # the master closes the link: what it accepts from now on stays in its own memory
+        self.redis_cli(self.stack.redis.port, "CLIENT", "KILL", "TYPE", "replica")
+        self.submit(ops, window, "window", acked, refused)
+        self.stack.redis.kill9()
+        replica.send_signal(signal.SIGCONT)
+        self.wait_for(lambda: self.sentinel_master() == str(self.replica_port))
+        self.wait_for(lambda: "role:master" in self.replica_info())
+        # the old master comes back; the sentinel makes it the new master's replica (with
+        # "replicated" durability nothing is acknowledged until some replica confirms)
+        self.stack.redis.start()
+        deadline = time.monotonic() + 60
+        after = []
+        while len(after) < 10 and time.monotonic() < deadline:
+            self.submit(ops, 1, "after%d" % len(after), after, [])
+            time.sleep(0.05 if after else 0.3)
+        self.assertEqual(len(after), 10, "the control plane did not come back")
+        acked += after
+        lost = 0
+        for op_id in acked:
+            try:
+                ops.GetOperation(O.GetOperationRequest(id=op_id), timeout=10)
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
+                lost += 1
+        return acked, refused, lost
+
+    def test_asynchronous_replication_loses_what_the_replica_never_got(self):
+        self.start(durability="async")
+        acked, refused, lost = self.lose_the_master_while_the_replica_lags(window=8)
+        print("durability async: %d operations acknowledged, %d lost in the failover, %d "
+              "refused" % (len(acked), lost, len(refused)))
+        self.assertEqual(refused, [])
+        self.assertEqual(lost, 8)
+
+    def test_replicated_durability_loses_no_acknowledged_operation(self):
+        self.start(durability="replicated", wait_replicas=1, wait_timeout_ms=300)
+        acked, refused, lost = self.lose_the_master_while_the_replica_lags(window=8)
+        print("durability replicated: %d operations acknowledged, %d lost in the failover, %d "
+              "refused while no replica confirmed" % (len(acked), lost, len(refused)))
+        self.assertEqual(lost, 0)
+        self.assertEqual(len(acked), 20)
+        self.assertEqual(len(refused), 8)
+        for code, details in refused:
+            self.assertEqual(code, grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("0 of 1 replica(s) within 300 ms", details)
+            self.assertIn("redis.durability replicated", details)
 
 
 if __name__ == "__main__":

@@ -577,6 +577,8 @@ static void test_validate_tls_and_listen(void **state) {
     expect_invalid(no_listen, "gateway.listen: at least one address is required");
     const char *no_addr[] = {"redis.addr", "", NULL};
     expect_invalid(no_addr, "redis.addr: is required");
+    const char *bad_durability[] = {"redis.durability", "sync", NULL};
+    expect_invalid(bad_durability, "redis.durability: \"sync\" is not one of async, replicated");
 
     pv_config c;
     init_ok(&c);
