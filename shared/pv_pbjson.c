@@ -60,20 +60,37 @@ static bool is_map_entry(const ProtobufCMessageDescriptor *d) {
 
 static json_t *msg_json(const ProtobufCMessage *m);
 
+/* The range protobuf's JSON mapping gives Timestamp: 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z. */
+#define TS_MIN_SECONDS (-62135596800LL)
+#define TS_MAX_SECONDS 253402300799LL
+
 static json_t *timestamp_json(const ProtobufCMessage *m) {
     int64_t secs = 0;
-    int32_t nanos = 0;
+    int64_t nanos = 0;
     for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
         if (strcmp(f->name, "seconds") == 0) secs = *(int64_t *)field_ptr(m, f->offset);
         if (strcmp(f->name, "nanos") == 0) nanos = *(int32_t *)field_ptr(m, f->offset);
     }
+    /* A message off the wire may hold nanos outside 0..999999999 and seconds outside the
+     * range: carried over and clamped, so what is written is always an RFC 3339 time that
+     * reads back (an invalid Timestamp has no faithful JSON form). */
+    int64_t carry = nanos / 1000000000 - (nanos % 1000000000 < 0);
+    nanos -= carry * 1000000000;
+    if (secs > TS_MAX_SECONDS - carry)
+        secs = TS_MAX_SECONDS, nanos = 999000000;
+    else if (secs < TS_MIN_SECONDS - carry)
+        secs = TS_MIN_SECONDS, nanos = 0;
+    else
+        secs += carry;
     time_t t = (time_t)secs;
     struct tm tm;
-    gmtime_r(&t, &tm);
+    if (!gmtime_r(&t, &tm)) return json_string("1970-01-01T00:00:00Z");
     char buf[64];
-    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof buf - n, nanos ? ".%03dZ" : "Z", nanos / 1000000);
+    int ms = (int)(nanos / 1000000);
+    snprintf(buf, sizeof buf,
+             ms ? "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" : "%04d-%02d-%02dT%02d:%02d:%02dZ",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
     return json_string(buf);
 }
 
@@ -232,11 +249,14 @@ static int timestamp_from(const ProtobufCMessageDescriptor *d, json_t *v, void *
     ProtobufCMessage *m = calloc(1, d->sizeof_message);
     if (!m) return pv_status_set(st, PV_INTERNAL, "out of memory");
     protobuf_c_message_init(d, m);
+    /* floor division: before 1970 the seconds go down and the nanos stay positive */
+    int64_t secs = ms / 1000 - (ms % 1000 < 0);
+    int32_t nanos = (int32_t)(ms - secs * 1000) * 1000000;
     for (unsigned i = 0; i < d->n_fields; i++) {
         if (strcmp(d->fields[i].name, "seconds") == 0)
-            *(int64_t *)field_ptr(m, d->fields[i].offset) = ms / 1000;
+            *(int64_t *)field_ptr(m, d->fields[i].offset) = secs;
         if (strcmp(d->fields[i].name, "nanos") == 0)
-            *(int32_t *)field_ptr(m, d->fields[i].offset) = (int32_t)(ms % 1000) * 1000000;
+            *(int32_t *)field_ptr(m, d->fields[i].offset) = nanos;
     }
     *out = m;
     return PV_OK;

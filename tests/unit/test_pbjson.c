@@ -43,6 +43,55 @@ static void test_to_json(void **state) {
     json_decref(j);
 }
 
+/* created_at of a Volume written as JSON. Caller frees. */
+static char *created_at_json(int64_t seconds, int32_t nanos) {
+    Pivirt__Storage__V1__Volume v = PIVIRT__STORAGE__V1__VOLUME__INIT;
+    Google__Protobuf__Timestamp ts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    ts.seconds = seconds;
+    ts.nanos = nanos;
+    v.created_at = &ts;
+    json_t *j = pv_pbjson_to_json(&v.base);
+    char *out = strdup(json_string_value(json_object_get(j, "created_at")));
+    json_decref(j);
+    return out;
+}
+
+static void expect_created_at(int64_t seconds, int32_t nanos, const char *want) {
+    char *got = created_at_json(seconds, nanos);
+    assert_string_equal(got, want);
+    free(got);
+}
+
+/* Found by fuzz_pbjson: a time before 1970 read from JSON had negative nanos, written back as
+ * ".-750Z", which did not read again. */
+static void test_timestamps_round_trip_at_the_edges(void **state) {
+    (void)state;
+    const char *texts[] = {"1231-12-02T16:55:38.250Z", "1969-12-31T23:59:59.999Z",
+                           "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z",
+                           "0999-03-04T05:06:07Z"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char doc[128];
+        snprintf(doc, sizeof doc, "{\"created_at\": \"%s\"}", texts[i]);
+        json_t *j = json_loads(doc, 0, NULL);
+        ProtobufCMessage *m = NULL;
+        pv_status st;
+        assert_int_equal(pv_pbjson_from_json(&pivirt__storage__v1__volume__descriptor, j, &m, &st),
+                         PV_OK);
+        const Pivirt__Storage__V1__Volume *v = (const void *)m;
+        assert_true(v->created_at->nanos >= 0 && v->created_at->nanos < 1000000000);
+        json_t *back = pv_pbjson_to_json(m);
+        assert_string_equal(json_string_value(json_object_get(back, "created_at")), texts[i]);
+        json_decref(back);
+        protobuf_c_message_free_unpacked(m, NULL);
+        json_decref(j);
+    }
+    /* invalid Timestamps off the wire: nanos carried into seconds, the range clamped */
+    expect_created_at(0, -1, "1969-12-31T23:59:59.999Z");
+    expect_created_at(0, 1500000000, "1970-01-01T00:00:01.500Z");
+    expect_created_at(INT64_MAX, 0, "9999-12-31T23:59:59.999Z");
+    expect_created_at(INT64_MIN, -999999999, "0001-01-01T00:00:00Z");
+}
+
 static void test_from_json(void **state) {
     (void)state;
     json_t *j = json_loads("{\"cluster_id\": \"c1\", \"targetVersion\": \"v2.0.0\", \"strategy\": "
@@ -110,6 +159,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_to_json),
+        cmocka_unit_test(test_timestamps_round_trip_at_the_edges),
         cmocka_unit_test(test_from_json),
         cmocka_unit_test(test_errors),
     };
