@@ -138,12 +138,12 @@ class Chaos(unittest.TestCase):
                 victim.start()
                 self.stack.wait_ready([victim])
 
-        killer = threading.Thread(target=chaos)
-        killer.start()
-        for t in threads:
-            t.join(240)
-        done.set()
-        killer.join(60)
+        # the kills and restarts run on this thread: a process the harness starts dies with the
+        # thread that started it (PR_SET_PDEATHSIG follows the thread)
+        waiter = threading.Thread(target=lambda: ([t.join(240) for t in threads], done.set()))
+        waiter.start()
+        chaos()
+        waiter.join()
         self.assertFalse(any(t.is_alive() for t in threads), "a deploy did not end")
         print("schedulers SIGKILLed %d times during %d deploys" % (kills, clients * deploys))
         self.assertGreater(kills, 0)
