@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_deploy.h"
+
 /* ---- errors ---- */
 
 static const char *kind_text(sched_kind kind) {
@@ -463,6 +465,10 @@ int sched_plan_make(int strategy, const sched_node *nodes, size_t n, int64_t nee
         return set_error(err, SCHED_KIND_INVALID_STRATEGY, "strategy: %d", strategy);
     }
     if (need <= 0) return set_error(err, SCHED_KIND_INVALID_COUNT, "count: %lld", (long long)need);
+    if (need > PV_DEPLOY_MAX_COUNT)
+        return set_error(err, SCHED_KIND_INVALID_COUNT,
+                         "count: %lld is more than one plan places (%d)", (long long)need,
+                         PV_DEPLOY_MAX_COUNT);
     switch (strategy) {
     case SCHED_AUTO:
         return sched_auto(nodes, n, need, total, limit, plan, err);

@@ -100,6 +100,10 @@ int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st) {
     if (empty(o->image)) return pv_status_set(st, PV_INVALID_ARGUMENT, "image: image is empty");
     if (o->count <= 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "count: count is 0 (got %d)", (int)o->count);
+    if (o->count > PV_DEPLOY_MAX_COUNT)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "count: %d is more than one deploy may ask for (%d)", (int)o->count,
+                             PV_DEPLOY_MAX_COUNT);
     if (!o->entrypoint || empty(o->entrypoint->name))
         return pv_status_set(st, PV_INVALID_ARGUMENT, "entrypoint.name: entrypoint name is empty");
     if (strchr(o->entrypoint->name, '_'))

@@ -17,6 +17,12 @@
  * ("count is 0" for <= 0), entrypoint.name ("entrypoint name is empty", "entrypoint name has
  * '_' character"), then the resource documents (pv_res_req_parse: plugin and field named).
  * INVALID_ARGUMENT. */
+/* The most instances one deploy (and one scheduler plan) may ask for. The strategies that
+ * spread instances (AUTO, GLOBAL) place them one at a time, as Eru does; without a bound a
+ * count near 2^31 on nodes without memory requests (unbounded capacity) would hold a scheduler
+ * for minutes. */
+#define PV_DEPLOY_MAX_COUNT 1000000
+
 int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st);
 
 /* The plan request body for o: the pod, Eru's node filter (the legacy nodenames/nodelabels and

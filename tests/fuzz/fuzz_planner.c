@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pv_deploy.h"
 #include "sched_strategy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -39,8 +40,8 @@ static int64_t amount(reader *r) {
     return v;
 }
 
-static void check_plan(int strategy, const sched_node *nodes, size_t n, int64_t need,
-                       int64_t limit, const sched_plan *plan) {
+static void check_plan(int strategy, const sched_node *nodes, size_t n, int64_t need, int64_t limit,
+                       const sched_plan *plan) {
     CHECK(plan->n == n && (n == 0 || (plan->deploy && plan->listed)));
     int64_t sum = 0, full = 0;
     for (size_t i = 0; i < n; i++) {
@@ -68,10 +69,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = byte(&r) % (MAX_NODES + 1);
     int64_t need = amount(&r), limit = amount(&r);
     sched_node nodes[MAX_NODES];
-    static const char *const names[MAX_NODES] = {"n0",  "n1",  "n2",  "n3",  "n4",  "n5",
-                                                 "n6",  "n7",  "n8",  "n9",  "n10", "n11",
-                                                 "n12", "n13", "n14", "n15", "n16", "n17",
-                                                 "n18", "n19", "n20", "n21", "n22", "n23"};
+    static const char *const names[MAX_NODES] = {
+        "n0",  "n1",  "n2",  "n3",  "n4",  "n5",  "n6",  "n7",  "n8",  "n9",  "n10", "n11",
+        "n12", "n13", "n14", "n15", "n16", "n17", "n18", "n19", "n20", "n21", "n22", "n23"};
     for (size_t i = 0; i < n; i++) {
         nodes[i].name = names[i];
         nodes[i].capacity = amount(&r);
@@ -83,10 +83,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sched_plan plan;
     sched_error err;
     memset(&plan, 0xAB, sizeof plan); /* the planner must set it, whatever it held */
-    int rc = strategy == SCHED_DUMMY
-                 ? sched_dummy(nodes, n, &plan, &err)
-                 : sched_plan_make(strategy, nodes, n, need, sched_total(nodes, n), limit, &plan,
-                                   &err);
+    int rc = strategy == SCHED_DUMMY ? sched_dummy(nodes, n, &plan, &err)
+                                     : sched_plan_make(strategy, nodes, n, need,
+                                                       sched_total(nodes, n), limit, &plan, &err);
     if (rc == PV_OK) {
         CHECK(err.kind == SCHED_KIND_NONE);
         if (strategy == SCHED_DUMMY) {
@@ -97,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             CHECK(plan.total == sum && sum > 0);
         } else {
-            CHECK(need > 0);
+            CHECK(need > 0 && need <= PV_DEPLOY_MAX_COUNT);
             check_plan(strategy, nodes, n, need, limit, &plan);
         }
         sched_plan_free(&plan);

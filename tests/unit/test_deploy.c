@@ -68,6 +68,8 @@ static void test_check_order_and_words(void **state) {
     expect(&d, "count: count is 0");
     d.o.count = -2;
     expect(&d, "count: count is 0 (got -2)");
+    d.o.count = PV_DEPLOY_MAX_COUNT + 1;
+    expect(&d, "count: 1000001 is more than one deploy may ask for (1000000)");
     d.o.count = 1;
     d.o.entrypoint = NULL;
     expect(&d, "entrypoint.name: entrypoint name is empty");

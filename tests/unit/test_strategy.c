@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_deploy.h"
 #include "sched_strategy.h"
 
 static json_t *load_cases(void) {
@@ -170,6 +171,18 @@ static void test_dispatch_order_and_kinds(void **state) {
                      PV_INVALID_ARGUMENT);
     assert_int_equal(err.kind, SCHED_KIND_INVALID_COUNT);
     assert_string_equal(err.status.msg, "count: 0: invalid deploy count");
+    /* found by fuzz_planner: GLOBAL and AUTO place one instance at a time, so a count near
+     * 2^63 on unbounded nodes never ended; past PV_DEPLOY_MAX_COUNT a plan is refused at once */
+    sched_node huge[] = {{.name = "a", .capacity = INT64_MAX}, {.name = "b", .capacity = 9}};
+    assert_int_equal(
+        sched_plan_make(SCHED_GLOBAL, huge, 2, INT64_MAX - 1, INT64_MAX, 0, &plan, &err),
+        PV_INVALID_ARGUMENT);
+    assert_int_equal(err.kind, SCHED_KIND_INVALID_COUNT);
+    assert_int_equal(
+        sched_plan_make(SCHED_AUTO, huge, 2, PV_DEPLOY_MAX_COUNT, INT64_MAX, 0, &plan, &err),
+        PV_OK);
+    assert_int_equal(plan.total, PV_DEPLOY_MAX_COUNT);
+    sched_plan_free(&plan);
     assert_int_equal(sched_plan_make(SCHED_AUTO, nodes, 1, 6, 5, 0, &plan, &err),
                      PV_RESOURCE_EXHAUSTED);
     assert_string_equal(err.status.msg,
