@@ -13,6 +13,7 @@
 
 #include "pv_b64.h"
 #include "pv_time.h"
+#include "pv_validate.h"
 
 #define TIMESTAMP "google.protobuf.Timestamp"
 
@@ -94,6 +95,31 @@ static json_t *timestamp_json(const ProtobufCMessage *m) {
     return json_string(buf);
 }
 
+/* A JSON string of s. Protobuf strings must be UTF-8, but protobuf-c does not check: each byte
+ * that does not fit becomes U+FFFD, so a field is written (lossily) rather than left out. */
+static json_t *text_json(const char *s) {
+    size_t ok = 0;
+    if (pv_validate_utf8_prefix(s, &ok)) return json_string(s);
+    size_t n = strlen(s);
+    char *buf = malloc(3 * n + 1), *o = buf;
+    if (!buf) return NULL;
+    while (*s) {
+        pv_validate_utf8_prefix(s, &ok);
+        memcpy(o, s, ok);
+        o += ok;
+        s += ok;
+        if (*s) {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            s++;
+        }
+    }
+    *o = '\0';
+    json_t *j = json_string(buf);
+    free(buf);
+    return j;
+}
+
 static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p) {
     char num[32];
     switch (f->type) {
@@ -126,7 +152,7 @@ static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p) {
     }
     case PROTOBUF_C_TYPE_STRING: {
         const char *s = *(char *const *)p;
-        return json_string(s ? s : "");
+        return text_json(s ? s : "");
     }
     case PROTOBUF_C_TYPE_BYTES: {
         const ProtobufCBinaryData *b = p;

@@ -105,6 +105,36 @@ static int check_enum(const ProtobufCFieldDescriptor *f, int value, const char *
 
 static int check_message(const ProtobufCMessage *m, const char *path, int depth, pv_status *st);
 
+int pv_validate_utf8_prefix(const char *s, size_t *valid) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (p[i]) {
+        unsigned c = p[i];
+        size_t n = c < 0x80             ? 1
+                   : (c & 0xE0) == 0xC0 ? 2
+                   : (c & 0xF0) == 0xE0 ? 3
+                   : (c & 0xF8) == 0xF0 ? 4
+                                        : 0;
+        if (n == 0 || (n == 2 && c < 0xC2) || (n == 4 && c > 0xF4)) break;
+        size_t k = 1;
+        while (k < n && (p[i + k] & 0xC0) == 0x80)
+            k++;
+        if (k < n) break;
+        /* overlong three-byte forms, UTF-16 surrogates, past U+10FFFF */
+        if (n == 3 && ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] >= 0xA0))) break;
+        if (n == 4 && ((c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] >= 0x90))) break;
+        i += n;
+    }
+    if (valid) *valid = i;
+    return p[i] == 0;
+}
+
+static int check_string(const char *s, const char *path, pv_status *st) {
+    size_t at = 0;
+    if (!s || pv_validate_utf8_prefix(s, &at)) return PV_OK;
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: is not valid UTF-8 (at byte %zu)", path, at);
+}
+
 static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
                        const char *path, int depth, pv_status *st) {
     char here[PATH_MAX_LEN];
@@ -119,6 +149,8 @@ static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor
             int rc = PV_OK;
             if (f->type == PROTOBUF_C_TYPE_ENUM)
                 rc = check_enum(f, ((const int *)arr)[i], item, st);
+            else if (f->type == PROTOBUF_C_TYPE_STRING)
+                rc = check_string(((const char *const *)arr)[i], item, st);
             else
                 rc = check_message(((const ProtobufCMessage *const *)arr)[i], item, depth + 1, st);
             if (rc != PV_OK) return rc;
@@ -128,6 +160,8 @@ static int check_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor
     if (!field_present(m, f)) return PV_OK;
     if (f->type == PROTOBUF_C_TYPE_ENUM)
         return check_enum(f, *(const int *)field_ptr(m, f->offset), here, st);
+    if (f->type == PROTOBUF_C_TYPE_STRING)
+        return check_string(*(const char *const *)field_ptr(m, f->offset), here, st);
     return check_message(*(const ProtobufCMessage *const *)field_ptr(m, f->offset), here, depth + 1,
                          st);
 }
@@ -140,7 +174,9 @@ static int check_message(const ProtobufCMessage *m, const char *path, int depth,
     const ProtobufCMessageDescriptor *d = m->descriptor;
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
-        if (f->type != PROTOBUF_C_TYPE_ENUM && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        if (f->type != PROTOBUF_C_TYPE_ENUM && f->type != PROTOBUF_C_TYPE_MESSAGE &&
+            f->type != PROTOBUF_C_TYPE_STRING)
+            continue;
         int rc = check_field(m, f, path, depth, st);
         if (rc != PV_OK) return rc;
     }

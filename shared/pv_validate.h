@@ -22,8 +22,14 @@ int pv_validate_name(const char *field, const char *value, pv_status *st);
 int pv_validate_required(const char *field, const char *value, pv_status *st);
 
 /* Walks m recursively (sub-messages, repeated fields, map entries) and checks that every enum
- * field holds a value its enum declares. The message names the path ("strategy.type: unknown
- * value 7 for pivirt.cluster.v1.UpgradeType"). */
+ * field holds a value its enum declares and every string is valid UTF-8 (proto3 requires it;
+ * protobuf-c does not check, and JSON records cannot hold anything else). The message names the
+ * path ("strategy.type: unknown value 7 for pivirt.cluster.v1.UpgradeType", "labels.value: is
+ * not valid UTF-8 (at byte 2)"). */
 int pv_validate_enums(const ProtobufCMessage *m, pv_status *st);
+
+/* Whether the NUL-terminated s is valid UTF-8 (no overlong forms, surrogates or code points past
+ * U+10FFFF); *valid (may be NULL) gets the length of its longest valid prefix. */
+int pv_validate_utf8_prefix(const char *s, size_t *valid);
 
 #endif

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
-        if (!(cond)) __builtin_trap();                                                             \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz check failed at line %d: %s\n", __LINE__, #cond);                \
+            __builtin_trap();                                                                      \
+        }                                                                                          \
     } while (0)
 
 static const ProtobufCServiceDescriptor *const services[] = {

@@ -92,6 +92,18 @@ static void test_timestamps_round_trip_at_the_edges(void **state) {
     expect_created_at(INT64_MIN, -999999999, "0001-01-01T00:00:00Z");
 }
 
+/* Strings that are not UTF-8 (protobuf-c does not check) are written with U+FFFD in place of
+ * each stray byte, not left out. */
+static void test_invalid_utf8_written_lossily(void **state) {
+    (void)state;
+    Pivirt__Storage__V1__Volume v = PIVIRT__STORAGE__V1__VOLUME__INIT;
+    v.id = "vo\x80\x80\x04";
+    json_t *j = pv_pbjson_to_json(&v.base);
+    assert_string_equal(json_string_value(json_object_get(j, "id")),
+                        "vo\xef\xbf\xbd\xef\xbf\xbd\x04");
+    json_decref(j);
+}
+
 static void test_from_json(void **state) {
     (void)state;
     json_t *j = json_loads("{\"cluster_id\": \"c1\", \"targetVersion\": \"v2.0.0\", \"strategy\": "
@@ -160,6 +172,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_timestamps_round_trip_at_the_edges),
+        cmocka_unit_test(test_invalid_utf8_written_lossily),
         cmocka_unit_test(test_from_json),
         cmocka_unit_test(test_errors),
     };

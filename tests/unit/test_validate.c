@@ -430,6 +430,48 @@ static void test_enums_map_values(void **state) {
                  "by_name[1].value: unknown value -7 for test.v1.Color");
 }
 
+/* Found by fuzz_wire: protobuf-c takes any bytes as a string; the JSON records and the JSON
+ * form then dropped or mangled the field. */
+static void test_strings_must_be_utf8(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        int ok;
+        size_t valid;
+    } cases[] = {
+        {"", 1, 0},
+        {"plain", 1, 5},
+        {"h\xc3\xa9llo \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82", 1, 18},
+        {"\x80", 0, 0},
+        {"ok\xc0\xaf", 0, 2},           /* overlong '/' */
+        {"ab\xe0\x80\xaf", 0, 2},       /* overlong three-byte */
+        {"\xed\xa0\x80", 0, 0},         /* a UTF-16 surrogate */
+        {"x\xf4\x90\x80\x80", 0, 1},    /* past U+10FFFF */
+        {"\xe6\x97", 0, 0},             /* cut short */
+        {"vo\x80\x80\x04", 0, 2},       /* the fuzzer's */
+        {"\xf4\x8f\xbf\xbf\x7f", 1, 5}, /* U+10FFFF itself */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t valid = 99;
+        assert_int_equal(pv_validate_utf8_prefix(cases[i].s, &valid), cases[i].ok);
+        assert_int_equal(valid, cases[i].valid);
+    }
+    Google__Protobuf__FieldDescriptorProto f = GOOGLE__PROTOBUF__FIELD_DESCRIPTOR_PROTO__INIT;
+    pv_status st;
+    f.name = "caf\xc3\xa9";
+    assert_int_equal(pv_validate_enums(&f.base, &st), PV_OK);
+    f.name = "caf\xe9";
+    expect_error(pv_validate_enums(&f.base, &st), &st, "name: is not valid UTF-8 (at byte 3)");
+    Outer o;
+    init_outer(&o);
+    ByNameEntry e0 = {{&entry_descriptor, 0, NULL}, "r\xff" "d", 1};
+    ByNameEntry *entries[] = {&e0};
+    o.by_name = entries;
+    o.n_by_name = 1;
+    expect_error(pv_validate_enums(&o.base, &st), &st,
+                 "by_name[0].key: is not valid UTF-8 (at byte 1)");
+}
+
 static void test_enums_oneof_only_selected_member(void **state) {
     (void)state;
     Outer o;
@@ -470,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_enums_repeated_enum),
         cmocka_unit_test(test_enums_sub_messages),
         cmocka_unit_test(test_enums_map_values),
+        cmocka_unit_test(test_strings_must_be_utf8),
         cmocka_unit_test(test_enums_oneof_only_selected_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
