@@ -435,6 +435,8 @@ int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *sn
 
 bool pv_storage_snapshot_done_before(int method, int what, const char *output) {
     if (!output) return false;
+    if (method == PV_SNAPS_QCOW2) /* qemu-img snapshot -d */
+        return what == PV_SNAP_DELETE && strstr(output, "snapshot not found");
     if (method == PV_SNAPS_LVM)
         return (what == PV_SNAP_CREATE && strstr(output, "already exists")) ||
                (what == PV_SNAP_DELETE && strstr(output, "Failed to find logical volume"));
@@ -641,6 +643,14 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
                       pv_status *st) {
     json_t *vol = NULL;
     if (pv_storage_get(r, k, "vol", vol_id, &vol, st) != PV_OK) return st->code;
+    const char *restoring = json_string_value(json_object_get(vol, "restoring"));
+    if (restoring && *restoring) { /* its data may be the old snapshot's or the new one's */
+        pv_status_set(st, PV_FAILED_PRECONDITION,
+                      "volume %s is being restored to snapshot %s: try again once it is done",
+                      json_string_value(json_object_get(vol, "name")), restoring);
+        json_decref(vol);
+        return st->code;
+    }
     redisReply *rep = NULL;
     int rc =
         pv_redis_command(r, &rep, st, "SET %s" STO "vol-user:%s %s NX", k->prefix, vol_id, wl_id);

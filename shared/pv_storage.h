@@ -9,7 +9,9 @@
  *                                         available, status_message, created_ms, updated_ms}
  *   <prefix>{sto}:pools                  zset of pool names
  *   <prefix>{sto}:vol:<id>               {id, name, pool, size, used, format, status, labels,
- *                                         path, current_snapshot, created_ms, updated_ms}
+ *                                         path, current_snapshot, created_ms, updated_ms;
+ *                                         while a restore runs: restoring (the snapshot id);
+ *                                         restore_op (the last restore's operation)}
  *   <prefix>{sto}:pool-vols:<pool>       zset of the pool's volume ids
  *   <prefix>{sto}:pool-names:<pool>      hash volume name -> id (names are unique in a pool)
  *   <prefix>{sto}:snap:<id>              {id, name, volume_id, size, status, parent,
@@ -88,8 +90,8 @@ int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *sn
 
 /* Whether a snapshot command that failed with this output had found its work done by an
  * earlier delivery of the operation (create: the snapshot exists; delete: it is gone), which
- * makes a retried create or delete idempotent. Snapshot names are their unique ids, so an
- * existing one can only be this operation's. */
+ * makes a retried create or delete idempotent (qcow2: a delete finding no such snapshot). Snapshot
+ * names are their unique ids, so an existing one can only be this operation's. */
 bool pv_storage_snapshot_done_before(int method, int what, const char *output);
 
 /* ---- records ---- */
@@ -122,8 +124,9 @@ int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_
 
 /* Attaches volume vol_id to workload wl_id: the volume must be READY (or already this
  * workload's: a redelivery), and becomes IN_USE with in_use_by = wl_id. FAILED_PRECONDITION
- * naming the workload that holds it. Keys: <prefix>{sto}:vol-user:<vol id> (the holder, SET NX)
- * and <prefix>{sto}:wl-vols:<wl id> (the workload's volumes). */
+ * naming the workload that holds it, or the snapshot a restore is taking it to. Keys:
+ * <prefix>{sto}:vol-user:<vol id> (the holder, SET NX) and <prefix>{sto}:wl-vols:<wl id> (the
+ * workload's volumes). */
 int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
                       pv_status *st);
 

@@ -221,7 +221,14 @@ static void test_snapshot_done_before(void **state) {
     assert_true(pv_storage_snapshot_done_before(
         PV_SNAPS_RBD, PV_SNAP_DELETE,
         "rbd: failed to remove snapshot: (2) No such file or directory\n"));
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_QCOW2, PV_SNAP_DELETE,
+        "qemu-img: Could not delete snapshot 'snap-1': snapshot not found\n"));
     /* anything else is a failure, and a restore is never "done before" */
+    assert_false(pv_storage_snapshot_done_before(
+        PV_SNAPS_QCOW2, PV_SNAP_RESTORE,
+        "qemu-img: Could not apply snapshot 'snap-1': Failed to load snapshot: No such file or "
+        "directory\n"));
     assert_false(pv_storage_snapshot_done_before(
         PV_SNAPS_LVM, PV_SNAP_CREATE, "  Volume group \"vg0\" has insufficient free space\n"));
     assert_false(pv_storage_snapshot_done_before(PV_SNAPS_LVM, PV_SNAP_DELETE,
