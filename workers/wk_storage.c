@@ -532,30 +532,6 @@ static int volume_clone(sctx *c, pv_status *st) {
     return rc;
 }
 
-static int volume_delete(sctx *c, pv_status *st) {
-    json_t *rec = NULL;
-    int rc = load_volume(c, param(c->op, "id"), &rec, st);
-    if (rc == PV_NOT_FOUND) return PV_OK;
-    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
-    if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
-        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s",
-                      json_string_value(json_object_get(rec, "name")));
-    if (v) virStorageVolFree(v);
-    json_t *snaps = NULL;
-    if (rc == PV_OK)
-        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap",
-                             json_string_value(json_object_get(rec, "id")), &snaps, st);
-    size_t i;
-    json_t *s;
-    json_array_foreach(snaps, i, s) if (rc == PV_OK) rc =
-        pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
-    json_decref(snaps);
-    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
-    if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
-    json_decref(rec);
-    return rc;
-}
-
 /* ---- snapshots ---- */
 
 /* setpriv(1) of util-linux (essential on Debian): ties a command's life to the agent's */
@@ -579,6 +555,9 @@ static int run_tool(sctx *c, const char *const *argv, int *code, char **out, pv_
         full[n++] = "--pdeathsig";
         full[n++] = "KILL";
         full[n++] = "--";
+    } else {
+        pv_warn("%s is missing: %s runs untied to the agent (it may outlive a killed agent)",
+                SETPRIV, argv[0]);
     }
     for (size_t i = 0; argv[i] && n + 1 < sizeof full / sizeof full[0]; i++)
         full[n++] = argv[i];
@@ -859,6 +838,44 @@ static int snapshot_delete(sctx *c, pv_status *st) {
     json_decref(snap);
     json_decref(vol);
     json_decref(pool);
+    return rc;
+}
+
+/* The volume, its snapshots' records and its name. The snapshots of LVM and RBD volumes are
+ * things of their own (an LV; an image's snapshot, without which rbd will not remove the
+ * image): removed first, with their own commands; qcow2 ones go with the file. */
+static int volume_delete(sctx *c, pv_status *st) {
+    json_t *rec = NULL, *pool = NULL, *snaps = NULL;
+    int rc = load_volume(c, param(c->op, "id"), &rec, st);
+    if (rc == PV_NOT_FOUND) return PV_OK;
+    if (rc == PV_OK)
+        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", jstr(rec, "id"), &snaps,
+                             st);
+    int method = PV_SNAPS_NONE;
+    if (rc == PV_OK && json_array_size(snaps) > 0 &&
+        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", jstr(rec, "pool"), &pool,
+                       st) == PV_OK)
+        method =
+            pv_storage_snapshot_method((int)json_integer_value(json_object_get(pool, "type")),
+                                       (int)json_integer_value(json_object_get(rec, "format")));
+    size_t i;
+    json_t *s;
+    json_array_foreach(snaps, i, s) {
+        if (rc == PV_OK && (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD))
+            rc = block_snapshot(c, method, PV_SNAP_DELETE, pool, rec, jstr(s, "id"), st);
+    }
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+    if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
+        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", jstr(rec, "name"));
+    if (v) virStorageVolFree(v);
+    json_array_foreach(snaps, i, s) {
+        if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
+    }
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+    if (rc == PV_OK) refresh_pool(c, jstr(rec, "pool"), st);
+    json_decref(snaps);
+    json_decref(pool);
+    json_decref(rec);
     return rc;
 }
 
