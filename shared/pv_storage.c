@@ -646,7 +646,8 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
     const char *restoring = json_string_value(json_object_get(vol, "restoring"));
     if (restoring && *restoring) { /* its data may be the old snapshot's or the new one's */
         pv_status_set(st, PV_FAILED_PRECONDITION,
-                      "volume %s is being restored to snapshot %s: try again once it is done",
+                      "volume %s: a restore to snapshot %s is running or did not finish (its "
+                      "data may be either snapshot's): wait for it, or restore a snapshot",
                       json_string_value(json_object_get(vol, "name")), restoring);
         json_decref(vol);
         return st->code;

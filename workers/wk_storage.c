@@ -566,7 +566,7 @@ static int run_tool(sctx *c, const char *const *argv, int *code, char **out, pv_
     return wk_agent_run(wk_op_context(c->op), full, env, QEMU_IMG_TIMEOUT_MS, code, out, st);
 }
 
-/* The output of a failed command, trimmed to its last line ends, for an error message. */
+/* The output of a failed command on one line, without its trailing blanks, for a message. */
 static const char *trimmed(char *out) {
     size_t n = out ? strlen(out) : 0;
     while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
