@@ -24,6 +24,9 @@
           restarted agent completes the restore: the operation SUCCEEDED, the volume READY with
           the snapshot's data (qemu-io), the image clean (qemu-img check), the record at the
           restored snapshot (a new snapshot's parent) and no journal left; the tree is whole.
+  test_i  the agent killed with SIGKILL after qemu-img made a snapshot, before its record: the
+          restarted agent finds the snapshot made (no second one of the same id) and the
+          client's CreateSnapshot ends with it READY, a child of the one before.
   test_g  an image put into the pool's directory by hand is recorded at the next refresh (as an
           iSCSI target's LUNs would be), with its format and size, and can be deleted.
   test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
@@ -49,21 +52,23 @@ _stack = None
 _ctl = None  # the control directory of the qemu-img wrapper
 
 # The agent's qemu-img (storage.qemu_img) in these tests: the real one, which does all the work,
-# behind a shell script that can stop a `snapshot -a` before the real qemu-img starts
-# (CTL/hold-before) or after it finished (CTL/hold-after), saying so in CTL/waiting-*, so that
-# a test can kill the agent at exactly that point. Without those files it is the real qemu-img.
+# behind a shell script that can stop a `snapshot -a` (or -c) before the real qemu-img starts
+# (CTL/hold-before-a) or after it finished (CTL/hold-after-a), saying so in CTL/waiting-*, so
+# that a test can kill the agent at exactly that point. Without those files it is the real
+# qemu-img.
 WRAPPER = """#!/bin/sh
 ctl=%(ctl)s
-if [ "$1" = snapshot ] && [ "$2" = -a ]; then
-  if [ -e "$ctl/hold-before" ]; then
-    echo $$ > "$ctl/waiting-before.tmp" && mv "$ctl/waiting-before.tmp" "$ctl/waiting-before"
-    while [ -e "$ctl/hold-before" ]; do sleep 0.05; done
+v=${2#-}
+if [ "$1" = snapshot ] && { [ "$v" = a ] || [ "$v" = c ]; }; then
+  if [ -e "$ctl/hold-before-$v" ]; then
+    echo $$ > "$ctl/waiting.tmp" && mv "$ctl/waiting.tmp" "$ctl/waiting-before-$v"
+    while [ -e "$ctl/hold-before-$v" ]; do sleep 0.05; done
   fi
-  if [ -e "$ctl/hold-after" ]; then
+  if [ -e "$ctl/hold-after-$v" ]; then
     /usr/bin/qemu-img "$@"
     rc=$?
-    echo $$ > "$ctl/waiting-after.tmp" && mv "$ctl/waiting-after.tmp" "$ctl/waiting-after"
-    while [ -e "$ctl/hold-after" ]; do sleep 0.05; done
+    echo $$ > "$ctl/waiting.tmp" && mv "$ctl/waiting.tmp" "$ctl/waiting-after-$v"
+    while [ -e "$ctl/hold-after-$v" ]; do sleep 0.05; done
     exit $rc
   fi
 fi
@@ -81,9 +86,14 @@ def setUpModule():
     with open(wrapper, "w") as f:
         f.write(WRAPPER % {"ctl": _ctl})
     os.chmod(wrapper, 0o755)
+    # libvirt names pools after the Redis prefix and the system's libvirtd is shared: a prefix
+    # of this run's own keeps two runs at once (two worktrees) off each other's pools
+    prefix = "pvt%d:" % os.getpid()
     _stack = pvtest.Stack(gateways=1, workers=1, agents=[("sn1", "sto")],
                           config={"storage": {"default_node": "sn1", "qemu_img": wrapper},
+                                  "redis": {"prefix": prefix},
                                   "worker": {"heartbeat_seconds": 1, "lease_ms": 2000}})
+    _stack.prefix = prefix
     _stack.start()
 
 
@@ -449,14 +459,14 @@ class Storage(unittest.TestCase):
         self.assertTrue(qemu_io(path, "write -P 0x77 0 2M")[0])  # live data, in no snapshot
 
         # killed while the restore's qemu-img runs, before it changed anything
-        self.killed_mid_restore(v, path, s1, s2, "hold-before", data_then="0x77")  # untouched
+        self.killed_mid_restore(v, path, s1, s2, "hold-before-a", data_then="0x77")  # untouched
         self.assertTrue(qemu_io(path, "read -P 0x11 0 2M")[0])
         s3 = self.snap(v, "r3")
         self.assertEqual(s3.parent_snapshot_id, s1.id)  # the record was at s1: a branch
 
         # killed after qemu-img applied s2, before the record said so
         self.assertTrue(qemu_io(path, "write -P 0x33 0 2M")[0])
-        self.killed_mid_restore(v, path, s2, s3, "hold-after", data_then="0x22")  # s2's already
+        self.killed_mid_restore(v, path, s2, s3, "hold-after-a", data_then="0x22")  # s2's already
         self.assertTrue(qemu_io(path, "read -P 0x22 0 2M")[0])
         s4 = self.snap(v, "r4")
         self.assertEqual(s4.parent_snapshot_id, s2.id)
@@ -474,6 +484,45 @@ class Storage(unittest.TestCase):
         self.assertTrue(qemu_io(path, "read -P 0x11 0 2M")[0])
         self.restore(s2)
         self.assertTrue(qemu_io(path, "read -P 0x22 0 2M")[0])
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+
+    def test_i_agent_killed_mid_snapshot(self):
+        v = self.volume("snap-me", GiB)
+        path = self.path(v)
+        self.assertTrue(qemu_io(path, "write -P 0x44 0 1M")[0])
+        c0 = self.snap(v, "c0")
+        self.assertTrue(qemu_io(path, "write -P 0x55 0 1M")[0])
+        agent = self.stack.agents[0]
+        flag, waiting = os.path.join(_ctl, "hold-after-c"), os.path.join(_ctl, "waiting-after-c")
+        open(flag, "w").close()
+        try:
+            fut = self.st.CreateSnapshot.future(S.CreateSnapshotRequest(volume_id=v.id, name="c1"),
+                                                timeout=120)
+            pid = self.wait_file(waiting, "the snapshot never ran qemu-img")
+            agent.kill9()
+            self.assertTrue(self.gone(pid), "qemu-img (pid %d) outlived its agent" % pid)
+        finally:
+            os.unlink(flag)
+        os.unlink(waiting)
+        # qemu-img made it; nothing recorded it yet
+        listing = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                                 text=True).stdout
+        self.assertEqual(listing.count("snap-"), 2, listing)
+        self.assertEqual([x.name for x in self.st.ListSnapshots(
+            S.ListSnapshotsRequest(volume_id=v.id), timeout=10)], ["c0"])
+        self.assertEqual(self.record(v.id)["current_snapshot"], c0.id)
+        agent.start()
+        c1 = fut.result()
+        self.assertEqual((c1.name, c1.status, c1.parent_snapshot_id),
+                         ("c1", S.SNAPSHOT_STATUS_READY, c0.id))
+        listing = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                                 text=True).stdout
+        self.assertEqual((listing.count("snap-"), listing.count(c1.id)), (2, 1), listing)
+        self.assertEqual(self.record(v.id)["current_snapshot"], c1.id)
+        self.restore(c0)
+        self.assertTrue(qemu_io(path, "read -P 0x44 0 1M")[0])
+        self.restore(c1)
+        self.assertTrue(qemu_io(path, "read -P 0x55 0 1M")[0])
         self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
 
     def test_g_volumes_found_in_the_pool_are_recorded(self):
