@@ -26,7 +26,11 @@
 #include "pv_storage.h"
 #include "wk_agent.h"
 
-#define QEMU_IMG_TIMEOUT_MS 600000
+/* How long a snapshot command may run: qemu-img and the LVM and RBD commands change metadata
+ * (rbd's rollback writes the image back, as LVM's restore copies the origin: those get a day,
+ * as their time follows the volume's size) */
+#define SNAPSHOT_CMD_TIMEOUT_MS 600000
+#define SNAPSHOT_COPY_TIMEOUT_MS (24 * 3600 * 1000)
 
 static int64_t now_ms(void) {
     struct timeval tv;
@@ -541,9 +545,10 @@ static int volume_clone(sctx *c, pv_status *st) {
  * KILL`, the command dies with the agent that started it, so that the redelivered operation
  * never races a leftover one on the same volume (an orphaned qemu-img would hold the image's
  * lock; an orphaned dd would go on writing an origin the new delivery writes too). *code and
- * *out (caller frees) as wk_agent_run gives them; FAILED_PRECONDITION naming the program when
- * the node does not have it. */
-static int run_tool(sctx *c, const char *const *argv, int *code, char **out, pv_status *st) {
+ * *out (caller frees) as wk_agent_run gives them, within timeout_ms; FAILED_PRECONDITION
+ * naming the program when the node does not have it. */
+static int run_tool(sctx *c, const char *const *argv, int timeout_ms, int *code, char **out,
+                    pv_status *st) {
     *out = NULL;
     if (access(argv[0], X_OK) != 0)
         return pv_status_set(st, PV_FAILED_PRECONDITION, "%s is not installed on node %s: %s",
@@ -563,7 +568,7 @@ static int run_tool(sctx *c, const char *const *argv, int *code, char **out, pv_
         full[n++] = argv[i];
     full[n] = NULL;
     const char *env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
-    return wk_agent_run(wk_op_context(c->op), full, env, QEMU_IMG_TIMEOUT_MS, code, out, st);
+    return wk_agent_run(wk_op_context(c->op), full, env, timeout_ms, code, out, st);
 }
 
 /* The output of a failed command on one line, without its trailing blanks, for a message. */
@@ -590,7 +595,7 @@ static int qemu_img(sctx *c, const char *verb, const char *tag, const char *path
                           tag ? tag : path, tag ? path : NULL, NULL};
     int code = -1;
     char *out = NULL;
-    int rc = run_tool(c, argv, &code, &out, st);
+    int rc = run_tool(c, argv, SNAPSHOT_CMD_TIMEOUT_MS, &code, &out, st);
     if (rc == PV_OK && code != 0) {
         bool locked = out && strstr(out, "Failed to get") && strstr(out, "lock");
         bool gone = strcmp(verb, "-d") == 0 &&
@@ -633,7 +638,7 @@ static int qcow2_repair_leaks(sctx *c, const char *path, pv_status *st) {
     const char *argv[] = {qemu_img_bin(c), "check", "-q", "-r", "leaks", "-f", "qcow2", path, NULL};
     int code = -1;
     char *out = NULL;
-    int rc = run_tool(c, argv, &code, &out, st);
+    int rc = run_tool(c, argv, SNAPSHOT_CMD_TIMEOUT_MS, &code, &out, st);
     if (rc == PV_OK && code != 0)
         rc = pv_status_set(st, code == 2 ? PV_FAILED_PRECONDITION : PV_UNAVAILABLE,
                            "qemu-img check -r leaks %s (exit %d): %s", path, code, trimmed(out));
@@ -650,7 +655,9 @@ static int block_snapshot(sctx *c, int method, int what, json_t *pool, json_t *v
     if (pv_storage_snapshot_argv(what, pool, vol, snap_id, &a, st) != PV_OK) return st->code;
     int code = -1;
     char *out = NULL;
-    int rc = run_tool(c, (const char *const *)a.v, &code, &out, st);
+    int rc = run_tool(c, (const char *const *)a.v,
+                      what == PV_SNAP_RESTORE ? SNAPSHOT_COPY_TIMEOUT_MS : SNAPSHOT_CMD_TIMEOUT_MS,
+                      &code, &out, st);
     if (rc == PV_OK && code != 0) {
         if (pv_storage_snapshot_done_before(method, what, out))
             pv_info("%s for snapshot %s: done by an earlier delivery (%s)", a.v[0], snap_id,
