@@ -670,11 +670,18 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     char node[256], id[PV_ID_MAX];
     int rc = volume_and_node(call, "volume_id", req->volume_id, &vol, node, sizeof node, &st);
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
-    if (rc == PV_OK && jint(vol, "format") != 2)
+    json_t *pool = NULL;
+    if (rc == PV_OK)
+        rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", jstr(vol, "pool"), &pool,
+                            &st);
+    /* LVM and RBD pools snapshot with their own commands; elsewhere only qcow2 can */
+    if (rc == PV_OK && pv_storage_snapshot_method((int)jint(pool, "type"),
+                                                  (int)jint(vol, "format")) == PV_SNAPS_NONE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
-                           "snapshots",
+                           "snapshots, or LVM and RBD snapshots in those pools",
                            jstr(vol, "name"));
+    json_decref(pool);
     pv_id_new("snap", id, sizeof id);
     bool pending = false;
     if (rc == PV_OK) {

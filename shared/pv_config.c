@@ -108,6 +108,7 @@ static const key_def keys[] = {
     INT("worker.node_op_timeout_ms", worker.node_op_timeout_ms, "60000", 100, INT_MAX),
     STR("storage.libvirt_uri", storage.libvirt_uri, "qemu:///system", 0),
     STR("storage.default_node", storage.default_node, "", 0),
+    STR("storage.qemu_img", storage.qemu_img, "/usr/bin/qemu-img", 0),
     STR("upgrade.hook", upgrade.hook, "", 0),
     INT("upgrade.node_timeout_seconds", upgrade.node_timeout_seconds, "300", 1, 86400),
     INT("upgrade.settle_seconds", upgrade.settle_seconds, "30", 0, 86400),

@@ -114,6 +114,8 @@ typedef struct pv_config {
                                host's pools through ("qemu:///system") */
         char *default_node; /* storage.default_node: the node whose agent holds a pool created
                                without config.node ("" = this machine's host name) */
+        char *qemu_img;     /* storage.qemu_img: the qemu-img a node agent runs for qcow2
+                               snapshots ("/usr/bin/qemu-img") */
     } storage;
 
     struct {

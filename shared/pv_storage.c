@@ -31,14 +31,17 @@ int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
 typedef struct key_rule {
     const char *key;
     bool required;
-    char kind; /* 'p' absolute path, 'h' host[:port], 'l' list of those, 's' string, 'u' uuid */
+    char kind; /* 'p' absolute path, 'h' host[:port], 'l' list of those, 's' string, 'u' uuid,
+                  '%' a whole percentage 1..100 */
 } key_rule;
 
 static const key_rule k_common[] = {
     {"node", false, 's'}, {"max_overcommit", false, 'r'}, {"status_message", false, 's'}};
 static const key_rule k_dir[] = {{"path", true, 'p'}};
-static const key_rule k_lvm[] = {
-    {"volume_group", true, 's'}, {"devices", false, 'L'}, {"thin_pool", false, 's'}};
+static const key_rule k_lvm[] = {{"volume_group", true, 's'},
+                                 {"devices", false, 'L'},
+                                 {"thin_pool", false, 's'},
+                                 {"snapshot_percent", false, '%'}};
 static const key_rule k_nfs[] = {{"server", true, 'h'}, {"export", true, 'p'}, {"path", true, 'p'}};
 static const key_rule k_iscsi[] = {{"portal", true, 'h'},
                                    {"target", true, 's'},
@@ -139,6 +142,13 @@ static int check_value(const key_rule *r, const char *v, pv_status *st) {
         ok = is_uuid(v);
         want = "a UUID";
         break;
+    case '%': {
+        char *end;
+        long p = strtol(v, &end, 10);
+        ok = *v && *end == '\0' && p >= 1 && p <= 100;
+        want = "a whole percentage from 1 to 100";
+        break;
+    }
     case 'r': {
         char *end;
         double d = strtod(v, &end);
@@ -307,6 +317,133 @@ const char *pv_storage_format_name(int format) {
         return "vdi";
     }
     return NULL;
+}
+
+/* ---- snapshots of each pool type ---- */
+
+int pv_storage_snapshot_method(int pool_type, int format) {
+    if (pool_type == PV_POOL_LVM) return PV_SNAPS_LVM;
+    if (pool_type == PV_POOL_RBD) return PV_SNAPS_RBD;
+    return format == PV_VOL_QCOW2 ? PV_SNAPS_QCOW2 : PV_SNAPS_NONE;
+}
+
+void pv_argv_clear(pv_argv *a) {
+    for (size_t i = 0; i < a->n; i++)
+        free(a->v[i]);
+    memset(a, 0, sizeof *a);
+}
+
+static void argv_add(pv_argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void argv_add(pv_argv *a, const char *fmt, ...) {
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    /* the builders below stay well under PV_ARGV_MAX: reaching it is a bug, reported as such */
+    if (a->n >= PV_ARGV_MAX || vasprintf(&s, fmt, ap) < 0) {
+        s = NULL;
+        a->failed = true;
+    }
+    va_end(ap);
+    if (s) a->v[a->n++] = s;
+}
+
+/* A value that goes into a command line as (part of) one argument: a plain name, so that it
+ * can neither be read as an option nor name another volume group, pool or device. */
+static int arg_name(const char *what, const char *v, pv_status *st) {
+    if (pv_storage_check_name(what, v, st) == PV_OK) return PV_OK;
+    return pv_status_set(st, PV_FAILED_PRECONDITION,
+                         "%s: \"%.64s\" cannot go into a snapshot command (not a plain name)", what,
+                         v ? v : "");
+}
+
+static const char *jstr_or(json_t *o, const char *key, const char *def) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : def;
+}
+
+int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *snap_id, pv_argv *out,
+                             pv_status *st) {
+    memset(out, 0, sizeof *out);
+    json_t *config = json_object_get(pool, "config");
+    int type = (int)json_integer_value(json_object_get(pool, "type"));
+    const char *image = jstr_or(vol, "name", "");
+    if (what < PV_SNAP_CREATE || what > PV_SNAP_DELETE)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "snapshot command %d: unknown", what);
+    if (arg_name("volume", image, st) != PV_OK || arg_name("snapshot", snap_id, st) != PV_OK)
+        return st->code;
+    if (type == PV_POOL_LVM) {
+        const char *vg = jstr_or(config, "volume_group", "");
+        if (arg_name("config.volume_group", vg, st) != PV_OK) return st->code;
+        if (what == PV_SNAP_CREATE) {
+            /* a thick (copy-on-write) snapshot: its space is a share of its origin's; at 100%
+             * it holds a complete rewrite of the origin */
+            argv_add(out, "/sbin/lvcreate");
+            argv_add(out, "--snapshot");
+            argv_add(out, "--name");
+            argv_add(out, "%s", snap_id);
+            argv_add(out, "--extents");
+            argv_add(out, "%s%%ORIGIN", jstr_or(config, "snapshot_percent", "100"));
+            argv_add(out, "%s/%s", vg, image);
+        } else if (what == PV_SNAP_RESTORE) {
+            /* the snapshot's blocks copied over its origin, not `lvconvert --merge`: a merge
+             * consumes the snapshot it merges (and waits for the origin to be closed), while
+             * writing the origin keeps every snapshot whole: each one copies the blocks about
+             * to change into its own space first, the one read from included */
+            argv_add(out, "/bin/dd");
+            argv_add(out, "if=/dev/%s/%s", vg, snap_id);
+            argv_add(out, "of=/dev/%s/%s", vg, image);
+            argv_add(out, "bs=4M");
+            argv_add(out, "conv=fsync");
+            argv_add(out, "status=none");
+        } else {
+            argv_add(out, "/sbin/lvremove");
+            argv_add(out, "--yes");
+            argv_add(out, "%s/%s", vg, snap_id);
+        }
+    } else if (type == PV_POOL_RBD) {
+        const char *rpool = jstr_or(config, "pool", ""), *user = jstr_or(config, "user", "");
+        const char *mons = jstr_or(config, "monitors", "");
+        if (arg_name("config.pool", rpool, st) != PV_OK ||
+            arg_name("config.user", user, st) != PV_OK)
+            return st->code;
+        if (!*mons || mons[0] == '-')
+            return pv_status_set(st, PV_FAILED_PRECONDITION,
+                                 "config.monitors: \"%.64s\" cannot go into a snapshot command",
+                                 mons);
+        static const char *const verbs[] = {"", "create", "rollback", "rm"};
+        argv_add(out, "/usr/bin/rbd");
+        argv_add(out, "--id");
+        argv_add(out, "%s", user);
+        argv_add(out, "-m");
+        argv_add(out, "%s", mons);
+        argv_add(out, "--no-progress");
+        argv_add(out, "snap");
+        argv_add(out, "%s", verbs[what]);
+        argv_add(out, "%s/%s@%s", rpool, image, snap_id);
+    } else {
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "pool type %d takes no snapshot commands (qcow2 volumes use qemu-img)",
+                             type);
+    }
+    if (out->failed) {
+        pv_argv_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "snapshot command: out of memory or too long");
+    }
+    out->v[out->n] = NULL;
+    return PV_OK;
+}
+
+bool pv_storage_snapshot_done_before(int method, int what, const char *output) {
+    if (!output) return false;
+    if (method == PV_SNAPS_QCOW2) /* qemu-img snapshot -d */
+        return what == PV_SNAP_DELETE && strstr(output, "snapshot not found");
+    if (method == PV_SNAPS_LVM)
+        return (what == PV_SNAP_CREATE && strstr(output, "already exists")) ||
+               (what == PV_SNAP_DELETE && strstr(output, "Failed to find logical volume"));
+    if (method == PV_SNAPS_RBD)
+        return (what == PV_SNAP_CREATE && strstr(output, "(17) File exists")) ||
+               (what == PV_SNAP_DELETE && strstr(output, "(2) No such file or directory"));
+    return false;
 }
 
 /* ---- records ---- */
@@ -506,6 +643,15 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
                       pv_status *st) {
     json_t *vol = NULL;
     if (pv_storage_get(r, k, "vol", vol_id, &vol, st) != PV_OK) return st->code;
+    const char *restoring = json_string_value(json_object_get(vol, "restoring"));
+    if (restoring && *restoring) { /* its data may be the old snapshot's or the new one's */
+        pv_status_set(st, PV_FAILED_PRECONDITION,
+                      "volume %s: a restore to snapshot %s is running or did not finish (its "
+                      "data may be either snapshot's): wait for it, or restore a snapshot",
+                      json_string_value(json_object_get(vol, "name")), restoring);
+        json_decref(vol);
+        return st->code;
+    }
     redisReply *rep = NULL;
     int rc =
         pv_redis_command(r, &rep, st, "SET %s" STO "vol-user:%s %s NX", k->prefix, vol_id, wl_id);

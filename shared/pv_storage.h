@@ -9,7 +9,9 @@
  *                                         available, status_message, created_ms, updated_ms}
  *   <prefix>{sto}:pools                  zset of pool names
  *   <prefix>{sto}:vol:<id>               {id, name, pool, size, used, format, status, labels,
- *                                         path, current_snapshot, created_ms, updated_ms}
+ *                                         path, current_snapshot, created_ms, updated_ms;
+ *                                         while a restore runs: restoring (the snapshot id);
+ *                                         restore_op (the last restore's operation)}
  *   <prefix>{sto}:pool-vols:<pool>       zset of the pool's volume ids
  *   <prefix>{sto}:pool-names:<pool>      hash volume name -> id (names are unique in a pool)
  *   <prefix>{sto}:snap:<id>              {id, name, volume_id, size, status, parent,
@@ -51,6 +53,47 @@ int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, 
 /* libvirt's name of a format ("raw", "qcow2", "vmdk", "vdi"); NULL when unknown. */
 const char *pv_storage_format_name(int format);
 
+/* ---- snapshots of each pool type ---- */
+
+/* How a volume's snapshots are made: in an LVM pool with LVM snapshots, in an RBD pool with
+ * RBD snapshots (whatever the volume's format: both work on the block device); elsewhere qcow2
+ * volumes with qcow2 internal snapshots (qemu-img); PV_SNAPS_NONE for the rest (a RAW volume in
+ * a DIR or NFS pool), which are refused FAILED_PRECONDITION. */
+enum { PV_SNAPS_NONE = 0, PV_SNAPS_QCOW2 = 1, PV_SNAPS_LVM = 2, PV_SNAPS_RBD = 3 };
+int pv_storage_snapshot_method(int pool_type, int format);
+
+enum { PV_SNAP_CREATE = 1, PV_SNAP_RESTORE = 2, PV_SNAP_DELETE = 3 };
+
+/* A command line: v[0..n-1] malloc'd strings, v[n] NULL (execv-ready); pv_argv_clear frees. */
+#define PV_ARGV_MAX 16
+typedef struct pv_argv {
+    char *v[PV_ARGV_MAX + 1];
+    size_t n;
+    bool failed; /* a string could not be made (the builder then fails) */
+} pv_argv;
+void pv_argv_clear(pv_argv *a);
+
+/* The command that does `what` (PV_SNAP_*) to snapshot snap_id of volume vol (its record:
+ * name) in pool (its record: type, config), for LVM and RBD pools; pure: nothing runs.
+ *   LVM  create   /sbin/lvcreate --snapshot --name <snap> --extents <P>%ORIGIN <vg>/<lv>
+ *                 (P: the pool's config.snapshot_percent, 1..100; 100 by default: the
+ *                 origin's size)
+ *        restore  /bin/dd if=/dev/<vg>/<snap> of=/dev/<vg>/<lv> bs=4M conv=fsync status=none
+ *                 (a copy, not lvconvert --merge, which would consume the snapshot: see .c)
+ *        delete   /sbin/lvremove --yes <vg>/<snap>
+ *   RBD  /usr/bin/rbd --id <user> -m <monitors> --no-progress snap create|rollback|rm
+ *                 <pool>/<image>@<snap>   (the node's keyring for client.<user>)
+ * Every name must be a plain name (FAILED_PRECONDITION naming it otherwise); another pool type
+ * is FAILED_PRECONDITION. *out is the caller's to clear (zeroed on failure). */
+int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *snap_id, pv_argv *out,
+                             pv_status *st);
+
+/* Whether a snapshot command that failed with this output had found its work done by an
+ * earlier delivery of the operation (create: the snapshot exists; delete: it is gone), which
+ * makes a retried create or delete idempotent (qcow2: a delete finding no such snapshot). Snapshot
+ * names are their unique ids, so an existing one can only be this operation's. */
+bool pv_storage_snapshot_done_before(int method, int what, const char *output);
+
 /* ---- records ---- */
 
 /* kind: "pool", "vol" or "snap". NOT_FOUND "<what> <id> not found" (what: pool, volume,
@@ -81,8 +124,9 @@ int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_
 
 /* Attaches volume vol_id to workload wl_id: the volume must be READY (or already this
  * workload's: a redelivery), and becomes IN_USE with in_use_by = wl_id. FAILED_PRECONDITION
- * naming the workload that holds it. Keys: <prefix>{sto}:vol-user:<vol id> (the holder, SET NX)
- * and <prefix>{sto}:wl-vols:<wl id> (the workload's volumes). */
+ * naming the workload that holds it, or the snapshot a restore is taking it to. Keys:
+ * <prefix>{sto}:vol-user:<vol id> (the holder, SET NX) and <prefix>{sto}:wl-vols:<wl id> (the
+ * workload's volumes). */
 int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
                       pv_status *st);
 

@@ -26,7 +26,11 @@
 #include "pv_storage.h"
 #include "wk_agent.h"
 
-#define QEMU_IMG_TIMEOUT_MS 600000
+/* How long a snapshot command may run: qemu-img and the LVM and RBD commands change metadata
+ * (rbd's rollback writes the image back, as LVM's restore copies the origin: those get a day,
+ * as their time follows the volume's size) */
+#define SNAPSHOT_CMD_TIMEOUT_MS 600000
+#define SNAPSHOT_COPY_TIMEOUT_MS (24 * 3600 * 1000)
 
 static int64_t now_ms(void) {
     struct timeval tv;
@@ -114,7 +118,8 @@ static int volume_format(virStorageVolPtr v) {
 
 /* Records the volumes libvirt sees in the pool that nobody made through this API: an iSCSI
  * target's LUNs, an image an operator copied into a directory pool. Names already claimed (a
- * volume being made) and pivirt's own temporary files are left alone. */
+ * volume being made), pivirt's own temporary files and the LVs of its LVM snapshots are left
+ * alone. */
 static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
     virStorageVolPtr *vols = NULL;
     int n = virStoragePoolListAllVolumes(p, &vols, 0);
@@ -123,7 +128,11 @@ static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
         pv_status st;
         char id[PV_ID_MAX];
         pv_id_new("vol", id, sizeof id);
-        if (name && name[0] != '.' && pv_storage_check_name("name", name, &st) == PV_OK &&
+        json_t *snap = NULL; /* an LVM pool lists our snapshot LVs (named by their ids) */
+        bool ours = name && pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "snap", name,
+                                           &snap, &st) == PV_OK;
+        json_decref(snap);
+        if (name && !ours && name[0] != '.' && pv_storage_check_name("name", name, &st) == PV_OK &&
             pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) ==
                 PV_OK) {
             json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id",
@@ -527,48 +536,160 @@ static int volume_clone(sctx *c, pv_status *st) {
     return rc;
 }
 
-static int volume_delete(sctx *c, pv_status *st) {
-    json_t *rec = NULL;
-    int rc = load_volume(c, param(c->op, "id"), &rec, st);
-    if (rc == PV_NOT_FOUND) return PV_OK;
-    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
-    if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
-        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s",
-                      json_string_value(json_object_get(rec, "name")));
-    if (v) virStorageVolFree(v);
-    json_t *snaps = NULL;
-    if (rc == PV_OK)
-        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap",
-                             json_string_value(json_object_get(rec, "id")), &snaps, st);
-    size_t i;
-    json_t *s;
-    json_array_foreach(snaps, i, s) if (rc == PV_OK) rc =
-        pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
-    json_decref(snaps);
-    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
-    if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
-    json_decref(rec);
-    return rc;
-}
-
 /* ---- snapshots ---- */
 
-static int qemu_img(sctx *c, const char *verb, const char *tag, const char *path, pv_status *st) {
-    wk_agent *agent = wk_op_context(c->op);
-    const char *argv[] = {"/usr/bin/qemu-img", "snapshot", verb, tag, path, NULL};
-    const char *env[] = {"PATH=/usr/bin:/bin", NULL};
+/* setpriv(1) of util-linux (essential on Debian): ties a command's life to the agent's */
+#define SETPRIV "/usr/bin/setpriv"
+
+/* Runs a command of the node for a snapshot, tied to the agent: through `setpriv --pdeathsig
+ * KILL`, the command dies with the agent that started it, so that the redelivered operation
+ * never races a leftover one on the same volume (an orphaned qemu-img would hold the image's
+ * lock; an orphaned dd would go on writing an origin the new delivery writes too). *code and
+ * *out (caller frees) as wk_agent_run gives them, within timeout_ms; FAILED_PRECONDITION
+ * naming the program when the node does not have it. */
+static int run_tool(sctx *c, const char *const *argv, int timeout_ms, int *code, char **out,
+                    pv_status *st) {
+    *out = NULL;
+    if (access(argv[0], X_OK) != 0)
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "%s is not installed on node %s: %s",
+                             argv[0], wk_agent_node(wk_op_context(c->op)), strerror(errno));
+    const char *full[PV_ARGV_MAX + 8];
+    size_t n = 0;
+    if (access(SETPRIV, X_OK) == 0) {
+        full[n++] = SETPRIV;
+        full[n++] = "--pdeathsig";
+        full[n++] = "KILL";
+        full[n++] = "--";
+    } else {
+        pv_warn("%s is missing: %s runs untied to the agent (it may outlive a killed agent)",
+                SETPRIV, argv[0]);
+    }
+    for (size_t i = 0; argv[i] && n + 1 < sizeof full / sizeof full[0]; i++)
+        full[n++] = argv[i];
+    full[n] = NULL;
+    const char *env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
+    return wk_agent_run(wk_op_context(c->op), full, env, timeout_ms, code, out, st);
+}
+
+/* The output of a failed command on one line, without its trailing blanks, for a message. */
+static const char *trimmed(char *out) {
+    size_t n = out ? strlen(out) : 0;
+    while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+        out[--n] = '\0';
+    for (char *p = out; p && *p; p++)
+        if (*p == '\n') *p = ' ';
+    return out && *out ? out : "no output";
+}
+
+static const char *qemu_img_bin(sctx *c) {
+    const pv_config *cfg = wk_op_config(c->op);
+    return cfg && cfg->storage.qemu_img && *cfg->storage.qemu_img ? cfg->storage.qemu_img
+                                                                  : "/usr/bin/qemu-img";
+}
+
+/* `qemu-img snapshot <verb> [tag] <path>`; *listing (when not NULL) gets the output. Another
+ * process holding the image's lock is UNAVAILABLE: a passing state worth a retry. */
+static int qemu_img(sctx *c, const char *verb, const char *tag, const char *path, char **listing,
+                    pv_status *st) {
+    const char *argv[] = {qemu_img_bin(c),  "snapshot",        verb,
+                          tag ? tag : path, tag ? path : NULL, NULL};
     int code = -1;
     char *out = NULL;
-    int rc = wk_agent_run(agent, argv, env, QEMU_IMG_TIMEOUT_MS, &code, &out, st);
+    int rc = run_tool(c, argv, SNAPSHOT_CMD_TIMEOUT_MS, &code, &out, st);
     if (rc == PV_OK && code != 0) {
-        size_t n = out ? strlen(out) : 0;
-        while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
-            out[--n] = '\0';
-        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "qemu-img snapshot %s %s: %s", verb, tag,
-                           out && *out ? out : "failed");
+        bool locked = out && strstr(out, "Failed to get") && strstr(out, "lock");
+        bool gone = strcmp(verb, "-d") == 0 &&
+                    pv_storage_snapshot_done_before(PV_SNAPS_QCOW2, PV_SNAP_DELETE, out);
+        if (gone)
+            pv_info("qemu-img snapshot -d %s %s: already gone (an earlier delivery deleted it)",
+                    tag, path);
+        else
+            rc = pv_status_set(st, locked ? PV_UNAVAILABLE : PV_FAILED_PRECONDITION,
+                               "qemu-img snapshot %s %s: %s", verb, tag ? tag : "", trimmed(out));
+    }
+    if (rc == PV_OK && listing) {
+        *listing = out;
+        out = NULL;
     }
     free(out);
     return rc;
+}
+
+/* Whether the qcow2 image already has an internal snapshot tagged tag (`qemu-img snapshot
+ * -l`: one line per snapshot, "ID TAG ..."), so that a redelivered create does not make a
+ * second one (qemu-img takes duplicate tags). */
+static int qcow2_has(sctx *c, const char *tag, const char *path, bool *has, pv_status *st) {
+    char *list = NULL;
+    *has = false;
+    if (qemu_img(c, "-l", NULL, path, &list, st) != PV_OK) return st->code;
+    for (char *save = NULL, *line = strtok_r(list, "\n", &save); line && !*has;
+         line = strtok_r(NULL, "\n", &save)) {
+        char id[64], name[256];
+        *has = sscanf(line, "%63s %255s", id, name) == 2 && strcmp(name, tag) == 0;
+    }
+    free(list);
+    return PV_OK;
+}
+
+/* `qemu-img check -r leaks`: the clusters a qemu-img killed in the middle of a change leaves
+ * allocated but unused (qcow2 orders its writes so that an interruption leaks, never
+ * corrupts) are freed. Corruption it cannot repair fails the operation. */
+static int qcow2_repair_leaks(sctx *c, const char *path, pv_status *st) {
+    const char *argv[] = {qemu_img_bin(c), "check", "-q", "-r", "leaks", "-f", "qcow2", path, NULL};
+    int code = -1;
+    char *out = NULL;
+    int rc = run_tool(c, argv, SNAPSHOT_CMD_TIMEOUT_MS, &code, &out, st);
+    if (rc == PV_OK && code != 0)
+        rc = pv_status_set(st, code == 2 ? PV_FAILED_PRECONDITION : PV_UNAVAILABLE,
+                           "qemu-img check -r leaks %s (exit %d): %s", path, code, trimmed(out));
+    free(out);
+    return rc;
+}
+
+/* A snapshot command of an LVM or RBD pool (pv_storage_snapshot_argv): FAILED_PRECONDITION
+ * with the command's own output when it fails, unless the failure says an earlier delivery did
+ * the work already. */
+static int block_snapshot(sctx *c, int method, int what, json_t *pool, json_t *vol,
+                          const char *snap_id, pv_status *st) {
+    pv_argv a;
+    if (pv_storage_snapshot_argv(what, pool, vol, snap_id, &a, st) != PV_OK) return st->code;
+    int code = -1;
+    char *out = NULL;
+    int rc = run_tool(c, (const char *const *)a.v,
+                      what == PV_SNAP_RESTORE ? SNAPSHOT_COPY_TIMEOUT_MS : SNAPSHOT_CMD_TIMEOUT_MS,
+                      &code, &out, st);
+    if (rc == PV_OK && code != 0) {
+        if (pv_storage_snapshot_done_before(method, what, out))
+            pv_info("%s for snapshot %s: done by an earlier delivery (%s)", a.v[0], snap_id,
+                    trimmed(out));
+        else
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s %s (exit %d): %s", a.v[0],
+                               a.v[a.n - 1], code, trimmed(out));
+    }
+    free(out);
+    pv_argv_clear(&a);
+    return rc;
+}
+
+/* Creates (restores, deletes) snapshot snap_id of volume vol by the method of its pool. */
+static int snapshot_cmd(sctx *c, int method, int what, json_t *pool, json_t *vol,
+                        const char *snap_id, pv_status *st) {
+    if (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD)
+        return block_snapshot(c, method, what, pool, vol, snap_id, st);
+    const char *path = json_string_value(json_object_get(vol, "path"));
+    if (!path)
+        return pv_status_set(st, PV_INTERNAL, "volume %s has no path",
+                             json_string_value(json_object_get(vol, "id")));
+    if (what == PV_SNAP_CREATE) {
+        bool has = false;
+        if (qcow2_has(c, snap_id, path, &has, st) != PV_OK) return st->code;
+        if (has) {
+            pv_info("snapshot %s of %s: made by an earlier delivery", snap_id, path);
+            return PV_OK;
+        }
+    }
+    static const char *const verbs[] = {"", "-c", "-a", "-d"};
+    return qemu_img(c, verbs[what], snap_id, path, NULL, st);
 }
 
 static int64_t allocated(const char *path) {
@@ -576,93 +697,192 @@ static int64_t allocated(const char *path) {
     return path && stat(path, &sb) == 0 ? (int64_t)sb.st_blocks * 512 : 0;
 }
 
+static const char *jstr(json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* A volume (not in use), its pool's record and how its snapshots are made: FAILED_PRECONDITION
+ * for a volume that takes none. */
+static int snapshot_target(sctx *c, const char *vol_id, json_t **vol, json_t **pool, int *method,
+                           pv_status *st) {
+    *pool = NULL;
+    if (load_volume(c, vol_id, vol, st) != PV_OK) return st->code;
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", jstr(*vol, "pool"), pool,
+                       st) != PV_OK)
+        return st->code;
+    *method = pv_storage_snapshot_method((int)json_integer_value(json_object_get(*pool, "type")),
+                                         (int)json_integer_value(json_object_get(*vol, "format")));
+    if (*method == PV_SNAPS_NONE)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
+                             "snapshots, or LVM and RBD snapshots in those pools",
+                             jstr(*vol, "name"));
+    return PV_OK;
+}
+
+/* What a new snapshot holds: a qcow2 image's allocation, an LVM snapshot's copy-on-write room
+ * (its share of the origin), an RBD image's data when it was taken. */
+static int64_t snapshot_bytes(int method, json_t *pool, json_t *vol) {
+    int64_t size = json_integer_value(json_object_get(vol, "size"));
+    if (method == PV_SNAPS_QCOW2) return allocated(json_string_value(json_object_get(vol, "path")));
+    if (method == PV_SNAPS_LVM) {
+        const char *pct =
+            json_string_value(json_object_get(json_object_get(pool, "config"), "snapshot_percent"));
+        return size / 100 * (pct ? atoi(pct) : 100);
+    }
+    return json_integer_value(json_object_get(vol, "used"));
+}
+
 static int snapshot_create(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *id = param(op, "id");
-    json_t *vol = NULL, *existing = NULL;
+    json_t *vol = NULL, *pool = NULL, *existing = NULL;
     if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", id, &existing, st) == PV_OK) {
         json_decref(existing);
         return PV_OK;
     }
-    int rc = load_volume(c, param(op, "volume_id"), &vol, st);
-    if (rc == PV_OK && json_integer_value(json_object_get(vol, "format")) != PV_VOL_QCOW2)
+    int method = PV_SNAPS_NONE;
+    int rc = snapshot_target(c, param(op, "volume_id"), &vol, &pool, &method, st);
+    if (rc == PV_OK && *jstr(vol, "restoring"))
         rc = pv_status_set(st, PV_FAILED_PRECONDITION,
-                           "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
-                           "snapshots",
-                           json_string_value(json_object_get(vol, "name")));
+                           "volume %s: its restore to snapshot %s did not finish; restore a "
+                           "snapshot first",
+                           jstr(vol, "name"), jstr(vol, "restoring"));
+    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_CREATE, pool, vol, id, st);
     const char *path = json_string_value(json_object_get(vol, "path"));
-    if (rc == PV_OK) rc = qemu_img(c, "-c", id, path, st);
     if (rc == PV_OK) {
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name",
-                                param(op, "name"), "volume_id", param(op, "volume_id"), "size",
-                                (json_int_t)allocated(path), "status", PV_SNAP_READY, "parent",
-                                json_string_value(json_object_get(vol, "current_snapshot")) ?: "",
-                                "created_ms", (json_int_t)now_ms());
+        json_t *rec =
+            json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name", param(op, "name"),
+                      "volume_id", param(op, "volume_id"), "size",
+                      (json_int_t)snapshot_bytes(method, pool, vol), "status", PV_SNAP_READY,
+                      "parent", jstr(vol, "current_snapshot"), "created_ms", (json_int_t)now_ms());
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", rec, st);
         json_decref(rec);
     }
     if (rc == PV_OK) {
         json_object_set_new(vol, "current_snapshot", json_string(id));
-        json_object_set_new(vol, "used", json_integer(allocated(path)));
+        if (method == PV_SNAPS_QCOW2)
+            json_object_set_new(vol, "used", json_integer(allocated(path)));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
     }
     json_decref(vol);
+    json_decref(pool);
     return rc;
 }
 
+/* A restore is journaled on the volume's record, whose writes are atomic: first `restoring`
+ * (the snapshot) and `restore_op` (this operation), then the data is changed, then one write
+ * sets current_snapshot and drops `restoring`. So the record is at the old snapshot or the new
+ * one, never between; `restoring` says the data may already be the new one's. A delivery that
+ * finds `restoring` completes the restore (after freeing what a killed qemu-img leaked); one
+ * that finds this operation's restore finished (restore_op, no `restoring`) does nothing, so
+ * that writes made since are not thrown away a second time. */
 static int snapshot_restore(sctx *c, pv_status *st) {
     wk_op *op = c->op;
-    json_t *snap = NULL, *vol = NULL;
+    const char *op_id = wk_op_record(op)->id;
+    json_t *snap = NULL, *vol = NULL, *pool = NULL;
+    int method = PV_SNAPS_NONE;
     int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "snapshot_id"),
                             &snap, st);
-    if (rc == PV_OK)
-        rc = load_volume(c, json_string_value(json_object_get(snap, "volume_id")), &vol, st);
+    if (rc == PV_OK) rc = snapshot_target(c, jstr(snap, "volume_id"), &vol, &pool, &method, st);
+    const char *sid = jstr(snap, "id");
+    bool done =
+        rc == PV_OK && strcmp(jstr(vol, "restore_op"), op_id) == 0 && !*jstr(vol, "restoring");
     const char *path = json_string_value(json_object_get(vol, "path"));
-    if (rc == PV_OK)
-        rc = qemu_img(c, "-a", json_string_value(json_object_get(snap, "id")), path, st);
-    if (rc == PV_OK) {
-        json_object_set(vol, "current_snapshot", json_object_get(snap, "id"));
-        json_object_set_new(vol, "used", json_integer(allocated(path)));
+    if (rc == PV_OK && !done && *jstr(vol, "restoring")) {
+        pv_warn("volume %s: the restore to snapshot %s by operation %s did not finish; "
+                "completing it now",
+                jstr(vol, "name"), jstr(vol, "restoring"), jstr(vol, "restore_op"));
+        if (method == PV_SNAPS_QCOW2) rc = qcow2_repair_leaks(c, path, st);
+    }
+    if (rc == PV_OK && !done) {
+        json_object_set_new(vol, "restoring", json_string(sid));
+        json_object_set_new(vol, "restore_op", json_string(op_id));
+        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+    }
+    if (rc == PV_OK && !done) rc = snapshot_cmd(c, method, PV_SNAP_RESTORE, pool, vol, sid, st);
+    if (rc == PV_OK && !done) {
+        json_object_set_new(vol, "current_snapshot", json_string(sid));
+        json_object_del(vol, "restoring");
+        if (method == PV_SNAPS_QCOW2)
+            json_object_set_new(vol, "used", json_integer(allocated(path)));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
     }
     if (rc == PV_OK)
-        wk_op_progress(op, 100, "volume %s restored to snapshot %s",
-                       json_string_value(json_object_get(vol, "name")),
-                       json_string_value(json_object_get(snap, "name")));
+        wk_op_progress(op, 100, "volume %s restored to snapshot %s", jstr(vol, "name"),
+                       jstr(snap, "name"));
     json_decref(snap);
     json_decref(vol);
+    json_decref(pool);
     return rc;
 }
 
 static int snapshot_delete(sctx *c, pv_status *st) {
     wk_op *op = c->op;
-    json_t *snap = NULL, *vol = NULL, *all = NULL;
+    json_t *snap = NULL, *vol = NULL, *pool = NULL, *all = NULL;
     int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "id"), &snap, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
-    const char *vid = json_string_value(json_object_get(snap, "volume_id"));
-    if (rc == PV_OK) rc = load_volume(c, vid, &vol, st);
-    const char *id = json_string_value(json_object_get(snap, "id"));
-    const char *parent = json_string_value(json_object_get(snap, "parent"));
-    if (rc == PV_OK)
-        rc = qemu_img(c, "-d", id, json_string_value(json_object_get(vol, "path")), st);
+    const char *vid = jstr(snap, "volume_id");
+    int method = PV_SNAPS_NONE;
+    if (rc == PV_OK) rc = snapshot_target(c, vid, &vol, &pool, &method, st);
+    const char *id = jstr(snap, "id"), *parent = jstr(snap, "parent");
+    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_DELETE, pool, vol, id, st);
     if (rc == PV_OK) rc = pv_storage_list(wk_op_redis(op), wk_op_keys(op), "snap", vid, &all, st);
     size_t i;
     json_t *s;
     json_array_foreach(all, i, s) {
-        const char *p = json_string_value(json_object_get(s, "parent"));
-        if (rc != PV_OK || !p || strcmp(p, id) != 0) continue;
-        json_object_set_new(s, "parent", json_string(parent ? parent : ""));
+        if (rc != PV_OK || strcmp(jstr(s, "parent"), id) != 0) continue;
+        json_object_set_new(s, "parent", json_string(parent));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", s, st);
     }
-    const char *cur = json_string_value(json_object_get(vol, "current_snapshot"));
-    if (rc == PV_OK && cur && strcmp(cur, id) == 0) {
-        json_object_set_new(vol, "current_snapshot", json_string(parent ? parent : ""));
+    if (rc == PV_OK && strcmp(jstr(vol, "current_snapshot"), id) == 0) {
+        json_object_set_new(vol, "current_snapshot", json_string(parent));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
     }
     if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(op), wk_op_keys(op), "snap", snap, st);
     json_decref(all);
     json_decref(snap);
     json_decref(vol);
+    json_decref(pool);
+    return rc;
+}
+
+/* The volume, its snapshots' records and its name. The snapshots of LVM and RBD volumes are
+ * things of their own (an LV; an image's snapshot, without which rbd will not remove the
+ * image): removed first, with their own commands; qcow2 ones go with the file. */
+static int volume_delete(sctx *c, pv_status *st) {
+    json_t *rec = NULL, *pool = NULL, *snaps = NULL;
+    int rc = load_volume(c, param(c->op, "id"), &rec, st);
+    if (rc == PV_NOT_FOUND) return PV_OK;
+    if (rc == PV_OK)
+        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", jstr(rec, "id"), &snaps,
+                             st);
+    int method = PV_SNAPS_NONE;
+    if (rc == PV_OK && json_array_size(snaps) > 0 &&
+        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", jstr(rec, "pool"), &pool,
+                       st) == PV_OK)
+        method =
+            pv_storage_snapshot_method((int)json_integer_value(json_object_get(pool, "type")),
+                                       (int)json_integer_value(json_object_get(rec, "format")));
+    size_t i;
+    json_t *s;
+    json_array_foreach(snaps, i, s) {
+        if (rc == PV_OK && (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD))
+            rc = block_snapshot(c, method, PV_SNAP_DELETE, pool, rec, jstr(s, "id"), st);
+    }
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+    if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
+        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", jstr(rec, "name"));
+    if (v) virStorageVolFree(v);
+    json_array_foreach(snaps, i, s) {
+        if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
+    }
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+    if (rc == PV_OK) refresh_pool(c, jstr(rec, "pool"), st);
+    json_decref(snaps);
+    json_decref(pool);
+    json_decref(rec);
     return rc;
 }
 

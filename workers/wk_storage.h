@@ -20,10 +20,17 @@
  *                           (SEEK_DATA/SEEK_HOLE with copy_file_range), into a temporary file
  *                           renamed into place; other pool types through libvirt's copy.
  *   storage.volume_delete   {id}: the volume, its snapshots' records and its name.
- *   storage.snapshot_create {id, volume_id, name}: `qemu-img snapshot -c <id>` (qcow2 only);
- *                           parent = the snapshot the volume is at.
- *   storage.snapshot_restore {snapshot_id}: `qemu-img snapshot -a`; the volume is then at it.
- *   storage.snapshot_delete {id}: `qemu-img snapshot -d`; its children take its parent.
+ *   storage.snapshot_create {id, volume_id, name}: qcow2 volumes `qemu-img snapshot -c <id>`
+ *                           (storage.qemu_img; not again when a redelivery finds it made),
+ *                           volumes of LVM and RBD pools their own snapshot commands
+ *                           (pv_storage_snapshot_argv); parent = the snapshot the volume is at.
+ *   storage.snapshot_restore {snapshot_id}: `qemu-img snapshot -a`, LVM's dd, `rbd snap
+ *                           rollback`; journaled on the volume's record (restoring, restore_op)
+ *                           so that an agent killed at any point leaves the record at the old
+ *                           snapshot and the next delivery completes it (see the .c).
+ *   storage.snapshot_delete {id}: `qemu-img snapshot -d`, lvremove, `rbd snap rm`; its
+ *                           children take its parent.
+ * Snapshot commands die with the agent (setpriv --pdeathsig): a redelivery never races one.
  * A volume IN_USE refuses resize, delete, snapshot and restore (FAILED_PRECONDITION).
  * After every change in a pool (and when it starts) the volumes libvirt finds there without a
  * record are recorded: an iSCSI target's LUNs, an image copied into a directory pool.

@@ -17,6 +17,16 @@
   test_f  the agent killed with SIGKILL in the middle of a clone: no half-written volume (no
           record, no file of that name); the restarted agent takes the operation over and the
           client's call ends with the complete clone, the temporary file gone.
+  test_h  the agent killed with SIGKILL in the middle of a restore, twice: while the restore's
+          qemu-img runs (the file untouched yet), and after it applied the snapshot but before
+          the volume's record says so. Each time the record is still at the old snapshot (with
+          the restore journaled on it), the qemu-img the agent ran died with it, and the
+          restarted agent completes the restore: the operation SUCCEEDED, the volume READY with
+          the snapshot's data (qemu-io), the image clean (qemu-img check), the record at the
+          restored snapshot (a new snapshot's parent) and no journal left; the tree is whole.
+  test_i  the agent killed with SIGKILL after qemu-img made a snapshot, before its record: the
+          restarted agent finds the snapshot made (no second one of the same id) and the
+          client's CreateSnapshot ends with it READY, a child of the one before.
   test_g  an image put into the pool's directory by hand is recorded at the next refresh (as an
           iSCSI target's LUNs would be), with its format and size, and can be deleted.
   test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
@@ -24,7 +34,9 @@
 """
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 import grpc
@@ -37,27 +49,66 @@ S = storage_pb2
 O = operations_pb2
 GiB = 1 << 30
 _stack = None
+_ctl = None  # the control directory of the qemu-img wrapper
+
+# The agent's qemu-img (storage.qemu_img) in these tests: the real one, which does all the work,
+# behind a shell script that can stop a `snapshot -a` (or -c) before the real qemu-img starts
+# (CTL/hold-before-a) or after it finished (CTL/hold-after-a), saying so in CTL/waiting-*, so
+# that a test can kill the agent at exactly that point. Without those files it is the real
+# qemu-img.
+WRAPPER = """#!/bin/sh
+ctl=%(ctl)s
+v=${2#-}
+if [ "$1" = snapshot ] && { [ "$v" = a ] || [ "$v" = c ]; }; then
+  if [ -e "$ctl/hold-before-$v" ]; then
+    echo $$ > "$ctl/waiting.tmp" && mv "$ctl/waiting.tmp" "$ctl/waiting-before-$v"
+    while [ -e "$ctl/hold-before-$v" ]; do sleep 0.05; done
+  fi
+  if [ -e "$ctl/hold-after-$v" ]; then
+    /usr/bin/qemu-img "$@"
+    rc=$?
+    echo $$ > "$ctl/waiting.tmp" && mv "$ctl/waiting.tmp" "$ctl/waiting-after-$v"
+    while [ -e "$ctl/hold-after-$v" ]; do sleep 0.05; done
+    exit $rc
+  fi
+fi
+exec /usr/bin/qemu-img "$@"
+"""
 
 
 def setUpModule():
-    global _stack
+    global _stack, _ctl
     why = pvtest.ensure_libvirtd()
     if why:
         raise RuntimeError(why)
+    _ctl = tempfile.mkdtemp(prefix="pvtest-qemu-img-")
+    wrapper = os.path.join(_ctl, "qemu-img")
+    with open(wrapper, "w") as f:
+        f.write(WRAPPER % {"ctl": _ctl})
+    os.chmod(wrapper, 0o755)
+    # libvirt names pools after the Redis prefix and the system's libvirtd is shared: a prefix
+    # of this run's own keeps two runs at once (two worktrees) off each other's pools
+    prefix = "pvt%d:" % os.getpid()
     _stack = pvtest.Stack(gateways=1, workers=1, agents=[("sn1", "sto")],
-                          config={"storage": {"default_node": "sn1"},
+                          config={"storage": {"default_node": "sn1", "qemu_img": wrapper},
+                                  "redis": {"prefix": prefix},
                                   "worker": {"heartbeat_seconds": 1, "lease_ms": 2000}})
+    _stack.prefix = prefix
     _stack.start()
 
 
 def tearDownModule():
-    if _stack:
-        st = storage_pb2_grpc.StorageServiceStub(_stack.channel(0))
-        for p in st.ListPools(S.ListPoolsRequest(), timeout=10):
-            for v in st.ListVolumes(S.ListVolumesRequest(pool=p.name), timeout=10):
-                st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
-            st.DeletePool(S.DeletePoolRequest(name=p.name), timeout=30)
-        _stack.stop()
+    try:
+        if _stack:
+            st = storage_pb2_grpc.StorageServiceStub(_stack.channel(0))
+            for p in st.ListPools(S.ListPoolsRequest(), timeout=10):
+                for v in st.ListVolumes(S.ListVolumesRequest(pool=p.name), timeout=10):
+                    st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+                st.DeletePool(S.DeletePoolRequest(name=p.name), timeout=30)
+            _stack.stop()
+    finally:
+        if _ctl:
+            shutil.rmtree(_ctl, ignore_errors=True)
 
 
 def qemu_io(path, cmd):
@@ -331,6 +382,148 @@ class Storage(unittest.TestCase):
         self.assertEqual([f for f in os.listdir(self.pool_dir) if f.startswith(".pvtmp-")], [])
         for v in (c, src):
             self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+
+    def record(self, vol_id):
+        """The volume's record as the agent wrote it in Redis."""
+        return json.loads(self.stack.redis_cli("GET", self.stack.key("{sto}:vol:" + vol_id)))
+
+    def wait_file(self, path, what, timeout=20):
+        deadline = pvtest.time.monotonic() + timeout
+        while not os.path.exists(path):
+            self.assertLess(pvtest.time.monotonic(), deadline, what)
+            pvtest.time.sleep(0.02)
+        with open(path) as f:
+            return int(f.read().strip())
+
+    def gone(self, pid, timeout=10):
+        """Whether process pid is gone (or only a zombie) within timeout seconds."""
+        deadline = pvtest.time.monotonic() + timeout
+        while pvtest.time.monotonic() < deadline:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return True
+            except FileNotFoundError:
+                return True
+            pvtest.time.sleep(0.05)
+        return False
+
+    def killed_mid_restore(self, vol, path, snap, old_snap, hold, data_then):
+        """Restores vol to snap with the wrapper holding at `hold`, SIGKILLs the agent there,
+        checks the state it left (the data: the pattern data_then), restarts the agent and
+        checks the completed restore."""
+        agent = self.stack.agents[0]
+        flag = os.path.join(_ctl, hold)
+        waiting = os.path.join(_ctl, hold.replace("hold", "waiting"))
+        open(flag, "w").close()
+        try:
+            op = self.st.RestoreSnapshot(S.RestoreSnapshotRequest(snapshot_id=snap.id),
+                                         timeout=10)
+            pid = self.wait_file(waiting, "the restore never ran qemu-img")
+            agent.kill9()
+            # the qemu-img the agent ran dies with it: nothing left to race the next delivery
+            self.assertTrue(self.gone(pid), "qemu-img (pid %d) outlived its agent" % pid)
+        finally:
+            os.unlink(flag)
+        os.unlink(waiting)
+        self.assertTrue(qemu_io(path, "read -P %s 0 2M" % data_then)[0])
+        rec = self.record(vol.id)
+        # the record is whole and still at the old snapshot; the restore is journaled on it
+        self.assertEqual((rec["current_snapshot"], rec["restoring"], rec["restore_op"]),
+                         (old_snap.id, snap.id, op.id))
+        self.assertEqual(rec["status"], S.VOLUME_STATUS_READY)
+        cur = self.ops.GetOperation(O.GetOperationRequest(id=op.id), timeout=10)
+        self.assertFalse(cur.done)
+        self.assertEqual(cur.status, O.OPERATION_STATUS_RUNNING)
+        agent.start()
+        done = self.ops.WaitOperation(O.WaitOperationRequest(id=op.id, timeout_seconds=60),
+                                      timeout=65)
+        self.assertEqual((done.status, done.done), (O.OPERATION_STATUS_SUCCEEDED, True), done)
+        rec = self.record(vol.id)
+        self.assertEqual(rec["current_snapshot"], snap.id)
+        self.assertNotIn("restoring", rec)
+        self.assertEqual(self.st.GetVolume(S.GetVolumeRequest(id=vol.id), timeout=10).status,
+                         S.VOLUME_STATUS_READY)
+        chk = subprocess.run(["qemu-img", "check", "-f", "qcow2", path], capture_output=True,
+                             text=True)
+        self.assertEqual(chk.returncode, 0, chk.stdout + chk.stderr)  # no leaks, no corruption
+
+    def test_h_agent_killed_mid_restore(self):
+        v = self.volume("restore-me", GiB)
+        path = self.path(v)
+        self.assertTrue(qemu_io(path, "write -P 0x11 0 2M")[0])
+        s1 = self.snap(v, "r1")
+        self.assertTrue(qemu_io(path, "write -P 0x22 0 2M")[0])
+        s2 = self.snap(v, "r2")
+        self.assertEqual(s2.parent_snapshot_id, s1.id)
+        self.assertTrue(qemu_io(path, "write -P 0x77 0 2M")[0])  # live data, in no snapshot
+
+        # killed while the restore's qemu-img runs, before it changed anything
+        self.killed_mid_restore(v, path, s1, s2, "hold-before-a", data_then="0x77")  # untouched
+        self.assertTrue(qemu_io(path, "read -P 0x11 0 2M")[0])
+        s3 = self.snap(v, "r3")
+        self.assertEqual(s3.parent_snapshot_id, s1.id)  # the record was at s1: a branch
+
+        # killed after qemu-img applied s2, before the record said so
+        self.assertTrue(qemu_io(path, "write -P 0x33 0 2M")[0])
+        self.killed_mid_restore(v, path, s2, s3, "hold-after-a", data_then="0x22")  # s2's already
+        self.assertTrue(qemu_io(path, "read -P 0x22 0 2M")[0])
+        s4 = self.snap(v, "r4")
+        self.assertEqual(s4.parent_snapshot_id, s2.id)
+
+        # the tree is whole: every snapshot listed once with its parent, each restorable
+        got = {x.name: x.parent_snapshot_id for x in self.st.ListSnapshots(
+            S.ListSnapshotsRequest(volume_id=v.id), timeout=10)}
+        self.assertEqual(got, {"r1": "", "r2": s1.id, "r3": s1.id, "r4": s2.id})
+        listing = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                                 text=True).stdout
+        self.assertEqual(sorted(x for x in (s1.id, s2.id, s3.id, s4.id) if x in listing),
+                         sorted((s1.id, s2.id, s3.id, s4.id)))
+        self.assertEqual(listing.count("snap-"), 4)  # no snapshot taken twice
+        self.restore(s3)
+        self.assertTrue(qemu_io(path, "read -P 0x11 0 2M")[0])
+        self.restore(s2)
+        self.assertTrue(qemu_io(path, "read -P 0x22 0 2M")[0])
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+
+    def test_i_agent_killed_mid_snapshot(self):
+        v = self.volume("snap-me", GiB)
+        path = self.path(v)
+        self.assertTrue(qemu_io(path, "write -P 0x44 0 1M")[0])
+        c0 = self.snap(v, "c0")
+        self.assertTrue(qemu_io(path, "write -P 0x55 0 1M")[0])
+        agent = self.stack.agents[0]
+        flag, waiting = os.path.join(_ctl, "hold-after-c"), os.path.join(_ctl, "waiting-after-c")
+        open(flag, "w").close()
+        try:
+            fut = self.st.CreateSnapshot.future(S.CreateSnapshotRequest(volume_id=v.id, name="c1"),
+                                                timeout=120)
+            pid = self.wait_file(waiting, "the snapshot never ran qemu-img")
+            agent.kill9()
+            self.assertTrue(self.gone(pid), "qemu-img (pid %d) outlived its agent" % pid)
+        finally:
+            os.unlink(flag)
+        os.unlink(waiting)
+        # qemu-img made it; nothing recorded it yet
+        listing = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                                 text=True).stdout
+        self.assertEqual(listing.count("snap-"), 2, listing)
+        self.assertEqual([x.name for x in self.st.ListSnapshots(
+            S.ListSnapshotsRequest(volume_id=v.id), timeout=10)], ["c0"])
+        self.assertEqual(self.record(v.id)["current_snapshot"], c0.id)
+        agent.start()
+        c1 = fut.result()
+        self.assertEqual((c1.name, c1.status, c1.parent_snapshot_id),
+                         ("c1", S.SNAPSHOT_STATUS_READY, c0.id))
+        listing = subprocess.run(["qemu-img", "snapshot", "-l", path], capture_output=True,
+                                 text=True).stdout
+        self.assertEqual((listing.count("snap-"), listing.count(c1.id)), (2, 1), listing)
+        self.assertEqual(self.record(v.id)["current_snapshot"], c1.id)
+        self.restore(c0)
+        self.assertTrue(qemu_io(path, "read -P 0x44 0 1M")[0])
+        self.restore(c1)
+        self.assertTrue(qemu_io(path, "read -P 0x55 0 1M")[0])
+        self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
 
     def test_g_volumes_found_in_the_pool_are_recorded(self):
         # an image an operator put into the pool's directory (as an iSCSI target's LUNs appear

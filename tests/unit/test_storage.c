@@ -92,11 +92,162 @@ static void test_xml(void **state) {
     free(x);
 }
 
+/* The command a snapshot operation runs, exactly, for records as the agent stores them. */
+static void assert_argv(int what, const char *pool, const char *vol, const char *snap,
+                        const char *const *want) {
+    json_t *p = json_loads(pool, 0, NULL), *v = json_loads(vol, 0, NULL);
+    assert_non_null(p);
+    assert_non_null(v);
+    pv_argv a;
+    pv_status st;
+    assert_int_equal(pv_storage_snapshot_argv(what, p, v, snap, &a, &st), PV_OK);
+    size_t n = 0;
+    while (want[n])
+        n++;
+    assert_int_equal(a.n, n);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(a.v[i], want[i]);
+    assert_null(a.v[n]);
+    pv_argv_clear(&a);
+    assert_int_equal(a.n, 0);
+    json_decref(p);
+    json_decref(v);
+}
+
+static const char *lvm_pool = "{\"name\":\"fast-pool\",\"type\":2,\"config\":{"
+                              "\"volume_group\":\"vg0\",\"snapshot_percent\":\"25\"}}";
+static const char *lvm_pool_default = "{\"name\":\"p\",\"type\":2,\"config\":{"
+                                      "\"volume_group\":\"pivirtd-vg\"}}";
+static const char *rbd_pool = "{\"name\":\"ceph\",\"type\":5,\"config\":{"
+                              "\"monitors\":\"mon1:6789,mon2\",\"pool\":\"rbd\","
+                              "\"user\":\"libvirt\",\"secret_uuid\":"
+                              "\"2ec115d7-3a88-3ceb-bc12-0ac909a6fd87\"}}";
+static const char *vol_db = "{\"id\":\"vol-01\",\"name\":\"db-disk\",\"pool\":\"fast-pool\","
+                            "\"format\":1,\"path\":\"/dev/vg0/db-disk\"}";
+
+static void test_snapshot_method(void **state) {
+    (void)state;
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_DIR, PV_VOL_QCOW2), PV_SNAPS_QCOW2);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_NFS, PV_VOL_QCOW2), PV_SNAPS_QCOW2);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_DIR, PV_VOL_RAW), PV_SNAPS_NONE);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_NFS, PV_VOL_RAW), PV_SNAPS_NONE);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_ISCSI, PV_VOL_RAW), PV_SNAPS_NONE);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_DIR, PV_VOL_VMDK), PV_SNAPS_NONE);
+    /* LVM and RBD snapshot the block device, whatever format the volume was given */
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_LVM, PV_VOL_RAW), PV_SNAPS_LVM);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_LVM, PV_VOL_QCOW2), PV_SNAPS_LVM);
+    assert_int_equal(pv_storage_snapshot_method(PV_POOL_RBD, PV_VOL_RAW), PV_SNAPS_RBD);
+}
+
+static void test_lvm_snapshot_argv(void **state) {
+    (void)state;
+    const char *snap = "snap-01JDQ4ZB7X3M9K2V5T8R6N4P1Q";
+    assert_argv(PV_SNAP_CREATE, lvm_pool, vol_db, snap,
+                (const char *const[]){"/sbin/lvcreate", "--snapshot", "--name", snap, "--extents",
+                                      "25%ORIGIN", "vg0/db-disk", NULL});
+    assert_argv(PV_SNAP_CREATE, lvm_pool_default, vol_db, snap,
+                (const char *const[]){"/sbin/lvcreate", "--snapshot", "--name", snap, "--extents",
+                                      "100%ORIGIN", "pivirtd-vg/db-disk", NULL});
+    assert_argv(PV_SNAP_RESTORE, lvm_pool, vol_db, snap,
+                (const char *const[]){"/bin/dd", "if=/dev/vg0/snap-01JDQ4ZB7X3M9K2V5T8R6N4P1Q",
+                                      "of=/dev/vg0/db-disk", "bs=4M", "conv=fsync", "status=none",
+                                      NULL});
+    assert_argv(PV_SNAP_DELETE, lvm_pool, vol_db, snap,
+                (const char *const[]){"/sbin/lvremove", "--yes",
+                                      "vg0/snap-01JDQ4ZB7X3M9K2V5T8R6N4P1Q", NULL});
+}
+
+static void test_rbd_snapshot_argv(void **state) {
+    (void)state;
+    const char *snap = "snap-01JDQ4ZB7X3M9K2V5T8R6N4P1Q";
+    const char *vol = "{\"id\":\"vol-02\",\"name\":\"web-root\",\"pool\":\"ceph\",\"format\":1}";
+    static const char *const verbs[] = {"", "create", "rollback", "rm"};
+    for (int what = PV_SNAP_CREATE; what <= PV_SNAP_DELETE; what++)
+        assert_argv(what, rbd_pool, vol, snap,
+                    (const char *const[]){"/usr/bin/rbd", "--id", "libvirt", "-m", "mon1:6789,mon2",
+                                          "--no-progress", "snap", verbs[what],
+                                          "rbd/web-root@snap-01JDQ4ZB7X3M9K2V5T8R6N4P1Q", NULL});
+}
+
+static int argv_fails(const char *pool, const char *vol, const char *snap, pv_status *st) {
+    json_t *p = json_loads(pool, 0, NULL), *v = json_loads(vol, 0, NULL);
+    pv_argv a;
+    int rc = pv_storage_snapshot_argv(PV_SNAP_CREATE, p, v, snap, &a, st);
+    assert_int_equal(a.n, 0); /* nothing left to free on failure */
+    json_decref(p);
+    json_decref(v);
+    return rc;
+}
+
+static void test_snapshot_argv_refuses(void **state) {
+    (void)state;
+    pv_status st;
+    /* a name that would be read as an option, or reach outside the volume group */
+    assert_int_equal(argv_fails(lvm_pool, "{\"name\":\"-rf\"}", "snap-1", &st),
+                     PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "volume: \"-rf\" cannot go into a snapshot command"));
+    assert_int_equal(argv_fails("{\"type\":2,\"config\":{\"volume_group\":\"vg0/../x\"}}", vol_db,
+                                "snap-1", &st),
+                     PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "config.volume_group"));
+    assert_int_equal(argv_fails(lvm_pool, vol_db, "../snap", &st), PV_FAILED_PRECONDITION);
+    assert_int_equal(argv_fails("{\"type\":5,\"config\":{\"monitors\":\"-x\",\"pool\":\"rbd\","
+                                "\"user\":\"u\"}}",
+                                vol_db, "snap-1", &st),
+                     PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "config.monitors"));
+    /* a directory pool has no snapshot command of its own */
+    assert_int_equal(argv_fails("{\"type\":1,\"config\":{\"path\":\"/p\"}}", vol_db, "snap-1", &st),
+                     PV_FAILED_PRECONDITION);
+    /* the pool's snapshot share is checked with its config */
+    assert_int_equal(
+        check(PV_POOL_LVM, "{\"volume_group\":\"vg0\",\"snapshot_percent\":\"0\"}", &st),
+        PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "config.snapshot_percent: \"0\" is not a whole percentage"));
+    assert_int_equal(
+        check(PV_POOL_LVM, "{\"volume_group\":\"vg0\",\"snapshot_percent\":\"100\"}", &st), PV_OK);
+}
+
+static void test_snapshot_done_before(void **state) {
+    (void)state;
+    /* what lvcreate, lvremove and rbd print when an earlier delivery already did the work */
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_LVM, PV_SNAP_CREATE,
+        "  Logical Volume \"snap-1\" already exists in volume group \"vg0\"\n"));
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_LVM, PV_SNAP_DELETE, "  Failed to find logical volume \"vg0/snap-1\"\n"));
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_RBD, PV_SNAP_CREATE, "rbd: failed to create snapshot: (17) File exists\n"));
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_RBD, PV_SNAP_DELETE,
+        "rbd: failed to remove snapshot: (2) No such file or directory\n"));
+    assert_true(pv_storage_snapshot_done_before(
+        PV_SNAPS_QCOW2, PV_SNAP_DELETE,
+        "qemu-img: Could not delete snapshot 'snap-1': snapshot not found\n"));
+    /* anything else is a failure, and a restore is never "done before" */
+    assert_false(pv_storage_snapshot_done_before(
+        PV_SNAPS_QCOW2, PV_SNAP_RESTORE,
+        "qemu-img: Could not apply snapshot 'snap-1': Failed to load snapshot: No such file or "
+        "directory\n"));
+    assert_false(pv_storage_snapshot_done_before(
+        PV_SNAPS_LVM, PV_SNAP_CREATE, "  Volume group \"vg0\" has insufficient free space\n"));
+    assert_false(pv_storage_snapshot_done_before(PV_SNAPS_LVM, PV_SNAP_DELETE,
+                                                 "  Logical Volume \"snap-1\" already exists"));
+    assert_false(pv_storage_snapshot_done_before(PV_SNAPS_RBD, PV_SNAP_RESTORE,
+                                                 "(2) No such file or directory"));
+    assert_false(pv_storage_snapshot_done_before(PV_SNAPS_RBD, PV_SNAP_CREATE, NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_configs),
         cmocka_unit_test(test_xml),
+        cmocka_unit_test(test_snapshot_method),
+        cmocka_unit_test(test_lvm_snapshot_argv),
+        cmocka_unit_test(test_rbd_snapshot_argv),
+        cmocka_unit_test(test_snapshot_argv_refuses),
+        cmocka_unit_test(test_snapshot_done_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
