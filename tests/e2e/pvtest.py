@@ -562,7 +562,8 @@ class Gateway:
 
 class Stack:
     """Redis plus the programs of a test, each configured like the real stack but on free
-    ports, a temporary directory and the key prefix 'pvt:'.
+    ports, a temporary directory and the key prefix 'pvt<pid>:' (libvirt names storage pools
+    after the prefix, and the system's libvirtd is shared by tests running side by side).
 
     gateways, workers, schedulers: how many of each. agents: node agents, each a node name
     (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ...} (the
@@ -579,7 +580,7 @@ class Stack:
     stops it at the end). Gateways with auth or TLS: start(auth=(username, password)) and
     start(tls_root=PEM bytes) make the readiness checks (and channel()) use them."""
 
-    PREFIX = "pvt:"
+    PREFIX = "pvt%d:" % os.getpid()
 
     def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
                  start=False, env=None):
