@@ -52,6 +52,9 @@ static void finish_status(gw_call *call, const pv_status *st) {
     gw_call_finish(call, st->code, st->msg);
 }
 
+static bool answer_retry(gw_call *call, const char *kind);
+static void answer_pool(gw_call *call, const char *name, json_t *fallback, bool pending);
+
 /* ---- maps and timestamps ---- */
 
 typedef struct str_entry {
@@ -199,6 +202,21 @@ static void default_node(gw_call *call, char *out, size_t cap) {
     out[cap - 1] = '\0';
 }
 
+/* How the call answers an operation: PV_OK when it succeeded or still runs (*pending), else
+ * its error. */
+static int op_outcome(const pv_op *rec, bool *pending, pv_status *st) {
+    *pending = false;
+    if (!pv_op_done(rec)) {
+        *pending = true;
+        return PV_OK;
+    }
+    if (rec->status == PV_OP_SUCCEEDED) return PV_OK;
+    if (rec->status == PV_OP_CANCELLED)
+        return pv_status_set(st, PV_ABORTED, "operation %s was cancelled", rec->id);
+    return pv_status_set(st, rec->error_code ? rec->error_code : PV_INTERNAL, "%s",
+                         rec->error_message ? rec->error_message : "failed");
+}
+
 /* Submits kind on the queue of node's agent (target and holds locked while it runs) and waits
  * for it up to the call's deadline. PV_OK: it succeeded; PV_DEADLINE_EXCEEDED in *st->code
  * with *pending set: still running (the caller answers the resource as it stands); else its
@@ -247,17 +265,7 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     } else {
         rec = sub;
     }
-    if (!pv_op_done(&rec)) {
-        *pending = true;
-        rc = PV_OK;
-    } else if (rec.status == PV_OP_SUCCEEDED) {
-        rc = PV_OK;
-    } else if (rec.status == PV_OP_CANCELLED) {
-        rc = pv_status_set(st, PV_ABORTED, "operation %s was cancelled", rec.id);
-    } else {
-        rc = pv_status_set(st, rec.error_code ? rec.error_code : PV_INTERNAL, "%s",
-                           rec.error_message ? rec.error_message : "failed");
-    }
+    rc = op_outcome(&rec, pending, st);
     if (op_out)
         *op_out = rec;
     else
@@ -274,6 +282,7 @@ static int node_of_pool(json_t *pool, char *out, size_t cap) {
 
 static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreatePoolRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.pool_create")) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *config = map_json((void *const *)req->config, req->n_config);
@@ -312,17 +321,13 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
         json_decref(params);
     }
     if (rc == PV_OK) {
-        rc = pv_storage_get(r, keys_of(call), "pool", req->name, &rec, &st);
-        if (rc == PV_NOT_FOUND && pending) { /* its agent has not made it yet */
-            rec = json_pack("{s:s, s:i, s:i, s:O, s:s}", "name", req->name, "type", (int)req->type,
-                            "status", 2 /* INACTIVE */, "config", config, "node", node);
-            rc = PV_OK;
-        }
-    }
-    if (rc == PV_OK)
-        send_pool(call, rec, true);
-    else
+        json_t *asked =
+            json_pack("{s:i, s:O, s:s}", "type", (int)req->type, "config", config, "node", node);
+        answer_pool(call, req->name, asked, pending);
+        json_decref(asked);
+    } else {
         finish_status(call, &st);
+    }
     json_decref(rec);
     json_decref(config);
 }
@@ -361,6 +366,7 @@ static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
+    if (answer_retry(call, "storage.pool_delete")) return;
     const Pivirt__Storage__V1__DeletePoolRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
@@ -457,8 +463,93 @@ static void answer_volume(gw_call *call, const char *id, json_t *fallback, bool 
     }
 }
 
+/* Answers pool `name` after its creation: the record, or INACTIVE from what was asked
+ * (fallback: name, type, config, node) while its agent has not made it (pending). */
+static void answer_pool(gw_call *call, const char *name, json_t *fallback, bool pending) {
+    pv_status st;
+    json_t *rec = NULL;
+    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", name, &rec, &st);
+    if (rc == PV_NOT_FOUND && pending && fallback) {
+        rec = json_pack("{s:s, s:O, s:i, s:O, s:O}", "name", name, "type",
+                        json_object_get(fallback, "type"), "status", 2 /* INACTIVE */, "config",
+                        json_object_get(fallback, "config"), "node",
+                        json_object_get(fallback, "node"));
+        rc = rec ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    }
+    if (rc == PV_OK)
+        send_pool(call, rec, true);
+    else
+        finish_status(call, &st);
+    json_decref(rec);
+}
+
+/* Answers snapshot id after its creation: the record, or CREATING while pending. */
+static void answer_snapshot(gw_call *call, const char *id, json_t *fallback, bool pending) {
+    pv_status st;
+    json_t *rec = NULL;
+    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), "snap", id, &rec, &st);
+    if (rc == PV_NOT_FOUND && pending && fallback) {
+        rec = json_pack("{s:s, s:O, s:O, s:i}", "id", id, "name", json_object_get(fallback, "name"),
+                        "volume_id", json_object_get(fallback, "volume_id"), "status",
+                        PV_SNAP_CREATING);
+        rc = rec ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
+    }
+    if (rc == PV_OK)
+        send_snapshot(call, rec, true);
+    else
+        finish_status(call, &st);
+    json_decref(rec);
+}
+
+/* A call retried with the x-request-id of an earlier one (its answer lost with a gateway or a
+ * connection) is answered from the operation that one made, waited on as the first was, before
+ * any check: the checks would judge the resource as that operation left it (a deleted volume
+ * "not found", a made pool "already exists"), and ids drawn anew would name nothing. Returns
+ * true when it answered the call. */
+static bool answer_retry(gw_call *call, const char *kind) {
+    if (!gw_call_has_client_request_id(call)) return false;
+    gw_app *app = app_of(call);
+    pv_redis *r = gw_app_redis(call);
+    pv_status st;
+    char op_id[PV_ID_MAX];
+    if (pv_op_find_request(r, &app->keys, gw_call_request_id(call), op_id, &st) != PV_OK ||
+        !op_id[0])
+        return false; /* Redis unreachable: the call's own path reports it */
+    pv_op rec = {0};
+    bool pending = false;
+    json_t *params = NULL;
+    int rc = op_convert_wait(call, r, &app->keys, op_id, MAX_WAIT_MS, &rec, &st);
+    if (rc == PV_OK && strcmp(rec.kind, kind) != 0)
+        rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
+                           "x-request-id: \"%.100s\" was used for operation %s (%s), not for "
+                           "this call (%s)",
+                           gw_call_request_id(call), rec.id, rec.kind, kind);
+    if (rc == PV_OK) rc = op_outcome(&rec, &pending, &st);
+    if (rc == PV_OK && !(params = json_loads(rec.params ? rec.params : "", 0, NULL)))
+        rc = pv_status_set(&st, PV_INTERNAL, "operation %s: its params are not JSON", rec.id);
+    if (rc != PV_OK) {
+        finish_status(call, &st);
+    } else if (strstr(kind, "_delete")) {
+        reply_empty(call);
+    } else if (strcmp(kind, "storage.pool_create") == 0) {
+        answer_pool(call, jstr(params, "name"), params, pending);
+    } else if (strcmp(kind, "storage.snapshot_create") == 0) {
+        answer_snapshot(call, jstr(params, "id"), params, pending);
+    } else { /* volume_create, volume_clone, volume_resize: params.id is the volume */
+        if (!json_object_get(params, "status"))
+            json_object_set_new(params, "status", json_integer(PV_VOL_CREATING));
+        answer_volume(call, jstr(params, "id"), params, pending);
+    }
+    pv_info("a retried call (x-request-id %.100s) answered from operation %s (%s)",
+            gw_call_request_id(call), op_id, kind);
+    json_decref(params);
+    pv_op_clear(&rec);
+    return true;
+}
+
 static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateVolumeRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.volume_create")) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *pool = NULL, *labels = map_json((void *const *)req->labels, req->n_labels);
@@ -567,6 +658,7 @@ static int volume_and_node(gw_call *call, const char *field, const char *ref, js
 
 static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteVolumeRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.volume_delete")) return;
     pv_status st;
     json_t *vol = NULL;
     char node[256];
@@ -590,6 +682,7 @@ static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ResizeVolumeRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.volume_resize")) return;
     pv_status st;
     json_t *vol = NULL;
     char node[256];
@@ -619,6 +712,7 @@ static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CloneVolumeRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.volume_clone")) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *src = NULL, *pool = NULL, *params = NULL;
@@ -665,6 +759,7 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateSnapshotRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.snapshot_create")) return;
     pv_status st;
     json_t *vol = NULL;
     char node[256], id[PV_ID_MAX];
@@ -692,20 +787,13 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
                     &pending, NULL, &st);
         json_decref(params);
     }
-    json_t *rec = NULL;
     if (rc == PV_OK) {
-        rc = pv_storage_get(gw_app_redis(call), keys_of(call), "snap", id, &rec, &st);
-        if (rc == PV_NOT_FOUND && pending) {
-            rec = json_pack("{s:s, s:s, s:s, s:i}", "id", id, "name", req->name, "volume_id",
-                            jstr(vol, "id"), "status", PV_SNAP_CREATING);
-            rc = PV_OK;
-        }
-    }
-    if (rc == PV_OK)
-        send_snapshot(call, rec, true);
-    else
+        json_t *asked = json_pack("{s:s, s:s}", "name", req->name, "volume_id", jstr(vol, "id"));
+        answer_snapshot(call, id, asked, pending);
+        json_decref(asked);
+    } else {
         finish_status(call, &st);
-    json_decref(rec);
+    }
     json_decref(vol);
 }
 
@@ -797,6 +885,7 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteSnapshotRequest *req = (const void *)msg;
+    if (answer_retry(call, "storage.snapshot_delete")) return;
     pv_status st;
     json_t *snap = NULL, *vol = NULL;
     char node[256];

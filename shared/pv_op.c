@@ -482,6 +482,19 @@ int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *hold
     return PV_OK;
 }
 
+int pv_op_find_request(pv_redis *r, const pv_keys *k, const char *request_id, char *id,
+                       pv_status *st) {
+    id[0] = '\0';
+    if (!request_id || !request_id[0]) return PV_OK;
+    char key[PV_KEY_MAX];
+    snprintf(key, sizeof key, "%s" OPS "idem:%s", k->prefix, request_id);
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
+    if (rep->type == REDIS_REPLY_STRING) snprintf(id, PV_ID_MAX, "%s", rep->str);
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st) {
     memset(out, 0, sizeof *out);
     if (check_id(id, st) != PV_OK) return st->code;

@@ -124,6 +124,11 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
  * into holder (PV_ID_MAX bytes); "" when none does. */
 int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st);
 
+/* The id of the operation a request id made (within the 24 h its key lives), into id
+ * (PV_ID_MAX bytes); "" when none. */
+int pv_op_find_request(pv_redis *r, const pv_keys *k, const char *request_id, char *id,
+                       pv_status *st);
+
 /* PV_NOT_FOUND "operation <id> not found" when missing or expired. */
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st);
 

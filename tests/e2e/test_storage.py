@@ -29,6 +29,8 @@
           client's CreateSnapshot ends with it READY, a child of the one before.
   test_g  an image put into the pool's directory by hand is recorded at the next refresh (as an
           iSCSI target's LUNs would be), with its format and size, and can be deleted.
+  test_j  retried calls (the same x-request-id) answered from their first operation: the same
+          volume, snapshot and clone, a second delete that succeeds, a reused id refused.
   test_e  the seed's examples as written (CreateVolume, ResizeVolume, CloneVolume,
           CreateSnapshot, GetPoolStats) through buf curl and reflection.
 """
@@ -524,6 +526,51 @@ class Storage(unittest.TestCase):
         self.restore(c1)
         self.assertTrue(qemu_io(path, "read -P 0x55 0 1M")[0])
         self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
+
+    def test_j_retried_calls_are_answered_from_their_first_operation(self):
+        """A call whose answer was lost (a gateway killed, a connection cut) is retried with the
+        same x-request-id: it gets the first call's result, never a second resource, and a
+        retried delete succeeds although the first already removed the volume."""
+        def md(rid):
+            return (("x-request-id", rid),)
+        req = S.CreateVolumeRequest(name="retried", pool="default", size_bytes=GiB,
+                                    format=S.VOLUME_FORMAT_QCOW2)
+        first = self.st.CreateVolume(req, timeout=60, metadata=md("j-create"))
+        again = self.st.CreateVolume(req, timeout=60, metadata=md("j-create"))
+        self.assertEqual(again.id, first.id)
+        self.assertEqual(again.status, S.VOLUME_STATUS_READY)
+        names = [v.name for v in self.st.ListVolumes(S.ListVolumesRequest(pool="default"),
+                                                       timeout=10)]
+        self.assertEqual(names.count("retried"), 1)
+        snap = self.st.CreateSnapshot(S.CreateSnapshotRequest(volume_id=first.id, name="s1"),
+                                      timeout=60, metadata=md("j-snap"))
+        snap2 = self.st.CreateSnapshot(S.CreateSnapshotRequest(volume_id=first.id, name="s1"),
+                                       timeout=60, metadata=md("j-snap"))
+        self.assertEqual(snap2.id, snap.id)
+        self.assertEqual(len(list(self.st.ListSnapshots(
+            S.ListSnapshotsRequest(volume_id=first.id), timeout=10))), 1)
+        clone = self.st.CloneVolume(S.CloneVolumeRequest(source_id=first.id, name="retried-c"),
+                                    timeout=60, metadata=md("j-clone"))
+        clone2 = self.st.CloneVolume(S.CloneVolumeRequest(source_id=first.id, name="retried-c"),
+                                     timeout=60, metadata=md("j-clone"))
+        self.assertEqual(clone2.id, clone.id)
+        # a request id names one call: reusing it for another call is refused
+        code, msg = self.err_md(self.st.DeleteVolume, S.DeleteVolumeRequest(id=clone.id),
+                                md("j-clone"))
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("x-request-id", msg)
+        self.assertIn("storage.volume_clone", msg)
+        for vid, rid in ((clone.id, "j-del-c"), (first.id, "j-del")):
+            self.st.DeleteVolume(S.DeleteVolumeRequest(id=vid), timeout=60, metadata=md(rid))
+            self.st.DeleteVolume(S.DeleteVolumeRequest(id=vid), timeout=60, metadata=md(rid))
+        # without the request id a second delete is an honest NOT_FOUND
+        code, _ = self.err(self.st.DeleteVolume, S.DeleteVolumeRequest(id=first.id))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+
+    def err_md(self, fn, req, metadata):
+        with self.assertRaises(grpc.RpcError) as e:
+            fn(req, timeout=30, metadata=metadata)
+        return e.exception.code(), e.exception.details()
 
     def test_g_volumes_found_in_the_pool_are_recorded(self):
         # an image an operator put into the pool's directory (as an iSCSI target's LUNs appear
