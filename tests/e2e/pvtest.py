@@ -571,8 +571,9 @@ class Stack:
     something failed.
 
     Start it with start() (or start=True, or a `with` block, which starts it if needed and
-    stops it at the end). Gateways with auth or TLS: start(auth=(username, password)) and
-    start(tls_root=PEM bytes) make the readiness checks (and channel()) use them."""
+    stops it at the end). Gateways with auth or TLS: start(auth=(username, password)),
+    start(tls_root=PEM bytes) and, for mutual TLS, start(tls_client=(certificate PEM bytes,
+    key PEM bytes)) make the readiness checks (and channel()) use them."""
 
     PREFIX = "pvt:"
 
@@ -589,6 +590,7 @@ class Stack:
         self.stopped = False
         self.auth = None
         self.tls_root = None
+        self.tls_client = None
         self.tls_name = "localhost"
         self._channels = []
         self.config = _merge({
@@ -654,12 +656,16 @@ class Stack:
 
     # -- start and readiness
 
-    def start(self, timeout=START_TIMEOUT, auth=None, tls_root=None, tls_name="localhost"):
+    def start(self, timeout=START_TIMEOUT, auth=None, tls_root=None, tls_name="localhost",
+              tls_client=None):
         """Starts Redis and every process not running and waits until each answers. AUTH
         (username, password) is sent by the health checks; TLS_ROOT (PEM bytes) makes them and
-        channel() use TLS, verifying the server as TLS_NAME."""
+        channel() use TLS, verifying the server as TLS_NAME; TLS_CLIENT (certificate PEM, key
+        PEM) is the client certificate they show (mutual TLS)."""
         if auth is not None:
             self.auth = auth
+        if tls_client is not None:
+            self.tls_client = tls_client
         if tls_root is not None:
             self.tls_root = tls_root
             self.tls_name = tls_name
@@ -720,7 +726,9 @@ class Stack:
     def _open_channel(self, addr):
         if self.tls_root is None:
             return grpc.insecure_channel(addr)
-        creds = grpc.ssl_channel_credentials(root_certificates=self.tls_root)
+        cert, key = self.tls_client if self.tls_client else (None, None)
+        creds = grpc.ssl_channel_credentials(root_certificates=self.tls_root, private_key=key,
+                                             certificate_chain=cert)
         return grpc.secure_channel(addr, creds,
                                    options=[("grpc.ssl_target_name_override", self.tls_name)])
 
