@@ -41,7 +41,8 @@ extern const unsigned char pv_descriptor_set[];
 extern const size_t pv_descriptor_set_len;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: pivirt-gateway [--config FILE] [--set key=value]... [--version]\n"
+    fprintf(f, "usage: pivirt-gateway [--config FILE] [--set key=value]... [--version] "
+               "[--print-config]\n"
                "  Serves pb.CoreRPC, pivirt.cluster.v1, pivirt.storage.v1, "
                "pivirt.operations.v1,\n"
                "  grpc.health.v1 and server reflection on every gateway.listen address.\n"
@@ -202,6 +203,14 @@ int main(int argc, char **argv) {
             printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
             pv_config_free(&g.app.cfg);
             return 0;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            /* The effective configuration, passwords shown as "***". */
+            char *json = pv_config_dump_json(&g.app.cfg);
+            if (json) printf("%s\n", json);
+            free(json);
+            pv_config_free(&g.app.cfg);
+            return json ? 0 : 1;
         }
         usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
         pv_config_free(&g.app.cfg);

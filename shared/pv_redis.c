@@ -654,6 +654,10 @@ int pv_redis_error_status(const char *err, size_t len, pv_status *st) {
         const char *msg = space + 1;
         return pv_status_set(st, code, "%.*s", (int)(len - (size_t)(msg - err)), msg);
     }
+    /* An ACL refusal (NOPERM: the user may not run the command or touch the key): a
+     * configuration problem to name plainly, never retried. */
+    if (len >= 6 && memcmp(err, "NOPERM", 6) == 0)
+        return pv_status_set(st, PV_PERMISSION_DENIED, "redis: %.*s", (int)len, err);
     /* Redis's own "not now" answers: a restarting server replaying its AOF (LOADING), a script
      * running too long (BUSY), a replica or a primary without its replicas (READONLY,
      * MASTERDOWN, NOREPLICAS), a cluster in flux (TRYAGAIN, CLUSTERDOWN). The command may work a

@@ -111,7 +111,8 @@ def verdict(ok):
 
 
 def phase_submit(seconds):
-    with pvtest.Stack(gateways=1, config=CONFIG) as st:
+    # bench_ops reads the records straight from Redis without logging in: no ACL users here.
+    with pvtest.Stack(gateways=1, config=CONFIG, redis_acl=False) as st:
         run_bench(st, "--count", 3000, tag="warm")
         gw = run_bench(st, "--seconds", seconds, tag="submit")
         ceiling = redis_benchmark(st, max(20000, int(gw["submit_rate"] * seconds)))
@@ -120,7 +121,7 @@ def phase_submit(seconds):
 
 
 def phase_pipeline(seconds):
-    with pvtest.Stack(gateways=1, workers=2, config=CONFIG) as st:
+    with pvtest.Stack(gateways=1, workers=2, config=CONFIG, redis_acl=False) as st:
         run_bench(st, "--count", 2000, "--collect", 60, tag="warm")
         sat = run_bench(st, "--seconds", seconds, "--collect", 120, tag="sat")
         rate = min(GOAL_E2E, int(sat["e2e_rate"] * 0.9))

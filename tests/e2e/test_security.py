@@ -4,6 +4,7 @@ certificates made by openssl here, which services answer without credentials, th
 unfinished operations per client, message size and concurrent stream limits, and Redis under an
 ACL user that has only the commands the system uses.
 """
+import json
 import os
 import subprocess
 import tempfile
@@ -335,6 +336,148 @@ class MessageSizeAndStreams(unittest.TestCase):
             w1.cancel()
             self.assertEqual(pvtest.health_status_on(ch, timeout=5), pvtest.SERVING)
             w2.cancel()
+
+
+
+class RedisACL(unittest.TestCase):
+    """Every Stack runs Redis with ops/redis.acl's users and the programs as its `pivirt` user
+    (and Stack.stop fails on any command Redis refused them); here a whole stack at work, what
+    the user must not do, and where its password must not show."""
+
+    AUTH_PASSWORD = "gw-Secret-4711"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = pvtest.Stack(gateways=1, workers=1, schedulers=1, agents=["sec1"], config={
+            "auth": {"username": "admin", "password": cls.AUTH_PASSWORD},
+            "worker": {"heartbeat_seconds": 1}})
+        cls.stack.start(auth=("admin", cls.AUTH_PASSWORD))
+        cls.md = [("admin", cls.AUTH_PASSWORD)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def pivirt_client(self):
+        return pvtest.RespClient("127.0.0.1", self.stack.redis.port,
+                                 auth=(pvtest.REDIS_USER, self.stack.redis.password))
+
+    def test_programs_log_in_as_the_acl_user_and_work(self):
+        st = self.stack
+        self.assertEqual(st.config["redis"]["username"], "pivirt")
+        # An operation through the ops worker, a cluster operation through pvcli, a plan
+        # through the scheduler: each path of the system under the restricted user.
+        ops = opg.OperationServiceStub(st.channel(0))
+        op = ops.CreateTestOperation(opb.CreateTestOperationRequest(
+            kind="test.sleep", target="acl-t1", params={"ms": "100", "steps": "2"}),
+            metadata=self.md, timeout=10)
+        got = ops.WaitOperation(opb.WaitOperationRequest(id=op.id, timeout_seconds=20),
+                                metadata=self.md, timeout=30)
+        self.assertEqual(got.status, opb.OPERATION_STATUS_SUCCEEDED, got)
+        # The scheduler's plan: what fits on the one node.
+        cap = core_pb2_grpc.CoreRPCStub(st.channel(0)).CalculateCapacity(
+            core_pb2.DeployOptions(
+                name="acl-app", podname="local", count=1, nodenames=["sec1"],
+                entrypoint=core_pb2.EntrypointOptions(name="e"),
+                deploy_strategy=core_pb2.DeployOptions.DUMMY,
+                resources={"cpumem": json.dumps({"memory-request": "1M"}).encode()}),
+            metadata=self.md, timeout=20)
+        self.assertGreater(cap.total, 0)
+        r = pvcli(st.gateways[0].addrs[0], "--user", "admin", "--password", self.AUTH_PASSWORD,
+                  "node", "cordon", "local", "sec1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = pvcli(st.gateways[0].addrs[0], "--user", "admin", "--password", self.AUTH_PASSWORD,
+                  "-o", "json", "node", "get", "local", "sec1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CORDONED", r.stdout)
+        # Every connection the programs hold is the pivirt user's; only the harness's own
+        # (this CLIENT LIST) is the default user's.
+        users = {}
+        for line in st.redis.cmd("CLIENT", "LIST").splitlines():
+            f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            users[f["user"]] = users.get(f["user"], 0) + 1
+        self.assertEqual(users.get("default"), 1, users)
+        self.assertGreaterEqual(users.get("pivirt", 0), 8, users)
+        self.assertEqual(st.redis.acl_denials(), {})
+
+    def test_acl_user_is_refused_what_it_must_not_do(self):
+        before = self.stack.redis.cmd("DBSIZE")
+        self.assertGreater(before, 0)
+        c = self.pivirt_client()
+        try:
+            for cmd in (["FLUSHALL"], ["FLUSHDB"], ["KEYS", "*"], ["CONFIG", "GET", "*"],
+                        ["CONFIG", "SET", "appendonly", "no"], ["DEBUG", "SLEEP", "0"],
+                        ["SHUTDOWN", "NOSAVE"], ["ACL", "LIST"], ["ACL", "SETUSER", "x", "on"],
+                        ["FUNCTION", "FLUSH"], ["FUNCTION", "DELETE", "pv"], ["SCRIPT", "FLUSH"],
+                        ["MODULE", "LIST"], ["CLIENT", "LIST"], ["CLIENT", "KILL", "ID", "1"],
+                        ["REPLICAOF", "127.0.0.1", "1"], ["SAVE"], ["BGREWRITEAOF"],
+                        ["MIGRATE", "127.0.0.1", "1", "k", "0", "10"], ["RENAME", "a", "b"],
+                        ["SORT", "k"], ["MONITOR"], ["SWAPDB", "0", "1"], ["SELECT", "1"]):
+                if cmd == ["SELECT", "1"]:
+                    continue  # allowed (redis.db); its keys are the ACL's ~* too
+                with self.assertRaises(pvtest.RedisError, msg=" ".join(cmd)) as e:
+                    c.command(*cmd)
+                # DEBUG is off for everyone (enable-debug-command), before the ACL is asked.
+                self.assertRegex(str(e.exception), "^(NOPERM|ERR DEBUG command not allowed)",
+                                 cmd)
+            self.assertEqual(c.command("PING"), "PONG")
+            denied = self.stack.redis.acl_denials()
+            for obj in ("flushall", "flushdb", "keys", "config|set", "acl|setuser",
+                        "function|flush", "shutdown", "migrate"):
+                self.assertIn(obj, denied)
+        finally:
+            c.close()
+            # These refusals were asked for: the stack's final check must not count them.
+            self.stack.redis.cmd("ACL", "LOG", "RESET")
+        self.assertEqual(self.stack.redis.cmd("DBSIZE"), before)
+        self.assertEqual(self.stack.redis.cmd("CONFIG", "GET", "appendonly"), ["appendonly", "yes"])
+
+    def test_redis_refuses_clients_without_a_password(self):
+        c = pvtest.RespClient("127.0.0.1", self.stack.redis.port)
+        try:
+            with self.assertRaises(pvtest.RedisError) as e:
+                c.command("GET", "x")
+            self.assertIn("NOAUTH", str(e.exception))
+            with self.assertRaises(pvtest.RedisError) as e:
+                c.command("AUTH", "pivirt", "not-the-password")
+            self.assertIn("WRONGPASS", str(e.exception))
+        finally:
+            c.close()
+
+    def test_passwords_never_in_logs_info_or_the_config_dump(self):
+        st = self.stack
+        secrets = [st.redis.password.encode(), st.redis.admin_password.encode(),
+                   self.AUTH_PASSWORD.encode()]
+        # The effective configuration of each program masks them.
+        for binary in ("pivirt-gateway", "pivirt-worker", "pivirt-scheduler"):
+            r = subprocess.run([os.path.join(pvtest.BIN_DIR, binary), "--config",
+                                st.config_path, "--print-config"],
+                               capture_output=True, timeout=30, env=pvtest._clean_env())
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(b'"password": "***"', r.stdout)
+            self.assertIn(b'"username": "pivirt"', r.stdout)
+            for secret in secrets:
+                self.assertNotIn(secret, r.stdout + r.stderr, binary)
+        reply = pvtest.unary_raw(st.channel(0), "/pb.CoreRPC/Info", b"", metadata=self.md)
+        # A program given a wrong Redis password says so without showing it.
+        wrong = "Wrong-Redis-Pw-9931"
+        log = os.path.join(st.tmpdir, "wrong-password.log")
+        with open(log, "wb") as out:
+            p = subprocess.Popen([os.path.join(pvtest.BIN_DIR, "pivirt-scheduler"), "--config",
+                                  st.config_path, "--set", "redis.password=" + wrong],
+                                 stdout=out, stderr=subprocess.STDOUT, env=pvtest._clean_env())
+            time.sleep(2.5)
+            p.terminate()
+            p.wait(timeout=15)
+        text = open(log, "rb").read()
+        self.assertIn(b"WRONGPASS", text)
+        self.assertNotIn(wrong.encode(), text)
+        for path in [p.log_path for p in st.procs] + [st.redis.proc.log_path, log]:
+            data = open(path, "rb").read()
+            for secret in secrets:
+                self.assertNotIn(secret, data, path)
+        for secret in secrets:
+            self.assertNotIn(secret, reply)
 
 
 if __name__ == "__main__":
