@@ -173,8 +173,9 @@ int pv_config_load_file(pv_config *c, const char *path, pv_status *st);
  * PIVIRT_ prefix that name no key are errors (PIVIRT_CONFIG, the file path, is skipped). */
 int pv_config_apply_env(pv_config *c, char **envp, pv_status *st);
 
-/* Cross-field checks (auth.username lowercase and with a password, tls key with cert,
- * positive timeouts and thread counts, at least one listen address). */
+/* Cross-field checks (auth.username lowercase and with a password, tls key with cert, client
+ * CA with both, redis.username with redis.password, positive timeouts and thread counts, at
+ * least one listen address). */
 int pv_config_validate(const pv_config *c, pv_status *st);
 
 /* The usual start of a program: init, the file (path from --config, else $PIVIRT_CONFIG, else
