@@ -11,6 +11,7 @@
 #include "gw_server.h"
 #include "pv_config.h"
 #include "pv_keys.h"
+#include "pv_op.h"
 #include "pv_redis.h"
 
 typedef struct gw_app {
@@ -23,5 +24,10 @@ typedef struct gw_app {
 
 /* The calling pool thread's Redis connection (made on first use, reconnecting by itself). */
 pv_redis *gw_app_redis(gw_call *call);
+
+/* Makes the operation req will submit count against the calling client's bound on unfinished
+ * operations (gateway.max_pending_ops_per_client): sets req's client fields. For operations a
+ * client asked for, not the parts the gateway splits a call into. The strings stay the call's. */
+void gw_app_count_client(gw_call *call, pv_op_submit_req *req);
 
 #endif

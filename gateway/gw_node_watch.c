@@ -52,6 +52,7 @@ struct gw_node_watch {
     redisAsyncContext *ac;
     pv_redis *redis;
     bool warned;
+    bool config_denied; /* the Redis user may not run CONFIG (ops/redis.acl): asked once */
 };
 
 static void watch_connect(gw_node_watch *w);
@@ -98,7 +99,14 @@ static void schedule_reconnect(gw_node_watch *w, const char *why) {
 static void subscribe_now(gw_node_watch *w) {
     bool changed = false;
     pv_status st;
-    if (pv_registry_ensure_notify(w->redis, &changed, &st) != PV_OK)
+    int rc = w->config_denied ? PV_OK : pv_registry_ensure_notify(w->redis, &changed, &st);
+    if (rc == PV_PERMISSION_DENIED) {
+        /* The ACL user of ops/redis.acl has no CONFIG, by design: redis.conf sets the flags. */
+        w->config_denied = true;
+        pv_info("%s: the redis user may not read the configuration; relying on redis.conf for "
+                "notify-keyspace-events %s",
+                w->what, PV_REGISTRY_NOTIFY_FLAGS);
+    } else if (rc != PV_OK)
         pv_warn("%s: %s; changes will not be seen unless redis.conf sets "
                 "notify-keyspace-events %s",
                 w->what, st.msg, PV_REGISTRY_NOTIFY_FLAGS);
@@ -131,6 +139,11 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         return;
     }
     const char *pw = w->app->cfg.redis.password;
+    const char *user = w->app->cfg.redis.username;
+    if (pw && *pw && user && *user) {
+        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s %s", user, pw);
+        return;
+    }
     if (pw && *pw) {
         redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s", pw);
         return;

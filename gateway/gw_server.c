@@ -140,6 +140,7 @@ struct gw_call {
     atomic_int rid_state;
     bool client_request_id;
     struct timespec started;
+    char *client; /* who is calling (gw_call_client), set before the handler runs */
 };
 
 /* Per-thread state of the pool thread running a handler (gw_call_thread_state). */
@@ -213,6 +214,7 @@ static void call_destroy(gw_call *c) {
     grpc_metadata_array_destroy(&c->md);
     grpc_call_details_destroy(&c->details);
     if (c->path) gpr_free(c->path);
+    free(c->client);
     if (c->call) grpc_call_unref(c->call);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -504,6 +506,65 @@ static bool check_auth(gw_call *c) {
     return true;
 }
 
+/* The host part of a core peer string: "ipv4:127.0.0.1:5000" -> "127.0.0.1",
+ * "ipv6:[::1]:5000" -> "::1", "unix:/path" -> "unix:/path". Caller frees. */
+static char *peer_host(const char *peer) {
+    if (strncmp(peer, "ipv4:", 5) == 0) {
+        const char *h = peer + 5, *colon = strrchr(h, ':');
+        return strndup(h, colon ? (size_t)(colon - h) : strlen(h));
+    }
+    if (strncmp(peer, "ipv6:", 5) == 0) {
+        const char *h = peer + 5;
+        if (*h == '[') {
+            const char *end = strchr(h, ']');
+            if (end) return strndup(h + 1, (size_t)(end - h - 1));
+        }
+        /* Without brackets a port cannot be told from the address: keep it whole. */
+        return strdup(h);
+    }
+    return strdup(peer);
+}
+
+/* The client a call counts against (limits): the common name of its verified TLS client
+ * certificate, else the configured auth user when auth is on (the metadata carried it, or
+ * check_auth refused the call), else the host it connects from. The port is left out: one
+ * client opens many connections. Bytes outside printable ASCII become '_' (the name goes into
+ * a Redis key and error messages). */
+static char *call_client(gw_call *c) {
+    char *out = NULL;
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (ctx) {
+        grpc_auth_property_iterator it =
+            grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+        const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+        if (p && p->value_length > 0) {
+            size_t n = p->value_length < 128 ? p->value_length : 128;
+            char *cn = strndup(p->value, n);
+            if (cn && asprintf(&out, "cert:%s", cn) < 0) out = NULL;
+            free(cn);
+        }
+        grpc_auth_context_release(ctx);
+    }
+    if (!out && c->s->auth_username) {
+        if (asprintf(&out, "user:%s", c->s->auth_username) < 0) out = NULL;
+    }
+    if (!out) {
+        char *peer = grpc_call_get_peer(c->call);
+        char *host = peer ? peer_host(peer) : NULL;
+        if (host && asprintf(&out, "host:%s", host) < 0) out = NULL;
+        free(host);
+        if (peer) gpr_free(peer);
+    }
+    if (out)
+        for (char *q = out; *q; q++)
+            if (*q <= ' ' || *q > '~') *q = '_';
+    return out;
+}
+
+const char *gw_call_client(const gw_call *c) {
+    return c->client ? c->client : "unknown";
+}
+
 static int bad_request_code(const gw_call *c) {
     int code = c->rm->m->bad_request_code;
     return code ? code : PV_INVALID_ARGUMENT;
@@ -519,7 +580,9 @@ static ProtobufCMessage *decode_request(gw_call *c, grpc_byte_buffer *bb) {
     }
     size_t raw = grpc_byte_buffer_length(bb);
     if (c->s->max_request_bytes > 0 && (long)raw > c->s->max_request_bytes) {
-        gw_call_finishf(c, bad_request_code(c),
+        /* A limit, not a malformed request: RESOURCE_EXHAUSTED, as the core itself answers
+         * past its own bound, whatever code the method uses for bad input. */
+        gw_call_finishf(c, PV_RESOURCE_EXHAUSTED,
                         "request: %s is %zu bytes, over the limit of %ld bytes "
                         "(gateway.max_request_bytes)",
                         d->name, raw, c->s->max_request_bytes);
@@ -624,6 +687,7 @@ static void on_new_call(gw_call *c, bool ok) {
         answer_unknown(c);
     } else if (check_auth(c)) {
         const gw_method *m = c->rm->m;
+        c->client = call_client(c);
         if (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) {
             ProtobufCMessage *req = decode_request(c, c->payload);
             if (req) {
@@ -746,12 +810,29 @@ static grpc_server_credentials *make_credentials(const gw_server_opts *o, char *
         free(cert);
         return NULL;
     }
+    char *ca = NULL;
+    if (o->tls_client_ca_path && *o->tls_client_ca_path) {
+        ca = read_file(o->tls_client_ca_path, err, errlen);
+        if (!ca) {
+            free(cert);
+            free(key);
+            return NULL;
+        }
+    }
     grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    /* With a client CA the handshake itself refuses a client that shows no certificate or one
+     * the CA did not sign: such a client never reaches a handler. */
     grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
-        NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+        ca, &pair, 1,
+        ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
     free(cert);
+    explicit_bzero(key, strlen(key));
     free(key);
-    if (!creds) snprintf(err, errlen, "invalid TLS certificate or key (%s)", o->tls_cert_path);
+    free(ca);
+    if (!creds)
+        snprintf(err, errlen, "invalid TLS certificate, key or client CA (%s)", o->tls_cert_path);
     return creds;
 }
 
@@ -795,7 +876,9 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     if (core_limit < (16L << 20)) core_limit = 16L << 20;
     if (core_limit > INT32_MAX) core_limit = INT32_MAX;
     grpc_arg args[] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONCURRENT_STREAMS, .value.integer = 1000},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_CONCURRENT_STREAMS,
+         .value.integer = o->max_concurrent_streams > 0 ? o->max_concurrent_streams : 1000},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = (int)core_limit},

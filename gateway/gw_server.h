@@ -69,10 +69,13 @@ typedef struct gw_server_opts {
     int threads;               /* completion-queue threads (>= 1) */
     const char *tls_cert_path; /* PEM; NULL/"" = plaintext */
     const char *tls_key_path;
-    const char *auth_username; /* NULL/"" = no auth; else one metadata entry with this key
-                                  whose value is auth_password must come with every call */
+    const char *tls_client_ca_path; /* PEM of the CA signing client certificates; NULL/"" =
+                                       none asked; set = mutual TLS, required and verified */
+    int max_concurrent_streams;     /* per connection; <= 0 = 1000 */
+    const char *auth_username;      /* NULL/"" = no auth; else one metadata entry with this key
+                                       whose value is auth_password must come with every call */
     const char *auth_password;
-    long max_request_bytes; /* larger requests get the method's bad-request code */
+    long max_request_bytes; /* larger requests get RESOURCE_EXHAUSTED naming the limit */
     int shutdown_grace_ms;
     void *app; /* handed to handlers through gw_call_app */
     /* Says whether a path the server has no handler for is part of the declared API, so the
@@ -175,6 +178,11 @@ void *gw_call_app(const gw_call *c);
 void *gw_call_method_data(const gw_call *c); /* the gw_method's data; NULL for unknown methods */
 /* The per-thread state of the thread running the handler; NULL outside pool threads. */
 void *gw_call_thread_state(const gw_call *c);
+
+/* Who is calling, for per-client limits: "cert:<CN>" (verified TLS client certificate), else
+ * "user:<auth user>" when auth is on, else "host:<peer address without port>". Valid while the
+ * call lives; "unknown" before the handler runs. */
+const char *gw_call_client(const gw_call *c);
 
 /* Metadata value for key (lowercase) or NULL; valid while the call lives. *len gets its length. */
 const char *gw_call_metadata(const gw_call *c, const char *key, size_t *len);

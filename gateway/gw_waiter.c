@@ -480,6 +480,11 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         return;
     }
     const char *pw = w->app->cfg.redis.password;
+    const char *user = w->app->cfg.redis.username;
+    if (pw && *pw && user && *user) {
+        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s %s", user, pw);
+        return;
+    }
     if (pw && *pw) {
         redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s", pw);
         return;

@@ -41,7 +41,8 @@ extern const unsigned char pv_descriptor_set[];
 extern const size_t pv_descriptor_set_len;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: pivirt-gateway [--config FILE] [--set key=value]... [--version]\n"
+    fprintf(f, "usage: pivirt-gateway [--config FILE] [--set key=value]... [--version] "
+               "[--print-config]\n"
                "  Serves pb.CoreRPC, pivirt.cluster.v1, pivirt.storage.v1, "
                "pivirt.operations.v1,\n"
                "  grpc.health.v1 and server reflection on every gateway.listen address.\n"
@@ -149,6 +150,8 @@ static int build_server(gateway *g) {
         .threads = app->cfg.gateway.threads,
         .tls_cert_path = app->cfg.gateway.tls_cert,
         .tls_key_path = app->cfg.gateway.tls_key,
+        .tls_client_ca_path = app->cfg.gateway.tls_client_ca,
+        .max_concurrent_streams = app->cfg.gateway.max_concurrent_streams,
         .auth_username = app->cfg.auth.username,
         .auth_password = app->cfg.auth.password,
         .max_request_bytes = app->cfg.gateway.max_request_bytes,
@@ -167,8 +170,8 @@ static int build_server(gateway *g) {
         pv_error("server: %s", err);
         return -1;
     }
-    if (gw_health_register(g->health, g->server, 0) != 0 ||
-        gw_reflection_register(g->reflection, g->server, 0) != 0 ||
+    if (gw_health_register(g->health, g->server, app->cfg.auth.exempt_health) != 0 ||
+        gw_reflection_register(g->reflection, g->server, app->cfg.auth.exempt_reflection) != 0 ||
         svc_core_register(g->core, g->server) != 0 ||
         svc_core_res_register(g->core_res, g->server) != 0 ||
         svc_core_deploy_register(g->core_deploy, g->server) != 0 ||
@@ -200,6 +203,14 @@ int main(int argc, char **argv) {
             printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
             pv_config_free(&g.app.cfg);
             return 0;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            /* The effective configuration, passwords shown as "***". */
+            char *json = pv_config_dump_json(&g.app.cfg);
+            if (json) printf("%s\n", json);
+            free(json);
+            pv_config_free(&g.app.cfg);
+            return json ? 0 : 1;
         }
         usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
         pv_config_free(&g.app.cfg);
@@ -255,7 +266,10 @@ int main(int argc, char **argv) {
                 gw_server_bound_port(g.server, i));
     pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
             PV_VERSION, PV_GIT_REVISION, g.app.instance, g.app.cfg.redis.addr,
-            g.app.cfg.gateway.threads, *g.app.cfg.gateway.tls_cert ? "on" : "off",
+            g.app.cfg.gateway.threads,
+            !*g.app.cfg.gateway.tls_cert       ? "off"
+            : *g.app.cfg.gateway.tls_client_ca ? "mutual"
+                                               : "on",
             *g.app.cfg.auth.username ? "on" : "off");
 
     int sig = 0;

@@ -708,6 +708,7 @@ static void answer_op(gw_call *call, const op_req *o) {
         .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
         .holds = o->holds,
         .n_holds = o->n_holds};
+    gw_app_count_client(call, &req);
     pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
                      .events_maxlen = s->app->cfg.ops.events_maxlen};
     bool existed = false;

@@ -478,6 +478,7 @@ static int submit(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_sta
         .params_json = text,
         .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
     };
+    gw_app_count_client(call, &req);
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec;
@@ -1482,6 +1483,7 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
                             .queue = queue,
                             .params_json = text,
                             .max_attempts = 1};
+    gw_app_count_client(call, &req);
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec = {0};

@@ -310,6 +310,7 @@ static void on_create_test(gw_call *call, const ProtobufCMessage *msg) {
         .request_id = rid,
         .max_attempts = req->max_attempts > 0 ? req->max_attempts : s->app->cfg.worker.max_attempts,
     };
+    gw_app_count_client(call, &sub);
     pv_op op;
     memset(&op, 0, sizeof op);
     bool existed = false;

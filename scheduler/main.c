@@ -18,7 +18,7 @@
 #include "sched_server.h"
 
 static const char *k_usage = "usage: pivirt-scheduler [--config FILE] [--set key=value]... "
-                             "[--version]\n"
+                             "[--version] [--print-config]\n"
                              "       pivirt-scheduler plan < request.json\n";
 
 int main(int argc, char **argv) {

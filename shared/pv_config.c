@@ -62,6 +62,7 @@ static const key_def keys[] = {
     {"log.level", KEY_LEVEL, OFF(log_level), 0, "info", 0, 0, 0},
     STR("redis.addr", redis.addr, "127.0.0.1:6390", KEY_REQUIRED),
     INT("redis.db", redis.db, "0", 0, INT_MAX),
+    STR("redis.username", redis.username, "", 0),
     STR("redis.password", redis.password, "", KEY_SECRET),
     STR("redis.prefix", redis.prefix, "pv:", 0),
     INT("redis.connect_timeout_ms", redis.connect_timeout_ms, "1000", 1, INT_MAX),
@@ -76,6 +77,10 @@ static const key_def keys[] = {
     INT("gateway.threads", gateway.threads, "16", 1, 256),
     STR("gateway.tls_cert", gateway.tls_cert, "", 0),
     STR("gateway.tls_key", gateway.tls_key, "", 0),
+    STR("gateway.tls_client_ca", gateway.tls_client_ca, "", 0),
+    INT("gateway.max_concurrent_streams", gateway.max_concurrent_streams, "1000", 1, 1000000),
+    INT("gateway.max_pending_ops_per_client", gateway.max_pending_ops_per_client, "10000", 0,
+        INT_MAX),
     {"gateway.max_request_bytes", KEY_LONG, OFF(gateway.max_request_bytes), 0, "4194304", 1,
      INT_MAX, 0},
     INT("gateway.heartbeat_seconds", gateway.heartbeat_seconds, "2", 1, INT_MAX),
@@ -84,6 +89,8 @@ static const key_def keys[] = {
     STR("gateway.metrics_listen", gateway.metrics_listen, "", 0),
     STR("auth.username", auth.username, "", 0),
     STR("auth.password", auth.password, "", KEY_SECRET),
+    {"auth.exempt_health", KEY_BOOL, OFF(auth.exempt_health), 0, "true", 0, 0, 0},
+    {"auth.exempt_reflection", KEY_BOOL, OFF(auth.exempt_reflection), 0, "false", 0, 0, 0},
     INT("worker.heartbeat_seconds", worker.heartbeat_seconds, "2", 1, INT_MAX),
     STR("worker.node", worker.node, "", 0),
     STR("worker.pod", worker.pod, "local", 0),
@@ -568,6 +575,18 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "gateway.tls_cert: is required with gateway.tls_key (\"%.*s%s\")",
                              SHOWN(key));
+    const char *ca = c->gateway.tls_client_ca ? c->gateway.tls_client_ca : "";
+    if (ca[0] != '\0' && cert[0] == '\0')
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "gateway.tls_client_ca: needs gateway.tls_cert and gateway.tls_key "
+                             "(client certificates are checked only over TLS) (\"%.*s%s\")",
+                             SHOWN(ca));
+    const char *ru = c->redis.username ? c->redis.username : "";
+    const char *rp = c->redis.password ? c->redis.password : "";
+    if (ru[0] != '\0' && rp[0] == '\0')
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "redis.password: is required with redis.username (\"%.*s%s\")",
+                             SHOWN(ru));
     const char *scm = c->git.scm_type ? c->git.scm_type : "";
     if (*scm && strcmp(scm, "git") != 0 && strcmp(scm, "github") != 0 && strcmp(scm, "gitlab") != 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,

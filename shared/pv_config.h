@@ -25,6 +25,8 @@ typedef struct pv_config {
     struct {
         char *addr;     /* redis.addr: "host:port" or a unix socket path ("127.0.0.1:6390") */
         int db;         /* redis.db (0) */
+        char *username; /* redis.username: the ACL user ("" = AUTH with the password alone,
+                           as the default user); needs redis.password */
         char *password; /* redis.password ("" = none); never logged */
         char *prefix;   /* redis.prefix: prepended to every key ("pv:") */
         int connect_timeout_ms; /* redis.connect_timeout_ms (1000) */
@@ -44,25 +46,40 @@ typedef struct pv_config {
         char **listen; /* gateway.listen: addresses, JSON array or comma-separated
                           ("localhost:8443,localhost:9002,localhost:5001") */
         size_t n_listen;
-        int threads;            /* gateway.threads: completion-queue threads (16: handlers wait
-                                   on Redis round trips, and streaming calls that relay a node's
-                                   operation (LogStream follow, RunAndWait, deploys) hold their
-                                   thread while they last) */
-        char *tls_cert;         /* gateway.tls_cert: PEM path ("" = plaintext) */
-        char *tls_key;          /* gateway.tls_key: PEM path, required with tls_cert */
-        long max_request_bytes; /* gateway.max_request_bytes (4194304) */
-        int heartbeat_seconds;  /* gateway.heartbeat_seconds: presence key refresh (2); the
-                                   key lives 3x that */
-        char *metrics_listen;   /* gateway.metrics_listen: host:port of its Prometheus
-                                   /metrics ("" = none) */
-        int shutdown_grace_ms;  /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
-        char *advertise;        /* gateway.advertise: address reported by WatchServiceStatus
-                                   ("" = the first listen address) */
+        int threads;                /* gateway.threads: completion-queue threads (16: handlers wait
+                                       on Redis round trips, and streaming calls that relay a node's
+                                       operation (LogStream follow, RunAndWait, deploys) hold their
+                                       thread while they last) */
+        char *tls_cert;             /* gateway.tls_cert: PEM path ("" = plaintext) */
+        char *tls_key;              /* gateway.tls_key: PEM path, required with tls_cert */
+        char *tls_client_ca;        /* gateway.tls_client_ca: PEM path of the CA that signs the
+                                       clients' certificates; set = mutual TLS, a client without a
+                                       certificate it signed is refused at the handshake ("" =
+                                       no client certificates) */
+        int max_concurrent_streams; /* gateway.max_concurrent_streams: calls one client
+                                       connection may have open at once (HTTP/2
+                                       SETTINGS_MAX_CONCURRENT_STREAMS) (1000) */
+        int max_pending_ops_per_client; /* gateway.max_pending_ops_per_client: unfinished
+                                           operations one client (the authenticated user, else
+                                           the peer's address) may have; more are refused
+                                           RESOURCE_EXHAUSTED (10000; 0 = no bound) */
+        long max_request_bytes;         /* gateway.max_request_bytes (4194304) */
+        int heartbeat_seconds;          /* gateway.heartbeat_seconds: presence key refresh (2); the
+                                           key lives 3x that */
+        char *metrics_listen;           /* gateway.metrics_listen: host:port of its Prometheus
+                                           /metrics ("" = none) */
+        int shutdown_grace_ms; /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
+        char *advertise;       /* gateway.advertise: address reported by WatchServiceStatus
+                                  ("" = the first listen address) */
     } gateway;
 
     struct {
-        char *username; /* auth.username ("" = no auth); must be lowercase */
-        char *password; /* auth.password */
+        char *username;         /* auth.username ("" = no auth); must be lowercase */
+        char *password;         /* auth.password */
+        bool exempt_health;     /* auth.exempt_health: grpc.health.v1.Health answers without
+                                   the credentials, so load balancers can probe (true) */
+        bool exempt_reflection; /* auth.exempt_reflection: server reflection answers without
+                                   them (false) */
     } auth;
 
     struct {
@@ -163,8 +180,9 @@ int pv_config_load_file(pv_config *c, const char *path, pv_status *st);
  * PIVIRT_ prefix that name no key are errors (PIVIRT_CONFIG, the file path, is skipped). */
 int pv_config_apply_env(pv_config *c, char **envp, pv_status *st);
 
-/* Cross-field checks (auth.username lowercase and with a password, tls key with cert,
- * positive timeouts and thread counts, at least one listen address). */
+/* Cross-field checks (auth.username lowercase and with a password, tls key with cert, client
+ * CA with both, redis.username with redis.password, positive timeouts and thread counts, at
+ * least one listen address). */
 int pv_config_validate(const pv_config *c, pv_status *st);
 
 /* The usual start of a program: init, the file (path from --config, else $PIVIRT_CONFIG, else

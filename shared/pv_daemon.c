@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -31,6 +32,14 @@ int pv_daemon_init(const char *program, const char *usage, pv_config *cfg, int *
     for (int i = 1; i < *argc; i++) {
         if (strcmp(argv[i], "--version") == 0) {
             printf("%s %s (%s)\n", program, PV_VERSION, PV_GIT_REVISION);
+            return 0;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            /* The effective configuration, passwords shown as "***". */
+            char *json = pv_config_dump_json(cfg);
+            if (!json) return 1;
+            printf("%s\n", json);
+            free(json);
             return 0;
         }
         bool help = strcmp(argv[i], "--help") == 0;

@@ -11,9 +11,10 @@
 
 #include "pv_config.h"
 
-/* Returns -1 to continue, or the exit status the program should return now (0 after --version
- * or --help, 2 after a configuration error, printed to stderr). cfg is initialised in every
- * case and freed by the caller with pv_config_free. */
+/* Returns -1 to continue, or the exit status the program should return now (0 after --version,
+ * --help or --print-config, which prints the effective configuration with passwords masked, 2 after
+ * a configuration error, printed to stderr). cfg is initialised in every case and freed by the
+ * caller with pv_config_free. */
 int pv_daemon_init(const char *program, const char *usage, pv_config *cfg, int *argc, char **argv);
 
 /* Blocks until SIGINT or SIGTERM; returns the signal. */

@@ -439,6 +439,8 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     int rc = add_locks(&keys, 4, k, req->target, holds, st);
     size_t nlocks = keys.n - 4;
     if (rid[0]) strv_addf(&keys, "%s" OPS "idem:%s", k->prefix, rid);
+    const char *client = req->client ? req->client : "";
+    if (client[0]) strv_addf(&keys, "%s" OPS "pending-by:%s", k->prefix, client);
     strv_addf(&args, "%s" OPS, k->prefix);
     strv_addf(&args, "%s", id);
     strv_addf(&args, "%s", req->kind);
@@ -452,6 +454,9 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     strv_addf(&args, "%d", opts_maxlen(o));
     strv_addf(&args, "%zu", nlocks);
     strv_addf(&args, "%d", PV_OP_IDEMPOTENCY_SECONDS);
+    strv_addf(&args, "%s", client);
+    strv_addf(&args, "%d", req->client_max_pending > 0 ? req->client_max_pending : 0);
+    strv_addf(&args, "%s", req->limit_name ? req->limit_name : "limit");
     free(holds);
 
     redisReply *rep = NULL;

@@ -19,6 +19,8 @@
  *                          queues: "ops" (ops workers), "node:<name>" (the agent of <name>)
  *   <p>{ops}:idem:<rid>    string: op id of a request id, expires after 24 h
  *   <p>{ops}:lock:<res>    string: op id holding resource <res> while it is not finished
+ *   <p>{ops}:pending-by:<client>  set: op ids a gateway client submitted (finished ones are
+ *                          dropped lazily when the set reaches the client's limit); 24 h
  *   <p>{ops}:index         zset: op id -> created ms (ListOperations, newest first)
  *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff)
  *   <p>{ops}:events        stream for operators: flat fields op kind target status progress
@@ -111,11 +113,19 @@ typedef struct pv_op_submit_req {
     const char *const *holds;  /* more resources held while it runs (the target always is):
                                   an operation on a cluster holds each of its nodes */
     size_t n_holds;
+    /* Who asked, for the bound on unfinished operations per client: NULL/"" = not counted
+     * (operations the workers submit for their own work). */
+    const char *client;
+    int client_max_pending; /* > 0: refuse when the client has this many unfinished already */
+    const char *limit_name; /* names the limit in the error ("gateway.max_pending_ops_...") */
 } pv_op_submit_req;
 
 /* Writes record + stream entry + idempotency key + locks + index + event atomically.
  * The same request_id within 24 h returns the existing operation (*existed = true) whatever
  * its state. A held resource: PV_ABORTED "<resource> is held by operation <id> (<kind>)".
+ * With req->client, the operation joins the client's set of unfinished operations
+ * (PV_OPS "pending-by:<client>"); with client_max_pending > 0 and that many unfinished
+ * already: PV_RESOURCE_EXHAUSTED naming the client and the limit, and nothing is written.
  * On PV_OK *out is the new (or existing) record. */
 int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op_submit_req *req,
                  pv_op *out, bool *existed, pv_status *st);

@@ -69,6 +69,7 @@ struct pv_redis {
     char *addr;     /* as given, for messages */
     char *host;     /* NULL for a unix socket */
     int port;       /* 0 for a unix socket */
+    char *username; /* NULL: AUTH <password> (the default user); else AUTH <user> <password> */
     char *password; /* NULL when no AUTH */
     int db;
     int connect_timeout_ms;
@@ -176,6 +177,7 @@ void pv_redis_opts_from_config(const pv_config *c, pv_redis_opts *o) {
     memset(o, 0, sizeof *o);
     o->addr = c->redis.addr;
     o->db = c->redis.db;
+    o->username = c->redis.username;
     o->password = c->redis.password;
     o->connect_timeout_ms = c->redis.connect_timeout_ms;
     o->command_timeout_ms = c->redis.command_timeout_ms;
@@ -367,7 +369,10 @@ static int load_libraries(pv_redis *r, pv_status *st) {
 
 static int handshake(pv_redis *r, pv_status *st) {
     int rc = PV_OK;
-    if (r->password != NULL) {
+    if (r->password != NULL && r->username != NULL) {
+        const char *argv[] = {"AUTH", r->username, r->password};
+        rc = handshake_step(r, "AUTH", 3, argv, NULL, st);
+    } else if (r->password != NULL) {
         const char *argv[] = {"AUTH", r->password};
         rc = handshake_step(r, "AUTH", 2, argv, NULL, st);
     } else {
@@ -454,6 +459,8 @@ int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
     if (r == NULL) return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
     r->addr = strdup(opts->addr);
     r->password = dup_or_null(opts->password);
+    /* A user name without a password cannot log in: ignored, as no AUTH at all. */
+    r->username = r->password ? dup_or_null(opts->username) : NULL;
     r->db = opts->db;
     r->connect_timeout_ms = opts->connect_timeout_ms;
     r->command_timeout_ms = opts->command_timeout_ms;
@@ -468,7 +475,8 @@ int pv_redis_new(const pv_redis_opts *opts, pv_redis **out, pv_status *st) {
         r->n_sentinels = r->sentinels ? opts->n_sentinels : 0;
     }
     r->sigpipe_ignored = sigpipe_is_ignored();
-    if (r->addr == NULL || (opts->password != NULL && opts->password[0] && r->password == NULL)) {
+    if (r->addr == NULL || (opts->password != NULL && opts->password[0] && r->password == NULL) ||
+        (r->password && opts->username && opts->username[0] && !r->username)) {
         pv_redis_free(r);
         return pv_status_set(st, PV_INTERNAL, "redis: out of memory");
     }
@@ -489,6 +497,7 @@ void pv_redis_free(pv_redis *r) {
         explicit_bzero(r->password, strlen(r->password));
         free(r->password);
     }
+    free(r->username);
     for (size_t i = 0; i < r->n_sentinels; i++)
         free(r->sentinels[i]);
     free(r->sentinels);
@@ -667,6 +676,10 @@ int pv_redis_error_status(const char *err, size_t len, pv_status *st) {
         const char *msg = space + 1;
         return pv_status_set(st, code, "%.*s", (int)(len - (size_t)(msg - err)), msg);
     }
+    /* An ACL refusal (NOPERM: the user may not run the command or touch the key): a
+     * configuration problem to name plainly, never retried. */
+    if (len >= 6 && memcmp(err, "NOPERM", 6) == 0)
+        return pv_status_set(st, PV_PERMISSION_DENIED, "redis: %.*s", (int)len, err);
     /* Redis's own "not now" answers: a restarting server replaying its AOF (LOADING), a script
      * running too long (BUSY), a replica or a primary without its replicas (READONLY,
      * MASTERDOWN, NOREPLICAS), a cluster in flux (TRYAGAIN, CLUSTERDOWN). The command may work a

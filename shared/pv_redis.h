@@ -29,6 +29,7 @@
 typedef struct pv_redis_opts {
     const char *addr; /* "host:port" or a unix socket path (starts with '/') */
     int db;
+    const char *username; /* NULL or "" = AUTH with the password alone (the default user) */
     const char *password; /* NULL or "" = no AUTH */
     int connect_timeout_ms;
     int command_timeout_ms; /* 0 = block forever (only for dedicated blocking readers) */

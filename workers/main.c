@@ -28,7 +28,7 @@
 #include "wk_consumer.h"
 
 static const char *k_usage =
-    "usage: pivirt-worker [--config FILE] [--set key=value]... [--version]\n"
+    "usage: pivirt-worker [--config FILE] [--set key=value]... [--version] [--print-config]\n"
     "  ops worker by default (queue \"ops\"); --set worker.node=NAME [--set worker.pod=POD]\n"
     "  makes it the node agent of NAME (queue \"node:NAME\").\n";
 

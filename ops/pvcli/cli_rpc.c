@@ -52,8 +52,28 @@ cli_conn *cli_conn_open(const cli_conn_opts *o, char *err, size_t errlen) {
             free(c);
             return NULL;
         }
-        creds = grpc_ssl_credentials_create(pem, NULL, NULL, NULL);
+        grpc_ssl_pem_key_cert_pair pair = {0};
+        bool mutual = o->tls_cert && *o->tls_cert;
+        if (mutual) {
+            pair.cert_chain = read_file(o->tls_cert);
+            pair.private_key = o->tls_key && *o->tls_key ? read_file(o->tls_key) : NULL;
+            if (!pair.cert_chain || !pair.private_key) {
+                snprintf(err, errlen, "cannot read the TLS client %s %s",
+                         pair.cert_chain ? "key file" : "certificate file",
+                         pair.cert_chain ? (o->tls_key && *o->tls_key ? o->tls_key : "(none)")
+                                         : o->tls_cert);
+                free((char *)pair.cert_chain);
+                free((char *)pair.private_key);
+                free(pem);
+                free(c);
+                return NULL;
+            }
+        }
+        creds = grpc_ssl_credentials_create(pem, mutual ? &pair : NULL, NULL, NULL);
         free(pem);
+        free((char *)pair.cert_chain);
+        if (pair.private_key) explicit_bzero((char *)pair.private_key, strlen(pair.private_key));
+        free((char *)pair.private_key);
     } else {
         creds = grpc_insecure_credentials_create();
     }

@@ -15,8 +15,11 @@
 typedef struct cli_conn cli_conn;
 
 typedef struct cli_conn_opts {
-    const char *endpoint;  /* host:port */
-    const char *tls_ca;    /* PEM file of the CA; NULL/"" = plaintext */
+    const char *endpoint; /* host:port */
+    const char *tls_ca;   /* PEM file of the CA; NULL/"" = plaintext */
+    const char *tls_cert; /* PEM file of the client's certificate (mutual TLS), with tls_key;
+                             NULL/"" = none shown; only with tls_ca */
+    const char *tls_key;
     const char *auth_user; /* NULL/"" = no auth metadata */
     const char *auth_password;
 } cli_conn_opts;

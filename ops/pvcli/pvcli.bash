@@ -15,13 +15,13 @@ _pvcli() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}
         case $w in
-            --endpoint | -o | --output | --timeout | --tls-ca | --user | --password) ((i++)) ;;
+            --endpoint | -o | --output | --timeout | --tls-ca | --tls-cert | --tls-key | --user | --password) ((i++)) ;;
             -*) ;;
             *) if [[ -z $noun ]]; then noun=$w; elif [[ -z $verb ]]; then verb=$w; fi ;;
         esac
     done
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--endpoint -o --detach --timeout --tls-ca --user --password --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "--endpoint -o --detach --timeout --tls-ca --tls-cert --tls-key --user --password --help" -- "$cur"))
     elif [[ ${COMP_WORDS[COMP_CWORD - 1]} == -o || ${COMP_WORDS[COMP_CWORD - 1]} == --output ]]; then
         COMPREPLY=($(compgen -W "table json" -- "$cur"))
     elif [[ -z $noun ]]; then

@@ -162,7 +162,7 @@ static const command k_commands[] = {
 /* ---- options ---- */
 
 typedef struct opts {
-    const char *endpoint, *output, *tls_ca, *user, *password;
+    const char *endpoint, *output, *tls_ca, *tls_cert, *tls_key, *user, *password;
     bool detach;
     int timeout_s;
 } opts;
@@ -180,7 +180,9 @@ static void usage(FILE *f, const char *noun) {
             f, "usage: pvcli [--endpoint HOST:PORT] [-o table|json] [--detach] [--timeout S]\n"
                "             NOUN VERB [ARGS] [--FIELD VALUE]...\n\n"
                "Endpoint: --endpoint or PIVIRT_ENDPOINT (localhost:8443). Auth: --user/--password\n"
-               "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA.\n"
+               "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA; a client\n"
+               "certificate (mutual TLS): --tls-cert FILE --tls-key FILE or PIVIRT_TLS_CERT,\n"
+               "PIVIRT_TLS_KEY.\n"
                "Exit codes: 0 done, 1 the server said no (or the operation failed), 2 usage.\n\n"
                "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity\n"
                "(pvcli NOUN --help).\n");
@@ -665,6 +667,8 @@ int main(int argc, char **argv) {
     opts o = {.endpoint = getenv("PIVIRT_ENDPOINT"),
               .output = "table",
               .tls_ca = getenv("PIVIRT_TLS_CA"),
+              .tls_cert = getenv("PIVIRT_TLS_CERT"),
+              .tls_key = getenv("PIVIRT_TLS_KEY"),
               .user = getenv("PIVIRT_USER"),
               .password = getenv("PIVIRT_PASSWORD"),
               .timeout_s = 60};
@@ -686,6 +690,10 @@ int main(int argc, char **argv) {
             o.timeout_s = atoi(argv[++i]);
         } else if (next && !strcmp(a, "--tls-ca")) {
             o.tls_ca = argv[++i];
+        } else if (next && !strcmp(a, "--tls-cert")) {
+            o.tls_cert = argv[++i];
+        } else if (next && !strcmp(a, "--tls-key")) {
+            o.tls_key = argv[++i];
         } else if (next && !strcmp(a, "--user")) {
             o.user = argv[++i];
         } else if (next && !strcmp(a, "--password")) {
@@ -751,6 +759,12 @@ int main(int argc, char **argv) {
         } else if (next && !strcmp(a, "--tls-ca")) {
             o.tls_ca = argv[++i];
             continue;
+        } else if (next && !strcmp(a, "--tls-cert")) {
+            o.tls_cert = argv[++i];
+            continue;
+        } else if (next && !strcmp(a, "--tls-key")) {
+            o.tls_key = argv[++i];
+            continue;
         } else if (next && !strcmp(a, "--user")) {
             o.user = argv[++i];
             continue;
@@ -810,6 +824,8 @@ int main(int argc, char **argv) {
 
     cli_conn_opts co = {.endpoint = o.endpoint,
                         .tls_ca = o.tls_ca,
+                        .tls_cert = o.tls_cert,
+                        .tls_key = o.tls_key,
                         .auth_user = o.user,
                         .auth_password = o.password};
     cli_conn *c = cli_conn_open(&co, err, sizeof err);

@@ -291,18 +291,44 @@ end
 --   holds), [5+n] idempotency key (only with a request id)
 --   ARGV[1] base, [2] id, [3] kind, [4] target, [5] queue, [6] params JSON, [7] metadata JSON,
 --   [8] request id ('' = none), [9] max attempts, [10] holds JSON array, [11] events maxlen,
---   [12] n, [13] idempotency seconds
+--   [12] n, [13] idempotency seconds, [14] client ('' = not counted), [15] the client's limit
+--   of unfinished operations (0 = none), [16] the name of that limit for the error message
+--   With a client, its set of unfinished operations is the key after the idempotency key (or
+--   after the locks without a request id).
 --   returns {'created', record}, or {'existed', record} for a request id seen before
---   errors: ABORTED <resource> is held by operation <id> (<kind>); ALREADY_EXISTS
+--   errors: ABORTED <resource> is held by operation <id> (<kind>); ALREADY_EXISTS;
+--   RESOURCE_EXHAUSTED when the client has its limit of unfinished operations already
 redis.register_function('pv_op_submit', function(keys, args)
   local base, id, rid = args[1], args[2], args[8]
   local nlocks = tonumber(args[12]) or 0
   local idem = nil
-  if rid ~= '' then idem = keys[5 + nlocks] end
+  local nextkey = 5 + nlocks
+  if rid ~= '' then
+    idem = keys[nextkey]
+    nextkey = nextkey + 1
+  end
   if idem then
     local existing = redis.call('GET', idem)
     local rec = existing and op_load(base .. 'op:' .. existing)
     if rec then return {'existed', op_flat(rec)} end
+  end
+  local client, climit = args[14] or '', tonumber(args[15] or '0') or 0
+  local ckey = nil
+  if client ~= '' then ckey = keys[nextkey] end
+  if ckey and climit > 0 and redis.call('SCARD', ckey) >= climit then
+    -- Members are only added here; they are dropped lazily, when the set is full, for the
+    -- operations that finished or expired since. This costs O(limit) only at the limit and
+    -- needs no bookkeeping in every path that ends an operation.
+    for _, oid in ipairs(redis.call('SMEMBERS', ckey)) do
+      local st = redis.call('HGET', base .. 'op:' .. oid, 'status')
+      if not st or DONE[st] then redis.call('SREM', ckey, oid) end
+    end
+    local n = redis.call('SCARD', ckey)
+    if n >= climit then
+      return redis.error_reply('RESOURCE_EXHAUSTED client ' .. client .. ' has ' .. n ..
+        ' unfinished operations, the limit (' .. (args[16] or 'limit') .. ') is ' .. climit ..
+        ': wait for some to end')
+    end
   end
   local lock_prefix = base .. 'lock:'
   for i = 5, 4 + nlocks do
@@ -337,6 +363,11 @@ redis.register_function('pv_op_submit', function(keys, args)
   for i = 5, 4 + nlocks do redis.call('SET', keys[i], id) end
   if idem then redis.call('SET', idem, id, 'EX', args[13]) end
   redis.call('ZADD', keys[3], now, id)
+  if ckey then
+    redis.call('SADD', ckey, id)
+    -- A client that went away leaves no set behind for longer than its records live.
+    redis.call('EXPIRE', ckey, args[13])
+  end
   op_event(keys[4], args[11], {id = id, kind = args[3], target = args[4], status = 'PENDING'},
     'submitted to queue ' .. args[5])
   -- No publish: nobody can be waiting on the channel of an id minted by this very call.

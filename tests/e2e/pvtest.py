@@ -30,6 +30,7 @@ redis-server from PATH and <repo>/.tools/node_modules/.bin/buf. Runs with /usr/b
 
 import atexit
 import ctypes
+import hashlib
 import json
 import os
 import random
@@ -62,6 +63,17 @@ BIN_DIR = os.path.join(BUILD_DIR, "bin")
 REDIS_SERVER = os.environ.get("PV_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli", path=os.path.dirname(REDIS_SERVER)) or shutil.which("redis-cli") or "redis-cli"
 REDIS_CONF = os.path.join(SOURCE_DIR, "ops", "redis.conf")
+# The users ops/redis.conf's `aclfile users.acl` loads (from the data directory): the rules ship
+# in ops/redis.acl without passwords; Redis.start() writes them with this run's passwords.
+REDIS_ACL = os.path.join(SOURCE_DIR, "ops", "redis.acl")
+REDIS_USER = "pivirt"              # what the programs log in as: only the commands they use
+# The harness's own connections: the default user, password-protected, with every command (it
+# cannot be switched off: Redis 7.0 replays MULTI/EXEC from the append-only file as the default
+# user, so a default user without commands loses those transactions at restart).
+REDIS_ADMIN_USER = "default"
+# ACL refusals of the programs' user that are expected: the gateway asks for
+# notify-keyspace-events once per watcher and relies on redis.conf when refused.
+REDIS_EXPECTED_DENIALS = {"config|get"}
 BUF = os.environ.get("PV_BUF") or os.path.join(SOURCE_DIR, ".tools", "node_modules", ".bin", "buf")
 
 # How long processes may take to answer after start; sanitizer builds start slowly.
@@ -173,9 +185,15 @@ class RespClient:
     """One connection; command() sends a command and returns the decoded reply: str for simple
     and bulk strings (bytes when not UTF-8), int, list, None; error replies raise RedisError."""
 
-    def __init__(self, host, port, timeout=5.0):
+    def __init__(self, host, port, timeout=5.0, auth=None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
+        if auth:
+            try:
+                self.command("AUTH", *auth)
+            except BaseException:
+                self.sock.close()
+                raise
 
     def close(self):
         self.sock.close()
@@ -334,17 +352,51 @@ class Proc:
         return "Proc(%s, pid=%s)" % (self.name, self.pid)
 
 
+def write_redis_acl(path, passwords):
+    """Writes ops/redis.acl to PATH with each user's password of PASSWORDS ({user: password})
+    appended as its SHA-256 (#hex), the form ACL files keep."""
+    out = []
+    with open(REDIS_ACL) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "user" and parts[1] in passwords:
+                line += " #" + hashlib.sha256(passwords[parts[1]].encode()).hexdigest()
+            out.append(line)
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    os.chmod(path, 0o600)
+
+
 class Redis:
     """A real redis-server on 127.0.0.1:PORT with its data in WORKDIR/redis (append-only file
-    on), started from the project's ops/redis.conf."""
+    on), started from the project's ops/redis.conf.
 
-    def __init__(self, workdir, port=None, appendfsync="everysec"):
+    With acl (the default) it runs with ops/redis.acl's users, as ./ops/pivirt up does: the
+    default user is off, .password is the programs' user's (REDIS_USER), and the harness's own
+    connections (cmd, client, cli) log in as REDIS_ADMIN_USER. acl=False: no users, no
+    password (the default user, as before the ACL)."""
+
+    def __init__(self, workdir, port=None, appendfsync="everysec", acl=True):
         self.workdir = workdir
         self.dir = os.path.join(workdir, "redis")
         os.makedirs(self.dir, exist_ok=True)
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.proc = None
+        self.acl = acl
+        self.acl_path = os.path.join(self.dir, "users.acl")
+        self.user = REDIS_USER if acl else ""
+        self.password = os.urandom(16).hex() if acl else ""
+        self.admin_password = os.urandom(16).hex() if acl else ""
+        if acl:
+            write_redis_acl(self.acl_path, {REDIS_USER: self.password,
+                                            REDIS_ADMIN_USER: self.admin_password})
+
+    @property
+    def admin_auth(self):
+        """(user, password) of the harness's connections, or None without ACL."""
+        return (REDIS_ADMIN_USER, self.admin_password) if self.acl else None
 
     @property
     def addr(self):
@@ -359,9 +411,11 @@ class Redis:
             if not os.path.exists(conf):
                 shutil.copyfile(REDIS_CONF, conf)
             argv.append(conf)
-        return argv + ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                       "--appendonly", "yes", "--appendfsync", self.appendfsync,
-                       "--save", "", "--daemonize", "no", "--logfile", ""]
+        argv += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                 "--appendonly", "yes", "--appendfsync", self.appendfsync,
+                 "--save", "", "--daemonize", "no", "--logfile", ""]
+        # The file's users stay; without ACL, no file (an empty aclfile: no users).
+        return argv + (["--aclfile", self.acl_path] if self.acl else ["--aclfile", ""])
 
     def start(self, timeout=10.0):
         self.proc = Proc("redis", self._argv(), self.workdir, env=_clean_env())
@@ -403,7 +457,7 @@ class Redis:
 
     def cmd(self, *args):
         """One command on a fresh connection; the decoded reply."""
-        c = RespClient("127.0.0.1", self.port)
+        c = RespClient("127.0.0.1", self.port, auth=self.admin_auth)
         try:
             return c.command(*args)
         finally:
@@ -411,11 +465,34 @@ class Redis:
 
     def client(self):
         """A connection to keep (call .close())."""
-        return RespClient("127.0.0.1", self.port)
+        return RespClient("127.0.0.1", self.port, auth=self.admin_auth)
+
+    def cli_auth_args(self):
+        """redis-cli's arguments that log in as the admin user (none without ACL)."""
+        if not self.acl:
+            return []
+        return ["--user", REDIS_ADMIN_USER, "--pass", self.admin_password, "--no-auth-warning"]
+
+    def acl_denials(self):
+        """What Redis refused the programs' user (ACL LOG entries of REDIS_USER for commands,
+        keys or channels, not failed logins), as {object: count}, REDIS_EXPECTED_DENIALS left
+        out. Empty without ACL."""
+        if not self.acl:
+            return {}
+        out = {}
+        for entry in self.cmd("ACL", "LOG", "128"):
+            e = dict(zip(entry[0::2], entry[1::2]))
+            if e.get("username") != REDIS_USER or e.get("reason") == "auth":
+                continue
+            if e.get("object") in REDIS_EXPECTED_DENIALS:
+                continue
+            out[e.get("object")] = out.get(e.get("object"), 0) + int(e.get("count", 1))
+        return out
 
     def cli(self, *args):
         """redis-cli's output (stripped) for one command."""
-        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + [str(a) for a in args],
+        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] +
+                           self.cli_auth_args() + [str(a) for a in args],
                            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise RedisError("redis-cli %s: exit %d: %s" % (" ".join(map(str, args)), r.returncode,
@@ -577,30 +654,33 @@ class Stack:
     something failed.
 
     Start it with start() (or start=True, or a `with` block, which starts it if needed and
-    stops it at the end). Gateways with auth or TLS: start(auth=(username, password)) and
-    start(tls_root=PEM bytes) make the readiness checks (and channel()) use them."""
+    stops it at the end). Gateways with auth or TLS: start(auth=(username, password)),
+    start(tls_root=PEM bytes) and, for mutual TLS, start(tls_client=(certificate PEM bytes,
+    key PEM bytes)) make the readiness checks (and channel()) use them."""
 
     PREFIX = "pvt%d:" % os.getpid()
 
     def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
-                 start=False, env=None):
+                 start=False, env=None, redis_acl=True):
         self.tmpdir = tempfile.mkdtemp(prefix="pvtest-")
         self.data_dir = os.path.join(self.tmpdir, "data")
         os.makedirs(self.data_dir)
         self.prefix = self.PREFIX
         self.env = _clean_env(env)
-        self.redis = Redis(self.tmpdir)
+        self.redis = Redis(self.tmpdir, acl=redis_acl)
         self.failed = False
         self.started = False
         self.stopped = False
         self.auth = None
         self.tls_root = None
+        self.tls_client = None
         self.tls_name = "localhost"
         self._channels = []
         self.config = _merge({
             "data_dir": self.data_dir,
             "log": {"level": "info"},
-            "redis": {"addr": self.redis.addr, "prefix": self.prefix},
+            "redis": {"addr": self.redis.addr, "prefix": self.prefix,
+                      "username": self.redis.user, "password": self.redis.password},
             "test_operations": True,
         }, _nest(config or {}))
         self.config_path = self._write_config("config.json", self.config)
@@ -660,12 +740,16 @@ class Stack:
 
     # -- start and readiness
 
-    def start(self, timeout=START_TIMEOUT, auth=None, tls_root=None, tls_name="localhost"):
+    def start(self, timeout=START_TIMEOUT, auth=None, tls_root=None, tls_name="localhost",
+              tls_client=None):
         """Starts Redis and every process not running and waits until each answers. AUTH
         (username, password) is sent by the health checks; TLS_ROOT (PEM bytes) makes them and
-        channel() use TLS, verifying the server as TLS_NAME."""
+        channel() use TLS, verifying the server as TLS_NAME; TLS_CLIENT (certificate PEM, key
+        PEM) is the client certificate they show (mutual TLS)."""
         if auth is not None:
             self.auth = auth
+        if tls_client is not None:
+            self.tls_client = tls_client
         if tls_root is not None:
             self.tls_root = tls_root
             self.tls_name = tls_name
@@ -726,7 +810,9 @@ class Stack:
     def _open_channel(self, addr):
         if self.tls_root is None:
             return grpc.insecure_channel(addr)
-        creds = grpc.ssl_channel_credentials(root_certificates=self.tls_root)
+        cert, key = self.tls_client if self.tls_client else (None, None)
+        creds = grpc.ssl_channel_credentials(root_certificates=self.tls_root, private_key=key,
+                                             certificate_chain=cert)
         return grpc.secure_channel(addr, creds,
                                    options=[("grpc.ssl_target_name_override", self.tls_name)])
 
@@ -811,6 +897,17 @@ class Stack:
                 problems.append("%s exited with code %s after SIGTERM (want 0)" % (p.name, code))
             elif code not in (0, None):
                 print("pvtest: note: %s exited with code %s" % (p.name, code), file=sys.stderr)
+        if check and self.redis.alive():
+            # Every command the programs sent was one their ACL user may run: the whole suite
+            # keeps ops/redis.acl's list complete.
+            try:
+                denied = self.redis.acl_denials()
+            except (OSError, RedisError) as e:
+                denied = {}
+                print("pvtest: note: ACL LOG unreadable: %s" % e, file=sys.stderr)
+            if denied:
+                problems.append("redis refused the %s user (ops/redis.acl lacks them): %s" %
+                                (REDIS_USER, ", ".join("%s x%d" % kv for kv in sorted(denied.items()))))
         self.redis.stop()
         if check:
             for p in self.procs:

@@ -42,13 +42,21 @@ class Failover(unittest.TestCase):
         self.procs.append(subprocess.Popen(
             [pvtest.REDIS_SERVER, "--port", str(self.replica_port), "--bind", "127.0.0.1",
              "--dir", self.replica_dir, "--save", "", "--appendonly", "yes",
-             "--replicaof", "127.0.0.1", str(master)],
+             "--replicaof", "127.0.0.1", str(master),
+             # the master's users, so the programs log in the same way once it is promoted;
+             # it replicates as the admin user
+             "--aclfile", self.stack.redis.acl_path,
+             "--masteruser", pvtest.REDIS_ADMIN_USER,
+             "--masterauth", self.stack.redis.admin_password],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         conf = os.path.join(self.stack.tmpdir, "sentinel.conf")
         with open(conf, "w") as f:
             f.write("port %d\nbind 127.0.0.1\nsentinel monitor pvmaster 127.0.0.1 %d 1\n"
                     "sentinel down-after-milliseconds pvmaster 1000\n"
-                    "sentinel failover-timeout pvmaster 3000\n" % (SENTINEL_PORT, master))
+                    "sentinel failover-timeout pvmaster 3000\n"
+                    "sentinel auth-user pvmaster %s\nsentinel auth-pass pvmaster %s\n" %
+                    (SENTINEL_PORT, master, pvtest.REDIS_ADMIN_USER,
+                     self.stack.redis.admin_password))
         self.procs.append(subprocess.Popen([pvtest.REDIS_SERVER, conf, "--sentinel"],
                                            stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL))
@@ -80,8 +88,9 @@ class Failover(unittest.TestCase):
         self.fail("condition not met within %d s" % timeout)
 
     def redis_cli(self, port, *args):
-        return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True,
-                              text=True, timeout=5).stdout
+        auth = [] if port == SENTINEL_PORT else self.stack.redis.cli_auth_args()
+        return subprocess.run(["redis-cli", "-p", str(port)] + auth + list(args),
+                              capture_output=True, text=True, timeout=5).stdout
 
     def sentinel_master(self):
         out = self.redis_cli(SENTINEL_PORT, "SENTINEL", "get-master-addr-by-name", "pvmaster")

@@ -589,6 +589,46 @@ static void test_validate_tls_and_listen(void **state) {
     pv_config_free(&c);
 }
 
+/* The security keys: their defaults and the pairs that only make sense together. */
+static void test_security_keys(void **state) {
+    (void)state;
+    pv_config c;
+    init_ok(&c);
+    assert_true(c.auth.exempt_health);
+    assert_false(c.auth.exempt_reflection);
+    assert_string_equal(c.gateway.tls_client_ca, "");
+    assert_string_equal(c.redis.username, "");
+    assert_int_equal(c.gateway.max_concurrent_streams, 1000);
+    assert_int_equal(c.gateway.max_pending_ops_per_client, 10000);
+    pv_status st;
+    assert_int_equal(pv_config_set(&c, "gateway.max_pending_ops_per_client", "0", &st), PV_OK);
+    assert_int_equal(c.gateway.max_pending_ops_per_client, 0);
+    pv_config_free(&c);
+    expect_set_error("gateway.max_concurrent_streams", "0", "gateway.max_concurrent_streams",
+                     "out of range 1..1000000");
+    expect_set_error("gateway.max_pending_ops_per_client", "-1",
+                     "gateway.max_pending_ops_per_client", "at least 0");
+    const char *ca_no_tls[] = {"gateway.tls_client_ca", "/etc/pv/ca.pem", NULL};
+    expect_invalid(ca_no_tls, "gateway.tls_client_ca: needs gateway.tls_cert");
+    const char *user_no_pw[] = {"redis.username", "pivirt", NULL};
+    expect_invalid(user_no_pw, "redis.password: is required with redis.username (\"pivirt\")");
+
+    init_ok(&c);
+    assert_int_equal(pv_config_set(&c, "gateway.tls_cert", "c.pem", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "gateway.tls_key", "k.pem", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "gateway.tls_client_ca", "ca.pem", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "redis.username", "pivirt", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "redis.password", "redis-secret-3", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "auth.exempt_health", "false", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_OK);
+    assert_false(c.auth.exempt_health);
+    char *dump = pv_config_dump_json(&c);
+    assert_null(strstr(dump, "redis-secret-3"));
+    assert_non_null(strstr(dump, "\"username\": \"pivirt\""));
+    free(dump);
+    pv_config_free(&c);
+}
+
 static void test_validate_ranges_of_struct_values(void **state) {
     (void)state;
     /* Code may fill the struct directly: validate checks the same ranges as the setters. */
@@ -742,6 +782,7 @@ int main(void) {
         T(test_dump_masks_passwords),
         T(test_dump_shape_round_trips),
         T(test_example_config_is_complete),
+        T(test_security_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
