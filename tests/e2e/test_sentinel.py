@@ -157,6 +157,9 @@ class Failover(unittest.TestCase):
         # the old master comes back; the sentinel makes it the new master's replica (with
         # "replicated" durability nothing is acknowledged until some replica confirms)
         self.stack.redis.start()
+        # it replicates as the admin user, as the first replica did
+        self.stack.redis.cmd("CONFIG", "SET", "masteruser", pvtest.REDIS_ADMIN_USER)
+        self.stack.redis.cmd("CONFIG", "SET", "masterauth", self.stack.redis.admin_password)
         deadline = time.monotonic() + 60
         after = []
         while len(after) < 10 and time.monotonic() < deadline:
