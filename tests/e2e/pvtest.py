@@ -840,6 +840,31 @@ class Stack:
         self.stop()
         return False
 
+    # -- audit
+
+    def check(self, confirm_ms=1000, grace_ms=None, raw=False):
+        """Runs pivirt-check (./ops/pivirt check) against the stack's config and returns its
+        differences as lines "KIND subject: detail" (sorted; [] when the state is clean), or with
+        RAW its JSON report. Waits for nothing: call it once the system should have settled.
+        An audit that could not run (exit 2, a sanitizer report) raises AssertionError."""
+        argv = [os.path.join(BIN_DIR, "pivirt-check"), "--config", self.config_path, "-o", "json",
+                "--confirm-ms", str(confirm_ms)]
+        if grace_ms is not None:
+            argv += ["--grace-ms", str(grace_ms)]
+        p = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=120)
+        if p.returncode not in (0, 1) or any(m in p.stderr for m in SANITIZER_MARKS):
+            raise AssertionError("pivirt-check exited %d:\n%s%s" % (p.returncode, p.stdout,
+                                                                    p.stderr))
+        report = json.loads(p.stdout)
+        self.last_check = report
+        if (p.returncode == 1) != (report["total"] > 0):
+            raise AssertionError("pivirt-check exit code %d does not match its report: %s" %
+                                 (p.returncode, p.stdout))
+        if raw:
+            return report
+        return ["%s %s: %s" % (d["kind"], d["subject"], d["detail"])
+                for d in report["differences"]]
+
 
 # ---------------------------------------------------------------------------------------------
 # running a test file
