@@ -78,11 +78,23 @@ int main(int argc, char **argv) {
     pv_redis *r = NULL;
     pv_redis_opts_from_config(&cfg, &ro);
     int rc = pv_keys_init(&keys, cfg.redis.prefix, &st);
-    if (rc == PV_OK) rc = pv_redis_new(&ro, &r, &st);
     ck_opts o = {.cfg = &cfg, .grace_ms = grace};
     ck_report rep = {0};
     int64_t t0 = mono_ms();
+    /* The audit only reads: the function library the running daemons loaded serves its FCALLs,
+     * and replacing it with this build's could change what they run. Only a Redis that has
+     * none (no daemon ever connected) gets this build's. */
+    ro.load_functions = 0;
+    if (rc == PV_OK) rc = pv_redis_new(&ro, &r, &st);
     if (rc == PV_OK) rc = ck_audit_run(r, &keys, &o, &rep, &st);
+    if (rc != PV_OK && r && strstr(st.msg, "unction not found")) {
+        pv_redis_free(r);
+        r = NULL;
+        ck_report_free(&rep);
+        ro.load_functions = 1;
+        rc = pv_redis_new(&ro, &r, &st);
+        if (rc == PV_OK) rc = ck_audit_run(r, &keys, &o, &rep, &st);
+    }
     if (rc == PV_OK && rep.ndiffs > 0 && confirm > 0) {
         struct timespec ts = {confirm / 1000, (confirm % 1000) * 1000000};
         nanosleep(&ts, NULL);
