@@ -559,6 +559,33 @@ static int read_engine(const char *dir, eng_wl **out, size_t *n, pv_status *st) 
     return rc;
 }
 
+/* Orphans: what the engine of node `name` (node_id NULL: not registered) has that no record
+ * places on that node. */
+static int report_orphans(ck_ctx *c, const char *name, const char *node_id, const eng_wl *eng,
+                          size_t neng, pv_status *st) {
+    int rc = PV_OK;
+    for (size_t j = 0; rc == PV_OK && j < neng; j++) {
+        const pv_workload *w = NULL;
+        for (size_t i = 0; !w && i < c->nwls; i++)
+            if (strcmp(c->wls[i].id, eng[j].id) == 0) w = &c->wls[i];
+        if (w && node_id && w->node_id && strcmp(w->node_id, node_id) == 0) continue;
+        char subject[PV_KEY_MAX];
+        snprintf(subject, sizeof subject, "workload %s", eng[j].id);
+        unsigned long long start = 0;
+        bool runs =
+            eng[j].pid > 0 && proc_start(eng[j].pid, &start) == 0 && start == eng[j].pid_start;
+        char how[64];
+        if (runs)
+            snprintf(how, sizeof how, "runs as pid %lld", eng[j].pid);
+        else
+            snprintf(how, sizeof how, "is %s, no process", eng[j].state);
+        ADD(c->rep, CK_AREA_WORKLOADS, "WL_ORPHAN", subject,
+            "the engine of node %s%s has it (%s) but %s", name, node_id ? "" : " (not registered)",
+            how, w ? "its record places it on another node" : "there is no record of it");
+    }
+    return rc;
+}
+
 /* One local process node: records vs the engine's own state and the processes that run. */
 static int check_engine(ck_ctx *c, const pv_node *n, pv_status *st) {
     char dir[PATH_MAX];
@@ -598,27 +625,32 @@ static int check_engine(ck_ctx *c, const pv_node *n, pv_status *st) {
                 "%s",
                 n->name, e->exit_code == -1 ? "ended while no agent watched it" : "was killed");
     }
-    /* orphans: what the engine has that no record names */
-    for (size_t j = 0; rc == PV_OK && j < neng; j++) {
-        const pv_workload *w = NULL;
-        for (size_t i = 0; !w && i < c->nwls; i++)
-            if (strcmp(c->wls[i].id, eng[j].id) == 0) w = &c->wls[i];
-        if (w && w->node_id && strcmp(w->node_id, n->id) == 0) continue;
-        char subject[PV_KEY_MAX];
-        snprintf(subject, sizeof subject, "workload %s", eng[j].id);
-        unsigned long long start = 0;
-        bool runs =
-            eng[j].pid > 0 && proc_start(eng[j].pid, &start) == 0 && start == eng[j].pid_start;
-        char how[64];
-        if (runs)
-            snprintf(how, sizeof how, "runs as pid %lld", eng[j].pid);
-        else
-            snprintf(how, sizeof how, "is %s, no process", eng[j].state);
-        ADD(c->rep, CK_AREA_WORKLOADS, "WL_ORPHAN", subject,
-            "the engine of node %s has it (%s) but %s", n->name, how,
-            w ? "its record places it on another node" : "there is no record of it");
-    }
+    if (rc == PV_OK) rc = report_orphans(c, n->name, n->id, eng, neng, st);
     free(eng);
+    return rc;
+}
+
+/* Engine directories of nodes that are not registered (removed, or a cluster deleted, while
+ * their agent's data stayed here): whatever they hold has no record on that node. */
+static int check_unregistered_engines(ck_ctx *c, pv_status *st) {
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/engine", c->o->cfg->data_dir);
+    DIR *d = opendir(root);
+    if (!d) return PV_OK; /* no process engine ever ran with this data directory */
+    int rc = PV_OK;
+    struct dirent *de;
+    while (rc == PV_OK && (de = readdir(d)) != NULL) {
+        char dir[PATH_MAX + 256];
+        snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
+        if (de->d_name[0] == '.' || node_by_name(c, de->d_name) || !is_dir(dir)) continue;
+        eng_wl *eng = NULL;
+        size_t neng = 0;
+        rc = read_engine(dir, &eng, &neng, st);
+        c->rep->engine_workloads += (long)neng;
+        if (rc == PV_OK) rc = report_orphans(c, de->d_name, NULL, eng, neng, st);
+        free(eng);
+    }
+    closedir(d);
     return rc;
 }
 
@@ -670,7 +702,8 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
             "has a record but is missing from the index of all workloads");
     }
     strset_free(&recs);
-    /* the machine: local process engines */
+    /* the machine: local process engines, registered or not */
+    if (rc == PV_OK) rc = check_unregistered_engines(c, st);
     for (size_t i = 0; rc == PV_OK && i < c->nnodes; i++) {
         const pv_node *n = &c->nodes[i];
         if (c->local[i]) {
