@@ -12,6 +12,9 @@ of the system libvirtd with qcow2 and raw volumes and a snapshot tree.
           engine's directory, an operation left PENDING without a queue entry, a lock held by
           no operation.
   test_c  100 workloads more: still clean; prints how long the audit took.
+  test_d  chaos: deploys from several clients in flight while the scheduler and then the
+          gateway are killed with SIGKILL and started again; once every operation has ended the
+          audit finds no difference, and none after the survivors are removed.
 """
 import json
 import os
@@ -19,8 +22,11 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import unittest
+
+import grpc
 
 import pvtest
 from pb import core_pb2, core_pb2_grpc
@@ -233,6 +239,75 @@ class Check(unittest.TestCase):
                 report["elapsed_ms"]))
         finally:
             self.remove(more)
+        self.assert_clean()
+
+    def unfinished_ops(self):
+        left = []
+        for key in self.stack.scan(self.stack.key("{ops}:op:*")):
+            status = self.stack.redis.cmd("HGET", key, "status")
+            if status in ("PENDING", "RUNNING"):
+                left.append((key, status))
+        return left
+
+    def test_d_chaos(self):
+        errors, made = [], []
+        addr = self.stack.gateways[0].addrs[1]
+
+        def burst(i):
+            ch = grpc.insecure_channel(addr)
+            try:
+                core = core_pb2_grpc.CoreRPCStub(ch)
+                opts = core_pb2.DeployOptions(
+                    name="chaos%d" % i, entrypoint=core_pb2.EntrypointOptions(
+                        name="w", commands=["/bin/sh", "run.sh"]),
+                    podname="ckp", image="ck:1", count=8,
+                    resources={"cpumem": json.dumps({"memory-request": "4M"}).encode()})
+                for m in core.CreateWorkload(opts, timeout=120):
+                    made.append(m.id) if m.success else errors.append(m.error)
+            except grpc.RpcError as e:
+                errors.append("%s %s" % (e.code(), e.details()))
+            finally:
+                ch.close()
+
+        before = len(self.stack.scan(self.stack.key("{ops}:op:*")))
+        threads = [threading.Thread(target=burst, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        # the scheduler as soon as the first deploy is submitted, the gateway once the first
+        # instance is answered (streams open)
+        deadline = time.monotonic() + 10
+        while (len(self.stack.scan(self.stack.key("{ops}:op:*"))) == before and
+               time.monotonic() < deadline):
+            time.sleep(0.005)
+        sched = self.stack.schedulers[0]
+        sched.kill9()
+        time.sleep(0.5)
+        sched.start()
+        while not made and time.monotonic() < deadline + 20:
+            time.sleep(0.005)
+        gw = self.stack.gateways[0]
+        gw.proc.kill9()
+        streaming = sum(1 for t in threads if t.is_alive())
+        gw.start()
+        self.stack.wait_ready()
+        for t in threads:
+            t.join(180)
+            self.assertFalse(t.is_alive())
+        # every operation ends (retries included), then nothing may be left behind
+        deadline = time.monotonic() + 150
+        while self.unfinished_ops() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.assertEqual(self.unfinished_ops(), [])
+        self.assertEqual(self.stack.check(), [])
+        apps = ["chaos%d" % i for i in range(6)]
+        ids = [w.id for a in apps for w in self.core.ListWorkloads(
+            core_pb2.ListWorkloadsOptions(appname=a), timeout=10)]
+        print("chaos: %d clients streaming at the gateway's kill; %d instances answered, %d "
+              "errors, %d workloads exist" % (streaming, len(made), len(errors), len(ids)))
+        self.assertGreater(streaming, 0, "the gateway was killed after every deploy ended")
+        self.assertTrue(set(made) <= set(ids), set(made) - set(ids))
+        if ids:
+            self.remove(ids)
         self.assert_clean()
 
 
