@@ -286,8 +286,8 @@ class Check(unittest.TestCase):
         while not made and time.monotonic() < deadline + 20:
             time.sleep(0.005)
         gw = self.stack.gateways[0]
-        gw.proc.kill9()
         streaming = sum(1 for t in threads if t.is_alive())
+        gw.proc.kill9()
         gw.start()
         self.stack.wait_ready()
         for t in threads:
@@ -304,7 +304,7 @@ class Check(unittest.TestCase):
             core_pb2.ListWorkloadsOptions(appname=a), timeout=10)]
         print("chaos: %d clients streaming at the gateway's kill; %d instances answered, %d "
               "errors, %d workloads exist" % (streaming, len(made), len(errors), len(ids)))
-        self.assertGreater(streaming, 0, "the gateway was killed after every deploy ended")
+        self.assertGreater(streaming, 0, "the gateway was killed after every deploy ended: %s" % errors)
         self.assertTrue(set(made) <= set(ids), set(made) - set(ids))
         if ids:
             self.remove(ids)
