@@ -702,6 +702,27 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
             "has a record but is missing from the index of all workloads");
     }
     strset_free(&recs);
+    /* keys kept per workload, removed with its record */
+    static const struct {
+        const char *pattern, *what;
+        ck_area area;
+    } per_wl[] = {{"{reg}:wl-status:*", "its status", CK_AREA_WORKLOADS},
+                  {"{reg}:wl-deploy:*", "its deploy options", CK_AREA_WORKLOADS},
+                  {"{sto}:wl-vols:*", "its volume set", CK_AREA_STORAGE}};
+    for (size_t p = 0; rc == PV_OK && p < sizeof per_wl / sizeof per_wl[0]; p++) {
+        strset left = {0};
+        snprintf(pattern, sizeof pattern, "%s%s", c->k->prefix, per_wl[p].pattern);
+        rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &left, st);
+        for (size_t i = 0; rc == PV_OK && i < left.n; i++) {
+            if (strset_has(&c->wl_ids, left.v[i])) continue;
+            char subject[PV_KEY_MAX];
+            snprintf(subject, sizeof subject, "workload %s", left.v[i]);
+            ADD(c->rep, per_wl[p].area, "WL_LEFTOVER", subject,
+                "%s remains (%.*s%s) but the workload has no record", per_wl[p].what,
+                (int)(strlen(pattern) - 1), pattern, left.v[i]);
+        }
+        strset_free(&left);
+    }
     /* the machine: local process engines, registered or not */
     if (rc == PV_OK) rc = check_unregistered_engines(c, st);
     for (size_t i = 0; rc == PV_OK && i < c->nnodes; i++) {
@@ -809,6 +830,20 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
                 "IN_USE by workload %s, which does not exist", holder);
     }
+    /* the holder key (what attach claims first) and the record agree */
+    redisReply *user = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(c->r, &user, st, "GET %s{sto}:vol-user:%s", c->k->prefix, id);
+    if (rc == PV_OK) {
+        const char *held = user->type == REDIS_REPLY_STRING ? user->str : "";
+        const char *recorded = status == PV_VOL_IN_USE ? jstr(vol, "in_use_by") : "";
+        if (strcmp(held, recorded) != 0)
+            ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
+                "its holder key names %s but its record says %s%s", *held ? held : "nobody",
+                status == PV_VOL_IN_USE ? "IN_USE by " : "not in use",
+                status == PV_VOL_IN_USE ? (*recorded ? recorded : "nobody") : "");
+    }
+    if (user) freeReplyObject(user);
     bool settled = status == PV_VOL_READY || status == PV_VOL_IN_USE;
     bool file_ok = false;
     if (rc == PV_OK && on_disk && settled) {

@@ -10,7 +10,8 @@ of the system libvirtd with qcow2 and raw volumes and a snapshot tree.
           system's back, a node's recorded usage changed in Redis, a volume's file deleted, a
           snapshot's tag deleted from its qcow2 file, an orphan process workload in the
           engine's directory, an operation left PENDING without a queue entry, a lock held by
-          no operation.
+          no operation, the status of a workload that is gone, a volume's holder key naming a
+          workload while its record says not in use.
   test_c  100 workloads more: still clean; prints how long the audit took.
   test_d  chaos: deploys from several clients in flight while the scheduler and then the
           gateway are killed with SIGKILL and started again; once every operation has ended the
@@ -198,11 +199,17 @@ class Check(unittest.TestCase):
                              "ops", "status", "PENDING", "entry", "")
         lock_key = self.stack.key("{ops}:lock:node-ckfake")
         self.stack.redis.cmd("SET", lock_key, "op-gone")
+        # and the status of a workload that is gone
+        gone = "f" * 64
+        status_key = self.stack.key("{reg}:wl-status:" + gone)
+        self.stack.redis.cmd("SET", status_key, '{"running": true}')
         self.assertEqual(self.stack.check(), [
             "OP_LOST op op-ckfake: PENDING test.sleep on queue ops has no queue entry and waits "
             "for no retry: no worker will ever run it",
-            "OP_STALE_LOCK lock node-ckfake: held by operation op-gone, which has no record"])
-        self.stack.redis.cmd("DEL", op_key, lock_key)
+            "OP_STALE_LOCK lock node-ckfake: held by operation op-gone, which has no record",
+            "WL_LEFTOVER workload %s: its status remains (%s) but the workload has no record" %
+            (gone, status_key)])
+        self.stack.redis.cmd("DEL", op_key, lock_key, status_key)
         self.assert_clean()
 
         if _storage is not None:
@@ -219,7 +226,16 @@ class Check(unittest.TestCase):
             f.write(data)
         self.assert_clean()
 
-        # 6. a snapshot's tag deleted from the qcow2 file (s2's parent is s1)
+        # 6. a volume claimed by a workload that does not exist, its record still READY
+        user_key = self.stack.key("{sto}:vol-user:" + self.raw.id)
+        self.stack.redis.cmd("SET", user_key, gone)
+        self.assertEqual(self.stack.check(), [
+            "VOL_HOLDER volume %s: its holder key names %s but its record says not in use" %
+            (self.raw.id, gone)])
+        self.stack.redis.cmd("DEL", user_key)
+        self.assert_clean()
+
+        # 7. a snapshot's tag deleted from the qcow2 file (s2's parent is s1)
         qpath = os.path.join(self.pool_dir, "q1")
         subprocess.run(["qemu-img", "snapshot", "-d", self.s2.id, qpath], check=True)
         self.assertEqual(self.stack.check(), [
