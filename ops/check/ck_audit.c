@@ -272,11 +272,16 @@ static const op_rec *op_find(const ops_state *s, const char *id) {
     return NULL;
 }
 
+static int cmp_entry(const void *a, const void *b) {
+    const q_entry *x = a, *y = b;
+    int c = strcmp(x->queue, y->queue);
+    return c != 0 ? c : strcmp(x->id, y->id);
+}
+
+/* Entries are sorted by queue and id once read (check_ops), so a lookup is a bsearch. */
 static const q_entry *entry_find(const ops_state *s, const char *queue, const char *id) {
-    for (size_t i = 0; i < s->nentries; i++)
-        if (strcmp(s->entries[i].id, id) == 0 && strcmp(s->entries[i].queue, queue) == 0)
-            return &s->entries[i];
-    return NULL;
+    q_entry key = {.queue = (char *)queue, .id = (char *)id};
+    return s->nentries ? bsearch(&key, s->entries, s->nentries, sizeof key, cmp_entry) : NULL;
 }
 
 static char *dup_field(const redisReply *rep, size_t i) {
@@ -332,6 +337,7 @@ static int check_ops(ck_ctx *c, pv_status *st) {
     if (rc == PV_OK) rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &queues, st);
     for (size_t i = 0; rc == PV_OK && i < queues.n; i++)
         rc = read_queue(c, &s, queues.v[i], st);
+    if (s.nentries > 1) qsort(s.entries, s.nentries, sizeof *s.entries, cmp_entry);
     c->rep->ops = (long)s.nops;
     c->rep->queues = (long)queues.n;
 

@@ -203,13 +203,24 @@ class Check(unittest.TestCase):
         gone = "f" * 64
         status_key = self.stack.key("{reg}:wl-status:" + gone)
         self.stack.redis.cmd("SET", status_key, '{"running": true}')
+        # an operation RUNNING on an entry its queue no longer has; an entry of no operation
+        # waiting on a queue nobody reads
+        op2_key = self.stack.key("{ops}:op:op-ckfake2")
+        self.stack.redis.cmd("HSET", op2_key, "id", "op-ckfake2", "kind", "node.drain", "queue",
+                             "ops", "status", "RUNNING", "entry", "1-1")
+        ghost_q = self.stack.key("{ops}:q:node:ghost")
+        entry = self.stack.redis.cmd("XADD", ghost_q, "*", "op", "op-ghost", "kind", "x")
         self.assertEqual(self.stack.check(), [
             "OP_LOST op op-ckfake: PENDING test.sleep on queue ops has no queue entry and waits "
             "for no retry: no worker will ever run it",
+            "OP_LOST op op-ckfake2: RUNNING node.drain: its entry 1-1 on queue ops is neither "
+            "waiting nor pending (acknowledged or trimmed): no worker will ever run it",
+            "OP_ORPHAN_ENTRY queue node:ghost entry %s: waiting entry of operation op-ghost, "
+            "which has no record" % entry,
             "OP_STALE_LOCK lock node-ckfake: held by operation op-gone, which has no record",
             "WL_LEFTOVER workload %s: its status remains (%s) but the workload has no record" %
             (gone, status_key)])
-        self.stack.redis.cmd("DEL", op_key, lock_key, status_key)
+        self.stack.redis.cmd("DEL", op_key, op2_key, ghost_q, lock_key, status_key)
         self.assert_clean()
 
         if _storage is not None:
