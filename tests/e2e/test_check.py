@@ -13,8 +13,8 @@ of the system libvirtd with qcow2 and raw volumes and a snapshot tree.
           no operation, the status of a workload that is gone, a volume's holder key naming a
           workload while its record says not in use.
   test_c  100 workloads more: still clean; prints how long the audit took.
-  test_d  chaos: deploys from several clients in flight while the scheduler and then the
-          gateway are killed with SIGKILL and started again; once every operation has ended the
+  test_d  chaos: deploys from several clients in flight while the scheduler, the ops worker,
+          the node agent and the gateway are killed with SIGKILL and started again; once every operation has ended the
           audit finds no difference, and none after the survivors are removed.
 """
 import json
@@ -310,8 +310,17 @@ class Check(unittest.TestCase):
         sched.kill9()
         time.sleep(0.5)
         sched.start()
+        # the ops worker running the deploys too (another takes its operations over after the
+        # lease: here the same one started again)
+        worker = self.stack.workers[0]
+        worker.kill9()
+        worker.start()
         while not made and time.monotonic() < deadline + 20:
             time.sleep(0.005)
+        # the node's agent while it makes the instances, the gateway while it streams them
+        agent = self.stack.agents[0]
+        agent.kill9()
+        agent.start()
         gw = self.stack.gateways[0]
         streaming = sum(1 for t in threads if t.is_alive())
         gw.proc.kill9()
