@@ -422,6 +422,13 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
             rc = PV_OK;
             continue;
         }
+        /* a document that does not parse (a resources object no plugin knows): the usage
+         * cannot be verified, which is a difference of its own; the audit goes on */
+        if (rc != PV_OK && rc != PV_UNAVAILABLE) {
+            rc = PV_OK;
+            ADD(c->rep, CK_AREA_RESERVATIONS, "RESV_UNREADABLE", subject,
+                "its usage cannot be added up: %s", st->msg);
+        }
         for (size_t d = 0; rc == PV_OK && d < chk.ndiffs; d++)
             ADD(c->rep, CK_AREA_RESERVATIONS, "RESV_USAGE", subject, "%s", chk.diffs[d]);
         pv_resv_check_clear(&chk);
