@@ -582,6 +582,15 @@ static int report_orphans(ck_ctx *c, const char *name, const char *node_id, cons
         for (size_t i = 0; !w && i < c->nwls; i++)
             if (strcmp(c->wls[i].id, eng[j].id) == 0) w = &c->wls[i];
         if (w && node_id && w->node_id && strcmp(w->node_id, node_id) == 0) continue;
+        if (!w) { /* DissociateWorkload lets the engine's workload go on without a record */
+            redisReply *ex = NULL;
+            rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:dissociated:%s", c->k->prefix,
+                                  eng[j].id);
+            bool let_go = rc == PV_OK && ex->integer == 1;
+            if (ex) freeReplyObject(ex);
+            if (rc != PV_OK) break;
+            if (let_go) continue;
+        }
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "workload %s", eng[j].id);
         unsigned long long start = 0;

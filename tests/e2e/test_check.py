@@ -9,7 +9,8 @@ of the system libvirtd with qcow2 and raw volumes and a snapshot tree.
           exit 1) and clean again once repaired: a workload's process killed behind the
           system's back, a node's recorded usage changed in Redis, a volume's file deleted, a
           snapshot's tag deleted from its qcow2 file, an orphan process workload in the
-          engine's directory, an operation left PENDING without a queue entry, a lock held by
+          engine's directory (a dissociated workload is not one, unless its mark is deleted), an
+          operation left PENDING without a queue entry, a lock held by
           no operation, the status of a workload that is gone, a volume's holder key naming a
           workload while its record says not in use.
   test_c  100 workloads more: still clean; prints how long the audit took.
@@ -129,7 +130,7 @@ class Check(unittest.TestCase):
         self.assertEqual(report["differences"], [])
         checked = report["checked"]
         self.assertEqual(checked["workloads"], 4)
-        self.assertEqual(checked["engine_workloads"], 4)
+        self.assertEqual(checked["engine_workloads"], 4)  # ids[3] stopped on purpose included
         self.assertEqual(checked["local_nodes"], 1)
         self.assertGreaterEqual(checked["operations"], 2)  # the deploy and its node's part
         if _storage is None:
@@ -191,6 +192,22 @@ class Check(unittest.TestCase):
             proc.wait()
         os.remove(os.path.join(self.engine, orphan, "record.json"))
         os.rmdir(os.path.join(self.engine, orphan))
+        self.assert_clean()
+
+        # 3b. DissociateWorkload lets a workload go on without a record, on purpose: not an
+        # orphan; without its mark it would be one
+        let_go = self.ids[2]
+        got = list(self.core.DissociateWorkload(core_pb2.DissociateWorkloadOptions(
+            IDs=[let_go]), timeout=30))
+        self.assertEqual([(g.id, g.error) for g in got], [(let_go, "")])
+        self.assert_clean()
+        mark = self.stack.key("{reg}:dissociated:" + let_go)
+        self.stack.redis.cmd("DEL", mark)
+        pid = self.record(let_go)["pid"]
+        self.assertEqual(self.stack.check(), [
+            "WL_ORPHAN workload %s: the engine of node %s has it (runs as pid %d) but there is "
+            "no record of it" % (let_go, NODE, pid)])
+        self.stack.redis.cmd("SET", mark, "1")
         self.assert_clean()
 
         # 4. an operation PENDING with no queue entry and no retry waiting; a lock of nobody
