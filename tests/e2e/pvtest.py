@@ -133,6 +133,14 @@ except (OSError, AttributeError):
 _PR_SET_PDEATHSIG = 1
 
 
+# setpriv(1) (util-linux, essential on Debian) sets the same death signal in the child and execs
+# the program, so Popen needs no preexec_fn: Python code between fork and exec can deadlock the
+# child when other threads run (Python's documentation says so; a gateway restarted while client
+# threads streamed once hung that way, its log empty), while a Popen without it forks and execs
+# without running Python in the child.
+_SETPRIV = shutil.which("setpriv")
+
+
 def _die_with_parent():
     """Runs in the child between fork and exec: if the test process dies (a ctest timeout kills
     it), the child gets SIGKILL instead of living on. Linux ties this to the thread that
@@ -260,9 +268,13 @@ class Proc:
         with open(self.log_path, "ab") as log:
             log.write(("==== pvtest: start %s\n" % " ".join(self.argv)).encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
+            if _SETPRIV:
+                argv, preexec = [_SETPRIV, "--pdeathsig", "KILL", "--"] + self.argv, None
+            else:
+                argv, preexec = self.argv, _die_with_parent
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, env=self.env,
-                                          cwd=self.workdir, preexec_fn=_die_with_parent)
+                                          cwd=self.workdir, preexec_fn=preexec)
         self.returncode = None
         _live_procs.add(self)
         return self
