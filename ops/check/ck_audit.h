@@ -7,24 +7,30 @@
  *                 finished operation's entry still pending past the grace; a lock held by a
  *                 finished or missing operation
  *   reservations  each node's recorded usage vs the sum of its reserved allocations and its
- *                 workloads' resources (pv_resv_check_node, GetNodeResource's diff); reserved
- *                 allocations of no reservation; reservations expired past the grace and not
- *                 released; a workload's allocation still reserved (counted twice)
- *   workloads     records vs indexes (all, per node) and nodes; on nodes whose process engine
- *                 keeps its state on this machine (<data_dir>/engine/<node>): each record has an
- *                 engine workload, each engine workload in state running has its process (pid
- *                 and start time), each engine workload has a record (orphans)
- *   storage       volumes IN_USE have an existing holder; snapshots' volumes, parents and a
- *                 volume's current snapshot exist; in DIR pools of nodes on this machine: each
- *                 volume's file exists with the recorded format and each snapshot's qcow2 tag
- *                 exists in it (qemu-img snapshot -l)
+ *                 workloads' resources (pv_resv_check_node, GetNodeResource's diff; a document
+ *                 that does not parse is a difference too); reserved allocations of no
+ *                 reservation; reservations expired past the grace and not released; a
+ *                 workload's allocation still reserved (counted twice)
+ *   workloads     records vs indexes (all, per node) and nodes; per-workload keys (status,
+ *                 deploy options, volume set) left without a record; on nodes whose process
+ *                 engine keeps its state on this machine (<data_dir>/engine/<node>): each record
+ *                 has an engine workload, each engine workload in state running has its process
+ *                 (pid and start time) and none that should run was killed behind the system's
+ *                 back, each engine workload has a record (orphans; unregistered nodes' engine
+ *                 directories too; a workload DissociateWorkload marked is let go on purpose)
+ *   storage       volumes IN_USE have an existing holder and their holder key agrees with the
+ *                 record; snapshots' volumes, parents and a volume's current snapshot exist; in
+ *                 DIR pools of nodes on this machine: each volume's file exists with the
+ *                 recorded format and each snapshot's qcow2 tag exists in it (qemu-img
+ *                 snapshot -l)
  *   clusters      pods' index and node sets vs node records, nodes' pods; unfinished upgrades'
  *                 nodes exist and their operation is still unfinished
  * What needs a node's machine is checked only for nodes whose agent keeps its data in data_dir
  * here; the others get a note saying so.
  *
  * The pass reads without locking anything: a change in flight can show as a difference, which
- * is why callers confirm with a second pass (ck_report_keep_seen). Nothing is written.
+ * is why callers confirm with a second pass (ck_report_keep_seen). Nothing is written. Only a
+ * failure to read Redis ends a pass with an error; what does not parse is a difference.
  */
 #ifndef CK_AUDIT_H
 #define CK_AUDIT_H
