@@ -1086,7 +1086,16 @@ static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
         Pb__DissociateWorkloadMessage m = PB__DISSOCIATE_WORKLOAD_MESSAGE__INIT;
         m.id = o->ids[i];
         m.error = pv_resv_return_workload(r, k, o->ids[i], &st) == PV_OK ? "" : st.msg;
-        if (*m.error == '\0') pv_info("DissociateWorkload id=%s", o->ids[i]);
+        if (*m.error == '\0') {
+            pv_info("DissociateWorkload id=%s", o->ids[i]);
+            /* marked so the audit (pivirt-check) knows the engine's workload without a record
+             * was let go on purpose; best effort: unmarked, the audit reports an orphan */
+            redisReply *rep = NULL;
+            if (pv_redis_command(r, &rep, &st, "SET %s{reg}:dissociated:%s 1", k->prefix,
+                                 o->ids[i]) != PV_OK)
+                pv_warn("DissociateWorkload id=%s: not marked dissociated: %s", o->ids[i], st.msg);
+            if (rep) freeReplyObject(rep);
+        }
         if (gw_call_send(call, &m.base) != 0) return; /* the client has gone */
     }
     gw_call_finish(call, PV_OK, NULL);

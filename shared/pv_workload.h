@@ -27,6 +27,9 @@
  * engine_id (the engine's own handle: pid, libvirt domain uuid) created_ms.
  *   <b>wl-deploy:<id>             string: base64 of the pb.DeployOptions that made it (what a
  *                                 drain places a replacement from), when known
+ *   <b>dissociated:<id>           string "1": DissociateWorkload forgot workload <id> and left
+ *                                 its engine's workload running on purpose (the audit,
+ *                                 pivirt-check, does not call it an orphan)
  *
  * Ownership: records filled by these functions own their strings (pv_workload_clear, safe on a
  * zeroed record); arrays with pv_workload_array_free; statuses with pv_workload_status_clear.

@@ -145,6 +145,14 @@ except (OSError, AttributeError):
 _PR_SET_PDEATHSIG = 1
 
 
+# setpriv(1) (util-linux, essential on Debian) sets the same death signal in the child and execs
+# the program, so Popen needs no preexec_fn: Python code between fork and exec can deadlock the
+# child when other threads run (Python's documentation says so; a gateway restarted while client
+# threads streamed once hung that way, its log empty), while a Popen without it forks and execs
+# without running Python in the child.
+_SETPRIV = shutil.which("setpriv")
+
+
 def _die_with_parent():
     """Runs in the child between fork and exec: if the test process dies (a ctest timeout kills
     it), the child gets SIGKILL instead of living on. Linux ties this to the thread that
@@ -278,9 +286,13 @@ class Proc:
         with open(self.log_path, "ab") as log:
             log.write(("==== pvtest: start %s\n" % " ".join(self.argv)).encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
+            if _SETPRIV:
+                argv, preexec = [_SETPRIV, "--pdeathsig", "KILL", "--"] + self.argv, None
+            else:
+                argv, preexec = self.argv, _die_with_parent
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, env=self.env,
-                                          cwd=self.workdir, preexec_fn=_die_with_parent)
+                                          cwd=self.workdir, preexec_fn=preexec)
         self.returncode = None
         _live_procs.add(self)
         return self
@@ -942,6 +954,31 @@ class Stack:
             return False
         self.stop()
         return False
+
+    # -- audit
+
+    def check(self, confirm_ms=1000, grace_ms=None, raw=False):
+        """Runs pivirt-check (./ops/pivirt check) against the stack's config and returns its
+        differences as lines "KIND subject: detail" (sorted; [] when the state is clean), or with
+        RAW its JSON report. Waits for nothing: call it once the system should have settled.
+        An audit that could not run (exit 2, a sanitizer report) raises AssertionError."""
+        argv = [os.path.join(BIN_DIR, "pivirt-check"), "--config", self.config_path, "-o", "json",
+                "--confirm-ms", str(confirm_ms)]
+        if grace_ms is not None:
+            argv += ["--grace-ms", str(grace_ms)]
+        p = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=120)
+        if p.returncode not in (0, 1) or any(m in p.stderr for m in SANITIZER_MARKS):
+            raise AssertionError("pivirt-check exited %d:\n%s%s" % (p.returncode, p.stdout,
+                                                                    p.stderr))
+        report = json.loads(p.stdout)
+        self.last_check = report
+        if (p.returncode == 1) != (report["total"] > 0):
+            raise AssertionError("pivirt-check exit code %d does not match its report: %s" %
+                                 (p.returncode, p.stdout))
+        if raw:
+            return report
+        return ["%s %s: %s" % (d["kind"], d["subject"], d["detail"])
+                for d in report["differences"]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -281,6 +281,8 @@ class Drain(unittest.TestCase):
         self.assertFalse(set(now) & {m.id for m in msgs})
         victim[0].start()
         self.uncordon("dn2")
+        # the audit of the whole state finds nothing the kill left behind
+        self.assertEqual(self.stack.check(), [])
 
     def test_d_remove_node(self):
         on3 = [w for w, n in self.app("web").items() if n == "dn3"]
@@ -303,6 +305,7 @@ class Drain(unittest.TestCase):
         done = self.wait_op(op.id)
         self.assertEqual(done.status, O.OPERATION_STATUS_SUCCEEDED, done)
         self.assertEqual(self.app("agentd"), {})
+        self.assertEqual(self.stack.check(), [])
 
     def test_e_delete_cluster(self):
         code, msg = self.err(self.cs.DeleteCluster, C.DeleteClusterRequest(cluster_id="drn"))
@@ -319,6 +322,7 @@ class Drain(unittest.TestCase):
         self.assertEqual(self.app("web"), {})
         self.assertNotIn("drn", [p.name for p in self.core.ListPods(core_pb2.Empty(),
                                                                      timeout=10).pods])
+        self.assertEqual(self.stack.check(), [])
 
     def test_f_seed_example_through_reflection(self):
         # the seed's DrainNode example as written, with buf curl (grpcurl's way: reflection)

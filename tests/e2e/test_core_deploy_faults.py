@@ -7,7 +7,8 @@ after its agent dies. The agent is started again at once (a new consumer of the 
 What must hold afterwards: the client's one CreateWorkload call still answers every instance,
 each exactly once; every instance exists once (in the registry and in the engine's state); the
 node's recorded usage is exactly what its workloads hold (GetNodeResource: no diffs), so nothing
-was leaked or counted twice. Instance ids derive from the reservation's allocation ids and every
+was leaked or counted twice; the audit (pivirt-check) reports no difference, with the
+workloads and after their removal. Instance ids derive from the reservation's allocation ids and every
 step of the node's operation is journaled, which is what makes the redelivery safe.
 """
 import json
@@ -88,9 +89,13 @@ class AgentKilled(unittest.TestCase):
         self.assertEqual(list(res.diffs), [])
         usage = json.loads(res.resource_usage)["cpumem"]
         self.assertEqual(usage["memory_request"], COUNT * 16 * 2**20)
+        # the audit of the whole state (records, streams, reservations, the engine's processes)
+        # finds nothing the kill left behind
+        self.assertEqual(self.stack.check(), [])
         got = list(core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=sorted(ids), force=True),
                                        timeout=120))
         self.assertEqual(sum(1 for g in got if g.success), COUNT)
+        self.assertEqual(self.stack.check(), [])
 
 
 if __name__ == "__main__":
