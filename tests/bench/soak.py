@@ -23,7 +23,8 @@ and starts it again. Every call that failed is counted with its code and reason.
 once the operations in flight ended, every acknowledged workload, volume and operation that was
 not removed must still be there: those missing are "lost" (goal 0). Prints the counts and each
 process's resident memory at start and end (goal: growth under 5% for a long run; the first
-minutes include each process's warm-up). Exit status 1 when anything was lost.
+minutes include each process's warm-up), then audits the state with pivirt-check. Exit status
+1 when anything was lost, an operation never ended or the audit found a difference.
 """
 import argparse
 import collections
@@ -375,9 +376,13 @@ def main():
         soak = Soak(stack, a.seconds, clients=a.clients, chaos=not a.no_chaos, seed=a.seed,
                     log=lambda s: print(s, flush=True))
         missing, settled = soak.run()
+        differences = stack.check()
+        print("  audit (pivirt-check): %d difference(s)" % len(differences), flush=True)
+        for line in differences[:20]:
+            print("    " + line, flush=True)
     finally:
         stack.stop(check=False)
-    return 0 if not missing and settled else 1
+    return 0 if not missing and settled and not differences else 1
 
 
 if __name__ == "__main__":

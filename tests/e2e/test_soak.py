@@ -3,7 +3,8 @@
 removals of process workloads, volumes with snapshots and clones, cordons, test operations)
 from four clients through two gateways, while gateways, schedulers, ops workers and node agents
 are SIGKILLed at random and started again. Nothing acknowledged may be lost, every operation
-must end, and every failed call must carry a reason.
+must end, every failed call must carry a reason, and the audit (pivirt-check) must find no
+difference afterwards.
 """
 import os
 import sys
@@ -25,9 +26,11 @@ class Soak(unittest.TestCase):
             s = soak.Soak(stack, 25, clients=4, chaos=True, seed=11,
                           log=lambda line: print(line, flush=True))
             missing, settled = s.run()
+            differences = stack.check()
         finally:
             stack.stop(check=False)
         self.assertEqual(missing, [])
+        self.assertEqual(differences, [])
         self.assertTrue(settled, "operations still pending or running at the end")
         self.assertGreater(sum(s.kills.values()), 0)
         for kind in ("deploy", "remove", "volume", "operation"):
