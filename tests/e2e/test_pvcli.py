@@ -179,9 +179,13 @@ class Pvcli(unittest.TestCase):
         env = dict(os.environ, PIVIRT_ENDPOINT=_stack.gateways[0].addrs[0])
         p = subprocess.Popen([os.path.join(pvtest.BIN_DIR, "pvcli"), "op", "wait", op.id],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        pvtest.time.sleep(1.0)
+        # its first progress line comes after it set its SIGINT handler (a fixed pause was too
+        # short on a loaded machine: the signal killed it before it had one)
+        first = p.stderr.readline()
+        self.assertIn("[  0%]", first)
         p.send_signal(pvtest.signal.SIGINT)
         out, err = p.communicate(timeout=20)
+        err = first + err
         self.assertEqual(p.returncode, 0, err)
         self.assertIn("detached: operation %s goes on" % op.id, err)
         self.assertIn("pvcli op cancel %s" % op.id, err)
