@@ -1505,9 +1505,10 @@ static int wl_link_volumes(pe_wl *w, pv_status *st) {
 }
 
 /* Runs a tool of the node (tar, chown) as the agent, FAILED_PRECONDITION with its output when it
- * fails. */
-static int pe_run_tool(pe *e, const char *const *argv, size_t argc, const char *cwd,
-                       pv_status *st) {
+ * fails. On PV_OK *output (when not NULL) is what it printed (malloc'd, the caller frees). */
+static int pe_run_tool_output(pe *e, const char *const *argv, size_t argc, const char *cwd,
+                              char **output, pv_status *st) {
+    if (output) *output = NULL;
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
         return pv_status_set(st, PV_INTERNAL, "%s: pipe: %s", argv[0], strerror(errno));
@@ -1535,8 +1536,17 @@ static int pe_run_tool(pe *e, const char *const *argv, size_t argc, const char *
                            argv[argc - 1], timed_out ? "killed after timeout, exit" : "exit", code,
                            out);
     }
+    if (rc == PV_OK && output) {
+        *output = out;
+        out = NULL;
+    }
     free(out);
     return rc;
+}
+
+static int pe_run_tool(pe *e, const char *const *argv, size_t argc, const char *cwd,
+                       pv_status *st) {
+    return pe_run_tool_output(e, argv, argc, cwd, NULL, st);
 }
 
 /* Unpacks the image into root and makes the rest of the workload's files. */
@@ -1550,8 +1560,26 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
     /* tar(1) only for what the agent's own reader does not know (compression, devices) */
     int rc = wk_untar_extract(image_path, w->root, geteuid() == 0, st);
     if (rc == PV_UNIMPLEMENTED) {
+        /* tar(1) running as root would make the device nodes an archive lists */
+        const char *list_argv[] = {"tar", "-tvf", image_path};
+        char *listing = NULL;
+        size_t at = 0;
+        rc = pe_run_tool_output(e, list_argv, 3, w->root, &listing, st);
+        if (rc == PV_OK && listing && strlen(listing) >= PE_OUTPUT_MAX)
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                               "a compressed archive listing more than %d bytes of entries cannot "
+                               "be checked for device files: store the image uncompressed",
+                               PE_OUTPUT_MAX);
+        else if (rc == PV_OK && wk_untar_listing_has_device(listing, &at))
+            rc = pv_status_set(
+                st, PV_FAILED_PRECONDITION,
+                "an entry is a device file or fifo (%.*s): images may not hold "
+                "them",
+                (int)strcspn(listing + at, "\n") > 120 ? 120 : (int)strcspn(listing + at, "\n"),
+                listing + at);
+        free(listing);
         const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
-        rc = pe_run_tool(e, tar_argv, 5, w->root, st);
+        if (rc == PV_OK) rc = pe_run_tool(e, tar_argv, 5, w->root, st);
     }
     if (rc != PV_OK) return pv_status_prefix(st, "image %s", w->image);
     if (mkdir_p(w->cwd, 0755) != 0)

@@ -486,6 +486,14 @@ static int step(ux *u, off_t *off, bool first, bool *end) {
         return rc;
     }
     if (type == 'g') return PV_OK;
+    /* a device node in a workload's root would open the host's hardware to it */
+    if (type == '3' || type == '4' || type == '6')
+        return pv_status_set(u->st, PV_FAILED_PRECONDITION,
+                             "%s: an entry is a %s: images may not hold device files or fifos",
+                             u->path,
+                             type == '3'   ? "character device"
+                             : type == '4' ? "block device"
+                                           : "fifo");
     if (type != '0' && type != '\0' && type != '7' && type != '5' && type != '2' && type != '1')
         return pv_status_set(u->st, PV_UNIMPLEMENTED, "%s: an entry of type '%c'", u->path, type);
 
@@ -549,4 +557,16 @@ int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_stat
     if (u.dest >= 0) close(u.dest);
     close(u.afd);
     return rc;
+}
+
+bool wk_untar_listing_has_device(const char *listing, size_t *line) {
+    for (const char *l = listing; l && *l;) {
+        if (*l == 'c' || *l == 'b' || *l == 'p') {
+            if (line) *line = (size_t)(l - listing);
+            return true;
+        }
+        l = strchr(l, '\n');
+        if (l) l++;
+    }
+    return false;
 }

@@ -9,8 +9,10 @@
  * refused, and no path component is followed through a symbolic link (O_NOFOLLOW at each step),
  * so an archive cannot make the agent write outside the root, even through links it made itself.
  *
- * Anything else (compressed archives, device nodes, fifos, sparse files) answers UNIMPLEMENTED,
- * and the caller hands the archive to tar(1), which knows them all.
+ * Device nodes and fifos are refused (FAILED_PRECONDITION): a device in a workload's root would
+ * give it the host's hardware. Anything else (compressed archives, sparse files) answers
+ * UNIMPLEMENTED, and the caller hands the archive to tar(1) after checking its listing for
+ * devices (wk_untar_listing_has_device).
  */
 #ifndef WK_UNTAR_H
 #define WK_UNTAR_H
@@ -26,5 +28,9 @@
  * it), FAILED_PRECONDITION naming the entry for a corrupt or hostile archive, NOT_FOUND when the
  * archive does not exist, INTERNAL for I/O errors. */
 int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_status *st);
+
+/* Whether `tar -tvf` output (one entry a line, each starting with its mode string) lists a
+ * character or block device or a fifo; *line (may be NULL) gets that line's offset. */
+bool wk_untar_listing_has_device(const char *listing, size_t *line);
 
 #endif

@@ -868,6 +868,30 @@ static void test_endpoints(void **state) {
     assert_null(e);
 }
 
+/* Compressed images go to tar(1), which as root would make the device nodes they list: their
+ * listing is checked first. A plain compressed image still deploys. */
+static void test_compressed_images_without_devices(void **state) {
+    fixture *f = *state;
+    pv_test_sh("mkdir -p %s/test/gz %s/test/dev && tar -czf %s/test/gz/v1.tar -C %s/src . && "
+               "cd %s/test/dev && /usr/bin/python3 -c \"import tarfile, io\n"
+               "t = tarfile.open('v1.tar', 'w:gz')\n"
+               "i = tarfile.TarInfo('hello.sh'); i.size = 2; t.addfile(i, io.BytesIO(b':\\n'))\n"
+               "d = tarfile.TarInfo('kmem'); d.type = tarfile.CHRTYPE; d.devmajor = 1; "
+               "d.devminor = 2; t.addfile(d)\n"
+               "t.close()\"",
+               image_dir, image_dir, image_dir, image_dir, image_dir);
+    wk_workload_spec s = spec_for("gz1", HELLO, 2);
+    s.image = "test/gz:v1";
+    create_ok(f, &s);
+    wk_workload_spec d = spec_for("dev1", HELLO, 2);
+    d.image = "test/dev:v1";
+    wk_engine_info info;
+    pv_status st;
+    assert_int_equal(wk_engine_create(f->e, &d, &info, &st), PV_FAILED_PRECONDITION);
+    if (!strstr(st.msg, "device file")) fail_msg("unexpected refusal: %s", st.msg);
+    assert_non_null(strstr(st.msg, "kmem"));
+}
+
 static void test_image_names(void **state) {
     (void)state;
     char *path = NULL;
@@ -893,6 +917,7 @@ static void test_image_names(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_start_inspect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_compressed_images_without_devices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_env_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exit_code, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_graceful, setup, teardown),
