@@ -73,9 +73,17 @@ end
 -- 'ABANDONED' | {'CONFLICT', node name}.
 -- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
 -- request abandoned after its deadline) is not committed: nobody would ever use or release it.
+-- A reservation made once is marked for 10 minutes, far past any request's deadline (after which
+-- schedulers drop it unanswered): a scheduler that dies after committing and replying but before
+-- acknowledging the request leaves it to another, which runs it again, possibly after the deploy
+-- already took the allocations and released the reservation. Without the mark that second run
+-- would reserve them again, counted twice until the reservation expired.
 redis.register_function('pv_sched_commit', function(keys, args)
   local base, resv_id, request_id = args[1], args[2], args[9]
-  if redis.call('EXISTS', keys[1]) == 1 then return 'DUPLICATE' end
+  local made = base .. 'resv-made:' .. resv_id
+  if redis.call('EXISTS', keys[1]) == 1 or redis.call('EXISTS', made) == 1 then
+    return 'DUPLICATE'
+  end
   if request_id ~= '' and redis.call('EXISTS', base .. 'sched:gone:' .. request_id) == 1 then
     return 'ABANDONED'
   end
@@ -86,6 +94,7 @@ redis.register_function('pv_sched_commit', function(keys, args)
   redis.call('HSET', keys[1], 'id', resv_id, 'pod', args[3], 'owner', args[4], 'app', app,
     'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', tostring(now_ms()))
   if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
+  redis.call('SET', made, '1', 'EX', 600)
   if request_id ~= '' then
     local reply = base .. 'sched:reply:' .. request_id
     redis.call('LPUSH', reply, args[10])
