@@ -289,12 +289,31 @@ static int run(deploy_ctx *c, pv_status *st) {
     }
     size_t failed_nodes = 0;
     if (rc == PV_OK) rc = wait_children(op, children, n, &failed_nodes, st);
+    bool cancelled = rc == PV_CANCELLED;
+    if (cancelled) {
+        /* A cancel stops the deploy, not the node operations already sent: they finish, and
+         * what none of their workloads took goes back now, not when the reservation expires
+         * (until then its node could not be removed). The deploy still ends CANCELLED. */
+        pv_status cst;
+        wk_op_begin_cleanup(op);
+        rc = wait_children(op, children, n, &failed_nodes, &cst);
+        if (rc != PV_OK) *st = cst;
+    }
     if (rc == PV_OK) {
         /* What no workload took over goes back: the failed instances' allocations. */
         pv_status rst;
         if (pv_resv_release(wk_op_redis(op), wk_op_keys(op), reservation, &rst) != PV_OK &&
             rst.code != PV_NOT_FOUND)
             rc = pv_status_set(st, rst.code, "releasing reservation %s: %s", reservation, rst.msg);
+    }
+    if (cancelled && rc == PV_OK) {
+        for (size_t i = 0; i < n; i++)
+            free(children[i]);
+        free(children);
+        json_decref(plan);
+        return pv_status_set(st, PV_CANCELLED,
+                             "deploy cancelled; the instances already sent "
+                             "to nodes were finished");
     }
     if (rc == PV_OK)
         wk_op_progress(op, 100, "deployed on %zu node(s), %zu of them with failures", n,
