@@ -306,15 +306,9 @@ static int run(deploy_ctx *c, pv_status *st) {
             rst.code != PV_NOT_FOUND)
             rc = pv_status_set(st, rst.code, "releasing reservation %s: %s", reservation, rst.msg);
     }
-    if (cancelled && rc == PV_OK) {
-        for (size_t i = 0; i < n; i++)
-            free(children[i]);
-        free(children);
-        json_decref(plan);
-        return pv_status_set(st, PV_CANCELLED,
-                             "deploy cancelled; the instances already sent "
-                             "to nodes were finished");
-    }
+    if (cancelled && rc == PV_OK)
+        rc = pv_status_set(st, PV_CANCELLED,
+                           "deploy cancelled; the instances already sent to nodes were finished");
     if (rc == PV_OK)
         wk_op_progress(op, 100, "deployed on %zu node(s), %zu of them with failures", n,
                        failed_nodes);
