@@ -494,9 +494,14 @@ static int volume_clone(sctx *c, pv_status *st) {
             rc = pv_status_set(st, PV_INTERNAL, "rename to %s: %s", dst, strerror(errno));
         if (rc != PV_OK) unlink(tmp);
         if (rc == PV_OK) {
-            virStoragePoolRefresh(p, 0);
-            v = virStorageVolLookupByPath(c->conn, dst);
-            if (!v) rc = vir_fail(st, PV_INTERNAL, "clone %s not seen by libvirt", dst);
+            /* another operation's refresh of the same pool may be under way: libvirt then
+             * refuses this one or has not listed the new file yet */
+            for (int tries = 0; !v && tries < 40; tries++) {
+                if (tries) usleep(50 * 1000);
+                virStoragePoolRefresh(p, 0);
+                v = virStorageVolLookupByPath(c->conn, dst);
+            }
+            if (!v) rc = vir_fail(st, PV_INTERNAL, "clone %s not seen by libvirt", name);
         }
     } else if (rc == PV_OK) {
         virStorageVolPtr from = vol_handle(c, src, st);

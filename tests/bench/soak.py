@@ -78,13 +78,15 @@ def rss_kb(pid):
 
 
 class Soak:
-    def __init__(self, stack, seconds, clients=4, chaos=True, seed=None, log=print):
+    def __init__(self, stack, seconds, clients=4, chaos=True, seed=None, log=print,
+                 spare=()):
         self.stack = stack
         self.seconds = seconds
         self.clients = clients
         self.chaos = chaos
         self.rnd = random.Random(seed)
         self.log = log
+        self.spare = set(spare)  # process names the chaos never kills
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.done = collections.Counter()  # action -> count of successes
@@ -231,6 +233,7 @@ class Soak:
             victims = {"gateway": [g.proc for g in self.stack.gateways],
                        "scheduler": self.stack.schedulers, "worker": self.stack.workers,
                        "agent": self.stack.agents}[kind]
+            victims = [v for v in victims if v.name not in self.spare]
             if not victims:
                 continue
             p = self.rnd.choice(victims)
