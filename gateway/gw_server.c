@@ -597,7 +597,7 @@ static ProtobufCMessage *decode_request(gw_call *c, grpc_byte_buffer *bb) {
     }
     pv_status st;
     pv_status_clear(&st);
-    if (pv_validate_enums(m, &st) != PV_OK) {
+    if (pv_validate_message(m, &st) != PV_OK) {
         gw_call_finishf(c, bad_request_code(c), "%s", st.msg);
         protobuf_c_message_free_unpacked(m, NULL);
         return NULL;

@@ -102,7 +102,7 @@ static void on_list(gw_call *call, const ProtobufCMessage *msg) {
                         req->limit);
         return;
     }
-    if (pv_validate_enums(msg, &st) != PV_OK) {
+    if (pv_validate_message(msg, &st) != PV_OK) {
         finish_status(call, &st);
         return;
     }

@@ -183,6 +183,6 @@ static int check_message(const ProtobufCMessage *m, const char *path, int depth,
     return PV_OK;
 }
 
-int pv_validate_enums(const ProtobufCMessage *m, pv_status *st) {
+int pv_validate_message(const ProtobufCMessage *m, pv_status *st) {
     return check_message(m, "", 0, st);
 }

@@ -26,7 +26,7 @@ int pv_validate_required(const char *field, const char *value, pv_status *st);
  * protobuf-c does not check, and JSON records cannot hold anything else). The message names the
  * path ("strategy.type: unknown value 7 for pivirt.cluster.v1.UpgradeType", "labels.value: is
  * not valid UTF-8 (at byte 2)"). */
-int pv_validate_enums(const ProtobufCMessage *m, pv_status *st);
+int pv_validate_message(const ProtobufCMessage *m, pv_status *st);
 
 /* Whether the NUL-terminated s is valid UTF-8 (no overlong forms, surrogates or code points past
  * U+10FFFF); *valid (may be NULL) gets the length of its longest valid prefix. */

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, size, data);
     if (!o) return 0;
     pv_status st;
-    if (pv_validate_enums(&o->base, &st) == PV_OK && pv_deploy_check(o, &st) == PV_OK) {
+    if (pv_validate_message(&o->base, &st) == PV_OK && pv_deploy_check(o, &st) == PV_OK) {
         char *body = NULL;
         if (pv_deploy_plan_body(o, "fuzz", &body, &st) == PV_OK) free(body);
     }

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, size - 1, data + 1);
     if (!m) return 0;
     pv_status st;
-    if (pv_validate_enums(m, &st) == PV_OK) check_names(m);
+    if (pv_validate_message(m, &st) == PV_OK) check_names(m);
     json_t *j = pv_pbjson_to_json(m);
     if (j) {
         ProtobufCMessage *again = NULL;

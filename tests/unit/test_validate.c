@@ -140,14 +140,14 @@ static void test_enums_health_response(void **state) {
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     pv_status st;
     r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-    assert_int_equal(pv_validate_enums(&r.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&r.base, &st), PV_OK);
     r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
-    assert_int_equal(pv_validate_enums(&r.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&r.base, &st), PV_OK);
     r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)7;
-    expect_error(pv_validate_enums(&r.base, &st), &st,
+    expect_error(pv_validate_message(&r.base, &st), &st,
                  "status: unknown value 7 for grpc.health.v1.HealthCheckResponse.ServingStatus");
     r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)-1;
-    expect_error(pv_validate_enums(&r.base, &st), &st,
+    expect_error(pv_validate_message(&r.base, &st), &st,
                  "status: unknown value -1 for grpc.health.v1.HealthCheckResponse.ServingStatus");
 }
 
@@ -157,14 +157,14 @@ static void test_enums_proto2_optional_checked_only_when_present(void **state) {
     pv_status st;
     f.label = (Google__Protobuf__FieldDescriptorProto__Label)99;
     f.has_label = 0;
-    assert_int_equal(pv_validate_enums(&f.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&f.base, &st), PV_OK);
     f.has_label = 1;
-    expect_error(pv_validate_enums(&f.base, &st), &st,
+    expect_error(pv_validate_message(&f.base, &st), &st,
                  "label: unknown value 99 for google.protobuf.FieldDescriptorProto.Label");
     f.label = GOOGLE__PROTOBUF__FIELD_DESCRIPTOR_PROTO__LABEL__LABEL_REPEATED;
     f.has_type = 1;
     f.type = (Google__Protobuf__FieldDescriptorProto__Type)0;
-    expect_error(pv_validate_enums(&f.base, &st), &st,
+    expect_error(pv_validate_message(&f.base, &st), &st,
                  "type: unknown value 0 for google.protobuf.FieldDescriptorProto.Type");
 }
 
@@ -190,22 +190,22 @@ static void test_enums_repeated_and_nested_messages(void **state) {
     pv_status st;
     f1.has_type = 1;
     f1.type = GOOGLE__PROTOBUF__FIELD_DESCRIPTOR_PROTO__TYPE__TYPE_STRING;
-    assert_int_equal(pv_validate_enums(&file.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&file.base, &st), PV_OK);
 
     f1.type = (Google__Protobuf__FieldDescriptorProto__Type)42;
-    expect_error(pv_validate_enums(&file.base, &st), &st,
+    expect_error(pv_validate_message(&file.base, &st), &st,
                  "message_type[0].nested_type[0].field[1].type: unknown value 42 for "
                  "google.protobuf.FieldDescriptorProto.Type");
 
     f1.type = GOOGLE__PROTOBUF__FIELD_DESCRIPTOR_PROTO__TYPE__TYPE_BOOL;
     opts.has_optimize_for = 1;
     opts.optimize_for = (Google__Protobuf__FileOptions__OptimizeMode)9;
-    expect_error(pv_validate_enums(&file.base, &st), &st,
+    expect_error(pv_validate_message(&file.base, &st), &st,
                  "options.optimize_for: unknown value 9 for "
                  "google.protobuf.FileOptions.OptimizeMode");
 
     file.options = NULL; /* an unset sub-message holds nothing to check */
-    assert_int_equal(pv_validate_enums(&file.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&file.base, &st), PV_OK);
 }
 
 /* ---- a hand-built proto3 descriptor ----
@@ -371,11 +371,11 @@ static void test_enums_proto3_singular_always_checked(void **state) {
     Outer o;
     init_outer(&o);
     pv_status st;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.c = 5;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.c = 3; /* a gap between declared values */
-    expect_error(pv_validate_enums(&o.base, &st), &st, "c: unknown value 3 for test.v1.Color");
+    expect_error(pv_validate_message(&o.base, &st), &st, "c: unknown value 3 for test.v1.Color");
 }
 
 static void test_enums_repeated_enum(void **state) {
@@ -386,9 +386,10 @@ static void test_enums_repeated_enum(void **state) {
     o.cs = cs;
     o.n_cs = 3;
     pv_status st;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.n_cs = 4;
-    expect_error(pv_validate_enums(&o.base, &st), &st, "cs[3]: unknown value 6 for test.v1.Color");
+    expect_error(pv_validate_message(&o.base, &st), &st,
+                 "cs[3]: unknown value 6 for test.v1.Color");
 }
 
 static void test_enums_sub_messages(void **state) {
@@ -404,13 +405,13 @@ static void test_enums_sub_messages(void **state) {
     o.inners = list;
     o.n_inners = 2;
     pv_status st;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.inner = &c;
-    expect_error(pv_validate_enums(&o.base, &st), &st,
+    expect_error(pv_validate_message(&o.base, &st), &st,
                  "inner.color: unknown value 100 for test.v1.Color");
     o.inner = NULL;
     list[1] = &c;
-    expect_error(pv_validate_enums(&o.base, &st), &st,
+    expect_error(pv_validate_message(&o.base, &st), &st,
                  "inners[1].color: unknown value 100 for test.v1.Color");
 }
 
@@ -424,9 +425,9 @@ static void test_enums_map_values(void **state) {
     o.by_name = entries;
     o.n_by_name = 1;
     pv_status st;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.n_by_name = 2;
-    expect_error(pv_validate_enums(&o.base, &st), &st,
+    expect_error(pv_validate_message(&o.base, &st), &st,
                  "by_name[1].value: unknown value -7 for test.v1.Color");
 }
 
@@ -459,16 +460,19 @@ static void test_strings_must_be_utf8(void **state) {
     Google__Protobuf__FieldDescriptorProto f = GOOGLE__PROTOBUF__FIELD_DESCRIPTOR_PROTO__INIT;
     pv_status st;
     f.name = "caf\xc3\xa9";
-    assert_int_equal(pv_validate_enums(&f.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&f.base, &st), PV_OK);
     f.name = "caf\xe9";
-    expect_error(pv_validate_enums(&f.base, &st), &st, "name: is not valid UTF-8 (at byte 3)");
+    expect_error(pv_validate_message(&f.base, &st), &st, "name: is not valid UTF-8 (at byte 3)");
     Outer o;
     init_outer(&o);
-    ByNameEntry e0 = {{&entry_descriptor, 0, NULL}, "r\xff" "d", 1};
+    ByNameEntry e0 = {{&entry_descriptor, 0, NULL},
+                      "r\xff"
+                      "d",
+                      1};
     ByNameEntry *entries[] = {&e0};
     o.by_name = entries;
     o.n_by_name = 1;
-    expect_error(pv_validate_enums(&o.base, &st), &st,
+    expect_error(pv_validate_message(&o.base, &st), &st,
                  "by_name[0].key: is not valid UTF-8 (at byte 1)");
 }
 
@@ -483,15 +487,16 @@ static void test_enums_oneof_only_selected_member(void **state) {
      * selected member may be looked at. */
     o.picked_inner = &bad;
     o.choice_case = 0;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
     o.choice_case = 7;
-    expect_error(pv_validate_enums(&o.base, &st), &st,
+    expect_error(pv_validate_message(&o.base, &st), &st,
                  "picked_inner.color: unknown value 77 for test.v1.Color");
     o.choice_case = 6;
     o.picked = 9;
-    expect_error(pv_validate_enums(&o.base, &st), &st, "picked: unknown value 9 for test.v1.Color");
+    expect_error(pv_validate_message(&o.base, &st), &st,
+                 "picked: unknown value 9 for test.v1.Color");
     o.picked = 2;
-    assert_int_equal(pv_validate_enums(&o.base, &st), PV_OK);
+    assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
 }
 
 int main(void) {
