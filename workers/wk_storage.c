@@ -89,16 +89,34 @@ static void pool_figures(virStoragePoolPtr p, json_t *rec) {
     }
 }
 
-/* The volume's path, allocation and capacity from libvirt into its record. */
-static void vol_figures(virStorageVolPtr v, json_t *rec) {
-    virStorageVolInfo info;
-    if (virStorageVolGetInfo(v, &info) == 0) {
-        json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
-        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
+/* The volume's path, allocation and capacity from libvirt into its record. libvirt answers
+ * from its pool's list, which another operation's refresh of the same pool empties and refills:
+ * a lookup in that moment fails, and a record written then would name no file. So it asks again
+ * (after a refresh of its own) for up to 2 s, and fails rather than record a volume without its
+ * path. */
+static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
+    for (int tries = 0; tries < 40; tries++) {
+        if (tries) {
+            usleep(50 * 1000);
+            virStoragePoolPtr p = virStoragePoolLookupByVolume(v);
+            if (p) {
+                virStoragePoolRefresh(p, 0);
+                virStoragePoolFree(p);
+            }
+        }
+        virStorageVolInfo info;
+        char *path = virStorageVolGetPath(v);
+        if (path && virStorageVolGetInfo(v, &info) == 0) {
+            json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
+            json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
+            json_object_set_new(rec, "path", json_string(path));
+            free(path);
+            return PV_OK;
+        }
+        free(path);
     }
-    char *path = virStorageVolGetPath(v);
-    if (path) json_object_set_new(rec, "path", json_string(path));
-    free(path);
+    return vir_fail(st, PV_INTERNAL, "volume %s: libvirt does not give its path and size",
+                    virStorageVolGetName(v) ?: "?");
 }
 
 static int volume_format(virStorageVolPtr v) {
@@ -140,8 +158,16 @@ static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
                                     (json_int_t)0, "format", volume_format(vols[i]), "status",
                                     PV_VOL_READY, "labels", json_object(), "current_snapshot", "",
                                     "created_ms", (json_int_t)now_ms(), "imported", 1);
-            vol_figures(vols[i], rec);
-            if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) == PV_OK)
+            /* listed before a DeleteVolume removed its file, claimed after that released its
+             * name (it does so last): libvirt may still list it, the disk no longer has it */
+            int frc = vol_figures(vols[i], rec, &st);
+            const char *path = json_string_value(json_object_get(rec, "path"));
+            struct stat sb;
+            bool gone = frc != PV_OK || (path && path[0] == '/' && stat(path, &sb) != 0);
+            if (gone)
+                pv_storage_release_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, &st);
+            else if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) ==
+                     PV_OK)
                 pv_info("pool %s: volume %s found by libvirt, recorded as %s", pool, name, id);
             json_decref(rec);
         }
@@ -369,8 +395,8 @@ static int volume_create(sctx *c, pv_status *st) {
                       (int)format, "status", PV_VOL_READY, "labels", labels, "current_snapshot", "",
                       "created_ms", (json_int_t)now_ms());
         json_decref(params);
-        vol_figures(v, rec);
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
+        rc = vol_figures(v, rec, st);
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
         json_decref(rec);
     }
     if (v) virStorageVolFree(v);
@@ -413,8 +439,8 @@ static int volume_resize(sctx *c, pv_status *st) {
         rc = vir_fail(st, PV_FAILED_PRECONDITION, "resizing volume %s",
                       json_string_value(json_object_get(rec, "name")));
     if (rc == PV_OK) {
-        vol_figures(v, rec);
-        rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+        rc = vol_figures(v, rec, st);
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
     }
     if (v) virStorageVolFree(v);
     if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
@@ -526,11 +552,12 @@ static int volume_clone(sctx *c, pv_status *st) {
             (json_int_t)0, "format", json_integer_value(json_object_get(src, "format")), "status",
             PV_VOL_READY, "labels", labels, "current_snapshot", "", "created_ms",
             (json_int_t)now_ms(), "cloned_from", json_string_value(json_object_get(src, "id")));
-        vol_figures(v, rec);
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
-        pv_info("volume %s cloned from %s as %s: %lld bytes of data copied%s", name,
-                json_string_value(json_object_get(src, "name")), id, (long long)copied,
-                copied == 0 ? " (reflink or empty)" : "");
+        rc = vol_figures(v, rec, st);
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
+        if (rc == PV_OK)
+            pv_info("volume %s cloned from %s as %s: %lld bytes of data copied%s", name,
+                    json_string_value(json_object_get(src, "name")), id, (long long)copied,
+                    copied == 0 ? " (reflink or empty)" : "");
         json_decref(rec);
     }
     if (v) virStorageVolFree(v);
