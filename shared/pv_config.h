@@ -115,9 +115,15 @@ typedef struct pv_config {
                                         much of its data directory's file system in use (90) */
         int pid_pressure_percent;    /* worker.pid_pressure_percent: pid pressure from this many
                                         tasks, in percent of kernel.pid_max (90) */
-        int stop_grace_seconds;      /* worker.stop_grace_seconds: a stop that names no grace
-                                        (RemoveWorkload, RemoveNode, DeleteCluster) waits this long
-                                        between SIGTERM (a domain's shutdown) and SIGKILL (10) */
+        char *default_user;     /* worker.default_user: a process workload whose deploy names no
+                                   user runs as "dynamic" (a uid of its own), "" (the agent's
+                                   user) or this name or uid[:gid] ("dynamic") */
+        char *dynamic_uids;     /* worker.dynamic_uids: the uids "dynamic" takes ("61184-65519") */
+        char *uid_dir;          /* worker.uid_dir: where the host's agents claim them
+                                   ("/run/pivirt/uids") */
+        int stop_grace_seconds; /* worker.stop_grace_seconds: a stop that names no grace
+                                   (RemoveWorkload, RemoveNode, DeleteCluster) waits this long
+                                   between SIGTERM (a domain's shutdown) and SIGKILL (10) */
     } worker;
 
     struct {

@@ -86,7 +86,10 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
         snprintf(a->registry_dir, sizeof a->registry_dir, "%s/registry", cfg->data_dir);
     wk_engine_opts o = {.state_dir = state,
                         .image_dir = images,
-                        .stop_grace_seconds = cfg->worker.stop_grace_seconds};
+                        .stop_grace_seconds = cfg->worker.stop_grace_seconds,
+                        .default_user = cfg->worker.default_user,
+                        .dynamic_uids = cfg->worker.dynamic_uids,
+                        .uid_dir = cfg->worker.uid_dir};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
         snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);

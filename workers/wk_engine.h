@@ -45,6 +45,13 @@ typedef struct wk_engine_opts {
     const char *uri;        /* virt engine: the libvirt URI ("test:///default", ...) */
     int stop_grace_seconds; /* default grace between SIGTERM (or shutdown) and SIGKILL (destroy);
                                virt: <= 0 means 10 s */
+    /* process engine: the user of a workload whose spec names none. NULL or "" = the agent's;
+     * "dynamic" = a uid (and gid) of its own out of dynamic_uids ("MIN-MAX"), claimed
+     * host-wide in uid_dir (wk_uids.h), when the agent runs as root (else the agent's); any
+     * other value = that user, as a spec's user. */
+    const char *default_user;
+    const char *dynamic_uids;
+    const char *uid_dir;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
@@ -58,7 +65,7 @@ typedef struct wk_workload_spec {
     const char *const *commands; /* argv of the main process; run as given, no shell */
     size_t ncommands;
     const char *dir;     /* working directory inside the workload's root ("" = its root) */
-    const char *user;    /* "" = the agent's user; else a name or uid[:gid] */
+    const char *user;    /* "" = the engine's default_user; else a name or uid[:gid] */
     const char *restart; /* "" or "no", "always", "on-failure" (Eru's restart policy) */
     bool privileged;
     const char *const *env; /* "KEY=VALUE" */

@@ -32,6 +32,7 @@
  * children of its own in that time.
  */
 #include "wk_engine.h"
+#include "wk_uids.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -75,6 +76,9 @@
 #define PE_BACKOFF_MAX_MS 10000
 #define PE_BACKOFF_RESET_MS 10000 /* a run this long resets the backoff */
 #define PE_DEFAULT_GRACE_S 10
+/* systemd's range for dynamic users, and a claim directory every agent of the host shares */
+#define PE_DEFAULT_UIDS "61184-65519"
+#define PE_DEFAULT_UID_DIR "/run/pivirt/uids"
 #define PE_HOOK_TIMEOUT_MS 60000
 #define PE_TAR_TIMEOUT_MS 600000
 #define PE_KILL_WAIT_MS 10000 /* after SIGKILL: how long stop waits for the exit */
@@ -150,6 +154,46 @@ static void rm_rf(const char *path) {
     nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
+/* Gives dirfd's tree (itself included) to uid:gid, links as links: in-process, as a chown(1)
+ * child per create cost a fork and an exec. Descends by descriptor (O_NOFOLLOW), so a link
+ * the image holds never leads the walk outside. Closes dirfd; -1 with errno on the first
+ * failure. */
+static int chown_tree(int dirfd, uid_t uid, gid_t gid, int depth) {
+    if (fchown(dirfd, uid, gid) != 0 || depth > 256) {
+        int err = depth > 256 ? ELOOP : errno;
+        close(dirfd);
+        errno = err;
+        return -1;
+    }
+    DIR *d = fdopendir(dirfd);
+    if (!d) {
+        int err = errno;
+        close(dirfd);
+        errno = err;
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        struct stat sb;
+        bool dir =
+            de->d_type == DT_DIR ||
+            (de->d_type == DT_UNKNOWN &&
+             fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode));
+        if (dir) {
+            int sub = openat(dirfd, de->d_name, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            rc = sub < 0 ? -1 : chown_tree(sub, uid, gid, depth + 1);
+        } else {
+            rc = fchownat(dirfd, de->d_name, uid, gid, AT_SYMLINK_NOFOLLOW);
+        }
+    }
+    int err = errno;
+    closedir(d);
+    errno = err;
+    return rc;
+}
+
 static int write_string(const char *path, const char *s) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -212,6 +256,7 @@ typedef struct pe_wl {
     char *home, *root, *cwd, *log_path, *record_path;
     char *cgroup; /* its cgroup v2 directory; NULL with rlimits */
     bool switch_user;
+    bool dynamic_uid; /* uid is claimed in e->uid_dir for this workload (given back at removal) */
     uid_t uid;
     gid_t gid;
     /* state */
@@ -242,6 +287,10 @@ typedef struct pe_call {
 struct pe {
     char *state_dir, *image_dir;
     int grace_s;
+    char *default_user; /* a spec without user runs as this ("" = the agent's) */
+    bool dynamic_users; /* ... or, instead, as a uid of its own out of [uid_min, uid_max] */
+    char *uid_dir;
+    uid_t uid_min, uid_max;
     char host_ip[INET_ADDRSTRLEN];
     char *cg_base; /* <cgroup2 mount>/pivirt when cgroup v2 limits are in force */
     char limits_note[256];
@@ -372,6 +421,7 @@ static int wl_save(const pe_wl *w) {
         strv_json(&w->volumes), "privileged", w->privileged, "cpu_limit", w->cpu_limit,
         "memory_limit", (json_int_t)w->memory_limit, "cpuset", cpus, "switch_user", w->switch_user,
         "uid", (int)w->uid, "gid", (int)w->gid);
+    if (o) json_object_set_new(o, "dynamic_uid", json_boolean(w->dynamic_uid));
     if (!o) return -1;
     json_object_set_new(o, "state", json_string(state_name(w->state)));
     json_object_set_new(o, "exit_code", json_integer(w->exit_code));
@@ -1593,11 +1643,12 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
     index_append(w->home, wall_ms(), 0); /* since a time before any output: from the start */
     if (wl_link_volumes(w, st) != PV_OK) return st->code;
     if (w->switch_user) {
-        char owner[64];
-        snprintf(owner, sizeof owner, "%u:%u", (unsigned)w->uid, (unsigned)w->gid);
-        const char *chown_argv[] = {"chown", "-R", "-h", owner, w->root};
-        if (pe_run_tool(e, chown_argv, 5, w->root, st) != PV_OK)
-            return pv_status_prefix(st, "user %s", w->user);
+        /* the tree is its user's alone (0700): another workload's user can neither read nor
+         * change it */
+        int fd = open(w->root, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || chown_tree(fd, w->uid, w->gid, 0) != 0 || chmod(w->root, 0700) != 0)
+            return pv_status_set(st, PV_INTERNAL, "workload %s: giving %s to uid %u: %s", w->id,
+                                 w->root, (unsigned)w->uid, strerror(errno));
     }
     if (wl_setup_cgroup(e, w, st) != PV_OK) return st->code;
     if (w->privileged) wl_log(w, "privileged: no effect on the process engine");
@@ -1700,6 +1751,7 @@ static pe_wl *wl_load(pe *e, const char *path) {
         pv_warn("event=record_invalid path=%s err=\"%s\"", path, st.msg);
     } else if ((w = wl_new(e, &s)) != NULL) {
         w->switch_user = json_is_true(json_object_get(o, "switch_user"));
+        w->dynamic_uid = json_is_true(json_object_get(o, "dynamic_uid"));
         w->uid = (uid_t)json_integer_value(json_object_get(o, "uid"));
         w->gid = (gid_t)json_integer_value(json_object_get(o, "gid"));
         w->state = state_parse(jstr(o, "state"));
@@ -1751,6 +1803,11 @@ static void pe_load_all(pe *e) {
             wl_free(w);
             continue;
         }
+        pv_status st;
+        /* a reboot empties /run: the workload's uid is claimed again before anything else
+         * can take it */
+        if (w->dynamic_uid && wk_uids_reclaim(e->uid_dir, w->uid, w->home, &st) != PV_OK)
+            pv_warn("event=uid_conflict id=%s uid=%u err=\"%s\"", w->id, (unsigned)w->uid, st.msg);
         w->next = e->wls;
         e->wls = w;
     }
@@ -1758,6 +1815,22 @@ static void pe_load_all(pe *e) {
 }
 
 /* --- the vtbl --------------------------------------------------------------------------------- */
+
+/* A workload of a uid of its own reaches its tree through every directory above it: one that
+ * others cannot search leaves it only its working directory (absolute paths fail, so does an
+ * exec's I/O). Said at open, as the agent does not change directories it did not make. */
+static void warn_unsearchable(const char *state_dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", state_dir);
+    for (char *slash = strrchr(path, '/'); slash; slash = strrchr(path, '/')) {
+        struct stat sb;
+        if (stat(*path ? path : "/", &sb) == 0 && !(sb.st_mode & S_IXOTH))
+            pv_warn("event=state_dir_not_searchable dir=%s mode=%03o note=\"workloads of dynamic "
+                    "users cannot reach their trees through it: make it searchable (chmod o+x)\"",
+                    *path ? path : "/", (unsigned)(sb.st_mode & 0777));
+        *slash = '\0';
+    }
+}
 
 static void pe_free(pe *e) {
     while (e->wls) {
@@ -1769,6 +1842,8 @@ static void pe_free(pe *e) {
     pthread_cond_destroy(&e->cv);
     free(e->state_dir);
     free(e->image_dir);
+    free(e->default_user);
+    free(e->uid_dir);
     free(e->cg_base);
     free(e);
 }
@@ -1793,16 +1868,30 @@ static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_
     else if (asprintf(&e->image_dir, "%s/images", opts->state_dir) < 0)
         e->image_dir = NULL;
     e->grace_s = opts->stop_grace_seconds > 0 ? opts->stop_grace_seconds : PE_DEFAULT_GRACE_S;
+    e->default_user = strdup(opts->default_user ? opts->default_user : "");
+    e->uid_dir = strdup(opts->uid_dir && *opts->uid_dir ? opts->uid_dir : PE_DEFAULT_UID_DIR);
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (!e->state_dir || !e->image_dir) {
+    if (!e->state_dir || !e->image_dir || !e->default_user || !e->uid_dir) {
         pe_free(e);
         atomic_store(&pe_is_open, 0);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    if (strcmp(e->default_user, "dynamic") == 0) {
+        if (wk_uids_parse_range(opts->dynamic_uids && *opts->dynamic_uids ? opts->dynamic_uids
+                                                                          : PE_DEFAULT_UIDS,
+                                &e->uid_min, &e->uid_max, st) != PV_OK) {
+            pe_free(e);
+            atomic_store(&pe_is_open, 0);
+            return st->code;
+        }
+        /* only root can give a process another uid: a non-root agent runs them as itself */
+        e->dynamic_users = geteuid() == 0;
+        e->default_user[0] = '\0';
     }
     if (mkdir_p(e->state_dir, 0755) != 0) {
         pv_status_set(st, PV_INTERNAL, "state_dir %s: %s", opts->state_dir, strerror(errno));
@@ -1830,9 +1919,15 @@ static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_
     size_t n = 0;
     for (pe_wl *w = e->wls; w; w = w->next)
         n++;
+    if (e->dynamic_users) warn_unsearchable(e->state_dir);
+    char users[128];
+    if (e->dynamic_users)
+        snprintf(users, sizeof users, "dynamic:%u-%u", (unsigned)e->uid_min, (unsigned)e->uid_max);
+    else
+        snprintf(users, sizeof users, "%s", *e->default_user ? e->default_user : "agent");
     pv_info("event=process_engine_open state_dir=%s image_dir=%s workloads=%zu host_ip=%s "
-            "limits=%s note=\"%s\"",
-            e->state_dir, e->image_dir, n, e->host_ip, e->cg_base ? "cgroup2" : "rlimit",
+            "limits=%s users=%s note=\"%s\"",
+            e->state_dir, e->image_dir, n, e->host_ip, e->cg_base ? "cgroup2" : "rlimit", users,
             e->limits_note);
     *impl = e;
     return PV_OK;
@@ -1884,10 +1979,12 @@ static int pe_create(void *impl, const wk_workload_spec *spec, wk_engine_info *o
     if (check_spec(spec, st) != PV_OK) return st->code;
     char *image_path = NULL;
     if (wk_image_find(e->image_dir, spec->image, &image_path, st) != PV_OK) return st->code;
-    bool sw;
-    uid_t uid;
-    gid_t gid;
-    if (resolve_user(spec->user, &sw, &uid, &gid, st) != PV_OK) {
+    bool sw = false;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    bool named = spec->user && *spec->user;
+    if ((named || !e->dynamic_users) &&
+        resolve_user(named ? spec->user : e->default_user, &sw, &uid, &gid, st) != PV_OK) {
         free(image_path);
         return st->code;
     }
@@ -1920,7 +2017,13 @@ static int pe_create(void *impl, const wk_workload_spec *spec, wk_engine_info *o
     w->next = e->wls;
     e->wls = w;
     pthread_mutex_unlock(&e->mu);
-    int rc = wl_prepare(e, w, image_path, st);
+    int rc = PV_OK;
+    if (!named && e->dynamic_users) {
+        rc = wk_uids_claim(e->uid_dir, e->uid_min, e->uid_max, w->id, w->home, &w->uid, st);
+        w->switch_user = w->dynamic_uid = rc == PV_OK;
+        w->gid = (gid_t)w->uid;
+    }
+    if (rc == PV_OK) rc = wl_prepare(e, w, image_path, st);
     free(image_path);
     pthread_mutex_lock(&e->mu);
     if (rc == PV_OK) {
@@ -1936,6 +2039,7 @@ static int pe_create(void *impl, const wk_workload_spec *spec, wk_engine_info *o
     pthread_mutex_unlock(&e->mu);
     if (rc != PV_ALREADY_EXISTS) rm_rf(w->home);
     if (w->cgroup) rmdir(w->cgroup);
+    if (w->dynamic_uid) wk_uids_release(e->uid_dir, w->uid, w->home);
     wl_free(w);
     return rc;
 }
@@ -2150,15 +2254,34 @@ static int pe_set_limits(void *impl, const char *id, double cpu_limit, int64_t m
     } else if (pid > 0) {
         struct rlimit rl = {memory_limit > 0 ? (rlim_t)memory_limit : RLIM_INFINITY,
                             memory_limit > 0 ? (rlim_t)memory_limit : RLIM_INFINITY};
-        if (prlimit(pid, RLIMIT_AS, &rl, NULL) != 0)
-            rc = errno == EPERM
-                     ? pv_status_set(st, PV_FAILED_PRECONDITION,
-                                     "workload %s: raising a running process's memory limit "
-                                     "needs CAP_SYS_RESOURCE without cgroup v2, and this agent "
-                                     "lacks it (lowering works; a restart applies any limit)",
-                                     id)
-                     : pv_status_set(st, PV_INTERNAL, "workload %s: prlimit: %s", id,
-                                     strerror(errno));
+        int err = prlimit(pid, RLIMIT_AS, &rl, NULL) == 0 ? 0 : errno;
+        if (err == EPERM && w->switch_user) {
+            /* without CAP_SYS_RESOURCE only a process of the same uid may change another's
+             * limits: prlimit(1) as the workload's user lowers them (raising the hard limit
+             * needs the capability still) */
+            char uid[16], gid[16], spid[16], as[48];
+            snprintf(uid, sizeof uid, "%u", (unsigned)w->uid);
+            snprintf(gid, sizeof gid, "%u", (unsigned)w->gid);
+            snprintf(spid, sizeof spid, "%d", (int)pid);
+            if (memory_limit > 0)
+                snprintf(as, sizeof as, "--as=%" PRId64 ":%" PRId64, memory_limit, memory_limit);
+            else
+                snprintf(as, sizeof as, "--as=unlimited:unlimited");
+            const char *argv[] = {
+                "/usr/bin/setpriv", "--reuid", uid,  "--regid", gid, "--clear-groups", "--",
+                "prlimit",          "--pid",   spid, as};
+            pv_status ignored;
+            if (pe_run_tool(e, argv, sizeof argv / sizeof *argv, "/", &ignored) == PV_OK) err = 0;
+        }
+        if (err != 0)
+            rc =
+                err == EPERM
+                    ? pv_status_set(st, PV_FAILED_PRECONDITION,
+                                    "workload %s: raising a running process's memory limit "
+                                    "needs CAP_SYS_RESOURCE without cgroup v2, and this agent "
+                                    "lacks it (lowering works; a restart applies any limit)",
+                                    id)
+                    : pv_status_set(st, PV_INTERNAL, "workload %s: prlimit: %s", id, strerror(err));
     }
     if (rc != PV_OK) { /* not applied: the workload keeps what it had */
         pthread_mutex_lock(&e->mu);
@@ -2204,6 +2327,7 @@ static int pe_remove(void *impl, const char *id, bool force, pv_status *st) {
     pe_call_on_loop(e, forget_on_loop, w);
     rm_rf(w->home);
     if (w->cgroup) rmdir(w->cgroup);
+    if (w->dynamic_uid) wk_uids_release(e->uid_dir, w->uid, w->home);
     pthread_mutex_lock(&e->mu);
     pthread_cond_broadcast(&e->cv); /* those waiting for it find it gone */
     pthread_mutex_unlock(&e->mu);

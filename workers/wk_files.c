@@ -48,16 +48,29 @@ static int io_error(pv_status *st, const char *what, const char *path, int err) 
     return pv_status_set(st, code, "%s %s: %s", what, path, strerror(err));
 }
 
-/* The directory holding the last component, walked from root (created when create). */
+/* The directory holding the last component, walked from root (created when create, owned by
+ * the root's owner: the workload's user). */
 static int walk_parent(const char *root, char **parts, size_t n, int create, const char *path,
                        int *out, pv_status *st) {
     int fd = open(root, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
     if (fd < 0) return io_error(st, "workload root", root, errno);
+    struct stat rsb;
+    if (create && fstat(fd, &rsb) != 0) {
+        int err = errno;
+        close(fd);
+        return io_error(st, "workload root", root, err);
+    }
     for (size_t i = 0; i + 1 < n; i++) {
-        if (create && mkdirat(fd, parts[i], 0755) != 0 && errno != EEXIST) {
+        int made = create ? mkdirat(fd, parts[i], 0755) : -1;
+        if (create && made != 0 && errno != EEXIST) {
             int err = errno;
             close(fd);
             return io_error(st, "create directory for", path, err);
+        }
+        if (made == 0 && fchownat(fd, parts[i], rsb.st_uid, rsb.st_gid, AT_SYMLINK_NOFOLLOW) != 0) {
+            int err = errno;
+            close(fd);
+            return io_error(st, "chown directory for", path, err);
         }
         int next = openat(fd, parts[i], O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         int err = errno;
@@ -96,7 +109,16 @@ int wk_files_put(const char *root, const char *path, const void *data, size_t le
     }
     if (rc == PV_OK && fchmod(fd, (mode_t)(mode & 07777)) != 0)
         rc = io_error(st, "chmod", path, errno);
-    if (rc == PV_OK && uid >= 0 && fchown(fd, (uid_t)uid, (gid_t)gid) != 0)
+    if (rc == PV_OK && uid < 0) { /* no owner given: the workload's user, who owns its root */
+        struct stat rsb;
+        if (stat(root, &rsb) != 0) {
+            rc = io_error(st, "workload root", root, errno);
+        } else {
+            uid = (int)rsb.st_uid;
+            gid = (int)rsb.st_gid;
+        }
+    }
+    if (rc == PV_OK && fchown(fd, (uid_t)uid, (gid_t)gid) != 0)
         rc = io_error(st, "chown", path, errno);
     close(fd);
     return rc;

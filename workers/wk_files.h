@@ -18,8 +18,9 @@
 
 #define WK_FILES_TAR_MAX (64u << 20) /* an archive larger than this is refused */
 
-/* Writes data to path inside root (parents created 0755), with mode and, when uid >= 0, owner
- * uid:gid. INVALID_ARGUMENT naming the path for a path that leaves the root or crosses a link. */
+/* Writes data to path inside root (parents created 0755), with mode and owner uid:gid; uid < 0
+ * means root's own owner (the workload's user), for the file and the parents it creates.
+ * INVALID_ARGUMENT naming the path for a path that leaves the root or crosses a link. */
 int wk_files_put(const char *root, const char *path, const void *data, size_t len, int mode,
                  int uid, int gid, pv_status *st);
 

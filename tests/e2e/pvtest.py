@@ -675,6 +675,9 @@ class Stack:
     def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
                  start=False, env=None, redis_acl=True):
         self.tmpdir = tempfile.mkdtemp(prefix="pvtest-")
+        # searchable (not listable) by others: the workloads run as uids of their own and reach
+        # their trees through it
+        os.chmod(self.tmpdir, 0o711)
         self.data_dir = os.path.join(self.tmpdir, "data")
         os.makedirs(self.data_dir)
         self.prefix = self.PREFIX
