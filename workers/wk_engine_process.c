@@ -1613,20 +1613,8 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
         /* tar(1) running as root would make the device nodes an archive lists */
         const char *list_argv[] = {"tar", "-tvf", image_path};
         char *listing = NULL;
-        size_t at = 0;
         rc = pe_run_tool_output(e, list_argv, 3, w->root, &listing, st);
-        if (rc == PV_OK && listing && strlen(listing) >= PE_OUTPUT_MAX)
-            rc = pv_status_set(st, PV_FAILED_PRECONDITION,
-                               "a compressed archive listing more than %d bytes of entries cannot "
-                               "be checked for device files: store the image uncompressed",
-                               PE_OUTPUT_MAX);
-        else if (rc == PV_OK && wk_untar_listing_has_device(listing, &at))
-            rc = pv_status_set(
-                st, PV_FAILED_PRECONDITION,
-                "an entry is a device file or fifo (%.*s): images may not hold "
-                "them",
-                (int)strcspn(listing + at, "\n") > 120 ? 120 : (int)strcspn(listing + at, "\n"),
-                listing + at);
+        if (rc == PV_OK) rc = wk_untar_listing_check(listing, PE_OUTPUT_MAX, st);
         free(listing);
         const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
         if (rc == PV_OK) rc = pe_run_tool(e, tar_argv, 5, w->root, st);

@@ -39,6 +39,17 @@ static int split(const char *path, char *copy, size_t cap, char **parts, size_t 
     return PV_OK;
 }
 
+/* What a file of mode m is, for messages. */
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a fifo"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+                         : "a regular file";
+}
+
 static int io_error(pv_status *st, const char *what, const char *path, int err) {
     int code = err == ENOENT                      ? PV_NOT_FOUND
                : (err == ELOOP || err == ENOTDIR) ? PV_INVALID_ARGUMENT
@@ -89,11 +100,26 @@ int wk_files_put(const char *root, const char *path, const void *data, size_t le
     if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
     int dir = -1;
     if (walk_parent(root, parts, n, 1, path, &dir, st) != PV_OK) return st->code;
-    int fd = openat(dir, parts[n - 1], O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                    mode & 07777);
+    /* Only a regular file is replaced: opening a fifo for writing would block the agent until
+     * a reader came, and writing a device node would write the host's hardware. O_NONBLOCK
+     * (no effect on regular files) and the fstat below cover one swapped in after this check. */
+    struct stat sb;
+    if (fstatat(dir, parts[n - 1], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
+        !S_ISLNK(sb.st_mode)) {
+        close(dir);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "write %s: %s is there, not a regular file",
+                             path, kind_of(sb.st_mode));
+    }
+    int fd =
+        openat(dir, parts[n - 1],
+               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode & 07777);
     int err = errno;
     close(dir);
     if (fd < 0) return io_error(st, "write", path, err);
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "write %s: not a regular file", path);
+    }
     const char *p = data;
     size_t left = len;
     int rc = PV_OK;
@@ -223,8 +249,14 @@ static int tb_add(tarbuf *t, int dir, const char *comp, const char *name, pv_sta
         return PV_OK;
     }
     if (S_ISREG(sb.st_mode)) {
-        int fd = openat(dir, comp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* O_NONBLOCK: a fifo swapped in since the fstatat must not block the agent */
+        int fd = openat(dir, comp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) return io_error(st, "open", name, errno);
+        struct stat now;
+        if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode)) {
+            close(fd);
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: changed while archived", name);
+        }
         int r = tb_file(t, fd, name, &sb);
         close(fd);
         if (r != 0) goto full;
@@ -268,6 +300,15 @@ int wk_files_tar(const char *root, const char *path, char **tar, size_t *len, pv
     if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
     int dir = -1;
     if (walk_parent(root, parts, n, 0, path, &dir, st) != PV_OK) return st->code;
+    /* inside a directory they are left out; asked for by name they are refused, not answered
+     * with an empty archive */
+    struct stat sb;
+    if (fstatat(dir, parts[n - 1], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
+        !S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+        close(dir);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "copy %s: %s is not copied", path,
+                             kind_of(sb.st_mode));
+    }
     tarbuf t = {0};
     int rc = tb_add(&t, dir, parts[n - 1], parts[n - 1], st);
     close(dir);
@@ -323,7 +364,8 @@ int wk_files_get(const char *root, const char *path, char **data, size_t *len, i
     if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
     int dir = -1;
     if (walk_parent(root, parts, n, 0, path, &dir, st) != PV_OK) return st->code;
-    int fd = openat(dir, parts[n - 1], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: opening a fifo must not block the agent (it is refused below) */
+    int fd = openat(dir, parts[n - 1], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int err = errno;
     close(dir);
     if (fd < 0) return io_error(st, "read", path, err);

@@ -228,6 +228,7 @@ static int write_file(const char *path, const void *data, size_t len, char *msg,
 
 #define BUILD_STEP_TIMEOUT_MS (10 * 60 * 1000)
 #define BUILD_LOG_LINES_MAX 2000
+#define RUN_OUTPUT_MAX (1 << 20) /* wk_engine_run keeps at most this much of a program's output */
 
 typedef struct build_ctx {
     wk_op *op;
@@ -276,6 +277,24 @@ static int build_run(build_ctx *b, const char *what, const char *const *argv, si
     } else if (rc != PV_OK && rc != PV_ABORTED) {
         pv_status_prefix(st, "%s", what);
     }
+    free(out);
+    return rc;
+}
+
+/* An archive wk_untar does not read (compressed) is left to tar(1), which, run as root, makes
+ * the device nodes and fifos it lists: its listing is checked first, as the process engine does
+ * before it unpacks an image. */
+static int listing_check(build_ctx *b, const char *archive, pv_status *st) {
+    const char *argv[] = {"tar", "-tvf", archive};
+    int code = -1;
+    char *out = NULL;
+    size_t len = 0;
+    int rc =
+        wk_engine_run(b->engine, argv, 3, NULL, "/", BUILD_STEP_TIMEOUT_MS, &code, &out, &len, st);
+    if (rc == PV_OK && code != 0)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "tar -tvf %s exited with %d: %.200s",
+                           archive, code, out ? out : "");
+    if (rc == PV_OK) rc = wk_untar_listing_check(out ? out : "", RUN_OUTPUT_MAX, st);
     free(out);
     return rc;
 }
@@ -335,7 +354,11 @@ static int build_stage(build_ctx *b, const char *stage, json_t *build, const cha
             rc = wk_untar_extract(image, root, false, st);
             if (rc == PV_UNIMPLEMENTED) {
                 const char *argv[] = {"tar", "-xf", image, "-C", root};
-                rc = build_run(b, "unpacking the base image", argv, 5, NULL, root, st);
+                rc = listing_check(b, image, st);
+                if (rc == PV_OK)
+                    rc = build_run(b, "unpacking the base image", argv, 5, NULL, root, st);
+                else if (rc != PV_ABORTED)
+                    pv_status_prefix(st, "base image %s", base);
             }
             if (rc == PV_NOT_FOUND)
                 pv_status_set(st, PV_FAILED_PRECONDITION,
@@ -450,6 +473,53 @@ static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t 
     return rc;
 }
 
+/* A RAW build's archive must be an image the engine would unpack: checked in
+ * <data_dir>/build/<op> before anything is stored, so a refused archive leaves no image behind.
+ * Plain tar archives are read by wk_untar_check; one it does not read (compressed) is unpacked
+ * by tar(1) into a scratch directory after its listing is checked for devices, on the process
+ * engine. Other engines do not unpack images (a virt image is a disk), so what wk_untar cannot
+ * read is stored as it is there. */
+static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t len, pv_status *st) {
+    build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
+    char archive[PATH_MAX + 16], msg[PV_STATUS_MSG_MAX];
+    snprintf(b.work, sizeof b.work, "%s/build/%s", wk_agent_data_dir(a), wk_op_record(op)->id);
+    snprintf(archive, sizeof archive, "%s/raw.tar", b.work);
+    if (!write_file(archive, tar, len, msg, sizeof msg))
+        return pv_status_set(st, PV_INTERNAL, "%s", msg);
+    int rc = wk_untar_check(archive, b.work, st);
+    if (rc == PV_UNIMPLEMENTED) {
+        rc = PV_OK;
+        if (b.engine && strcmp(wk_engine_type(b.engine), "process") == 0) {
+            char scratch[PATH_MAX + 16];
+            snprintf(scratch, sizeof scratch, "%s/unpacked", b.work);
+            const char *mk[] = {"mkdir", "-p", scratch};
+            const char *x[] = {"tar", "-xf", archive, "-C", scratch};
+            rc = listing_check(&b, archive, st);
+            if (rc == PV_OK) rc = build_run(&b, "mkdir", mk, 3, NULL, "/", st);
+            /* tar(1) refuses ".." and does not write through the links it made itself */
+            if (rc == PV_OK) rc = build_run(&b, "unpacking the archive", x, 5, NULL, "/", st);
+        }
+    }
+    if (rc != PV_OK && rc != PV_ABORTED) pv_status_prefix(st, "tar");
+    char clean[PATH_MAX + 16];
+    snprintf(clean, sizeof clean, "%s", b.work);
+    const char *rm[] = {"rm", "-rf", "--", clean};
+    pv_status cst;
+    int code = -1;
+    char *out = NULL;
+    size_t out_len = 0;
+    if (!b.engine ||
+        wk_engine_run(b.engine, rm, 4, NULL, "/", BUILD_STEP_TIMEOUT_MS, &code, &out, &out_len,
+                      &cst) != PV_OK ||
+        code != 0) {
+        /* without an engine to run rm: what wk_untar_check left (its scratch is gone) */
+        unlink(archive);
+        rmdir(b.work);
+    }
+    free(out);
+    return rc;
+}
+
 int wk_node_image_build(wk_op *op, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
@@ -462,6 +532,7 @@ int wk_node_image_build(wk_op *op, pv_status *st) {
     json_t *builds = json_object_get(params, "builds");
     if (b64) {
         rc = pv_b64_decode("tar", b64, &tar, &len, st);
+        if (rc == PV_OK) rc = check_raw(op, a, tar, len, st);
     } else if (builds) {
         rc = build_scm(op, a, builds, (char **)&tar, &len, st);
     } else if (exist && wk_agent_engine(a)) {

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ typedef struct ux {
     off_t size; /* of the archive */
     const char *path;
     bool set_owner;
+    bool check; /* wk_untar_check: absolute names refused, no data, owners or directory modes */
     ux_next next;
     ux_dir *dirs;
     size_t ndirs, capdirs;
@@ -203,16 +205,25 @@ static int parse_pax(ux *u, const char *b, size_t size) {
     return PV_OK;
 }
 
-/* Cleans an entry name in place: leading "/" and "." components dropped, ".." refused. The
- * result is relative and may be empty (the archive's "./"). */
-static int clean_name(ux *u, char *name, char *out, size_t cap) {
+/* Cleans an entry name: leading "/" and "." components dropped (refused when checking: an
+ * image's names are relative to its root), ".." refused. The result is relative and may be
+ * empty (the archive's "./"). what says which name it is in messages ("entry", "link target"). */
+static int clean_name(ux *u, const char *raw, const char *what, char *out, size_t cap) {
+    char name[4096];
+    snprintf(name, sizeof name, "%s", raw);
+    if (u->check && raw[0] == '/')
+        return pv_status_set(u->st, PV_FAILED_PRECONDITION,
+                             "%s: %s \"%.200s\" is an absolute path: an image's names are "
+                             "relative to its root",
+                             u->path, what, raw);
     size_t o = 0;
     char *save = NULL;
     for (char *c = strtok_r(name, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
         if (strcmp(c, ".") == 0) continue;
         if (strcmp(c, "..") == 0)
             return pv_status_set(u->st, PV_FAILED_PRECONDITION,
-                                 "%s: entry names \"..\": it would leave the root", u->path);
+                                 "%s: %s \"%.200s\" names \"..\": it would leave the root", u->path,
+                                 what, raw);
         size_t l = strlen(c);
         if (o + l + 2 > cap)
             return pv_status_set(u->st, PV_FAILED_PRECONDITION, "%s: an entry name too long",
@@ -319,7 +330,7 @@ static int put_file(ux *u, const ux_entry *e, int dir, const char *base) {
     if (clear_slot(u, dir, base, e->name) != PV_OK) return u->st->code;
     int fd = openat(dir, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return io_fail(u, "create", e->name, errno);
-    int rc = copy_data(u, e->data, e->size, fd, e->name);
+    int rc = u->check ? PV_OK : copy_data(u, e->data, e->size, fd, e->name);
     struct timespec ts[2];
     times_of(e->mtime, ts);
     /* chown before chmod: changing the owner clears set-id bits */
@@ -343,9 +354,9 @@ static int put_symlink(ux *u, const ux_entry *e, int dir, const char *base) {
 }
 
 static int put_hardlink(ux *u, const ux_entry *e, int dir, const char *base) {
-    char target_copy[4096], target[4096];
-    snprintf(target_copy, sizeof target_copy, "%s", e->link);
-    if (clean_name(u, target_copy, target, sizeof target) != PV_OK) return u->st->code;
+    char target[4096];
+    if (clean_name(u, e->link, "hard link target", target, sizeof target) != PV_OK)
+        return u->st->code;
     if (!*target)
         return pv_status_set(u->st, PV_FAILED_PRECONDITION, "%s: entry %s: links to the root",
                              u->path, e->name);
@@ -486,16 +497,6 @@ static int step(ux *u, off_t *off, bool first, bool *end) {
         return rc;
     }
     if (type == 'g') return PV_OK;
-    /* a device node in a workload's root would open the host's hardware to it */
-    if (type == '3' || type == '4' || type == '6')
-        return pv_status_set(u->st, PV_FAILED_PRECONDITION,
-                             "%s: an entry is a %s: images may not hold device files or fifos",
-                             u->path,
-                             type == '3'   ? "character device"
-                             : type == '4' ? "block device"
-                                           : "fifo");
-    if (type != '0' && type != '\0' && type != '7' && type != '5' && type != '2' && type != '1')
-        return pv_status_set(u->st, PV_UNIMPLEMENTED, "%s: an entry of type '%c'", u->path, type);
 
     char raw[4096], name[4096], link[4096];
     if (u->next.name) {
@@ -505,9 +506,20 @@ static int step(ux *u, off_t *off, bool first, bool *end) {
     } else {
         snprintf(raw, sizeof raw, "%.100s", (const char *)h);
     }
+    /* a device node in a workload's root would open the host's hardware to it */
+    if (type == '3' || type == '4' || type == '6')
+        return pv_status_set(u->st, PV_FAILED_PRECONDITION,
+                             "%s: entry \"%.200s\" is a %s: images may not hold device files or "
+                             "fifos",
+                             u->path, raw,
+                             type == '3'   ? "character device"
+                             : type == '4' ? "block device"
+                                           : "fifo");
+    if (type != '0' && type != '\0' && type != '7' && type != '5' && type != '2' && type != '1')
+        return pv_status_set(u->st, PV_UNIMPLEMENTED, "%s: an entry of type '%c'", u->path, type);
     snprintf(link, sizeof link, "%s", u->next.link ? u->next.link : "");
     if (!u->next.link) snprintf(link, sizeof link, "%.100s", (const char *)h + 157);
-    if (clean_name(u, raw, name, sizeof name) != PV_OK) return u->st->code;
+    if (clean_name(u, raw, "entry", name, sizeof name) != PV_OK) return u->st->code;
     if (type == '0' || type == '\0' || type == '7') {
         size_t l = strlen(name);
         if (l && name[l - 1] == '/') type = '5'; /* old archives mark directories so */
@@ -527,11 +539,12 @@ static int step(ux *u, off_t *off, bool first, bool *end) {
     return put_entry(u, &e);
 }
 
-int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_status *st) {
+static int untar(const char *path, const char *dest, bool set_owner, bool check, pv_status *st) {
     ux u;
     memset(&u, 0, sizeof u);
     u.path = path;
-    u.set_owner = set_owner;
+    u.set_owner = set_owner && !check;
+    u.check = check;
     u.st = st;
     u.dest = -1;
     u.afd = open(path, O_RDONLY | O_CLOEXEC);
@@ -549,7 +562,7 @@ int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_stat
     bool end = false;
     for (bool first = true; rc == PV_OK && !end; first = false)
         rc = step(&u, &off, first, &end);
-    if (rc == PV_OK) rc = finish_dirs(&u);
+    if (rc == PV_OK && !check) rc = finish_dirs(&u);
     next_clear(&u.next);
     for (size_t i = 0; i < u.ndirs; i++)
         free(u.dirs[i].name);
@@ -557,6 +570,49 @@ int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_stat
     if (u.dest >= 0) close(u.dest);
     close(u.afd);
     return rc;
+}
+
+int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_status *st) {
+    return untar(path, dest, set_owner, false, st);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0; /* best effort: go on with the rest */
+}
+
+int wk_untar_check(const char *path, const char *workdir, pv_status *st) {
+    char scratch[4096];
+    if ((size_t)snprintf(scratch, sizeof scratch, "%s/untar-check-XXXXXX", workdir) >=
+            sizeof scratch ||
+        !mkdtemp(scratch))
+        return pv_status_set(st, PV_INTERNAL, "%s: a scratch directory in %s: %s", path, workdir,
+                             strerror(errno));
+    int rc = untar(path, scratch, false, true, st);
+    /* directory modes were not applied and files are empty, so this removes everything */
+    nftw(scratch, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    return rc;
+}
+
+int wk_untar_listing_check(const char *listing, size_t max, pv_status *st) {
+    size_t at = 0;
+    if (listing && strlen(listing) >= max)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "a compressed archive listing more than %zu bytes of entries cannot "
+                             "be checked for device files: store the image uncompressed",
+                             max);
+    if (wk_untar_listing_has_device(listing, &at)) {
+        int len = (int)strcspn(listing + at, "\n");
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "an entry is a device file or fifo (%.*s): images may not hold them",
+                             len > 120 ? 120 : len, listing + at);
+    }
+    return PV_OK;
 }
 
 bool wk_untar_listing_has_device(const char *listing, size_t *line) {

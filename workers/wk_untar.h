@@ -29,6 +29,20 @@
  * archive does not exist, INTERNAL for I/O errors. */
 int wk_untar_extract(const char *path, const char *dest, bool set_owner, pv_status *st);
 
+/* Checks that the archive at path is an image the agent would unpack, without unpacking it
+ * anywhere that matters: it is extracted (names and links only, no data) into a scratch
+ * directory made in workdir and removed afterwards. Stricter than wk_untar_extract: an absolute
+ * entry name is refused too (an image's names are relative to its root). Errors as for
+ * wk_untar_extract, each FAILED_PRECONDITION naming the entry; UNIMPLEMENTED when the archive
+ * needs tar(1) (compressed). */
+int wk_untar_check(const char *path, const char *workdir, pv_status *st);
+
+/* The check of a `tar -tvf` listing before tar(1) unpacks an archive (as root it would make
+ * the device nodes the archive lists): FAILED_PRECONDITION naming the line of a device or fifo,
+ * or saying that a listing of max bytes or more (the caller's capture was cut) cannot be
+ * checked. */
+int wk_untar_listing_check(const char *listing, size_t max, pv_status *st);
+
 /* Whether `tar -tvf` output (one entry a line, each starting with its mode string) lists a
  * character or block device or a fifo; *line (may be NULL) gets that line's offset. */
 bool wk_untar_listing_has_device(const char *listing, size_t *line);

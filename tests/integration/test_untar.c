@@ -5,6 +5,7 @@
  * Then the archives wk_untar must refuse (leaving the root, writing through a link of its own,
  * corrupt or truncated) or hand to tar(1) (compressed, fifos).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -217,6 +218,72 @@ static void test_corrupt_and_truncated(void **state) {
     assert_non_null(strstr(st.msg, "corrupt header at offset 1024"));
 }
 
+/* How many entries dir holds. */
+static int entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+/* wk_untar_check (BuildImage RAW): the archives extract refuses, and absolute names too; the
+ * scratch directory it unpacks into is gone afterwards, whatever the outcome. Runs after the
+ * tests above, which made the archives. */
+static void test_check(void **state) {
+    fixture *f = *state;
+    char path[256], work[256];
+    snprintf(work, sizeof work, "%s/checkwork", f->dir);
+    pv_test_sh("rm -rf %s && mkdir %s", work, work);
+    struct {
+        const char *archive;
+        int code;
+        const char *want;
+    } cases[] = {
+        {"gnu.tar", PV_OK, NULL}, /* a read-only directory, links, long names: all fine */
+        {"posix.tar", PV_OK, NULL},
+        {"abs.tar", PV_FAILED_PRECONDITION, "is an absolute path"},
+        {"dd.tar", PV_FAILED_PRECONDITION, "entry \"../evil\" names \"..\""},
+        {"esc.tar", PV_FAILED_PRECONDITION, "entry esc/pwned: a symbolic link"},
+        {"dev.tar", PV_FAILED_PRECONDITION, "entry \"mem\" is a character device"},
+        {"fifo.tar", PV_FAILED_PRECONDITION, "entry \"p\" is a fifo"},
+        {"z.tgz", PV_UNIMPLEMENTED, NULL}, /* left to tar(1) */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pv_status st = {0};
+        snprintf(path, sizeof path, "%s/%s", f->dir, cases[i].archive);
+        int rc = wk_untar_check(path, work, &st);
+        if (rc != cases[i].code) fail_msg("%s: %d (%s)", cases[i].archive, rc, st.msg);
+        if (cases[i].want && !strstr(st.msg, cases[i].want))
+            fail_msg("%s: %s", cases[i].archive, st.msg);
+        if (entries(work) != 0)
+            fail_msg("%s: the scratch directory is left in %s", cases[i].archive, work);
+    }
+    char p[256];
+    snprintf(p, sizeof p, "%s/outside/pwned", f->dir);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+static void test_listing_check(void **state) {
+    (void)state;
+    pv_status st;
+    assert_int_equal(wk_untar_listing_check("-rw-r--r-- root/root 2 2026-12-02 10:00 ok.txt\n"
+                                            "crw-r--r-- root/root 1,1 2026-12-02 10:00 mem\n",
+                                            1 << 20, &st),
+                     PV_FAILED_PRECONDITION);
+    assert_string_equal(st.msg, "an entry is a device file or fifo (crw-r--r-- root/root 1,1 "
+                                "2026-12-02 10:00 mem): images may not hold them");
+    assert_int_equal(
+        wk_untar_listing_check("drwxr-xr-x root/root 0 2026-12-02 10:00 d/\n", 64, &st), PV_OK);
+    /* a listing as long as the capture: cut, so it cannot be checked */
+    assert_int_equal(
+        wk_untar_listing_check("drwxr-xr-x root/root 0 2026-12-02 10:00 d/\n", 10, &st),
+        PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "cannot be checked"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_match_tar),
@@ -227,6 +294,8 @@ int main(void) {
         cmocka_unit_test(test_devices_refused),
         cmocka_unit_test(test_left_to_tar),
         cmocka_unit_test(test_corrupt_and_truncated),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_listing_check),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
