@@ -284,6 +284,40 @@ class Drain(unittest.TestCase):
         # the audit of the whole state finds nothing the kill left behind
         self.assertEqual(self.stack.check(), [])
 
+    def test_c3_agent_killed_mid_drain(self):
+        # the node agent of the drained node dies (SIGKILL) after the first move and comes
+        # back a second later: the drain waits for it, adopts what it left, and ends with every
+        # instance moved once, none lost, nothing left reserved or running on the node
+        self.uncordon("dn2")
+        self.uncordon("dn3")
+        msgs = self.deploy("agentkill", 3, nodes=("dn2",))
+        op = self.cs.DrainNode(C.DrainNodeRequest(cluster_id="drn", node_id="dn2",
+                                                  grace_period_seconds=1), timeout=10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            cur = self.ops.GetOperation(O.GetOperationRequest(id=op.id), timeout=10)
+            if "(2 of " in cur.message or cur.done:
+                break
+            time.sleep(0.05)
+        self.assertFalse(cur.done, "%s %s %s" % (cur.status, cur.message, cur.error.message))
+        agent = [a for a in self.stack.agents if a.name == "agent-dn2"]
+        self.assertEqual(len(agent), 1, [a.name for a in self.stack.agents])
+        agent[0].kill9()
+        time.sleep(1)
+        agent[0].start()
+        self.stack.wait_ready(agent)
+        done = self.wait_op(op.id, timeout=120)
+        self.assertEqual(done.status, O.OPERATION_STATUS_SUCCEEDED, done)
+        now = self.app("agentkill")
+        self.assertEqual(len(now), 3, now)
+        self.assertNotIn("dn2", now.values())
+        self.assertFalse(set(now) & {m.id for m in msgs})
+        for m in msgs:  # the old instances' processes are gone with them
+            self.assertFalse(os.path.exists(os.path.join(self.stack.data_dir, "engine", "dn2",
+                                                         m.id)), m.id)
+        self.uncordon("dn2")
+        self.assertEqual(self.stack.check(), [])
+
     def test_d_remove_node(self):
         on3 = [w for w, n in self.app("web").items() if n == "dn3"]
         op = self.cs.RemoveNode(C.RemoveNodeRequest(cluster_id="drn", node_id="dn3"),
