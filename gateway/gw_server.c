@@ -40,6 +40,7 @@
 #define GW_MAX_METHODS 256
 #define GW_PREREQUESTS 8 /* accept requests kept outstanding per method */
 #define GW_MAX_SHUTDOWN_HOOKS 8
+#define GW_STREAM_BUCKETS 256 /* clients with streams open, hashed */
 #define GW_REQUEST_ID_MAX                                                                          \
     129 /* x-request-id up to 128 bytes; longer ones are the service's to refuse */
 
@@ -60,6 +61,13 @@ typedef struct out_msg {
     struct out_msg *next;
 } out_msg;
 
+/* One client's open streaming calls on this gateway (gw_server_opts.max_streams_per_client). */
+typedef struct client_streams {
+    struct client_streams *next;
+    int open;
+    char client[];
+} client_streams;
+
 typedef struct shutdown_hook {
     void (*fn)(void *arg);
     void *arg;
@@ -78,6 +86,9 @@ struct gw_server {
     char *auth_username;
     char *auth_password;
     long max_request_bytes;
+    int max_streams_per_client; /* 0 = no bound */
+    pthread_mutex_t streams_mu;
+    struct client_streams *streams[GW_STREAM_BUCKETS];
     int shutdown_grace_ms;
     void *app;
     int (*is_declared)(void *arg, const char *path);
@@ -140,7 +151,8 @@ struct gw_call {
     atomic_int rid_state;
     bool client_request_id;
     struct timespec started;
-    char *client; /* who is calling (gw_call_client), set before the handler runs */
+    char *client;        /* who is calling (gw_call_client), set before the handler runs */
+    bool stream_counted; /* counted in s->streams under client until released */
 };
 
 /* Per-thread state of the pool thread running a handler (gw_call_thread_state). */
@@ -227,6 +239,51 @@ static double elapsed_ms(const struct timespec *since) {
            (double)(now.tv_nsec - since->tv_nsec) / 1e6;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* streams per client                                                                         */
+
+static unsigned streams_bucket(const char *client) {
+    unsigned h = 2166136261u;
+    for (const char *p = client; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % GW_STREAM_BUCKETS;
+}
+
+/* Counts one more open stream of client; false (nothing counted) when it has the maximum
+ * open already, *open then saying how many. */
+static bool streams_enter(gw_server *s, const char *client, int *open) {
+    unsigned b = streams_bucket(client);
+    pthread_mutex_lock(&s->streams_mu);
+    client_streams *e = s->streams[b];
+    while (e && strcmp(e->client, client) != 0)
+        e = e->next;
+    if (!e && (e = calloc(1, sizeof *e + strlen(client) + 1)) != NULL) {
+        strcpy(e->client, client);
+        e->next = s->streams[b];
+        s->streams[b] = e;
+    }
+    bool ok = e && e->open < s->max_streams_per_client;
+    if (ok) e->open++;
+    *open = e ? e->open : 0;
+    pthread_mutex_unlock(&s->streams_mu);
+    return ok;
+}
+
+static void streams_leave(gw_server *s, const char *client) {
+    unsigned b = streams_bucket(client);
+    pthread_mutex_lock(&s->streams_mu);
+    for (client_streams **pp = &s->streams[b]; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->client, client) != 0) continue;
+        client_streams *e = *pp;
+        if (--e->open <= 0) { /* a client without streams costs nothing */
+            *pp = e->next;
+            free(e);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&s->streams_mu);
+}
+
 static void call_release(gw_call *c) {
     gw_server *s = c->s;
     if (c->status_code != 0 || pv_log_enabled(PV_LOG_DEBUG)) {
@@ -238,6 +295,7 @@ static void call_release(gw_call *c) {
     if (c->rm && s->on_call_end)
         s->on_call_end(s->observer_arg, c->rm->m->path, c->status_code,
                        elapsed_ms(&c->started) / 1e3);
+    if (c->stream_counted) streams_leave(s, c->client);
     call_destroy(c);
     atomic_fetch_sub(&s->live_calls, 1);
     maybe_shutdown_cq(s);
@@ -688,7 +746,15 @@ static void on_new_call(gw_call *c, bool ok) {
     } else if (check_auth(c)) {
         const gw_method *m = c->rm->m;
         c->client = call_client(c);
-        if (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) {
+        int open = 0;
+        if (m->kind != GW_UNARY && s->max_streams_per_client > 0 && c->client &&
+            !(c->stream_counted = streams_enter(s, c->client, &open))) {
+            /* a limit, as max_request_bytes: RESOURCE_EXHAUSTED whatever the method's codes */
+            gw_call_finishf(c, PV_RESOURCE_EXHAUSTED,
+                            "client %.200s has %d streams open on this gateway, the limit "
+                            "(gateway.max_streams_per_client)",
+                            c->client, open);
+        } else if (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) {
             ProtobufCMessage *req = decode_request(c, c->payload);
             if (req) {
                 m->handler(c, req);
@@ -850,10 +916,12 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&s->streams_mu, NULL);
     s->n_threads = o->threads;
     s->auth_username = dup_or_null(o->auth_username);
     s->auth_password = strdup(o->auth_password ? o->auth_password : "");
     s->max_request_bytes = o->max_request_bytes;
+    s->max_streams_per_client = o->max_streams_per_client;
     s->shutdown_grace_ms = o->shutdown_grace_ms;
     s->app = o->app;
     s->is_declared = o->is_declared;
@@ -1013,6 +1081,13 @@ void gw_server_free(gw_server *s) {
     free(s->threads);
     free(s->auth_username);
     free(s->auth_password);
+    for (size_t b = 0; b < GW_STREAM_BUCKETS; b++)
+        while (s->streams[b]) {
+            client_streams *e = s->streams[b];
+            s->streams[b] = e->next;
+            free(e);
+        }
+    pthread_mutex_destroy(&s->streams_mu);
     free(s);
 }
 

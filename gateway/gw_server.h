@@ -72,6 +72,9 @@ typedef struct gw_server_opts {
     const char *tls_client_ca_path; /* PEM of the CA signing client certificates; NULL/"" =
                                        none asked; set = mutual TLS, required and verified */
     int max_concurrent_streams;     /* per connection; <= 0 = 1000 */
+    int max_streams_per_client;     /* streaming calls (not unary) one client (gw_call_client)
+                                       may have open on this server at once; one more is
+                                       RESOURCE_EXHAUSTED naming the limit; <= 0 = no bound */
     const char *auth_username;      /* NULL/"" = no auth; else one metadata entry with this key
                                        whose value is auth_password must come with every call */
     const char *auth_password;

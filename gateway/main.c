@@ -152,6 +152,7 @@ static int build_server(gateway *g) {
         .tls_key_path = app->cfg.gateway.tls_key,
         .tls_client_ca_path = app->cfg.gateway.tls_client_ca,
         .max_concurrent_streams = app->cfg.gateway.max_concurrent_streams,
+        .max_streams_per_client = app->cfg.gateway.max_streams_per_client,
         .auth_username = app->cfg.auth.username,
         .auth_password = app->cfg.auth.password,
         .max_request_bytes = app->cfg.gateway.max_request_bytes,

@@ -79,6 +79,7 @@ static const key_def keys[] = {
     STR("gateway.tls_key", gateway.tls_key, "", 0),
     STR("gateway.tls_client_ca", gateway.tls_client_ca, "", 0),
     INT("gateway.max_concurrent_streams", gateway.max_concurrent_streams, "1000", 1, 1000000),
+    INT("gateway.max_streams_per_client", gateway.max_streams_per_client, "1000", 0, 1000000),
     INT("gateway.max_pending_ops_per_client", gateway.max_pending_ops_per_client, "10000", 0,
         INT_MAX),
     {"gateway.max_request_bytes", KEY_LONG, OFF(gateway.max_request_bytes), 0, "4194304", 1,

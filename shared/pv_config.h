@@ -59,6 +59,8 @@ typedef struct pv_config {
         int max_concurrent_streams; /* gateway.max_concurrent_streams: calls one client
                                        connection may have open at once (HTTP/2
                                        SETTINGS_MAX_CONCURRENT_STREAMS) (1000) */
+        int max_streams_per_client; /* gateway.max_streams_per_client: streaming calls one
+                                       client may have open on one gateway (1000; 0 = none) */
         int max_pending_ops_per_client; /* gateway.max_pending_ops_per_client: unfinished
                                            operations one client (the authenticated user, else
                                            the peer's address) may have; more are refused

@@ -339,6 +339,58 @@ class MessageSizeAndStreams(unittest.TestCase):
 
 
 
+class StreamsPerClient(unittest.TestCase):
+    """gateway.max_streams_per_client counts a client's open streaming calls over all of its
+    connections (the client here is its host, 127.0.0.1: no auth, no certificate)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = pvtest.Stack(gateways=1, config={"gateway": {"max_streams_per_client": 3}})
+        cls.stack.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_one_stream_over_the_bound_is_resource_exhausted(self):
+        addr = self.stack.gateways[0].addrs[0]
+        opts = [("grpc.use_local_subchannel_pool", 1)]
+        chans = [grpc.insecure_channel(addr, options=opts) for _ in range(5)]
+        try:
+            watches = [ch.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=60)
+                       for ch in chans[:3]]
+            for w in watches:
+                self.assertEqual(next(w), b"\x08\x01")  # SERVING: each stream is open
+            # a fourth, on a connection of its own: refused at once, naming the limit
+            fourth = chans[3].unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=10)
+            with self.assertRaises(grpc.RpcError) as cm:
+                next(fourth)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("gateway.max_streams_per_client", cm.exception.details())
+            self.assertIn("has 3 streams open", cm.exception.details())
+            # unary calls are not streams: still served
+            self.assertEqual(pvtest.health_status_on(chans[4], timeout=5), pvtest.SERVING)
+            # a stream that ends gives its place back
+            watches[0].cancel()
+            deadline = time.monotonic() + 10
+            while True:
+                w = chans[4].unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=10)
+                try:
+                    self.assertEqual(next(w), b"\x08\x01")
+                    w.cancel()
+                    break
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+                    self.assertLess(time.monotonic(), deadline, "the place never came back")
+                    time.sleep(0.1)
+            for w in watches[1:]:
+                w.cancel()
+        finally:
+            for ch in chans:
+                ch.close()
+        self.assertTrue(self.stack.gateways[0].proc.alive())
+
+
 class RedisACL(unittest.TestCase):
     """Every Stack runs Redis with ops/redis.acl's users and the programs as its `pivirt` user
     (and Stack.stop fails on any command Redis refused them); here a whole stack at work, what
