@@ -21,6 +21,7 @@
 #include "wk_engine.h"
 #include "wk_files.h"
 #include "wk_image.h"
+#include "wk_uids.h"
 #include "wk_untar.h"
 #include "pv_log.h"
 
@@ -236,6 +237,12 @@ typedef struct build_ctx {
     wk_engine *engine;
     char work[PATH_MAX];
     size_t log_lines;
+    /* the build's commands run as a uid of their own (worker.default_user "dynamic", a root
+     * agent): they can write their stage roots and what the host leaves open, nothing of the
+     * agent's */
+    bool confined;
+    uid_t uid;
+    char uid_dir[PATH_MAX];
 } build_ctx;
 
 static int build_log(build_ctx *b, const char *text, size_t len, pv_status *st) {
@@ -299,10 +306,38 @@ static int listing_check(build_ctx *b, const char *archive, pv_status *st) {
     return rc;
 }
 
+/* Runs argv as the build's own user when the build is confined (setpriv(1) of util-linux,
+ * essential on Debian: no supplementary groups, no way back), else as the agent. */
+static int build_run_as_builder(build_ctx *b, const char *what, const char *const *argv,
+                                size_t argc, const char *const *env, const char *cwd,
+                                pv_status *st) {
+    if (!b->confined) return build_run(b, what, argv, argc, env, cwd, st);
+    const char **wrapped = calloc(argc + 7, sizeof *wrapped);
+    if (!wrapped) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char id[16];
+    snprintf(id, sizeof id, "%u", (unsigned)b->uid);
+    const char *prefix[] = {"/usr/bin/setpriv", "--reuid", id, "--regid", id,
+                            "--clear-groups",   "--"};
+    memcpy(wrapped, prefix, sizeof prefix);
+    memcpy(wrapped + 7, argv, argc * sizeof *argv);
+    int rc = build_run(b, what, wrapped, argc + 7, env, cwd, st);
+    free(wrapped);
+    return rc;
+}
+
+/* Gives path (a stage's root, what the agent unpacked or cloned there) to the build's user. */
+static int give_to_builder(build_ctx *b, const char *path, pv_status *st) {
+    if (!b->confined) return PV_OK;
+    char owner[40];
+    snprintf(owner, sizeof owner, "%u:%u", (unsigned)b->uid, (unsigned)b->uid);
+    const char *argv[] = {"chown", "-R", "-h", "--", owner, path};
+    return build_run(b, "chown", argv, 6, NULL, "/", st);
+}
+
 static int build_shell(build_ctx *b, const char *what, const char *script, const char *cwd,
                        const char *const *env, pv_status *st) {
     const char *argv[] = {"/bin/sh", "-c", script};
-    return build_run(b, what, argv, 3, env, cwd, st);
+    return build_run_as_builder(b, what, argv, 3, env, cwd, st);
 }
 
 /* A path inside root: rel without leading '/' (".." was refused by the gateway). */
@@ -404,6 +439,8 @@ static int build_stage(build_ctx *b, const char *stage, json_t *build, const cha
             rc = build_run(b, "copying the source", argv, 5, NULL, b->work, st);
         }
     }
+    /* what the agent put there (base image, source) becomes the build's, for its commands */
+    if (rc == PV_OK) rc = give_to_builder(b, root, st);
     char **env = rc == PV_OK ? build_env(build) : NULL;
     size_t i;
     json_t *cmd;
@@ -427,7 +464,9 @@ static int build_stage(build_ctx *b, const char *stage, json_t *build, const cha
                               dst};
         char what[PATH_MAX + 32];
         snprintf(what, sizeof what, "stage %s artifact %s", stage, from);
-        rc = build_run(b, what, argv, 5, NULL, root, st);
+        /* as the build's user: a link its commands left in the way leads nowhere it may not
+         * write */
+        rc = build_run_as_builder(b, what, argv, 5, NULL, root, st);
     }
     return rc;
 }
@@ -459,6 +498,17 @@ static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t 
         const char *argv[] = {"mkdir", "-p", roots[i]};
         rc = build_run(&b, "mkdir", argv, 3, NULL, "/", st);
     }
+    const pv_config *cfg = wk_op_config(op);
+    if (rc == PV_OK && cfg && geteuid() == 0 && cfg->worker.default_user &&
+        strcmp(cfg->worker.default_user, "dynamic") == 0) {
+        uid_t min = 0, max = 0;
+        snprintf(b.uid_dir, sizeof b.uid_dir, "%s", cfg->worker.uid_dir);
+        rc = wk_uids_parse_range(cfg->worker.dynamic_uids, &min, &max, st);
+        if (rc == PV_OK)
+            rc = wk_uids_claim(b.uid_dir, min, max, wk_op_record(op)->id, b.work, &b.uid, st);
+        b.confined = rc == PV_OK;
+        if (rc == PV_OK) rc = give_to_builder(&b, b.work, st);
+    }
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         const char *stage = json_string_value(json_array_get(stages, i));
         json_t *build = json_object_get(json_object_get(builds, "builds"), stage);
@@ -470,6 +520,7 @@ static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t 
     pv_status cst;
     if (build_run(&b, "cleaning the build directory", rm, 4, NULL, "/", &cst) != PV_OK)
         pv_warn("build %s: %s", wk_op_record(op)->id, cst.msg);
+    if (b.confined) wk_uids_release(b.uid_dir, b.uid, b.work);
     return rc;
 }
 

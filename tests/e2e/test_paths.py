@@ -355,6 +355,32 @@ class Scm(Base):
             timeout=120))
         self.assertEqual([m.progress for m in got if m.status == "finished"], ["paths/scmok:v1"])
 
+    def test_build_commands_run_as_a_uid_of_their_own(self):
+        # worker.default_user "dynamic" (the default) and a root agent: the commands run as a
+        # uid of the dynamic range, own their stage's root, and cannot write the agent's files
+        # nor a root-owned directory outside
+        got = list(self.core.BuildImage(self.scm("paths/scmuid", core_pb2.Build(
+            repo=self.repo(), commands=["id -u > uid.txt", "id -G > groups.txt"])),
+            timeout=120))
+        self.assertEqual([m.progress for m in got if m.status == "finished"],
+                         ["paths/scmuid:v1"], got)
+        image = os.path.join(self.stack.data_dir, "images", "paths", "scmuid", "v1.tar")
+        with tarfile.open(image) as t:
+            uid = int(t.extractfile("./uid.txt" if "./uid.txt" in t.getnames() else "uid.txt")
+                      .read())
+            groups = (t.extractfile("./groups.txt" if "./groups.txt" in t.getnames()
+                                    else "groups.txt").read().split())
+        self.assertTrue(61184 <= uid <= 65519, uid)
+        self.assertEqual(groups, [str(uid).encode()])  # no supplementary group of the agent's
+        planted = os.path.join(self.stack.data_dir, "images", self.tmpname)
+        for target in (os.path.join(self.outside, "planted"), planted):
+            code, msg = self.build("paths/scmesc", core_pb2.Build(
+                repo=self.repo(), commands=["echo x > %s" % target]))
+            self.assertNotEqual(code, "0", target)
+            self.assertIn("Permission denied", msg)
+            self.assertFalse(os.path.exists(target), target)
+        self.assert_not_stored("paths/scmesc")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
