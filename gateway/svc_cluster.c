@@ -389,7 +389,6 @@ static void on_list_clusters(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__ListClustersRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
-    if (pv_validate_message(msg, &st) != PV_OK) return finish_status(call, &st);
     char *want = map_json((void *const *)req->labels, req->n_labels);
     pv_pod *pods = NULL;
     size_t n = 0;
@@ -462,7 +461,7 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *msg) {
     pv_status st;
     pv_pod p = {0};
     pv_node n = {0};
-    int rc = pv_validate_message(msg, &st);
+    int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = pv_validate_name("name", req->name, &st);
     if (rc == PV_OK && req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED)
@@ -540,7 +539,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     pv_pod p = {0};
-    int rc = pv_validate_message(msg, &st);
+    int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK && req->cluster_id && *req->cluster_id)
         rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     char *want = map_json((void *const *)req->labels, req->n_labels);
@@ -900,7 +899,7 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
     };
     /* ROLLING's default with no strategy at all: one node at a time, one replacement at once */
     if (!s) us.max_surge = 1;
-    int rc = pv_validate_message(msg, &st);
+    int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = pv_cluster_check_version("target_version", req->target_version, &st);
     static const char *const names[] = {"strategy.max_surge", "strategy.max_unavailable",

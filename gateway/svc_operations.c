@@ -102,10 +102,6 @@ static void on_list(gw_call *call, const ProtobufCMessage *msg) {
                         req->limit);
         return;
     }
-    if (pv_validate_message(msg, &st) != PV_OK) {
-        finish_status(call, &st);
-        return;
-    }
     if ((*req->kind && pv_validate_name("kind", req->kind, &st) != PV_OK) ||
         (*req->target && pv_validate_name("target", req->target, &st) != PV_OK)) {
         finish_status(call, &st);
