@@ -1000,17 +1000,71 @@ static int ix_feed_input(wk_op *op, int *in_fd, char *cursor, unsigned char **pe
     return PV_OK;
 }
 
+/* Whether pid leads a process group of its own and is a child of this agent: what an exec
+ * the engine started is. The pid comes from a file in the workload's root, which the
+ * workload can write: without this, it could make the agent signal any process group. */
+static bool ix_is_our_exec(long pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    long ppid = 0, pgrp = 0;
+    char state;
+    return p && sscanf(p + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 && ppid == (long)getpid() &&
+           pgrp == pid;
+}
+
 /* Ends the command's process group: TERM, then KILL after a second. */
 static void ix_kill(ix_exec *x, const char *pid_path) {
-    FILE *f = fopen(pid_path, "r");
-    long pid = 0;
-    if (f && fscanf(f, "%ld", &pid) != 1) pid = 0;
-    if (f) fclose(f);
-    if (pid <= 1) return;
+    char buf[32] = "";
+    int fd = open(pid_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    ssize_t n =
+        fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    long pid = strtol(buf, NULL, 10);
+    if (pid <= 1 || !ix_is_our_exec(pid)) {
+        if (pid > 1)
+            pv_warn("exec: pid %ld from %s is not an exec of this agent: not signalled", pid,
+                    pid_path);
+        return;
+    }
     kill(-(pid_t)pid, SIGTERM);
     for (int i = 0; i < 20 && !ix_done(x); i++)
         usleep(50 * 1000);
     if (!ix_done(x)) kill(-(pid_t)pid, SIGKILL);
+}
+
+/* A FIFO at path (in the workload's root) for the command, held by an O_PATH descriptor
+ * (*ref) whose /proc/self/fd name (proc) every later chmod and open goes through: the root is
+ * the workload's, and a name swapped for a symbolic link there must not make the agent open,
+ * chmod or write anything else. */
+static int ix_make_fifo(const char *path, int *ref, char *proc, size_t cap, pv_status *st) {
+    *ref = -1;
+    unlink(path);
+    if (mkfifo(path, 0600) != 0)
+        return pv_status_set(st, PV_INTERNAL, "open_stdin: mkfifo %s: %s", path, strerror(errno));
+    int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "open_stdin: %s was replaced by something not a FIFO", path);
+    }
+    snprintf(proc, cap, "/proc/self/fd/%d", fd);
+    if (chmod(proc, 0666) != 0) { /* 0666: the command runs as the workload's user */
+        int err = errno;
+        close(fd);
+        return pv_status_set(st, PV_INTERNAL, "open_stdin: chmod %s: %s", path, strerror(err));
+    }
+    *ref = fd;
+    return PV_OK;
 }
 
 static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const char **argv,
@@ -1027,18 +1081,19 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     snprintf(out_path, sizeof out_path, "%s/.pivirt-out-%s", info.root, wk_op_record(op)->id);
     snprintf(pid_path, sizeof pid_path, "%s/.pivirt-pid-%s", info.root, wk_op_record(op)->id);
     wk_engine_info_clear(&info);
-    unlink(in_path);
-    unlink(out_path);
-    /* 0666: the command may run as the workload's user */
-    if (mkfifo(in_path, 0600) != 0 || chmod(in_path, 0666) != 0 || mkfifo(out_path, 0600) != 0 ||
-        chmod(out_path, 0666) != 0) {
-        int err = errno;
+    int in_ref = -1, out_ref = -1;
+    char in_proc[64], out_proc[64];
+    if (ix_make_fifo(in_path, &in_ref, in_proc, sizeof in_proc, st) != PV_OK ||
+        ix_make_fifo(out_path, &out_ref, out_proc, sizeof out_proc, st) != PV_OK) {
+        if (in_ref >= 0) close(in_ref);
         unlink(in_path);
         unlink(out_path);
-        return pv_status_set(st, PV_INTERNAL, "open_stdin: mkfifo: %s", strerror(err));
+        return st->code;
     }
     const char **wrapped = calloc(argc + 6, sizeof *wrapped);
     if (!wrapped) {
+        close(in_ref);
+        close(out_ref);
         unlink(in_path);
         unlink(out_path);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -1052,7 +1107,7 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     wrapped[5] = pid_path;
     memcpy(wrapped + 6, argv, argc * sizeof *argv);
     /* the reading end first: the command's open of its output then never waits */
-    int out_fd = open(out_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int out_fd = open(out_proc, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     ix_exec x = {.engine = engine,
                  .id = id,
                  .argv = wrapped,
@@ -1074,7 +1129,7 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     while (rc == PV_OK) {
         /* the command opens its input when it starts; until then the FIFO has no reader */
         if (in_fd < 0 && cursor[0] != '!' && !writer_seen) {
-            in_fd = open(in_path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            in_fd = open(in_proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
             if (in_fd >= 0) writer_seen = true;
         }
         /* done is read first: whatever the command wrote before it exited is then read now */
@@ -1099,6 +1154,8 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     unlink(pid_path);
     unlink(in_path);
     unlink(out_path);
+    close(in_ref);
+    close(out_ref);
     free(pending);
     free(wrapped);
     pthread_mutex_destroy(&x.mu);

@@ -32,6 +32,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 import unittest
 import uuid
 
@@ -303,6 +304,45 @@ class Raw(Base):
         with open(os.path.join(self.stack.data_dir, "registry", "paths", "links", "v1.tar"),
                   "rb") as f:
             self.assertEqual(f.read(), tar)
+
+
+class Exec(Base):
+    def test_a_forged_pid_file_is_not_signalled(self):
+        # An interactive exec keeps its pid in a file of the workload's root, for the agent to
+        # end its process group when the client goes. The workload can write that file: here
+        # it names a process group of the test's. The agent must not signal it.
+        bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        try:
+            wid, root = self.workload()
+            script = ("for f in .pivirt-pid-*; do echo %d > \"$f\"; done; echo forged; "
+                      "sleep 60" % bystander.pid)
+            done = []
+
+            def requests():
+                yield core_pb2.ExecuteWorkloadOptions(
+                    workload_id=wid, commands=["/bin/sh", "-c", script], open_stdin=True)
+                while not done:  # the input stays open: the client goes away instead
+                    time.sleep(0.1)
+
+            call = self.core.ExecuteWorkload(requests(), timeout=60)
+            out = b""
+            for m in call:
+                out += m.data
+                if b"forged" in out:
+                    break
+            self.assertIn(b"forged", out)
+            call.cancel()  # the client goes: the agent ends the exec
+            done.append(True)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # the cancel reaches the agent, which acts
+                if bystander.poll() is not None:
+                    break
+                time.sleep(0.2)
+            self.assertIsNone(bystander.poll(), "the agent signalled a process group named by "
+                                                "the workload")
+        finally:
+            bystander.kill()
+            bystander.wait()
 
 
 class Scm(Base):
