@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "pv_registry.h"
 #include "pv_validate.h"
@@ -696,4 +697,56 @@ int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, 
     if (n < 0 || (size_t)n >= len)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
+}
+
+/* ---- engine inventories ---- */
+
+static int64_t inventory_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int pv_workload_inventory_put(pv_redis *r, const pv_keys *k, const char *node,
+                              const char *const *ids, size_t n, int ttl, pv_status *st) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < n; i++)
+        json_array_append_new(list, json_string(ids[i]));
+    json_t *doc =
+        list ? json_pack("{s:I, s:o}", "at_ms", (json_int_t)inventory_now_ms(), "ids", list) : NULL;
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char key[PV_KEY_MAX], ex[24];
+    snprintf(key, sizeof key, "%s{reg}:engine-inv:%s", k->prefix, node);
+    snprintf(ex, sizeof ex, "%d", ttl > 0 ? ttl : 15);
+    const char *argv[] = {"SET", key, text, "EX", ex};
+    redisReply *rep = NULL;
+    int rc = pv_redis_commandv(r, &rep, st, 5, argv, NULL);
+    if (rep) freeReplyObject(rep);
+    free(text);
+    return rc;
+}
+
+int pv_workload_inventory_get(pv_redis *r, const pv_keys *k, const char *node, json_t **ids,
+                              int64_t *at_ms, pv_status *st) {
+    *ids = NULL;
+    *at_ms = 0;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "GET %s{reg}:engine-inv:%s", k->prefix, node) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    json_t *doc = rep->type == REDIS_REPLY_STRING ? json_loads(rep->str, 0, NULL) : NULL;
+    json_t *list = json_object_get(doc, "ids");
+    if (rep->type != REDIS_REPLY_STRING)
+        rc = pv_status_set(st, PV_NOT_FOUND, "node %s: no engine inventory", node);
+    else if (!json_is_array(list) || !json_is_integer(json_object_get(doc, "at_ms")))
+        rc = pv_status_set(st, PV_INTERNAL, "node %s: its engine inventory is unreadable", node);
+    if (rc == PV_OK) {
+        *ids = json_incref(list);
+        *at_ms = json_integer_value(json_object_get(doc, "at_ms"));
+    }
+    json_decref(doc);
+    freeReplyObject(rep);
+    return rc;
 }

@@ -37,6 +37,7 @@
 #ifndef PV_WORKLOAD_H
 #define PV_WORKLOAD_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,6 +117,19 @@ void pv_workload_status_clear(pv_workload_status *s);
  * strings); s->app, entry, node and updated_ms are not read. */
 int pv_workload_set_status(pv_redis *r, const pv_keys *k, const pv_workload_status *s,
                            pv_workload_status *out, pv_status *st);
+
+/* The engine inventory of a node: the ids its engine holds, as its agent last listed them
+ * (every status interval), for an audit that cannot look at the engine itself (a virt node's
+ * libvirt connection, a process engine on another machine). One key per node,
+ * <prefix>{reg}:engine-inv:<node name>, holding {"at_ms": <when listed>, "ids": [...]} and
+ * living ttl seconds, so it is gone when its agent has been away that long. */
+int pv_workload_inventory_put(pv_redis *r, const pv_keys *k, const char *node,
+                              const char *const *ids, size_t n, int ttl, pv_status *st);
+
+/* *ids (a JSON array of strings, the caller's to json_decref) and *at_ms of node's inventory;
+ * NOT_FOUND when there is none; INTERNAL when it does not read as one. */
+int pv_workload_inventory_get(pv_redis *r, const pv_keys *k, const char *node, json_t **ids,
+                              int64_t *at_ms, pv_status *st);
 
 /* The same for n statuses at once (SetWorkloadsStatus), all or nothing: every entry is checked
  * and every workload must exist (NOT_FOUND "workload <id> not found" naming the first missing

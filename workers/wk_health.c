@@ -300,6 +300,13 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
         free(nets);
     }
     if (rc == PV_OK) rc = renew(h, r, unchanged, ttl, renewed, st);
+    /* what the engine holds, for the audit (pivirt check) of engines it cannot see itself */
+    const char *node = h->cfg->worker.node;
+    const char **ids = rc == PV_OK && node && *node ? calloc(n + 1, sizeof *ids) : NULL;
+    for (size_t i = 0; ids && i < n; i++)
+        ids[i] = infos[i].id;
+    if (ids) rc = pv_workload_inventory_put(r, &h->keys, node, ids, n, ttl, st);
+    free(ids);
     /* forget the workloads that are gone */
     const char *id;
     json_t *v;

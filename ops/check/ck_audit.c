@@ -652,6 +652,72 @@ static int check_engine(ck_ctx *c, const pv_node *n, pv_status *st) {
     return rc;
 }
 
+/* A node whose engine this machine cannot look at (a virt node: libvirt's connection is its
+ * agent's; a process node of another machine): its records against the inventory its agent
+ * reports every status interval (pv_workload_inventory_get). Records younger than the
+ * inventory are not judged: the agent has not listed them yet. */
+static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
+    json_t *ids = NULL;
+    int64_t at_ms = 0;
+    int rc = pv_workload_inventory_get(c->r, c->k, n->name, &ids, &at_ms, st);
+    if (rc == PV_NOT_FOUND) {
+        bool any = false;
+        for (size_t i = 0; !any && i < c->nwls; i++)
+            any = c->wls[i].node_id && strcmp(c->wls[i].node_id, n->id) == 0;
+        if (any && ck_report_note(c->rep,
+                                  "node %s (%s engine): its agent reports no inventory (away "
+                                  "for three status intervals or more): its workloads are not "
+                                  "checked against its engine",
+                                  n->name, n->engine ? n->engine : "?") != 0)
+            return pv_status_set(st, PV_INTERNAL, "out of memory");
+        return PV_OK;
+    }
+    if (rc != PV_OK) return rc;
+    strset have = {0};
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        if (rc == PV_OK && json_string_value(v) && strset_add(&have, json_string_value(v)) != 0)
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    strset_sort(&have);
+    c->rep->engine_workloads += (long)have.n;
+    for (size_t j = 0; rc == PV_OK && j < c->nwls; j++) {
+        const pv_workload *w = &c->wls[j];
+        if (!w->node_id || strcmp(w->node_id, n->id) != 0 || strset_has(&have, w->id)) continue;
+        if (w->created_ms >= at_ms - 1000) continue; /* newer than the agent's last listing */
+        char subject[PV_KEY_MAX];
+        snprintf(subject, sizeof subject, "workload %s", w->id);
+        ADD(c->rep, CK_AREA_WORKLOADS, "WL_NO_ENGINE", subject,
+            "recorded on node %s, but its agent's engine (%s) does not have it (inventory of "
+            "%.1f s ago)",
+            n->name, n->engine ? n->engine : "?", (double)(now_ms() - at_ms) / 1000.0);
+    }
+    for (size_t j = 0; rc == PV_OK && j < have.n; j++) {
+        const pv_workload *w = NULL;
+        for (size_t x = 0; !w && x < c->nwls; x++)
+            if (strcmp(c->wls[x].id, have.v[j]) == 0) w = &c->wls[x];
+        if (w && w->node_id && strcmp(w->node_id, n->id) == 0) continue;
+        if (!w) { /* DissociateWorkload lets the engine's workload go on without a record */
+            redisReply *ex = NULL;
+            rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:dissociated:%s", c->k->prefix,
+                                  have.v[j]);
+            bool let_go = rc == PV_OK && ex->integer == 1;
+            if (ex) freeReplyObject(ex);
+            if (rc != PV_OK || let_go) continue;
+        }
+        char subject[PV_KEY_MAX];
+        snprintf(subject, sizeof subject, "workload %s", have.v[j]);
+        ADD(c->rep, CK_AREA_WORKLOADS, "WL_ORPHAN", subject,
+            "the engine of node %s (%s) has it, as its agent reports, but %s", n->name,
+            n->engine ? n->engine : "?",
+            w ? "its record places it on another node" : "there is no record of it");
+    }
+    strset_free(&have);
+    json_decref(ids);
+    return rc;
+}
+
 /* Engine directories of nodes that are not registered (removed, or a cluster deleted, while
  * their agent's data stayed here): whatever they hold has no record on that node. */
 static int check_unregistered_engines(ck_ctx *c, pv_status *st) {
@@ -751,19 +817,8 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
         const pv_node *n = &c->nodes[i];
         if (c->local[i]) {
             rc = check_engine(c, n, st);
-        } else if (n->engine && strcmp(n->engine, "virt") == 0) {
-            if (ck_report_note(c->rep,
-                               "node %s: virt engine (%s): its domains are not checked (libvirt "
-                               "of the agent's own connection)",
-                               n->name, n->endpoint ? n->endpoint : "") != 0)
-                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-        } else if (n->workloads > 0) {
-            if (ck_report_note(
-                    c->rep,
-                    "node %s: its agent's data is not on this machine (no %s/engine/%s): "
-                    "its processes are not checked",
-                    n->name, c->o->cfg->data_dir, n->name) != 0)
-                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        } else {
+            rc = check_inventory(c, n, st);
         }
     }
     return rc;

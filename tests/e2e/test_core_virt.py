@@ -17,6 +17,7 @@ Classes:
          or attached twice, READY again once the workload is removed.
 """
 import json
+import time
 import unittest
 
 import pvtest
@@ -34,7 +35,8 @@ def setUpModule():
     _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
                           agents=[{"node": "vm1", "pod": "vp",
                                    "endpoint": "virt://test:///default"},
-                                  {"node": "pr1", "pod": "pp"}])
+                                  {"node": "pr1", "pod": "pp"}],
+                          config={"worker": {"status_interval_seconds": 1}})
     _stack.start()
 
 
@@ -114,6 +116,51 @@ class Virt(unittest.TestCase):
         self.assertTrue(got[0].success, got)
         t = self.trailers("RawEngine", core_pb2.RawEngineOptions(id=wid, op="dominfo"))
         self.assertEqual(t.get("grpc-status"), "1057")  # the workload is gone
+
+    def inventory(self, node):
+        got = self.stack.redis.cmd("GET", self.stack.prefix + "{reg}:engine-inv:" + node)
+        return json.loads(got) if got else None
+
+    def wait_inventory(self, node, pred):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            inv = self.inventory(node)
+            if inv and pred(inv):
+                return inv
+            time.sleep(0.2)
+        self.fail("the agent of %s never reported the expected inventory: %s" %
+                  (node, self.inventory(node)))
+
+    def test_z_audit_checks_the_virt_engine_through_its_agent(self):
+        # pivirt-check cannot open the agent's test:///default connection: it checks the
+        # records of a virt node against the inventory its agent reports
+        msgs = list(self.core.CreateWorkload(deploy("vp", "auditvm"), timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        lost = msgs[0].id
+        self.wait_inventory("vm1", lambda inv: lost in inv["ids"])
+        report = self.stack.check(raw=True)
+        self.assertEqual(report["differences"], [])
+        self.assertFalse([n for n in report.get("notes", []) if "vm1" in n], report)
+        # The agent restarts: the test driver's domains lived in its connection and are gone
+        # (a host that lost its domains). The record stays, the engine does not have it.
+        agent = [a for a in self.stack.agents if a.name == "agent-vm1"]
+        agent[0].kill9()
+        restarted = time.time() * 1000
+        agent[0].start()
+        self.stack.wait_ready(agent)
+        self.wait_inventory("vm1", lambda inv: inv["at_ms"] > restarted + 1500)
+        diffs = self.stack.check()
+        self.assertIn("WL_NO_ENGINE workload %s" % lost, "\n".join(diffs))
+        self.assertTrue([d for d in diffs if lost in d and "does not have it" in d], diffs)
+        # A domain whose record went behind the system's back: the agent still reports it.
+        msgs = list(self.core.CreateWorkload(deploy("vp", "auditvm2"), timeout=60))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        orphan = msgs[0].id
+        self.wait_inventory("vm1", lambda inv: orphan in inv["ids"])
+        self.stack.redis.cmd("DEL", self.stack.prefix + "{reg}:wl:" + orphan)
+        diffs = self.stack.check()
+        self.assertTrue([d for d in diffs if d.startswith("WL_ORPHAN workload %s" % orphan) and
+                         "as its agent reports" in d], diffs)
 
     def test_storage_volumes_as_disks(self):
         st = storage_pb2_grpc.StorageServiceStub(self.stack.channel(0))
