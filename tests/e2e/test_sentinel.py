@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End-to-end test of Redis Sentinel failover: the stack's Redis is the master, a second
-redis-server its replica, a redis sentinel (quorum 1, down after 1 s) watches them, and every
-process finds the master through the sentinel (redis.sentinels, redis.master_name). The master
+redis-server its replica, three sentinels (quorum 2, down after 1 s) watch them, and every
+process finds the master through the sentinels (redis.sentinels, redis.master_name). The master
 is killed with SIGKILL; once the sentinel has promoted the replica, operations are submitted,
 run by the worker and waited on through the same gateway, without restarting anything.
 
@@ -22,7 +22,12 @@ import grpc
 import pvtest
 from pivirt.operations.v1 import operations_pb2 as O, operations_pb2_grpc
 
-SENTINEL_PORT = pvtest.free_port()
+SENTINEL_PORTS = []
+while len(SENTINEL_PORTS) < 3:  # free_port may hand the same free port out twice
+    port = pvtest.free_port()
+    if port not in SENTINEL_PORTS:
+        SENTINEL_PORTS.append(port)
+SENTINEL_PORT = SENTINEL_PORTS[0]  # the one the tests ask; all three vote
 
 
 class Failover(unittest.TestCase):
@@ -31,7 +36,7 @@ class Failover(unittest.TestCase):
         self.procs = []
 
     def start(self, **redis_config):
-        redis_config.update({"sentinels": ["127.0.0.1:%d" % SENTINEL_PORT],
+        redis_config.update({"sentinels": ["127.0.0.1:%d" % p for p in SENTINEL_PORTS],
                              "master_name": "pvmaster"})
         self.stack = pvtest.Stack(gateways=1, workers=1, config={"redis": redis_config})
         self.stack.redis.start()
@@ -49,23 +54,29 @@ class Failover(unittest.TestCase):
              "--masteruser", pvtest.REDIS_ADMIN_USER,
              "--masterauth", self.stack.redis.admin_password],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        conf = os.path.join(self.stack.tmpdir, "sentinel.conf")
-        with open(conf, "w") as f:
-            f.write("port %d\nbind 127.0.0.1\nsentinel monitor pvmaster 127.0.0.1 %d 1\n"
-                    "sentinel down-after-milliseconds pvmaster 1000\n"
-                    "sentinel failover-timeout pvmaster 3000\n"
-                    "sentinel auth-user pvmaster %s\nsentinel auth-pass pvmaster %s\n" %
-                    (SENTINEL_PORT, master, pvtest.REDIS_ADMIN_USER,
-                     self.stack.redis.admin_password))
-        self.procs.append(subprocess.Popen([pvtest.REDIS_SERVER, conf, "--sentinel"],
-                                           stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL))
+        for i, port in enumerate(SENTINEL_PORTS):
+            conf = os.path.join(self.stack.tmpdir, "sentinel-%d.conf" % i)
+            with open(conf, "w") as f:
+                f.write("port %d\nbind 127.0.0.1\nsentinel monitor pvmaster 127.0.0.1 %d 2\n"
+                        "sentinel down-after-milliseconds pvmaster 1000\n"
+                        "sentinel failover-timeout pvmaster 3000\n"
+                        "sentinel auth-user pvmaster %s\nsentinel auth-pass pvmaster %s\n" %
+                        (port, master, pvtest.REDIS_ADMIN_USER,
+                         self.stack.redis.admin_password))
+            self.procs.append(subprocess.Popen([pvtest.REDIS_SERVER, conf, "--sentinel"],
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
         self.wait_for(lambda: self.sentinel_master() == str(master))
         self.wait_for(lambda: "master_link_status:up" in self.replica_info())
         # the sentinel learns the replicas from the master's INFO (every 10 s): a failover
         # needs it to know one
-        self.wait_for(lambda: str(self.replica_port) in self.redis_cli(
-            SENTINEL_PORT, "SENTINEL", "replicas", "pvmaster"))
+        for port in SENTINEL_PORTS:
+            self.wait_for(lambda: str(self.replica_port) in self.redis_cli(
+                port, "SENTINEL", "replicas", "pvmaster"))
+        # and each other (hello messages every 2 s): a failover needs two of the three to agree
+        for port in SENTINEL_PORTS:
+            self.wait_for(lambda: "num-other-sentinels\n2" in self.redis_cli(
+                port, "SENTINEL", "master", "pvmaster"))
         self.stack.start()
 
     def tearDown(self):
@@ -88,7 +99,7 @@ class Failover(unittest.TestCase):
         self.fail("condition not met within %d s" % timeout)
 
     def redis_cli(self, port, *args):
-        auth = [] if port == SENTINEL_PORT else self.stack.redis.cli_auth_args()
+        auth = [] if port in SENTINEL_PORTS else self.stack.redis.cli_auth_args()
         return subprocess.run(["redis-cli", "-p", str(port)] + auth + list(args),
                               capture_output=True, text=True, timeout=5).stdout
 
