@@ -14,6 +14,7 @@ promoted replica does not know.
 import os
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -138,6 +139,63 @@ class Failover(unittest.TestCase):
         # the new master holds the operations, the one from before the failover too
         got = ops.GetOperation(O.GetOperationRequest(id=before.id), timeout=10)
         self.assertEqual(got.status, O.OPERATION_STATUS_SUCCEEDED)
+        self.assertTrue(all(p.alive() for p in self.stack.procs))
+
+    def test_master_killed_under_load_replicated_loses_nothing(self):
+        # four clients submit and wait on operations without pause while the master is
+        # SIGKILLed; with "replicated" durability no acknowledged operation may be missing
+        # from the promoted replica
+        self.start(durability="replicated", wait_replicas=1, wait_timeout_ms=500)
+        ops = operations_pb2_grpc.OperationServiceStub(self.stack.channel(0))
+        acked, refused, stop = [], [], threading.Event()
+        lock = threading.Lock()
+
+        def client(n):
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    op = ops.CreateTestOperation(O.CreateTestOperationRequest(
+                        kind="test.sleep", target="load-%d-%d" % (n, i), params={"ms": "1"}),
+                        timeout=5)
+                    with lock:
+                        acked.append(op.id)
+                except grpc.RpcError as e:
+                    with lock:
+                        refused.append(e.code())
+                    time.sleep(0.05)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(2)
+            before_kill = len(acked)
+            self.stack.redis.kill9()
+            self.wait_for(lambda: self.sentinel_master() == str(self.replica_port))
+            self.wait_for(lambda: "role:master" in self.replica_info())
+            # the old master returns as the new one's replica: submissions are confirmed again
+            self.stack.redis.start()
+            self.stack.redis.cmd("CONFIG", "SET", "masteruser", pvtest.REDIS_ADMIN_USER)
+            self.stack.redis.cmd("CONFIG", "SET", "masterauth", self.stack.redis.admin_password)
+            n = len(acked)
+            self.wait_for(lambda: len(acked) > n + 20, timeout=60)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+        lost = 0
+        for op_id in acked:
+            try:
+                ops.GetOperation(O.GetOperationRequest(id=op_id), timeout=10)
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
+                lost += 1
+        print("master killed under load (4 clients), durability replicated: %d acknowledged "
+              "(%d before the kill), %d lost, %d refused or unavailable meanwhile" %
+              (len(acked), before_kill, lost, len(refused)))
+        self.assertGreater(before_kill, 0)
+        self.assertEqual(lost, 0)
         self.assertTrue(all(p.alive() for p in self.stack.procs))
 
     def submit(self, ops, n, tag, acked, refused):
