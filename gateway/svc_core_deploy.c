@@ -71,8 +71,12 @@ typedef struct child {
     json_t *seen;    /* deploys: the instances (allocation ids) told already */
     int kind;        /* child_kind: what a lost id is answered with */
     bool done;
-    bool checked; /* its record was read at least once (expected is known) */
-    bool ended;   /* its output's end entry came: its record is final */
+    bool checked;      /* its record was read at least once (expected is known) */
+    bool ended;        /* its output's end entry came: its record is final */
+    bool idle;         /* the last wait saw nothing new in its output: no need to read it */
+    pv_op_output *pre; /* what the last wait read of its output: relayed instead of a read */
+    size_t npre;
+    bool fetched; /* pre is all its output had after `after` when the wait read it */
 } child;
 
 typedef struct relay {
@@ -81,6 +85,12 @@ typedef struct relay {
     const pv_keys *k;
     char parent[PV_ID_MAX];
     char parent_after[32];
+    /* what the last wait saw of the parent: nothing new in its output (no announcement to
+     * read), its end entry (its record is final: read it) */
+    bool parent_idle, parent_ended, parent_checked;
+    pv_op_output *parent_pre; /* what the last wait read of the parent's output */
+    size_t parent_npre;
+    bool parent_fetched; /* parent_pre is all of it after parent_after (as child.fetched) */
     const char *pod;
     child *children;
     size_t n;
@@ -268,10 +278,14 @@ static int add_child(relay *rl, const char *id, const char *node, pv_status *st)
 }
 
 static int read_announcements(relay *rl, pv_status *st) {
-    pv_op_output *out = NULL;
-    size_t n = 0;
-    if (pv_op_output_read(rl->r, rl->k, rl->parent, rl->parent_after, 100, 0, &out, &n, st) !=
-        PV_OK)
+    pv_op_output *out = rl->parent_pre;
+    size_t n = rl->parent_npre;
+    bool fetched = rl->parent_fetched;
+    rl->parent_pre = NULL;
+    rl->parent_npre = 0;
+    rl->parent_fetched = false;
+    if (!fetched && pv_op_output_read(rl->r, rl->k, rl->parent, rl->parent_after, 100, 0, &out, &n,
+                                      st) != PV_OK)
         return st->code;
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
@@ -288,6 +302,8 @@ static int read_announcements(relay *rl, pv_status *st) {
 static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
     pv_op rec = {0};
     bool over = false;
+    /* Nothing new since the last read, as the wait saw: nothing to read (check: read anyway) */
+    if (!check && c->idle && !c->fetched && c->checked && !c->ended) return PV_OK;
     /* The record matters only once (how many instances) and at the end; in between the output
      * says everything. check: read it anyway (a child may end without output). */
     if (check || c->ended || !c->checked) {
@@ -297,9 +313,14 @@ static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
         if (!c->checked) c->expected = expected_of(&rec);
         c->checked = true;
     }
-    pv_op_output *out = NULL;
-    size_t n = 0;
-    int rc = pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
+    pv_op_output *out = c->pre;
+    size_t n = c->npre;
+    bool fetched = c->fetched;
+    c->pre = NULL;
+    c->npre = 0;
+    c->fetched = false;
+    int rc =
+        fetched ? PV_OK : pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(c->after, sizeof c->after, "%s", out[i].id);
         const char *type = svc_nodeop_value(&out[i], "type");
@@ -348,6 +369,7 @@ static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
         if (sent != 0) rc = pv_status_set(st, PV_CANCELLED, "client gone");
     }
     pv_op_output_free(out, n);
+    c->idle = !(over && n > 0); /* over but not drained: read again at once */
     if (rc == PV_OK && over && n == 0) {
         /* Finished and drained: instances it never reported failed with it. */
         char why[PV_STATUS_MSG_MAX + 64];
@@ -387,12 +409,16 @@ static int wait_news(relay *rl, bool with_parent, bool *woke, pv_status *st) {
     char(*cursors)[PV_OP_CURSOR_MAX] = calloc(rl->n + 1, sizeof *cursors);
     bool *ended = calloc(rl->n + 1, sizeof *ended);
     size_t *idx = calloc(rl->n + 1, sizeof *idx);
+    pv_op_output **got = calloc(rl->n + 1, sizeof *got);
+    size_t *ngot = calloc(rl->n + 1, sizeof *ngot);
     *woke = false;
-    if (!ids || !cursors || !ended || !idx) {
+    if (!ids || !cursors || !ended || !idx || !got || !ngot) {
         free(ids);
         free(cursors);
         free(ended);
         free(idx);
+        free(got);
+        free(ngot);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
     if (with_parent) {
@@ -406,9 +432,34 @@ static int wait_news(relay *rl, bool with_parent, bool *woke, pv_status *st) {
             idx[n] = i;
             snprintf(cursors[n++], PV_OP_CURSOR_MAX, "%s", rl->children[i].after);
         }
-    int rc = n ? pv_op_output_wait(rl->r, rl->k, n, ids, cursors, WAIT_MS, woke, ended, st) : PV_OK;
-    for (size_t j = first_child; rc == PV_OK && j < n; j++)
-        rl->children[idx[j]].ended = rl->children[idx[j]].ended || ended[j];
+    int rc = n ? pv_op_output_wait_entries(rl->r, rl->k, n, ids, cursors, WAIT_MS, woke, ended, got,
+                                           ngot, st)
+               : PV_OK;
+    /* the wait moved the cursors of the streams that had news, and read their entries: the
+     * reads that follow take those, the streams without news need no read */
+    if (rc == PV_OK && with_parent) {
+        rl->parent_idle = strcmp(cursors[0], rl->parent_after) == 0;
+        rl->parent_ended = rl->parent_ended || ended[0];
+        pv_op_output_free(rl->parent_pre, rl->parent_npre);
+        rl->parent_pre = got[0];
+        rl->parent_npre = ngot[0];
+        rl->parent_fetched = !rl->parent_idle && ngot[0] < 100;
+        got[0] = NULL;
+    }
+    for (size_t j = first_child; rc == PV_OK && j < n; j++) {
+        child *c = &rl->children[idx[j]];
+        c->ended = c->ended || ended[j];
+        c->idle = strcmp(cursors[j], c->after) == 0;
+        pv_op_output_free(c->pre, c->npre);
+        c->pre = got[j];
+        c->npre = ngot[j];
+        c->fetched = !c->idle && ngot[j] < 100;
+        got[j] = NULL;
+    }
+    for (size_t j = 0; j < n; j++)
+        pv_op_output_free(got[j], ngot[j]);
+    free(got);
+    free(ngot);
     free(ids);
     free(cursors);
     free(ended);
@@ -425,12 +476,18 @@ static int relay_all(relay *rl, pv_status *st) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
         pv_op parent = {0};
         bool over = true, has_parent = rl->parent[0] != '\0';
-        if (has_parent) {
+        /* the parent's record says whether it is over: read when its end entry came (or at a
+         * check), not on every news of its children */
+        if (has_parent && (check || rl->parent_ended || !rl->parent_checked)) {
             if (pv_op_get(rl->r, rl->k, rl->parent, &parent, st) != PV_OK) return st->code;
             over = parent.status == PV_OP_SUCCEEDED || parent.status == PV_OP_FAILED ||
                    parent.status == PV_OP_CANCELLED;
+            rl->parent_checked = true;
+        } else if (has_parent) {
+            over = false;
         }
-        int rc = has_parent ? read_announcements(rl, st) : PV_OK;
+        int rc = has_parent && (check || !rl->parent_idle) ? read_announcements(rl, st) : PV_OK;
+        rl->parent_idle = true;
         bool all_done = true;
         for (size_t i = 0; rc == PV_OK && i < rl->n; i++)
             if (!rl->children[i].done) {
@@ -498,8 +555,11 @@ static void relay_free(relay *rl) {
     for (size_t i = 0; i < rl->n; i++) {
         json_decref(rl->children[i].pending);
         json_decref(rl->children[i].seen);
+        pv_op_output_free(rl->children[i].pre, rl->children[i].npre);
     }
     free(rl->children);
+    pv_op_output_free(rl->parent_pre, rl->parent_npre);
+    rl->parent_pre = NULL;
 }
 
 static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {

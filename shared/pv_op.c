@@ -1013,9 +1013,38 @@ static bool is_end_entry(const redisReply *e) {
 int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
                       char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke, bool *ended,
                       pv_status *st) {
+    return pv_op_output_wait_entries(r, k, n, op_ids, cursors, block_ms, woke, ended, NULL, NULL,
+                                     st);
+}
+
+/* Stream s's entries (end entries left out) into a malloc'd array. */
+static int wait_entries(const redisReply *list, pv_op_output **entries, size_t *count,
+                        pv_status *st) {
+    *entries = calloc(list->elements, sizeof **entries);
+    if (!*entries) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    int rc = PV_OK;
+    for (size_t e = 0; rc == PV_OK && e < list->elements; e++) {
+        if (is_end_entry(list->element[e])) continue;
+        rc = output_entry(list->element[e], &(*entries)[(*count)++], st);
+    }
+    if (rc != PV_OK || *count == 0) {
+        pv_op_output_free(*entries, *count);
+        *entries = NULL;
+        *count = 0;
+    }
+    return rc;
+}
+
+int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
+                              char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke,
+                              bool *ended, pv_op_output **entries, size_t *counts, pv_status *st) {
     *woke = false;
     for (size_t i = 0; ended && i < n; i++)
         ended[i] = false;
+    for (size_t i = 0; entries && i < n; i++) {
+        entries[i] = NULL;
+        counts[i] = 0;
+    }
     if (n == 0) return PV_OK;
     for (size_t i = 0; i < n; i++)
         if (check_id(op_ids[i], st) != PV_OK) return st->code;
@@ -1058,10 +1087,18 @@ int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const
             if (strcmp(keys[j], s->element[0]->str) == 0) {
                 snprintf(cursors[j], PV_OP_CURSOR_MAX, "%s", last->element[0]->str);
                 if (ended) ended[j] = ended[j] || end;
+                if (entries && !entries[j] && rc == PV_OK)
+                    rc = wait_entries(s->element[1], &entries[j], &counts[j], st);
             }
         *woke = true;
     }
     if (rep) freeReplyObject(rep);
+    if (rc != PV_OK && entries)
+        for (size_t i = 0; i < n; i++) {
+            pv_op_output_free(entries[i], counts[i]);
+            entries[i] = NULL;
+            counts[i] = 0;
+        }
     free(argv);
     free(keys);
     return rc;

@@ -270,6 +270,14 @@ int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const
                       char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke, bool *ended,
                       pv_status *st);
 
+/* pv_op_output_wait that also hands over what it read, saving the follower a read of its own:
+ * entries[i] (malloc'd, NULL when none; free with pv_op_output_free(entries[i], counts[i])) are
+ * stream i's entries after cursors[i] as pv_op_output_read returns them (end entries left
+ * out), at most 100: with 100 there may be more, which the next wait or read returns. */
+int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
+                              char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke,
+                              bool *ended, pv_op_output **entries, size_t *counts, pv_status *st);
+
 /* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
  * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's
  * expiry. PV_ABORTED when the lease is lost (nothing written). */
