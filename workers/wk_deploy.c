@@ -210,8 +210,10 @@ static int wait_loop(wk_op *op, char **children, size_t n, child_wait *w, size_t
     const pv_config *cfg = wk_op_config(op);
     int64_t timeout = cfg ? cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS;
     size_t failed = 0;
-    bool full = true;
-    int64_t last_full = 0;
+    /* the children were just submitted: their records can only say pending until a wait
+     * brings news or a second passes */
+    bool full = false;
+    int64_t last_full = wall_ms();
     for (;;) {
         size_t left = 0;
         for (size_t i = 0; i < n; i++) {
