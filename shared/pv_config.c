@@ -108,7 +108,7 @@ static const key_def keys[] = {
     INT("worker.pid_pressure_percent", worker.pid_pressure_percent, "90", 1, 100),
     INT("worker.stop_grace_seconds", worker.stop_grace_seconds, "10", 1, 3600),
     STR("worker.default_user", worker.default_user, "dynamic", 0),
-    STR("worker.dynamic_uids", worker.dynamic_uids, "61184-65519", 0),
+    STR("worker.dynamic_uids", worker.dynamic_uids, "1879048192-1879113727", 0),
     STR("worker.uid_dir", worker.uid_dir, "/run/pivirt/uids", 0),
     INT("worker.concurrency", worker.concurrency, "8", 1, 256),
     INT("worker.lease_ms", worker.lease_ms, "10000", 100, INT_MAX),

@@ -120,7 +120,8 @@ typedef struct pv_config {
         char *default_user;     /* worker.default_user: a process workload whose deploy names no
                                    user runs as "dynamic" (a uid of its own), "" (the agent's
                                    user) or this name or uid[:gid] ("dynamic") */
-        char *dynamic_uids;     /* worker.dynamic_uids: the uids "dynamic" takes ("61184-65519") */
+        char *dynamic_uids;     /* worker.dynamic_uids: the uids "dynamic" takes
+                                   ("1879048192-1879113727") */
         char *uid_dir;          /* worker.uid_dir: where the host's agents claim them
                                    ("/run/pivirt/uids") */
         int stop_grace_seconds; /* worker.stop_grace_seconds: a stop that names no grace

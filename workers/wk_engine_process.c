@@ -76,8 +76,9 @@
 #define PE_BACKOFF_MAX_MS 10000
 #define PE_BACKOFF_RESET_MS 10000 /* a run this long resets the backoff */
 #define PE_DEFAULT_GRACE_S 10
-/* systemd's range for dynamic users, and a claim directory every agent of the host shares */
-#define PE_DEFAULT_UIDS "61184-65519"
+/* a range systemd leaves unused (not its DynamicUser range, which services of the host may
+ * hold), and a claim directory every agent of the host shares */
+#define PE_DEFAULT_UIDS "1879048192-1879113727"
 #define PE_DEFAULT_UID_DIR "/run/pivirt/uids"
 #define PE_HOOK_TIMEOUT_MS 60000
 #define PE_TAR_TIMEOUT_MS 600000

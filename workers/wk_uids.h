@@ -19,7 +19,8 @@
 
 #include "pv_status.h"
 
-/* "61184-65519" into [*min, *max]: INVALID_ARGUMENT naming the value unless 0 < min <= max. */
+/* "1879048192-1879113727" into [*min, *max]: INVALID_ARGUMENT naming the value unless 0 < min <=
+ * max. */
 int wk_uids_parse_range(const char *range, uid_t *min, uid_t *max, pv_status *st);
 
 /* Claims a free uid of [min, max] for owner (an absolute path), starting from a place derived

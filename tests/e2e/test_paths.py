@@ -410,7 +410,7 @@ class Scm(Base):
                       .read())
             groups = (t.extractfile("./groups.txt" if "./groups.txt" in t.getnames()
                                     else "groups.txt").read().split())
-        self.assertTrue(61184 <= uid <= 65519, uid)
+        self.assertTrue(1879048192 <= uid <= 1879113727, uid)
         self.assertEqual(groups, [str(uid).encode()])  # no supplementary group of the agent's
         planted = os.path.join(self.stack.data_dir, "images", self.tmpname)
         for target in (os.path.join(self.outside, "planted"), planted):
