@@ -16,13 +16,15 @@
 int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
     if (!name || !*name) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
     size_t n = strlen(name);
-    bool ok = n <= 128 && name[0] != '-' && name[0] != '.';
+    /* no ".." anywhere, not only as a whole component: the rule stays one an operator can
+     * read off a name (found by fuzz_wire: "a..b" passed, against what the API promises) */
+    bool ok = n <= 128 && name[0] != '-' && name[0] != '.' && !strstr(name, "..");
     for (size_t i = 0; ok && i < n; i++)
         ok = isalnum((unsigned char)name[i]) || name[i] == '.' || name[i] == '_' || name[i] == '-';
     if (ok) return PV_OK;
     return pv_status_set(st, PV_INVALID_ARGUMENT,
                          "%s: \"%.64s\" is not a plain name (letters, digits, '.', '_', '-'; "
-                         "not starting with '-' or '.'; at most 128)",
+                         "not starting with '-' or '.'; no \"..\"; at most 128)",
                          field, name);
 }
 

@@ -16,7 +16,7 @@ static void test_names(void **state) {
     const char *ok[] = {"default", "data-01", "vm_disk.qcow2", "a"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         assert_int_equal(pv_storage_check_name("name", ok[i], &st), PV_OK);
-    const char *bad[] = {"", "../x", "a/b", "-rf", ".hidden", "a b", "x\n"};
+    const char *bad[] = {"", "../x", "a/b", "-rf", ".hidden", "a b", "x\n", "a..b", "data.."};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(pv_storage_check_name("name", bad[i], &st), PV_INVALID_ARGUMENT);
         assert_non_null(strstr(st.msg, "name: "));
