@@ -277,15 +277,28 @@ static int add_child(relay *rl, const char *id, const char *node, pv_status *st)
     return PV_OK;
 }
 
+/* An operation's output after `after`: what the last wait read of it (*pre, taken over: the
+ * caller frees *out) when that was all of it (*fetched), else a read. */
+static int take_output(relay *rl, const char *op_id, const char *after, pv_op_output **pre,
+                       size_t *npre, bool *fetched, pv_op_output **out, size_t *n, pv_status *st) {
+    *out = *pre;
+    *n = *npre;
+    bool had = *fetched;
+    *pre = NULL;
+    *npre = 0;
+    *fetched = false;
+    if (had) return PV_OK;
+    pv_op_output_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    return pv_op_output_read(rl->r, rl->k, op_id, after, 100, 0, out, n, st);
+}
+
 static int read_announcements(relay *rl, pv_status *st) {
-    pv_op_output *out = rl->parent_pre;
-    size_t n = rl->parent_npre;
-    bool fetched = rl->parent_fetched;
-    rl->parent_pre = NULL;
-    rl->parent_npre = 0;
-    rl->parent_fetched = false;
-    if (!fetched && pv_op_output_read(rl->r, rl->k, rl->parent, rl->parent_after, 100, 0, &out, &n,
-                                      st) != PV_OK)
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    if (take_output(rl, rl->parent, rl->parent_after, &rl->parent_pre, &rl->parent_npre,
+                    &rl->parent_fetched, &out, &n, st) != PV_OK)
         return st->code;
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
@@ -313,14 +326,9 @@ static int follow_child(relay *rl, child *c, bool check, pv_status *st) {
         if (!c->checked) c->expected = expected_of(&rec);
         c->checked = true;
     }
-    pv_op_output *out = c->pre;
-    size_t n = c->npre;
-    bool fetched = c->fetched;
-    c->pre = NULL;
-    c->npre = 0;
-    c->fetched = false;
-    int rc =
-        fetched ? PV_OK : pv_op_output_read(rl->r, rl->k, c->id, c->after, 100, 0, &out, &n, st);
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    int rc = take_output(rl, c->id, c->after, &c->pre, &c->npre, &c->fetched, &out, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(c->after, sizeof c->after, "%s", out[i].id);
         const char *type = svc_nodeop_value(&out[i], "type");

@@ -251,14 +251,10 @@ class Drain(unittest.TestCase):
         self.assertTrue(any(n == "dn2" for n in left.values()), left)  # not all moved
         self.uncordon("dn2")
 
-    def test_c2_worker_killed_mid_drain(self):
-        # the ops worker running a drain dies (SIGKILL) after its first move: the other worker
-        # takes the operation over when the lease runs out and finishes it from its journal,
-        # without moving a workload twice or losing one
-        self.uncordon("dn2")
-        self.uncordon("dn3")
-        msgs = self.deploy("chaos", 3, nodes=("dn2",))
-        op = self.cs.DrainNode(C.DrainNodeRequest(cluster_id="drn", node_id="dn2",
+    def drain_past_first_move(self, node):
+        """Starts draining node and returns (its operation, the record once the first workload
+        has moved, the drain still running)."""
+        op = self.cs.DrainNode(C.DrainNodeRequest(cluster_id="drn", node_id=node,
                                                   grace_period_seconds=1), timeout=10)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -267,6 +263,16 @@ class Drain(unittest.TestCase):
                 break
             time.sleep(0.05)
         self.assertFalse(cur.done, "%s %s %s" % (cur.status, cur.message, cur.error.message))
+        return op, cur
+
+    def test_c2_worker_killed_mid_drain(self):
+        # the ops worker running a drain dies (SIGKILL) after its first move: the other worker
+        # takes the operation over when the lease runs out and finishes it from its journal,
+        # without moving a workload twice or losing one
+        self.uncordon("dn2")
+        self.uncordon("dn3")
+        msgs = self.deploy("chaos", 3, nodes=("dn2",))
+        op, cur = self.drain_past_first_move("dn2")
         victim = [w for w in self.stack.workers if cur.worker.endswith("-%d" % w.pid)]
         self.assertEqual(len(victim), 1, (cur.worker, [w.pid for w in self.stack.workers]))
         victim[0].kill9()
@@ -291,15 +297,7 @@ class Drain(unittest.TestCase):
         self.uncordon("dn2")
         self.uncordon("dn3")
         msgs = self.deploy("agentkill", 3, nodes=("dn2",))
-        op = self.cs.DrainNode(C.DrainNodeRequest(cluster_id="drn", node_id="dn2",
-                                                  grace_period_seconds=1), timeout=10)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            cur = self.ops.GetOperation(O.GetOperationRequest(id=op.id), timeout=10)
-            if "(2 of " in cur.message or cur.done:
-                break
-            time.sleep(0.05)
-        self.assertFalse(cur.done, "%s %s %s" % (cur.status, cur.message, cur.error.message))
+        op, cur = self.drain_past_first_move("dn2")
         agent = [a for a in self.stack.agents if a.name == "agent-dn2"]
         self.assertEqual(len(agent), 1, [a.name for a in self.stack.agents])
         agent[0].kill9()

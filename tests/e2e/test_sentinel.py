@@ -184,6 +184,16 @@ class Failover(unittest.TestCase):
             stop.set()
             for t in threads:
                 t.join(30)
+        lost = self.count_lost(ops, acked)
+        print("master killed under load (4 clients), durability replicated: %d acknowledged "
+              "(%d before the kill), %d lost, %d refused or unavailable meanwhile" %
+              (len(acked), before_kill, lost, len(refused)))
+        self.assertGreater(before_kill, 0)
+        self.assertEqual(lost, 0)
+        self.assertTrue(all(p.alive() for p in self.stack.procs))
+
+    def count_lost(self, ops, acked):
+        """How many of the acknowledged operations the (new) master does not know."""
         lost = 0
         for op_id in acked:
             try:
@@ -191,12 +201,7 @@ class Failover(unittest.TestCase):
             except grpc.RpcError as e:
                 self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
                 lost += 1
-        print("master killed under load (4 clients), durability replicated: %d acknowledged "
-              "(%d before the kill), %d lost, %d refused or unavailable meanwhile" %
-              (len(acked), before_kill, lost, len(refused)))
-        self.assertGreater(before_kill, 0)
-        self.assertEqual(lost, 0)
-        self.assertTrue(all(p.alive() for p in self.stack.procs))
+        return lost
 
     def submit(self, ops, n, tag, acked, refused):
         for i in range(n):
@@ -236,13 +241,7 @@ class Failover(unittest.TestCase):
             time.sleep(0.05 if after else 0.3)
         self.assertEqual(len(after), 10, "the control plane did not come back")
         acked += after
-        lost = 0
-        for op_id in acked:
-            try:
-                ops.GetOperation(O.GetOperationRequest(id=op_id), timeout=10)
-            except grpc.RpcError as e:
-                self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
-                lost += 1
+        lost = self.count_lost(ops, acked)
         return acked, refused, lost
 
     def test_asynchronous_replication_loses_what_the_replica_never_got(self):
