@@ -87,7 +87,16 @@ class Metrics(unittest.TestCase):
         self.run_ops(3)
         with self.assertRaises(grpc.RpcError):
             self.st.GetPool(storage_pb2.GetPoolRequest(name="nope"), timeout=10)
-        _, after = scrape(GW_PORT)
+        # a call is counted when the gateway releases it, just after the client has its
+        # answer: scrape until the last one is in
+        deadline = time.monotonic() + 10
+        while True:
+            _, after = scrape(GW_PORT)
+            if value(after, "grpc_server_handled_total",
+                     grpc_service="pivirt.storage.v1.StorageService", grpc_method="GetPool",
+                     grpc_code="NOT_FOUND") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(value(after, "grpc_server_started_total", grpc_service=svc,
                                grpc_method=m), started + 3)
         self.assertEqual(value(after, "grpc_server_handled_total",
