@@ -127,6 +127,10 @@ void op_convert_reply(gw_call *c, const pv_op *op) {
     op_convert_free(&m);
 }
 
+/* The longest op_convert_wait blocks in one read before it looks at the record and the
+ * client again: an operation submitted without notify_end is seen done at this pace. */
+#define WAIT_SLICE_MS 250
+
 static int64_t mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -138,13 +142,20 @@ int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, i
     int64_t budget = max_ms, left = gw_call_deadline_ms(c);
     if (left != INT64_MAX && left - 200 < budget) budget = left - 200;
     int64_t until = mono_ms() + budget;
-    long pause_ms = 5;
+    /* a blocked read stays well under the connection's command timeout, and short enough to
+     * notice a client that went away */
+    int64_t slice = WAIT_SLICE_MS, ct = pv_redis_command_timeout_ms(r);
+    if (ct > 0 && ct / 2 < slice) slice = ct / 2 > 0 ? ct / 2 : 1;
+    char cursor[1][PV_OP_CURSOR_MAX] = {"0"};
     for (;;) {
         if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
-        if (pv_op_done(rec) || mono_ms() >= until || gw_call_is_closed(c)) return PV_OK;
+        int64_t now = mono_ms();
+        if (pv_op_done(rec) || now >= until || gw_call_is_closed(c)) return PV_OK;
         pv_op_clear(rec);
-        struct timespec ts = {0, pause_ms * 1000000L};
-        nanosleep(&ts, NULL);
-        if (pause_ms < 100) pause_ms *= 2;
+        bool woke = false;
+        int64_t block = until - now < slice ? until - now : slice;
+        if (pv_op_output_wait(r, k, 1, (const char *const[]){id}, cursor, (int)block, &woke, NULL,
+                              st) != PV_OK)
+            return st->code;
     }
 }

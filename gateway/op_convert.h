@@ -38,8 +38,9 @@ int op_convert_send(gw_call *c, const pv_op *op);
 
 /* Waits for operation id to end, at most max_ms and a little less than the call's deadline, or
  * until the client goes; *rec is the record as it is then (done or not). For calls that answer
- * once a short operation ended: the record is read again after 5 ms, then at doubling intervals
- * up to 100 ms, so a quick operation answers quickly and a slow one costs few reads. */
+ * once a short operation ended, submitted with notify_end: the wait blocks on the operation's
+ * output stream, whose end entry wakes it the moment the operation ends (at most 250 ms a read,
+ * then the record and the client are looked at again). */
 int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, int64_t max_ms,
                     pv_op *rec, pv_status *st);
 

@@ -706,7 +706,8 @@ static void answer_op(gw_call *call, const op_req *o) {
         .params_json = params,
         .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
         .holds = o->holds,
-        .n_holds = o->n_holds};
+        .n_holds = o->n_holds,
+        .notify_end = o->wait};
     gw_app_count_client(call, &req);
     pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
                      .events_maxlen = s->app->cfg.ops.events_maxlen};

@@ -247,7 +247,8 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
         .params_json = text,
         .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
         .holds = holds,
-        .n_holds = n_holds};
+        .n_holds = n_holds,
+        .notify_end = wait};
     gw_app_count_client(call, &req);
     pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
                      .events_maxlen = app->cfg.ops.events_maxlen};

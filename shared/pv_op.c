@@ -457,6 +457,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     strv_addf(&args, "%s", client);
     strv_addf(&args, "%d", req->client_max_pending > 0 ? req->client_max_pending : 0);
     strv_addf(&args, "%s", req->limit_name ? req->limit_name : "limit");
+    strv_addf(&args, "%d", req->notify_end ? 1 : 0);
     free(holds);
 
     redisReply *rep = NULL;
@@ -1001,13 +1002,23 @@ static int output_entry(const redisReply *x, pv_op_output *e, pv_status *st) {
     return PV_OK;
 }
 
-/* The closing entry pv_op_finish appends: exactly the fields type=end and status. */
-static bool is_end_entry(const redisReply *e) {
+/* A plumbing entry of type `type` (exactly the fields type and status): "end", appended when
+ * the operation finishes, or "open", written at submission for notify_end. */
+static bool is_plumbing(const redisReply *e, const char *type) {
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) return false;
     const redisReply *f = e->element[1];
     return f->type == REDIS_REPLY_ARRAY && f->elements == 4 && f->element[0]->str &&
            strcmp(f->element[0]->str, "type") == 0 && f->element[1]->str &&
-           strcmp(f->element[1]->str, "end") == 0;
+           strcmp(f->element[1]->str, type) == 0;
+}
+
+static bool is_end_entry(const redisReply *e) {
+    return is_plumbing(e, "end");
+}
+
+/* What readers never see. */
+static bool is_hidden_entry(const redisReply *e) {
+    return is_plumbing(e, "end") || is_plumbing(e, "open");
 }
 
 int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
@@ -1024,7 +1035,7 @@ static int wait_entries(const redisReply *list, pv_op_output **entries, size_t *
     if (!*entries) return pv_status_set(st, PV_INTERNAL, "out of memory");
     int rc = PV_OK;
     for (size_t e = 0; rc == PV_OK && e < list->elements; e++) {
-        if (is_end_entry(list->element[e])) continue;
+        if (is_hidden_entry(list->element[e])) continue;
         rc = output_entry(list->element[e], &(*entries)[(*count)++], st);
     }
     if (rc != PV_OK || *count == 0) {
@@ -1126,7 +1137,7 @@ static int read_stream(pv_redis *r, const char *key, const char *after, size_t c
         *entries = calloc(list->elements, sizeof **entries);
         if (!*entries) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
         for (size_t i = 0; rc == PV_OK && i < list->elements; i++) {
-            if (is_end_entry(list->element[i])) continue;
+            if (is_hidden_entry(list->element[i])) continue;
             rc = output_entry(list->element[i], &(*entries)[(*n)++], st);
         }
         if (rc == PV_OK && *n == 0) {

@@ -118,6 +118,11 @@ typedef struct pv_op_submit_req {
     const char *client;
     int client_max_pending; /* > 0: refuse when the client has this many unfinished already */
     const char *limit_name; /* names the limit in the error ("gateway.max_pending_ops_...") */
+    /* The submitter will wait for the end (op_convert_wait): the operation's output stream is
+     * opened at once with a plumbing entry no reader sees, so that its end entry, which only
+     * an existing stream gets, wakes a pv_op_output_wait even when the operation writes no
+     * output. */
+    bool notify_end;
 } pv_op_submit_req;
 
 /* Writes record + stream entry + idempotency key + locks + index + event atomically.
@@ -245,7 +250,8 @@ void pv_op_output_free(pv_op_output *entries, size_t n);
 /* Reads the entries after `after` ("0" = from the start), at most count, waiting up to block_ms
  * for the first one (0 = do not wait; the connection's command timeout must exceed block_ms).
  * *entries is malloc'd (NULL when none). The stream's closing entry (type "end", written when
- * the operation finishes) is plumbing for pv_op_output_wait and never returned here. */
+ * the operation finishes) and the opening one of notify_end are plumbing for pv_op_output_wait
+ * and never returned here. */
 int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const char *after,
                       size_t count, int block_ms, pv_op_output **entries, size_t *n, pv_status *st);
 
@@ -264,7 +270,8 @@ int pv_op_input_read(pv_redis *r, const pv_keys *k, const char *op_id, const cha
  * came; ended (NULL, or n flags) is set for each stream whose end entry came (the operation is
  * finished; its record says how). A follower must leave finished operations out of the set
  * (their end entry would wake it at once, every time). An operation that finishes without ever
- * writing output has no stream and no end entry: only its record tells. */
+ * writing output has no stream and no end entry, unless it was submitted with notify_end: else
+ * only its record tells. */
 #define PV_OP_CURSOR_MAX 32
 int pv_op_output_wait(pv_redis *r, const pv_keys *k, size_t n, const char *const *op_ids,
                       char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke, bool *ended,

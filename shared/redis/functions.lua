@@ -292,7 +292,9 @@ end
 --   ARGV[1] base, [2] id, [3] kind, [4] target, [5] queue, [6] params JSON, [7] metadata JSON,
 --   [8] request id ('' = none), [9] max attempts, [10] holds JSON array, [11] events maxlen,
 --   [12] n, [13] idempotency seconds, [14] client ('' = not counted), [15] the client's limit
---   of unfinished operations (0 = none), [16] the name of that limit for the error message
+--   of unfinished operations (0 = none), [16] the name of that limit for the error message,
+--   [17] '1' = notify_end: open the output stream now (a plumbing entry type=open), so that
+--   op_end, which ends only an existing stream, writes the end entry a waiter blocks on
 --   With a client, its set of unfinished operations is the key after the idempotency key (or
 --   after the locks without a request id).
 --   returns {'created', record}, or {'existed', record} for a request id seen before
@@ -363,6 +365,12 @@ redis.register_function('pv_op_submit', function(keys, args)
   for i = 5, 4 + nlocks do redis.call('SET', keys[i], id) end
   if idem then redis.call('SET', idem, id, 'EX', args[13]) end
   redis.call('ZADD', keys[3], now, id)
+  if args[17] == '1' then
+    local out = base .. 'out:' .. id
+    redis.call('XADD', out, '*', 'type', 'open', 'status', 'PENDING')
+    -- op_end sets the retention; until then it lives as long as the idempotency key
+    redis.call('EXPIRE', out, args[13])
+  end
   if ckey then
     redis.call('SADD', ckey, id)
     -- A client that went away leaves no set behind for longer than its records live.

@@ -736,6 +736,49 @@ static void test_output(void **state) {
     pv_op_clear(&sub);
 }
 
+/* notify_end: a waiter blocks on the output stream of an operation that writes no output and
+ * wakes when it ends; readers never see the opening entry; the stream gets the retention. */
+static void test_notify_end(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    ensure_group(f, "ops");
+    pv_op sub;
+    bool existed = true;
+    pv_op_submit_req req = {
+        .kind = "test.sleep", .target = "wl-n", .queue = "ops", .notify_end = true};
+    assert_int_equal(pv_op_submit(f->r, &f->keys, &f->opts, &req, &sub, &existed, &st), PV_OK);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", sub.id), 1);
+    assert_true(num(f, "TTL " OPS_BASE "out:%s", sub.id) > 0);
+    pv_op_output *out = NULL;
+    size_t n = 99;
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, sub.id, "0", 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    /* the opening entry wakes the first wait (nothing ended yet), then the wait blocks */
+    const char *ids[] = {sub.id};
+    char cursors[1][PV_OP_CURSOR_MAX] = {"0"};
+    bool woke = false, ended = true;
+    assert_int_equal(pv_op_output_wait(f->r, &f->keys, 1, ids, cursors, 200, &woke, &ended, &st),
+                     PV_OK);
+    assert_false(ended);
+    int64_t t0 = wall_ms();
+    assert_int_equal(pv_op_output_wait(f->r, &f->keys, 1, ids, cursors, 200, &woke, &ended, &st),
+                     PV_OK);
+    assert_false(woke);
+    assert_true(wall_ms() - t0 >= 150);
+    pv_op op;
+    int64_t token;
+    take(f, "ops", "w1", 10000, &op, &token);
+    finish(f, &op, token, PV_OP_SUCCEEDED);
+    assert_int_equal(pv_op_output_wait(f->r, &f->keys, 1, ids, cursors, 1000, &woke, &ended, &st),
+                     PV_OK);
+    assert_true(woke);
+    assert_true(ended);
+    assert_true(num(f, "TTL " OPS_BASE "out:%s", sub.id) >= f->opts.retention_seconds - 1);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+}
+
 static int dead_letters_of(fixture *f, const char *id) {
     redisReply *rep = cmd(f, "XRANGE t:{ops}:dead - +");
     int n = 0;
@@ -1338,6 +1381,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_notify_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_and_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release, setup, teardown),
