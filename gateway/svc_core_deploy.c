@@ -95,9 +95,10 @@ typedef struct relay {
     child *children;
     size_t n;
     size_t sent, failed;
-    bool quiet;       /* RunAndWait: nothing goes to the client; created instances are kept */
-    json_t *created;  /* quiet: [{"id", "node"}] of the instances created */
-    json_t *failures; /* quiet: the errors of the instances that failed */
+    size_t plan_nodes; /* creates: the nodes of the plan, as the announcements tell (0: not told) */
+    bool quiet;        /* RunAndWait: nothing goes to the client; created instances are kept */
+    json_t *created;   /* quiet: [{"id", "node"}] of the instances created */
+    json_t *failures;  /* quiet: the errors of the instances that failed */
 } relay;
 
 /* Sends m to the client, or keeps quiet (RunAndWait drives its own messages). */
@@ -261,7 +262,10 @@ static size_t expected_of(const pv_op *rec) {
     return n;
 }
 
-static int add_child(relay *rl, const char *id, const char *node, pv_status *st) {
+/* A node's part as the parent announced it; instances and nodes ("" when the announcement
+ * does not tell: an older worker) make its record's first read needless. */
+static int add_child(relay *rl, const char *id, const char *node, const char *instances,
+                     const char *nodes, pv_status *st) {
     for (size_t i = 0; i < rl->n; i++)
         if (strcmp(rl->children[i].id, id) == 0) return PV_OK; /* announced again */
     if (rl->n == MAX_CHILDREN)
@@ -274,7 +278,27 @@ static int add_child(relay *rl, const char *id, const char *node, pv_status *st)
     snprintf(c->id, sizeof c->id, "%s", id);
     snprintf(c->node, sizeof c->node, "%s", node);
     snprintf(c->after, sizeof c->after, "0");
+    if (*instances && *nodes) {
+        c->expected = strtoul(instances, NULL, 10);
+        c->checked = true;
+        rl->plan_nodes = strtoul(nodes, NULL, 10);
+    }
     return PV_OK;
+}
+
+/* A create whose every instance on every node of the plan has been told, all of them created:
+ * nothing more can come, so the client has its answer. What is left of the operations (the
+ * node parts' and the deploy's ends, handing back an unused reservation: none when all
+ * succeeded) goes on without it. With a failure the relay waits for the ends, so that the
+ * failed instances' resources are back before the client hears the last word. */
+static bool create_answered(const relay *rl) {
+    if (rl->plan_nodes == 0 || rl->n != rl->plan_nodes || rl->failed > 0) return false;
+    for (size_t i = 0; i < rl->n; i++) {
+        const child *c = &rl->children[i];
+        if (!c->checked || c->kind != CHILD_DEPLOY || c->pending || c->reported < c->expected)
+            return false;
+    }
+    return true;
 }
 
 /* An operation's output after `after`: what the last wait read of it (*pre, taken over: the
@@ -305,7 +329,8 @@ static int read_announcements(relay *rl, pv_status *st) {
         snprintf(rl->parent_after, sizeof rl->parent_after, "%s", out[i].id);
         if (strcmp(svc_nodeop_value(&out[i], "type"), "node") == 0)
             rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
-                           st);
+                           svc_nodeop_value(&out[i], "instances"),
+                           svc_nodeop_value(&out[i], "nodes"), st);
     }
     pv_op_output_free(out, n);
     return rc;
@@ -502,6 +527,10 @@ static int relay_all(relay *rl, pv_status *st) {
                 rc = follow_child(rl, &rl->children[i], check, st);
                 all_done = all_done && rl->children[i].done;
             }
+        if (rc == PV_OK && !all_done && create_answered(rl)) {
+            pv_op_clear(&parent);
+            return PV_OK;
+        }
         if (rc == PV_OK && over && all_done) {
             if (has_parent && parent.status != PV_OP_SUCCEEDED && rl->n == 0)
                 rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s",
@@ -614,7 +643,7 @@ static int submit_child(gw_call *call, relay *rl, const char *kind, const char *
     int rc = text ? pv_op_submit(rl->r, rl->k, &oo, &req, &rec, &existed, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
-    if (rc == PV_OK) rc = add_child(rl, rec.id, node, st);
+    if (rc == PV_OK) rc = add_child(rl, rec.id, node, "", "", st);
     if (rc == PV_OK) {
         child *c = &rl->children[rl->n - 1];
         c->pending = json_object();

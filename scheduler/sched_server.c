@@ -130,12 +130,16 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
     } else if (fields && fields->type == REDIS_REPLY_ARRAY) {
         pv_warn("request entry %s lacks id, kind or body; dropped", entry_id);
     }
+    /* ack and delete in one round trip (pipelined): each is harmless if the other fails */
     redisReply *rep = NULL;
     pv_status st;
     const char *ack[] = {"XACK", s->stream, PV_SCHED_GROUP, entry_id};
     const char *del[] = {"XDEL", s->stream, entry_id};
-    if (pv_redis_commandv(s->redis, &rep, &st, 4, ack, NULL) == PV_OK) freeReplyObject(rep);
-    if (pv_redis_commandv(s->redis, &rep, &st, 3, del, NULL) == PV_OK) freeReplyObject(rep);
+    int sent = 0;
+    if (pv_redis_append(s->redis, 4, ack, NULL, &st) == PV_OK) sent++;
+    if (sent == 1 && pv_redis_append(s->redis, 3, del, NULL, &st) == PV_OK) sent++;
+    for (int i = 0; i < sent; i++)
+        if (pv_redis_get_reply(s->redis, &rep, &st) == PV_OK) freeReplyObject(rep);
 }
 
 static void handle_entries(sched_server *s, const redisReply *entries) {

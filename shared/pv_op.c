@@ -90,6 +90,7 @@ static const struct {
     {"params", F_STR, offsetof(pv_op, params), "{}"},
     {"metadata", F_STR, offsetof(pv_op, metadata), "{}"},
     {"entry", F_STR, offsetof(pv_op, entry), ""},
+    {"unjournaled", F_BOOL, offsetof(pv_op, unjournaled), NULL},
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])

@@ -86,6 +86,10 @@ typedef struct pv_op {
     char *params;   /* JSON object text, "{}" when none */
     char *metadata; /* JSON object of strings, "{}" when none */
     char *entry;    /* the stream entry that carries it now ("" when none) */
+    /* Set only in what pv_op_acquire (or pv_op_take) answers for a RUN: the record had no
+     * journal entry when it was leased, so the journal holds only what this delivery writes.
+     * false: unknown (read the journal). */
+    bool unjournaled;
 } pv_op;
 
 void pv_op_clear(pv_op *op);

@@ -123,9 +123,17 @@ static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
     return rc;
 }
 
-static int announce(wk_op *op, const char *node, const char *child, pv_status *st) {
-    const char *fields[] = {"type", "node", "op"}, *values[] = {"node", node, child};
-    return wk_op_output(op, 3, fields, values, st);
+/* Tells the relay of a node's part: its operation, how many instances it was given and how
+ * many nodes the plan has, so that a relay that has seen every instance of every node succeed
+ * can answer its client without waiting for the operations' ends. */
+static int announce(wk_op *op, const char *node, const char *child, size_t instances, size_t nodes,
+                    pv_status *st) {
+    char ni[24], nn[24];
+    snprintf(ni, sizeof ni, "%zu", instances);
+    snprintf(nn, sizeof nn, "%zu", nodes);
+    const char *fields[] = {"type", "node", "op", "instances", "nodes"},
+               *values[] = {"node", node, child, ni, nn};
+    return wk_op_output(op, 5, fields, values, st);
 }
 
 /* Numbers each allocation with its place in the whole deploy (ERU_WORKLOAD_SEQ). */
@@ -287,7 +295,7 @@ static int run(deploy_ctx *c, pv_status *st) {
         c->allocs = list;
         c->reservation = reservation;
         rc = wk_op_step(op, step, step_dispatch, c, &children[n], st);
-        if (rc == PV_OK) rc = announce(op, node, children[n++], st);
+        if (rc == PV_OK) rc = announce(op, node, children[n++], json_array_size(list), nnodes, st);
     }
     size_t failed_nodes = 0;
     if (rc == PV_OK) rc = wait_children(op, children, n, &failed_nodes, st);

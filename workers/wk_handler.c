@@ -43,7 +43,8 @@ struct wk_op {
 
     json_t *params; /* parsed on first use; NULL when not an object */
     bool params_parsed;
-    wk_str *texts; /* parameter texts handed out by wk_op_param */
+    wk_str *texts;     /* parameter texts handed out by wk_op_param */
+    json_t *journaled; /* steps this delivery journaled: step -> value (NULL: none yet) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -124,6 +125,7 @@ void wk_op_free(wk_op *op) {
     if (!op) return;
     pv_op_clear(&op->rec);
     if (op->params) json_decref(op->params);
+    json_decref(op->journaled);
     while (op->texts) {
         wk_str *next = op->texts->next;
         free(op->texts);
@@ -344,7 +346,16 @@ static int outage_wait(wk_op *op, int *waited_ms, pv_status *st) {
     return wk_op_sleep(op, ms, st);
 }
 
+/* A step's value: what this delivery journaled itself, nothing when the record had no journal
+ * when it was leased (so only this delivery's entries can exist: no read), else Redis's. */
 static int journal_get(wk_op *op, const char *step, char **value, pv_status *st) {
+    *value = NULL;
+    json_t *mine = op->journaled ? json_object_get(op->journaled, step) : NULL;
+    if (mine) {
+        *value = strndup(json_string_value(mine), json_string_length(mine));
+        return *value ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    if (op->rec.unjournaled) return PV_OK;
     int waited = 0;
     for (;;) {
         int rc = pv_op_journal_get(op->env.redis, op->env.keys, op->rec.id, step, value, st);
@@ -359,6 +370,13 @@ static int journal_put(wk_op *op, const char *step, const char *value, pv_status
         int rc =
             pv_op_journal_put(op->env.redis, op->env.keys, &op->rec, op->token, step, value, st);
         if (rc == PV_ABORTED) wk_op_set_lost(op, st->msg);
+        if (rc == PV_OK) {
+            /* remembered, or the next read of it asks Redis */
+            if (!op->journaled) op->journaled = json_object();
+            json_t *v = json_stringn_nocheck(value, strlen(value));
+            if (!op->journaled || !v || json_object_set_new(op->journaled, step, v) != 0)
+                op->rec.unjournaled = false;
+        }
         if (rc != PV_UNAVAILABLE || outage_wait(op, &waited, st) != PV_OK)
             return rc == PV_OK ? PV_OK : st->code;
     }

@@ -571,7 +571,8 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
             rc = wk_op_step(op, step, step_report, &ra, NULL, st);
         }
         free(answer);
-        if (rc == PV_OK)
+        /* the last one's is said by the end itself (progress 100): a round trip less */
+        if (rc == PV_OK && i + 1 < json_array_size(allocs))
             wk_op_progress(op, (int)(100 * (i + 1) / json_array_size(allocs)),
                            "%zu of %zu instance(s) answered", i + 1, json_array_size(allocs));
     }

@@ -97,6 +97,7 @@ local REPLY_FIELDS = {
   'id', 'kind', 'target', 'queue', 'status', 'progress', 'message', 'error_code',
   'error_message', 'created_ms', 'updated_ms', 'started_ms', 'finished_ms', 'attempts',
   'max_attempts', 'worker', 'request_id', 'cancel_requested', 'params', 'metadata', 'entry',
+  'unjournaled',
 }
 
 -- What pv_op_finish reads of a record: a hot path, so not the whole record. 'id' comes first
@@ -113,11 +114,12 @@ local function op_load(key, fields)
   fields = fields or OP_FIELDS
   local vals = redis.call('HMGET', key, unpack(fields))
   if not vals[1] then return nil end
-  local rec = {}
+  local rec, stored = {}, 0
   for i, f in ipairs(fields) do
     rec[f] = vals[i] or OP_DEFAULTS[f]
+    if vals[i] then stored = stored + 1 end
   end
-  return rec
+  return rec, stored
 end
 
 -- The record as a flat field/value array for a reply.
@@ -391,7 +393,7 @@ end)
 --   returns {decision, token, record}: decision RUN | DONE | CANCELLED | DEAD | BUSY | GONE;
 --   token '0' unless RUN; record {} for GONE; or need_locks
 local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, retention)
-  local rec = op_load(keys[1])
+  local rec, stored = op_load(keys[1])
   if not rec then
     redis.call('XACK', keys[2], GROUP, entry)
     return {'GONE', '0', {}}
@@ -427,7 +429,12 @@ local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, 
   local changes = {status = 'RUNNING', token = token, worker = consumer, attempts = attempts + 1,
                    lease_until_ms = now + tonumber(lease_ms)}
   if rec.started_ms == '0' then changes.started_ms = now end
+  -- Every field of the hash is one of OP_FIELDS or a journal entry: when the stored ones are
+  -- all of it, no delivery has journaled a step yet, and the worker can skip reading the journal
+  -- (a reply-only field: the record never stores it; absent means "ask").
+  local unjournaled = redis.call('HLEN', keys[1]) == stored
   op_set(keys[1], rec, changes, now)
+  if unjournaled then rec.unjournaled = '1' end
   op_publish(base, rec)
   op_event(keys[3], maxlen, rec,
     'started by ' .. consumer .. ' (attempt ' .. rec.attempts .. ' of ' .. rec.max_attempts .. ')')

@@ -518,6 +518,7 @@ static void test_fencing(void **state) {
     assert_true(t1 > 0);
     assert_int_equal(old.status, PV_OP_RUNNING);
     assert_int_equal(old.attempts, 1);
+    assert_true(old.unjournaled); /* nothing journaled yet: the worker need not read it */
     assert_string_equal(old.worker, "w1");
     assert_true(old.started_ms >= before - 1000);
     assert_last_event(f, id, "RUNNING", "started by w1 (attempt 1 of 5)");
@@ -541,6 +542,7 @@ static void test_fencing(void **state) {
     assert_int_equal(acquire(f, "ops", "w2", e2, id2, 10000, &cur, &t2), PV_OP_ACQ_RUN);
     assert_true(t2 > t1);
     assert_int_equal(cur.attempts, 2);
+    assert_false(cur.unjournaled); /* w1 journaled step1: w2 must read the journal */
     assert_string_equal(cur.worker, "w2");
     assert_int_equal(cur.started_ms, old.started_ms);
 
