@@ -10,7 +10,13 @@ writes a trivial image (a shell script that sleeps) into the agents' image store
 
   1. creates N workloads (default 200) with C concurrent clients (default 8), one CreateWorkload
      of count 1 per call, timing each call from request to its last message;
-  2. removes them all, C clients at once, 10 per RemoveWorkload call.
+  2. removes them all, C clients at once, 10 per RemoveWorkload call;
+
+once for each of two workloads of that image: `sleep 600` (one program start-up: the goal's)
+and the image's `sh run.sh`, which execs sleep (two program start-ups). Each program start-up
+(dynamic loading, page tables) costs milliseconds of CPU on a small virtual machine, and those
+are the workload's, not the control plane's: the second round shows how much. Each round starts
+its workload COUNT times straight from the benchmark as a baseline.
 
 Prints workloads per second for both, and p50/p99/max of the create latency. Goal: >= 100
 creates/s and p99 <= 200 ms on 2 cores (reported, not enforced). Exit status 0 when every
@@ -92,36 +98,30 @@ def redis_calls(stack):
     return out
 
 
-def direct_starts(count):
-    """The baseline: the same workload (sh run.sh, which execs sleep) started COUNT times
-    straight from here, no control plane. Returns (starts per second, machine CPU ms per
-    start)."""
-    with tempfile.TemporaryDirectory() as root:
-        with open(os.path.join(root, "run.sh"), "w") as f:
-            f.write("#!/bin/sh\nexec sleep 600\n")
-        procs = []
-        m0, t0 = machine_cpu(), time.perf_counter()
-        try:
-            for _ in range(count):
-                procs.append(subprocess.Popen(["/bin/sh", "run.sh"], cwd=root,
-                                              stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL))
-            # started = each one has exec'd sleep (what "created" means for the control plane)
-            for p in procs:
-                while True:
-                    try:
-                        with open("/proc/%d/comm" % p.pid) as f:
-                            if f.read().strip() == "sleep":
-                                break
-                    except OSError:
-                        break
-                    time.sleep(0.001)
-            t1, m1 = time.perf_counter(), machine_cpu()
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+def direct_starts(count, argv, cwd):
+    """The baseline: the same workload (argv) started COUNT times straight from here, no
+    control plane. Returns (starts per second, machine CPU ms per start)."""
+    procs = []
+    m0, t0 = machine_cpu(), time.perf_counter()
+    try:
+        for _ in range(count):
+            procs.append(subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # started = each one has exec'd sleep (what "created" means for the control plane)
+        for p in procs:
+            while True:
+                try:
+                    with open("/proc/%d/comm" % p.pid) as f:
+                        if f.read().strip() == "sleep":
+                            break
+                except OSError:
+                    break
+                time.sleep(0.001)
+        t1, m1 = time.perf_counter(), machine_cpu()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
     jiffy_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
     return count / (t1 - t0), (m1[0] - m0[0]) * jiffy_ms / count
 
@@ -149,93 +149,113 @@ def parallel(clients, jobs, fn):
     return results
 
 
+# The workloads timed: the goal's, whose own start is one program (sleep), and the image's shell
+# script that execs sleep, two program start-ups: on a small virtual machine each costs a few
+# milliseconds of CPU (dynamic loading, page tables), which the control plane cannot save.
+WORKLOADS = [("sleep 600, one program start-up (the goal's)", ["/bin/sleep", "600"]),
+             ("sh run.sh, which execs sleep: two program start-ups", ["/bin/sh", "run.sh"])]
+
+
+def round_of(stack, core, count, clients, label, commands):
+    """Creates COUNT workloads running COMMANDS with CLIENTS clients, removes them, prints the
+    figures. Returns (ok, creates per second, p99 ms)."""
+    def create(i):
+        opts = core_pb2.DeployOptions(
+            name="bench", entrypoint=core_pb2.EntrypointOptions(name="w", commands=commands),
+            podname="bp", image="trivial:1", count=1,
+            resources={"cpumem": json.dumps({"memory-request": "8M"}).encode()})
+        t0 = time.perf_counter()
+        msgs = list(core.CreateWorkload(opts, timeout=120))
+        dt = (time.perf_counter() - t0) * 1000.0
+        good = [m.id for m in msgs if m.success]
+        return dt, good[0] if good else None, [m.error for m in msgs if not m.success]
+
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "run.sh"), "w") as f:
+            f.write("#!/bin/sh\nexec sleep 600\n")
+        base_rate, base_cpu = direct_starts(count, commands, root)
+    cpu0 = stack_cpu(stack)
+    calls0 = redis_calls(stack)
+    client0 = time.process_time()
+    mach0 = machine_cpu()
+    t0 = time.perf_counter()
+    created = parallel(clients, list(range(count)), create)
+    create_s = time.perf_counter() - t0
+    cpu1 = stack_cpu(stack)
+    calls1 = redis_calls(stack)
+    client_ms = (time.process_time() - client0) * 1000.0
+    mach1 = machine_cpu()
+    busy = 100.0 * (mach1[0] - mach0[0]) / max(1, mach1[1] - mach0[1])
+    ids = [c[1] for c in created if c[1]]
+    errors = [e for c in created for e in c[2]]
+    lat = [c[0] for c in created]
+
+    batches = [ids[i:i + 10] for i in range(0, len(ids), 10)]
+
+    def remove(batch):
+        got = list(core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=batch, force=True),
+                                       timeout=120))
+        return sum(1 for g in got if g.success)
+
+    t0 = time.perf_counter()
+    removed = sum(parallel(clients, batches, remove))
+    remove_s = time.perf_counter() - t0
+
+    rate = len(ids) / create_s
+    print()
+    print("workload: %s" % label)
+    print("create: %d ok, %d failed in %.2f s: %.1f workloads/s" %
+          (len(ids), len(errors), create_s, rate))
+    print("create latency: p50 %.1f ms   p99 %.1f ms   max %.1f ms" %
+          (pct(lat, 50), pct(lat, 99), max(lat)))
+    print("remove: %d ok in %.2f s: %.1f workloads/s" %
+          (removed, remove_s, removed / remove_s if remove_s else 0))
+    if ids:
+        used = {k: (cpu1[k] - cpu0[k]) * 1000.0 / len(ids) for k in cpu0}
+        print("CPU per create (ms): " + ", ".join("%s %.1f" % kv for kv in used.items()) +
+              "; all %.1f (the benchmark's gRPC client: %.1f more)" %
+              (sum(used.values()), client_ms / len(ids)))
+        print("machine CPU busy while creating: %.0f%% of %d cores" % (busy, os.cpu_count()))
+        print("baseline, the same workload started %d times straight from the benchmark (no "
+              "control plane): %.0f starts/s, %.1f ms of machine CPU each; the control "
+              "plane's rate is %.2fx that" % (count, base_rate, base_cpu, rate / base_rate))
+        per = {k: (v - calls0.get(k, 0)) / len(ids) for k, v in calls1.items()}
+        top = sorted(((v, k) for k, v in per.items() if v >= 0.5), reverse=True)
+        print("Redis commands per create: %.1f (%s)" % (
+            sum(per.values()), ", ".join("%s %.1f" % (k, v) for v, k in top)))
+    if errors:
+        print("first error: %s" % errors[0])
+    ok = len(ids) == count and removed == len(ids)
+    return ok, rate, pct(lat, 99)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--clients", type=int, default=8)
     args = ap.parse_args()
 
-    base_rate, base_cpu = direct_starts(args.count)
     stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
                          agents=[(n, "bp") for n in NODES],
                          config={"log": {"level": "warn"}})
     stack.start()
-    ok = False
+    ok = True
     try:
         make_image(os.path.join(stack.data_dir, "images", "trivial", "1.tar"))
         core = core_pb2_grpc.CoreRPCStub(stack.channel(0))
-
-        def create(i):
-            opts = core_pb2.DeployOptions(
-                name="bench", entrypoint=core_pb2.EntrypointOptions(
-                    name="w", commands=["/bin/sh", "run.sh"]),
-                podname="bp", image="trivial:1", count=1,
-                resources={"cpumem": json.dumps({"memory-request": "8M"}).encode()})
-            t0 = time.perf_counter()
-            msgs = list(core.CreateWorkload(opts, timeout=120))
-            dt = (time.perf_counter() - t0) * 1000.0
-            good = [m.id for m in msgs if m.success]
-            return dt, good[0] if good else None, [m.error for m in msgs if not m.success]
-
-        core.CreateWorkload  # warm the channel
-        cpu0 = stack_cpu(stack)
-        calls0 = redis_calls(stack)
-        client0 = time.process_time()
-        mach0 = machine_cpu()
-        t0 = time.perf_counter()
-        created = parallel(args.clients, list(range(args.count)), create)
-        create_s = time.perf_counter() - t0
-        cpu1 = stack_cpu(stack)
-        calls1 = redis_calls(stack)
-        client_ms = (time.process_time() - client0) * 1000.0
-        mach1 = machine_cpu()
-        busy = 100.0 * (mach1[0] - mach0[0]) / max(1, mach1[1] - mach0[1])
-        ids = [c[1] for c in created if c[1]]
-        errors = [e for c in created for e in c[2]]
-        lat = [c[0] for c in created]
-
-        batches = [ids[i:i + 10] for i in range(0, len(ids), 10)]
-
-        def remove(batch):
-            got = list(core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=batch, force=True),
-                                           timeout=120))
-            return sum(1 for g in got if g.success)
-
-        t0 = time.perf_counter()
-        removed = sum(parallel(args.clients, batches, remove))
-        remove_s = time.perf_counter() - t0
-
         print()
-        print("bench workloads: %d process workloads over %d node agents, %d clients, "
-              "one gateway, two ops workers, one scheduler" % (args.count, len(NODES),
-                                                               args.clients))
-        print("create: %d ok, %d failed in %.2f s: %.1f workloads/s" %
-              (len(ids), len(errors), create_s, len(ids) / create_s))
-        print("create latency: p50 %.1f ms   p99 %.1f ms   max %.1f ms" %
-              (pct(lat, 50), pct(lat, 99), max(lat)))
-        print("remove: %d ok in %.2f s: %.1f workloads/s" %
-              (removed, remove_s, removed / remove_s if remove_s else 0))
-        if ids:
-            used = {k: (cpu1[k] - cpu0[k]) * 1000.0 / len(ids) for k in cpu0}
-            print("CPU per create (ms): " + ", ".join("%s %.1f" % kv for kv in used.items()) +
-                  "; all %.1f (the benchmark's gRPC client: %.1f more)" %
-                  (sum(used.values()), client_ms / len(ids)))
-            print("machine CPU busy while creating: %.0f%% of %d cores" % (busy, os.cpu_count()))
-            print("baseline, the same workload started %d times straight from the benchmark (no "
-                  "control plane): %.0f starts/s, %.1f ms of machine CPU each; the control "
-                  "plane's rate is %.2fx that" % (args.count, base_rate, base_cpu,
-                                                  (len(ids) / create_s) / base_rate))
-            per = {k: (v - calls0.get(k, 0)) / len(ids) for k, v in calls1.items()}
-            top = sorted(((v, k) for k, v in per.items() if v >= 0.5), reverse=True)
-            print("Redis commands per create: %.1f (%s)" % (
-                sum(per.values()), ", ".join("%s %.1f" % (k, v) for v, k in top)))
-        rate_ok = len(ids) / create_s >= 100
-        p99_ok = pct(lat, 99) <= 200
-        print("goal >= 100 creates/s: %s; goal p99 <= 200 ms: %s" %
-              ("met" if rate_ok else "MISSED", "met" if p99_ok else "MISSED"))
-        if errors:
-            print("first error: %s" % errors[0])
-        ok = len(ids) == args.count and removed == len(ids)
+        print("bench workloads: %d process workloads of the image trivial:1 over %d node agents, "
+              "%d clients, one gateway, two ops workers, one scheduler" %
+              (args.count, len(NODES), args.clients))
+        results = []
+        for label, commands in WORKLOADS:
+            good, rate, p99 = round_of(stack, core, args.count, args.clients, label, commands)
+            ok = ok and good
+            results.append((rate, p99))
+        rate, p99 = results[0]
+        print()
+        print("goal (the first workload) >= 100 creates/s: %s (%.1f); p99 <= 200 ms: %s (%.1f)" %
+              ("met" if rate >= 100 else "MISSED", rate, "met" if p99 <= 200 else "MISSED", p99))
     finally:
         stack.stop(check=False)
     return 0 if ok else 1
