@@ -1,16 +1,16 @@
 /*
  * svc_nodeop: one operation on a node's agent (see svc_nodeop.h). The operation is submitted
- * with notify_end, so waiting blocks on its output stream, whose end entry wakes the waiter the
- * moment it ends; the answers that matter are on that stream, read once the operation ended.
+ * with notify_end, so op_convert_wait blocks on its output stream, whose end entry wakes it the
+ * moment the operation ends; the answers that matter are on that stream, read once it ended.
  */
 #include "svc_nodeop.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The longest one blocked read lasts before the record and the client are looked at again. */
-#define WAIT_SLICE_MS 250
+#include "op_convert.h"
 
 const char *svc_nodeop_value(const pv_op_output *e, const char *field) {
     for (size_t i = 0; i < e->n; i++)
@@ -45,17 +45,11 @@ int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *ki
 
 int svc_nodeop_wait(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,
                     pv_status *st) {
-    int slice = WAIT_SLICE_MS, ct = pv_redis_command_timeout_ms(r);
-    if (ct > 0 && ct / 2 < slice) slice = ct / 2 > 0 ? ct / 2 : 1;
-    char cursor[1][PV_OP_CURSOR_MAX] = {"0"};
-    for (;;) {
-        if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
-        if (pv_op_done(rec)) return PV_OK;
-        pv_op_clear(rec);
-        if (gw_call_is_closed(call)) return pv_status_set(st, PV_CANCELLED, "client gone");
-        bool woke = false;
-        if (pv_op_output_wait(r, k, 1, (const char *const[]){id}, cursor, slice, &woke, NULL, st) !=
-            PV_OK)
-            return st->code;
-    }
+    /* no bound of its own: the call's deadline or the client's leaving ends the wait */
+    if (op_convert_wait(call, r, k, id, INT64_MAX / 2, rec, st) != PV_OK) return st->code;
+    if (pv_op_done(rec)) return PV_OK;
+    pv_op_clear(rec);
+    if (gw_call_is_closed(call)) return pv_status_set(st, PV_CANCELLED, "client gone");
+    return pv_status_set(st, PV_DEADLINE_EXCEEDED,
+                         "operation %s on the node is still running at the call's deadline", id);
 }

@@ -23,7 +23,7 @@ int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *ki
                       int max_attempts, char op_id[PV_ID_MAX], pv_status *st);
 
 /* Waits until the operation has ended (*rec: its final record), or the client has gone
- * (CANCELLED). */
+ * (CANCELLED), or the call's deadline is near (DEADLINE_EXCEEDED; the operation goes on). */
 int svc_nodeop_wait(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,
                     pv_status *st);
 

@@ -138,6 +138,21 @@ class Deploy(Base):
             self.assertIn("cpumem", json.loads(m.resources))
         self.assertEqual(len({m.id for m in msgs}), 3)
         self.assertEqual(len({m.nodename for m in msgs}), 2)  # AUTO spreads them
+        # The deploy announced each node's part with its instances and the plan's nodes: what
+        # lets the gateway answer once every instance was told, before the operations end.
+        ops = self.stack.prefix + "{ops}:"
+        creates = [(int(self.stack.redis.cmd("HGET", k, "created_ms")), k[len(ops + "op:"):])
+                   for k in self.stack.scan(ops + "op:*")
+                   if self.stack.redis.cmd("HGET", k, "kind") == "workload.create"]
+        newest = max(creates)[1]  # this test's deploy: the last one made
+        announced = {}
+        for _, flat in self.stack.redis.cmd("XRANGE", ops + "out:" + newest, "-", "+"):
+            f = dict(zip(flat[::2], flat[1::2]))
+            if f.get("type") == "node":
+                self.assertEqual(f.get("nodes"), "2", f)
+                announced[f["node"]] = int(f["instances"])
+        self.assertEqual(sorted(announced), sorted({m.nodename for m in msgs}))
+        self.assertEqual(sum(announced.values()), 3)
         base = self.stack.prefix + "{reg}:"
         for m in msgs:
             rec = self.stack.redis.cmd("HGET", base + "wl:" + m.id, "name")
