@@ -571,6 +571,22 @@ int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const
     return rc;
 }
 
+int pv_storage_claimed_names(pv_redis *r, const pv_keys *k, const char *pool, json_t **names,
+                             pv_status *st) {
+    *names = NULL;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s" STO "pool-names:%s", k->prefix, pool) != PV_OK)
+        return st->code;
+    json_t *o = json_object();
+    for (size_t i = 0; o && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->str && rep->element[i + 1]->str)
+            json_object_set_new(o, rep->element[i]->str, json_string(rep->element[i + 1]->str));
+    freeReplyObject(rep);
+    if (!o) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    *names = o;
+    return PV_OK;
+}
+
 int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
                             pv_status *st) {
     redisReply *rep = NULL;

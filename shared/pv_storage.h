@@ -115,6 +115,11 @@ int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const
 int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
                             pv_status *st);
 
+/* The names claimed in a pool as they are now, in one read: *names (caller decrefs) is an
+ * object name -> id. */
+int pv_storage_claimed_names(pv_redis *r, const pv_keys *k, const char *pool, json_t **names,
+                             pv_status *st);
+
 /* A volume by id, or by name when exactly one pool holds a volume of that name (NOT_FOUND
  * otherwise; INVALID_ARGUMENT asking for the id when several do). */
 int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_t **out,

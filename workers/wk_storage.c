@@ -137,12 +137,22 @@ static int volume_format(virStorageVolPtr v) {
 /* Records the volumes libvirt sees in the pool that nobody made through this API: an iSCSI
  * target's LUNs, an image an operator copied into a directory pool. Names already claimed (a
  * volume being made), pivirt's own temporary files and the LVs of its LVM snapshots are left
- * alone. */
+ * alone. The claimed names are read once, so a refresh costs no round trip per known volume;
+ * a name claimed since that read is still refused by the claim itself. */
 static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
+    json_t *claimed = NULL;
+    pv_status nst;
+    if (pv_storage_claimed_names(wk_op_redis(c->op), wk_op_keys(c->op), pool, &claimed, &nst) !=
+        PV_OK)
+        return; /* Redis away: the next refresh imports them */
     virStorageVolPtr *vols = NULL;
     int n = virStoragePoolListAllVolumes(p, &vols, 0);
     for (int i = 0; i < n; i++) {
         const char *name = virStorageVolGetName(vols[i]);
+        if (name && json_object_get(claimed, name)) {
+            virStorageVolFree(vols[i]);
+            continue;
+        }
         pv_status st;
         char id[PV_ID_MAX];
         pv_id_new("vol", id, sizeof id);
@@ -174,6 +184,7 @@ static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
         virStorageVolFree(vols[i]);
     }
     free(vols);
+    json_decref(claimed);
 }
 
 /* The pool's record refreshed from libvirt (after a change in it), and the volumes libvirt

@@ -2,7 +2,8 @@
  * The storage records on a real Redis (pv_storage_*): a volume attached to a workload is
  * IN_USE and held by it alone, detached READY again; a volume whose restore is journaled on its
  * record (restoring: the agent is in the middle of one, or died there) cannot be attached, since
- * its data may be either snapshot's until the restore completes.
+ * its data may be either snapshot's until the restore completes. A name is one volume's per
+ * pool, and a pool's claimed names are read back in one call.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,10 +91,36 @@ static void test_no_attach_during_restore(void **state) {
     assert_int_equal(status_of(f, "vol-2"), PV_VOL_IN_USE);
 }
 
+/* Names: one volume per name in a pool; the claimed ones read back in one call. */
+static void test_claimed_names(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    json_t *names = NULL;
+    assert_int_equal(pv_storage_claimed_names(f->r, &f->keys, "default", &names, &st), PV_OK);
+    assert_int_equal(json_object_size(names), 0);
+    json_decref(names);
+    assert_int_equal(pv_storage_claim_name(f->r, &f->keys, "default", "disk", "vol-a", &st), PV_OK);
+    assert_int_equal(pv_storage_claim_name(f->r, &f->keys, "default", "disk", "vol-a", &st), PV_OK);
+    assert_int_equal(pv_storage_claim_name(f->r, &f->keys, "default", "disk", "vol-b", &st),
+                     PV_ALREADY_EXISTS);
+    assert_int_equal(pv_storage_claim_name(f->r, &f->keys, "other", "disk", "vol-b", &st), PV_OK);
+    assert_int_equal(pv_storage_claim_name(f->r, &f->keys, "default", "data", "vol-c", &st), PV_OK);
+    assert_int_equal(pv_storage_claimed_names(f->r, &f->keys, "default", &names, &st), PV_OK);
+    assert_int_equal(json_object_size(names), 2);
+    assert_string_equal(json_string_value(json_object_get(names, "disk")), "vol-a");
+    assert_string_equal(json_string_value(json_object_get(names, "data")), "vol-c");
+    json_decref(names);
+    assert_int_equal(pv_storage_release_name(f->r, &f->keys, "default", "disk", &st), PV_OK);
+    assert_int_equal(pv_storage_claimed_names(f->r, &f->keys, "default", &names, &st), PV_OK);
+    assert_null(json_object_get(names, "disk"));
+    json_decref(names);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_attach_and_detach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_attach_during_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claimed_names, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
