@@ -70,6 +70,7 @@
 #include "pv_log.h"
 #include "wk_engine_impl.h"
 #include "wk_image.h"
+#include "wk_files.h"
 #include "wk_untar.h"
 
 #define PE_BACKOFF_MIN_MS 100
@@ -130,19 +131,6 @@ static int64_t mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int mkdir_p(const char *path, mode_t mode) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST) return -1;
-    return 0;
 }
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -1546,7 +1534,7 @@ static int wl_link_volumes(pe_wl *w, pv_status *st) {
         snprintf(link, sizeof link, "%s/%s", w->root, dst);
         char *slash = strrchr(link, '/');
         *slash = '\0';
-        int rc = mkdir_p(link, 0755);
+        int rc = wk_files_mkdir_p(link, 0755);
         *slash = '/';
         if (rc != 0 || symlink(spec, link) != 0)
             return pv_status_set(st, PV_INTERNAL, "volumes %s: link %s: %s", w->volumes.v[i], link,
@@ -1621,7 +1609,7 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
         if (rc == PV_OK) rc = pe_run_tool(e, tar_argv, 5, w->root, st);
     }
     if (rc != PV_OK) return pv_status_prefix(st, "image %s", w->image);
-    if (mkdir_p(w->cwd, 0755) != 0)
+    if (wk_files_mkdir_p(w->cwd, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "dir %s: mkdir %s: %s", w->dir, w->cwd,
                              strerror(errno));
     int log = open(w->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
@@ -1882,7 +1870,7 @@ static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_
         e->dynamic_users = geteuid() == 0;
         e->default_user[0] = '\0';
     }
-    if (mkdir_p(e->state_dir, 0755) != 0) {
+    if (wk_files_mkdir_p(e->state_dir, 0755) != 0) {
         pv_status_set(st, PV_INTERNAL, "state_dir %s: %s", opts->state_dir, strerror(errno));
         pe_free(e);
         atomic_store(&pe_is_open, 0);

@@ -18,6 +18,10 @@
 
 #define WK_FILES_TAR_MAX (64u << 20) /* an archive larger than this is refused */
 
+/* Creates directory path and its missing parents: the parents 0755, path itself with mode (an
+ * existing one is left as it is). 0, or -1 with errno. */
+int wk_files_mkdir_p(const char *path, int mode);
+
 /* Writes data to path inside root (parents created 0755), with mode and owner uid:gid; uid < 0
  * means root's own owner (the workload's user), for the file and the parents it creates.
  * INVALID_ARGUMENT naming the path for a path that leaves the root or crosses a link. */

@@ -7,6 +7,8 @@
  */
 #include "wk_uids.h"
 
+#include "wk_files.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,6 +20,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "wk_files.h"
 
 int wk_uids_parse_range(const char *range, uid_t *min, uid_t *max, pv_status *st) {
     unsigned long a = 0, b = 0;
@@ -33,23 +37,11 @@ int wk_uids_parse_range(const char *range, uid_t *min, uid_t *max, pv_status *st
     return PV_OK;
 }
 
-static int mkdir_p(const char *path, mode_t mode) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -1;
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* The lock over every claim in dir; -1 with st set when it cannot be had. */
 static int lock_dir(const char *dir, pv_status *st) {
     char path[4200];
     snprintf(path, sizeof path, "%s/.lock", dir);
-    if (mkdir_p(dir, 0700) != 0) {
+    if (wk_files_mkdir_p(dir, 0700) != 0) {
         pv_status_set(st, PV_INTERNAL, "dynamic uids: mkdir %s: %s", dir, strerror(errno));
         return -1;
     }
