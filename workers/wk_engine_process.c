@@ -1762,12 +1762,14 @@ static void pe_load_all(pe *e) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s/record.json", e->state_dir, de->d_name);
         if (access(path, F_OK) != 0) {
-            /* a create the agent did not finish (the record is written last): nothing of it
-             * ran, so it goes, and its id is free again */
+            /* a create the agent did not finish (the record is written last): its root, or its
+             * home alone when the kill came before the root was made. Nothing of it ran, so it
+             * goes, and its id is free again for the redelivered create. */
             snprintf(path, sizeof path, "%s/%s/root", e->state_dir, de->d_name);
-            if (access(path, F_OK) == 0) {
-                snprintf(path, sizeof path, "%s/%s", e->state_dir, de->d_name);
-                if (strcmp(path, e->image_dir) == 0) continue;
+            bool half = access(path, F_OK) == 0;
+            snprintf(path, sizeof path, "%s/%s", e->state_dir, de->d_name);
+            if (!half) half = rmdir(path) == 0; /* empty: only its home was made */
+            if (half && strcmp(path, e->image_dir) != 0) {
                 pv_warn("event=half_created_removed path=%s", path);
                 rm_rf(path);
             }

@@ -711,6 +711,9 @@ static void test_reopen_adopts(void **state) {
     assert_int_equal(mkdir(half, 0755), 0);
     snprintf(half, sizeof half, "%s/half/root", f->state_dir);
     assert_int_equal(mkdir(half, 0755), 0);
+    /* one killed before its root was made: its home alone */
+    snprintf(half, sizeof half, "%s/bare", f->state_dir);
+    assert_int_equal(mkdir(half, 0755), 0);
 
     wk_engine_opts opts = {
         .state_dir = f->state_dir, .image_dir = image_dir, .stop_grace_seconds = 3};
@@ -737,6 +740,10 @@ static void test_reopen_adopts(void **state) {
     assert_false(proc_alive(c.pid));
     snprintf(half, sizeof half, "%s/half", f->state_dir);
     assert_int_equal(access(half, F_OK), -1);
+    snprintf(half, sizeof half, "%s/bare", f->state_dir);
+    assert_int_equal(access(half, F_OK), -1);
+    s = spec_for("bare", HELLO, 2); /* its id is free again */
+    create_ok(f, &s);
 
     /* the adopted process is still under control: it stops gracefully */
     assert_int_equal(wk_engine_stop(f->e, "a-run", 3, false, &st), PV_OK);
