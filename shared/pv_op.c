@@ -459,6 +459,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     strv_addf(&args, "%d", req->client_max_pending > 0 ? req->client_max_pending : 0);
     strv_addf(&args, "%s", req->limit_name ? req->limit_name : "limit");
     strv_addf(&args, "%d", req->notify_end ? 1 : 0);
+    strv_addf(&args, "%d", opts_retention(o));
     free(holds);
 
     redisReply *rep = NULL;
@@ -522,17 +523,33 @@ static bool filter_match(const pv_op_filter *f, const pv_op *op) {
     return f->status == PV_OP_ANY || f->status == op->status;
 }
 
-/* One page of the index below (or at) score *max, skipping the *offset members at exactly *max
- * already seen; then reads their records in one pipeline. Matches go to ops (up to limit), ids
- * whose record expired to gone. Advances *max and *offset; *more = a full page was read. */
-static int list_page(pv_redis *r, const pv_keys *k, const pv_op_filter *f, int limit, char *max,
-                     size_t maxlen, long *offset, pv_op *ops, size_t *n, strv *gone, bool *more,
-                     pv_status *st) {
+/* The index a listing walks: the target's or the kind's when the filter names one (the target
+ * first: a target has few operations, a kind may have most of them), else every operation's.
+ * The functions keep each in step with the records, so a filtered page reads only what may
+ * match. The key is malloc'd (NULL: out of memory). */
+static char *list_index(const pv_keys *k, const pv_op_filter *f) {
+    char *key = NULL;
+    int rc;
+    if (f->target && f->target[0])
+        rc = asprintf(&key, "%s" OPS "by-target:%s", k->prefix, f->target);
+    else if (f->kind && f->kind[0])
+        rc = asprintf(&key, "%s" OPS "by-kind:%s", k->prefix, f->kind);
+    else
+        rc = asprintf(&key, "%s" OPS "index", k->prefix);
+    return rc < 0 ? NULL : key;
+}
+
+/* One page of `want` members of index below (or at) score *max, skipping the *offset members
+ * at exactly *max already seen; then reads their records in one pipeline. Matches go to ops
+ * (up to limit), ids whose record expired to gone. Advances *max and *offset; *more = a full
+ * page was read. */
+static int list_page(pv_redis *r, const pv_keys *k, const char *index, const pv_op_filter *f,
+                     int limit, long want, char *max, size_t maxlen, long *offset, pv_op *ops,
+                     size_t *n, strv *gone, bool *more, pv_status *st) {
     *more = false;
     redisReply *page = NULL;
-    int rc = pv_redis_command(r, &page, st,
-                              "ZREVRANGEBYSCORE %s" OPS "index %s -inf WITHSCORES LIMIT %ld %d",
-                              k->prefix, max, *offset, LIST_PAGE);
+    int rc = pv_redis_command(r, &page, st, "ZREVRANGEBYSCORE %s %s -inf WITHSCORES LIMIT %ld %ld",
+                              index, max, *offset, want);
     if (rc != PV_OK) return rc;
     size_t m = page->type == REDIS_REPLY_ARRAY ? page->elements / 2 : 0, sent = 0;
     for (; sent < m && rc == PV_OK; sent++) {
@@ -573,7 +590,7 @@ static int list_page(pv_redis *r, const pv_keys *k, const pv_op_filter *f, int l
             if (strcmp(page->element[2 * i + 1]->str, last) == 0) same++;
         *offset = strcmp(last, max) == 0 ? *offset + same : same;
         snprintf(max, maxlen, "%s", last);
-        *more = m == LIST_PAGE;
+        *more = (long)m == want;
     }
     freeReplyObject(page);
     return rc;
@@ -593,19 +610,33 @@ int pv_op_list(pv_redis *r, const pv_keys *k, const pv_op_filter *f, pv_op **ops
     strv gone = {0};
     bool more = true;
     int rc = PV_OK;
-    while (rc == PV_OK && more && count < (size_t)limit)
-        rc = list_page(r, k, f, limit, max, sizeof max, &offset, out, &count, &gone, &more, st);
+    char *index = list_index(k, f);
+    if (!index) {
+        free(out);
+        return pv_status_set(st, PV_INTERNAL, "list operations: out of memory");
+    }
+    /* When the index is the whole filter, every member whose record lives matches: pages no
+     * larger than what is still wanted, so a small limit costs a small read. */
+    bool exact = f->status == PV_OP_ANY && !(f->target && f->target[0] && f->kind && f->kind[0]);
+    while (rc == PV_OK && more && count < (size_t)limit) {
+        long want = LIST_PAGE;
+        if (exact && (long)limit - (long)count < want) want = (long)limit - (long)count;
+        rc = list_page(r, k, index, f, limit, want, max, sizeof max, &offset, out, &count, &gone,
+                       &more, st);
+    }
     if (rc == PV_OK && gone.n > 0 && !gone.oom) {
-        /* Records expire on their own; their index members are removed here, lazily. */
+        /* Records expire on their own; the submits trim their index members, and the ones a
+         * listing meets first are removed here. */
         strv cmd = {0};
         strv_addf(&cmd, "ZREM");
-        strv_addf(&cmd, "%s" OPS "index", k->prefix);
+        strv_addf(&cmd, "%s", index);
         for (size_t i = 0; i < gone.n; i++)
             strv_addf(&cmd, "%s", gone.v[i]);
         if (!cmd.oom) pv_redis_commandv(r, NULL, NULL, (int)cmd.n, (const char **)cmd.v, NULL);
         strv_free(&cmd);
     }
     strv_free(&gone);
+    free(index);
     if (rc != PV_OK) {
         pv_op_array_free(out, count);
         return rc;

@@ -22,6 +22,11 @@
  *   <p>{ops}:pending-by:<client>  set: op ids a gateway client submitted (finished ones are
  *                          dropped lazily when the set reaches the client's limit); 24 h
  *   <p>{ops}:index         zset: op id -> created ms (ListOperations, newest first)
+ *   <p>{ops}:by-kind:<kind>      zset: the same, for the operations of one kind
+ *   <p>{ops}:by-target:<res>     zset: the same, for the operations on one target; it expires
+ *                          with the record of the target's newest finished operation
+ *                          (ListOperations with a kind or target filter reads only these; each
+ *                          submit trims expired records' members from the three it adds to)
  *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff)
  *   <p>{ops}:events        stream for operators: flat fields op kind target status progress
  *                          message worker (capped at about 100k entries)

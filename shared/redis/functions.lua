@@ -202,6 +202,30 @@ local function op_publish(base, rec)
   redis.call('PUBLISH', base .. 'chan:' .. rec.id, rec.status)
 end
 
+-- The indexes ListOperations reads when it filters (shared/pv_op.h): like the index of every
+-- operation, sorted sets of ids scored by created ms, one per kind and one per target, so a
+-- filtered page is O(log n + page) instead of a walk over everything. They are built from the
+-- base and the record, in the same slot as the record.
+local function kind_index(base, kind) return base .. 'by-kind:' .. kind end
+local function target_index(base, target) return base .. 'by-target:' .. target end
+
+-- Members of an index checked per write: an index gains one member per submit, so removing up
+-- to four expired ones per submit keeps it to the retained records (and drains what an older
+-- version left) at a bounded cost per call.
+local INDEX_TRIM = 4
+
+-- Drops from index the members whose record expired, among its INDEX_TRIM oldest that are
+-- older than the retention (a record expires retention after it ends, so no younger one can
+-- have; an old one still running stays).
+local function index_trim(base, index, now, retention)
+  if not retention or retention <= 0 then return end
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. (now - retention * 1000),
+    'LIMIT', 0, INDEX_TRIM)
+  for _, id in ipairs(old) do
+    if redis.call('EXISTS', base .. 'op:' .. id) == 0 then redis.call('ZREM', index, id) end
+  end
+end
+
 -- The error text of a fenced write that must not happen, or nil when the token is current and
 -- the record RUNNING.
 local function fence(rec, id, token)
@@ -237,6 +261,12 @@ local function op_end(c, rec, status, code, errmsg, now)
   locks_release(c.base, rec)
   if c.queue and c.entry and c.entry ~= '' then redis.call('XACK', c.queue, GROUP, c.entry) end
   redis.call('EXPIRE', c.key, c.retention)
+  -- A target has one unfinished operation at most (its lock), so the one ending now is its
+  -- newest: the target's index lives as long as that record, and a target never used again
+  -- leaves nothing behind.
+  if rec.target and rec.target ~= '' then
+    redis.call('EXPIRE', target_index(c.base, rec.target), c.retention)
+  end
   -- The output stream (pv_op_output) lives as long as its record. A stream ends with an 'end'
   -- entry, so that whoever follows it (a relay blocked in XREAD) wakes at the end too;
   -- operations without output get no stream and cost nothing.
@@ -297,6 +327,10 @@ end
 --   of unfinished operations (0 = none), [16] the name of that limit for the error message,
 --   [17] '1' = notify_end: open the output stream now (a plumbing entry type=open), so that
 --   op_end, which ends only an existing stream, writes the end entry a waiter blocks on
+--   [18] retention seconds (finished records live this long: index members older than it whose
+--   record is gone are trimmed; absent or 0: no trimming)
+--   Besides KEYS[3], the operation joins the index of its kind and of its target (kind_index,
+--   target_index).
 --   With a client, its set of unfinished operations is the key after the idempotency key (or
 --   after the locks without a request id).
 --   returns {'created', record}, or {'existed', record} for a request id seen before
@@ -367,6 +401,20 @@ redis.register_function('pv_op_submit', function(keys, args)
   for i = 5, 4 + nlocks do redis.call('SET', keys[i], id) end
   if idem then redis.call('SET', idem, id, 'EX', args[13]) end
   redis.call('ZADD', keys[3], now, id)
+  local kidx = kind_index(base, args[3])
+  redis.call('ZADD', kidx, now, id)
+  local tidx = nil
+  if args[4] ~= '' then
+    tidx = target_index(base, args[4])
+    redis.call('ZADD', tidx, now, id)
+    -- unfinished: kept until it ends (op_end sets the expiry again)
+    redis.call('PERSIST', tidx)
+  end
+  local retention = tonumber(args[18] or '0') or 0
+  local nowms = tonumber(now)
+  index_trim(base, keys[3], nowms, retention)
+  index_trim(base, kidx, nowms, retention)
+  if tidx then index_trim(base, tidx, nowms, retention) end
   if args[17] == '1' then
     local out = base .. 'out:' .. id
     redis.call('XADD', out, '*', 'type', 'open', 'status', 'PENDING')

@@ -387,9 +387,12 @@ class Redis:
     With acl (the default) it runs with ops/redis.acl's users, as ./ops/pivirt up does: the
     default user is off, .password is the programs' user's (REDIS_USER), and the harness's own
     connections (cmd, client, cli) log in as REDIS_ADMIN_USER. acl=False: no users, no
-    password (the default user, as before the ACL)."""
+    password (the default user, as before the ACL).
 
-    def __init__(self, workdir, port=None, appendfsync="everysec", acl=True):
+    appendfsync None keeps ops/redis.conf's setting, what ./ops/pivirt up ships (always), so
+    the tests run with the durability operators get; a test may ask for another one."""
+
+    def __init__(self, workdir, port=None, appendfsync=None, acl=True):
         self.workdir = workdir
         self.dir = os.path.join(workdir, "redis")
         os.makedirs(self.dir, exist_ok=True)
@@ -424,8 +427,9 @@ class Redis:
                 shutil.copyfile(REDIS_CONF, conf)
             argv.append(conf)
         argv += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                 "--appendonly", "yes", "--appendfsync", self.appendfsync,
-                 "--save", "", "--daemonize", "no", "--logfile", ""]
+                 "--appendonly", "yes", "--save", "", "--daemonize", "no", "--logfile", ""]
+        if self.appendfsync:
+            argv += ["--appendfsync", self.appendfsync]
         # The file's users stay; without ACL, no file (an empty aclfile: no users).
         return argv + (["--aclfile", self.acl_path] if self.acl else ["--aclfile", ""])
 
@@ -657,7 +661,8 @@ class Stack:
     gateways, workers, schedulers: how many of each. agents: node agents, each a node name
     (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ...} (the
     agent's engine, process:// by default). config: overrides merged
-    into the config file (nested objects or dotted keys).
+    into the config file (nested objects or dotted keys). redis_appendfsync: Redis's
+    appendfsync (None: ops/redis.conf's).
 
     Start waits until every gateway address reports SERVING and every other process has its
     presence key in Redis. stop() SIGTERMs everything (agents, workers, schedulers, gateways,
@@ -673,7 +678,7 @@ class Stack:
     PREFIX = "pvt%d:" % os.getpid()
 
     def __init__(self, gateways=1, workers=0, schedulers=0, agents=(), config=None,
-                 start=False, env=None, redis_acl=True):
+                 start=False, env=None, redis_acl=True, redis_appendfsync=None):
         self.tmpdir = tempfile.mkdtemp(prefix="pvtest-")
         # searchable (not listable) by others: the workloads run as uids of their own and reach
         # their trees through it
@@ -682,7 +687,7 @@ class Stack:
         os.makedirs(self.data_dir)
         self.prefix = self.PREFIX
         self.env = _clean_env(env)
-        self.redis = Redis(self.tmpdir, acl=redis_acl)
+        self.redis = Redis(self.tmpdir, acl=redis_acl, appendfsync=redis_appendfsync)
         self.failed = False
         self.started = False
         self.stopped = False

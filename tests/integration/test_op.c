@@ -1135,6 +1135,121 @@ static void test_list(void **state) {
     assert_null(text(f, "ZSCORE t:{ops}:index %s", ids[2]));
 }
 
+/* Ends a PENDING operation (CANCELLED), so its target is free again. */
+static void cancel_pending(fixture *f, const char *id) {
+    pv_op out;
+    pv_status st;
+    assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, id, &out, &st), PV_OK);
+    assert_int_equal(out.status, PV_OP_CANCELLED);
+    pv_op_clear(&out);
+}
+
+/* ops (n of them) are exactly the odd-numbered of ids, each once, newest first (ids created in
+ * the same ms come in any order among themselves). */
+static void assert_odd_newest_first(char (*ids)[PV_ID_MAX], int n_ids, const pv_op *ops, size_t n) {
+    assert_int_equal(n, n_ids / 2);
+    bool *seen = calloc((size_t)n_ids, sizeof *seen);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(ops[i].kind, "k.odd");
+        if (i > 0) assert_true(ops[i].created_ms <= ops[i - 1].created_ms);
+        int at = -1;
+        for (int j = 1; j < n_ids && at < 0; j += 2)
+            if (strcmp(ids[j], ops[i].id) == 0) at = j;
+        assert_true(at >= 0);
+        assert_false(seen[at]);
+        seen[at] = true;
+    }
+    free(seen);
+}
+
+/* ListOperations' filters read the kind's and the target's index: every page comes back in
+ * order across pages and ties of created ms, the target's index lives with its newest record,
+ * and each submit trims members whose record expired. */
+static void test_list_indexes(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    enum { N = 250 }; /* more than a page of 100, fast enough for many equal created_ms */
+    char(*ids)[PV_ID_MAX] = calloc(N, sizeof *ids);
+    for (int i = 0; i < N; i++) {
+        /* Every third on the target "shared" (ended before the next one may take it), the
+         * others on their own targets; kinds alternate. */
+        char target[32];
+        if (i % 3 == 0)
+            snprintf(target, sizeof target, "shared");
+        else
+            snprintf(target, sizeof target, "own-%d", i);
+        pv_op o = submit_full(f, i % 2 ? "k.odd" : "k.even", target, "ops", NULL, NULL, 0, 0);
+        strcpy(ids[i], o.id);
+        if (i % 3 == 0 && i < N - 1) cancel_pending(f, o.id);
+        pv_op_clear(&o);
+    }
+    assert_int_equal(num(f, "ZCARD t:{ops}:by-kind:k.even"), N / 2);
+    assert_int_equal(num(f, "ZCARD t:{ops}:by-kind:k.odd"), N / 2);
+    assert_int_equal(num(f, "ZCARD t:{ops}:by-target:shared"), (N + 2) / 3);
+    assert_int_equal(num(f, "ZCARD t:{ops}:by-target:own-1"), 1);
+
+    pv_op *ops = NULL;
+    size_t n = 0;
+    pv_op_filter odd = {.kind = "k.odd", .limit = 1000};
+    assert_int_equal(pv_op_list(f->r, &f->keys, &odd, &ops, &n, &st), PV_OK);
+    assert_int_equal(n, N / 2);
+    assert_odd_newest_first(ids, N, ops, n);
+    pv_op_array_free(ops, n);
+
+    /* One operation at a time on "shared", so each was created after the previous ended:
+     * their order is the submits'. */
+    pv_op_filter shared_even = {.kind = "k.even", .target = "shared", .limit = 1000};
+    assert_int_equal(pv_op_list(f->r, &f->keys, &shared_even, &ops, &n, &st), PV_OK);
+    size_t want = 0;
+    for (int i = N - 1; i >= 0; i--)
+        if (i % 3 == 0 && i % 2 == 0) {
+            assert_true(want < n);
+            assert_string_equal(ops[want].id, ids[i]);
+            want++;
+        }
+    assert_int_equal(n, want);
+    pv_op_array_free(ops, n);
+
+    pv_op_filter few = {.target = "shared", .status = PV_OP_CANCELLED, .limit = 3};
+    assert_int_equal(pv_op_list(f->r, &f->keys, &few, &ops, &n, &st), PV_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ops[0].status, PV_OP_CANCELLED);
+    assert_string_equal(ops[0].id, ids[246]); /* 249 is the last on "shared", still PENDING */
+    pv_op_array_free(ops, n);
+
+    /* The target's index has no expiry while an operation on it is unfinished, and the
+     * retention of the record once the newest one ended. */
+    assert_int_equal(num(f, "TTL t:{ops}:by-target:shared"), -1);
+    assert_int_equal(num(f, "TTL t:{ops}:by-target:own-2"), -1);
+    cancel_pending(f, ids[2]);
+    long long ttl = num(f, "TTL t:{ops}:by-target:own-2");
+    assert_true(ttl > 3500 && ttl <= 3600);
+    cancel_pending(f, ids[249]);
+    ttl = num(f, "TTL t:{ops}:by-target:shared");
+    assert_true(ttl > 3500 && ttl <= 3600);
+    pv_op o = submit_full(f, "k.even", "shared", "ops", NULL, NULL, 0, 0);
+    assert_int_equal(num(f, "TTL t:{ops}:by-target:shared"), -1);
+
+    /* Trimming: members older than the retention whose record is gone leave the indexes a
+     * submit adds to; an old one whose record still lives (a long-running operation) stays. */
+    int64_t old = wall_ms() - 3601 * 1000LL;
+    exec_cmd(f, "ZADD t:{ops}:index %lld ghost-1", (long long)old);
+    exec_cmd(f, "ZADD t:{ops}:by-kind:k.even %lld ghost-1", (long long)old);
+    exec_cmd(f, "ZADD t:{ops}:by-target:shared %lld ghost-1", (long long)old);
+    exec_cmd(f, "ZADD t:{ops}:by-kind:k.even %lld %s", (long long)old + 1, o.id);
+    cancel_pending(f, o.id);
+    pv_op next = submit_full(f, "k.even", "shared", "ops", NULL, NULL, 0, 0);
+    assert_null(text(f, "ZSCORE t:{ops}:index ghost-1"));
+    assert_null(text(f, "ZSCORE t:{ops}:by-kind:k.even ghost-1"));
+    assert_null(text(f, "ZSCORE t:{ops}:by-target:shared ghost-1"));
+    char *kept = text(f, "ZSCORE t:{ops}:by-kind:k.even %s", o.id);
+    assert_non_null(kept);
+    free(kept);
+    pv_op_clear(&next);
+    pv_op_clear(&o);
+    free(ids);
+}
+
 static void test_check(void **state) {
     fixture *f = *state;
     pv_status st;
@@ -1389,6 +1504,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_indexes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomicity_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acquire_batch_and_take, setup, teardown),
