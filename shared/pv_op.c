@@ -1305,14 +1305,15 @@ int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_o
     return rc;
 }
 
-int pv_op_promote_due(pv_redis *r, const pv_keys *k, int *moved, pv_status *st) {
+int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
+                      pv_status *st) {
     *moved = 0;
     strv keys = {0}, args = {0};
     strv_addf(&keys, "%s" OPS "delayed", k->prefix);
     strv_addf(&keys, "%s" OPS "events", k->prefix);
     strv_addf(&args, "%s" OPS, k->prefix);
     strv_addf(&args, "%d", PROMOTE_BATCH);
-    strv_addf(&args, "%d", DEFAULT_EVENTS_MAXLEN);
+    strv_addf(&args, "%d", opts_maxlen(o));
     int rc = PV_OK;
     /* Batches keep each call short (Redis runs nothing else meanwhile); a full batch means
      * more may be due. */

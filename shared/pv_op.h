@@ -313,8 +313,10 @@ int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const 
 int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
                   int64_t token, pv_status *st);
 
-/* Moves retries whose time has come back onto their queues; *moved = how many. */
-int pv_op_promote_due(pv_redis *r, const pv_keys *k, int *moved, pv_status *st);
+/* Moves retries whose time has come back onto their queues; *moved = how many. Their events
+ * keep the events stream at o->events_maxlen, as every other write does. */
+int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
+                      pv_status *st);
 
 /* Creates the consumer group of a queue (MKSTREAM; an existing group is fine). */
 int pv_op_ensure_group(pv_redis *r, const pv_keys *k, const char *queue, pv_status *st);

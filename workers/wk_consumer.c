@@ -408,7 +408,7 @@ static void reclaim(struct wk_consumer *c, outage *o, char *cursor, size_t curso
 static void promote(struct wk_consumer *c, outage *o) {
     pv_status st;
     int moved = 0;
-    int rc = pv_op_promote_due(c->reader_redis, &c->keys, &moved, &st);
+    int rc = pv_op_promote_due(c->reader_redis, &c->keys, &c->opts, &moved, &st);
     outage_note(o, "reader", rc, &st);
     if (rc != PV_OK && rc != PV_UNAVAILABLE) loop_error(o, "promoting due retries", &st);
     if (moved > 0) pv_debug("promoted %d due retries", moved);

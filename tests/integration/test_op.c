@@ -821,12 +821,12 @@ static void test_retry_and_dead_letter(void **state) {
             assert_last_event(f, sub.id, "PENDING", "retrying in 150 ms");
             pv_op_clear(&w);
             /* Not due yet: nothing moves, nothing to read. */
-            assert_int_equal(pv_op_promote_due(f->r, &f->keys, &moved, &st), PV_OK);
+            assert_int_equal(pv_op_promote_due(f->r, &f->keys, &f->opts, &moved, &st), PV_OK);
             assert_int_equal(moved, 0);
             char e[64], id[PV_ID_MAX];
             assert_int_equal(read_entry(f, "ops", "w1", e, id), 0);
             usleep(200 * 1000);
-            assert_int_equal(pv_op_promote_due(f->r, &f->keys, &moved, &st), PV_OK);
+            assert_int_equal(pv_op_promote_due(f->r, &f->keys, &f->opts, &moved, &st), PV_OK);
             assert_int_equal(moved, 1);
             assert_int_equal(num(f, "ZCARD t:{ops}:delayed"), 0);
             w = get(f, sub.id);
