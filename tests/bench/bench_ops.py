@@ -24,7 +24,9 @@ drives them with tests/bench/bench_ops.c (build/bin/bench_ops) and redis-benchma
      through the gateway (bench_history's C client, one call at a time) filtered by target and by
      kind (a page of 100 each; p50 and p99 of 200 calls, goal p99 <= 20 ms), and the time
      Redis takes to come back after a SIGKILL with that history (from the start of
-     redis-server to its first PONG; goal <= 5 s), with the sizes of its append-only files.
+     redis-server to its first PONG; goal <= 5 s), with the sizes of its append-only files;
+     and how long ./ops/pivirt status takes to find a process's presence among those keys
+     (its presence_ok, next to the SCAN it did before).
 
 Times 2 to 4 come from the records (Redis's clock, ms resolution) and the client's clock, both
 on this machine. Target names are unique per submit because a target is locked while its
@@ -49,6 +51,7 @@ import pvtest  # noqa: E402
 
 BENCH = os.path.join(pvtest.BIN_DIR, "bench_ops")
 HISTORY = os.path.join(pvtest.BIN_DIR, "bench_history")
+PIVIRT = os.path.join(pvtest.SOURCE_DIR, "ops", "pivirt")
 REDIS_BENCHMARK = (shutil.which("redis-benchmark", path=os.path.dirname(pvtest.REDIS_SERVER))
                    or shutil.which("redis-benchmark") or "redis-benchmark")
 # One load generator submits tens of thousands of operations that no worker takes in phase 1:
@@ -187,8 +190,31 @@ def restart_seconds(redis):
     return time.monotonic() - t0
 
 
+def status_check_ms(stack, worker, by_scan):
+    """How long ./ops/pivirt status takes to find the worker's presence, in ms, and whether it
+    did: its own presence_ok (the script sourced, pointed at this stack's Redis and prefix), or
+    with by_scan what it did before, redis-cli --scan over the keyspace for the kind's keys
+    (under the same 5 s timeout: on a big keyspace it gives up, and status said "down")."""
+    env = dict(pvtest._clean_env(), PIVIRT_REDIS_PORT=str(stack.redis.port),
+               PIVIRT_KEY_PREFIX=stack.prefix, PIVIRT_DATA_DIR=os.path.join(stack.tmpdir, "none"))
+    if by_scan:
+        script = ('source "$1"; redis_cli --scan --pattern "${KEY_PREFIX}presence:worker:*" '
+                  '| grep -q presence')
+    else:
+        script = 'source "$1"; presence_ok worker "$2"'
+    argv = ["bash", "-c", script, "bash", PIVIRT, str(worker.pid)]
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    ms = (time.monotonic() - t0) * 1000
+    if r.returncode != 0 and not by_scan:
+        raise BenchError("status's presence check did not find worker pid %d: %s" %
+                         (worker.pid, r.stderr.strip()))
+    return ms, r.returncode == 0
+
+
 def phase_history(count):
-    with pvtest.Stack(gateways=1, config=CONFIG, redis_acl=False) as st:
+    # The worker is there for status's presence check; it reads a queue the history is not on.
+    with pvtest.Stack(gateways=1, workers=1, config=CONFIG, redis_acl=False) as st:
         argv = [HISTORY, "--redis", st.redis.addr, "--prefix", st.prefix, "--count", str(count),
                 "--targets", str(HISTORY_TARGETS), "--kinds", str(HISTORY_KINDS)]
         # The load is not what is measured: an fsync per pass of a pipelined load would make
@@ -206,6 +232,9 @@ def phase_history(count):
             "kind": list_latency(st, LIST_CALLS, kind="hist.k%d" % (HISTORY_KINDS // 2)),
             "none": list_latency(st, LIST_CALLS),
         }
+        keys = int(st.redis.cmd("DBSIZE"))
+        status_ms = (status_check_ms(st, st.workers[0], False),
+                     status_check_ms(st, st.workers[0], True))
         mem = [ln for ln in st.redis.cmd("INFO", "memory").split("\r\n")
                if ln.startswith("used_memory_human:")][0].split(":")[1]
         wait_rewrite_done(st.redis)
@@ -238,7 +267,7 @@ def phase_history(count):
         worst = restart_seconds(st.redis)
         retained_after = int(st.redis.cmd("ZCARD", st.key("{ops}:index")))
     return (float(out["seconds"]), float(out["rate"]), retained, lists, mem, sizes, restart,
-            worst_sizes, worst, retained_after)
+            worst_sizes, worst, retained_after, keys, status_ms)
 
 
 def phase_pipeline(seconds):
@@ -320,7 +349,7 @@ def main():
              GOAL_DISPATCH_P99, verdict(disp["dispatch_p99_ms"] <= GOAL_DISPATCH_P99)))
     if hist:
         (load_s, load_rate, retained, lists, mem, sizes, restart, worst_sizes, worst,
-         retained_after) = hist
+         retained_after, keys, status_ms) = hist
         print("  5. history: %d operations retained (loaded in %.0f s, %.0f/s, through "
               "pv_op_submit + pv_op_cancel), Redis used_memory %s" %
               (retained, load_s, load_rate, mem))
@@ -333,6 +362,10 @@ def main():
                     if name != "none" else "")
             print("     ListOperations %-34s p50 %5.1f ms, p99 %5.1f ms, page %d;%s" %
                   (what, p50, p99, size, goal))
+        (by_name, _), (by_scan, scan_found) = status_ms
+        print("     ops/pivirt status finds a worker's presence in %.0f ms by its key's name; a "
+              "SCAN of the %d keys, as it did before: %s after %.1f s" %
+              (by_name, keys, "found" if scan_found else "NOT found (timed out)", by_scan / 1000))
         print("     Redis back after SIGKILL  %5.2f s   append-only files: base %.0f MB, "
               "incremental %.0f MB; goal <= %.0f s: %s" %
               (restart, sizes[0] / 1e6, sizes[1] / 1e6, GOAL_RESTART,
