@@ -22,6 +22,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "pv_path.h"
+
 #define ENV_PREFIX "PIVIRT_"
 #define ENV_CONFIG "PIVIRT_CONFIG"
 #define KEY_MAX 64
@@ -120,6 +122,7 @@ static const key_def keys[] = {
     STR("storage.libvirt_uri", storage.libvirt_uri, "qemu:///system", 0),
     STR("storage.default_node", storage.default_node, "", 0),
     STR("storage.qemu_img", storage.qemu_img, "/usr/bin/qemu-img", 0),
+    {"storage.roots", KEY_LIST, OFF(storage.roots), OFF(storage.n_roots), "", 0, 0, 0},
     STR("upgrade.hook", upgrade.hook, "", 0),
     INT("upgrade.node_timeout_seconds", upgrade.node_timeout_seconds, "300", 1, 86400),
     INT("upgrade.settle_seconds", upgrade.settle_seconds, "30", 0, 86400),
@@ -557,6 +560,8 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
     if (c->gateway.n_listen == 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "gateway.listen: at least one address is required");
+    for (size_t i = 0; i < c->storage.n_roots; i++)
+        if (pv_path_check_abs("storage.roots", c->storage.roots[i], st) != PV_OK) return st->code;
     if (c->redis.n_sentinels > 0 && (!c->redis.master_name || !c->redis.master_name[0]))
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "redis.master_name: required with redis.sentinels (the name the "

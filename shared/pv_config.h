@@ -142,6 +142,11 @@ typedef struct pv_config {
                                without config.node ("" = this machine's host name) */
         char *qemu_img;     /* storage.qemu_img: the qemu-img a node agent runs for qcow2
                                snapshots ("/usr/bin/qemu-img") */
+        char **roots;       /* storage.roots: the directories a node agent's pools may live in
+                               (DIR paths, NFS mount points), absolute, JSON array or
+                               comma-separated; nothing below a root may be a link (none =
+                               <data_dir>/pools and /var/lib/libvirt/images) */
+        size_t n_roots;
     } storage;
 
     struct {

@@ -5,11 +5,14 @@
 #include "pv_storage.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+
+#include "pv_path.h"
 
 #define STO "{sto}:"
 
@@ -33,24 +36,25 @@ int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
 typedef struct key_rule {
     const char *key;
     bool required;
-    char kind; /* 'p' absolute path, 'h' host[:port], 'l' list of those, 's' string, 'u' uuid,
-                  '%' a whole percentage 1..100 */
+    char kind; /* 'p' absolute path, 'L' list of device paths, 'h' host[:port], 'l' list of
+                  those, 'n' plain name, 'q' iSCSI name, 's' string, 'u' uuid, '%' a whole
+                  percentage 1..100, 'r' overcommit ratio */
 } key_rule;
 
 static const key_rule k_common[] = {
     {"node", false, 's'}, {"max_overcommit", false, 'r'}, {"status_message", false, 's'}};
 static const key_rule k_dir[] = {{"path", true, 'p'}};
-static const key_rule k_lvm[] = {{"volume_group", true, 's'},
+static const key_rule k_lvm[] = {{"volume_group", true, 'n'},
                                  {"devices", false, 'L'},
-                                 {"thin_pool", false, 's'},
+                                 {"thin_pool", false, 'n'},
                                  {"snapshot_percent", false, '%'}};
 static const key_rule k_nfs[] = {{"server", true, 'h'}, {"export", true, 'p'}, {"path", true, 'p'}};
 static const key_rule k_iscsi[] = {{"portal", true, 'h'},
-                                   {"target", true, 's'},
+                                   {"target", true, 'q'},
                                    {"chap_username", false, 's'},
                                    {"chap_secret", false, 's'}};
 static const key_rule k_rbd[] = {
-    {"monitors", true, 'l'}, {"pool", true, 's'}, {"user", true, 's'}, {"secret_uuid", true, 'u'}};
+    {"monitors", true, 'l'}, {"pool", true, 'n'}, {"user", true, 'n'}, {"secret_uuid", true, 'u'}};
 
 static const key_rule *rules_of(int type, size_t *n) {
     switch (type) {
@@ -104,7 +108,7 @@ static bool is_uuid(const char *v) {
 
 /* Each item of a comma-separated list passes ok. */
 static bool each_item(const char *v, bool (*ok)(const char *)) {
-    char buf[1024];
+    char buf[PV_PATH_MAX + 1];
     snprintf(buf, sizeof buf, "%s", v);
     bool any = false;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
@@ -115,18 +119,43 @@ static bool each_item(const char *v, bool (*ok)(const char *)) {
     return any;
 }
 
+/* A canonical absolute path (pv_path_check_abs) without XML metacharacters. Whether it lies in
+ * the node's storage roots is the node agent's to check: the roots are the node's. */
 static bool abs_path(const char *v) {
-    return v[0] == '/' && safe_text(v) && !strstr(v, "/../") &&
-           !(strlen(v) >= 3 && strcmp(v + strlen(v) - 3, "/..") == 0);
+    return safe_text(v) && pv_path_check_abs("", v, NULL) == PV_OK;
+}
+
+/* A device path: canonical and under /dev (an LVM pool's physical volumes). */
+static bool dev_path(const char *v) {
+    return abs_path(v) && strncmp(v, "/dev/", 5) == 0;
+}
+
+/* A name libvirt puts in a path or a command line: the plain names of volumes. */
+static bool plain(const char *v) {
+    return pv_storage_check_name("", v, NULL) == PV_OK;
+}
+
+/* An iSCSI qualified name (iqn.2004-04.com.example:disk1, eui., naa.): no '/' nor space. */
+static bool iqn(const char *v) {
+    if (!*v) return false;
+    for (; *v; v++)
+        if (!isalnum((unsigned char)*v) && !strchr(".:-_", *v)) return false;
+    return true;
 }
 
 static int check_value(const key_rule *r, const char *v, pv_status *st) {
     bool ok;
     const char *want;
+    if (strlen(v) > PV_PATH_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: %zu bytes, longer than %d",
+                             r->key, strlen(v), PV_PATH_MAX);
+    char field[80];
+    snprintf(field, sizeof field, "config.%s", r->key);
     switch (r->kind) {
     case 'p':
-        ok = abs_path(v);
-        want = "an absolute path";
+        if (pv_path_check_abs(field, v, st) != PV_OK) return st->code;
+        ok = safe_text(v);
+        want = "a path without <>&'\" or control characters";
         break;
     case 'h':
         ok = host_port(v);
@@ -137,8 +166,16 @@ static int check_value(const key_rule *r, const char *v, pv_status *st) {
         want = "a comma-separated list of host or host:port";
         break;
     case 'L':
-        ok = each_item(v, abs_path);
-        want = "a comma-separated list of absolute device paths";
+        ok = each_item(v, dev_path);
+        want = "a comma-separated list of device paths under /dev";
+        break;
+    case 'n':
+        ok = plain(v);
+        want = "a plain name (letters, digits, '.', '_', '-')";
+        break;
+    case 'q':
+        ok = iqn(v);
+        want = "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')";
         break;
     case 'u':
         ok = is_uuid(v);
@@ -154,8 +191,8 @@ static int check_value(const key_rule *r, const char *v, pv_status *st) {
     case 'r': {
         char *end;
         double d = strtod(v, &end);
-        ok = *v && *end == '\0' && d >= 1.0;
-        want = "a ratio of at least 1";
+        ok = *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
+        want = "a ratio from 1 to 1000";
         break;
     }
     default:
@@ -261,7 +298,7 @@ int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, 
     static const char *const kinds[] = {"", "dir", "logical", "iscsi", "netfs", "rbd"};
     sbuf b = {0};
     sb_add(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
-    char list[1024];
+    char list[PV_PATH_MAX + 1];
     switch (type) {
     case PV_POOL_DIR:
         sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));

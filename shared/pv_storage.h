@@ -38,6 +38,9 @@ enum { PV_VOL_RAW = 1, PV_VOL_QCOW2 = 2, PV_VOL_VMDK = 3, PV_VOL_VDI = 4 };
 enum { PV_VOL_CREATING = 1, PV_VOL_READY = 2, PV_VOL_IN_USE = 3, PV_VOL_ERROR = 4 };
 enum { PV_SNAP_CREATING = 1, PV_SNAP_READY = 2, PV_SNAP_ERROR = 3 };
 
+/* The largest max_overcommit a pool takes: past it "thin" means "unbounded". */
+#define PV_STORAGE_OVERCOMMIT_MAX 1000.0
+
 /* A plain name: [A-Za-z0-9._-], not starting with '-' or '.', at most 128 bytes, so no path
  * made from it leaves its pool. INVALID_ARGUMENT naming field and value. */
 int pv_storage_check_name(const char *field, const char *name, pv_status *st);

@@ -14,12 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define QUOTE_MAX 80     /* output characters of a quoted value before "..." */
 #define PATH_MAX_LEN 256 /* field path in enum messages; deeper paths are cut */
 #define MAX_DEPTH 100    /* nesting beyond this is refused rather than recursed */
 
-/* Writes value as a double-quoted, escaped string of at most about QUOTE_MAX characters. */
-static void quote_value(const char *value, char *buf, size_t size) {
+void pv_validate_quote(const char *value, char *buf, size_t size) {
     size_t o = 0;
     buf[o++] = '"';
     for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
@@ -31,7 +29,7 @@ static void quote_value(const char *value, char *buf, size_t size) {
         else
             snprintf(esc, sizeof(esc), "%c", *p);
         size_t n = strlen(esc);
-        if (o + n > QUOTE_MAX || o + n + 5 > size) {
+        if (o + n > PV_QUOTE_MAX - 8 || o + n + 5 > size) {
             memcpy(buf + o, "...", 3);
             o += 3;
             break;
@@ -58,8 +56,8 @@ int pv_validate_name(const char *field, const char *value, pv_status *st) {
     int rc = pv_validate_required(field, value, st);
     if (rc != PV_OK) return rc;
 
-    char q[QUOTE_MAX + 8];
-    quote_value(value, q, sizeof(q));
+    char q[PV_QUOTE_MAX];
+    pv_validate_quote(value, q, sizeof(q));
     if (strchr(value, '/') != NULL)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain '/'", field, q);
     if (strstr(value, "..") != NULL)
@@ -185,4 +183,120 @@ static int check_message(const ProtobufCMessage *m, const char *path, int depth,
 
 int pv_validate_message(const ProtobufCMessage *m, pv_status *st) {
     return check_message(m, "", 0, st);
+}
+
+/* ---- the wire form: NUL bytes in strings ---- */
+
+/* protobuf-c hands a string field to C as a NUL-terminated copy, so a U+0000 inside it (valid
+ * protobuf) silently cuts it: "default\0zzz" would act on "default". The length is known only
+ * on the wire, so this walks the encoded bytes with the message's descriptor. */
+
+typedef struct wire {
+    const uint8_t *p, *end;
+} wire;
+
+static int wire_varint(wire *w, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+        uint8_t b = *w->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Advances past one field's value of wire type wt; *body and *body_len get a length-delimited
+ * value's bytes. */
+static int wire_skip(wire *w, unsigned wt, const uint8_t **body, size_t *body_len) {
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return wire_varint(w, &v);
+    case 1:
+    case 5: {
+        size_t n = wt == 1 ? 8 : 4;
+        if ((size_t)(w->end - w->p) < n) return -1;
+        w->p += n;
+        return 0;
+    }
+    case 2:
+        if (wire_varint(w, &v) != 0 || v > (uint64_t)(w->end - w->p)) return -1;
+        *body = w->p;
+        *body_len = (size_t)v;
+        w->p += v;
+        return 0;
+    }
+    return -1; /* groups (3, 4) and reserved types: protobuf-c refuses them too */
+}
+
+/* How many times field `number` stood in [start, upto): the index of a repeated item, asked
+ * only when one is refused. */
+static size_t wire_index(const uint8_t *start, const uint8_t *upto, uint32_t number) {
+    wire w = {start, upto};
+    size_t n = 0;
+    uint64_t key;
+    while (w.p < w.end && wire_varint(&w, &key) == 0) {
+        const uint8_t *body = NULL;
+        size_t len = 0;
+        if (wire_skip(&w, (unsigned)(key & 7), &body, &len) != 0) break;
+        if ((key >> 3) == number && w.p < upto) n++;
+    }
+    return n;
+}
+
+static int check_wire(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                      const char *path, int depth, pv_status *st);
+
+static int check_wire_field(const ProtobufCFieldDescriptor *f, const uint8_t *msg_start,
+                            const uint8_t *body, size_t len, const char *path, int depth,
+                            pv_status *st) {
+    char here[PATH_MAX_LEN];
+    char item[PATH_MAX_LEN + 24];
+    snprintf(here, sizeof(here), "%s%s%s", path, path[0] != '\0' ? "." : "", f->name);
+    const char *name = here;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_STRING) {
+        snprintf(item, sizeof(item), "%s[%zu]", here, wire_index(msg_start, body, f->id));
+        name = item;
+    }
+    if (f->type == PROTOBUF_C_TYPE_STRING) {
+        const uint8_t *nul = memchr(body, 0, len);
+        if (!nul) return PV_OK;
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "%s: holds a NUL byte (at byte %zu); strings may not contain U+0000",
+                             name, (size_t)(nul - body));
+    }
+    if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+        return check_wire(f->descriptor, body, len, here, depth + 1, st);
+    return PV_OK; /* bytes keep their NULs; packed scalars hold none of interest */
+}
+
+static int check_wire(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                      const char *path, int depth, pv_status *st) {
+    if (depth > MAX_DEPTH)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: nested more than %d levels deep",
+                             path[0] != '\0' ? path : "message", MAX_DEPTH);
+    wire w = {buf, buf + len};
+    while (w.p < w.end) {
+        uint64_t key;
+        const uint8_t *body = NULL;
+        size_t body_len = 0;
+        if (wire_varint(&w, &key) != 0 || wire_skip(&w, (unsigned)(key & 7), &body, &body_len))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: is not a valid %s message",
+                                 path[0] != '\0' ? path : "request", d->name);
+        if (!body || key >> 3 > UINT32_MAX) continue;
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
+        if (!f) continue; /* an unknown field: kept aside by protobuf-c, read by nobody */
+        int rc = check_wire_field(f, buf, body, body_len, path, depth, st);
+        if (rc != PV_OK) return rc;
+    }
+    return PV_OK;
+}
+
+int pv_validate_wire(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                     pv_status *st) {
+    return check_wire(d, buf, len, "", 0, st);
 }

@@ -9,6 +9,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pv_status.h"
 
@@ -17,6 +18,14 @@
 /* A plain name: 1..PV_NAME_MAX bytes of [A-Za-z0-9._-], not starting with '-' or '.', no "..",
  * no '/'. Empty is "field is required". */
 int pv_validate_name(const char *field, const char *value, pv_status *st);
+
+/* Room for a value quoted by pv_validate_quote. */
+#define PV_QUOTE_MAX 88
+
+/* Writes value into buf (size >= PV_QUOTE_MAX gives the whole form) double-quoted, with '"',
+ * '\\', control characters and non-ASCII bytes escaped, cut with "..." after about 80
+ * characters: a hostile value can neither flood a message nor forge a log line. */
+void pv_validate_quote(const char *value, char *buf, size_t size);
 
 /* value is not NULL and not empty. */
 int pv_validate_required(const char *field, const char *value, pv_status *st);
@@ -27,6 +36,14 @@ int pv_validate_required(const char *field, const char *value, pv_status *st);
  * path ("strategy.type: unknown value 7 for pivirt.cluster.v1.UpgradeType", "labels.value: is
  * not valid UTF-8 (at byte 2)"). */
 int pv_validate_message(const ProtobufCMessage *m, pv_status *st);
+
+/* Walks the encoded message buf[0..len) of type d (sub-messages and map entries included) and
+ * refuses a string field that holds a NUL byte, which protobuf-c's decoding would cut there
+ * without a word: "name: holds a NUL byte (at byte 7) ...", repeated items named "[index]".
+ * bytes fields keep their NULs. Call it on bytes protobuf-c decoded without error (it refuses
+ * malformed wire data too, as INVALID_ARGUMENT). */
+int pv_validate_wire(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                     pv_status *st);
 
 /* Whether the NUL-terminated s is valid UTF-8 (no overlong forms, surrogates or code points past
  * U+10FFFF); *valid (may be NULL) gets the length of its longest valid prefix. */
