@@ -290,7 +290,8 @@ static void sb_host(sbuf *b, const char *hp) {
     }
 }
 
-int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, pv_status *st) {
+int pv_storage_pool_xml(const char *name, const char *uuid, int type, json_t *config, char **xml,
+                        pv_status *st) {
     *xml = NULL;
     if (pv_storage_check_name("name", name, st) != PV_OK ||
         pv_storage_check_pool(type, config, st) != PV_OK)
@@ -298,6 +299,7 @@ int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, 
     static const char *const kinds[] = {"", "dir", "logical", "iscsi", "netfs", "rbd"};
     sbuf b = {0};
     sb_add(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
+    if (uuid && is_uuid(uuid)) sb_add(&b, "<uuid>%s</uuid>", uuid);
     char list[PV_PATH_MAX + 1];
     switch (type) {
     case PV_POOL_DIR:

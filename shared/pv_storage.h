@@ -50,8 +50,10 @@ int pv_storage_check_name(const char *field, const char *name, pv_status *st);
  * holds it), max_overcommit (a ratio >= 1, thin volumes' limit), status_message (ours). */
 int pv_storage_check_pool(int type, json_t *config, pv_status *st);
 
-/* libvirt's <pool> XML for the checked config (caller frees). */
-int pv_storage_pool_xml(const char *name, int type, json_t *config, char **xml, pv_status *st);
+/* libvirt's <pool> XML for the checked config (caller frees), with <uuid> when uuid (may be
+ * NULL) is one. */
+int pv_storage_pool_xml(const char *name, const char *uuid, int type, json_t *config, char **xml,
+                        pv_status *st);
 
 /* libvirt's name of a format ("raw", "qcow2", "vmdk", "vdi"); NULL when unknown. */
 const char *pv_storage_format_name(int format);

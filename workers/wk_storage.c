@@ -13,6 +13,7 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <linux/fs.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,76 @@ static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
     return rc;
 }
 
+/* The UUID this system gives the libvirt pool its operation defines: derived from the key
+ * prefix and the operation's id, so a redelivery of the same operation recognises the
+ * definition an earlier delivery left, while a pool another system (another stack on this
+ * libvirtd, an operator) defined under the same name has another UUID and is never touched. */
+static void pool_uuid(sctx *c, char out[VIR_UUID_STRING_BUFLEN]) {
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char seed[PV_ID_MAX + 128];
+    snprintf(seed, sizeof seed, "pivirt pool %s%s", wk_op_keys(c->op)->prefix,
+             wk_op_record(c->op)->id);
+    SHA256((const unsigned char *)seed, strlen(seed), md);
+    md[6] = (unsigned char)((md[6] & 0x0f) | 0x50); /* RFC 4122 version 5 (name-based, SHA) */
+    md[8] = (unsigned char)((md[8] & 0x3f) | 0x80);
+    snprintf(out, VIR_UUID_STRING_BUFLEN,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", md[0], md[1],
+             md[2], md[3], md[4], md[5], md[6], md[7], md[8], md[9], md[10], md[11], md[12], md[13],
+             md[14], md[15]);
+}
+
+/* Whether libvirt's pool p is the one whose UUID is uuid. */
+static bool pool_is(virStoragePoolPtr p, const char *uuid) {
+    char have[VIR_UUID_STRING_BUFLEN];
+    return uuid && *uuid && virStoragePoolGetUUIDString(p, have) == 0 && strcmp(have, uuid) == 0;
+}
+
+/* Clears the way for this operation's definition of lname: one an earlier delivery of it left
+ * (its UUID) is stopped and undefined; one this system did not define is refused,
+ * FAILED_PRECONDITION naming it, and left as it is. */
+static int clear_own_definition(sctx *c, const char *lname, const char *uuid, pv_status *st) {
+    virStoragePoolPtr old = virStoragePoolLookupByName(c->conn, lname);
+    if (!old) return PV_OK;
+    int rc = PV_OK;
+    if (pool_is(old, uuid)) {
+        if (virStoragePoolIsActive(old) == 1) virStoragePoolDestroy(old);
+        virStoragePoolUndefine(old);
+    } else {
+        char have[VIR_UUID_STRING_BUFLEN] = "?";
+        virStoragePoolGetUUIDString(old, have);
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                           "libvirt already has a pool named %s (uuid %s) that this system did "
+                           "not define: it is left as it is (another pivirt stack on this "
+                           "libvirtd needs its own redis.prefix)",
+                           lname, have);
+    }
+    virStoragePoolFree(old);
+    return rc;
+}
+
+/* Defines the pool in libvirt, builds and starts it. *why gets what failed (the pool is then
+ * recorded with status ERROR and the reason); *out the pool when it was defined. */
+static void define_pool(sctx *c, int type, json_t *config, const char *lname, const char *uuid,
+                        virStoragePoolPtr *out, char *why, size_t cap) {
+    *out = NULL;
+    char *lxml = NULL;
+    pv_status xst;
+    pv_storage_pool_xml(lname, uuid, type, config, &lxml, &xst);
+    virStoragePoolPtr p = lxml ? virStoragePoolDefineXML(c->conn, lxml, 0) : NULL;
+    free(lxml);
+    if (!p) {
+        snprintf(why, cap, "libvirt cannot define it: %s", virGetLastErrorMessage());
+        return;
+    }
+    if (file_pool(type) && virStoragePoolBuild(p, 0) != 0)
+        pv_warn("pool %s: build: %s", lname, virGetLastErrorMessage());
+    if (virStoragePoolCreate(p, 0) != 0)
+        snprintf(why, cap, "libvirt cannot start it: %s", virGetLastErrorMessage());
+    else
+        virStoragePoolSetAutostart(p, 1);
+    *out = p;
+}
+
 static int pool_create(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *name = param(op, "name");
@@ -246,8 +317,12 @@ static int pool_create(sctx *c, pv_status *st) {
     int type = (int)json_integer_value(json_object_get(params, "type"));
     json_decref(params);
     if (!config) config = json_object();
+    char lname[256], uuid[VIR_UUID_STRING_BUFLEN];
+    libvirt_name(c, name, lname, sizeof lname);
+    pool_uuid(c, uuid);
     char *xml = NULL;
-    int rc = pv_storage_pool_xml(name, type, config, &xml, st);
+    int rc = pv_storage_pool_xml(name, NULL, type, config, &xml, st);
+    free(xml);
     /* A file pool's directory (a DIR pool's path, an NFS mount point) lives in the node's
      * storage roots, reached without a link, and is made when missing, as the API promises:
      * all of it before libvirt hears of the pool. */
@@ -255,40 +330,19 @@ static int pool_create(sctx *c, pv_status *st) {
         rc = pv_path_confine_dir("config.path", json_string_value(json_object_get(config, "path")),
                                  &c->roots, PV_PATH_MKDIR, st);
     if (rc == PV_OK) rc = conn_of(c, st);
+    if (rc == PV_OK) rc = clear_own_definition(c, lname, uuid, st);
     if (rc != PV_OK) {
-        free(xml);
         json_decref(config);
         return rc;
     }
-    json_t *rec = json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I}", "name", name, "type",
-                            type, "status", PV_POOL_INACTIVE, "config", config, "node",
-                            param(op, "node"), "capacity", (json_int_t)0, "used", (json_int_t)0,
-                            "available", (json_int_t)0, "created_ms", (json_int_t)now_ms());
-    char lname[256];
-    libvirt_name(c, name, lname, sizeof lname);
-    /* a definition left by an earlier delivery (or run) is replaced by this one */
-    virStoragePoolPtr old = virStoragePoolLookupByName(c->conn, lname);
-    if (old) {
-        if (virStoragePoolIsActive(old) == 1) virStoragePoolDestroy(old);
-        virStoragePoolUndefine(old);
-        virStoragePoolFree(old);
-    }
-    /* the XML names the pool by its libvirt name */
-    char *lxml = NULL;
-    pv_status xst;
-    pv_storage_pool_xml(lname, type, config, &lxml, &xst);
-    virStoragePoolPtr p = lxml ? virStoragePoolDefineXML(c->conn, lxml, 0) : NULL;
+    json_t *rec =
+        json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I, s:s}", "name", name, "type", type,
+                  "status", PV_POOL_INACTIVE, "config", config, "node", param(op, "node"),
+                  "capacity", (json_int_t)0, "used", (json_int_t)0, "available", (json_int_t)0,
+                  "created_ms", (json_int_t)now_ms(), "libvirt_uuid", uuid);
+    virStoragePoolPtr p = NULL;
     char why[PV_STATUS_MSG_MAX] = "";
-    if (!p) {
-        snprintf(why, sizeof why, "libvirt cannot define it: %s", virGetLastErrorMessage());
-    } else {
-        if ((type == PV_POOL_DIR || type == PV_POOL_NFS) && virStoragePoolBuild(p, 0) != 0)
-            pv_warn("pool %s: build: %s", name, virGetLastErrorMessage());
-        if (virStoragePoolCreate(p, 0) != 0)
-            snprintf(why, sizeof why, "libvirt cannot start it: %s", virGetLastErrorMessage());
-        else
-            virStoragePoolSetAutostart(p, 1);
-    }
+    define_pool(c, type, config, lname, uuid, &p, why, sizeof why);
     if (why[0]) {
         json_object_set_new(rec, "status", json_integer(PV_POOL_ERROR));
         json_object_set_new(json_object_get(rec, "config"), "status_message", json_string(why));
@@ -303,8 +357,6 @@ static int pool_create(sctx *c, pv_status *st) {
     rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "pool", rec, st);
     json_decref(rec);
     json_decref(config);
-    free(xml);
-    free(lxml);
     return rc;
 }
 
@@ -318,6 +370,15 @@ static int pool_delete(sctx *c, pv_status *st) {
         char lname[256];
         libvirt_name(c, name, lname, sizeof lname);
         virStoragePoolPtr p = virStoragePoolLookupByName(c->conn, lname);
+        const char *uuid = json_string_value(json_object_get(rec, "libvirt_uuid"));
+        /* a definition of this name that is not the one this pool made (another stack's,
+         * since): not ours to stop; records made before UUIDs were kept go by name */
+        if (p && uuid && !pool_is(p, uuid)) {
+            pv_warn("pool %s: libvirt's %s is not the pool this system defined: left as it is",
+                    name, lname);
+            virStoragePoolFree(p);
+            p = NULL;
+        }
         if (p) {
             if (virStoragePoolIsActive(p) == 1 && virStoragePoolDestroy(p) != 0)
                 rc = vir_fail(st, PV_FAILED_PRECONDITION, "stopping pool %s", name);

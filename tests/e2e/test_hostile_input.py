@@ -19,6 +19,10 @@ hn1 holds real DIR pools through the system libvirtd:
           pool named after the part before the NUL appears. bytes fields keep their NULs.
   test_f  sizes at INT64_MAX: CreateVolume and ResizeVolume are RESOURCE_EXHAUSTED naming the
           field, the volume's file untouched.
+  test_g  a libvirt pool of the name CreatePool would use that this system did not define (another
+          stack's, an operator's) is never stopped, undefined or repointed: FAILED_PRECONDITION
+          naming it; a pool this system made and another definition replaced behind its back is
+          left to its owner when DeletePool runs.
 """
 import os
 import shutil
@@ -314,6 +318,53 @@ class Hostile(unittest.TestCase):
         self.assertEqual(self.st.GetVolume(S.GetVolumeRequest(id=v.id), timeout=10).size_bytes,
                          1 << 20)
         self.st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=60)
+
+    def foreign_pool(self, lname, path):
+        os.makedirs(path, exist_ok=True)
+        xml = os.path.join(_outside, "..", os.path.basename(path) + ".xml")
+        with open(xml, "w") as f:
+            f.write("<pool type='dir'><name>%s</name><target><path>%s</path></target></pool>"
+                    % (lname, path))
+        try:
+            self.assertEqual(virsh("pool-define", xml)[0], 0)
+            self.assertEqual(virsh("pool-start", lname)[0], 0)
+        finally:
+            os.unlink(xml)
+
+    def test_g_a_pool_this_system_did_not_define_is_never_replaced(self):
+        theirs = tempfile.mkdtemp(prefix="pvtest-theirs-")
+        lname = self.lv_prefix + "theirs"
+        try:
+            self.foreign_pool(lname, theirs)
+            _, uuid = virsh("pool-uuid", lname)
+            self.assert_refused(self.st.CreatePool, S.CreatePoolRequest(
+                name="theirs", type=S.POOL_TYPE_DIR, config={"path": self.roots + "/theirs"}),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "libvirt already has a pool named %s (uuid %s) that this system did not define"
+                % (lname, uuid.strip()))
+            self.assertEqual(libvirt_pool_paths().get(lname), theirs)
+            self.assertIn("running", virsh("pool-info", lname)[1])
+            self.assertFalse([p for p in self.st.ListPools(S.ListPoolsRequest(), timeout=10)
+                              if p.name == "theirs"])
+            virsh("pool-destroy", lname)
+            virsh("pool-undefine", lname)
+            # ours, then redefined behind our back by someone else: DeletePool forgets ours and
+            # leaves theirs running
+            self.pool("mine")
+            mine = self.lv_prefix + "mine"
+            virsh("pool-destroy", mine)
+            virsh("pool-undefine", mine)
+            self.foreign_pool(mine, theirs)
+            self.st.DeletePool(S.DeletePoolRequest(name="mine"), timeout=30)
+            self.assertEqual(libvirt_pool_paths().get(mine), theirs)
+            self.assertIn("running", virsh("pool-info", mine)[1])
+            virsh("pool-destroy", mine)
+            virsh("pool-undefine", mine)
+        finally:
+            for n in (lname, self.lv_prefix + "mine"):
+                virsh("pool-destroy", n)
+                virsh("pool-undefine", n)
+            shutil.rmtree(theirs, ignore_errors=True)
 
 
 if __name__ == "__main__":

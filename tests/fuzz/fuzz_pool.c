@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!config) return 0;
     char *xml = NULL;
     pv_status st;
-    if (pv_storage_pool_xml("p", 1 + data[0] % 5, config, &xml, &st) == PV_OK) {
+    if (pv_storage_pool_xml("p", NULL, 1 + data[0] % 5, config, &xml, &st) == PV_OK) {
         /* one <pool ...> root, opened and closed once */
         if (strncmp(xml, "<pool type='", 12) != 0 || strstr(xml + 1, "<pool") ||
             strcmp(xml + strlen(xml) - 7, "</pool>") != 0)
