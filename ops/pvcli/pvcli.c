@@ -13,8 +13,10 @@
  * per line for lists). Calls that start an operation wait for it with a live progress line,
  * unless --detach; Ctrl-C while waiting only detaches.
  *
- * Exit codes: 0 done; 1 the server said no (its status and message printed), or the operation
- * failed; 2 usage.
+ * Exit codes: 0 done; 1 the server said no (its status and message printed), the operation
+ * failed, or any item of a stream failed (a deploy's instance, an image on a node: its message
+ * says success false or carries an error); 2 usage. `workload exec` exits with the command's own
+ * status.
  */
 #include <ctype.h>
 #include <jansson.h>
@@ -26,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_archive.h"
 #include "cli_rpc.h"
 #include "pb/core.pb-c.h"
 #include "pivirt/cluster/v1/cluster.pb-c.h"
@@ -50,7 +53,11 @@ typedef struct command {
     const char *list_field; /* a unary answer whose repeated field holds the table's rows */
     const char *raw_field;  /* bytes printed as they are, one message after another (logs) */
     bool live;              /* each message printed as it comes (watch) */
+    /* builds the request from the positional arguments itself (image build: NAME:TAG DIR) */
+    int (*prepare)(json_t *req, char *const *args, size_t n, char *err, size_t cap);
 } command;
+
+static int prepare_build(json_t *req, char *const *args, size_t n, char *err, size_t cap);
 
 #define D(x) &pivirt__cluster__v1__##x##__descriptor
 #define S(x) &pivirt__storage__v1__##x##__descriptor
@@ -153,6 +160,14 @@ static const command k_commands[] = {
      "a workload's output: ID [--tail N|all] [--follow] [--since T]", NULL, "data"},
     {"workload", "exec", CORE "ExecuteWorkload", E(execute_workload_options), E(attach_workload_message), {"workload_id", "commands"}, NULL, false,
      "run a command in a running workload: ID CMD [ARG]... [--envs K=V] [--workdir D]", NULL, "data"},
+    {"image", "build", CORE "BuildImage", E(build_image_options), E(build_image_message), {NULL}, "id,status,progress,error", false,
+     "build an image from a directory or a tar (BuildImage RAW): NAME:TAG DIR|TAR", NULL, NULL, false, prepare_build},
+    {"image", "list", CORE "ListImage", E(list_image_options), E(list_image_message), {"podname"}, "nodename,tags,id,err", false,
+     "the images on a pod's nodes: POD [--nodenames N] [--filter GLOB]", "images"},
+    {"image", "cache", CORE "CacheImage", E(cache_image_options), E(cache_image_message), {"podname", "images"}, "image,nodename,success,message", false,
+     "copy images from the registry onto a pod's nodes: POD IMAGE... [--nodenames N]"},
+    {"image", "remove", CORE "RemoveImage", E(remove_image_options), E(remove_image_message), {"podname", "images"}, "image,success,messages", false,
+     "remove images from a pod's nodes: POD IMAGE... [--nodenames N] [--prune]"},
     {"capacity", "calc", CORE "CalculateCapacity", E(deploy_options), E(capacity_message), {"name"}, NULL, false,
      "how many instances fit and where: APP --podname P --entrypoint.name E --resources cpumem=JSON"},
 };
@@ -183,8 +198,9 @@ static void usage(FILE *f, const char *noun) {
                "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA; a client\n"
                "certificate (mutual TLS): --tls-cert FILE --tls-key FILE or PIVIRT_TLS_CERT,\n"
                "PIVIRT_TLS_KEY.\n"
-               "Exit codes: 0 done, 1 the server said no (or the operation failed), 2 usage.\n\n"
-               "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity\n"
+               "Exit codes: 0 done, 1 the server said no (or the operation failed, or an item\n"
+               "of a stream did), 2 usage; workload exec: the command's own.\n\n"
+               "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, image, capacity\n"
                "(pvcli NOUN --help).\n");
     const char *last = NULL;
     for (size_t i = 0; i < N_COMMANDS; i++) {
@@ -407,11 +423,56 @@ static void human(const char *field, json_t *v, char *out, size_t cap) {
             if (w < 0 || (size_t)w >= cap - used) break;
             used += (size_t)w;
         }
+    } else if (json_is_array(v) && json_is_string(json_array_get(v, 0))) {
+        size_t used = 0, k;
+        json_t *x;
+        out[0] = '\0';
+        json_array_foreach(v, k, x) { /* tags, messages: a, b */
+            int w = snprintf(out + used, cap - used, "%s%s", k ? "," : "", json_string_value(x));
+            if (w < 0 || (size_t)w >= cap - used) break;
+            used += (size_t)w;
+        }
     } else {
         char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         snprintf(out, cap, "%s", t ? t : "");
         free(t);
     }
+}
+
+/* ---- images ---- */
+
+/* image build NAME:TAG DIR|TAR: BuildImage RAW with the directory archived (or the archive as
+ * it is), the tag after the last ':' past the last '/' ("latest" without one). */
+static int prepare_build(json_t *req, char *const *args, size_t n, char *err, size_t cap) {
+    if (n != 2) {
+        snprintf(err, cap, "image build: want NAME:TAG and a directory or tar file");
+        return -1;
+    }
+    char name[512];
+    snprintf(name, sizeof name, "%s", args[0]);
+    char *slash = strrchr(name, '/'), *colon = strrchr(name, ':');
+    const char *tag = "latest";
+    if (colon && (!slash || colon > slash)) {
+        *colon = '\0';
+        tag = colon + 1;
+    }
+    unsigned char *tar = NULL;
+    size_t len = 0;
+    char *b64 = NULL;
+    pv_status st;
+    if (cli_archive_load(args[1], &tar, &len, err, cap) != 0) return -1;
+    int rc = pv_b64_encode(tar, len, &b64, &st);
+    free(tar);
+    if (rc != PV_OK) {
+        snprintf(err, cap, "%s", st.msg);
+        return -1;
+    }
+    json_object_set_new(req, "name", json_string(name));
+    json_object_set_new(req, "tags", json_pack("[s]", tag));
+    json_object_set_new(req, "build_method", json_string("RAW"));
+    json_object_set_new(req, "tar", json_string(b64));
+    free(b64);
+    return 0;
 }
 
 typedef struct printer {
@@ -420,7 +481,75 @@ typedef struct printer {
     json_t *rows; /* table output: every message first, printed at the end */
     json_t *last; /* the last message (an Operation to follow) */
     int n;
+    int failed;    /* messages that report an item's failure */
+    int exit_code; /* exec: the command's status ("[exitcode] N"), -1 before it came */
 } printer;
+
+#define EXIT_PREFIX "[exitcode] "
+
+/* Whether a stream message reports its item failed: a bool `success` not true, or a
+ * non-empty `error`/`err` string. */
+static bool item_failed(const ProtobufCMessageDescriptor *d, json_t *j) {
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        json_t *v = json_object_get(j, f->name);
+        if (f->type == PROTOBUF_C_TYPE_BOOL && strcmp(f->name, "success") == 0 && !json_is_true(v))
+            return true;
+        if (f->type == PROTOBUF_C_TYPE_STRING &&
+            (strcmp(f->name, "error") == 0 || strcmp(f->name, "err") == 0) &&
+            json_string_length(v) > 0)
+            return true;
+    }
+    return false;
+}
+
+/* A raw message: its bytes as they are, but for exec's closing "[exitcode] N", which becomes
+ * pvcli's own exit status. */
+static void print_raw(printer *p, const ProtobufCMessage *m) {
+    for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+        if (strcmp(f->name, p->cmd->raw_field) != 0 || f->type != PROTOBUF_C_TYPE_BYTES) continue;
+        const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
+        size_t pre = strlen(EXIT_PREFIX);
+        if (p->cmd->resp == E(attach_workload_message) && b->len > pre && b->len < pre + 12 &&
+            memcmp(b->data, EXIT_PREFIX, pre) == 0) {
+            char code[16];
+            snprintf(code, sizeof code, "%.*s", (int)(b->len - pre), (const char *)b->data + pre);
+            p->exit_code = atoi(code) & 0xff;
+            continue;
+        }
+        fwrite(b->data, 1, b->len, stdout);
+        /* LogStream sends lines without their newline; exec sends the output as it comes */
+        if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
+            putchar('\n');
+        fflush(stdout);
+    }
+}
+
+/* The rows of a message's repeated field, each with the message's own scalar fields it lacks
+ * (ListImage: each image with its node). */
+static void add_list_rows(printer *p, json_t *j) {
+    json_t *rows = json_object_get(j, p->cmd->list_field);
+    size_t k;
+    json_t *row;
+    json_array_foreach(rows, k, row) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(j, key, v) {
+            if (!json_is_array(v) && !json_is_object(v) && !json_object_get(row, key))
+                json_object_set(row, key, v);
+        }
+        if (strcmp(p->o->output, "json") == 0) {
+            char *t = json_dumps(row, JSON_COMPACT);
+            printf("%s\n", t ? t : "{}");
+            free(t);
+        } else {
+            json_array_append(p->rows, row);
+        }
+    }
+    if (json_array_size(rows) == 0 && json_string_length(json_object_get(j, "err")) > 0)
+        json_array_append(p->rows, j); /* a node that answered only an error */
+}
 
 static int on_message(void *arg, const uint8_t *data, size_t len) {
     printer *p = arg;
@@ -431,23 +560,14 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
         return 1;
     }
     if (p->cmd->raw_field) { /* the bytes as they are: a workload's output */
-        for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
-            const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
-            if (strcmp(f->name, p->cmd->raw_field) != 0 || f->type != PROTOBUF_C_TYPE_BYTES)
-                continue;
-            const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
-            fwrite(b->data, 1, b->len, stdout);
-            /* LogStream sends lines without their newline; exec sends the output as it comes */
-            if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
-                putchar('\n');
-            fflush(stdout);
-        }
+        print_raw(p, m);
         protobuf_c_message_free_unpacked(m, NULL);
         return 0;
     }
     json_t *j = pv_pbjson_to_json(m);
     protobuf_c_message_free_unpacked(m, NULL);
     p->n++;
+    if (j && item_failed(p->cmd->resp, j)) p->failed++;
     if (p->cmd->live && strcmp(p->o->output, "table") == 0) {
         char status[64];
         human("status", json_object_get(j, "status"), status, sizeof status);
@@ -458,19 +578,8 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
         json_decref(j);
         return 0;
     }
-    if (p->cmd->list_field) { /* a unary answer holding the rows */
-        json_t *rows = json_object_get(j, p->cmd->list_field);
-        size_t k;
-        json_t *row;
-        json_array_foreach(rows, k, row) {
-            if (strcmp(p->o->output, "json") == 0) {
-                char *t = json_dumps(row, JSON_COMPACT);
-                printf("%s\n", t ? t : "{}");
-                free(t);
-            } else {
-                json_array_append(p->rows, row);
-            }
-        }
+    if (p->cmd->list_field) { /* the rows are a repeated field of the answer */
+        add_list_rows(p, j);
         json_decref(j);
         return 0;
     }
@@ -731,7 +840,8 @@ int main(int argc, char **argv) {
     i++;
     json_t *req = json_object();
     char err[512];
-    size_t pos = 0;
+    size_t pos = 0, n_args = 0;
+    char *args[8];
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -790,6 +900,8 @@ int main(int argc, char **argv) {
                 json_decref(req);
                 return 2;
             }
+        } else if (cmd->prepare && n_args < 8) {
+            args[n_args++] = argv[i];
         } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
             const char *field =
                 pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
@@ -803,6 +915,11 @@ int main(int argc, char **argv) {
             json_decref(req);
             return 2;
         }
+    }
+    if (cmd->prepare && cmd->prepare(req, args, n_args, err, sizeof err) != 0) {
+        fprintf(stderr, "pvcli: %s\n", err);
+        json_decref(req);
+        return 2;
     }
     if (strcmp(o.output, "json") != 0 && strcmp(o.output, "table") != 0) {
         fprintf(stderr, "pvcli: -o %s: want table or json\n", o.output);
@@ -834,7 +951,7 @@ int main(int argc, char **argv) {
         free(bytes);
         return 1;
     }
-    printer p = {.cmd = cmd, .o = &o, .rows = json_array()};
+    printer p = {.cmd = cmd, .o = &o, .rows = json_array(), .exit_code = -1};
     char details[2048];
     int code =
         cli_call(c, cmd->method, bytes, len, o.timeout_s, on_message, &p, details, sizeof details);
@@ -858,6 +975,11 @@ int main(int argc, char **argv) {
     } else if (p.last) {
         print_one(&o, p.last);
     }
+    if (rc == 0 && p.failed) {
+        fprintf(stderr, "pvcli: %d of %d failed\n", p.failed, p.n);
+        rc = 1;
+    }
+    if (rc == 0 && p.exit_code >= 0) rc = p.exit_code;
     json_decref(p.rows);
     json_decref(p.last);
     cli_conn_close(c);
