@@ -1438,7 +1438,7 @@ static int use_map(const char *where, const json_t *v, slot_fn slot, void *ctx, 
     json_object_foreach((json_t *)v, key, e) {
         char at[256];
         snprintf(at, sizeof at, "%.150s: %.80s", where, key);
-        int64_t n, *dst = slot(where, key, ctx, st);
+        int64_t n = 0, *dst = slot(where, key, ctx, st);
         if (!dst) return st->code;
         if (use_int(at, e, &n, st) != PV_OK) return st->code;
         if (*dst > INT64_MAX - n)
@@ -1483,7 +1483,7 @@ static int numa_index(const char *where, const char *key, const pv_res_node *nod
 
 static int64_t *numa_slot(const char *where, const char *key, void *ctx, pv_status *st) {
     slot_ctx *c = ctx;
-    size_t idx;
+    size_t idx = 0;
     return numa_index(where, key, c->node, &idx, st) == PV_OK ? &c->u->numa[idx] : NULL;
 }
 
