@@ -19,6 +19,9 @@ Classes:
             2^31-1 included) and UpgradeCluster max_surge, max_unavailable and partition past
             the cluster's node count are INVALID_ARGUMENT naming the field and the value, and
             no upgrade operation is written.
+  Overflow  SetNode deltas of +-2^63-1 (memory, storage, a volume twice) are refused naming
+            the plugin and field, the node unchanged; SetNodeStatus with a TTL of 2^63-1
+            seconds is refused naming ttl and the bound, not with Redis's words.
   Ids       malformed cluster and node references ('/', '..', 1 MiB) are INVALID_ARGUMENT naming
             cluster_id or node_id (not the registry's "id") with the value quoted and cut, on
             reads and on operations (DrainNode); a well-formed unknown one is still NOT_FOUND.
@@ -37,6 +40,7 @@ from pivirt.cluster.v1 import cluster_pb2 as C, cluster_pb2_grpc as CG
 
 _stack = None
 INT32_MAX = 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
 
 
 def setUpModule():
@@ -255,6 +259,40 @@ class Counts(Base):
             cluster_id="in", target_version="v9.0.0", strategy=C.UpgradeStrategy(partition=1)))
         self.assertEqual(code, grpc.StatusCode.FAILED_PRECONDITION, msg)
         self.assertEqual(len(self.ops_of("cluster.upgrade")), upgrades)
+
+
+class Overflow(Base):
+    """Sizes and TTLs near 2^63 are refused naming the field; the gateway's sanitizers (this is
+    the ASan/UBSan build, and Stack.stop fails on any report) see no overflow."""
+
+    def resources(self):
+        n = self.core.GetNode(core_pb2.GetNodeOptions(nodename="in1"), timeout=10)
+        return n.resource_capacity
+
+    def test_set_node_deltas(self):
+        before = self.resources()
+        for doc, part in (
+                ({"cpumem": {"memory": INT64_MAX}}, "cpumem: memory: "),
+                ({"cpumem": {"memory": -INT64_MAX}}, "cpumem: memory: would be -"),
+                ({"storage": {"storage": INT64_MAX}}, "storage: storage: "),
+                ({"storage": {"volumes": ["/v:%d" % INT64_MAX, "/v:%d" % INT64_MAX]}},
+                 "storage: volumes[1]: ")):
+            code, msg = self.eru("SetNode", core_pb2.SetNodeOptions(
+                nodename="in1", delta=True,
+                resources={k: json.dumps(v).encode() for k, v in doc.items()}))
+            self.assertEqual(code, 1035, (doc, msg))
+            self.assertIn(part, msg)
+            if "below zero" not in msg:
+                self.assertIn("is outside what a size can hold", msg)
+        self.assertEqual(self.resources(), before)
+
+    def test_status_ttls(self):
+        code, msg = self.eru("SetNodeStatus", core_pb2.SetNodeStatusOptions(
+            nodename="in1", ttl=INT64_MAX))
+        self.assertEqual(code, 1036, msg)
+        self.assertEqual(msg, "ttl: 9223372036854775807 seconds is longer than a status may "
+                              "live (316224000)")
+        self.assertNotIn("redis", msg)
 
 
 class Ids(Base):
