@@ -204,6 +204,20 @@ static int build_server(gateway *g) {
     return 0;
 }
 
+/* The lines an operator looks for in the log: where it listens and how it runs. */
+static void log_started(const gateway *g) {
+    for (size_t i = 0; i < g->app.cfg.gateway.n_listen; i++)
+        pv_info("listening addr=%s port=%d", g->app.cfg.gateway.listen[i],
+                gw_server_bound_port(g->server, i));
+    pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
+            PV_VERSION, PV_GIT_REVISION, g->app.instance, g->app.cfg.redis.addr,
+            g->app.cfg.gateway.threads,
+            !*g->app.cfg.gateway.tls_cert       ? "off"
+            : *g->app.cfg.gateway.tls_client_ca ? "mutual"
+                                                : "on",
+            *g->app.cfg.auth.username ? "on" : "off");
+}
+
 int main(int argc, char **argv) {
     gateway g;
     memset(&g, 0, sizeof g);
@@ -284,16 +298,7 @@ int main(int argc, char **argv) {
                 "UNAVAILABLE",
                 g.app.cfg.redis.addr, st.msg);
     }
-    for (size_t i = 0; i < g.app.cfg.gateway.n_listen; i++)
-        pv_info("listening addr=%s port=%d", g.app.cfg.gateway.listen[i],
-                gw_server_bound_port(g.server, i));
-    pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
-            PV_VERSION, PV_GIT_REVISION, g.app.instance, g.app.cfg.redis.addr,
-            g.app.cfg.gateway.threads,
-            !*g.app.cfg.gateway.tls_cert       ? "off"
-            : *g.app.cfg.gateway.tls_client_ca ? "mutual"
-                                               : "on",
-            *g.app.cfg.auth.username ? "on" : "off");
+    log_started(&g);
 
     int sig = 0;
     sigwait(&sigs, &sig);
