@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,22 @@ int pv_cluster_check_version(const char *field, const char *v, pv_status *st) {
     return pv_status_set(st, PV_INVALID_ARGUMENT,
                          "%s: \"%s\" is not a version like v1.2.3 (vMAJOR.MINOR.PATCH)", field,
                          v ? v : "");
+}
+
+static int check_count(const char *field, int64_t v, pv_status *st) {
+    if (v < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "topology.%s: %" PRId64 " is negative", field,
+                             v);
+    if (v > PV_CLUSTER_TOPOLOGY_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "topology.%s: %" PRId64 " is more nodes than a cluster may hold (%d)",
+                             field, v, PV_CLUSTER_TOPOLOGY_MAX);
+    return PV_OK;
+}
+
+int pv_cluster_check_topology(int64_t control_plane_count, int64_t worker_count, pv_status *st) {
+    if (check_count("control_plane_count", control_plane_count, st) != PV_OK) return st->code;
+    return check_count("worker_count", worker_count, st);
 }
 
 int pv_cluster_check_ip(const char *field, const char *ip, pv_status *st) {

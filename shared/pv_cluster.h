@@ -35,6 +35,14 @@ typedef enum {
 /* "vMAJOR.MINOR.PATCH" (numbers without leading zeros); INVALID_ARGUMENT naming field. */
 int pv_cluster_check_version(const char *field, const char *v, pv_status *st);
 
+/* The most nodes of one role a cluster's topology may ask for. A count is what the cluster
+ * waits for before it is RUNNING: one no registry could hold would keep it CREATING for ever. */
+#define PV_CLUSTER_TOPOLOGY_MAX 10000
+
+/* A topology's control_plane_count and worker_count: 0..PV_CLUSTER_TOPOLOGY_MAX each, else
+ * INVALID_ARGUMENT naming "topology.<field>" and the value. */
+int pv_cluster_check_topology(int64_t control_plane_count, int64_t worker_count, pv_status *st);
+
 /* An IPv4 or IPv6 address; INVALID_ARGUMENT naming field. */
 int pv_cluster_check_ip(const char *field, const char *ip, pv_status *st);
 

@@ -90,6 +90,8 @@ static const key_def keys[] = {
     INT("gateway.shutdown_grace_ms", gateway.shutdown_grace_ms, "5000", 0, INT_MAX),
     STR("gateway.advertise", gateway.advertise, "", 0),
     STR("gateway.metrics_listen", gateway.metrics_listen, "", 0),
+    INT("gateway.malloc_arenas", gateway.malloc_arenas, "4", 0, 1024),
+    INT("gateway.memory_trim_idle_ms", gateway.memory_trim_idle_ms, "1000", 0, INT_MAX),
     STR("auth.username", auth.username, "", 0),
     STR("auth.password", auth.password, "", KEY_SECRET),
     {"auth.exempt_health", KEY_BOOL, OFF(auth.exempt_health), 0, "true", 0, 0, 0},

@@ -70,9 +70,13 @@ typedef struct pv_config {
                                            key lives 3x that */
         char *metrics_listen;           /* gateway.metrics_listen: host:port of its Prometheus
                                            /metrics ("" = none) */
-        int shutdown_grace_ms; /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
-        char *advertise;       /* gateway.advertise: address reported by WatchServiceStatus
-                                  ("" = the first listen address) */
+        int shutdown_grace_ms;   /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
+        char *advertise;         /* gateway.advertise: address reported by WatchServiceStatus
+                                    ("" = the first listen address) */
+        int malloc_arenas;       /* gateway.malloc_arenas: glibc malloc arenas at most (4; 0 =
+                                    glibc's default, 8 per core); see gateway/gw_memory.h */
+        int memory_trim_idle_ms; /* gateway.memory_trim_idle_ms: free memory goes back to the
+                                    kernel once no call started for this long (1000; 0 = never) */
     } gateway;
 
     struct {

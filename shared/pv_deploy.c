@@ -1,14 +1,26 @@
 /*
  * pv_deploy: DeployOptions checks and plan requests (see pv_deploy.h).
+ *
+ * Every check that does not depend on the node an instance lands on is made here, before the
+ * deploy starts, so a bad request fails the whole call (1074) as Eru's does, instead of each
+ * instance failing on its node after resources were reserved. What only a node can tell (whether
+ * a user exists there, what its engine can apply) stays the node's.
  */
 #include "pv_deploy.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_image.h"
 #include "pv_res.h"
+#include "pv_validate.h"
 
 static int empty(const char *s) {
     return !s || !*s;
@@ -93,26 +105,166 @@ static int check_healthcheck(const Pb__HealthCheckOptions *h, pv_status *st) {
     return PV_OK;
 }
 
+/* A relative path that stays inside the workload's root: no ".." component. */
+static bool inside_root(const char *p) {
+    while (*p) {
+        while (*p == '/')
+            p++;
+        size_t len = strcspn(p, "/");
+        if (len == 2 && p[0] == '.' && p[1] == '.') return false;
+        p += len;
+    }
+    return true;
+}
+
+/* "80", "80/tcp", "53/udp", "132/sctp": what the engines publish. */
+static bool publish_ok(const char *p) {
+    char *end;
+    errno = 0;
+    long port = strtol(p, &end, 10);
+    if (errno || end == p || *p == '-' || *p == '+' || port < 1 || port > 65535) return false;
+    return *end == '\0' || strcmp(end, "/tcp") == 0 || strcmp(end, "/udp") == 0 ||
+           strcmp(end, "/sctp") == 0;
+}
+
+/* Docker's log drivers, which Eru hands to the engine as they are; "" is the engine's default. */
+static bool log_type_ok(const char *t) {
+    static const char *const known[] = {"",         "none",    "local",     "json-file", "syslog",
+                                        "journald", "gelf",    "fluentd",   "awslogs",   "splunk",
+                                        "etwlogs",  "gcplogs", "logentries"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(t, known[i]) == 0) return true;
+    return false;
+}
+
+static int bad(pv_status *st, const char *field, const char *value, const char *why) {
+    char q[PV_QUOTE_BUF];
+    pv_quote(value, q, sizeof q);
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s %s", field, q, why);
+}
+
+/* The entrypoint: Eru's name rule, then what every engine reads of it. */
+static int check_entrypoint(const Pb__EntrypointOptions *e, pv_status *st) {
+    if (!e || empty(e->name))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "entrypoint.name: entrypoint name is empty");
+    if (strchr(e->name, '_'))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "entrypoint.name: entrypoint name has '_' character (\"%s\")",
+                             e->name);
+    if (pv_validate_name("entrypoint.name", e->name, st) != PV_OK) return st->code;
+    if (!empty(e->dir) && (strlen(e->dir) > PATH_MAX || !inside_root(e->dir)))
+        return bad(st, "entrypoint.dir", e->dir,
+                   "must stay inside the workload's root (no \"..\")");
+    if (!empty(e->restart) && strcmp(e->restart, "no") != 0 && strcmp(e->restart, "always") != 0 &&
+        strcmp(e->restart, "on-failure") != 0)
+        return bad(st, "entrypoint.restart", e->restart,
+                   "is not a restart policy (\"no\", \"always\" or \"on-failure\")");
+    for (size_t i = 0; i < e->n_publish; i++)
+        if (!publish_ok(e->publish[i]))
+            return bad(st, "entrypoint.publish", e->publish[i],
+                       "is not \"port/proto\" (80, 80/tcp, 53/udp, 132/sctp)");
+    if (e->log && !log_type_ok(e->log->type ? e->log->type : ""))
+        return bad(st, "entrypoint.log.type", e->log->type,
+                   "is not a log driver (none, local, json-file, syslog, journald, gelf, fluentd, "
+                   "awslogs, splunk, etwlogs, gcplogs, logentries)");
+    return check_healthcheck(e->healthcheck, st);
+}
+
+/* user: "name", "uid", "name:group" or "uid:gid"; whether they exist is the node's to say. */
+static bool user_ok(const char *u) {
+    size_t len = strlen(u), colon = strcspn(u, ":");
+    if (len > 65 || colon == 0 || colon + 1 == len) return false;
+    if (colon < len && strchr(u + colon + 1, ':')) return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = u[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-' || (c == ':' && i == colon);
+        if (!ok || (c == '-' && (i == 0 || i == colon + 1))) return false;
+    }
+    return true;
+}
+
+static bool ip_ok(const char *ip) {
+    unsigned char buf[16];
+    return inet_pton(AF_INET, ip, buf) == 1 || inet_pton(AF_INET6, ip, buf) == 1;
+}
+
+/* extra_hosts: Docker's "host:ip" (the address may be IPv6, so split at the first ':'). */
+static bool extra_host_ok(const char *h) {
+    size_t n = strcspn(h, ":");
+    if (n == 0 || n > 253 || h[n] != ':') return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') ||
+              (h[i] >= '0' && h[i] <= '9') || h[i] == '.' || h[i] == '-'))
+            return false;
+    return h[0] != '-' && ip_ok(h + n + 1);
+}
+
+/* What the deploy gives its instances' environment and the engine: user, env, dns, hosts, the
+ * engine's raw arguments (a JSON object, as Eru's engines read them) and file modes. */
+static int check_instance(const Pb__DeployOptions *o, pv_status *st) {
+    if (!empty(o->user) && !user_ok(o->user))
+        return bad(st, "user", o->user, "is not \"user\", \"uid\", \"user:group\" or \"uid:gid\"");
+    for (size_t i = 0; i < o->n_env; i++)
+        if (!o->env[i][0] || o->env[i][0] == '=' || !strchr(o->env[i], '='))
+            return bad(st, "env", o->env[i], "is not KEY=VALUE");
+    for (size_t i = 0; i < o->n_dns; i++)
+        if (!ip_ok(o->dns[i])) return bad(st, "dns", o->dns[i], "is not an IPv4 or IPv6 address");
+    for (size_t i = 0; i < o->n_extra_hosts; i++)
+        if (!extra_host_ok(o->extra_hosts[i]))
+            return bad(st, "extra_hosts", o->extra_hosts[i], "is not \"host:ip\"");
+    if (o->raw_args.len > 0) {
+        json_t *j = json_loadb((const char *)o->raw_args.data, o->raw_args.len, 0, NULL);
+        bool ok = json_is_object(j);
+        json_decref(j);
+        if (!ok)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "raw_args: %zu bytes that are not a JSON object", o->raw_args.len);
+    }
+    for (size_t i = 0; i < o->n_modes; i++) {
+        char field[PV_QUOTE_BUF + 16];
+        char q[PV_QUOTE_BUF];
+        pv_quote(o->modes[i]->key, q, sizeof q);
+        snprintf(field, sizeof field, "modes[%s]", q);
+        if (o->modes[i]->value &&
+            pv_deploy_check_mode(field, o->modes[i]->value->mode, st) != PV_OK)
+            return st->code;
+    }
+    return PV_OK;
+}
+
+int pv_deploy_check_mode(const char *field, int64_t mode, pv_status *st) {
+    if (mode < 0 || mode > 07777)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "%s: %" PRId64 " (0%" PRIo64 ") is not a file mode (0 to 07777)",
+                             field, mode, (uint64_t)mode);
+    return PV_OK;
+}
+
 int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st) {
     if (empty(o->name)) return pv_status_set(st, PV_INVALID_ARGUMENT, "name: app name is empty");
+    if (pv_validate_name("name", o->name, st) != PV_OK) return st->code;
     if (empty(o->podname))
         return pv_status_set(st, PV_INVALID_ARGUMENT, "podname: pod name is empty");
     if (empty(o->image)) return pv_status_set(st, PV_INVALID_ARGUMENT, "image: image is empty");
+    char *name = NULL, *tag = NULL;
+    int rc = pv_image_parse(o->image, &name, &tag, st);
+    free(name);
+    free(tag);
+    if (rc != PV_OK) return rc;
     if (o->count <= 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "count: count is 0 (got %d)", (int)o->count);
     if (o->count > PV_DEPLOY_MAX_COUNT)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "count: %d is more than one deploy may ask for (%d)", (int)o->count,
                              PV_DEPLOY_MAX_COUNT);
-    if (!o->entrypoint || empty(o->entrypoint->name))
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "entrypoint.name: entrypoint name is empty");
-    if (strchr(o->entrypoint->name, '_'))
-        return pv_status_set(st, PV_INVALID_ARGUMENT,
-                             "entrypoint.name: entrypoint name has '_' character (\"%s\")",
-                             o->entrypoint->name);
-    if (check_healthcheck(o->entrypoint->healthcheck, st) != PV_OK) return st->code;
+    if (o->nodes_limit < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "nodes_limit: %d is negative (0 is no limit)",
+                             (int)o->nodes_limit);
+    if (check_entrypoint(o->entrypoint, st) != PV_OK || check_instance(o, st) != PV_OK)
+        return st->code;
     json_t *res = NULL;
-    int rc = resources_object(o, &res, st);
+    rc = resources_object(o, &res, st);
     json_decref(res);
     return rc;
 }

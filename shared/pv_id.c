@@ -10,6 +10,10 @@
  * buffer refilled by one getrandom(2) per 25 ids instead of one system call per id. A forked
  * child must not hand out the bytes its parent also holds: a fork handler empties the buffer of
  * the (only) thread that survives in the child.
+ *
+ * pv_id_check refuses references that could not be an id or a name before any lookup: a value
+ * with '/' or ".." would otherwise travel into a key or a path, and a 1 MiB one into a log line
+ * and an error message. Values are quoted and cut in its messages for the same reason.
  */
 #include "pv_id.h"
 
@@ -127,4 +131,33 @@ void pv_sha256_hex(const void *data, size_t len, char out[65]) {
         out[2 * i + 1] = hex[md[i] & 15u];
     }
     out[64] = '\0';
+}
+
+static int ref_char_ok(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+int pv_id_check(const char *field, const char *value, pv_status *st) {
+    if (!value || !*value) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: is required", field);
+    char q[PV_QUOTE_BUF];
+    pv_quote(value, q, sizeof q);
+    size_t len = strnlen(value, PV_ID_REF_MAX + 1);
+    if (len > PV_ID_REF_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s (%zu bytes) is longer than %d bytes",
+                             field, q, strlen(value), PV_ID_REF_MAX);
+    if (strchr(value, '/'))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain '/'", field, q);
+    if (strstr(value, ".."))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain \"..\"", field, q);
+    if (value[0] == '-' || value[0] == '.')
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not start with '%c'", field, q,
+                             value[0]);
+    for (size_t i = 0; i < len; i++)
+        if (!ref_char_ok((unsigned char)value[i]))
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "%s: %s has a character other than letters, digits, '.', '_' "
+                                 "and '-' at byte %zu",
+                                 field, q, i);
+    return PV_OK;
 }

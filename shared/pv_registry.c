@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pv_res.h"
+#include "pv_time.h"
 #include "pv_validate.h"
 
 #define REG "{reg}:"
@@ -636,6 +637,10 @@ int pv_registry_set_alive(pv_redis *r, const pv_keys *k, const char *node, long 
     if (ttl_seconds == 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "ttl: 0 is not a valid status ttl (seconds > 0 sets, < 0 deletes)");
+    if (ttl_seconds > PV_TTL_MAX_SECONDS)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ttl: %lld seconds is longer than a status may live (%lld)",
+                             ttl_seconds, PV_TTL_MAX_SECONDS);
     char ttl[32];
     snprintf(ttl, sizeof ttl, "%lld", ttl_seconds);
     call c;

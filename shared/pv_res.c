@@ -1438,7 +1438,7 @@ static int use_map(const char *where, const json_t *v, slot_fn slot, void *ctx, 
     json_object_foreach((json_t *)v, key, e) {
         char at[256];
         snprintf(at, sizeof at, "%.150s: %.80s", where, key);
-        int64_t n, *dst = slot(where, key, ctx, st);
+        int64_t n = 0, *dst = slot(where, key, ctx, st);
         if (!dst) return st->code;
         if (use_int(at, e, &n, st) != PV_OK) return st->code;
         if (*dst > INT64_MAX - n)
@@ -1483,7 +1483,7 @@ static int numa_index(const char *where, const char *key, const pv_res_node *nod
 
 static int64_t *numa_slot(const char *where, const char *key, void *ctx, pv_status *st) {
     slot_ctx *c = ctx;
-    size_t idx;
+    size_t idx = 0;
     return numa_index(where, key, c->node, &idx, st) == PV_OK ? &c->u->numa[idx] : NULL;
 }
 
@@ -1972,6 +1972,16 @@ static int signed_size(const char *plugin, const char *label, const json_t *v, i
     return PV_OK;
 }
 
+/* *out = have + add for a delta; a client's delta near 2^63 must not wrap into a small size. */
+static int delta_sum(const char *plugin, const char *label, int64_t have, int64_t add, int64_t *out,
+                     pv_status *st) {
+    if (__builtin_add_overflow(have, add, out))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "%s: %s: %lld + (%lld) is outside what a size can hold", plugin, label,
+                             (long long)have, (long long)add);
+    return PV_OK;
+}
+
 /* Adds delta pieces to core id, creating it (outside any NUMA node) when new. */
 static int core_add(pv_res_cpumem *c, size_t *cap, int id, int64_t pieces, pv_status *st) {
     pv_res_core *core = NULL;
@@ -2060,7 +2070,7 @@ static int delta_cpumem(const pv_res_node *base, const json_t *d, pv_res_cpumem 
     int64_t mem = 0;
     v = d ? json_object_get(d, "memory") : NULL;
     if (rc == PV_OK && v) rc = signed_size(CPUMEM, "memory", v, &mem, st);
-    if (rc == PV_OK) out->memory += mem; /* both within int64: sum of two sizes */
+    if (rc == PV_OK) rc = delta_sum(CPUMEM, "memory", out->memory, mem, &out->memory, st);
     if (rc == PV_OK && out->memory < 0)
         rc = pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": memory: would be %lld, below zero",
                            (long long)out->memory);
@@ -2130,10 +2140,12 @@ static int delta_numa(const pv_res_cpumem *b, const pv_res_cpumem *nc, const jso
         if (mem && n < json_array_size(mem) &&
             signed_size(CPUMEM, label, json_array_get(mem, n), &add, st) != PV_OK)
             return st->code;
-        if (have + add < 0)
+        int64_t now;
+        if (delta_sum(CPUMEM, label, have, add, &now, st) != PV_OK) return st->code;
+        if (now < 0)
             return pv_status_set(st, PV_INVALID_ARGUMENT, CPUMEM ": %s: would be %lld, below zero",
-                                 label, (long long)(have + add));
-        if (json_array_append_new(sizes, json_integer(have + add)) != 0)
+                                 label, (long long)now);
+        if (json_array_append_new(sizes, json_integer(now)) != 0)
             return pv_status_set(st, PV_RESOURCE_EXHAUSTED, CPUMEM ": out of memory");
     }
     return PV_OK;
@@ -2168,7 +2180,8 @@ static int delta_volumes(const json_t *vols, vol_sum *sum, size_t *n, pv_status 
         while (k < *n && (sum[k].plen != plen || strncmp(sum[k].path, text, (size_t)plen) != 0))
             k++;
         if (k == *n) sum[(*n)++] = (vol_sum){text, plen, 0, 0};
-        sum[k].size += bytes;
+        if (delta_sum(STORAGE, label, sum[k].size, bytes, &sum[k].size, st) != PV_OK)
+            return st->code;
     }
     return PV_OK;
 }
@@ -2183,11 +2196,12 @@ static int delta_storage(const pv_res_storage *b, const json_t *d, json_t *doc, 
     int rc = d ? only_known(STORAGE, d, k_fields, st) : PV_OK;
     const json_t *v = d ? json_object_get(d, "storage") : NULL;
     if (rc == PV_OK && v) rc = signed_size(STORAGE, "storage", v, &add, st);
-    if (rc == PV_OK && plain + add < 0)
+    if (rc == PV_OK) rc = delta_sum(STORAGE, "storage", plain, add, &plain, st);
+    if (rc == PV_OK && plain < 0)
         rc = pv_status_set(st, PV_INVALID_ARGUMENT,
                            STORAGE ": storage: would be %lld (volumes apart), below zero",
-                           (long long)(plain + add));
-    if (rc == PV_OK) rc = set_new(doc, "storage", json_integer(plain + add), st);
+                           (long long)plain);
+    if (rc == PV_OK) rc = set_new(doc, "storage", json_integer(plain), st);
     const json_t *vols = NULL;
     if (rc == PV_OK && d) rc = string_list(STORAGE, d, "volumes", &vols, st);
     size_t n = 0, nd = vols ? json_array_size(vols) : 0;

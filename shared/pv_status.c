@@ -97,3 +97,27 @@ int pv_code_parse(const char *name, size_t len, int *code) {
     }
     return -1;
 }
+
+void pv_quote(const char *value, char *buf, size_t size) {
+    size_t o = 0;
+    buf[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)(value ? value : ""); *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\')
+            snprintf(esc, sizeof esc, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+        else
+            snprintf(esc, sizeof esc, "%c", *p);
+        size_t n = strlen(esc);
+        if (o + n > PV_QUOTE_MAX || o + n + 5 > size) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, esc, n);
+        o += n;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}

@@ -49,6 +49,15 @@ void pv_status_clear(pv_status *st);
 /* Prefixes the message already in st with "prefix: " (keeps the code); returns st->code. */
 int pv_status_prefix(pv_status *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Room for a value quoted by pv_quote: PV_QUOTE_MAX characters, the quotes and the NUL. */
+#define PV_QUOTE_MAX 80
+#define PV_QUOTE_BUF (PV_QUOTE_MAX + 8)
+
+/* value as a double-quoted string for a message: '"' and '\\' escaped, bytes below 0x20 and
+ * from 0x7f as \xNN, cut with "..." after about PV_QUOTE_MAX characters, so that a client's
+ * value can neither flood nor forge a message or a log line. buf has size bytes (at least 8). */
+void pv_quote(const char *value, char *buf, size_t size);
+
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" for anything else. Static storage. */
 const char *pv_code_name(int code);
 

@@ -11,6 +11,11 @@
 
 #include "pv_status.h"
 
+/* The longest TTL a client may give a status key (SetNodeStatus, SetWorkloadsStatus): ten
+ * years. Redis refuses expiries past about 2^63 ms from now with its own words; a TTL of decades
+ * is a client's mistake, refused naming the field instead. */
+#define PV_TTL_MAX_SECONDS (10LL * 366 * 24 * 3600)
+
 /* *out_ms: the time text means, in wall-clock milliseconds since the epoch; now_ms anchors
  * durations. INVALID_ARGUMENT naming field and text when it is none of the three forms. */
 int pv_time_parse(const char *field, const char *text, int64_t now_ms, int64_t *out_ms,

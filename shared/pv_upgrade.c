@@ -36,6 +36,21 @@ void pv_upgrade_batches(const pv_upgrade_strategy *s, size_t n, int *batch, int 
     *nbatches = last;
 }
 
+int pv_upgrade_check_strategy(const pv_upgrade_strategy *s, size_t n, pv_status *st) {
+    static const char *const names[] = {"max_surge", "max_unavailable", "partition"};
+    const int values[] = {s->max_surge, s->max_unavailable, s->partition};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        if (values[i] < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "strategy.%s: %d is negative", names[i],
+                                 values[i]);
+        if ((size_t)values[i] > n)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "strategy.%s: %d is more than the cluster's %zu node(s)", names[i],
+                                 values[i], n);
+    }
+    return PV_OK;
+}
+
 static void parse_version(const char *v, long out[3]) {
     out[0] = out[1] = out[2] = 0;
     if (!v || (*v != 'v' && *v != 'V')) return;

@@ -68,6 +68,11 @@ typedef struct pv_upgrade_strategy {
  * gets the number of batches (0 when the partition keeps every node). */
 void pv_upgrade_batches(const pv_upgrade_strategy *s, size_t n, int *batch, int *nbatches);
 
+/* A strategy's counts against the cluster's n nodes: max_surge, max_unavailable and partition
+ * must be 0..n (a count of nodes past the cluster's means nothing, and 2^31-1 is a client's
+ * mistake, not a plan). INVALID_ARGUMENT naming "strategy.<field>", the value and n. */
+int pv_upgrade_check_strategy(const pv_upgrade_strategy *s, size_t n, pv_status *st);
+
 /* Compares two "vMAJOR.MINOR.PATCH" versions: < 0, 0, > 0. Unparsable text compares as
  * v0.0.0. */
 int pv_version_compare(const char *a, const char *b);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "pv_registry.h"
+#include "pv_time.h"
 #include "pv_validate.h"
 
 /* Statuses read per FCALL when a watcher reads them all: small enough to keep each call short. */
@@ -412,6 +413,11 @@ static int status_json(const pv_workload_status *s, char **out, pv_status *st) {
                              "ttl: %lld is not a valid status ttl of workload %s (seconds, 0 = "
                              "no expiry)",
                              (long long)s->ttl, s->id);
+    if (s->ttl > PV_TTL_MAX_SECONDS)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ttl: %lld seconds is longer than a status may live (%lld), workload "
+                             "%s",
+                             (long long)s->ttl, PV_TTL_MAX_SECONDS, s->id);
     const char *networks = s->networks && *s->networks ? s->networks : "{}";
     if (pv_registry_check_labels("networks", networks, st) != PV_OK)
         return pv_status_prefix(st, "workload %s", s->id);

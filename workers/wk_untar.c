@@ -399,8 +399,8 @@ static int put_dir(ux *u, const ux_entry *e, int dir, const char *base) {
 static int finish_dirs(ux *u) {
     for (size_t i = u->ndirs; i-- > 0;) {
         ux_dir *d = &u->dirs[i];
-        int dir;
-        const char *base;
+        int dir = -1;
+        const char *base = NULL;
         if (walk_parent(u, d->name, false, &dir, &base) != PV_OK) return u->st->code;
         int fd = openat(dir, base, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         int err = errno;
@@ -422,8 +422,8 @@ static int finish_dirs(ux *u) {
 
 static int put_entry(ux *u, ux_entry *e) {
     if (!*e->name) return PV_OK; /* the archive's "./": the root is ours */
-    int dir;
-    const char *base;
+    int dir = -1;
+    const char *base = NULL;
     if (walk_parent(u, e->name, true, &dir, &base) != PV_OK) return u->st->code;
     int rc;
     switch (e->type) {
