@@ -18,14 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pv_validate.h"
 
 #define LIBVIRT_IMAGES "/var/lib/libvirt/images"
 
 int pv_path_check_abs(const char *field, const char *path, pv_status *st) {
-    char q[PV_QUOTE_MAX];
+    char q[PV_QUOTE_BUF];
     if (!path || !*path) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: is required", field);
-    pv_validate_quote(path, q, sizeof q);
+    pv_quote(path, q, sizeof q);
     size_t n = strlen(path);
     if (n > PV_PATH_MAX)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s is %zu bytes, longer than %d", field,
@@ -131,8 +130,8 @@ static const char *root_of(const char *path, const pv_roots *r) {
 }
 
 static int outside(const char *field, const char *path, const pv_roots *r, pv_status *st) {
-    char q[PV_QUOTE_MAX], roots[512];
-    pv_validate_quote(path, q, sizeof q);
+    char q[PV_QUOTE_BUF], roots[512];
+    pv_quote(path, q, sizeof q);
     pv_path_roots_text(r, roots, sizeof roots);
     return pv_status_set(st, PV_INVALID_ARGUMENT,
                          "%s: %s is outside the storage roots of this node (%s; storage.roots)",
@@ -157,9 +156,9 @@ static int open_component(int dir, const char *name, int mkdir_missing) {
 
 static int walk_failed(const char *field, const char *path, const char *upto, int err,
                        pv_status *st) {
-    char q[PV_QUOTE_MAX], at[PV_QUOTE_MAX];
-    pv_validate_quote(path, q, sizeof q);
-    pv_validate_quote(upto, at, sizeof at);
+    char q[PV_QUOTE_BUF], at[PV_QUOTE_BUF];
+    pv_quote(path, q, sizeof q);
+    pv_quote(upto, at, sizeof at);
     const char *why = err == ELOOP || err == ENOTDIR ? "is a symbolic link or not a directory"
                       : err == ENOENT                ? "does not exist"
                                                      : strerror(err);
@@ -221,8 +220,8 @@ int pv_path_confine_file(const char *field, const char *path, const pv_roots *r,
         return pv_status_set(st, PV_FAILED_PRECONDITION, "%s", keep.msg);
     }
     struct stat sb;
-    char q[PV_QUOTE_MAX];
-    pv_validate_quote(path, q, sizeof q);
+    char q[PV_QUOTE_BUF];
+    pv_quote(path, q, sizeof q);
     int rc = fstatat(dir, slash + 1, &sb, AT_SYMLINK_NOFOLLOW);
     int err = errno;
     close(dir);

@@ -17,29 +17,6 @@
 #define PATH_MAX_LEN 256 /* field path in enum messages; deeper paths are cut */
 #define MAX_DEPTH 100    /* nesting beyond this is refused rather than recursed */
 
-void pv_validate_quote(const char *value, char *buf, size_t size) {
-    size_t o = 0;
-    buf[o++] = '"';
-    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\')
-            snprintf(esc, sizeof(esc), "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f)
-            snprintf(esc, sizeof(esc), "\\x%02x", *p);
-        else
-            snprintf(esc, sizeof(esc), "%c", *p);
-        size_t n = strlen(esc);
-        if (o + n > PV_QUOTE_MAX - 8 || o + n + 5 > size) {
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-        memcpy(buf + o, esc, n);
-        o += n;
-    }
-    buf[o++] = '"';
-    buf[o] = '\0';
-}
 
 static int name_char_ok(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -56,8 +33,8 @@ int pv_validate_name(const char *field, const char *value, pv_status *st) {
     int rc = pv_validate_required(field, value, st);
     if (rc != PV_OK) return rc;
 
-    char q[PV_QUOTE_MAX];
-    pv_validate_quote(value, q, sizeof(q));
+    char q[PV_QUOTE_BUF];
+    pv_quote(value, q, sizeof(q));
     if (strchr(value, '/') != NULL)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %s must not contain '/'", field, q);
     if (strstr(value, "..") != NULL)

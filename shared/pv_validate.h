@@ -19,14 +19,6 @@
  * no '/'. Empty is "field is required". */
 int pv_validate_name(const char *field, const char *value, pv_status *st);
 
-/* Room for a value quoted by pv_validate_quote. */
-#define PV_QUOTE_MAX 88
-
-/* Writes value into buf (size >= PV_QUOTE_MAX gives the whole form) double-quoted, with '"',
- * '\\', control characters and non-ASCII bytes escaped, cut with "..." after about 80
- * characters: a hostile value can neither flood a message nor forge a log line. */
-void pv_validate_quote(const char *value, char *buf, size_t size);
-
 /* value is not NULL and not empty. */
 int pv_validate_required(const char *field, const char *value, pv_status *st);
 

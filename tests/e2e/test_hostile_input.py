@@ -19,6 +19,8 @@ hn1 holds real DIR pools through the system libvirtd:
           pool named after the part before the NUL appears. bytes fields keep their NULs.
   test_f  sizes at INT64_MAX: CreateVolume and ResizeVolume are RESOURCE_EXHAUSTED naming the
           field, the volume's file untouched.
+  test_h  malformed names and ids (with '/', "..", 1 MiB long) are INVALID_ARGUMENT naming the
+          field, not NOT_FOUND echoing them; a well-formed unknown one stays NOT_FOUND.
   test_g  a libvirt pool of the name CreatePool would use that this system did not define (another
           stack's, an operator's) is never stopped, undefined or repointed: FAILED_PRECONDITION
           naming it; a pool this system made and another definition replaced behind its back is
@@ -365,6 +367,33 @@ class Hostile(unittest.TestCase):
                 virsh("pool-destroy", n)
                 virsh("pool-undefine", n)
             shutil.rmtree(theirs, ignore_errors=True)
+
+    def test_h_malformed_ids_are_invalid_not_unknown(self):
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        huge = "v" * (1 << 20)
+        for fn, mk, field in (
+                (self.st.GetVolume, lambda v: S.GetVolumeRequest(id=v), "id"),
+                (self.st.DeleteVolume, lambda v: S.DeleteVolumeRequest(id=v), "id"),
+                (self.st.ResizeVolume, lambda v: S.ResizeVolumeRequest(id=v, new_size_bytes=1),
+                 "id"),
+                (self.st.CloneVolume, lambda v: S.CloneVolumeRequest(source_id=v, name="c"),
+                 "source_id"),
+                (self.st.ListSnapshots, lambda v: S.ListSnapshotsRequest(volume_id=v),
+                 "volume_id"),
+                (self.st.GetSnapshot, lambda v: S.GetSnapshotRequest(id=v), "id"),
+                (self.st.RestoreSnapshot, lambda v: S.RestoreSnapshotRequest(snapshot_id=v),
+                 "snapshot_id"),
+                (self.st.GetPool, lambda v: S.GetPoolRequest(name=v), "name"),
+                (self.st.GetPoolStats, lambda v: S.GetPoolStatsRequest(name=v), "name")):
+            for value in ("a/b", "x..y", huge):
+                def call(req, timeout):
+                    r = fn(req, timeout=timeout)
+                    return list(r) if hasattr(r, "__iter__") and not hasattr(r, "id") else r
+                msg = self.assert_refused(call, mk(value), bad, "%s: \"" % field)
+                self.assertLess(len(msg), 400)  # the value is cut, not echoed whole
+        for fn, req in ((self.st.GetVolume, S.GetVolumeRequest(id="vol-nope")),
+                        (self.st.GetPool, S.GetPoolRequest(name="nope"))):
+            self.assertEqual(self.err(fn, req)[0], grpc.StatusCode.NOT_FOUND)
 
 
 if __name__ == "__main__":
