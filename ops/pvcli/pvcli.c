@@ -245,6 +245,81 @@ static const char *enum_value(const ProtobufCEnumDescriptor *e, const char *text
     return found;
 }
 
+/* A map field's KEY=VALUE into its JSON object (map<string, bytes>: the text as its bytes). */
+static int put_map_entry(json_t *req, const ProtobufCFieldDescriptor *f, const char *path,
+                         const char *value, char *err, size_t errlen) {
+    const char *eq = strchr(value, '=');
+    if (!eq) {
+        snprintf(err, errlen, "--%s: want KEY=VALUE, not \"%s\"", path, value);
+        return -1;
+    }
+    json_t *obj = json_object_get(req, f->name);
+    if (!obj) json_object_set_new(req, f->name, obj = json_object());
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - value), value);
+    const ProtobufCMessageDescriptor *ed = f->descriptor;
+    if (ed->n_fields == 2 && ed->fields[1].type == PROTOBUF_C_TYPE_BYTES) {
+        char *b64 = NULL;
+        pv_status st;
+        if (pv_b64_encode(eq + 1, strlen(eq + 1), &b64, &st) != PV_OK) return -1;
+        json_object_set_new(obj, key, json_string(b64));
+        free(b64);
+    } else {
+        json_object_set_new(obj, key, json_string(eq + 1));
+    }
+    return 0;
+}
+
+/* An integer field's value: sizes (100G, 512MiB) on *_bytes fields, else a plain integer. */
+static json_t *integer_value(const ProtobufCFieldDescriptor *f, const char *path, const char *value,
+                             char *err, size_t errlen) {
+    size_t n = strlen(f->name);
+    bool bytes = n > 6 && strcmp(f->name + n - 6, "_bytes") == 0;
+    int64_t x = 0;
+    pv_status st;
+    if (bytes && pv_res_size_parse(value, &x, &st) == PV_OK) return json_integer(x);
+    char *end;
+    long long y = strtoll(value, &end, 10);
+    if (!*value || *end) {
+        snprintf(err, errlen, "--%s: \"%s\" is not %s", path, value,
+                 bytes ? "a size (100G, 512MiB, bytes)" : "an integer");
+        return NULL;
+    }
+    return json_integer(y);
+}
+
+/* VALUE (text) as the JSON of a scalar field of f's type; NULL with err set when it is not one. */
+static json_t *scalar_value(const ProtobufCFieldDescriptor *f, const char *path, const char *value,
+                            char *err, size_t errlen) {
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_BOOL:
+        if (strcmp(value, "true") && strcmp(value, "false")) {
+            snprintf(err, errlen, "--%s: want true or false, not \"%s\"", path, value);
+            return NULL;
+        }
+        return json_boolean(strcmp(value, "true") == 0);
+    case PROTOBUF_C_TYPE_ENUM: {
+        const char *name_of = enum_value(f->descriptor, value);
+        if (!name_of)
+            snprintf(err, errlen, "--%s: \"%s\" is not a value of %s", path, value,
+                     ((const ProtobufCEnumDescriptor *)f->descriptor)->name);
+        return name_of ? json_string(name_of) : NULL;
+    }
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SINT64:
+        return integer_value(f, path, value, err, errlen);
+    case PROTOBUF_C_TYPE_DOUBLE:
+    case PROTOBUF_C_TYPE_FLOAT:
+        return json_real(strtod(value, NULL));
+    default:
+        return json_string(value);
+    }
+}
+
 /* Puts VALUE (text) for the field path (dotted) into the request JSON, typed by descriptor. */
 static int put_field(json_t *req, const ProtobufCMessageDescriptor *d, const char *path,
                      const char *value, char *err, size_t errlen) {
@@ -267,79 +342,10 @@ static int put_field(json_t *req, const ProtobufCMessageDescriptor *d, const cha
         if (!sub) json_object_set_new(req, f->name, sub = json_object());
         return put_field(sub, f->descriptor, dot + 1, value, err, errlen);
     }
-    bool map = f->label == PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_MESSAGE;
-    if (map) {
-        const char *eq = strchr(value, '=');
-        if (!eq) {
-            snprintf(err, errlen, "--%s: want KEY=VALUE, not \"%s\"", path, value);
-            return -1;
-        }
-        json_t *obj = json_object_get(req, f->name);
-        if (!obj) json_object_set_new(req, f->name, obj = json_object());
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - value), value);
-        const ProtobufCMessageDescriptor *ed = f->descriptor;
-        if (ed->n_fields == 2 && ed->fields[1].type == PROTOBUF_C_TYPE_BYTES) {
-            char *b64 = NULL; /* map<string, bytes>: the text as its bytes */
-            pv_status st;
-            if (pv_b64_encode(eq + 1, strlen(eq + 1), &b64, &st) != PV_OK) return -1;
-            json_object_set_new(obj, key, json_string(b64));
-            free(b64);
-        } else {
-            json_object_set_new(obj, key, json_string(eq + 1));
-        }
-        return 0;
-    }
-    json_t *v = NULL;
-    switch (f->type) {
-    case PROTOBUF_C_TYPE_BOOL:
-        if (strcmp(value, "true") && strcmp(value, "false")) {
-            snprintf(err, errlen, "--%s: want true or false, not \"%s\"", path, value);
-            return -1;
-        }
-        v = json_boolean(strcmp(value, "true") == 0);
-        break;
-    case PROTOBUF_C_TYPE_ENUM: {
-        const char *name_of = enum_value(f->descriptor, value);
-        if (!name_of) {
-            snprintf(err, errlen, "--%s: \"%s\" is not a value of %s", path, value,
-                     ((const ProtobufCEnumDescriptor *)f->descriptor)->name);
-            return -1;
-        }
-        v = json_string(name_of);
-        break;
-    }
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SINT64: {
-        size_t n = strlen(f->name);
-        bool bytes = n > 6 && strcmp(f->name + n - 6, "_bytes") == 0;
-        int64_t x = 0;
-        pv_status st;
-        char *end;
-        if (bytes && pv_res_size_parse(value, &x, &st) == PV_OK) {
-            v = json_integer(x);
-        } else {
-            long long y = strtoll(value, &end, 10);
-            if (!*value || *end) {
-                snprintf(err, errlen, "--%s: \"%s\" is not %s", path, value,
-                         bytes ? "a size (100G, 512MiB, bytes)" : "an integer");
-                return -1;
-            }
-            v = json_integer(y);
-        }
-        break;
-    }
-    case PROTOBUF_C_TYPE_DOUBLE:
-    case PROTOBUF_C_TYPE_FLOAT:
-        v = json_real(strtod(value, NULL));
-        break;
-    default:
-        v = json_string(value);
-    }
+    if (f->label == PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_MESSAGE)
+        return put_map_entry(req, f, path, value, err, errlen);
+    json_t *v = scalar_value(f, path, value, err, errlen);
+    if (!v) return -1;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
         json_t *arr = json_object_get(req, f->name);
         if (!arr) json_object_set_new(req, f->name, arr = json_array());
@@ -772,6 +778,194 @@ static bool known_noun(const char *noun) {
     return false;
 }
 
+/* Takes a global option at argv[*i] (they may come anywhere): true when it was one, *i then on
+ * its last word. */
+static bool global_option(opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--detach")) {
+        o->detach = true;
+        return true;
+    }
+    static const char *const valued[] = {"--endpoint", "-o",       "--output",
+                                         "--timeout",  "--tls-ca", "--tls-cert",
+                                         "--tls-key",  "--user",   "--password"};
+    for (size_t k = 0; next && k < sizeof valued / sizeof valued[0]; k++) {
+        if (strcmp(a, valued[k]) != 0) continue;
+        const char **slots[] = {&o->endpoint, &o->output,  &o->output, NULL,        &o->tls_ca,
+                                &o->tls_cert, &o->tls_key, &o->user,   &o->password};
+        if (slots[k])
+            *slots[k] = next;
+        else
+            o->timeout_s = atoi(next);
+        (*i)++;
+        return true;
+    }
+    return false;
+}
+
+/* The command named by argv[*i] (NOUN VERB, or a noun of one verb); NULL with *exit_code set
+ * (usage printed, or help asked for). *i ends past the verb. */
+static const command *pick_command(int argc, char **argv, int *i, int *exit_code) {
+    *exit_code = 2;
+    if (*i >= argc) {
+        usage(stderr, NULL);
+        return NULL;
+    }
+    const char *noun = argv[(*i)++];
+    if (!known_noun(noun)) {
+        fprintf(stderr, "pvcli: unknown noun %s\n", noun);
+        usage(stderr, NULL);
+        return NULL;
+    }
+    if (*i >= argc || !strcmp(argv[*i], "--help") || !strcmp(argv[*i], "-h")) {
+        usage(*i >= argc ? stderr : stdout, noun);
+        *exit_code = *i >= argc ? 2 : 0;
+        return NULL;
+    }
+    const command *cmd = find_command(noun, argv[*i]);
+    if (!cmd && only_verb(noun)) { /* a noun with one verb needs none: pvcli capacity APP ... */
+        cmd = only_verb(noun);
+        (*i)--;
+    }
+    if (!cmd) {
+        fprintf(stderr, "pvcli: %s has no verb %s\n", noun, argv[*i]);
+        usage(stderr, noun);
+        return NULL;
+    }
+    (*i)++;
+    return cmd;
+}
+
+/* One --FIELD[=VALUE] argument at argv[*i] into req (a bare flag is a boolean). */
+static int put_flag(const command *cmd, json_t *req, int argc, char **argv, int *i, char *err,
+                    size_t cap) {
+    const char *a = argv[*i];
+    char name[256];
+    const char *eq = strchr(a + 2, '=');
+    const char *value = "true";
+    snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a - 2 : (long)strlen(a + 2)), a + 2);
+    if (eq)
+        value = eq + 1;
+    else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0)
+        value = argv[++*i];
+    return put_field(req, cmd->req, name, value, err, cap);
+}
+
+/* The request's JSON from the command's arguments argv[i..]: 0, 1 when help was printed, -1 on
+ * a usage error (printed). */
+static int parse_request(const command *cmd, opts *o, int argc, char **argv, int i, json_t *req) {
+    char err[512];
+    size_t pos = 0, n_args = 0;
+    char *args[8];
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("pvcli %s %s: %s\nrequest %s, fields:", cmd->noun, cmd->verb, cmd->help,
+                   cmd->req->name);
+            for (unsigned f = 0; f < cmd->req->n_fields; f++)
+                printf(" --%s", cmd->req->fields[f].name);
+            printf("\n");
+            return 1;
+        }
+        if (global_option(o, argc, argv, &i)) continue;
+        if (strncmp(a, "--", 2) == 0) {
+            bad = put_flag(cmd, req, argc, argv, &i, err, sizeof err);
+        } else if (cmd->prepare && n_args < 8) {
+            args[n_args++] = argv[i];
+        } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
+            const char *field =
+                pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
+            bad = put_field(req, cmd->req, field, a, err, sizeof err);
+        } else {
+            bad = -1;
+            snprintf(err, sizeof err, "%s %s: unexpected argument %s", cmd->noun, cmd->verb, a);
+        }
+        if (bad) {
+            fprintf(stderr, "pvcli: %s\n", err);
+            return -1;
+        }
+    }
+    if (cmd->prepare && cmd->prepare(req, args, n_args, err, sizeof err) != 0) {
+        fprintf(stderr, "pvcli: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The request message, packed (caller frees *bytes): 0, or the exit code of a usage error. */
+static int pack_request(const command *cmd, opts *o, int argc, char **argv, int i, uint8_t **bytes,
+                        size_t *len, int *help) {
+    json_t *req = json_object();
+    int rc = parse_request(cmd, o, argc, argv, i, req);
+    *help = rc == 1;
+    if (rc == 0 && strcmp(o->output, "json") != 0 && strcmp(o->output, "table") != 0) {
+        fprintf(stderr, "pvcli: -o %s: want table or json\n", o->output);
+        rc = -1;
+    }
+    ProtobufCMessage *msg = NULL;
+    pv_status st;
+    if (rc == 0 && pv_pbjson_from_json(cmd->req, req, &msg, &st) != PV_OK) {
+        fprintf(stderr, "pvcli: %s\n", st.msg);
+        rc = -1;
+    }
+    json_decref(req);
+    if (rc != 0) return rc < 0 ? 2 : 0;
+    *len = protobuf_c_message_get_packed_size(msg);
+    *bytes = malloc(*len ? *len : 1);
+    protobuf_c_message_pack(msg, *bytes);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return 0;
+}
+
+/* Calls the command's method and prints what comes back; the exit code. */
+static int run_command(const command *cmd, const opts *o, const uint8_t *bytes, size_t len) {
+    cli_conn_opts co = {.endpoint = o->endpoint,
+                        .tls_ca = o->tls_ca,
+                        .tls_cert = o->tls_cert,
+                        .tls_key = o->tls_key,
+                        .auth_user = o->user,
+                        .auth_password = o->password};
+    char err[512];
+    cli_conn *c = cli_conn_open(&co, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "pvcli: %s\n", err);
+        return 1;
+    }
+    printer p = {.cmd = cmd, .o = o, .rows = json_array(), .exit_code = -1};
+    char details[2048];
+    int code =
+        cli_call(c, cmd->method, bytes, len, o->timeout_s, on_message, &p, details, sizeof details);
+    int rc = 0;
+    if (code != 0) {
+        if (code > 0 && code <= 16)
+            fprintf(stderr, "pvcli: %s: %s\n", pv_code_name(code), details);
+        else
+            fprintf(stderr, "pvcli: status %d: %s\n", code, details);
+        rc = 1;
+    } else if (cmd->columns && !cmd->live) {
+        if (strcmp(o->output, "table") == 0) print_table(cmd->columns, p.rows);
+    } else if (cmd->live || cmd->raw_field) {
+        /* printed as it came */
+    } else if (cmd->waits && !o->detach && p.last) {
+        rc = follow(c, o, json_string_value(json_object_get(p.last, "id")));
+    } else if (cmd->waits && o->detach && p.last && strcmp(o->output, "table") == 0) {
+        printf("%s\n", json_string_value(json_object_get(p.last, "id")));
+    } else if (p.last) {
+        print_one(o, p.last);
+    }
+    if (rc == 0 && p.failed) {
+        fprintf(stderr, "pvcli: %d of %d failed\n", p.failed, p.n);
+        rc = 1;
+    }
+    if (rc == 0 && p.exit_code >= 0) rc = p.exit_code;
+    json_decref(p.rows);
+    json_decref(p.last);
+    cli_conn_close(c);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     opts o = {.endpoint = getenv("PIVIRT_ENDPOINT"),
               .output = "table",
@@ -784,204 +978,25 @@ int main(int argc, char **argv) {
     if (!o.endpoint || !*o.endpoint) o.endpoint = "localhost:8443";
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout, NULL);
             return 0;
-        } else if (!strcmp(a, "--detach")) {
-            o.detach = true;
-        } else if (next && (!strcmp(a, "--endpoint"))) {
-            o.endpoint = argv[++i];
-        } else if (next && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
-            o.output = argv[++i];
-        } else if (next && !strcmp(a, "--timeout")) {
-            o.timeout_s = atoi(argv[++i]);
-        } else if (next && !strcmp(a, "--tls-ca")) {
-            o.tls_ca = argv[++i];
-        } else if (next && !strcmp(a, "--tls-cert")) {
-            o.tls_cert = argv[++i];
-        } else if (next && !strcmp(a, "--tls-key")) {
-            o.tls_key = argv[++i];
-        } else if (next && !strcmp(a, "--user")) {
-            o.user = argv[++i];
-        } else if (next && !strcmp(a, "--password")) {
-            o.password = argv[++i];
-        } else {
-            fprintf(stderr, "pvcli: unknown option %s\n", a);
+        }
+        if (!global_option(&o, argc, argv, &i)) {
+            fprintf(stderr, "pvcli: unknown option %s\n", argv[i]);
             usage(stderr, NULL);
             return 2;
         }
     }
-    if (i >= argc) {
-        usage(stderr, NULL);
-        return 2;
-    }
-    const char *noun = argv[i++];
-    if (!known_noun(noun)) {
-        fprintf(stderr, "pvcli: unknown noun %s\n", noun);
-        usage(stderr, NULL);
-        return 2;
-    }
-    if (i >= argc || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-        usage(i >= argc ? stderr : stdout, noun);
-        return i >= argc ? 2 : 0;
-    }
-    const command *cmd = find_command(noun, argv[i]);
-    if (!cmd && only_verb(noun)) { /* a noun with one verb needs none: pvcli capacity APP ... */
-        cmd = only_verb(noun);
-        i--;
-    }
-    if (!cmd) {
-        fprintf(stderr, "pvcli: %s has no verb %s\n", noun, argv[i]);
-        usage(stderr, noun);
-        return 2;
-    }
-    i++;
-    json_t *req = json_object();
-    char err[512];
-    size_t pos = 0, n_args = 0;
-    char *args[8];
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("pvcli %s %s: %s\n", cmd->noun, cmd->verb, cmd->help);
-            printf("request %s, fields:", cmd->req->name);
-            for (unsigned f = 0; f < cmd->req->n_fields; f++)
-                printf(" --%s", cmd->req->fields[f].name);
-            printf("\n");
-            json_decref(req);
-            return 0;
-        }
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--detach")) { /* the global options may come anywhere */
-            o.detach = true;
-            continue;
-        } else if (next && !strcmp(a, "--endpoint")) {
-            o.endpoint = argv[++i];
-            continue;
-        } else if (next && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
-            o.output = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--timeout")) {
-            o.timeout_s = atoi(argv[++i]);
-            continue;
-        } else if (next && !strcmp(a, "--tls-ca")) {
-            o.tls_ca = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--tls-cert")) {
-            o.tls_cert = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--tls-key")) {
-            o.tls_key = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--user")) {
-            o.user = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--password")) {
-            o.password = argv[++i];
-            continue;
-        }
-        if (strncmp(a, "--", 2) == 0) {
-            char name[256];
-            const char *eq = strchr(a + 2, '=');
-            const char *value;
-            snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a - 2 : (long)strlen(a + 2)),
-                     a + 2);
-            if (eq) {
-                value = eq + 1;
-            } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-                value = argv[++i];
-            } else {
-                value = "true"; /* a bare flag: a boolean */
-            }
-            if (put_field(req, cmd->req, name, value, err, sizeof err) != 0) {
-                fprintf(stderr, "pvcli: %s\n", err);
-                json_decref(req);
-                return 2;
-            }
-        } else if (cmd->prepare && n_args < 8) {
-            args[n_args++] = argv[i];
-        } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
-            const char *field =
-                pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
-            if (put_field(req, cmd->req, field, a, err, sizeof err) != 0) {
-                fprintf(stderr, "pvcli: %s\n", err);
-                json_decref(req);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "pvcli: %s %s: unexpected argument %s\n", cmd->noun, cmd->verb, a);
-            json_decref(req);
-            return 2;
-        }
-    }
-    if (cmd->prepare && cmd->prepare(req, args, n_args, err, sizeof err) != 0) {
-        fprintf(stderr, "pvcli: %s\n", err);
-        json_decref(req);
-        return 2;
-    }
-    if (strcmp(o.output, "json") != 0 && strcmp(o.output, "table") != 0) {
-        fprintf(stderr, "pvcli: -o %s: want table or json\n", o.output);
-        json_decref(req);
-        return 2;
-    }
-    ProtobufCMessage *msg = NULL;
-    pv_status st;
-    if (pv_pbjson_from_json(cmd->req, req, &msg, &st) != PV_OK) {
-        fprintf(stderr, "pvcli: %s\n", st.msg);
-        json_decref(req);
-        return 2;
-    }
-    json_decref(req);
-    size_t len = protobuf_c_message_get_packed_size(msg);
-    uint8_t *bytes = malloc(len ? len : 1);
-    protobuf_c_message_pack(msg, bytes);
-    protobuf_c_message_free_unpacked(msg, NULL);
-
-    cli_conn_opts co = {.endpoint = o.endpoint,
-                        .tls_ca = o.tls_ca,
-                        .tls_cert = o.tls_cert,
-                        .tls_key = o.tls_key,
-                        .auth_user = o.user,
-                        .auth_password = o.password};
-    cli_conn *c = cli_conn_open(&co, err, sizeof err);
-    if (!c) {
-        fprintf(stderr, "pvcli: %s\n", err);
-        free(bytes);
-        return 1;
-    }
-    printer p = {.cmd = cmd, .o = &o, .rows = json_array(), .exit_code = -1};
-    char details[2048];
-    int code =
-        cli_call(c, cmd->method, bytes, len, o.timeout_s, on_message, &p, details, sizeof details);
+    int rc;
+    const command *cmd = pick_command(argc, argv, &i, &rc);
+    if (!cmd) return rc;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int help = 0;
+    rc = pack_request(cmd, &o, argc, argv, i, &bytes, &len, &help);
+    if (rc != 0 || help) return rc;
+    rc = run_command(cmd, &o, bytes, len);
     free(bytes);
-    int rc = 0;
-    if (code != 0) {
-
-        if (code > 0 && code <= 16)
-            fprintf(stderr, "pvcli: %s: %s\n", pv_code_name(code), details);
-        else
-            fprintf(stderr, "pvcli: status %d: %s\n", code, details);
-        rc = 1;
-    } else if (cmd->columns && !cmd->live) {
-        if (strcmp(o.output, "table") == 0) print_table(cmd->columns, p.rows);
-    } else if (cmd->live || cmd->raw_field) {
-        /* printed as it came */
-    } else if (cmd->waits && !o.detach && p.last) {
-        rc = follow(c, &o, json_string_value(json_object_get(p.last, "id")));
-    } else if (cmd->waits && o.detach && p.last && strcmp(o.output, "table") == 0) {
-        printf("%s\n", json_string_value(json_object_get(p.last, "id")));
-    } else if (p.last) {
-        print_one(&o, p.last);
-    }
-    if (rc == 0 && p.failed) {
-        fprintf(stderr, "pvcli: %d of %d failed\n", p.failed, p.n);
-        rc = 1;
-    }
-    if (rc == 0 && p.exit_code >= 0) rc = p.exit_code;
-    json_decref(p.rows);
-    json_decref(p.last);
-    cli_conn_close(c);
     return rc;
 }
