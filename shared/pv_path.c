@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #define LIBVIRT_IMAGES "/var/lib/libvirt/images"
 
 int pv_path_check_abs(const char *field, const char *path, pv_status *st) {

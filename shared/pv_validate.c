@@ -17,7 +17,6 @@
 #define PATH_MAX_LEN 256 /* field path in enum messages; deeper paths are cut */
 #define MAX_DEPTH 100    /* nesting beyond this is refused rather than recursed */
 
-
 static int name_char_ok(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
