@@ -7,7 +7,7 @@
  * connection is made on first use and remade after any I/O error, so a Redis restart costs the
  * commands in flight at that moment (PV_UNAVAILABLE, fast) and nothing after. On every (re)connect
  * the handle authenticates, selects the db and loads the function library (FUNCTION LOAD
- * REPLACE of shared/redis/functions.lua, embedded at build time), so FCALL always finds the
+ * REPLACE of shared/store/redis/functions.lua, embedded at build time), so FCALL always finds the
  * functions of this build, even on a Redis that restarted empty.
  *
  * Errors: a dropped or refused connection or a timeout is PV_UNAVAILABLE naming the address.

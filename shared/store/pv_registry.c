@@ -1,5 +1,5 @@
 /*
- * pv_registry: the C side of the registry functions (shared/redis/registry.lua).
+ * pv_registry: the C side of the registry functions (shared/store/redis/registry.lua).
  *
  * Each public call checks its input here (names, endpoint scheme, JSON shapes), so a bad request
  * is answered without a round trip and the Lua functions only check what Redis alone knows
@@ -282,7 +282,7 @@ int pv_registry_check_labels(const char *field, const char *text, pv_status *st)
     return rc;
 }
 
-/* One plugin's node document, checked by the plugin itself (shared/pv_res): the same parse
+/* One plugin's node document, checked by the plugin itself (shared/core/pv_res): the same parse
  * the scheduler runs later, so a document stored here is one it can use. */
 static int check_plugin(const char *plugin, json_t *doc, const pv_res_engine_info *info,
                         pv_status *st) {

@@ -4,7 +4,7 @@
  * keys of the nodes.
  *
  * Every change that touches more than one key is one Redis function of the library
- * "pivirt_registry" (shared/redis/registry.lua), so it is atomic; errors come back as
+ * "pivirt_registry" (shared/store/redis/registry.lua), so it is atomic; errors come back as
  * '<CODE> message' and pv_redis maps them to codes (NOT_FOUND, ALREADY_EXISTS,
  * FAILED_PRECONDITION, INVALID_ARGUMENT). This module checks what it can before calling Redis
  * (names, endpoint schemes, JSON shapes) so bad input never reaches the functions.
@@ -125,7 +125,7 @@ int pv_registry_engine_of(const char *endpoint, const char **engine, pv_status *
 int pv_registry_check_labels(const char *field, const char *json, pv_status *st);
 
 /* resources: a JSON object, each member the node document of a known plugin (cpumem, storage),
- * checked by the plugin's own parser (shared/pv_res: unknown fields, bad sizes, ...). Without
+ * checked by the plugin's own parser (shared/core/pv_res: unknown fields, bad sizes, ...). Without
  * engine info, cpumem needs both cpu and memory. */
 int pv_registry_check_resources(const char *json, pv_status *st);
 

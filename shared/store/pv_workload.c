@@ -1,5 +1,5 @@
 /*
- * pv_workload: the C side of the workload functions (shared/redis/workload.lua).
+ * pv_workload: the C side of the workload functions (shared/store/redis/workload.lua).
  *
  * Input is checked here (ids, names, JSON shapes) so a bad request is answered without a round
  * trip and the Lua functions only check what Redis alone knows (existence, uniqueness). A status

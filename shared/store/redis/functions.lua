@@ -51,7 +51,7 @@ redis.register_function{function_name = 'pv_presence_live', flags = {'no-writes'
   end}
 
 --[[ -------------------------------------------------------------------------------------------
-  Operations (shared/pv_op.c; the key schema and the record fields are in shared/pv_op.h).
+  Operations (shared/store/pv_op.c; the key schema and the record fields are in shared/store/pv_op.h).
 
   Conventions of every pv_op_* function:
   - ARGV[1] is the key base "<prefix>{ops}:". Every key of the pipeline starts with it, so they
@@ -91,7 +91,7 @@ local OP_DEFAULTS = {
   holds = '[]', token = '0', lease_until_ms = '0', entry = '', retry_at_ms = '0',
 }
 
--- The fields a reply carries: those of a pv_op (shared/pv_op.c); token, lease and the like stay
+-- The fields a reply carries: those of a pv_op (shared/store/pv_op.c); token, lease and the like stay
 -- in Redis, so replies are smaller to build and to send.
 local REPLY_FIELDS = {
   'id', 'kind', 'target', 'queue', 'status', 'progress', 'message', 'error_code',

@@ -4,7 +4,7 @@
   (pb.CoreRPC or pivirt.cluster.v1). Loaded by every pivirt process on (re)connect, like the
   pivirt library (functions.lua). Errors are redis.error_reply('<CODE> <message>').
 
-  The key schema and the record fields are described in shared/pv_registry.h. Conventions:
+  The key schema and the record fields are described in shared/store/pv_registry.h. Conventions:
   - ARGV[1] is the key base "<prefix>{reg}:"; every registry key starts with it (one hash slot).
   - KEYS declare the name indexes a call is about (KEYS[1] = <base>pods or <base>nodes, ...).
     Records reached through an index (pod:<id>, node:<id>) are derived from ARGV[1].

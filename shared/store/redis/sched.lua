@@ -4,13 +4,13 @@
   requests. Loaded by every pivirt process on (re)connect, like the other libraries.
 
   Resource arithmetic (how much a core, a volume or a byte of memory holds) is done in C by the
-  scheduler (shared/pv_res): these functions only make its results atomic. A writer reads a
+  scheduler (shared/core/pv_res): these functions only make its results atomic. A writer reads a
   node's `usage` and `usage_rev`, computes the new usage, and commits it here; the commit checks
   that every node it touches still has the revision the writer read (compare-and-set), so two
   schedulers planning from the same picture can never both take the last slot of a node: the
   second one's commit fails with a conflict and it plans again from fresh data.
 
-  Keys (shared/pv_resv.h has the whole schema): ARGV[1] is the key base "<prefix>{reg}:";
+  Keys (shared/store/pv_resv.h has the whole schema): ARGV[1] is the key base "<prefix>{reg}:";
   KEYS[1] is the reservation's own key; records reached through it (node:<id>, node-allocs:<id>,
   deploy-count:<app>:<entry>, the plan reply and abandon keys) are derived from ARGV.
 ]]

@@ -1,6 +1,6 @@
 #!lua name=pivirt_workload
 --[[
-  Workload records and their statuses (shared/pv_workload.h has the keys and fields). Loaded by
+  Workload records and their statuses (shared/store/pv_workload.h has the keys and fields). Loaded by
   every pivirt process on (re)connect, like the other libraries. Errors are
   redis.error_reply('<CODE> <message>').
 
