@@ -36,19 +36,15 @@ static int open_up(const char *path, const struct stat *sb, int flag, struct FTW
     return 0;
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) * 0; /* best effort: go on */
 }
 
 static void rm_tree(const char *dir) {
     nftw(dir, open_up, 32, FTW_PHYS | FTW_MOUNT);
-    nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    nftw(dir, remove_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
 static void remove_box(void) {
