@@ -290,6 +290,8 @@ class Raw(Base):
         self.refused(archive(lambda t: (add_special(t, "l", tarfile.SYMTYPE, self.outside),
                                         add_file(t, "l/" + self.tmpname, b"x")), True),
                      ["entry l/%s: a symbolic link or a file is in the way" % self.tmpname])
+        # what no format reads is no image the process engine could unpack
+        self.refused(b"not an archive at all\n" * 40, ["not an archive the agent reads"])
 
     def test_links_alone_are_kept(self):
         # a link to anywhere is a link in the image (it resolves in the workload): accepted,
