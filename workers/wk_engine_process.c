@@ -1596,19 +1596,9 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
     if (mkdir(w->root, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "workload %s: mkdir %s: %s", w->id, w->root,
                              strerror(errno));
-    /* tar(1) only for what the agent's own reader does not know (compression, devices) */
-    int rc = wk_untar_extract(image_path, w->root, geteuid() == 0, st);
-    if (rc == PV_UNIMPLEMENTED) {
-        /* tar(1) running as root would make the device nodes an archive lists */
-        const char *list_argv[] = {"tar", "-tvf", image_path};
-        char *listing = NULL;
-        rc = pe_run_tool_output(e, list_argv, 3, w->root, &listing, st);
-        if (rc == PV_OK) rc = wk_untar_listing_check(listing, PE_OUTPUT_MAX, st);
-        free(listing);
-        const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
-        if (rc == PV_OK) rc = pe_run_tool(e, tar_argv, 5, w->root, st);
-    }
-    if (rc != PV_OK) return pv_status_prefix(st, "image %s", w->image);
+    /* in the agent, compressed or not: no child for the loop to reap */
+    if (wk_untar_extract(image_path, w->root, geteuid() == 0, st) != PV_OK)
+        return pv_status_prefix(st, "image %s", w->image);
     if (wk_files_mkdir_p(w->cwd, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "dir %s: mkdir %s: %s", w->dir, w->cwd,
                              strerror(errno));
