@@ -1,9 +1,9 @@
 /*
  * pv_op: Operation records on Redis streams (see pv_op.h for the contract and the key schema).
  *
- * Every write is one call of a function of shared/store/redis/functions.lua, so a record, its stream
- * entry, its locks, the index and the events stream never disagree, and the fencing check of a
- * worker's write happens in the same atomic step as the write. This file stays thin: it builds
+ * Every write is one call of a function of shared/store/redis/functions.lua, so a record, its
+ * stream entry, its locks, the index and the events stream never disagree, and the fencing check of
+ * a worker's write happens in the same atomic step as the write. This file stays thin: it builds
  * the key names from the prefix, passes arguments as strings and parses the replies; every
  * decision about state lives in the functions, where it is atomic.
  *

@@ -5,8 +5,8 @@
  * plan picked; the workloads that follow take over the allocations, and a deploy that fails gives
  * them back. Reservations are what keep concurrent deploys from overcommitting a node across any
  * number of gateways and schedulers: the resource arithmetic is done in C on a snapshot of the
- * nodes (shared/core/pv_res), and the commit is one Redis function (shared/store/redis/sched.lua) that
- * writes the new usage only if no node it touches changed since the snapshot (each node's
+ * nodes (shared/core/pv_res), and the commit is one Redis function (shared/store/redis/sched.lua)
+ * that writes the new usage only if no node it touches changed since the snapshot (each node's
  * usage_rev). A commit that loses the race reports the conflict; the caller plans again.
  *
  * Keys (under the registry's hash tag, <b> = "<prefix>{reg}:"):

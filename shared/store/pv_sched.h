@@ -9,8 +9,8 @@
  *   <b>sched:reply:<id>   list holding the one reply body; expires a minute after it is written
  *   <b>sched:gone:<id>    set when the requester gave up waiting
  * A requester that times out marks its request gone in the same atomic step that checks for a
- * late reply (pv_sched_abandon in shared/store/redis/sched.lua), and a reservation's commit refuses a
- * gone request, so a reservation is either seen by its requester or never made: nothing leaks
+ * late reply (pv_sched_abandon in shared/store/redis/sched.lua), and a reservation's commit refuses
+ * a gone request, so a reservation is either seen by its requester or never made: nothing leaks
  * when a deadline passes mid-plan.
  *
  * Reply bodies are JSON objects; a failure is {"error": {"code": N (pv_status code), "kind":
