@@ -163,8 +163,11 @@ static void request_call(gw_server *s, const reg_method *rm);
 /* ---------------------------------------------------------------------------------------- */
 /* byte buffers                                                                               */
 
+/* Decodes bb as d. NULL with *wire_st set: decoded, but the bytes hold what decoding hides (a
+ * NUL inside a string, pv_validate_wire); NULL with *wire_st clear: not a d at all. */
 static ProtobufCMessage *unpack_bb(const ProtobufCMessageDescriptor *d, grpc_byte_buffer *bb,
-                                   size_t *len_out) {
+                                   size_t *len_out, pv_status *wire_st) {
+    pv_status_clear(wire_st);
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
     grpc_slice sl = grpc_byte_buffer_reader_readall(&r);
@@ -172,6 +175,11 @@ static ProtobufCMessage *unpack_bb(const ProtobufCMessageDescriptor *d, grpc_byt
     *len_out = GRPC_SLICE_LENGTH(sl);
     ProtobufCMessage *m =
         protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+    if (m &&
+        pv_validate_wire(d, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), wire_st) != PV_OK) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        m = NULL;
+    }
     grpc_slice_unref(sl);
     return m;
 }
@@ -647,14 +655,17 @@ static ProtobufCMessage *decode_request(gw_call *c, grpc_byte_buffer *bb) {
         return NULL;
     }
     size_t len = 0;
-    ProtobufCMessage *m = unpack_bb(d, bb, &len);
+    pv_status st;
+    ProtobufCMessage *m = unpack_bb(d, bb, &len, &st);
+    if (!m && st.code != PV_OK) {
+        gw_call_finishf(c, bad_request_code(c), "%s", st.msg);
+        return NULL;
+    }
     if (!m) {
         gw_call_finishf(c, bad_request_code(c), "request: cannot decode %s from %zu bytes", d->name,
                         len);
         return NULL;
     }
-    pv_status st;
-    pv_status_clear(&st);
     if (pv_validate_message(m, &st) != PV_OK) {
         gw_call_finishf(c, bad_request_code(c), "%s", st.msg);
         protobuf_c_message_free_unpacked(m, NULL);

@@ -18,6 +18,7 @@
 
 #include "gw_app.h"
 #include "gw_health.h"
+#include "gw_memory.h"
 #include "gw_reflection.h"
 #include "gw_server.h"
 #include "gw_waiter.h"
@@ -92,6 +93,7 @@ typedef struct gateway {
     gw_waiter *waiter;
     svc_operations *ops;
     gw_server *server;
+    gw_memory *memory;
     pv_presence *presence;
     const char **services;
 } gateway;
@@ -109,10 +111,23 @@ static void gateway_free(gateway *g) {
     svc_cluster_free(g->cluster);
     svc_storage_free(g->storage);
     gw_metrics_free(g->metrics); /* after the server: its calls report their end */
+    gw_memory_stop(g->memory);   /* after the server too: its calls note their start */
     gw_health_free(g->health);
     gw_reflection_free(g->reflection);
     free(g->services);
     pv_config_free(&g->app.cfg);
+}
+
+/* The server's call observers: the metrics count every call, the trimmer wants to know that
+ * calls come. */
+static void observe_call_start(void *arg, const char *path) {
+    gateway *g = arg;
+    gw_memory_note_call(g->memory);
+    gw_metrics_on_call_start(g->metrics, path);
+}
+
+static void observe_call_end(void *arg, const char *path, int code, double seconds) {
+    gw_metrics_on_call_end(((gateway *)arg)->metrics, path, code, seconds);
 }
 
 static int build_server(gateway *g) {
@@ -162,9 +177,9 @@ static int build_server(gateway *g) {
         .is_declared_arg = g->reflection,
         .thread_init = thread_redis_new,
         .thread_free = thread_redis_free,
-        .on_call_start = gw_metrics_on_call_start,
-        .on_call_end = gw_metrics_on_call_end,
-        .observer_arg = g->metrics,
+        .on_call_start = observe_call_start,
+        .on_call_end = observe_call_end,
+        .observer_arg = g,
     };
     g->server = gw_server_new(&o, err, sizeof err);
     if (!g->server) {
@@ -187,6 +202,20 @@ static int build_server(gateway *g) {
         return -1;
     }
     return 0;
+}
+
+/* The lines an operator looks for in the log: where it listens and how it runs. */
+static void log_started(const gateway *g) {
+    for (size_t i = 0; i < g->app.cfg.gateway.n_listen; i++)
+        pv_info("listening addr=%s port=%d", g->app.cfg.gateway.listen[i],
+                gw_server_bound_port(g->server, i));
+    pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
+            PV_VERSION, PV_GIT_REVISION, g->app.instance, g->app.cfg.redis.addr,
+            g->app.cfg.gateway.threads,
+            !*g->app.cfg.gateway.tls_cert       ? "off"
+            : *g->app.cfg.gateway.tls_client_ca ? "mutual"
+                                                : "on",
+            *g->app.cfg.auth.username ? "on" : "off");
 }
 
 int main(int argc, char **argv) {
@@ -228,6 +257,9 @@ int main(int argc, char **argv) {
     g.app.advertise =
         *g.app.cfg.gateway.advertise ? g.app.cfg.gateway.advertise : g.app.cfg.gateway.listen[0];
 
+    /* before any thread exists: an arena cap holds only for threads made after it */
+    gw_memory_tune(g.app.cfg.gateway.malloc_arenas);
+
     /* Signals are taken by sigwait in this thread only; every other thread blocks them. */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -238,6 +270,10 @@ int main(int argc, char **argv) {
 
     grpc_init();
     int rc = 1;
+    if (gw_memory_start(g.app.cfg.gateway.memory_trim_idle_ms, &g.memory, &st) != PV_OK) {
+        pv_error("%s", st.msg);
+        goto out;
+    }
     if (build_server(&g) != 0 || gw_server_start(g.server) != 0) goto out;
     if (gw_metrics_start(g.metrics, g.app.cfg.gateway.metrics_listen, &st) != PV_OK) {
         pv_error("%s", st.msg);
@@ -262,16 +298,7 @@ int main(int argc, char **argv) {
                 "UNAVAILABLE",
                 g.app.cfg.redis.addr, st.msg);
     }
-    for (size_t i = 0; i < g.app.cfg.gateway.n_listen; i++)
-        pv_info("listening addr=%s port=%d", g.app.cfg.gateway.listen[i],
-                gw_server_bound_port(g.server, i));
-    pv_info("started version=%s revision=%s instance=%s redis=%s threads=%d tls=%s auth=%s",
-            PV_VERSION, PV_GIT_REVISION, g.app.instance, g.app.cfg.redis.addr,
-            g.app.cfg.gateway.threads,
-            !*g.app.cfg.gateway.tls_cert       ? "off"
-            : *g.app.cfg.gateway.tls_client_ca ? "mutual"
-                                               : "on",
-            *g.app.cfg.auth.username ? "on" : "off");
+    log_started(&g);
 
     int sig = 0;
     sigwait(&sigs, &sig);

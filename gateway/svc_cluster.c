@@ -13,6 +13,7 @@
 #include "pivirt/cluster/v1/cluster.pb-c.h"
 #include "op_convert.h"
 #include "pv_cluster.h"
+#include "pv_id.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -102,12 +103,13 @@ static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
 
 /* ---- lookups ---- */
 
-/* A cluster by id or by name. */
+/* A cluster by id or by name. A reference that could be neither is refused naming the request's
+ * field; the registry's own checks would name theirs ("id"). */
 static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const char *ref,
                         pv_pod *out, pv_status *st) {
-    if (!ref || !*ref) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
+    if (pv_id_check(field, ref, st) != PV_OK) return st->code;
     if (pv_registry_get_pod_by_id(r, k, ref, out, st) == PV_OK) return PV_OK;
-    if (st->code != PV_NOT_FOUND) return st->code;
+    if (st->code != PV_NOT_FOUND && st->code != PV_INVALID_ARGUMENT) return st->code;
     if (pv_registry_get_pod(r, k, ref, out, st) == PV_OK) return PV_OK;
     if (st->code == PV_NOT_FOUND || st->code == PV_INVALID_ARGUMENT)
         return pv_status_set(st, PV_NOT_FOUND, "%s: cluster %s not found", field, ref);
@@ -117,7 +119,7 @@ static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const 
 /* A node by id or by name, which must belong to cluster pod. */
 static int find_node(pv_redis *r, const pv_keys *k, const pv_pod *pod, const char *ref,
                      pv_node *out, pv_status *st) {
-    if (!ref || !*ref) return pv_status_set(st, PV_INVALID_ARGUMENT, "node_id: required");
+    if (pv_id_check("node_id", ref, st) != PV_OK) return st->code;
     int rc = pv_registry_get_node_by_id(r, k, ref, out, st);
     if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, ref, out, st);
     if (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)
@@ -340,12 +342,7 @@ static void on_create_cluster(gw_call *call, const ProtobufCMessage *msg) {
         return finish_status(call, &st);
     int cp = req->topology ? req->topology->control_plane_count : 0;
     int workers = req->topology ? req->topology->worker_count : 0;
-    if (cp < 0 || workers < 0) {
-        gw_call_finishf(call, PV_INVALID_ARGUMENT,
-                        "topology: counts must be >= 0 (control_plane_count %d, worker_count %d)",
-                        cp, workers);
-        return;
-    }
+    if (pv_cluster_check_topology(cp, workers, &st) != PV_OK) return finish_status(call, &st);
     char *labels = map_json((void *const *)req->labels, req->n_labels);
     char *annotations = map_json((void *const *)req->annotations, req->n_annotations);
     pv_pod_spec spec = {.name = req->name,
@@ -425,9 +422,9 @@ static void on_update_cluster(gw_call *call, const ProtobufCMessage *msg) {
         rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
                            "name: a cluster's name is immutable (it is %s, not %s)", p.name,
                            req->name);
-    if (rc == PV_OK && req->topology &&
-        (req->topology->control_plane_count < 0 || req->topology->worker_count < 0))
-        rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "topology: counts must be >= 0");
+    if (rc == PV_OK && req->topology)
+        rc = pv_cluster_check_topology(req->topology->control_plane_count,
+                                       req->topology->worker_count, &st);
     char *labels = rc == PV_OK && (req->n_labels || req->update_labels)
                        ? map_json((void *const *)req->labels, req->n_labels)
                        : NULL;
@@ -898,21 +895,17 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
         .max_unavailable = s ? s->max_unavailable : 0,
         .partition = s ? s->partition : 0,
     };
-    /* ROLLING's default with no strategy at all: one node at a time, one replacement at once */
-    if (!s) us.max_surge = 1;
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = pv_cluster_check_version("target_version", req->target_version, &st);
-    static const char *const names[] = {"strategy.max_surge", "strategy.max_unavailable",
-                                        "strategy.partition"};
-    const int values[] = {us.max_surge, us.max_unavailable, us.partition};
-    for (size_t i = 0; rc == PV_OK && i < 3; i++)
-        if (values[i] < 0)
-            rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "%s: %d is negative", names[i], values[i]);
+    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
+    if (rc == PV_OK) rc = pv_upgrade_check_strategy(&us, nn, &st);
+    /* ROLLING's default with no strategy at all: one node at a time, one replacement at once
+     * (set after the check, which bounds what the client sent) */
+    if (!s) us.max_surge = 1;
     if (rc == PV_OK && p.version && strcmp(p.version, req->target_version) == 0)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "target_version: cluster %s already runs %s", p.name, p.version);
-    if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
     if (rc == PV_OK && (int64_t)nn <= (int64_t)us.partition)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "cluster %s has no node to upgrade (%zu node(s), partition %d)", p.name,

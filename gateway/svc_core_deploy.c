@@ -777,6 +777,13 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
                        o->n_ids ? "data: no files to send" : "IDs: no workload ids given");
         return;
     }
+    pv_status st;
+    for (size_t i = 0; i < o->n_modes; i++)
+        if (o->modes[i]->value &&
+            pv_deploy_check_mode("modes", o->modes[i]->value->mode, &st) != PV_OK) {
+            gw_call_finishf(call, ERU_SEND, "%s (file %s)", st.msg, o->modes[i]->key);
+            return;
+        }
     pv_redis *r = gw_app_redis(call);
     if (!r) {
         gw_call_finish(call, ERU_SEND, "no Redis connection on this gateway thread");
@@ -785,7 +792,6 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
     relay rl = {.call = call, .r = r};
     rl.k = &((svc_core_deploy *)gw_call_method_data(call))->app->keys;
     json_t *files = json_array();
-    pv_status st;
     int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < o->n_data; i++) {
         const Pb__SendOptions__DataEntry *d = o->data[i];
@@ -899,6 +905,9 @@ static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
             ((svc_core_deploy *)gw_call_method_data(call))->app->cfg.gateway.max_request_bytes;
         if (!err && ls->total + f->chunk.len > limit)
             err = "files larger than gateway.max_request_bytes";
+        pv_status mst;
+        if (!err && f->mode && pv_deploy_check_mode("mode", f->mode->mode, &mst) != PV_OK)
+            err = mst.msg;
         if (!err && f->mode) ls->modes[i] = (int)f->mode->mode;
         if (!err && f->owner) {
             ls->uids[i] = f->owner->uid;

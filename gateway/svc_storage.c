@@ -280,6 +280,26 @@ static int node_of_pool(json_t *pool, char *out, size_t cap) {
     return PV_OK;
 }
 
+/* The pool a request names in field: a plain name, else INVALID_ARGUMENT naming the field (a
+ * malformed name is no name of a pool: not NOT_FOUND echoing it). */
+static int get_pool(gw_call *call, const char *field, const char *name, json_t **rec,
+                    pv_status *st) {
+    *rec = NULL;
+    if (pv_storage_check_name(field, name, st) != PV_OK) return st->code;
+    return pv_storage_get(gw_app_redis(call), keys_of(call), "pool", name, rec, st);
+}
+
+/* The volume ("vol": by id, or by a name one pool holds) or snapshot ("snap") a request names in
+ * field, checked as a reference first (pv_id_check). */
+static int get_ref(gw_call *call, const char *kind, const char *field, const char *ref,
+                   json_t **rec, pv_status *st) {
+    *rec = NULL;
+    if (pv_id_check(field, ref, st) != PV_OK) return st->code;
+    if (strcmp(kind, "vol") == 0)
+        return pv_storage_find_volume(gw_app_redis(call), keys_of(call), ref, rec, st);
+    return pv_storage_get(gw_app_redis(call), keys_of(call), kind, ref, rec, st);
+}
+
 /* ---- pools ---- */
 
 static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
@@ -338,10 +358,7 @@ static void on_get_pool(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetPoolRequest *req = (const void *)msg;
     pv_status st;
     json_t *rec = NULL;
-    if (!req->name || !*req->name)
-        return gw_call_finish(call, PV_INVALID_ARGUMENT, "name: required");
-    if (pv_storage_get(gw_app_redis(call), keys_of(call), "pool", req->name, &rec, &st) != PV_OK)
-        return finish_status(call, &st);
+    if (get_pool(call, "name", req->name, &rec, &st) != PV_OK) return finish_status(call, &st);
     send_pool(call, rec, true);
     json_decref(rec);
 }
@@ -373,9 +390,7 @@ static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *rec = NULL, *vols = NULL;
-    int rc = req->name && *req->name
-                 ? pv_storage_get(r, keys_of(call), "pool", req->name, &rec, &st)
-                 : pv_status_set(&st, PV_INVALID_ARGUMENT, "name: required");
+    int rc = get_pool(call, "name", req->name, &rec, &st);
     if (rc == PV_OK) rc = pv_storage_list(r, keys_of(call), "vol", req->name, &vols, &st);
     if (rc == PV_OK && json_array_size(vols) > 0)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
@@ -405,9 +420,7 @@ static void on_get_pool_stats(gw_call *call, const ProtobufCMessage *msg) {
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *rec = NULL, *vols = NULL;
-    int rc = req->name && *req->name
-                 ? pv_storage_get(r, keys_of(call), "pool", req->name, &rec, &st)
-                 : pv_status_set(&st, PV_INVALID_ARGUMENT, "name: required");
+    int rc = get_pool(call, "name", req->name, &rec, &st);
     if (rc == PV_OK) rc = pv_storage_list(r, keys_of(call), "vol", req->name, &vols, &st);
     Pivirt__Storage__V1__PoolStats m = PIVIRT__STORAGE__V1__POOL_STATS__INIT;
     size_t i;
@@ -552,7 +565,6 @@ static bool answer_retry(gw_call *call, const char *kind) {
 static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, "storage.volume_create")) return;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *pool = NULL, *labels = map_json((void *const *)req->labels, req->n_labels);
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
@@ -563,10 +575,8 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK && req->format == 0)
         rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
                            "format: required (VOLUME_FORMAT_RAW, QCOW2, VMDK or VDI)");
-    if (rc == PV_OK && (!req->pool || !*req->pool))
-        rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "pool: required");
     if (rc == PV_OK) {
-        rc = pv_storage_get(r, keys_of(call), "pool", req->pool, &pool, &st);
+        rc = get_pool(call, "pool", req->pool, &pool, &st);
         if (rc == PV_NOT_FOUND) pv_status_prefix(&st, "pool");
     }
     char id[PV_ID_MAX], node[256];
@@ -596,9 +606,7 @@ static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
     pv_status st;
     json_t *rec = NULL;
-    if (!req->id || !*req->id) return gw_call_finish(call, PV_INVALID_ARGUMENT, "id: required");
-    if (pv_storage_find_volume(gw_app_redis(call), keys_of(call), req->id, &rec, &st) != PV_OK)
-        return finish_status(call, &st);
+    if (get_ref(call, "vol", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
     send_volume(call, rec, true);
     json_decref(rec);
 }
@@ -611,7 +619,7 @@ static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     int rc = PV_OK;
     if (req->pool && *req->pool) {
         json_t *p = NULL;
-        rc = pv_storage_get(r, keys_of(call), "pool", req->pool, &p, &st);
+        rc = get_pool(call, "pool", req->pool, &p, &st);
         pools = json_array();
         if (rc == PV_OK) json_array_append_new(pools, p);
     } else {
@@ -643,10 +651,8 @@ static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
 /* The volume ref names and its pool's node. */
 static int volume_and_node(gw_call *call, const char *field, const char *ref, json_t **vol,
                            char *node, size_t cap, pv_status *st) {
-    *vol = NULL;
-    if (!ref || !*ref) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
     pv_redis *r = gw_app_redis(call);
-    if (pv_storage_find_volume(r, keys_of(call), ref, vol, st) != PV_OK) return st->code;
+    if (get_ref(call, "vol", field, ref, vol, st) != PV_OK) return st->code;
     json_t *pool = NULL;
     if (pv_storage_get(r, keys_of(call), "pool", jstr(*vol, "pool"), &pool, st) != PV_OK) {
         json_decref(*vol);
@@ -715,7 +721,6 @@ static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
 static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CloneVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, "storage.volume_clone")) return;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *src = NULL, *pool = NULL, *params = NULL;
     char src_node[256], node[256], id[PV_ID_MAX];
@@ -724,7 +729,7 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     const char *pool_name = req->pool && *req->pool ? req->pool : jstr(src, "pool");
     if (rc == PV_OK) {
-        rc = pv_storage_get(r, keys_of(call), "pool", pool_name, &pool, &st);
+        rc = get_pool(call, "pool", pool_name, &pool, &st);
         if (rc == PV_NOT_FOUND) pv_status_prefix(&st, "pool");
     }
     if (rc == PV_OK) {
@@ -803,9 +808,7 @@ static void on_get_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetSnapshotRequest *req = (const void *)msg;
     pv_status st;
     json_t *rec = NULL;
-    if (!req->id || !*req->id) return gw_call_finish(call, PV_INVALID_ARGUMENT, "id: required");
-    if (pv_storage_get(gw_app_redis(call), keys_of(call), "snap", req->id, &rec, &st) != PV_OK)
-        return finish_status(call, &st);
+    if (get_ref(call, "snap", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
     send_snapshot(call, rec, true);
     json_decref(rec);
 }
@@ -816,10 +819,7 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListSnapshotsRequest *req = (const void *)msg;
     pv_status st;
     json_t *vol = NULL, *all = NULL;
-    int rc =
-        req->volume_id && *req->volume_id
-            ? pv_storage_find_volume(gw_app_redis(call), keys_of(call), req->volume_id, &vol, &st)
-            : pv_status_set(&st, PV_INVALID_ARGUMENT, "volume_id: required");
+    int rc = get_ref(call, "vol", "volume_id", req->volume_id, &vol, &st);
     if (rc == PV_OK)
         rc = pv_storage_list(gw_app_redis(call), keys_of(call), "snap", jstr(vol, "id"), &all, &st);
     size_t n = json_array_size(all), sent = 0;
@@ -857,10 +857,7 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     pv_status st;
     json_t *snap = NULL, *vol = NULL;
     char node[256];
-    int rc = req->snapshot_id && *req->snapshot_id
-                 ? pv_storage_get(gw_app_redis(call), keys_of(call), "snap", req->snapshot_id,
-                                  &snap, &st)
-                 : pv_status_set(&st, PV_INVALID_ARGUMENT, "snapshot_id: required");
+    int rc = get_ref(call, "snap", "snapshot_id", req->snapshot_id, &snap, &st);
     if (rc == PV_OK)
         rc = volume_and_node(call, "volume_id", jstr(snap, "volume_id"), &vol, node, sizeof node,
                              &st);
@@ -891,9 +888,7 @@ static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     pv_status st;
     json_t *snap = NULL, *vol = NULL;
     char node[256];
-    int rc = req->id && *req->id
-                 ? pv_storage_get(gw_app_redis(call), keys_of(call), "snap", req->id, &snap, &st)
-                 : pv_status_set(&st, PV_INVALID_ARGUMENT, "id: required");
+    int rc = get_ref(call, "snap", "id", req->id, &snap, &st);
     if (rc == PV_OK)
         rc = volume_and_node(call, "volume_id", jstr(snap, "volume_id"), &vol, node, sizeof node,
                              &st);

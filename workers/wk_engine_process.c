@@ -1596,19 +1596,9 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
     if (mkdir(w->root, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "workload %s: mkdir %s: %s", w->id, w->root,
                              strerror(errno));
-    /* tar(1) only for what the agent's own reader does not know (compression, devices) */
-    int rc = wk_untar_extract(image_path, w->root, geteuid() == 0, st);
-    if (rc == PV_UNIMPLEMENTED) {
-        /* tar(1) running as root would make the device nodes an archive lists */
-        const char *list_argv[] = {"tar", "-tvf", image_path};
-        char *listing = NULL;
-        rc = pe_run_tool_output(e, list_argv, 3, w->root, &listing, st);
-        if (rc == PV_OK) rc = wk_untar_listing_check(listing, PE_OUTPUT_MAX, st);
-        free(listing);
-        const char *tar_argv[] = {"tar", "-xf", image_path, "-C", w->root};
-        if (rc == PV_OK) rc = pe_run_tool(e, tar_argv, 5, w->root, st);
-    }
-    if (rc != PV_OK) return pv_status_prefix(st, "image %s", w->image);
+    /* in the agent, compressed or not: no child for the loop to reap */
+    if (wk_untar_extract(image_path, w->root, geteuid() == 0, st) != PV_OK)
+        return pv_status_prefix(st, "image %s", w->image);
     if (wk_files_mkdir_p(w->cwd, 0755) != 0)
         return pv_status_set(st, PV_INTERNAL, "dir %s: mkdir %s: %s", w->dir, w->cwd,
                              strerror(errno));
@@ -2137,18 +2127,47 @@ static int pe_stop(void *impl, const char *id, int grace_seconds, bool force, pv
     return rc;
 }
 
+/* Whether process pid is stopped (its /proc state T), as a SIGSTOP leaves it once delivered. */
+static bool proc_stopped(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true; /* gone: nothing left running */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');
+    return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+/* kill() only queues a SIGSTOP: the process stops when it next runs, which on a busy machine
+ * comes after the caller was told "paused". Waits (up to a second) until it has. */
+static void wait_stopped(pid_t pid) {
+    for (int i = 0; i < 200 && !proc_stopped(pid); i++)
+        usleep(5000);
+}
+
 static int pe_signal(pe *e, const char *id, wk_state from, wk_state to, int sig, pv_status *st) {
     pe_wl *w;
     if (wl_acquire(e, id, &w, st) != PV_OK) return st->code;
     pthread_mutex_lock(&e->mu);
+    pid_t pid = w->pid;
+    wk_state was = w->state;
+    pthread_mutex_unlock(&e->mu);
     int rc = PV_OK;
-    if (w->state != from || w->pid <= 0) {
+    /* the signal goes out with the lock released: a SIGSTOP is waited for (the workload is
+     * ours, busy, so no other operation runs on it meanwhile), and the reaper may need the lock
+     * if the process ends now */
+    if (was != from || pid <= 0)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s: %s, not %s", id,
-                           state_name(w->state), state_name(from));
-    } else if (kill(-w->pid, sig) != 0) {
+                           state_name(was), state_name(from));
+    else if (kill(-pid, sig) != 0)
         rc = pv_status_set(st, PV_INTERNAL, "workload %s: signal %d to group %d: %s", id, sig,
-                           (int)w->pid, strerror(errno));
-    } else {
+                           (int)pid, strerror(errno));
+    else if (sig == SIGSTOP)
+        wait_stopped(pid);
+    pthread_mutex_lock(&e->mu);
+    if (rc == PV_OK && w->pid == pid && w->state == from) { /* not ended in between */
         w->state = to;
         wl_log(w, "%s", to == WK_STATE_PAUSED ? "paused (SIGSTOP)" : "resumed (SIGCONT)");
         wl_save(w);

@@ -868,7 +868,7 @@ static int lookup_state(wk_virt *v, const char *id, virDomainPtr *d, json_t **me
 static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     virDomainPtr d;
     json_t *meta;
-    wk_state ws;
+    wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc != PV_OK) return rc;
     json_t *before = json_deep_copy(meta);
@@ -951,7 +951,7 @@ static int virt_stop(void *impl, const char *id, int grace_seconds, bool force, 
     lock(v);
     virDomainPtr d;
     json_t *meta;
-    wk_state ws;
+    wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc == PV_OK) {
         if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED)
@@ -972,7 +972,7 @@ static int pause_or_resume(wk_virt *v, const char *id, bool pause, pv_status *st
     lock(v);
     virDomainPtr d;
     json_t *meta;
-    wk_state ws;
+    wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc == PV_OK) {
         if (ws != need)
@@ -1015,7 +1015,7 @@ static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
     lock(v);
     virDomainPtr d;
     json_t *meta;
-    wk_state ws;
+    wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc == PV_OK) {
         bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED;

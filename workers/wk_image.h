@@ -9,16 +9,13 @@
  * registry port ("hub:5000/ns/app") stays part of the name. Name components are 1-128 of
  * [A-Za-z0-9._-] (the first may also be host:port, the port digits), never "." or ".."; a tag is
  * Docker's [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}. Digests ("@sha256:...") are refused. A name and a tag
- * never collide on disk: names are directories, tags are files ending in ".tar".
+ * never collide on disk: names are directories, tags are files ending in ".tar". The
+ * references themselves are pv_image's (shared/pv_image.h).
  */
 #ifndef WK_IMAGE_H
 #define WK_IMAGE_H
 
 #include "pv_status.h"
-
-/* Splits ref into its name and tag (both allocated, caller frees) after validating it;
- * INVALID_ARGUMENT naming the reference otherwise. */
-int wk_image_parse(const char *ref, char **name, char **tag, pv_status *st);
 
 /* The archive path of ref in image_dir (allocated, caller frees), whether or not it exists. */
 int wk_image_path(const char *image_dir, const char *ref, char **path, pv_status *st);

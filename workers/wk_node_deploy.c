@@ -303,185 +303,232 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
     return rc;
 }
 
-/* Creates, starts and records one instance; the answer is the step's result. */
-static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
-    instance *in = arg;
+/* What one instance is made of, built from the deploy's options: the engine's spec and the
+ * strings it points into (owned here, freed by build_free). */
+typedef struct build {
+    char id[65], name[256];
+    strs argv, env, sysctls, vols;
+    char *labels, *res_text, *env_text;
+    int cores[1024];
+    wk_workload_spec spec;
+} build;
+
+static void build_free(build *b) {
+    strs_free(&b->argv);
+    strs_free(&b->env);
+    strs_free(&b->sysctls);
+    strs_free(&b->vols);
+    free(b->labels);
+    free(b->res_text);
+    free(b->env_text);
+}
+
+/* The instance's id (from its allocation: a redelivery finds the same one) and its Eru name
+ * app_entry_xxxxxx. */
+static void build_names(const instance *in, const char *alloc_id, build *b) {
+    pv_sha256_hex(alloc_id, strlen(alloc_id), b->id);
+    char letters[7];
+    for (int i = 0; i < 6; i++)
+        letters[i] = (char)('a' + (b->id[i] % 26));
+    letters[6] = '\0';
+    snprintf(b->name, sizeof b->name, "%s_%s_%s", in->o->name, in->o->entrypoint->name, letters);
+}
+
+/* The environment: Eru's own variables, then the deploy's; as a list and as JSON text. */
+static int build_env(const instance *in, build *b) {
     const Pb__DeployOptions *o = in->o;
-    const Pb__EntrypointOptions *e = o->entrypoint;
-    wk_engine *engine = wk_agent_engine(in->agent);
-    const char *alloc_id = json_string_value(json_object_get(in->alloc, "id"));
-    json_t *resources = json_object_get(in->alloc, "resources");
     char seq[24];
     snprintf(seq, sizeof seq, "%lld",
              (long long)json_integer_value(json_object_get(in->alloc, "seq")));
-
-    char id[65], name[256];
-    pv_sha256_hex(alloc_id, strlen(alloc_id), id);
-    char letters[7];
-    for (int i = 0; i < 6; i++)
-        letters[i] = (char)('a' + (id[i] % 26));
-    letters[6] = '\0';
-    snprintf(name, sizeof name, "%s_%s_%s", o->name, e->name, letters);
-
-    strs argv = {0}, env = {0}, sysctls = {0}, vols = {0};
-    char *labels = build_labels(in);
-    char *res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
-    int oom = !labels || !res_text || build_commands(o, &argv) != 0 ||
-              strs_addf(&env, "APP_NAME=%s%s", o->name, "") != 0 ||
-              strs_addf(&env, "ERU_POD=%s%s", in->pod, "") != 0 ||
-              strs_addf(&env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
-              strs_addf(&env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0;
-    for (size_t i = 0; !oom && i < o->n_env; i++)
-        oom = strs_add(&env, strdup(o->env[i])) != 0;
-    for (size_t i = 0; !oom && i < e->n_sysctls; i++) {
-        const str_entry *s = (const str_entry *)e->sysctls[i];
-        oom = strs_addf(&sysctls, "%s=%s", s->key, s->value) != 0;
-    }
+    if (strs_addf(&b->env, "APP_NAME=%s%s", o->name, "") != 0 ||
+        strs_addf(&b->env, "ERU_POD=%s%s", in->pod, "") != 0 ||
+        strs_addf(&b->env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
+        strs_addf(&b->env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0)
+        return -1;
+    for (size_t i = 0; i < o->n_env; i++)
+        if (strs_add(&b->env, strdup(o->env[i])) != 0) return -1;
     json_t *env_j = json_array();
-    for (size_t i = 0; env_j && i < env.n; i++)
-        json_array_append_new(env_j, json_string(env.v[i]));
-    char *env_text = env_j ? json_dumps(env_j, JSON_COMPACT) : NULL;
+    for (size_t i = 0; env_j && i < b->env.n; i++)
+        json_array_append_new(env_j, json_string(b->env.v[i]));
+    b->env_text = env_j ? json_dumps(env_j, JSON_COMPACT) : NULL;
     json_decref(env_j);
-    if (!env_text) oom = 1;
-    int cores[1024];
-    wk_workload_spec spec = {
-        .id = id,
-        .name = name,
+    return b->env_text ? 0 : -1;
+}
+
+/* Everything of the spec but its volumes; -1 when memory ran out. */
+static int build_spec(const instance *in, json_t *resources, build *b) {
+    const Pb__DeployOptions *o = in->o;
+    const Pb__EntrypointOptions *e = o->entrypoint;
+    b->labels = build_labels(in);
+    b->res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
+    if (!b->labels || !b->res_text || build_commands(o, &b->argv) != 0 || build_env(in, b) != 0)
+        return -1;
+    for (size_t i = 0; i < e->n_sysctls; i++) {
+        const str_entry *kv = (const str_entry *)e->sysctls[i];
+        if (strs_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
+    }
+    bool hooks = !o->ignore_hook && e->hook;
+    b->spec = (wk_workload_spec){
+        .id = b->id,
+        .name = b->name,
         .image = o->image,
-        .commands = (const char *const *)argv.v,
-        .ncommands = argv.n,
+        .commands = (const char *const *)b->argv.v,
+        .ncommands = b->argv.n,
         .dir = e->dir ? e->dir : "",
         .user = o->user ? o->user : "",
         .restart = e->restart ? e->restart : "",
         .privileged = e->privileged,
-        .env = (const char *const *)env.v,
-        .nenv = env.n,
+        .env = (const char *const *)b->env.v,
+        .nenv = b->env.n,
         .publish = (const char *const *)e->publish,
         .npublish = e->n_publish,
-        .after_start =
-            (!o->ignore_hook && e->hook) ? (const char *const *)e->hook->after_start : NULL,
-        .nafter_start = (!o->ignore_hook && e->hook) ? e->hook->n_after_start : 0,
-        .before_stop =
-            (!o->ignore_hook && e->hook) ? (const char *const *)e->hook->before_stop : NULL,
-        .nbefore_stop = (!o->ignore_hook && e->hook) ? e->hook->n_before_stop : 0,
-        .sysctls = (const char *const *)sysctls.v,
-        .nsysctls = sysctls.n,
-        .labels_json = labels,
+        .after_start = hooks ? (const char *const *)e->hook->after_start : NULL,
+        .nafter_start = hooks ? e->hook->n_after_start : 0,
+        .before_stop = hooks ? (const char *const *)e->hook->before_stop : NULL,
+        .nbefore_stop = hooks ? e->hook->n_before_stop : 0,
+        .sysctls = (const char *const *)b->sysctls.v,
+        .nsysctls = b->sysctls.n,
+        .labels_json = b->labels,
     };
-    limits_of(resources, &spec, cores, sizeof cores / sizeof cores[0]);
-    char vol_why[PV_STATUS_MSG_MAX] = "";
-    int vrc = oom ? PV_OK : instance_volumes(in, resources, id, &vols, vol_why, sizeof vol_why, st);
-    if (vrc != PV_OK) {
-        strs_free(&argv);
-        strs_free(&env);
-        strs_free(&sysctls);
-        strs_free(&vols);
-        free(labels);
-        free(res_text);
-        free(env_text);
-        return vrc;
-    }
-    spec.volumes = (const char *const *)vols.v;
-    spec.nvolumes = vols.n;
+    limits_of(resources, &b->spec, b->cores, sizeof b->cores / sizeof b->cores[0]);
+    return 0;
+}
 
-    int rc = PV_OK;
-    char *answer = NULL;
-    wk_engine_info info = {0};
-    pv_status est;
-    if (oom) {
-        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    } else if (vol_why[0]) {
-        answer = answer_error("%s%s", vol_why, "");
-    } else if (argv.n == 0) {
-        answer = answer_error("entrypoint %s of %s: no command to run", e->name, o->name);
-    } else if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0) {
-        answer = answer_error("raw_args: the %s engine takes no raw engine arguments%s",
-                              wk_engine_type(engine), "");
-    } else if (o->n_dns > 0 || o->n_extra_hosts > 0) {
-        /* process workloads share the host's network and files; a domain's resolver is its
-         * guest's own configuration */
-        answer = answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
-                              o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
-                              o->n_dns ? "name servers" : "hosts file",
-                              o->n_dns ? o->dns[0] : o->extra_hosts[0]);
-    } else {
-        int crc = wk_engine_create(engine, &spec, &info, &est);
-        if (crc == PV_ALREADY_EXISTS) /* a previous delivery created it */
-            crc = wk_engine_inspect(engine, id, &info, &est);
-        if (crc == PV_OK && info.state != WK_STATE_RUNNING && info.root)
-            crc = deploy_files(o, info.root, &est);
-        if (crc == PV_OK && in->before_start && info.state != WK_STATE_RUNNING && info.root)
-            crc = in->before_start(in, info.root, &est);
-        if (crc == PV_OK && info.state != WK_STATE_RUNNING) crc = wk_engine_start(engine, id, &est);
-        if (crc == PV_OK && o->n_after_create > 0) crc = after_create(engine, o, id, &est);
-        if (crc == PV_OK) {
-            wk_engine_info_clear(&info);
-            crc = wk_engine_inspect(engine, id, &info, &est);
-        }
-        pv_workload w = {0};
-        snprintf(w.id, sizeof w.id, "%s", id);
-        w.name = name;
-        w.app = o->name;
-        w.entry = e->name;
-        w.pod = (char *)in->pod;
-        w.node = (char *)in->node;
-        w.image = o->image;
-        w.privileged = e->privileged;
-        w.labels = labels;
-        w.env = env_text;
-        w.resources = res_text;
-        w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
-        w.engine_id = info.engine_id ? info.engine_id : "";
-        w.deploy = wk_op_param(in->op, "deploy");
-        if (crc == PV_OK) {
-            crc = pv_workload_add(wk_op_redis(op), wk_op_keys(op), &w, &est);
-            if (crc == PV_ALREADY_EXISTS) crc = PV_OK; /* recorded by a previous delivery */
-        }
-        if (crc == PV_OK) {
-            json_t *pub = json_loads(info.publish_json ? info.publish_json : "{}", 0, NULL);
-            json_t *flat = json_object();
-            const char *port;
-            json_t *addrs;
-            json_object_foreach(pub, port, addrs) {
-                /* Eru's publish map: "port/proto" -> "ip:port,ip:port" */
-                char joined[1024] = "";
-                size_t i;
-                json_t *a;
-                json_array_foreach(addrs, i, a) {
-                    if (i) strncat(joined, ",", sizeof joined - strlen(joined) - 1);
-                    strncat(joined, json_string_value(a) ? json_string_value(a) : "",
-                            sizeof joined - strlen(joined) - 1);
-                }
-                json_object_set_new(flat, port, json_string(joined));
-            }
-            json_t *j = json_pack("{s:s, s:s, s:o}", "id", id, "name", name, "publish", flat);
-            answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
-            json_decref(j);
-            json_decref(pub);
-        } else {
-            pv_warn("deploy %s on %s: instance %s failed: %s", wk_op_record(op)->id, in->node, name,
-                    est.msg);
-            pv_status rst;
-            wk_engine_remove(engine, id, true, &rst);
-            answer = answer_error("%s%s", est.msg, "");
-        }
+/* What this node's engine refuses of the options, as an instance's error answer; NULL when
+ * nothing is refused. */
+static char *refused_options(const instance *in, const build *b, wk_engine *engine) {
+    const Pb__DeployOptions *o = in->o;
+    if (b->argv.n == 0)
+        return answer_error("entrypoint %s of %s: no command to run", o->entrypoint->name, o->name);
+    if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0)
+        return answer_error("raw_args: the %s engine takes no raw engine arguments%s",
+                            wk_engine_type(engine), "");
+    if (o->n_dns > 0 || o->n_extra_hosts > 0) /* process workloads share the host's network and
+                                                 files; a domain's resolver is its guest's own */
+        return answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
+                            o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
+                            o->n_dns ? "name servers" : "hosts file",
+                            o->n_dns ? o->dns[0] : o->extra_hosts[0]);
+    return NULL;
+}
+
+/* Creates (or finds, on a redelivery) and starts the instance in the engine: its files, the
+ * hook before start, the after-create commands; *info as the engine sees it at the end. */
+static int start_instance(const instance *in, const build *b, wk_engine *engine,
+                          wk_engine_info *info, pv_status *st) {
+    const char *id = b->id;
+    int rc = wk_engine_create(engine, &b->spec, info, st);
+    if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
+    bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
+    if (fresh && info->root) rc = deploy_files(in->o, info->root, st);
+    if (rc == PV_OK && fresh && in->before_start && info->root)
+        rc = in->before_start(in, info->root, st);
+    if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
+    if (rc == PV_OK && in->o->n_after_create > 0) rc = after_create(engine, in->o, id, st);
+    if (rc == PV_OK) {
+        wk_engine_info_clear(info);
+        rc = wk_engine_inspect(engine, id, info, st);
     }
-    if (answer && strstr(answer, "\"error\"")) { /* a failed instance holds no volume */
-        pv_status dst;
-        if (pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), id, &dst) != PV_OK)
-            pv_warn("instance %s: volumes not detached: %s", id, dst.msg);
-    }
-    if (rc == PV_OK && !answer) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    if (rc == PV_OK) *result = answer;
-    wk_engine_info_clear(&info);
-    strs_free(&argv);
-    strs_free(&env);
-    strs_free(&sysctls);
-    strs_free(&vols);
-    free(labels);
-    free(res_text);
-    free(env_text);
     return rc;
+}
+
+/* The instance's record in the registry (a redelivery finds it recorded). */
+static int record_instance(const instance *in, const build *b, const char *alloc_id,
+                           const wk_engine_info *info, pv_status *st) {
+    pv_workload w = {0};
+    snprintf(w.id, sizeof w.id, "%s", b->id);
+    w.name = (char *)b->name;
+    w.app = in->o->name;
+    w.entry = in->o->entrypoint->name;
+    w.pod = (char *)in->pod;
+    w.node = (char *)in->node;
+    w.image = in->o->image;
+    w.privileged = in->o->entrypoint->privileged;
+    w.labels = b->labels;
+    w.env = b->env_text;
+    w.resources = b->res_text;
+    w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
+    w.engine_id = info->engine_id ? info->engine_id : "";
+    w.deploy = wk_op_param(in->op, "deploy");
+    int rc = pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
+    return rc == PV_ALREADY_EXISTS ? PV_OK : rc;
+}
+
+/* A created instance's answer: {id, name, publish}, publish in Eru's shape ("port/proto" ->
+ * "ip:port,ip:port"). */
+static char *created_answer(const build *b, const wk_engine_info *info) {
+    json_t *pub = json_loads(info->publish_json ? info->publish_json : "{}", 0, NULL);
+    json_t *flat = json_object();
+    const char *port;
+    json_t *addrs;
+    json_object_foreach(pub, port, addrs) {
+        char joined[1024] = "";
+        size_t i;
+        json_t *a;
+        json_array_foreach(addrs, i, a) {
+            if (i) strncat(joined, ",", sizeof joined - strlen(joined) - 1);
+            strncat(joined, json_string_value(a) ? json_string_value(a) : "",
+                    sizeof joined - strlen(joined) - 1);
+        }
+        json_object_set_new(flat, port, json_string(joined));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:o}", "id", b->id, "name", b->name, "publish", flat);
+    char *answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    json_decref(pub);
+    return answer;
+}
+
+/* Creates, starts and records one instance; the answer is the step's result: the instance's
+ * {id, name, publish}, or {error} for an instance that failed (which then holds nothing: its
+ * engine workload is removed, its volumes detached). */
+static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
+    instance *in = arg;
+    wk_engine *engine = wk_agent_engine(in->agent);
+    const char *alloc_id = json_string_value(json_object_get(in->alloc, "id"));
+    json_t *resources = json_object_get(in->alloc, "resources");
+    build b = {0};
+    build_names(in, alloc_id, &b);
+    if (build_spec(in, resources, &b) != 0) {
+        build_free(&b);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    char why[PV_STATUS_MSG_MAX] = "";
+    int rc = instance_volumes(in, resources, b.id, &b.vols, why, sizeof why, st);
+    if (rc != PV_OK) {
+        build_free(&b);
+        return rc;
+    }
+    b.spec.volumes = (const char *const *)b.vols.v;
+    b.spec.nvolumes = b.vols.n;
+    char *answer = why[0] ? answer_error("%s%s", why, "") : refused_options(in, &b, engine);
+    bool failed = answer != NULL;
+    if (!answer) {
+        wk_engine_info info = {0};
+        pv_status est;
+        int crc = start_instance(in, &b, engine, &info, &est);
+        if (crc == PV_OK) crc = record_instance(in, &b, alloc_id, &info, &est);
+        if (crc == PV_OK) {
+            answer = created_answer(&b, &info);
+        } else {
+            pv_warn("deploy %s on %s: instance %s failed: %s", wk_op_record(op)->id, in->node,
+                    b.name, est.msg);
+            pv_status rst;
+            wk_engine_remove(engine, b.id, true, &rst);
+            answer = answer_error("%s%s", est.msg, "");
+            failed = true;
+        }
+        wk_engine_info_clear(&info);
+    }
+    if (failed) { /* a failed instance holds no volume */
+        pv_status dst;
+        if (pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), b.id, &dst) != PV_OK)
+            pv_warn("instance %s: volumes not detached: %s", b.id, dst.msg);
+    }
+    build_free(&b);
+    if (!answer) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    *result = answer;
+    return PV_OK;
 }
 
 typedef struct report_arg {
@@ -1068,6 +1115,39 @@ static int ix_make_fifo(const char *path, int *ref, char *proc, size_t cap, pv_s
     return PV_OK;
 }
 
+/* Relays the command's output and the client's input until the command ends, the operation is
+ * cancelled or a relay fails; closes the input FIFO at the end, so the command sees it end. */
+static int ix_pump(wk_op *op, ix_exec *x, int out_fd, const char *in_proc, pv_status *st) {
+    int rc = PV_OK;
+    int in_fd = -1;
+    char cursor[PV_OP_CURSOR_MAX] = "0";
+    unsigned char *pending = NULL;
+    size_t npending = 0;
+    bool out_eof = false, writer_seen = false; /* out_eof: only what the last read saw */
+    while (rc == PV_OK) {
+        /* the command opens its input when it starts; until then the FIFO has no reader */
+        if (in_fd < 0 && cursor[0] != '!' && !writer_seen) {
+            in_fd = open(in_proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            if (in_fd >= 0) writer_seen = true;
+        }
+        /* done is read first: whatever the command wrote before it exited is then read now */
+        bool done = ix_done(x);
+        rc = ix_relay_output(op, out_fd, &out_eof, st);
+        if (rc != PV_OK || done) break;
+        if (writer_seen)
+            rc = ix_feed_input(op, &in_fd, cursor, &pending, &npending,
+                               npending || done ? 0 : INPUT_WAIT_MS, st);
+        if (rc == PV_OK && (!writer_seen || in_fd < 0 || npending)) {
+            struct pollfd p = {.fd = out_fd, .events = POLLIN};
+            poll(&p, 1, INPUT_WAIT_MS);
+        }
+        if (rc == PV_OK) rc = wk_op_sleep(op, 0, st); /* cancelled: stop feeding */
+    }
+    if (in_fd >= 0) close(in_fd);
+    free(pending);
+    return rc;
+}
+
 static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const char **argv,
                             size_t argc, int timeout_ms, pv_status *st) {
     wk_engine_info info = {0};
@@ -1122,33 +1202,9 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
                  : pv_status_set(st, PV_INTERNAL, "open_stdin: %s: %s", out_path, strerror(errno));
     bool started = rc == PV_OK && pthread_create(&th, NULL, ix_exec_thread, &x) == 0;
     if (rc == PV_OK && !started) rc = pv_status_set(st, PV_INTERNAL, "open_stdin: no thread");
-    int in_fd = -1;
-    char cursor[PV_OP_CURSOR_MAX] = "0";
-    unsigned char *pending = NULL;
-    size_t npending = 0;
-    bool out_eof = false, writer_seen = false; /* out_eof: only what the last read saw */
-    while (rc == PV_OK) {
-        /* the command opens its input when it starts; until then the FIFO has no reader */
-        if (in_fd < 0 && cursor[0] != '!' && !writer_seen) {
-            in_fd = open(in_proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-            if (in_fd >= 0) writer_seen = true;
-        }
-        /* done is read first: whatever the command wrote before it exited is then read now */
-        bool done = ix_done(&x);
-        rc = ix_relay_output(op, out_fd, &out_eof, st);
-        if (rc != PV_OK || done) break;
-        if (writer_seen)
-            rc = ix_feed_input(op, &in_fd, cursor, &pending, &npending,
-                               npending || done ? 0 : INPUT_WAIT_MS, st);
-        if (rc == PV_OK && (!writer_seen || in_fd < 0 || npending)) {
-            struct pollfd p = {.fd = out_fd, .events = POLLIN};
-            poll(&p, 1, INPUT_WAIT_MS);
-        }
-        if (rc == PV_OK) rc = wk_op_sleep(op, 0, st); /* cancelled: stop feeding */
-    }
+    if (rc == PV_OK) rc = ix_pump(op, &x, out_fd, in_proc, st);
     /* stopping (the end, a cancel, an error): the command sees its input end and its output
      * break, and the exec thread returns */
-    if (in_fd >= 0) close(in_fd);
     if (out_fd >= 0) close(out_fd);
     if (started && rc != PV_OK) ix_kill(&x, pid_path);
     if (started) pthread_join(th, NULL);
@@ -1157,7 +1213,6 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     unlink(out_path);
     close(in_ref);
     close(out_ref);
-    free(pending);
     free(wrapped);
     pthread_mutex_destroy(&x.mu);
     if (rc == PV_OK && x.rc != PV_OK) rc = pv_status_set(st, x.st.code, "%s", x.st.msg);

@@ -229,7 +229,6 @@ static int write_file(const char *path, const void *data, size_t len, char *msg,
 
 #define BUILD_STEP_TIMEOUT_MS (10 * 60 * 1000)
 #define BUILD_LOG_LINES_MAX 2000
-#define RUN_OUTPUT_MAX (1 << 20) /* wk_engine_run keeps at most this much of a program's output */
 
 typedef struct build_ctx {
     wk_op *op;
@@ -284,24 +283,6 @@ static int build_run(build_ctx *b, const char *what, const char *const *argv, si
     } else if (rc != PV_OK && rc != PV_ABORTED) {
         pv_status_prefix(st, "%s", what);
     }
-    free(out);
-    return rc;
-}
-
-/* An archive wk_untar does not read (compressed) is left to tar(1), which, run as root, makes
- * the device nodes and fifos it lists: its listing is checked first, as the process engine does
- * before it unpacks an image. */
-static int listing_check(build_ctx *b, const char *archive, pv_status *st) {
-    const char *argv[] = {"tar", "-tvf", archive};
-    int code = -1;
-    char *out = NULL;
-    size_t len = 0;
-    int rc =
-        wk_engine_run(b->engine, argv, 3, NULL, "/", BUILD_STEP_TIMEOUT_MS, &code, &out, &len, st);
-    if (rc == PV_OK && code != 0)
-        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "tar -tvf %s exited with %d: %.200s",
-                           archive, code, out ? out : "");
-    if (rc == PV_OK) rc = wk_untar_listing_check(out ? out : "", RUN_OUTPUT_MAX, st);
     free(out);
     return rc;
 }
@@ -387,14 +368,7 @@ static int build_stage(build_ctx *b, const char *stage, json_t *build, const cha
         rc = wk_image_path(wk_agent_image_dir(b->agent), base, &image, st);
         if (rc == PV_OK) {
             rc = wk_untar_extract(image, root, false, st);
-            if (rc == PV_UNIMPLEMENTED) {
-                const char *argv[] = {"tar", "-xf", image, "-C", root};
-                rc = listing_check(b, image, st);
-                if (rc == PV_OK)
-                    rc = build_run(b, "unpacking the base image", argv, 5, NULL, root, st);
-                else if (rc != PV_ABORTED)
-                    pv_status_prefix(st, "base image %s", base);
-            }
+            if (rc != PV_OK && rc != PV_NOT_FOUND) pv_status_prefix(st, "base image %s", base);
             if (rc == PV_NOT_FOUND)
                 pv_status_set(st, PV_FAILED_PRECONDITION,
                               "stage %s: base image %s is not in node %s's store", stage, base,
@@ -526,10 +500,9 @@ static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t 
 
 /* A RAW build's archive must be an image the engine would unpack: checked in
  * <data_dir>/build/<op> before anything is stored, so a refused archive leaves no image behind.
- * Plain tar archives are read by wk_untar_check; one it does not read (compressed) is unpacked
- * by tar(1) into a scratch directory after its listing is checked for devices, on the process
- * engine. Other engines do not unpack images (a virt image is a disk), so what wk_untar cannot
- * read is stored as it is there. */
+ * wk_untar_check reads every archive libarchive reads, compressed or not. A file that is no
+ * archive at all is refused on the process engine; other engines do not unpack images (a virt
+ * image is a disk), so there it is stored as it is. */
 static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t len, pv_status *st) {
     build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
     char archive[PATH_MAX + 16], msg[PV_STATUS_MSG_MAX];
@@ -539,17 +512,8 @@ static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t le
         return pv_status_set(st, PV_INTERNAL, "%s", msg);
     int rc = wk_untar_check(archive, b.work, st);
     if (rc == PV_UNIMPLEMENTED) {
-        rc = PV_OK;
-        if (b.engine && strcmp(wk_engine_type(b.engine), "process") == 0) {
-            char scratch[PATH_MAX + 16];
-            snprintf(scratch, sizeof scratch, "%s/unpacked", b.work);
-            const char *mk[] = {"mkdir", "-p", scratch};
-            const char *x[] = {"tar", "-xf", archive, "-C", scratch};
-            rc = listing_check(&b, archive, st);
-            if (rc == PV_OK) rc = build_run(&b, "mkdir", mk, 3, NULL, "/", st);
-            /* tar(1) refuses ".." and does not write through the links it made itself */
-            if (rc == PV_OK) rc = build_run(&b, "unpacking the archive", x, 5, NULL, "/", st);
-        }
+        bool unpacks = b.engine && strcmp(wk_engine_type(b.engine), "process") == 0;
+        rc = unpacks ? (st->code = PV_FAILED_PRECONDITION) : PV_OK;
     }
     if (rc != PV_OK && rc != PV_ABORTED) pv_status_prefix(st, "tar");
     char clean[PATH_MAX + 16];

@@ -13,6 +13,7 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <linux/fs.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_path.h"
 #include "pv_storage.h"
 #include "wk_agent.h"
 
@@ -43,11 +45,13 @@ static void quiet(void *user, virErrorPtr err) {
     (void)err;
 }
 
-/* The operation's context: its libvirt connection, opened on first use. */
+/* The operation's context: its libvirt connection, opened on first use, and the node's storage
+ * roots. */
 typedef struct sctx {
     wk_op *op;
     virConnectPtr conn;
     char prefix[64]; /* libvirt pool names: "<redis prefix, sanitized>-" */
+    pv_roots roots;
 } sctx;
 
 static int vir_fail(pv_status *st, int code, const char *fmt, const char *arg) {
@@ -119,13 +123,16 @@ static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
                     virStorageVolGetName(v) ?: "?");
 }
 
+/* The volume's format as the API's number; 0 for one pivirt does not serve (iso, qed, ...) or
+ * none named (an LV, a LUN: raw to a guest). */
 static int volume_format(virStorageVolPtr v) {
     char *xml = virStorageVolGetXMLDesc(v, 0);
-    int f = PV_VOL_RAW;
+    int f = 0;
     static const struct {
         const char *tag;
         int format;
-    } k[] = {{"<format type='qcow2'/>", PV_VOL_QCOW2},
+    } k[] = {{"<format type='raw'/>", PV_VOL_RAW},
+             {"<format type='qcow2'/>", PV_VOL_QCOW2},
              {"<format type='vmdk'/>", PV_VOL_VMDK},
              {"<format type='vdi'/>", PV_VOL_VDI}};
     for (size_t i = 0; xml && i < sizeof k / sizeof k[0]; i++)
@@ -134,12 +141,60 @@ static int volume_format(virStorageVolPtr v) {
     return f;
 }
 
+/* Whether a pool of this type keeps its volumes as files of its directory. */
+static bool file_pool(int type) {
+    return type == PV_POOL_DIR || type == PV_POOL_NFS;
+}
+
+/* Whether a volume libvirt lists in a file pool is one pivirt may serve: a regular file of its
+ * directory (not a link, a device, a fifo, a directory), in a format pivirt serves. libvirt
+ * itself follows links and reads any file as raw; a pool's directory may hold what an operator
+ * put there. */
+static bool importable(sctx *c, virStorageVolPtr v, int pool_type) {
+    if (!file_pool(pool_type)) return true; /* LUNs, LVs, RBD images: the pool's own kind */
+    virStorageVolInfo info;
+    if (virStorageVolGetInfo(v, &info) != 0 || info.type != VIR_STORAGE_VOL_FILE) return false;
+    if (volume_format(v) == 0) return false;
+    char *path = virStorageVolGetPath(v);
+    pv_status st;
+    bool ok = path && pv_path_confine_file("path", path, &c->roots, &st) == PV_OK;
+    if (path && !ok) pv_info("volume %s of a pool left alone: %s", path, st.msg);
+    free(path);
+    return ok;
+}
+
+/* Records one volume found in the pool (its name claimed for a new id first). */
+static void import_one(sctx *c, const char *pool, virStorageVolPtr v, const char *name) {
+    pv_status st;
+    char id[PV_ID_MAX];
+    pv_id_new("vol", id, sizeof id);
+    if (pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) != PV_OK)
+        return;
+    json_t *rec =
+        json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id", id, "name", name,
+                  "pool", pool, "size", (json_int_t)0, "used", (json_int_t)0, "format",
+                  volume_format(v) ?: PV_VOL_RAW, "status", PV_VOL_READY, "labels", json_object(),
+                  "current_snapshot", "", "created_ms", (json_int_t)now_ms(), "imported", 1);
+    /* listed before a DeleteVolume removed its file, claimed after that released its name (it
+     * does so last): libvirt may still list it, the disk no longer has it */
+    int frc = vol_figures(v, rec, &st);
+    const char *path = json_string_value(json_object_get(rec, "path"));
+    struct stat sb;
+    bool gone = frc != PV_OK || (path && path[0] == '/' && stat(path, &sb) != 0);
+    if (gone)
+        pv_storage_release_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, &st);
+    else if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) == PV_OK)
+        pv_info("pool %s: volume %s found by libvirt, recorded as %s", pool, name, id);
+    json_decref(rec);
+}
+
 /* Records the volumes libvirt sees in the pool that nobody made through this API: an iSCSI
  * target's LUNs, an image an operator copied into a directory pool. Names already claimed (a
- * volume being made), pivirt's own temporary files and the LVs of its LVM snapshots are left
- * alone. The claimed names are read once, so a refresh costs no round trip per known volume;
- * a name claimed since that read is still refused by the claim itself. */
-static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
+ * volume being made), pivirt's own temporary files, the LVs of its LVM snapshots and what a
+ * file pool must not serve (importable) are left alone. The claimed names are read once, so a
+ * refresh costs no round trip per known volume; a name claimed since that read is still
+ * refused by the claim itself. */
+static void import_unknown(sctx *c, const char *pool, int pool_type, virStoragePoolPtr p) {
     json_t *claimed = NULL;
     pv_status nst;
     if (pv_storage_claimed_names(wk_op_redis(c->op), wk_op_keys(c->op), pool, &claimed, &nst) !=
@@ -149,38 +204,14 @@ static void import_unknown(sctx *c, const char *pool, virStoragePoolPtr p) {
     int n = virStoragePoolListAllVolumes(p, &vols, 0);
     for (int i = 0; i < n; i++) {
         const char *name = virStorageVolGetName(vols[i]);
-        if (name && json_object_get(claimed, name)) {
-            virStorageVolFree(vols[i]);
-            continue;
-        }
         pv_status st;
-        char id[PV_ID_MAX];
-        pv_id_new("vol", id, sizeof id);
         json_t *snap = NULL; /* an LVM pool lists our snapshot LVs (named by their ids) */
-        bool ours = name && pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "snap", name,
-                                           &snap, &st) == PV_OK;
+        bool skip = !name || json_object_get(claimed, name) || name[0] == '.' ||
+                    pv_storage_check_name("name", name, &st) != PV_OK ||
+                    pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "snap", name, &snap,
+                                   &st) == PV_OK;
         json_decref(snap);
-        if (name && !ours && name[0] != '.' && pv_storage_check_name("name", name, &st) == PV_OK &&
-            pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) ==
-                PV_OK) {
-            json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id",
-                                    id, "name", name, "pool", pool, "size", (json_int_t)0, "used",
-                                    (json_int_t)0, "format", volume_format(vols[i]), "status",
-                                    PV_VOL_READY, "labels", json_object(), "current_snapshot", "",
-                                    "created_ms", (json_int_t)now_ms(), "imported", 1);
-            /* listed before a DeleteVolume removed its file, claimed after that released its
-             * name (it does so last): libvirt may still list it, the disk no longer has it */
-            int frc = vol_figures(vols[i], rec, &st);
-            const char *path = json_string_value(json_object_get(rec, "path"));
-            struct stat sb;
-            bool gone = frc != PV_OK || (path && path[0] == '/' && stat(path, &sb) != 0);
-            if (gone)
-                pv_storage_release_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, &st);
-            else if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) ==
-                     PV_OK)
-                pv_info("pool %s: volume %s found by libvirt, recorded as %s", pool, name, id);
-            json_decref(rec);
-        }
+        if (!skip && importable(c, vols[i], pool_type)) import_one(c, pool, vols[i], name);
         virStorageVolFree(vols[i]);
     }
     free(vols);
@@ -200,12 +231,82 @@ static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
     int rc = PV_OK;
     if (p) {
         pool_figures(p, rec);
-        import_unknown(c, pool, p);
+        import_unknown(c, pool, (int)json_integer_value(json_object_get(rec, "type")), p);
         virStoragePoolFree(p);
         rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
     }
     json_decref(rec);
     return rc;
+}
+
+/* The UUID this system gives the libvirt pool its operation defines: derived from the key
+ * prefix and the operation's id, so a redelivery of the same operation recognises the
+ * definition an earlier delivery left, while a pool another system (another stack on this
+ * libvirtd, an operator) defined under the same name has another UUID and is never touched. */
+static void pool_uuid(sctx *c, char out[VIR_UUID_STRING_BUFLEN]) {
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char seed[PV_ID_MAX + 128];
+    snprintf(seed, sizeof seed, "pivirt pool %s%s", wk_op_keys(c->op)->prefix,
+             wk_op_record(c->op)->id);
+    SHA256((const unsigned char *)seed, strlen(seed), md);
+    md[6] = (unsigned char)((md[6] & 0x0f) | 0x50); /* RFC 4122 version 5 (name-based, SHA) */
+    md[8] = (unsigned char)((md[8] & 0x3f) | 0x80);
+    snprintf(out, VIR_UUID_STRING_BUFLEN,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", md[0], md[1],
+             md[2], md[3], md[4], md[5], md[6], md[7], md[8], md[9], md[10], md[11], md[12], md[13],
+             md[14], md[15]);
+}
+
+/* Whether libvirt's pool p is the one whose UUID is uuid. */
+static bool pool_is(virStoragePoolPtr p, const char *uuid) {
+    char have[VIR_UUID_STRING_BUFLEN];
+    return uuid && *uuid && virStoragePoolGetUUIDString(p, have) == 0 && strcmp(have, uuid) == 0;
+}
+
+/* Clears the way for this operation's definition of lname: one an earlier delivery of it left
+ * (its UUID) is stopped and undefined; one this system did not define is refused,
+ * FAILED_PRECONDITION naming it, and left as it is. */
+static int clear_own_definition(sctx *c, const char *lname, const char *uuid, pv_status *st) {
+    virStoragePoolPtr old = virStoragePoolLookupByName(c->conn, lname);
+    if (!old) return PV_OK;
+    int rc = PV_OK;
+    if (pool_is(old, uuid)) {
+        if (virStoragePoolIsActive(old) == 1) virStoragePoolDestroy(old);
+        virStoragePoolUndefine(old);
+    } else {
+        char have[VIR_UUID_STRING_BUFLEN] = "?";
+        virStoragePoolGetUUIDString(old, have);
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                           "libvirt already has a pool named %s (uuid %s) that this system did "
+                           "not define: it is left as it is (another pivirt stack on this "
+                           "libvirtd needs its own redis.prefix)",
+                           lname, have);
+    }
+    virStoragePoolFree(old);
+    return rc;
+}
+
+/* Defines the pool in libvirt, builds and starts it. *why gets what failed (the pool is then
+ * recorded with status ERROR and the reason); *out the pool when it was defined. */
+static void define_pool(sctx *c, int type, json_t *config, const char *lname, const char *uuid,
+                        virStoragePoolPtr *out, char *why, size_t cap) {
+    *out = NULL;
+    char *lxml = NULL;
+    pv_status xst;
+    pv_storage_pool_xml(lname, uuid, type, config, &lxml, &xst);
+    virStoragePoolPtr p = lxml ? virStoragePoolDefineXML(c->conn, lxml, 0) : NULL;
+    free(lxml);
+    if (!p) {
+        snprintf(why, cap, "libvirt cannot define it: %s", virGetLastErrorMessage());
+        return;
+    }
+    if (file_pool(type) && virStoragePoolBuild(p, 0) != 0)
+        pv_warn("pool %s: build: %s", lname, virGetLastErrorMessage());
+    if (virStoragePoolCreate(p, 0) != 0)
+        snprintf(why, cap, "libvirt cannot start it: %s", virGetLastErrorMessage());
+    else
+        virStoragePoolSetAutostart(p, 1);
+    *out = p;
 }
 
 static int pool_create(sctx *c, pv_status *st) {
@@ -216,47 +317,32 @@ static int pool_create(sctx *c, pv_status *st) {
     int type = (int)json_integer_value(json_object_get(params, "type"));
     json_decref(params);
     if (!config) config = json_object();
+    char lname[256], uuid[VIR_UUID_STRING_BUFLEN];
+    libvirt_name(c, name, lname, sizeof lname);
+    pool_uuid(c, uuid);
     char *xml = NULL;
-    int rc = pv_storage_pool_xml(name, type, config, &xml, st);
+    int rc = pv_storage_pool_xml(name, NULL, type, config, &xml, st);
+    free(xml);
+    /* A file pool's directory (a DIR pool's path, an NFS mount point) lives in the node's
+     * storage roots, reached without a link, and is made when missing, as the API promises:
+     * all of it before libvirt hears of the pool. */
+    if (rc == PV_OK && file_pool(type))
+        rc = pv_path_confine_dir("config.path", json_string_value(json_object_get(config, "path")),
+                                 &c->roots, PV_PATH_MKDIR, st);
     if (rc == PV_OK) rc = conn_of(c, st);
+    if (rc == PV_OK) rc = clear_own_definition(c, lname, uuid, st);
     if (rc != PV_OK) {
-        free(xml);
         json_decref(config);
         return rc;
     }
-    json_t *rec = json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I}", "name", name, "type",
-                            type, "status", PV_POOL_INACTIVE, "config", config, "node",
-                            param(op, "node"), "capacity", (json_int_t)0, "used", (json_int_t)0,
-                            "available", (json_int_t)0, "created_ms", (json_int_t)now_ms());
-    /* A directory pool's path is made when missing, as the API promises. */
-    const char *path = json_string_value(json_object_get(config, "path"));
-    if (type == PV_POOL_DIR && path && mkdir(path, 0711) != 0 && errno != EEXIST)
-        pv_warn("pool %s: mkdir %s: %s", name, path, strerror(errno));
-    char lname[256];
-    libvirt_name(c, name, lname, sizeof lname);
-    /* a definition left by an earlier delivery (or run) is replaced by this one */
-    virStoragePoolPtr old = virStoragePoolLookupByName(c->conn, lname);
-    if (old) {
-        if (virStoragePoolIsActive(old) == 1) virStoragePoolDestroy(old);
-        virStoragePoolUndefine(old);
-        virStoragePoolFree(old);
-    }
-    /* the XML names the pool by its libvirt name */
-    char *lxml = NULL;
-    pv_status xst;
-    pv_storage_pool_xml(lname, type, config, &lxml, &xst);
-    virStoragePoolPtr p = lxml ? virStoragePoolDefineXML(c->conn, lxml, 0) : NULL;
+    json_t *rec =
+        json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I, s:s}", "name", name, "type", type,
+                  "status", PV_POOL_INACTIVE, "config", config, "node", param(op, "node"),
+                  "capacity", (json_int_t)0, "used", (json_int_t)0, "available", (json_int_t)0,
+                  "created_ms", (json_int_t)now_ms(), "libvirt_uuid", uuid);
+    virStoragePoolPtr p = NULL;
     char why[PV_STATUS_MSG_MAX] = "";
-    if (!p) {
-        snprintf(why, sizeof why, "libvirt cannot define it: %s", virGetLastErrorMessage());
-    } else {
-        if ((type == PV_POOL_DIR || type == PV_POOL_NFS) && virStoragePoolBuild(p, 0) != 0)
-            pv_warn("pool %s: build: %s", name, virGetLastErrorMessage());
-        if (virStoragePoolCreate(p, 0) != 0)
-            snprintf(why, sizeof why, "libvirt cannot start it: %s", virGetLastErrorMessage());
-        else
-            virStoragePoolSetAutostart(p, 1);
-    }
+    define_pool(c, type, config, lname, uuid, &p, why, sizeof why);
     if (why[0]) {
         json_object_set_new(rec, "status", json_integer(PV_POOL_ERROR));
         json_object_set_new(json_object_get(rec, "config"), "status_message", json_string(why));
@@ -264,15 +350,13 @@ static int pool_create(sctx *c, pv_status *st) {
     } else {
         json_object_set_new(rec, "status", json_integer(PV_POOL_ACTIVE));
         pool_figures(p, rec);
-        import_unknown(c, name, p); /* an iSCSI target's LUNs, a directory's images */
+        import_unknown(c, name, type, p); /* an iSCSI target's LUNs, a directory's images */
         pv_info("pool %s (%s) active", name, lname);
     }
     if (p) virStoragePoolFree(p);
     rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "pool", rec, st);
     json_decref(rec);
     json_decref(config);
-    free(xml);
-    free(lxml);
     return rc;
 }
 
@@ -286,6 +370,15 @@ static int pool_delete(sctx *c, pv_status *st) {
         char lname[256];
         libvirt_name(c, name, lname, sizeof lname);
         virStoragePoolPtr p = virStoragePoolLookupByName(c->conn, lname);
+        const char *uuid = json_string_value(json_object_get(rec, "libvirt_uuid"));
+        /* a definition of this name that is not the one this pool made (another stack's,
+         * since): not ours to stop; records made before UUIDs were kept go by name */
+        if (p && uuid && !pool_is(p, uuid)) {
+            pv_warn("pool %s: libvirt's %s is not the pool this system defined: left as it is",
+                    name, lname);
+            virStoragePoolFree(p);
+            p = NULL;
+        }
         if (p) {
             if (virStoragePoolIsActive(p) == 1 && virStoragePoolDestroy(p) != 0)
                 rc = vir_fail(st, PV_FAILED_PRECONDITION, "stopping pool %s", name);
@@ -311,6 +404,16 @@ static int active_pool(sctx *c, const char *pool, json_t **rec, virStoragePoolPt
             st, PV_FAILED_PRECONDITION, "pool: pool %s is not active (%s)", pool,
             json_string_value(json_object_get(json_object_get(*rec, "config"), "status_message"))
                 ?: "inactive");
+    int type = (int)json_integer_value(json_object_get(*rec, "type"));
+    char field[200];
+    snprintf(field, sizeof field, "pool %s", pool);
+    if (file_pool(type) &&
+        pv_path_confine_dir(
+            field, json_string_value(json_object_get(json_object_get(*rec, "config"), "path")),
+            &c->roots, 0, st) != PV_OK) {
+        pv_status keep = *st;
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "%s", keep.msg);
+    }
     if (conn_of(c, st) != PV_OK) return st->code;
     char lname[256];
     libvirt_name(c, pool, lname, sizeof lname);
@@ -328,33 +431,41 @@ static double overcommit_of(json_t *pool) {
 }
 
 /* Whether size more bytes fit: thick (LVM) volumes in what is available; thin ones while the
- * sum of the pool's volume sizes stays within max_overcommit times its capacity. */
-static int check_room(sctx *c, json_t *pool, virStoragePoolPtr p, int64_t size, pv_status *st) {
+ * sum of the pool's volume sizes stays within max_overcommit times its capacity. Sizes come
+ * from clients: every sum is checked (a size near INT64_MAX must be RESOURCE_EXHAUSTED, not a
+ * sum that wraps and passes). */
+static int check_room(sctx *c, const char *field, json_t *pool, virStoragePoolPtr p, int64_t size,
+                      pv_status *st) {
     virStoragePoolInfo info;
     if (virStoragePoolGetInfo(p, &info) != 0) return vir_fail(st, PV_INTERNAL, "pool %s", "info");
     const char *name = json_string_value(json_object_get(pool, "name"));
     if (json_integer_value(json_object_get(pool, "type")) == PV_POOL_LVM) {
         if ((uint64_t)size > info.available)
             return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
-                                 "size_bytes: %lld do not fit in pool %s (%llu available)",
-                                 (long long)size, name, (unsigned long long)info.available);
+                                 "%s: %lld more bytes do not fit in pool %s (%llu available)",
+                                 field, (long long)size, name, (unsigned long long)info.available);
         return PV_OK;
     }
     json_t *vols = NULL;
     if (pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "vol", name, &vols, st) != PV_OK)
         return st->code;
-    int64_t promised = 0;
+    int64_t promised = 0, total = 0;
+    bool wrapped = false;
     size_t i;
     json_t *v;
-    json_array_foreach(vols, i, v) promised += json_integer_value(json_object_get(v, "size"));
+    json_array_foreach(vols, i, v) {
+        json_int_t one = json_integer_value(json_object_get(v, "size"));
+        wrapped = wrapped || one < 0 || __builtin_add_overflow(promised, one, &promised);
+    }
     json_decref(vols);
+    wrapped = wrapped || __builtin_add_overflow(promised, size, &total);
     double limit = overcommit_of(pool) * (double)info.capacity;
-    if ((double)(promised + size) > limit)
+    if (wrapped || (double)total > limit)
         return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
-                             "size_bytes: pool %s cannot hold %lld more bytes: its volumes "
+                             "%s: pool %s cannot hold %lld more bytes: its volumes "
                              "already promise %lld of at most %.0f (%.4g x its capacity %llu)",
-                             name, (long long)size, (long long)promised, limit, overcommit_of(pool),
-                             (unsigned long long)info.capacity);
+                             field, name, (long long)size, (long long)promised, limit,
+                             overcommit_of(pool), (unsigned long long)info.capacity);
     return PV_OK;
 }
 
@@ -378,7 +489,7 @@ static int volume_create(sctx *c, pv_status *st) {
                            "pool: %s is an iSCSI pool: its volumes are the target's LUNs, made on "
                            "the target (they appear here after a refresh)",
                            pool);
-    if (rc == PV_OK) rc = check_room(c, prec, p, size, st);
+    if (rc == PV_OK) rc = check_room(c, "size_bytes", prec, p, size, st);
     if (rc == PV_OK)
         rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
     virStorageVolPtr v = NULL;
@@ -417,13 +528,42 @@ static int volume_create(sctx *c, pv_status *st) {
     return rc;
 }
 
+/* A volume's file, in a pool that keeps files, is checked again before the agent acts on it: a
+ * pool made before storage roots were enforced, or a file swapped for a link since, must not
+ * make the agent copy, resize, snapshot or unlink a host file. FAILED_PRECONDITION naming it. */
+static int confined_volume(sctx *c, json_t *vol, pv_status *st) {
+    json_t *pool = NULL;
+    const char *name = json_string_value(json_object_get(vol, "name"));
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool",
+                       json_string_value(json_object_get(vol, "pool")), &pool, st) != PV_OK)
+        return st->code;
+    int type = (int)json_integer_value(json_object_get(pool, "type"));
+    json_decref(pool);
+    if (!file_pool(type)) return PV_OK;
+    char field[200];
+    snprintf(field, sizeof field, "volume %s", name ? name : "?");
+    int rc =
+        pv_path_confine_file(field, json_string_value(json_object_get(vol, "path")), &c->roots, st);
+    /* a file already gone from a confined directory (a delete redelivered after its unlink)
+     * leaves nothing outside to act on: the operation goes on as before */
+    if (rc == PV_OK || rc == PV_NOT_FOUND) {
+        pv_status_clear(st);
+        return PV_OK;
+    }
+    if (st->code != PV_FAILED_PRECONDITION) { /* no path: not the client's to fix */
+        pv_status keep = *st;
+        pv_status_set(st, PV_FAILED_PRECONDITION, "%s", keep.msg);
+    }
+    return st->code;
+}
+
 static int load_volume(sctx *c, const char *id, json_t **rec, pv_status *st) {
     if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "vol", id, rec, st) != PV_OK)
         return st->code;
     if (json_integer_value(json_object_get(*rec, "status")) == PV_VOL_IN_USE)
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "volume %s is in use by a running workload", id);
-    return PV_OK;
+    return confined_volume(c, *rec, st);
 }
 
 static virStorageVolPtr vol_handle(sctx *c, json_t *rec, pv_status *st) {
@@ -432,6 +572,18 @@ static virStorageVolPtr vol_handle(sctx *c, json_t *rec, pv_status *st) {
     virStorageVolPtr v = path ? virStorageVolLookupByPath(c->conn, path) : NULL;
     if (!v) vir_fail(st, PV_INTERNAL, "volume at %s", path ? path : "?");
     return v;
+}
+
+/* A volume grows by what its pool still has room for, as a new volume of that size would. */
+static int check_growth(sctx *c, json_t *vol, int64_t size, pv_status *st) {
+    json_t *prec = NULL;
+    virStoragePoolPtr p = NULL;
+    int rc = active_pool(c, json_string_value(json_object_get(vol, "pool")), &prec, &p, st);
+    int64_t now = json_integer_value(json_object_get(vol, "size"));
+    if (rc == PV_OK && size > now) rc = check_room(c, "new_size_bytes", prec, p, size - now, st);
+    if (p) virStoragePoolFree(p);
+    json_decref(prec);
+    return rc;
 }
 
 static int volume_resize(sctx *c, pv_status *st) {
@@ -444,6 +596,7 @@ static int volume_resize(sctx *c, pv_status *st) {
                            "new_size_bytes: %ld is smaller than the volume (%lld): volumes only "
                            "grow",
                            size, (long long)json_integer_value(json_object_get(rec, "size")));
+    if (rc == PV_OK) rc = check_growth(c, rec, size, st);
     virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
     if (rc == PV_OK && !v) rc = st->code;
     if (rc == PV_OK && virStorageVolResize(v, (unsigned long long)size, 0) != 0)
@@ -512,9 +665,11 @@ static int volume_clone(sctx *c, pv_status *st) {
     virStoragePoolPtr p = NULL;
     int rc =
         pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", param(op, "source_id"), &src, st);
+    if (rc == PV_OK) rc = confined_volume(c, src, st);
     if (rc == PV_OK) rc = active_pool(c, pool, &prec, &p, st);
     if (rc == PV_OK)
-        rc = check_room(c, prec, p, json_integer_value(json_object_get(src, "size")), st);
+        rc = check_room(c, "source_id", prec, p, json_integer_value(json_object_get(src, "size")),
+                        st);
     if (rc == PV_OK)
         rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
     virStorageVolPtr v = NULL;
@@ -943,6 +1098,10 @@ int wk_storage_run(wk_op *op, pv_status *st) {
         c.prefix[n] = (char)(isalnum((unsigned char)prefix[n]) ? prefix[n] : '-');
     if (n == 0 || c.prefix[n - 1] != '-') c.prefix[n++] = '-';
     c.prefix[n] = '\0';
+    const pv_config *cfg = wk_op_config(op);
+    if (pv_path_roots_init(&c.roots, cfg ? cfg->storage.roots : NULL,
+                           cfg ? cfg->storage.n_roots : 0, cfg ? cfg->data_dir : NULL, st) != PV_OK)
+        return st->code;
     static const struct {
         const char *kind;
         int (*fn)(sctx *, pv_status *);
@@ -962,6 +1121,7 @@ int wk_storage_run(wk_op *op, pv_status *st) {
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (strcmp(k[i].kind, wk_op_record(op)->kind) == 0) rc = k[i].fn(&c, st);
     if (c.conn) virConnectClose(c.conn);
+    pv_path_roots_clear(&c.roots);
     /* an answer of the storage (no room, not qcow2, shrinking) is final, not a passing fault */
     if (rc == PV_RESOURCE_EXHAUSTED) {
         pv_status keep = *st;

@@ -203,7 +203,7 @@ static int node_at(up_ctx *c, size_t i, const char *version, bool *ok, char *now
 /* A failure of node i that stops the rollout: recorded, and final. */
 static int node_failed(up_ctx *c, size_t i, int code, pv_status *st, const char *why) {
     char msg[PV_STATUS_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", why);
+    snprintf(msg, sizeof msg, "%.*s", (int)sizeof msg - 1, why); /* cut, as every message */
     pv_status wst;
     set_node(c, i, PV_NODE_UPGRADE_FAILED, &wst, "%s", msg);
     return wk_op_fail_final(c->op, st, code, "node %s: %s", node_name(c, i), msg);

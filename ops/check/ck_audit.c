@@ -22,6 +22,7 @@
 #include "pv_op.h"
 #include "pv_registry.h"
 #include "pv_resv.h"
+#include "pv_path.h"
 #include "pv_storage.h"
 #include "pv_upgrade.h"
 #include "pv_workload.h"
@@ -984,8 +985,25 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     return rc;
 }
 
+/* A file pool (DIR, NFS) of a node on this machine whose directory is not in the storage roots
+ * or is reached through a link: made before the roots were enforced, or changed on the disk
+ * since. The agent refuses to act on it; the operator decides what becomes of it. */
+static int check_pool_root(ck_ctx *c, json_t *pool, const pv_roots *roots, pv_status *st) {
+    int rc = PV_OK;
+    const char *path = jstr(json_object_get(pool, "config"), "path");
+    pv_status why;
+    if (pv_path_confine_dir("config.path", path, roots, 0, &why) != PV_OK)
+        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", jstr(pool, "name"), "pool %s: %s",
+            jstr(pool, "name"), why.msg);
+    return rc;
+}
+
 static int check_storage(ck_ctx *c, pv_status *st) {
     json_t *pools = NULL;
+    pv_roots roots;
+    if (pv_path_roots_init(&roots, c->o->cfg->storage.roots, c->o->cfg->storage.n_roots,
+                           c->o->cfg->data_dir, st) != PV_OK)
+        return st->code;
     int rc = pv_storage_list(c->r, c->k, "pool", NULL, &pools, st);
     size_t i;
     json_t *p;
@@ -1000,8 +1018,11 @@ static int check_storage(ck_ctx *c, pv_status *st) {
         if (!*node)
             node = *c->o->cfg->storage.default_node ? c->o->cfg->storage.default_node : host;
         const pv_node *n = node_by_name(c, node);
-        bool dir = json_integer_value(json_object_get(p, "type")) == PV_POOL_DIR;
+        int type = (int)json_integer_value(json_object_get(p, "type"));
+        bool dir = type == PV_POOL_DIR;
         bool on_disk = dir && node_local(c, n);
+        if ((type == PV_POOL_DIR || type == PV_POOL_NFS) && node_local(c, n))
+            rc = check_pool_root(c, p, &roots, st);
         json_t *vols = NULL;
         rc = pv_storage_list(c->r, c->k, "vol", name, &vols, st);
         if (rc == PV_OK && json_array_size(vols) > 0 && !on_disk &&
@@ -1019,6 +1040,7 @@ static int check_storage(ck_ctx *c, pv_status *st) {
         json_decref(vols);
     }
     json_decref(pools);
+    pv_path_roots_clear(&roots);
     return rc;
 }
 

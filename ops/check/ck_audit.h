@@ -22,7 +22,8 @@
  *                 record; snapshots' volumes, parents and a volume's current snapshot exist; in
  *                 DIR pools of nodes on this machine: each volume's file exists with the
  *                 recorded format and each snapshot's qcow2 tag exists in it (qemu-img
- *                 snapshot -l)
+ *                 snapshot -l); DIR and NFS pools of nodes on this machine whose directory is
+ *                 outside the storage roots or reached through a link (POOL_OUTSIDE_ROOTS)
  *   clusters      pods' index and node sets vs node records, nodes' pods; unfinished upgrades'
  *                 nodes exist and their operation is still unfinished
  * What needs a node's machine is checked only for nodes whose agent keeps its data in data_dir

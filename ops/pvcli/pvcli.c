@@ -13,8 +13,10 @@
  * per line for lists). Calls that start an operation wait for it with a live progress line,
  * unless --detach; Ctrl-C while waiting only detaches.
  *
- * Exit codes: 0 done; 1 the server said no (its status and message printed), or the operation
- * failed; 2 usage.
+ * Exit codes: 0 done; 1 the server said no (its status and message printed), the operation
+ * failed, or any item of a stream failed (a deploy's instance, an image on a node: its message
+ * says success false or carries an error); 2 usage. `workload exec` exits with the command's own
+ * status.
  */
 #include <ctype.h>
 #include <jansson.h>
@@ -26,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_archive.h"
 #include "cli_rpc.h"
 #include "pb/core.pb-c.h"
 #include "pivirt/cluster/v1/cluster.pb-c.h"
@@ -50,7 +53,11 @@ typedef struct command {
     const char *list_field; /* a unary answer whose repeated field holds the table's rows */
     const char *raw_field;  /* bytes printed as they are, one message after another (logs) */
     bool live;              /* each message printed as it comes (watch) */
+    /* builds the request from the positional arguments itself (image build: NAME:TAG DIR) */
+    int (*prepare)(json_t *req, char *const *args, size_t n, char *err, size_t cap);
 } command;
+
+static int prepare_build(json_t *req, char *const *args, size_t n, char *err, size_t cap);
 
 #define D(x) &pivirt__cluster__v1__##x##__descriptor
 #define S(x) &pivirt__storage__v1__##x##__descriptor
@@ -153,6 +160,14 @@ static const command k_commands[] = {
      "a workload's output: ID [--tail N|all] [--follow] [--since T]", NULL, "data"},
     {"workload", "exec", CORE "ExecuteWorkload", E(execute_workload_options), E(attach_workload_message), {"workload_id", "commands"}, NULL, false,
      "run a command in a running workload: ID CMD [ARG]... [--envs K=V] [--workdir D]", NULL, "data"},
+    {"image", "build", CORE "BuildImage", E(build_image_options), E(build_image_message), {NULL}, "id,status,progress,error", false,
+     "build an image from a directory or a tar (BuildImage RAW): NAME:TAG DIR|TAR", NULL, NULL, false, prepare_build},
+    {"image", "list", CORE "ListImage", E(list_image_options), E(list_image_message), {"podname"}, "nodename,tags,id,err", false,
+     "the images on a pod's nodes: POD [--nodenames N] [--filter GLOB]", "images"},
+    {"image", "cache", CORE "CacheImage", E(cache_image_options), E(cache_image_message), {"podname", "images"}, "image,nodename,success,message", false,
+     "copy images from the registry onto a pod's nodes: POD IMAGE... [--nodenames N]"},
+    {"image", "remove", CORE "RemoveImage", E(remove_image_options), E(remove_image_message), {"podname", "images"}, "image,success,messages", false,
+     "remove images from a pod's nodes: POD IMAGE... [--nodenames N] [--prune]"},
     {"capacity", "calc", CORE "CalculateCapacity", E(deploy_options), E(capacity_message), {"name"}, NULL, false,
      "how many instances fit and where: APP --podname P --entrypoint.name E --resources cpumem=JSON"},
 };
@@ -183,8 +198,9 @@ static void usage(FILE *f, const char *noun) {
                "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA; a client\n"
                "certificate (mutual TLS): --tls-cert FILE --tls-key FILE or PIVIRT_TLS_CERT,\n"
                "PIVIRT_TLS_KEY.\n"
-               "Exit codes: 0 done, 1 the server said no (or the operation failed), 2 usage.\n\n"
-               "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity\n"
+               "Exit codes: 0 done, 1 the server said no (or the operation failed, or an item\n"
+               "of a stream did), 2 usage; workload exec: the command's own.\n\n"
+               "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, image, capacity\n"
                "(pvcli NOUN --help).\n");
     const char *last = NULL;
     for (size_t i = 0; i < N_COMMANDS; i++) {
@@ -229,6 +245,81 @@ static const char *enum_value(const ProtobufCEnumDescriptor *e, const char *text
     return found;
 }
 
+/* A map field's KEY=VALUE into its JSON object (map<string, bytes>: the text as its bytes). */
+static int put_map_entry(json_t *req, const ProtobufCFieldDescriptor *f, const char *path,
+                         const char *value, char *err, size_t errlen) {
+    const char *eq = strchr(value, '=');
+    if (!eq) {
+        snprintf(err, errlen, "--%s: want KEY=VALUE, not \"%s\"", path, value);
+        return -1;
+    }
+    json_t *obj = json_object_get(req, f->name);
+    if (!obj) json_object_set_new(req, f->name, obj = json_object());
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - value), value);
+    const ProtobufCMessageDescriptor *ed = f->descriptor;
+    if (ed->n_fields == 2 && ed->fields[1].type == PROTOBUF_C_TYPE_BYTES) {
+        char *b64 = NULL;
+        pv_status st;
+        if (pv_b64_encode(eq + 1, strlen(eq + 1), &b64, &st) != PV_OK) return -1;
+        json_object_set_new(obj, key, json_string(b64));
+        free(b64);
+    } else {
+        json_object_set_new(obj, key, json_string(eq + 1));
+    }
+    return 0;
+}
+
+/* An integer field's value: sizes (100G, 512MiB) on *_bytes fields, else a plain integer. */
+static json_t *integer_value(const ProtobufCFieldDescriptor *f, const char *path, const char *value,
+                             char *err, size_t errlen) {
+    size_t n = strlen(f->name);
+    bool bytes = n > 6 && strcmp(f->name + n - 6, "_bytes") == 0;
+    int64_t x = 0;
+    pv_status st;
+    if (bytes && pv_res_size_parse(value, &x, &st) == PV_OK) return json_integer(x);
+    char *end;
+    long long y = strtoll(value, &end, 10);
+    if (!*value || *end) {
+        snprintf(err, errlen, "--%s: \"%s\" is not %s", path, value,
+                 bytes ? "a size (100G, 512MiB, bytes)" : "an integer");
+        return NULL;
+    }
+    return json_integer(y);
+}
+
+/* VALUE (text) as the JSON of a scalar field of f's type; NULL with err set when it is not one. */
+static json_t *scalar_value(const ProtobufCFieldDescriptor *f, const char *path, const char *value,
+                            char *err, size_t errlen) {
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_BOOL:
+        if (strcmp(value, "true") && strcmp(value, "false")) {
+            snprintf(err, errlen, "--%s: want true or false, not \"%s\"", path, value);
+            return NULL;
+        }
+        return json_boolean(strcmp(value, "true") == 0);
+    case PROTOBUF_C_TYPE_ENUM: {
+        const char *name_of = enum_value(f->descriptor, value);
+        if (!name_of)
+            snprintf(err, errlen, "--%s: \"%s\" is not a value of %s", path, value,
+                     ((const ProtobufCEnumDescriptor *)f->descriptor)->name);
+        return name_of ? json_string(name_of) : NULL;
+    }
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SINT64:
+        return integer_value(f, path, value, err, errlen);
+    case PROTOBUF_C_TYPE_DOUBLE:
+    case PROTOBUF_C_TYPE_FLOAT:
+        return json_real(strtod(value, NULL));
+    default:
+        return json_string(value);
+    }
+}
+
 /* Puts VALUE (text) for the field path (dotted) into the request JSON, typed by descriptor. */
 static int put_field(json_t *req, const ProtobufCMessageDescriptor *d, const char *path,
                      const char *value, char *err, size_t errlen) {
@@ -251,79 +342,10 @@ static int put_field(json_t *req, const ProtobufCMessageDescriptor *d, const cha
         if (!sub) json_object_set_new(req, f->name, sub = json_object());
         return put_field(sub, f->descriptor, dot + 1, value, err, errlen);
     }
-    bool map = f->label == PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_MESSAGE;
-    if (map) {
-        const char *eq = strchr(value, '=');
-        if (!eq) {
-            snprintf(err, errlen, "--%s: want KEY=VALUE, not \"%s\"", path, value);
-            return -1;
-        }
-        json_t *obj = json_object_get(req, f->name);
-        if (!obj) json_object_set_new(req, f->name, obj = json_object());
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - value), value);
-        const ProtobufCMessageDescriptor *ed = f->descriptor;
-        if (ed->n_fields == 2 && ed->fields[1].type == PROTOBUF_C_TYPE_BYTES) {
-            char *b64 = NULL; /* map<string, bytes>: the text as its bytes */
-            pv_status st;
-            if (pv_b64_encode(eq + 1, strlen(eq + 1), &b64, &st) != PV_OK) return -1;
-            json_object_set_new(obj, key, json_string(b64));
-            free(b64);
-        } else {
-            json_object_set_new(obj, key, json_string(eq + 1));
-        }
-        return 0;
-    }
-    json_t *v = NULL;
-    switch (f->type) {
-    case PROTOBUF_C_TYPE_BOOL:
-        if (strcmp(value, "true") && strcmp(value, "false")) {
-            snprintf(err, errlen, "--%s: want true or false, not \"%s\"", path, value);
-            return -1;
-        }
-        v = json_boolean(strcmp(value, "true") == 0);
-        break;
-    case PROTOBUF_C_TYPE_ENUM: {
-        const char *name_of = enum_value(f->descriptor, value);
-        if (!name_of) {
-            snprintf(err, errlen, "--%s: \"%s\" is not a value of %s", path, value,
-                     ((const ProtobufCEnumDescriptor *)f->descriptor)->name);
-            return -1;
-        }
-        v = json_string(name_of);
-        break;
-    }
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SINT64: {
-        size_t n = strlen(f->name);
-        bool bytes = n > 6 && strcmp(f->name + n - 6, "_bytes") == 0;
-        int64_t x = 0;
-        pv_status st;
-        char *end;
-        if (bytes && pv_res_size_parse(value, &x, &st) == PV_OK) {
-            v = json_integer(x);
-        } else {
-            long long y = strtoll(value, &end, 10);
-            if (!*value || *end) {
-                snprintf(err, errlen, "--%s: \"%s\" is not %s", path, value,
-                         bytes ? "a size (100G, 512MiB, bytes)" : "an integer");
-                return -1;
-            }
-            v = json_integer(y);
-        }
-        break;
-    }
-    case PROTOBUF_C_TYPE_DOUBLE:
-    case PROTOBUF_C_TYPE_FLOAT:
-        v = json_real(strtod(value, NULL));
-        break;
-    default:
-        v = json_string(value);
-    }
+    if (f->label == PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_MESSAGE)
+        return put_map_entry(req, f, path, value, err, errlen);
+    json_t *v = scalar_value(f, path, value, err, errlen);
+    if (!v) return -1;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
         json_t *arr = json_object_get(req, f->name);
         if (!arr) json_object_set_new(req, f->name, arr = json_array());
@@ -407,11 +429,56 @@ static void human(const char *field, json_t *v, char *out, size_t cap) {
             if (w < 0 || (size_t)w >= cap - used) break;
             used += (size_t)w;
         }
+    } else if (json_is_array(v) && json_is_string(json_array_get(v, 0))) {
+        size_t used = 0, k;
+        json_t *x;
+        out[0] = '\0';
+        json_array_foreach(v, k, x) { /* tags, messages: a, b */
+            int w = snprintf(out + used, cap - used, "%s%s", k ? "," : "", json_string_value(x));
+            if (w < 0 || (size_t)w >= cap - used) break;
+            used += (size_t)w;
+        }
     } else {
         char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         snprintf(out, cap, "%s", t ? t : "");
         free(t);
     }
+}
+
+/* ---- images ---- */
+
+/* image build NAME:TAG DIR|TAR: BuildImage RAW with the directory archived (or the archive as
+ * it is), the tag after the last ':' past the last '/' ("latest" without one). */
+static int prepare_build(json_t *req, char *const *args, size_t n, char *err, size_t cap) {
+    if (n != 2) {
+        snprintf(err, cap, "image build: want NAME:TAG and a directory or tar file");
+        return -1;
+    }
+    char name[512];
+    snprintf(name, sizeof name, "%s", args[0]);
+    char *slash = strrchr(name, '/'), *colon = strrchr(name, ':');
+    const char *tag = "latest";
+    if (colon && (!slash || colon > slash)) {
+        *colon = '\0';
+        tag = colon + 1;
+    }
+    unsigned char *tar = NULL;
+    size_t len = 0;
+    char *b64 = NULL;
+    pv_status st;
+    if (cli_archive_load(args[1], &tar, &len, err, cap) != 0) return -1;
+    int rc = pv_b64_encode(tar, len, &b64, &st);
+    free(tar);
+    if (rc != PV_OK) {
+        snprintf(err, cap, "%s", st.msg);
+        return -1;
+    }
+    json_object_set_new(req, "name", json_string(name));
+    json_object_set_new(req, "tags", json_pack("[s]", tag));
+    json_object_set_new(req, "build_method", json_string("RAW"));
+    json_object_set_new(req, "tar", json_string(b64));
+    free(b64);
+    return 0;
 }
 
 typedef struct printer {
@@ -420,7 +487,75 @@ typedef struct printer {
     json_t *rows; /* table output: every message first, printed at the end */
     json_t *last; /* the last message (an Operation to follow) */
     int n;
+    int failed;    /* messages that report an item's failure */
+    int exit_code; /* exec: the command's status ("[exitcode] N"), -1 before it came */
 } printer;
+
+#define EXIT_PREFIX "[exitcode] "
+
+/* Whether a stream message reports its item failed: a bool `success` not true, or a
+ * non-empty `error`/`err` string. */
+static bool item_failed(const ProtobufCMessageDescriptor *d, json_t *j) {
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        json_t *v = json_object_get(j, f->name);
+        if (f->type == PROTOBUF_C_TYPE_BOOL && strcmp(f->name, "success") == 0 && !json_is_true(v))
+            return true;
+        if (f->type == PROTOBUF_C_TYPE_STRING &&
+            (strcmp(f->name, "error") == 0 || strcmp(f->name, "err") == 0) &&
+            json_string_length(v) > 0)
+            return true;
+    }
+    return false;
+}
+
+/* A raw message: its bytes as they are, but for exec's closing "[exitcode] N", which becomes
+ * pvcli's own exit status. */
+static void print_raw(printer *p, const ProtobufCMessage *m) {
+    for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+        if (strcmp(f->name, p->cmd->raw_field) != 0 || f->type != PROTOBUF_C_TYPE_BYTES) continue;
+        const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
+        size_t pre = strlen(EXIT_PREFIX);
+        if (p->cmd->resp == E(attach_workload_message) && b->len > pre && b->len < pre + 12 &&
+            memcmp(b->data, EXIT_PREFIX, pre) == 0) {
+            char code[16];
+            snprintf(code, sizeof code, "%.*s", (int)(b->len - pre), (const char *)b->data + pre);
+            p->exit_code = atoi(code) & 0xff;
+            continue;
+        }
+        fwrite(b->data, 1, b->len, stdout);
+        /* LogStream sends lines without their newline; exec sends the output as it comes */
+        if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
+            putchar('\n');
+        fflush(stdout);
+    }
+}
+
+/* The rows of a message's repeated field, each with the message's own scalar fields it lacks
+ * (ListImage: each image with its node). */
+static void add_list_rows(printer *p, json_t *j) {
+    json_t *rows = json_object_get(j, p->cmd->list_field);
+    size_t k;
+    json_t *row;
+    json_array_foreach(rows, k, row) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(j, key, v) {
+            if (!json_is_array(v) && !json_is_object(v) && !json_object_get(row, key))
+                json_object_set(row, key, v);
+        }
+        if (strcmp(p->o->output, "json") == 0) {
+            char *t = json_dumps(row, JSON_COMPACT);
+            printf("%s\n", t ? t : "{}");
+            free(t);
+        } else {
+            json_array_append(p->rows, row);
+        }
+    }
+    if (json_array_size(rows) == 0 && json_string_length(json_object_get(j, "err")) > 0)
+        json_array_append(p->rows, j); /* a node that answered only an error */
+}
 
 static int on_message(void *arg, const uint8_t *data, size_t len) {
     printer *p = arg;
@@ -431,23 +566,14 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
         return 1;
     }
     if (p->cmd->raw_field) { /* the bytes as they are: a workload's output */
-        for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
-            const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
-            if (strcmp(f->name, p->cmd->raw_field) != 0 || f->type != PROTOBUF_C_TYPE_BYTES)
-                continue;
-            const ProtobufCBinaryData *b = (const void *)((const char *)m + f->offset);
-            fwrite(b->data, 1, b->len, stdout);
-            /* LogStream sends lines without their newline; exec sends the output as it comes */
-            if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
-                putchar('\n');
-            fflush(stdout);
-        }
+        print_raw(p, m);
         protobuf_c_message_free_unpacked(m, NULL);
         return 0;
     }
     json_t *j = pv_pbjson_to_json(m);
     protobuf_c_message_free_unpacked(m, NULL);
     p->n++;
+    if (j && item_failed(p->cmd->resp, j)) p->failed++;
     if (p->cmd->live && strcmp(p->o->output, "table") == 0) {
         char status[64];
         human("status", json_object_get(j, "status"), status, sizeof status);
@@ -458,19 +584,8 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
         json_decref(j);
         return 0;
     }
-    if (p->cmd->list_field) { /* a unary answer holding the rows */
-        json_t *rows = json_object_get(j, p->cmd->list_field);
-        size_t k;
-        json_t *row;
-        json_array_foreach(rows, k, row) {
-            if (strcmp(p->o->output, "json") == 0) {
-                char *t = json_dumps(row, JSON_COMPACT);
-                printf("%s\n", t ? t : "{}");
-                free(t);
-            } else {
-                json_array_append(p->rows, row);
-            }
-        }
+    if (p->cmd->list_field) { /* the rows are a repeated field of the answer */
+        add_list_rows(p, j);
         json_decref(j);
         return 0;
     }
@@ -663,6 +778,194 @@ static bool known_noun(const char *noun) {
     return false;
 }
 
+/* Takes a global option at argv[*i] (they may come anywhere): true when it was one, *i then on
+ * its last word. */
+static bool global_option(opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--detach")) {
+        o->detach = true;
+        return true;
+    }
+    static const char *const valued[] = {"--endpoint", "-o",       "--output",
+                                         "--timeout",  "--tls-ca", "--tls-cert",
+                                         "--tls-key",  "--user",   "--password"};
+    for (size_t k = 0; next && k < sizeof valued / sizeof valued[0]; k++) {
+        if (strcmp(a, valued[k]) != 0) continue;
+        const char **slots[] = {&o->endpoint, &o->output,  &o->output, NULL,        &o->tls_ca,
+                                &o->tls_cert, &o->tls_key, &o->user,   &o->password};
+        if (slots[k])
+            *slots[k] = next;
+        else
+            o->timeout_s = atoi(next);
+        (*i)++;
+        return true;
+    }
+    return false;
+}
+
+/* The command named by argv[*i] (NOUN VERB, or a noun of one verb); NULL with *exit_code set
+ * (usage printed, or help asked for). *i ends past the verb. */
+static const command *pick_command(int argc, char **argv, int *i, int *exit_code) {
+    *exit_code = 2;
+    if (*i >= argc) {
+        usage(stderr, NULL);
+        return NULL;
+    }
+    const char *noun = argv[(*i)++];
+    if (!known_noun(noun)) {
+        fprintf(stderr, "pvcli: unknown noun %s\n", noun);
+        usage(stderr, NULL);
+        return NULL;
+    }
+    if (*i >= argc || !strcmp(argv[*i], "--help") || !strcmp(argv[*i], "-h")) {
+        usage(*i >= argc ? stderr : stdout, noun);
+        *exit_code = *i >= argc ? 2 : 0;
+        return NULL;
+    }
+    const command *cmd = find_command(noun, argv[*i]);
+    if (!cmd && only_verb(noun)) { /* a noun with one verb needs none: pvcli capacity APP ... */
+        cmd = only_verb(noun);
+        (*i)--;
+    }
+    if (!cmd) {
+        fprintf(stderr, "pvcli: %s has no verb %s\n", noun, argv[*i]);
+        usage(stderr, noun);
+        return NULL;
+    }
+    (*i)++;
+    return cmd;
+}
+
+/* One --FIELD[=VALUE] argument at argv[*i] into req (a bare flag is a boolean). */
+static int put_flag(const command *cmd, json_t *req, int argc, char **argv, int *i, char *err,
+                    size_t cap) {
+    const char *a = argv[*i];
+    char name[256];
+    const char *eq = strchr(a + 2, '=');
+    const char *value = "true";
+    snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a - 2 : (long)strlen(a + 2)), a + 2);
+    if (eq)
+        value = eq + 1;
+    else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0)
+        value = argv[++*i];
+    return put_field(req, cmd->req, name, value, err, cap);
+}
+
+/* The request's JSON from the command's arguments argv[i..]: 0, 1 when help was printed, -1 on
+ * a usage error (printed). */
+static int parse_request(const command *cmd, opts *o, int argc, char **argv, int i, json_t *req) {
+    char err[512];
+    size_t pos = 0, n_args = 0;
+    char *args[8];
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("pvcli %s %s: %s\nrequest %s, fields:", cmd->noun, cmd->verb, cmd->help,
+                   cmd->req->name);
+            for (unsigned f = 0; f < cmd->req->n_fields; f++)
+                printf(" --%s", cmd->req->fields[f].name);
+            printf("\n");
+            return 1;
+        }
+        if (global_option(o, argc, argv, &i)) continue;
+        if (strncmp(a, "--", 2) == 0) {
+            bad = put_flag(cmd, req, argc, argv, &i, err, sizeof err);
+        } else if (cmd->prepare && n_args < 8) {
+            args[n_args++] = argv[i];
+        } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
+            const char *field =
+                pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
+            bad = put_field(req, cmd->req, field, a, err, sizeof err);
+        } else {
+            bad = -1;
+            snprintf(err, sizeof err, "%s %s: unexpected argument %s", cmd->noun, cmd->verb, a);
+        }
+        if (bad) {
+            fprintf(stderr, "pvcli: %s\n", err);
+            return -1;
+        }
+    }
+    if (cmd->prepare && cmd->prepare(req, args, n_args, err, sizeof err) != 0) {
+        fprintf(stderr, "pvcli: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The request message, packed (caller frees *bytes): 0, or the exit code of a usage error. */
+static int pack_request(const command *cmd, opts *o, int argc, char **argv, int i, uint8_t **bytes,
+                        size_t *len, int *help) {
+    json_t *req = json_object();
+    int rc = parse_request(cmd, o, argc, argv, i, req);
+    *help = rc == 1;
+    if (rc == 0 && strcmp(o->output, "json") != 0 && strcmp(o->output, "table") != 0) {
+        fprintf(stderr, "pvcli: -o %s: want table or json\n", o->output);
+        rc = -1;
+    }
+    ProtobufCMessage *msg = NULL;
+    pv_status st;
+    if (rc == 0 && pv_pbjson_from_json(cmd->req, req, &msg, &st) != PV_OK) {
+        fprintf(stderr, "pvcli: %s\n", st.msg);
+        rc = -1;
+    }
+    json_decref(req);
+    if (rc != 0) return rc < 0 ? 2 : 0;
+    *len = protobuf_c_message_get_packed_size(msg);
+    *bytes = malloc(*len ? *len : 1);
+    protobuf_c_message_pack(msg, *bytes);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return 0;
+}
+
+/* Calls the command's method and prints what comes back; the exit code. */
+static int run_command(const command *cmd, const opts *o, const uint8_t *bytes, size_t len) {
+    cli_conn_opts co = {.endpoint = o->endpoint,
+                        .tls_ca = o->tls_ca,
+                        .tls_cert = o->tls_cert,
+                        .tls_key = o->tls_key,
+                        .auth_user = o->user,
+                        .auth_password = o->password};
+    char err[512];
+    cli_conn *c = cli_conn_open(&co, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "pvcli: %s\n", err);
+        return 1;
+    }
+    printer p = {.cmd = cmd, .o = o, .rows = json_array(), .exit_code = -1};
+    char details[2048];
+    int code =
+        cli_call(c, cmd->method, bytes, len, o->timeout_s, on_message, &p, details, sizeof details);
+    int rc = 0;
+    if (code != 0) {
+        if (code > 0 && code <= 16)
+            fprintf(stderr, "pvcli: %s: %s\n", pv_code_name(code), details);
+        else
+            fprintf(stderr, "pvcli: status %d: %s\n", code, details);
+        rc = 1;
+    } else if (cmd->columns && !cmd->live) {
+        if (strcmp(o->output, "table") == 0) print_table(cmd->columns, p.rows);
+    } else if (cmd->live || cmd->raw_field) {
+        /* printed as it came */
+    } else if (cmd->waits && !o->detach && p.last) {
+        rc = follow(c, o, json_string_value(json_object_get(p.last, "id")));
+    } else if (cmd->waits && o->detach && p.last && strcmp(o->output, "table") == 0) {
+        printf("%s\n", json_string_value(json_object_get(p.last, "id")));
+    } else if (p.last) {
+        print_one(o, p.last);
+    }
+    if (rc == 0 && p.failed) {
+        fprintf(stderr, "pvcli: %d of %d failed\n", p.failed, p.n);
+        rc = 1;
+    }
+    if (rc == 0 && p.exit_code >= 0) rc = p.exit_code;
+    json_decref(p.rows);
+    json_decref(p.last);
+    cli_conn_close(c);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     opts o = {.endpoint = getenv("PIVIRT_ENDPOINT"),
               .output = "table",
@@ -675,191 +978,25 @@ int main(int argc, char **argv) {
     if (!o.endpoint || !*o.endpoint) o.endpoint = "localhost:8443";
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout, NULL);
             return 0;
-        } else if (!strcmp(a, "--detach")) {
-            o.detach = true;
-        } else if (next && (!strcmp(a, "--endpoint"))) {
-            o.endpoint = argv[++i];
-        } else if (next && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
-            o.output = argv[++i];
-        } else if (next && !strcmp(a, "--timeout")) {
-            o.timeout_s = atoi(argv[++i]);
-        } else if (next && !strcmp(a, "--tls-ca")) {
-            o.tls_ca = argv[++i];
-        } else if (next && !strcmp(a, "--tls-cert")) {
-            o.tls_cert = argv[++i];
-        } else if (next && !strcmp(a, "--tls-key")) {
-            o.tls_key = argv[++i];
-        } else if (next && !strcmp(a, "--user")) {
-            o.user = argv[++i];
-        } else if (next && !strcmp(a, "--password")) {
-            o.password = argv[++i];
-        } else {
-            fprintf(stderr, "pvcli: unknown option %s\n", a);
+        }
+        if (!global_option(&o, argc, argv, &i)) {
+            fprintf(stderr, "pvcli: unknown option %s\n", argv[i]);
             usage(stderr, NULL);
             return 2;
         }
     }
-    if (i >= argc) {
-        usage(stderr, NULL);
-        return 2;
-    }
-    const char *noun = argv[i++];
-    if (!known_noun(noun)) {
-        fprintf(stderr, "pvcli: unknown noun %s\n", noun);
-        usage(stderr, NULL);
-        return 2;
-    }
-    if (i >= argc || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-        usage(i >= argc ? stderr : stdout, noun);
-        return i >= argc ? 2 : 0;
-    }
-    const command *cmd = find_command(noun, argv[i]);
-    if (!cmd && only_verb(noun)) { /* a noun with one verb needs none: pvcli capacity APP ... */
-        cmd = only_verb(noun);
-        i--;
-    }
-    if (!cmd) {
-        fprintf(stderr, "pvcli: %s has no verb %s\n", noun, argv[i]);
-        usage(stderr, noun);
-        return 2;
-    }
-    i++;
-    json_t *req = json_object();
-    char err[512];
-    size_t pos = 0;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("pvcli %s %s: %s\n", cmd->noun, cmd->verb, cmd->help);
-            printf("request %s, fields:", cmd->req->name);
-            for (unsigned f = 0; f < cmd->req->n_fields; f++)
-                printf(" --%s", cmd->req->fields[f].name);
-            printf("\n");
-            json_decref(req);
-            return 0;
-        }
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--detach")) { /* the global options may come anywhere */
-            o.detach = true;
-            continue;
-        } else if (next && !strcmp(a, "--endpoint")) {
-            o.endpoint = argv[++i];
-            continue;
-        } else if (next && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
-            o.output = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--timeout")) {
-            o.timeout_s = atoi(argv[++i]);
-            continue;
-        } else if (next && !strcmp(a, "--tls-ca")) {
-            o.tls_ca = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--tls-cert")) {
-            o.tls_cert = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--tls-key")) {
-            o.tls_key = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--user")) {
-            o.user = argv[++i];
-            continue;
-        } else if (next && !strcmp(a, "--password")) {
-            o.password = argv[++i];
-            continue;
-        }
-        if (strncmp(a, "--", 2) == 0) {
-            char name[256];
-            const char *eq = strchr(a + 2, '=');
-            const char *value;
-            snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a - 2 : (long)strlen(a + 2)),
-                     a + 2);
-            if (eq) {
-                value = eq + 1;
-            } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-                value = argv[++i];
-            } else {
-                value = "true"; /* a bare flag: a boolean */
-            }
-            if (put_field(req, cmd->req, name, value, err, sizeof err) != 0) {
-                fprintf(stderr, "pvcli: %s\n", err);
-                json_decref(req);
-                return 2;
-            }
-        } else if ((pos < 3 && cmd->positional[pos]) || repeats_last(cmd, pos)) {
-            const char *field =
-                pos < 3 && cmd->positional[pos] ? cmd->positional[pos++] : cmd->positional[pos - 1];
-            if (put_field(req, cmd->req, field, a, err, sizeof err) != 0) {
-                fprintf(stderr, "pvcli: %s\n", err);
-                json_decref(req);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "pvcli: %s %s: unexpected argument %s\n", cmd->noun, cmd->verb, a);
-            json_decref(req);
-            return 2;
-        }
-    }
-    if (strcmp(o.output, "json") != 0 && strcmp(o.output, "table") != 0) {
-        fprintf(stderr, "pvcli: -o %s: want table or json\n", o.output);
-        json_decref(req);
-        return 2;
-    }
-    ProtobufCMessage *msg = NULL;
-    pv_status st;
-    if (pv_pbjson_from_json(cmd->req, req, &msg, &st) != PV_OK) {
-        fprintf(stderr, "pvcli: %s\n", st.msg);
-        json_decref(req);
-        return 2;
-    }
-    json_decref(req);
-    size_t len = protobuf_c_message_get_packed_size(msg);
-    uint8_t *bytes = malloc(len ? len : 1);
-    protobuf_c_message_pack(msg, bytes);
-    protobuf_c_message_free_unpacked(msg, NULL);
-
-    cli_conn_opts co = {.endpoint = o.endpoint,
-                        .tls_ca = o.tls_ca,
-                        .tls_cert = o.tls_cert,
-                        .tls_key = o.tls_key,
-                        .auth_user = o.user,
-                        .auth_password = o.password};
-    cli_conn *c = cli_conn_open(&co, err, sizeof err);
-    if (!c) {
-        fprintf(stderr, "pvcli: %s\n", err);
-        free(bytes);
-        return 1;
-    }
-    printer p = {.cmd = cmd, .o = &o, .rows = json_array()};
-    char details[2048];
-    int code =
-        cli_call(c, cmd->method, bytes, len, o.timeout_s, on_message, &p, details, sizeof details);
+    int rc;
+    const command *cmd = pick_command(argc, argv, &i, &rc);
+    if (!cmd) return rc;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int help = 0;
+    rc = pack_request(cmd, &o, argc, argv, i, &bytes, &len, &help);
+    if (rc != 0 || help) return rc;
+    rc = run_command(cmd, &o, bytes, len);
     free(bytes);
-    int rc = 0;
-    if (code != 0) {
-
-        if (code > 0 && code <= 16)
-            fprintf(stderr, "pvcli: %s: %s\n", pv_code_name(code), details);
-        else
-            fprintf(stderr, "pvcli: status %d: %s\n", code, details);
-        rc = 1;
-    } else if (cmd->columns && !cmd->live) {
-        if (strcmp(o.output, "table") == 0) print_table(cmd->columns, p.rows);
-    } else if (cmd->live || cmd->raw_field) {
-        /* printed as it came */
-    } else if (cmd->waits && !o.detach && p.last) {
-        rc = follow(c, &o, json_string_value(json_object_get(p.last, "id")));
-    } else if (cmd->waits && o.detach && p.last && strcmp(o.output, "table") == 0) {
-        printf("%s\n", json_string_value(json_object_get(p.last, "id")));
-    } else if (p.last) {
-        print_one(&o, p.last);
-    }
-    json_decref(p.rows);
-    json_decref(p.last);
-    cli_conn_close(c);
     return rc;
 }

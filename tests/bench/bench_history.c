@@ -90,7 +90,7 @@ static int cmd_append(redisContext *rc, cmd *c) {
 }
 
 /* FCALL pv_op_submit and pv_op_cancel of operation i, as pv_op_submit and pv_op_cancel
- * (shared/pv_op.c) call them. */
+ * (shared/store/pv_op.c) call them. */
 static int append_op(redisContext *rc, const opts *o, long i) {
     char id[PV_ID_MAX], kind[96], target[96];
     if (pv_id_new("op", id, sizeof id) != 0) return -1;

@@ -103,7 +103,7 @@ class Clusters(unittest.TestCase):
                            (C.CreateClusterRequest(name="a/b", version="v1.0.0"), "name"),
                            (C.CreateClusterRequest(name="x3", version="v1.0.0",
                                                    topology=C.ClusterTopology(worker_count=-1)),
-                            "topology")):
+                            "topology.worker_count")):
             code, msg = self.err(self.cs.CreateCluster, req)
             self.assertIn(code, (grpc.StatusCode.INVALID_ARGUMENT,
                                  grpc.StatusCode.ALREADY_EXISTS), msg)

@@ -302,14 +302,15 @@ class Execute(Base):
         # a client that leaves ends the command (its process group), not just the call
         stream = self.core.ExecuteWorkload(iter([core_pb2.ExecuteWorkloadOptions(
             workload_id=wid, open_stdin=True,
-            commands=["/bin/sh", "-c", "echo started; exec sleep 300"])] + [None] * 0),
+            commands=["/bin/sh", "-c", "echo started; exec sleep 317"])] + [None] * 0),
             timeout=60)
         first = next(stream)
         self.assertEqual(first.data, b"started\n")
         stream.cancel()
         deadline = time.monotonic() + 15
         def sleeping():
-            return subprocess.run(["pgrep", "-f", "^sleep 300$"],
+            # a duration no other test runs: the tests beside this one have their own sleeps
+            return subprocess.run(["pgrep", "-f", "^sleep 317$"],
                                   capture_output=True).returncode == 0
         while sleeping() and time.monotonic() < deadline:
             time.sleep(0.2)

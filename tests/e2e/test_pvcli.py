@@ -100,16 +100,35 @@ class Pvcli(unittest.TestCase):
         self.assertEqual((stats["volume_count"], stats["snapshot_count"]), (2, 1))
 
     def test_d_workloads(self):
-        image = os.path.join(_stack.data_dir, "images", "hi", "1.tar")
-        os.makedirs(os.path.dirname(image), exist_ok=True)
-        import tarfile
         import tempfile
         with tempfile.TemporaryDirectory() as root:
+            os.mkdir(os.path.join(root, "bin"))
             with open(os.path.join(root, "run.sh"), "w") as f:
                 f.write("#!/bin/sh\necho hello from $APP_NAME\nsleep 300\n")
             os.chmod(os.path.join(root, "run.sh"), 0o755)
-            with tarfile.open(image, "w") as t:
-                t.add(os.path.join(root, "run.sh"), arcname="run.sh")
+            with open(os.path.join(root, "hello.sh"), "w") as f:
+                f.write("#!/bin/sh\necho linked\n")
+            os.symlink("../hello.sh", os.path.join(root, "bin", "start"))
+            # the directory archived by pvcli, sent as BuildImage RAW
+            out, _ = self.ok("image", "build", "hi:1", root)
+            self.assertEqual(table(out)[0], ["ID", "STATUS", "PROGRESS", "ERROR"])
+            os.mkfifo(os.path.join(root, "fifo"))
+            rc, _, err = pvcli("image", "build", "bad:1", root)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("fifo: devices, fifos and sockets cannot go into an image", err)
+        out, _ = self.ok("image", "list", "local")
+        rows = table(out)
+        self.assertEqual(rows[0], ["NODENAME", "TAGS", "ID", "ERR"])
+        self.assertIn(["pc1", "hi:1"], [r[:2] for r in rows[1:]])
+        out, _ = self.ok("image", "list", "local", "--filter", "nope*", "-o", "json")
+        self.assertEqual(out, "")
+        # every instance failing (no such image on the node) is a failure of the command
+        rc, out, err = pvcli("workload", "deploy", "hi", "--image", "nothere:1", "--count", "1",
+                             "--podname", "local", "--entrypoint.name", "web",
+                             "--entrypoint.commands", "/bin/true")
+        self.assertEqual(rc, 1, (out, err))
+        self.assertIn("pvcli: 1 of 1 failed", err)
+        self.assertEqual([r[3] for r in table(out)[1:]], ["false"], out)
         deploy = ("--podname", "local", "--entrypoint.name", "web", "--resources",
                   'cpumem={"memory-request":"16M"}')
         out, _ = self.ok("capacity", "hi", "--count", "1", *deploy, "-o", "json")
@@ -132,12 +151,26 @@ class Pvcli(unittest.TestCase):
         self.assertEqual(out, "hello from hi\n")
         out, _ = self.ok("workload", "exec", ids[0], "/bin/sh", "-c", "echo $APP_NAME; pwd",
                          "--workdir", "/")
-        self.assertIn("hi\n", out)
-        self.assertIn("[exitcode] 0", out)
+        self.assertEqual(out, "hi\n/\n")  # the command's output, nothing of pvcli's
+        rc, out, _ = pvcli("workload", "exec", ids[0], "/bin/sh", "-c", "echo x; exit 3")
+        self.assertEqual((rc, out), (3, "x\n"))
+        out, _ = self.ok("workload", "exec", ids[0], "/bin/sh", "bin/start")  # the link kept
+        self.assertEqual(out, "linked\n")
         out, _ = self.ok("workload", "remove", *ids)
         self.assertEqual(sorted(r[0] for r in table(out)[1:]), sorted(ids))
         out, _ = self.ok("workload", "list", "hi")
         self.assertEqual(len(table(out)), 1)  # the header only
+        out, _ = self.ok("image", "remove", "local", "hi:1")
+        self.assertEqual(table(out)[1][:2], ["hi:1", "true"])
+        out, _ = self.ok("image", "list", "local", "-o", "json")
+        self.assertNotIn("hi:1", out)
+        out, _ = self.ok("image", "cache", "local", "hi:1")  # back from the registry
+        self.assertEqual(table(out)[1][:3], ["hi:1", "pc1", "true"])
+        out, _ = self.ok("image", "list", "local")
+        self.assertIn(["pc1", "hi:1"], [r[:2] for r in table(out)[1:]])
+        rc, out, err = pvcli("image", "cache", "local", "never:1")
+        self.assertEqual(rc, 1, (out, err))
+        self.assertEqual(table(out)[1][:3], ["never:1", "pc1", "false"])
 
     def test_c_refusals_and_usage(self):
         rc, out, err = pvcli("volume", "get", "nope")
@@ -158,7 +191,7 @@ class Pvcli(unittest.TestCase):
         self.assertEqual(rc, 2)
         rc, out, _ = pvcli("--help")
         self.assertEqual(rc, 0)
-        self.assertIn("Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, capacity", out)
+        self.assertIn("Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, image, capacity", out)
         rc, out, _ = pvcli("node", "--help")
         self.assertEqual(rc, 0)
         self.assertIn("pvcli node drain", out)

@@ -1,6 +1,7 @@
 /* Fuzz target: what the gateway does with a request's bytes before any handler logic, for every
  * method of the four services: protobuf-c decoding into the method's input type, the enum
- * check every handler runs first, the name checks of the fields that name things, and the JSON
+ * check every handler runs first (and the wire check for NUL bytes inside strings, which decoding
+ * would cut), the name checks of the fields that name things, and the JSON
  * form (pvcli, logs) written and read back to the same JSON. The first byte picks the method. */
 #include <jansson.h>
 #include <stddef.h>
@@ -69,7 +70,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, size - 1, data + 1);
     if (!m) return 0;
     pv_status st;
-    if (pv_validate_message(m, &st) == PV_OK) check_names(m);
+    /* a refusal names a field and has a NUL to point at */
+    if (pv_validate_wire(d, data + 1, size - 1, &st) != PV_OK)
+        CHECK(st.msg[0] && memchr(data + 1, 0, size - 1));
+    else if (pv_validate_message(m, &st) == PV_OK)
+        check_names(m);
     json_t *j = pv_pbjson_to_json(m);
     if (j) {
         ProtobufCMessage *again = NULL;

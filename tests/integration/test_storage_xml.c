@@ -36,7 +36,7 @@ static void defined_as(int type, const char *json, const char *const *want, size
     json_t *config = json_loads(json, 0, NULL);
     char *xml = NULL;
     pv_status st;
-    assert_int_equal(pv_storage_pool_xml(name, type, config, &xml, &st), PV_OK);
+    assert_int_equal(pv_storage_pool_xml(name, NULL, type, config, &xml, &st), PV_OK);
     virStoragePoolPtr p = virStoragePoolDefineXML(conn, xml, 0);
     if (!p) fail_msg("libvirt refused %s: %s", xml, virGetLastErrorMessage());
     char *back = virStoragePoolGetXMLDesc(p, 0);

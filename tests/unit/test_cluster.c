@@ -116,11 +116,25 @@ static void test_conditions(void **state) {
     assert_false(c.disk_pressure);
 }
 
+static void test_topology(void **state) {
+    (void)state;
+    pv_status st;
+    assert_int_equal(pv_cluster_check_topology(0, 0, &st), PV_OK);
+    assert_int_equal(pv_cluster_check_topology(3, PV_CLUSTER_TOPOLOGY_MAX, &st), PV_OK);
+    assert_int_equal(pv_cluster_check_topology(2147483647, 1, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "topology.control_plane_count: 2147483647 is more nodes than a "
+                                "cluster may hold (10000)");
+    assert_int_equal(pv_cluster_check_topology(1, -1, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "topology.worker_count: -1 is negative");
+    assert_int_equal(pv_cluster_check_topology(1, PV_CLUSTER_TOPOLOGY_MAX + 1, &st),
+                     PV_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_version),    cmocka_unit_test(test_ip),
-        cmocka_unit_test(test_states),     cmocka_unit_test(test_labels),
-        cmocka_unit_test(test_conditions),
+        cmocka_unit_test(test_topology), cmocka_unit_test(test_version),
+        cmocka_unit_test(test_ip),       cmocka_unit_test(test_states),
+        cmocka_unit_test(test_labels),   cmocka_unit_test(test_conditions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,6 +118,8 @@ static void test_defaults(void **state) {
     assert_int_equal(c.gateway.max_request_bytes, 4194304);
     assert_int_equal(c.gateway.heartbeat_seconds, 2);
     assert_int_equal(c.gateway.shutdown_grace_ms, 5000);
+    assert_int_equal(c.gateway.malloc_arenas, 4);
+    assert_int_equal(c.gateway.memory_trim_idle_ms, 1000);
     assert_string_equal(c.gateway.advertise, "");
     assert_string_equal(c.auth.username, "");
     assert_string_equal(c.auth.password, "");

@@ -1,6 +1,8 @@
 /*
  * Unit tests of pv_deploy: CreateWorkload's checks in Eru's order with Eru's words and the field
- * named, and the plan request built from DeployOptions (node filter union, resources, strategy).
+ * named, every field a deploy's instances would otherwise fail on one by one (name, image, dir,
+ * restart, publish, log driver, user, env, dns, extra_hosts, raw_args, modes, nodes_limit), and
+ * the plan request built from DeployOptions (node filter union, resources, strategy).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,6 +96,100 @@ static void test_check_resources(void **state) {
     expect(&d, "unknown plugin");
 }
 
+/* Each field Eru validates before a deploy starts: a bad value fails the whole check, naming the
+ * field and the quoted value; a good one of the same field passes. */
+static void test_check_every_field(void **state) {
+    (void)state;
+    deploy d;
+    pv_status st;
+    make(&d, "{\"memory-request\":\"1G\"}");
+    d.o.name = "a/b";
+    expect(&d, "name: \"a/b\" must not contain '/'");
+    d.o.name = "web";
+    d.o.image = "../../etc/passwd";
+    expect(&d, "image ../../etc/passwd: not a valid reference");
+    d.o.image = "hub:5000/ns/web:v1";
+    assert_int_equal(pv_deploy_check(&d.o, &st), PV_OK);
+    d.o.nodes_limit = -1;
+    expect(&d, "nodes_limit: -1 is negative");
+    d.o.nodes_limit = 2;
+    d.entry.name = "we b";
+    expect(&d, "entrypoint.name: \"we b\" has a character other than");
+    d.entry.name = "main";
+    d.entry.dir = "a/../../x";
+    expect(&d, "entrypoint.dir: \"a/../../x\" must stay inside the workload's root");
+    d.entry.dir = "/srv/app";
+    d.entry.restart = "sometimes";
+    expect(&d, "entrypoint.restart: \"sometimes\" is not a restart policy");
+    d.entry.restart = "on-failure";
+    char *publish[] = {"80/tcp", "70000"};
+    d.entry.publish = publish;
+    d.entry.n_publish = 2;
+    expect(&d, "entrypoint.publish: \"70000\" is not \"port/proto\"");
+    publish[1] = "53/udp";
+    Pb__LogOptions log;
+    pb__log_options__init(&log);
+    log.type = "carrier-pigeon";
+    d.entry.log = &log;
+    expect(&d, "entrypoint.log.type: \"carrier-pigeon\" is not a log driver");
+    log.type = "journald";
+    assert_int_equal(pv_deploy_check(&d.o, &st), PV_OK);
+    d.o.user = "root:wheel:x";
+    expect(&d, "user: \"root:wheel:x\" is not");
+    d.o.user = "-rf";
+    expect(&d, "user: \"-rf\" is not");
+    d.o.user = "1000:1000";
+    char *env[] = {"A=1", "=x"};
+    d.o.env = env;
+    d.o.n_env = 2;
+    expect(&d, "env: \"=x\" is not KEY=VALUE");
+    env[1] = "NOEQUALS";
+    expect(&d, "env: \"NOEQUALS\" is not KEY=VALUE");
+    env[1] = "B=";
+    char *dns[] = {"10.0.0.53", "ns1.example"};
+    d.o.dns = dns;
+    d.o.n_dns = 2;
+    expect(&d, "dns: \"ns1.example\" is not an IPv4 or IPv6 address");
+    dns[1] = "fd00::53";
+    char *hosts[] = {"db:10.0.0.7", "db:nowhere"};
+    d.o.extra_hosts = hosts;
+    d.o.n_extra_hosts = 2;
+    expect(&d, "extra_hosts: \"db:nowhere\" is not \"host:ip\"");
+    hosts[1] = "v6:fd00::7";
+    d.o.raw_args.data = (uint8_t *)"[1,2]";
+    d.o.raw_args.len = 5;
+    expect(&d, "raw_args: 5 bytes that are not a JSON object");
+    d.o.raw_args.data = (uint8_t *)"{\"x\":1}";
+    d.o.raw_args.len = 7;
+    assert_int_equal(pv_deploy_check(&d.o, &st), PV_OK);
+}
+
+/* Modes: 0 to 07777, so neither -1 nor a mode with bits past the permission and special bits
+ * reaches a node's chmod. */
+static void test_check_modes(void **state) {
+    (void)state;
+    deploy d;
+    pv_status st;
+    make(&d, "{\"memory-request\":\"1G\"}");
+    Pb__FileMode mode;
+    pb__file_mode__init(&mode);
+    Pb__DeployOptions__ModesEntry e, *ep[1] = {&e};
+    pb__deploy_options__modes_entry__init(&e);
+    e.key = "/etc/app.conf";
+    e.value = &mode;
+    d.o.modes = ep;
+    d.o.n_modes = 1;
+    mode.mode = -1;
+    expect(&d, "modes[\"/etc/app.conf\"]: -1");
+    mode.mode = 010000;
+    expect(&d, "modes[\"/etc/app.conf\"]: 4096 (010000) is not a file mode (0 to 07777)");
+    mode.mode = 07777;
+    assert_int_equal(pv_deploy_check(&d.o, &st), PV_OK);
+    assert_int_equal(pv_deploy_check_mode("mode", 0, &st), PV_OK);
+    assert_int_equal(pv_deploy_check_mode("mode", INT64_MAX, &st), PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "mode: 9223372036854775807"));
+}
+
 static void test_plan_body(void **state) {
     (void)state;
     deploy d;
@@ -160,6 +256,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_order_and_words),
         cmocka_unit_test(test_check_resources),
+        cmocka_unit_test(test_check_every_field),
+        cmocka_unit_test(test_check_modes),
         cmocka_unit_test(test_plan_body),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -134,8 +134,44 @@ static void test_sha256_vectors(void **state) {
     free(million);
 }
 
+/* Client references: what could be an id or a name passes, anything else is refused naming the
+ * field with the value quoted and cut, never echoed whole. */
+static void test_id_check(void **state) {
+    (void)state;
+    pv_status st;
+    assert_int_equal(pv_id_check("cluster_id", "cluster-01jabcdefghjkmnpqrstvwxyz0", &st), PV_OK);
+    char hex[65];
+    memset(hex, 'e', 64);
+    hex[64] = '\0';
+    assert_int_equal(pv_id_check("id", hex, &st), PV_OK);
+    assert_int_equal(pv_id_check("cluster_id", "", &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "cluster_id: is required");
+    assert_int_equal(pv_id_check("cluster_id", NULL, &st), PV_INVALID_ARGUMENT);
+    assert_int_equal(pv_id_check("cluster_id", "a/b", &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "cluster_id: \"a/b\" must not contain '/'");
+    assert_int_equal(pv_id_check("node_id", "x..y", &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "node_id: \"x..y\" must not contain \"..\"");
+    assert_int_equal(pv_id_check("node_id", "-rf", &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "node_id: \"-rf\" must not start with '-'");
+    assert_int_equal(pv_id_check("node_id", "a\nb", &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "node_id: \"a\\x0ab\" has a character other than letters, "
+                                "digits, '.', '_' and '-' at byte 1");
+    size_t big = 1u << 20;
+    char *huge = malloc(big + 1);
+    assert_non_null(huge);
+    memset(huge, 'a', big);
+    huge[big] = '\0';
+    assert_int_equal(pv_id_check("cluster_id", huge, &st), PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "(1048576 bytes) is longer than 128 bytes"));
+    assert_true(strlen(st.msg) < 200); /* cut, not echoed */
+    huge[PV_ID_REF_MAX] = '\0';
+    assert_int_equal(pv_id_check("cluster_id", huge, &st), PV_OK);
+    free(huge);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_id_check),
         cmocka_unit_test(test_format),
         cmocka_unit_test(test_time_part_is_now),
         cmocka_unit_test(test_unique_and_time_ordered),

@@ -516,6 +516,23 @@ static void test_delta(void **state) {
     delta_bad("{\"storage\":{\"storage\":10}}", "{\"storage\":{\"storage\":-6}}",
               "{\"storage\":{\"storage_request\":5}}",
               "storage: storage: 4 would be below the 5 in use");
+    /* a client's delta near 2^63 is refused, never wrapped into a small size */
+    delta_bad(base, "{\"cpumem\":{\"memory\":9223372036854775807}}", NULL,
+              "cpumem: memory: 4294967296 + (9223372036854775807) is outside what a size can "
+              "hold");
+    delta_bad(base, "{\"cpumem\":{\"numa-memory\":[9223372036854775807]}}", NULL,
+              "cpumem: numa-memory[0]: 2147483648 + (9223372036854775807) is outside what a "
+              "size can hold");
+    delta_bad(base, "{\"storage\":{\"volumes\":[\"/d0:8E\",\"/d0:8E\"]}}", NULL,
+              "storage: volumes[0]: \"8E\" is too large");
+    delta_bad(
+        base,
+        "{\"storage\":{\"volumes\":[\"/d0:9223372036854775807\",\"/d0:9223372036854775807\"]}}",
+        NULL,
+        "storage: volumes[0]: 107374182400 + (9223372036854775807) is outside what a size "
+        "can hold");
+    delta_bad(base, "{\"storage\":{\"storage\":-9223372036854775807}}", NULL,
+              "storage: storage: would be -9223372026117357567 (volumes apart), below zero");
     /* a new core needs a NUMA node when the node has them */
     delta_bad(base, "{\"cpumem\":{\"cpu\":\"4:100\"}}", usage,
               "cpumem: numa-cpu: core 4 is in no NUMA node");

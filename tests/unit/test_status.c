@@ -150,8 +150,24 @@ static void test_prefix_truncates(void **state) {
     assert_int_equal(st.code, PV_DATA_LOSS);
 }
 
+static void test_quote(void **state) {
+    (void)state;
+    char q[PV_QUOTE_BUF];
+    pv_quote("a\"b\\c\n", q, sizeof q);
+    assert_string_equal(q, "\"a\\\"b\\\\c\\x0a\"");
+    char big[1000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    pv_quote(big, q, sizeof q);
+    assert_true(strlen(q) <= PV_QUOTE_MAX + 5);
+    assert_non_null(strstr(q, "...\""));
+    pv_quote(NULL, q, sizeof q);
+    assert_string_equal(q, "\"\"");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quote),
         cmocka_unit_test(test_code_numbers_match_grpc),
         cmocka_unit_test(test_code_name_every_code),
         cmocka_unit_test(test_code_name_out_of_range_is_unknown),

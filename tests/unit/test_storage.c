@@ -69,7 +69,7 @@ static char *xml_of(int type, const char *json) {
     json_t *c = json_loads(json, 0, NULL);
     char *xml = NULL;
     pv_status st;
-    assert_int_equal(pv_storage_pool_xml("p1", type, c, &xml, &st), PV_OK);
+    assert_int_equal(pv_storage_pool_xml("p1", NULL, type, c, &xml, &st), PV_OK);
     json_decref(c);
     return xml;
 }

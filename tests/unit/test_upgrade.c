@@ -78,11 +78,36 @@ static void test_new_record(void **state) {
     json_decref(r);
 }
 
+/* Strategy counts are bounded by the cluster's nodes: all of them is allowed (partition n keeps
+ * every node, which the gateway answers FAILED_PRECONDITION), one more is not. */
+static void test_check_strategy(void **state) {
+    (void)state;
+    pv_status st;
+    pv_upgrade_strategy s = {
+        .type = PV_UPGRADE_ROLLING, .max_surge = 4, .max_unavailable = 4, .partition = 4};
+    assert_int_equal(pv_upgrade_check_strategy(&s, 4, &st), PV_OK);
+    s.max_unavailable = 2147483647;
+    assert_int_equal(pv_upgrade_check_strategy(&s, 4, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(
+        st.msg, "strategy.max_unavailable: 2147483647 is more than the cluster's 4 node(s)");
+    s.max_unavailable = 1;
+    s.partition = 5;
+    assert_int_equal(pv_upgrade_check_strategy(&s, 4, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "strategy.partition: 5 is more than the cluster's 4 node(s)");
+    s.partition = 0;
+    s.max_surge = -1;
+    assert_int_equal(pv_upgrade_check_strategy(&s, 4, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "strategy.max_surge: -1 is negative");
+    s.max_surge = 1;
+    assert_int_equal(pv_upgrade_check_strategy(&s, 0, &st), PV_INVALID_ARGUMENT);
+    assert_string_equal(st.msg, "strategy.max_surge: 1 is more than the cluster's 0 node(s)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rolling),    cmocka_unit_test(test_canary),
-        cmocka_unit_test(test_blue_green), cmocka_unit_test(test_versions),
-        cmocka_unit_test(test_new_record),
+        cmocka_unit_test(test_check_strategy), cmocka_unit_test(test_rolling),
+        cmocka_unit_test(test_canary),         cmocka_unit_test(test_blue_green),
+        cmocka_unit_test(test_versions),       cmocka_unit_test(test_new_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -499,6 +499,44 @@ static void test_enums_oneof_only_selected_member(void **state) {
     assert_int_equal(pv_validate_message(&o.base, &st), PV_OK);
 }
 
+/* ---- NUL bytes on the wire ---- */
+
+static int wire_check(const uint8_t *buf, size_t len, pv_status *st) {
+    pv_status_clear(st);
+    ProtobufCMessage *m = protobuf_c_message_unpack(
+        &google__protobuf__file_descriptor_proto__descriptor, NULL, len, buf);
+    assert_non_null(m); /* protobuf-c decodes it: the cut string is what the check is for */
+    protobuf_c_message_free_unpacked(m, NULL);
+    return pv_validate_wire(&google__protobuf__file_descriptor_proto__descriptor, buf, len, st);
+}
+
+static void test_wire_refuses_nul_in_strings(void **state) {
+    (void)state;
+    pv_status st;
+    /* name (1) = "default\0zzz" */
+    static const uint8_t top[] = {0x0a, 11, 'd', 'e', 'f', 'a', 'u', 'l', 't', 0, 'z', 'z', 'z'};
+    expect_error(wire_check(top, sizeof top, &st), &st,
+                 "name: holds a NUL byte (at byte 7); strings may not contain U+0000");
+    /* dependency (3, repeated) = "a", "b\0" */
+    static const uint8_t rep[] = {0x1a, 1, 'a', 0x1a, 2, 'b', 0};
+    expect_error(wire_check(rep, sizeof rep, &st), &st,
+                 "dependency[1]: holds a NUL byte (at byte 1); strings may not contain U+0000");
+    /* message_type (4) { name (1) = "\0" } */
+    static const uint8_t sub[] = {0x22, 3, 0x0a, 1, 0};
+    expect_error(wire_check(sub, sizeof sub, &st), &st,
+                 "message_type.name: holds a NUL byte (at byte 0); strings may not contain U+0000");
+}
+
+static void test_wire_keeps_nul_in_bytes(void **state) {
+    (void)state;
+    pv_status st;
+    /* options (8) { uninterpreted_option (999) { string_value (7, bytes) = "\0\0" } }, and a
+     * clean name and an unknown field (15) holding a NUL */
+    static const uint8_t ok[] = {0x0a, 1, 'x', 0x42, 7, 0xba, 0x3e, 4, 0x3a, 2, 0, 0, 0x7a, 1, 0};
+    assert_int_equal(wire_check(ok, sizeof ok, &st), PV_OK);
+    assert_int_equal(st.code, PV_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_name_accepts_plain_names),
@@ -519,6 +557,8 @@ int main(void) {
         cmocka_unit_test(test_enums_map_values),
         cmocka_unit_test(test_strings_must_be_utf8),
         cmocka_unit_test(test_enums_oneof_only_selected_member),
+        cmocka_unit_test(test_wire_refuses_nul_in_strings),
+        cmocka_unit_test(test_wire_keeps_nul_in_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
