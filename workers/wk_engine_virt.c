@@ -315,7 +315,7 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
         err_reset(v);
         return NULL;
     }
-    /* the element's text is the JSON; anything else a client or tool left there is not ours */
+    /* meta_element's JSON is the element's text; whatever else made it fails json_loads */
     char *text = wk_xml_text_of(xml, "/*");
     free(xml);
     json_t *j = text ? json_loads(text, 0, NULL) : NULL;

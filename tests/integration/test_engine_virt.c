@@ -528,6 +528,7 @@ static void test_hostile_metadata(void **state) {
     wk_engine_info info;
     pv_status st;
     create_ok(f, &s, &info);
+    assert_string_equal(info.image, "img&<>");
     wk_engine_info_clear(&info);
     wk_virt_link l;
     assert_int_equal(wk_virt_connect_network(f->v, id, f->net, NULL, NULL, &l, &st), PV_OK);
