@@ -38,6 +38,29 @@ static void quiet(void *user, xmlErrorPtr err) {
     (void)err;
 }
 
+/* A few libxml2 errors (an entity redeclared, a save that fails) bypass the parser's
+ * XML_PARSE_NOERROR and go to the thread's generic handler, which prints; it is swapped for a
+ * silent one around each call that can raise them, and put back, as libvirt shares the library. */
+typedef struct quiet_state {
+    xmlGenericErrorFunc fn;
+    void *ctx;
+} quiet_state;
+
+static void quiet_generic(void *ctx, const char *msg, ...) {
+    (void)ctx;
+    (void)msg;
+}
+
+static quiet_state quiet_begin(void) {
+    quiet_state q = {xmlGenericError, xmlGenericErrorContext};
+    xmlSetGenericErrorFunc(NULL, quiet_generic);
+    return q;
+}
+
+static void quiet_end(quiet_state q) {
+    xmlSetGenericErrorFunc(q.ctx, q.fn);
+}
+
 static char *own(xmlChar *s) {
     char *out = s ? strdup((const char *)s) : NULL;
     xmlFree(s);
@@ -62,7 +85,9 @@ int wk_xml_parse(const char *text, wk_xml **out, pv_status *st) {
                              WK_XML_MAX_BYTES);
     pthread_once(&init_once, init_parser);
     xmlResetLastError();
+    quiet_state q = quiet_begin();
     xmlDocPtr doc = xmlReadMemory(text ? text : "", (int)len, NULL, NULL, PARSE_OPTIONS);
+    quiet_end(q);
     if (!doc) return parse_error(st);
     wk_xml *x = NULL;
     int rc;
@@ -162,9 +187,11 @@ void wk_xml_remove(wk_xml_node *node) {
 char *wk_xml_dump(wk_xml *x, const wk_xml_node *node) {
     xmlNodePtr n = node ? (xmlNodePtr)node : xmlDocGetRootElement(x->doc);
     xmlBufferPtr buf = xmlBufferCreate();
+    quiet_state q = quiet_begin();
     xmlSaveCtxtPtr save = buf ? xmlSaveToBuffer(buf, "UTF-8", XML_SAVE_NO_DECL) : NULL;
     long r = save && n ? xmlSaveTree(save, n) : -1;
     if (save && xmlSaveClose(save) < 0) r = -1;
+    quiet_end(q);
     char *out = r >= 0 ? strdup((const char *)xmlBufferContent(buf)) : NULL;
     xmlBufferFree(buf);
     return out;

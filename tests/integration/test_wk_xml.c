@@ -4,7 +4,8 @@
  * markup, character references and CDATA read back as the text it stands for; DOCTYPEs with
  * internal, external and parameter entities and an exponential entity bomb refused without
  * expanding anything; undefined entities, a document over WK_XML_MAX_BYTES and nesting past
- * libxml2's depth limit refused with a message; a large legal document read whole.
+ * libxml2's depth limit refused with a message and nothing printed; a large legal document read
+ * whole.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -182,6 +185,30 @@ static void test_entities(void **state) {
     assert_true(b.tv_sec - a.tv_sec < 5);
 }
 
+/* Nothing libxml2 says reaches stderr, not even what bypasses XML_PARSE_NOERROR. */
+static void test_silent(void **state) {
+    (void)state;
+    char path[] = "/tmp/pv-wk-xml-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    refused("<!DOCTYPE w [<!ENTITY lt 'x'><!ENTITY amp 'y'>]><w>&lt;</w>", "DOCTYPE");
+    refused("<w>&nope;<x></w>", "XML: line 1");
+    wk_xml *x = parse_ok("<w/>");
+    assert_null(wk_xml_first(x, NULL, "///"));
+    wk_xml_free(x);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    close(fd);
+    unlink(path);
+    assert_int_equal(sb.st_size, 0);
+}
+
 static char *repeat(const char *head, const char *unit, size_t times, const char *tail) {
     size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
     char *s = malloc(hl + ul * times + tl + 1);
@@ -231,6 +258,7 @@ int main(void) {
         cmocka_unit_test(test_edit),
         cmocka_unit_test(test_metadata_markup),
         cmocka_unit_test(test_entities),
+        cmocka_unit_test(test_silent),
         cmocka_unit_test(test_huge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
