@@ -327,9 +327,11 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     return j;
 }
 
-/* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. */
+/* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. The JSON is
+ * ASCII (\uXXXX beyond it): a client's valid UTF-8 may hold characters XML 1.0 does not allow
+ * (U+FFFE, U+FFFF), which libvirt would refuse the whole definition for. */
 static char *meta_element(const json_t *meta, bool with_ns) {
-    char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+    char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     if (!text) return NULL;
     char *buf = NULL;
     size_t len = 0;

@@ -516,14 +516,16 @@ static void test_connect_disconnect(void **state) {
 
 /* Client text in the name, image and labels, markup and entity look-alikes included, comes back
  * as it was sent: through the metadata, and after the definition was rewritten (wk_xml's tree,
- * dumped) by a connect and a disconnect the test driver cannot hot-plug. */
+ * dumped) by a connect and a disconnect the test driver cannot hot-plug. A label may hold any
+ * valid UTF-8, U+FFFF too, which XML 1.0 has no character for. */
 static void test_hostile_metadata(void **state) {
     fixture *f = *state;
     char id[64], name[128];
     uniq(id, sizeof id, "hostile");
     snprintf(name, sizeof name, "<b a=\"x\">&amp;'%s]]>", id);
-    static const char labels[] = "{\"m\":\"</workload><x>&lt;&#65;&foo;]]><![CDATA[c]]>\","
-                                 "\"u\":\"\\u00e9\\u2603\",\"q\":\"\\\"'<!DOCTYPE w>\"}";
+    static const char labels[] =
+        "{\"m\":\"</workload><x>&lt;&#65;&foo;]]><![CDATA[c]]>\","
+        "\"u\":\"\\u00e9\\u2603\\uffff\\ud83d\\ude00\",\"q\":\"\\\"'<!DOCTYPE w>\"}";
     wk_workload_spec s = {.id = id, .name = name, .image = "img&<>", .labels_json = labels};
     wk_engine_info info;
     pv_status st;
