@@ -27,6 +27,7 @@
 #include "pv_path.h"
 #include "pv_storage.h"
 #include "wk_agent.h"
+#include "wk_xml.h"
 
 /* How long a snapshot command may run: qemu-img and the LVM and RBD commands change metadata
  * (rbd's rollback writes the image back, as LVM's restore copies the origin: those get a day,
@@ -127,17 +128,13 @@ static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
  * none named (an LV, a LUN: raw to a guest). */
 static int volume_format(virStorageVolPtr v) {
     char *xml = virStorageVolGetXMLDesc(v, 0);
-    int f = 0;
-    static const struct {
-        const char *tag;
-        int format;
-    } k[] = {{"<format type='raw'/>", PV_VOL_RAW},
-             {"<format type='qcow2'/>", PV_VOL_QCOW2},
-             {"<format type='vmdk'/>", PV_VOL_VMDK},
-             {"<format type='vdi'/>", PV_VOL_VDI}};
-    for (size_t i = 0; xml && i < sizeof k / sizeof k[0]; i++)
-        if (strstr(xml, k[i].tag)) f = k[i].format;
+    /* the volume's own format: a <backingStore> has one too */
+    char *type = xml ? wk_xml_text_of(xml, "/volume/target/format/@type") : NULL;
     free(xml);
+    int f = 0;
+    for (int k = PV_VOL_RAW; type && k <= PV_VOL_VDI; k++)
+        if (strcmp(type, pv_storage_format_name(k)) == 0) f = k;
+    free(type);
     return f;
 }
 
