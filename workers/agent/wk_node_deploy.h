@@ -1,6 +1,6 @@
 /*
  * wk_node_deploy: a node agent's part of CreateWorkload, the operation
- * `workload.create_on_node` (workers/wk_deploy.h) on the queue node:<name>. For each allocation
+ * `workload.create_on_node` (workers/ops/wk_deploy.h) on the queue node:<name>. For each allocation
  * the reservation made on this node it creates and starts one instance on the agent's engine and
  * records it (pv_workload_add, which takes the allocation over), then writes one output entry:
  *   {type=workload, id, name, nodename, podname, publish (JSON object), success (1|0), error,
