@@ -22,6 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "pv_kinds.h"
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_path.h"
@@ -1103,15 +1104,11 @@ int wk_storage_run(wk_op *op, pv_status *st) {
         const char *kind;
         int (*fn)(sctx *, pv_status *);
     } k[] = {
-        {"storage.pool_create", pool_create},
-        {"storage.pool_delete", pool_delete},
-        {"storage.volume_create", volume_create},
-        {"storage.volume_resize", volume_resize},
-        {"storage.volume_clone", volume_clone},
-        {"storage.volume_delete", volume_delete},
-        {"storage.snapshot_create", snapshot_create},
-        {"storage.snapshot_restore", snapshot_restore},
-        {"storage.snapshot_delete", snapshot_delete},
+        {PV_KIND_POOL_CREATE, pool_create},         {PV_KIND_POOL_DELETE, pool_delete},
+        {PV_KIND_VOLUME_CREATE, volume_create},     {PV_KIND_VOLUME_RESIZE, volume_resize},
+        {PV_KIND_VOLUME_CLONE, volume_clone},       {PV_KIND_VOLUME_DELETE, volume_delete},
+        {PV_KIND_SNAPSHOT_CREATE, snapshot_create}, {PV_KIND_SNAPSHOT_RESTORE, snapshot_restore},
+        {PV_KIND_SNAPSHOT_DELETE, snapshot_delete},
     };
     int rc =
         pv_status_set(st, PV_INVALID_ARGUMENT, "no storage handler for %s", wk_op_record(op)->kind);
