@@ -23,6 +23,7 @@
 #include "pv_registry.h"
 #include "pv_resv.h"
 #include "pv_path.h"
+#include "pv_json.h"
 #include "pv_strv.h"
 #include "pv_storage.h"
 #include "pv_upgrade.h"
@@ -849,21 +850,16 @@ static int qcow2_tags(const char *path, pv_strv *tags, pv_status *st) {
     return rc;
 }
 
-static const char *jstr(const json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
-}
-
 /* One volume and its snapshots. on_disk: its pool is a DIR pool of a node on this machine. */
 static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *st) {
-    const char *id = jstr(vol, "id"), *path = jstr(vol, "path");
+    const char *id = pv_json_str(vol, "id"), *path = pv_json_str(vol, "path");
     int status = (int)json_integer_value(json_object_get(vol, "status"));
     int format = (int)json_integer_value(json_object_get(vol, "format"));
     char subject[PV_KEY_MAX];
     snprintf(subject, sizeof subject, "volume %s", id);
     int rc = PV_OK;
     if (status == PV_VOL_IN_USE) {
-        const char *holder = jstr(vol, "in_use_by");
+        const char *holder = pv_json_str(vol, "in_use_by");
         if (!*holder)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject, "IN_USE but names no holder");
         else if (!pv_strv_has(&c->wl_ids, holder))
@@ -876,7 +872,7 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
         rc = pv_redis_command(c->r, &user, st, "GET %s{sto}:vol-user:%s", c->k->prefix, id);
     if (rc == PV_OK) {
         const char *held = user->type == REDIS_REPLY_STRING ? user->str : "";
-        const char *recorded = status == PV_VOL_IN_USE ? jstr(vol, "in_use_by") : "";
+        const char *recorded = status == PV_VOL_IN_USE ? pv_json_str(vol, "in_use_by") : "";
         if (strcmp(held, recorded) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
                 "its holder key names %s but its record says %s%s", *held ? held : "nobody",
@@ -890,8 +886,8 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
         struct stat sb;
         if (!*path || stat(path, &sb) != 0) {
             ADD(c->rep, CK_AREA_STORAGE, "VOL_MISSING", subject,
-                "%s in pool %s: its file %s does not exist", jstr(vol, "name"), jstr(vol, "pool"),
-                *path ? path : "(no path recorded)");
+                "%s in pool %s: its file %s does not exist", pv_json_str(vol, "name"),
+                pv_json_str(vol, "pool"), *path ? path : "(no path recorded)");
         } else {
             int have = file_format(path);
             file_ok = true;
@@ -907,12 +903,12 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     size_t i;
     json_t *s;
     json_array_foreach(snaps, i, s) {
-        if (rc == PV_OK && pv_strv_add(&snap_ids, jstr(s, "id")) != 0)
+        if (rc == PV_OK && pv_strv_add(&snap_ids, pv_json_str(s, "id")) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     }
     pv_strv_sort(&snap_ids);
     c->rep->snapshots += (long)snap_ids.n;
-    const char *cur = jstr(vol, "current_snapshot");
+    const char *cur = pv_json_str(vol, "current_snapshot");
     if (rc == PV_OK && *cur && !pv_strv_has(&snap_ids, cur))
         ADD(c->rep, CK_AREA_STORAGE, "VOL_SNAPSHOT", subject,
             "its current snapshot %s does not exist", cur);
@@ -928,16 +924,16 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     json_array_foreach(snaps, i, s) {
         if (rc != PV_OK) break;
         char ssub[PV_KEY_MAX];
-        snprintf(ssub, sizeof ssub, "snapshot %s", jstr(s, "id"));
-        const char *parent = jstr(s, "parent");
-        if (strcmp(jstr(s, "volume_id"), id) != 0)
+        snprintf(ssub, sizeof ssub, "snapshot %s", pv_json_str(s, "id"));
+        const char *parent = pv_json_str(s, "parent");
+        if (strcmp(pv_json_str(s, "volume_id"), id) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_VOLUME", ssub,
-                "listed under volume %s but records volume %s", id, jstr(s, "volume_id"));
+                "listed under volume %s but records volume %s", id, pv_json_str(s, "volume_id"));
         if (*parent && !pv_strv_has(&snap_ids, parent))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_PARENT", ssub,
                 "its parent %s does not exist in volume %s", parent, id);
         if (have_tags && json_integer_value(json_object_get(s, "status")) == PV_SNAP_READY &&
-            !pv_strv_has(&tags, jstr(s, "id")))
+            !pv_strv_has(&tags, pv_json_str(s, "id")))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_TAG", ssub,
                 "volume %s's file %s has no internal snapshot of that tag", id, path);
     }
@@ -952,11 +948,11 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
  * since. The agent refuses to act on it; the operator decides what becomes of it. */
 static int check_pool_root(ck_ctx *c, json_t *pool, const pv_roots *roots, pv_status *st) {
     int rc = PV_OK;
-    const char *path = jstr(json_object_get(pool, "config"), "path");
+    const char *path = pv_json_str(json_object_get(pool, "config"), "path");
     pv_status why;
     if (pv_path_confine_dir("config.path", path, roots, 0, &why) != PV_OK)
-        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", jstr(pool, "name"), "pool %s: %s",
-            jstr(pool, "name"), why.msg);
+        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", pv_json_str(pool, "name"), "pool %s: %s",
+            pv_json_str(pool, "name"), why.msg);
     return rc;
 }
 
@@ -976,7 +972,7 @@ static int check_storage(ck_ctx *c, pv_status *st) {
     json_array_foreach(pools, i, p) {
         if (rc != PV_OK) break;
         c->rep->pools++;
-        const char *name = jstr(p, "name"), *node = jstr(p, "node");
+        const char *name = pv_json_str(p, "name"), *node = pv_json_str(p, "node");
         if (!*node)
             node = *c->o->cfg->storage.default_node ? c->o->cfg->storage.default_node : host;
         const pv_node *n = node_by_name(c, node);
@@ -1024,20 +1020,20 @@ static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_
         json_t *n;
         json_array_foreach(json_object_get(up, "nodes"), i, n) {
             if (rc != PV_OK) break;
-            if (!pv_strv_has(&c->node_ids, jstr(n, "id")))
+            if (!pv_strv_has(&c->node_ids, pv_json_str(n, "id")))
                 ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_NODE", subject,
                     "its upgrade %s (batch %lld) names node %s (%s), which does not exist",
-                    jstr(up, "operation_id"),
-                    (long long)json_integer_value(json_object_get(n, "batch")), jstr(n, "name"),
-                    jstr(n, "id"));
+                    pv_json_str(up, "operation_id"),
+                    (long long)json_integer_value(json_object_get(n, "batch")),
+                    pv_json_str(n, "name"), pv_json_str(n, "id"));
         }
         pv_op op = {0};
         pv_status ost = {0};
-        int orc = pv_op_get(c->r, c->k, jstr(up, "operation_id"), &op, &ost);
+        int orc = pv_op_get(c->r, c->k, pv_json_str(up, "operation_id"), &op, &ost);
         if (rc == PV_OK && (orc == PV_NOT_FOUND || (orc == PV_OK && pv_op_done(&op))))
             ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_STALE", subject,
                 "its upgrade is still in phase %d but its operation %s %s%s", phase,
-                jstr(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
+                pv_json_str(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
                 orc == PV_OK ? pv_op_status_name(op.status) : "");
         else if (rc == PV_OK && orc != PV_OK)
             rc = pv_status_set(st, orc, "%s", ost.msg);

@@ -68,6 +68,7 @@
 #include <ev.h>
 
 #include "pv_log.h"
+#include "pv_json.h"
 #include "pv_strv.h"
 #include "wk_engine_impl.h"
 #include "wk_image.h"
@@ -1648,11 +1649,6 @@ static const char **json_strs(json_t *a, size_t *n) {
     return v;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
-}
-
 static pe_wl *wl_load(pe *e, const char *path) {
     json_error_t jerr;
     json_t *o = json_load_file(path, 0, &jerr);
@@ -1663,13 +1659,13 @@ static pe_wl *wl_load(pe *e, const char *path) {
     }
     wk_workload_spec s;
     memset(&s, 0, sizeof s);
-    s.id = jstr(o, "id");
-    s.name = jstr(o, "name");
-    s.image = jstr(o, "image");
-    s.dir = jstr(o, "dir");
-    s.user = jstr(o, "user");
-    s.restart = jstr(o, "restart");
-    s.labels_json = jstr(o, "labels");
+    s.id = pv_json_str(o, "id");
+    s.name = pv_json_str(o, "name");
+    s.image = pv_json_str(o, "image");
+    s.dir = pv_json_str(o, "dir");
+    s.user = pv_json_str(o, "user");
+    s.restart = pv_json_str(o, "restart");
+    s.labels_json = pv_json_str(o, "labels");
     s.privileged = json_is_true(json_object_get(o, "privileged"));
     s.cpu_limit = json_number_value(json_object_get(o, "cpu_limit"));
     s.memory_limit = json_integer_value(json_object_get(o, "memory_limit"));
@@ -1697,7 +1693,7 @@ static pe_wl *wl_load(pe *e, const char *path) {
         w->dynamic_uid = json_is_true(json_object_get(o, "dynamic_uid"));
         w->uid = (uid_t)json_integer_value(json_object_get(o, "uid"));
         w->gid = (gid_t)json_integer_value(json_object_get(o, "gid"));
-        w->state = state_parse(jstr(o, "state"));
+        w->state = state_parse(pv_json_str(o, "state"));
         w->exit_code = (int)json_integer_value(json_object_get(o, "exit_code"));
         w->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
         w->pid_start = (unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
