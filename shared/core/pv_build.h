@@ -1,6 +1,6 @@
 /*
  * pv_build: BuildImage's SCM request checked and turned into what the build node runs (the
- * "builds" parameter of image.build_on_node, read by workers/wk_node_image.c). Checked here,
+ * "builds" parameter of image.build_on_node, read by workers/agent/wk_node_image.c). Checked here,
  * before any node is asked: stage names (1-64 of [A-Za-z0-9._-], each once, each with a build),
  * a repo on the first stage, no option-looking repo or version, and paths (dir, artifacts) that
  * stay inside the stage's root (no ".." component).

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 
 #include "pv_path.h"
+#include "pv_json.h"
 
 #define STO "{sto}:"
 
@@ -397,23 +398,18 @@ static int arg_name(const char *what, const char *v, pv_status *st) {
                          v ? v : "");
 }
 
-static const char *jstr_or(json_t *o, const char *key, const char *def) {
-    const char *v = json_string_value(json_object_get(o, key));
-    return v ? v : def;
-}
-
 int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *snap_id, pv_argv *out,
                              pv_status *st) {
     memset(out, 0, sizeof *out);
     json_t *config = json_object_get(pool, "config");
     int type = (int)json_integer_value(json_object_get(pool, "type"));
-    const char *image = jstr_or(vol, "name", "");
+    const char *image = pv_json_str_or(vol, "name", "");
     if (what < PV_SNAP_CREATE || what > PV_SNAP_DELETE)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "snapshot command %d: unknown", what);
     if (arg_name("volume", image, st) != PV_OK || arg_name("snapshot", snap_id, st) != PV_OK)
         return st->code;
     if (type == PV_POOL_LVM) {
-        const char *vg = jstr_or(config, "volume_group", "");
+        const char *vg = pv_json_str_or(config, "volume_group", "");
         if (arg_name("config.volume_group", vg, st) != PV_OK) return st->code;
         if (what == PV_SNAP_CREATE) {
             /* a thick (copy-on-write) snapshot: its space is a share of its origin's; at 100%
@@ -423,7 +419,7 @@ int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *sn
             argv_add(out, "--name");
             argv_add(out, "%s", snap_id);
             argv_add(out, "--extents");
-            argv_add(out, "%s%%ORIGIN", jstr_or(config, "snapshot_percent", "100"));
+            argv_add(out, "%s%%ORIGIN", pv_json_str_or(config, "snapshot_percent", "100"));
             argv_add(out, "%s/%s", vg, image);
         } else if (what == PV_SNAP_RESTORE) {
             /* the snapshot's blocks copied over its origin, not `lvconvert --merge`: a merge
@@ -442,8 +438,9 @@ int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *sn
             argv_add(out, "%s/%s", vg, snap_id);
         }
     } else if (type == PV_POOL_RBD) {
-        const char *rpool = jstr_or(config, "pool", ""), *user = jstr_or(config, "user", "");
-        const char *mons = jstr_or(config, "monitors", "");
+        const char *rpool = pv_json_str_or(config, "pool", ""),
+                   *user = pv_json_str_or(config, "user", "");
+        const char *mons = pv_json_str_or(config, "monitors", "");
         if (arg_name("config.pool", rpool, st) != PV_OK ||
             arg_name("config.user", user, st) != PV_OK)
             return st->code;

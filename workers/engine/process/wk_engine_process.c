@@ -68,6 +68,8 @@
 #include <ev.h>
 
 #include "pv_log.h"
+#include "pv_json.h"
+#include "pv_strv.h"
 #include "wk_engine_impl.h"
 #include "wk_image.h"
 #include "wk_files.h"
@@ -91,31 +93,6 @@
 extern char **environ;
 
 /* --- small helpers ---------------------------------------------------------------------------- */
-
-typedef struct strv {
-    char **v; /* NULL-terminated */
-    size_t n;
-} strv;
-
-static void strv_free(strv *s) {
-    for (size_t i = 0; s->v && i < s->n; i++)
-        free(s->v[i]);
-    free(s->v);
-    s->v = NULL;
-    s->n = 0;
-}
-
-static int strv_dup(strv *out, const char *const *v, size_t n) {
-    out->n = 0;
-    out->v = calloc(n + 1, sizeof *out->v);
-    if (!out->v) return -1;
-    for (size_t i = 0; i < n; i++) {
-        out->v[i] = strdup(v && v[i] ? v[i] : "");
-        if (!out->v[i]) return -1;
-        out->n++;
-    }
-    return 0;
-}
 
 static char *xstrdup(const char *s) {
     return strdup(s ? s : "");
@@ -235,7 +212,7 @@ typedef struct pe_wl {
     pe *e;
     /* the spec, owned */
     char *id, *name, *image, *dir, *user, *restart, *labels_json;
-    strv commands, env, publish, after_start, before_stop, volumes;
+    pv_strv commands, env, publish, after_start, before_stop, volumes;
     bool privileged;
     double cpu_limit;
     int64_t memory_limit;
@@ -347,12 +324,12 @@ static void wl_free(pe_wl *w) {
     free(w->user);
     free(w->restart);
     free(w->labels_json);
-    strv_free(&w->commands);
-    strv_free(&w->env);
-    strv_free(&w->publish);
-    strv_free(&w->after_start);
-    strv_free(&w->before_stop);
-    strv_free(&w->volumes);
+    pv_strv_free(&w->commands);
+    pv_strv_free(&w->env);
+    pv_strv_free(&w->publish);
+    pv_strv_free(&w->after_start);
+    pv_strv_free(&w->before_stop);
+    pv_strv_free(&w->volumes);
     free(w->cpuset);
     free(w->home);
     free(w->root);
@@ -388,7 +365,7 @@ static void wl_log(const pe_wl *w, const char *fmt, ...) {
 /* --- the record: spec and state as JSON --------------------------------------------------------
  */
 
-static json_t *strv_json(const strv *s) {
+static json_t *strv_json(const pv_strv *s) {
     json_t *a = json_array();
     for (size_t i = 0; i < s->n; i++)
         json_array_append_new(a, json_string(s->v[i]));
@@ -765,8 +742,8 @@ static void host_ipv4(char *out, size_t cap) {
 /* Everything a child needs, prepared before fork (between fork and exec only async-signal-safe
  * calls are allowed, since the agent has threads). Owned strings. */
 typedef struct pe_spawn {
-    strv argv;
-    strv env; /* env.v NULL: the agent's environment */
+    pv_strv argv;
+    pv_strv env; /* env.v NULL: the agent's environment */
     char *cwd;
     char *cgroup_procs; /* join this cgroup (v2) */
     int out_fd;         /* stdout and stderr; -1: /dev/null. Borrowed. */
@@ -779,8 +756,8 @@ typedef struct pe_spawn {
 } pe_spawn;
 
 static void spawn_clear(pe_spawn *sp) {
-    strv_free(&sp->argv);
-    strv_free(&sp->env);
+    pv_strv_free(&sp->argv);
+    pv_strv_free(&sp->env);
     free(sp->cwd);
     free(sp->cgroup_procs);
     memset(sp, 0, sizeof *sp);
@@ -908,7 +885,7 @@ static int wl_spawn_init(const pe_wl *w, pe_spawn *sp, const char *const *argv, 
     bool has_path = false;
     for (size_t i = 0; i < w->env.n; i++)
         if (strncmp(w->env.v[i], "PATH=", 5) == 0) has_path = true;
-    if (strv_dup(&sp->argv, argv, argc) != 0) goto oom;
+    if (pv_strv_copy(&sp->argv, argv, argc) != 0) goto oom;
     sp->env.v = calloc(w->env.n + 2, sizeof *sp->env.v);
     if (!sp->env.v) goto oom;
     for (size_t i = 0; i < w->env.n; i++) {
@@ -1425,12 +1402,12 @@ static int job_run(pe *e, pe_job *job, int capture_fd, int timeout_ms, int *exit
  * failing hook is logged and does not stop the others nor the operation. */
 static void wl_run_hooks(pe *e, pe_wl *w, const char *which) {
     pthread_mutex_lock(&e->mu);
-    strv lines = {0};
+    pv_strv lines = {0};
     bool ok =
-        strv_dup(&lines,
-                 (const char *const *)(strcmp(which, "after_start") == 0 ? w->after_start.v
-                                                                         : w->before_stop.v),
-                 strcmp(which, "after_start") == 0 ? w->after_start.n : w->before_stop.n) == 0;
+        pv_strv_copy(&lines,
+                     (const char *const *)(strcmp(which, "after_start") == 0 ? w->after_start.v
+                                                                             : w->before_stop.v),
+                     strcmp(which, "after_start") == 0 ? w->after_start.n : w->before_stop.n) == 0;
     pthread_mutex_unlock(&e->mu);
     for (size_t i = 0; ok && i < lines.n; i++) {
         pe_job job;
@@ -1457,7 +1434,7 @@ static void wl_run_hooks(pe *e, pe_wl *w, const char *which) {
             wl_log(w, "hook %s[%zu] exited with %d", which, i, code);
         pthread_mutex_unlock(&e->mu);
     }
-    strv_free(&lines);
+    pv_strv_free(&lines);
 }
 
 /* --- building a workload ---------------------------------------------------------------------- */
@@ -1480,12 +1457,12 @@ static pe_wl *wl_new(pe *e, const wk_workload_spec *s) {
     w->backoff_ms = PE_BACKOFF_MIN_MS;
     int bad =
         !w->id || !w->name || !w->image || !w->dir || !w->user || !w->restart || !w->labels_json;
-    bad |= strv_dup(&w->commands, s->commands, s->ncommands);
-    bad |= strv_dup(&w->env, s->env, s->nenv);
-    bad |= strv_dup(&w->after_start, s->after_start, s->nafter_start);
-    bad |= strv_dup(&w->before_stop, s->before_stop, s->nbefore_stop);
-    bad |= strv_dup(&w->volumes, s->volumes, s->nvolumes);
-    bad |= strv_dup(&w->publish, NULL, 0);
+    bad |= pv_strv_copy(&w->commands, s->commands, s->ncommands);
+    bad |= pv_strv_copy(&w->env, s->env, s->nenv);
+    bad |= pv_strv_copy(&w->after_start, s->after_start, s->nafter_start);
+    bad |= pv_strv_copy(&w->before_stop, s->before_stop, s->nbefore_stop);
+    bad |= pv_strv_copy(&w->volumes, s->volumes, s->nvolumes);
+    bad |= pv_strv_copy(&w->publish, NULL, 0);
     if (!bad) {
         free(w->publish.v);
         w->publish.v = calloc(s->npublish + 1, sizeof *w->publish.v);
@@ -1553,7 +1530,7 @@ static int pe_run_tool_output(pe *e, const char *const *argv, size_t argc, const
         return pv_status_set(st, PV_INTERNAL, "%s: pipe: %s", argv[0], strerror(errno));
     pe_job job;
     memset(&job, 0, sizeof job);
-    if (strv_dup(&job.sp.argv, argv, argc) != 0 || !(job.sp.cwd = strdup(cwd))) {
+    if (pv_strv_copy(&job.sp.argv, argv, argc) != 0 || !(job.sp.cwd = strdup(cwd))) {
         spawn_clear(&job.sp);
         close(p[0]);
         close(p[1]);
@@ -1672,11 +1649,6 @@ static const char **json_strs(json_t *a, size_t *n) {
     return v;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
-}
-
 static pe_wl *wl_load(pe *e, const char *path) {
     json_error_t jerr;
     json_t *o = json_load_file(path, 0, &jerr);
@@ -1687,13 +1659,13 @@ static pe_wl *wl_load(pe *e, const char *path) {
     }
     wk_workload_spec s;
     memset(&s, 0, sizeof s);
-    s.id = jstr(o, "id");
-    s.name = jstr(o, "name");
-    s.image = jstr(o, "image");
-    s.dir = jstr(o, "dir");
-    s.user = jstr(o, "user");
-    s.restart = jstr(o, "restart");
-    s.labels_json = jstr(o, "labels");
+    s.id = pv_json_str(o, "id");
+    s.name = pv_json_str(o, "name");
+    s.image = pv_json_str(o, "image");
+    s.dir = pv_json_str(o, "dir");
+    s.user = pv_json_str(o, "user");
+    s.restart = pv_json_str(o, "restart");
+    s.labels_json = pv_json_str(o, "labels");
     s.privileged = json_is_true(json_object_get(o, "privileged"));
     s.cpu_limit = json_number_value(json_object_get(o, "cpu_limit"));
     s.memory_limit = json_integer_value(json_object_get(o, "memory_limit"));
@@ -1721,7 +1693,7 @@ static pe_wl *wl_load(pe *e, const char *path) {
         w->dynamic_uid = json_is_true(json_object_get(o, "dynamic_uid"));
         w->uid = (uid_t)json_integer_value(json_object_get(o, "uid"));
         w->gid = (gid_t)json_integer_value(json_object_get(o, "gid"));
-        w->state = state_parse(jstr(o, "state"));
+        w->state = state_parse(pv_json_str(o, "state"));
         w->exit_code = (int)json_integer_value(json_object_get(o, "exit_code"));
         w->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
         w->pid_start = (unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
@@ -2428,8 +2400,8 @@ static int pe_run(void *impl, const char *const *argv, size_t argc, const char *
     while (env && env[nenv])
         nenv++;
     const char *path_only[] = {PE_DEFAULT_PATH};
-    if (strv_dup(&job.sp.argv, argv, argc) != 0 ||
-        strv_dup(&job.sp.env, env ? env : path_only, env ? nenv : 1) != 0 ||
+    if (pv_strv_copy(&job.sp.argv, argv, argc) != 0 ||
+        pv_strv_copy(&job.sp.env, env ? env : path_only, env ? nenv : 1) != 0 ||
         !(job.sp.cwd = strdup(cwd ? cwd : "/"))) {
         spawn_clear(&job.sp);
         return pv_status_set(st, PV_INTERNAL, "%s: out of memory", argv[0]);

@@ -41,12 +41,6 @@
 #include "pv_status.h"
 #include "wk_handler.h"
 
-#define WK_CORDON_KIND "node.cordon"
-#define WK_UNCORDON_KIND "node.uncordon"
-#define WK_DRAIN_KIND "node.drain"
-#define WK_NODE_REMOVE_KIND "node.remove"
-#define WK_CLUSTER_DELETE_KIND "cluster.delete"
-
 /* The label that makes a workload a daemon: it belongs to its node and is never moved. */
 #define WK_DAEMON_LABEL "pivirt.io/daemon"
 

@@ -15,9 +15,9 @@
  * persistent definition is rewritten (virDomainDefineXML on the inactive XML), which every
  * driver has, and the change applies at the next start.
  *
- * The XML libvirt hands back is read with a small scanner (tags, attributes, entities) rather
- * than an XML library: libvirt formats its XML in one regular shape, and the build links only
- * libvirt.
+ * The XML libvirt hands back is read with libxml2 through wk_xml (XPath, no entities, no
+ * network): it holds client text, so no reading of it relies on libvirt's formatting. The XML
+ * written here (domain_xml, meta_element) escapes every client value with fput_xml.
  */
 #include "wk_engine_virt.h"
 
@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "wk_engine_impl.h"
+#include "wk_xml.h"
 
 #define DEFAULT_GRACE_SECONDS 10
 #define DEFAULT_MEMORY_BYTES (512LL * 1024 * 1024)
@@ -173,150 +174,52 @@ static void fput_xml(FILE *f, const char *s) {
     }
 }
 
-/* Appends the UTF-8 encoding of code point cp to *o. */
-static void put_utf8(char **o, unsigned long cp) {
-    char *p = *o;
-    if (cp < 0x80) {
-        *p++ = (char)cp;
-    } else if (cp < 0x800) {
-        *p++ = (char)(0xC0 | (cp >> 6));
-        *p++ = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *p++ = (char)(0xE0 | (cp >> 12));
-        *p++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *p++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-        *p++ = (char)(0xF0 | (cp >> 18));
-        *p++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-        *p++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *p++ = (char)(0x80 | (cp & 0x3F));
-    }
-    *o = p;
-}
-
-/* The text s[0..n) with XML entities replaced; NULL when out of memory. An entity takes at least
- * 4 bytes and yields at most 4, so the result never outgrows the input. */
-static char *xml_unescape(const char *s, size_t n) {
-    char *out = malloc(n + 1), *o = out;
-    if (!out) return NULL;
-    static const struct {
-        const char *ent;
-        char c;
-    } named[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&apos;", '\''}, {"&quot;", '"'}};
-    for (size_t i = 0; i < n;) {
-        if (s[i] != '&') {
-            *o++ = s[i++];
-            continue;
-        }
-        size_t k;
-        for (k = 0; k < sizeof named / sizeof named[0]; k++) {
-            size_t l = strlen(named[k].ent);
-            if (i + l <= n && memcmp(s + i, named[k].ent, l) == 0) {
-                *o++ = named[k].c;
-                i += l;
-                break;
-            }
-        }
-        if (k < sizeof named / sizeof named[0]) continue;
-        const char *semi = memchr(s + i, ';', n - i);
-        if (i + 2 < n && s[i + 1] == '#' && semi) {
-            char *end;
-            bool hex = s[i + 2] == 'x' || s[i + 2] == 'X';
-            unsigned long cp = strtoul(s + i + (hex ? 3 : 2), &end, hex ? 16 : 10);
-            if (end == semi && cp > 0 && cp <= 0x10FFFF) {
-                put_utf8(&o, cp);
-                i = (size_t)(semi - s) + 1;
-                continue;
-            }
-        }
-        *o++ = s[i++];
-    }
-    *o = '\0';
-    return out;
-}
-
-/* The first start tag <name ...>, <name> or <name/> in [b, e), or NULL. */
-static const char *find_tag(const char *b, const char *e, const char *name) {
-    size_t nl = strlen(name);
-    for (const char *p = b; p && p < e; p++) {
-        p = memchr(p, '<', (size_t)(e - p));
-        if (!p) return NULL;
-        /* the text is NUL-terminated, so p[1 + nl] is readable once the name matched */
-        if (strncmp(p + 1, name, nl) == 0 && p[1 + nl] && strchr(" \t\r\n/>", p[1 + nl])) return p;
-    }
-    return NULL;
-}
-
-/* The value of attribute name in the start tag at tag, unescaped (caller frees); NULL when the
- * tag has no such attribute (or out of memory). */
-static char *tag_attr(const char *tag, const char *name) {
-    const char *end = strchr(tag, '>');
-    if (!end) return NULL;
-    size_t nl = strlen(name);
-    for (const char *p = tag; p < end; p++) {
-        if (!isspace((unsigned char)*p) || strncmp(p + 1, name, nl) != 0 || p[1 + nl] != '=')
-            continue;
-        char q = p[2 + nl];
-        if (q != '\'' && q != '"') continue;
-        const char *s = p + 3 + nl;
-        const char *e = memchr(s, q, (size_t)(end - s));
-        return e ? xml_unescape(s, (size_t)(e - s)) : NULL;
-    }
-    return NULL;
-}
-
-/* The end of the element whose start tag is at tag: after "</name>", or after a "/>". */
-static const char *element_end(const char *tag, const char *name) {
-    const char *gt = strchr(tag, '>');
-    if (!gt) return tag + strlen(tag);
-    if (gt > tag && gt[-1] == '/') return gt + 1;
-    char close[64];
-    snprintf(close, sizeof close, "</%s>", name);
-    const char *c = strstr(gt, close);
-    return c ? c + strlen(close) : tag + strlen(tag);
-}
-
-/* The <devices> section of a domain XML: [*b, *e) (e at "</devices>"); -1 when there is none. */
-static int devices_span(const char *xml, const char **b, const char **e) {
-    const char *end = xml + strlen(xml);
-    const char *d = find_tag(xml, end, "devices");
-    if (!d) return -1;
-    *b = d;
-    const char *c = strstr(d, "</devices>");
-    *e = c ? c : strchr(d, '>') + 1;
-    return 0;
-}
-
-/* One <interface> of a domain XML. */
+/* One <interface> of a domain's devices. */
 typedef struct iface {
-    const char *b, *e; /* the element's text */
-    char *type, *mac, *source;
+    wk_xml_node *node;
+    char *type, *mac, *source; /* NULL when the XML has none */
 } iface;
 
-static void iface_clear(iface *f) {
-    free(f->type);
-    free(f->mac);
-    free(f->source);
-    memset(f, 0, sizeof *f);
+static void ifaces_free(iface *fs, size_t n) {
+    for (size_t i = 0; fs && i < n; i++) {
+        free(fs[i].type);
+        free(fs[i].mac);
+        free(fs[i].source);
+    }
+    free(fs);
 }
 
-/* The next <interface> in [p, end) into f; 0, or -1 when there is none. */
-static int next_iface(const char *p, const char *end, iface *f) {
-    memset(f, 0, sizeof *f);
-    const char *b = find_tag(p, end, "interface");
-    if (!b) return -1;
-    f->b = b;
-    f->e = element_end(b, "interface");
-    f->type = tag_attr(b, "type");
-    const char *m = find_tag(b, f->e, "mac");
-    f->mac = m ? tag_attr(m, "address") : NULL;
-    const char *s = find_tag(b, f->e, "source");
-    if (s) {
-        f->source = tag_attr(s, "network");
-        if (!f->source) f->source = tag_attr(s, "bridge");
-        if (!f->source) f->source = tag_attr(s, "dev");
+/* The source an interface is keyed by: its network, bridge or host device, in that order. */
+static char *iface_source(wk_xml *x, const wk_xml_node *node) {
+    static const char *const kinds[] = {"source/@network", "source/@bridge", "source/@dev"};
+    char *s = NULL;
+    for (size_t i = 0; !s && i < sizeof kinds / sizeof kinds[0]; i++)
+        s = wk_xml_text(x, node, kinds[i]);
+    return s;
+}
+
+/* The interfaces of domain XML x, in order, into *fs (caller frees with ifaces_free). */
+static int ifaces_read(wk_xml *x, iface **fs, size_t *n, pv_status *st) {
+    *fs = NULL;
+    *n = 0;
+    wk_xml_node **nodes;
+    size_t nn;
+    if (wk_xml_find(x, NULL, "/domain/devices/interface", &nodes, &nn) < 0) return no_memory(st);
+    iface *arr = calloc(nn ? nn : 1, sizeof *arr);
+    if (!arr) {
+        free(nodes);
+        return no_memory(st);
     }
-    return 0;
+    for (size_t i = 0; i < nn; i++) {
+        arr[i].node = nodes[i];
+        arr[i].type = wk_xml_text(x, nodes[i], "@type");
+        arr[i].mac = wk_xml_text(x, nodes[i], "mac/@address");
+        arr[i].source = iface_source(x, nodes[i]);
+    }
+    free(nodes);
+    *fs = arr;
+    *n = nn;
+    return PV_OK;
 }
 
 /* Is f an interface on libvirt network `network`? */
@@ -325,10 +228,10 @@ static bool iface_on(const iface *f, const char *network) {
            strcmp(f->source, network) == 0;
 }
 
-/* "192.168.122.0/24" for a network's <ip> tag (caller frees); NULL when it has no address. */
-static char *ip_cidr(const char *tag) {
-    char *family = tag_attr(tag, "family"), *addr = tag_attr(tag, "address");
-    char *netmask = tag_attr(tag, "netmask"), *prefix = tag_attr(tag, "prefix");
+/* "192.168.122.0/24" for a network's <ip> element (caller frees); NULL when it has no address. */
+static char *ip_cidr(wk_xml *x, const wk_xml_node *ip) {
+    char *family = wk_xml_text(x, ip, "@family"), *addr = wk_xml_text(x, ip, "@address");
+    char *netmask = wk_xml_text(x, ip, "@netmask"), *prefix = wk_xml_text(x, ip, "@prefix");
     char *out = NULL;
     bool v6 = (family && strcmp(family, "ipv6") == 0) || (addr && strchr(addr, ':'));
     unsigned char a[16];
@@ -366,22 +269,30 @@ static void strv_free(char **v, size_t n) {
 }
 
 /* The subnets of a network XML into *out (caller frees with strv_free). */
-static int network_subnets(const char *xml, char ***out, size_t *n) {
+static int network_subnets(const char *xml, char ***out, size_t *n, pv_status *st) {
     *out = NULL;
     *n = 0;
-    const char *end = xml + strlen(xml);
-    for (const char *p = find_tag(xml, end, "ip"); p; p = find_tag(p + 1, end, "ip")) {
-        char *c = ip_cidr(p);
+    wk_xml *x;
+    int rc = wk_xml_parse(xml, &x, st);
+    if (rc != PV_OK) return rc;
+    wk_xml_node **ips;
+    size_t nips;
+    if (wk_xml_find(x, NULL, "/network/ip", &ips, &nips) < 0) rc = no_memory(st);
+    for (size_t i = 0; rc == PV_OK && i < nips; i++) {
+        char *c = ip_cidr(x, ips[i]);
         if (!c) continue;
         char **grown = realloc(*out, (*n + 1) * sizeof *grown);
         if (!grown) {
             free(c);
-            return -1;
+            rc = no_memory(st);
+            break;
         }
         *out = grown;
         (*out)[(*n)++] = c;
     }
-    return 0;
+    free(ips);
+    wk_xml_free(x);
+    return rc;
 }
 
 /* A locally administered MAC in the range libvirt uses for its guests (52:54:00). */
@@ -404,14 +315,11 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
         err_reset(v);
         return NULL;
     }
-    json_t *j = NULL;
-    const char *b = strchr(xml, '>'), *e = strrchr(xml, '<');
-    if (b && e && e > b && b[-1] != '/') {
-        char *text = xml_unescape(b + 1, (size_t)(e - b - 1));
-        if (text) j = json_loads(text, 0, NULL);
-        free(text);
-    }
+    /* meta_element's JSON is the element's text; whatever else made it fails json_loads */
+    char *text = wk_xml_text_of(xml, "/*");
     free(xml);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
     if (!json_is_object(j) || !json_is_string(json_object_get(j, "id"))) {
         json_decref(j);
         return NULL;
@@ -419,9 +327,11 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     return j;
 }
 
-/* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. */
+/* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. The JSON is
+ * ASCII (\uXXXX beyond it): a client's valid UTF-8 may hold characters XML 1.0 does not allow
+ * (U+FFFE, U+FFFF), which libvirt would refuse the whole definition for. */
 static char *meta_element(const json_t *meta, bool with_ns) {
-    char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+    char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     if (!text) return NULL;
     char *buf = NULL;
     size_t len = 0;
@@ -532,10 +442,44 @@ static void add_addresses(virDomainInterfacePtr *ifs, int nifs, const char *mac,
     }
 }
 
+/* Sets root[key] for interface f: key is its network, "bridge:<name>" or its type, with "#2",
+ * "#3"... when already used. */
+static void add_iface(json_t *root, const iface *f, virDomainInterfacePtr *ifs, int nifs) {
+    char key[256];
+    if (f->type && strcmp(f->type, "network") == 0 && f->source)
+        snprintf(key, sizeof key, "%s", f->source);
+    else if (f->type && strcmp(f->type, "bridge") == 0 && f->source)
+        snprintf(key, sizeof key, "bridge:%s", f->source);
+    else
+        snprintf(key, sizeof key, "%s", f->type ? f->type : "interface");
+    size_t base = strlen(key);
+    for (int k = 2; json_object_get(root, key); k++)
+        snprintf(key + base, sizeof key - base, "#%d", k);
+    json_t *addrs = json_array();
+    if (f->mac) add_addresses(ifs, nifs, f->mac, addrs);
+    json_object_set_new(root, key,
+                        json_pack("{s:s, s:s, s:o}", "mac", f->mac ? f->mac : "", "type",
+                                  f->type ? f->type : "", "addresses", addrs));
+}
+
+/* The interfaces of domain XML xml into root; none when it does not parse. */
+static void add_ifaces(json_t *root, const char *xml, virDomainInterfacePtr *ifs, int nifs) {
+    wk_xml *x;
+    pv_status st;
+    if (!xml || wk_xml_parse(xml, &x, &st) != PV_OK) return;
+    iface *fs;
+    size_t n;
+    if (ifaces_read(x, &fs, &n, &st) == PV_OK) {
+        for (size_t i = 0; i < n; i++)
+            add_iface(root, &fs[i], ifs, nifs);
+        ifaces_free(fs, n);
+    }
+    wk_xml_free(x);
+}
+
 /* {"<network>": {"mac": "...", "type": "network", "addresses": [...]}, ...} from the domain's
- * interfaces; a bridge interface is keyed "bridge:<name>", others by their type, and a key
- * used twice gets "#2", "#3"... Addresses come from the network's DHCP leases when the domain
- * runs and the driver has them. */
+ * interfaces (add_iface says how they are keyed). Addresses come from the network's DHCP leases
+ * when the domain runs and the driver has them. */
 static char *networks_json(wk_virt *v, virDomainPtr d, bool active) {
     json_t *root = json_object();
     char *xml = virDomainGetXMLDesc(d, 0);
@@ -548,27 +492,7 @@ static char *networks_json(wk_virt *v, virDomainPtr d, bool active) {
             nifs = 0;
         }
     }
-    const char *b, *e;
-    if (root && xml && devices_span(xml, &b, &e) == 0) {
-        iface f;
-        for (const char *p = b; next_iface(p, e, &f) == 0; p = f.e, iface_clear(&f)) {
-            char key[256];
-            if (f.type && strcmp(f.type, "network") == 0 && f.source)
-                snprintf(key, sizeof key, "%s", f.source);
-            else if (f.type && strcmp(f.type, "bridge") == 0 && f.source)
-                snprintf(key, sizeof key, "bridge:%s", f.source);
-            else
-                snprintf(key, sizeof key, "%s", f.type ? f.type : "interface");
-            size_t base = strlen(key);
-            for (int k = 2; json_object_get(root, key); k++)
-                snprintf(key + base, sizeof key - base, "#%d", k);
-            json_t *addrs = json_array();
-            if (f.mac) add_addresses(ifs, nifs, f.mac, addrs);
-            json_object_set_new(root, key,
-                                json_pack("{s:s, s:s, s:o}", "mac", f.mac ? f.mac : "", "type",
-                                          f.type ? f.type : "", "addresses", addrs));
-        }
-    }
+    if (root) add_ifaces(root, xml, ifs, nifs);
     for (int i = 0; i < nifs; i++)
         virDomainInterfaceFree(ifs[i]);
     free(ifs);
@@ -1157,9 +1081,10 @@ static int fill_network(wk_virt *v, virNetworkPtr net, wk_virt_network *out, pv_
     free(bridge);
     char *xml = virNetworkGetXMLDesc(net, 0);
     if (!xml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", name);
-    int r = network_subnets(xml, &out->subnets, &out->nsubnets);
+    int rc = network_subnets(xml, &out->subnets, &out->nsubnets, st);
     free(xml);
-    if (r < 0 || !out->name || !out->bridge) return no_memory(st);
+    if (rc != PV_OK) return pv_status_prefix(st, "network %s", name);
+    if (!out->name || !out->bridge) return no_memory(st);
     return PV_OK;
 }
 
@@ -1202,25 +1127,27 @@ static char *dom_xml(wk_virt *v, virDomainPtr d, bool inactive) {
     return xml;
 }
 
-/* The MACs of d's interfaces on network in xml (caller frees with strv_free). */
-static int macs_on(const char *xml, const char *network, char ***macs, size_t *n) {
+/* The MACs of the interfaces on network in domain XML xml (NULL: none) into *macs (caller frees
+ * with strv_free). */
+static int macs_on(const char *xml, const char *network, char ***macs, size_t *n, pv_status *st) {
     *macs = NULL;
     *n = 0;
-    const char *b, *e;
-    if (!xml || devices_span(xml, &b, &e) != 0) return 0;
-    iface f;
-    for (const char *p = b; next_iface(p, e, &f) == 0; p = f.e, iface_clear(&f)) {
-        if (!iface_on(&f, network) || !f.mac) continue;
-        char **grown = realloc(*macs, (*n + 1) * sizeof *grown);
-        if (!grown) {
-            iface_clear(&f);
-            return -1;
-        }
-        *macs = grown;
-        (*macs)[(*n)++] = f.mac;
-        f.mac = NULL;
+    if (!xml) return PV_OK;
+    wk_xml *x;
+    int rc = wk_xml_parse(xml, &x, st);
+    if (rc != PV_OK) return rc;
+    iface *fs = NULL;
+    size_t nf = 0;
+    rc = ifaces_read(x, &fs, &nf, st);
+    if (rc == PV_OK && nf > 0 && !(*macs = calloc(nf, sizeof **macs))) rc = no_memory(st);
+    for (size_t i = 0; rc == PV_OK && i < nf; i++) {
+        if (!iface_on(&fs[i], network) || !fs[i].mac) continue;
+        (*macs)[(*n)++] = fs[i].mac;
+        fs[i].mac = NULL;
     }
-    return 0;
+    ifaces_free(fs, nf);
+    wk_xml_free(x);
+    return rc;
 }
 
 static bool strv_has(char **v, size_t n, const char *s) {
@@ -1229,12 +1156,62 @@ static bool strv_has(char **v, size_t n, const char *s) {
     return false;
 }
 
-/* Rewrites d's persistent definition with xml: what every driver has, for drivers without
- * device attach/detach. */
-static int redefine(wk_virt *v, const char *id, const char *xml, pv_status *st) {
-    virDomainPtr nd = virDomainDefineXML(v->conn, xml);
-    if (!nd) return lv_fail(v, st, "workload %s: virDomainDefineXML (updated definition)", id);
+/* An edit of a domain's XML; *changed when it changed anything. */
+typedef int (*dom_edit)(wk_xml *x, const char *arg, bool *changed, pv_status *st);
+
+/* Rewrites d's persistent definition with edit(arg) applied: what every driver can do
+ * (virDomainDefineXML), for drivers without device attach/detach. */
+static int redefine_with(wk_virt *v, const char *id, virDomainPtr d, dom_edit edit, const char *arg,
+                         pv_status *st) {
+    char *xml = dom_xml(v, d, true);
+    if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
+    wk_xml *x = NULL;
+    char *nx = NULL;
+    bool changed = false;
+    int rc = wk_xml_parse(xml, &x, st);
+    free(xml);
+    if (rc == PV_OK) rc = edit(x, arg, &changed, st);
+    if (rc != PV_OK) {
+        pv_status_prefix(st, "workload %s", id);
+        goto done;
+    }
+    if (!changed) goto done;
+    if (!(nx = wk_xml_dump(x, NULL))) {
+        rc = no_memory(st);
+        goto done;
+    }
+    virDomainPtr nd = virDomainDefineXML(v->conn, nx);
+    if (!nd) {
+        rc = lv_fail(v, st, "workload %s: virDomainDefineXML (updated definition)", id);
+        goto done;
+    }
     virDomainFree(nd);
+done:
+    free(nx);
+    wk_xml_free(x);
+    return rc;
+}
+
+/* dom_edit: appends the device XML dev to <devices>. */
+static int add_device(wk_xml *x, const char *dev, bool *changed, pv_status *st) {
+    wk_xml_node *devices = wk_xml_first(x, NULL, "/domain/devices");
+    if (!devices) return pv_status_set(st, PV_INTERNAL, "no <devices> in its XML");
+    *changed = true;
+    return wk_xml_append(x, devices, dev, st);
+}
+
+/* dom_edit: removes the interfaces on network. */
+static int cut_ifaces(wk_xml *x, const char *network, bool *changed, pv_status *st) {
+    iface *fs;
+    size_t n;
+    int rc = ifaces_read(x, &fs, &n, st);
+    if (rc != PV_OK) return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (!iface_on(&fs[i], network)) continue;
+        wk_xml_remove(fs[i].node);
+        *changed = true;
+    }
+    ifaces_free(fs, n);
     return PV_OK;
 }
 
@@ -1245,35 +1222,27 @@ static int persist_attach(wk_virt *v, const char *id, virDomainPtr d, const char
     if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
         return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (config)", id);
     err_reset(v);
-    char *xml = dom_xml(v, d, true);
-    if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
-    const char *b, *e;
-    char *nx = NULL;
-    int r = -1;
-    if (devices_span(xml, &b, &e) == 0 && strncmp(e, "</devices>", 10) == 0)
-        r = asprintf(&nx, "%.*s%s\n  %s", (int)(e - xml), xml, ifxml, e);
-    else if (devices_span(xml, &b, &e) == 0) /* <devices/> */
-        r = asprintf(&nx, "%.*s<devices>%s</devices>%s", (int)(b - xml), xml, ifxml, e);
-    free(xml);
-    if (r < 0) return pv_status_set(st, PV_INTERNAL, "workload %s: no <devices> in its XML", id);
-    int rc = redefine(v, id, nx, st);
-    free(nx);
-    return rc;
+    return redefine_with(v, id, d, add_device, ifxml, st);
 }
 
-/* The <host> of network XML nxml whose mac is mac, as its text (caller frees), or NULL. */
+/* The DHCP <host> of network XML nxml whose mac is mac, as XML (caller frees), or NULL. */
 static char *dhcp_host_of(const char *nxml, const char *mac) {
-    const char *end = nxml + strlen(nxml);
-    for (const char *p = find_tag(nxml, end, "host"); p; p = find_tag(p + 1, end, "host")) {
-        char *m = tag_attr(p, "mac");
-        bool hit = m && strcasecmp(m, mac) == 0;
-        free(m);
-        if (hit) {
-            const char *gt = strchr(p, '>');
-            return gt ? strndup(p, (size_t)(gt - p + 1)) : NULL;
+    wk_xml *x;
+    pv_status st;
+    if (wk_xml_parse(nxml, &x, &st) != PV_OK) return NULL;
+    wk_xml_node **hosts;
+    size_t n;
+    char *out = NULL;
+    if (wk_xml_find(x, NULL, "/network/ip/dhcp/host", &hosts, &n) == 0) {
+        for (size_t i = 0; !out && i < n; i++) {
+            char *m = wk_xml_text(x, hosts[i], "@mac");
+            if (m && strcasecmp(m, mac) == 0) out = wk_xml_dump(x, hosts[i]);
+            free(m);
         }
+        free(hosts);
     }
-    return NULL;
+    wk_xml_free(x);
+    return out;
 }
 
 static unsigned int net_flags(virNetworkPtr net) {
@@ -1328,9 +1297,10 @@ static int link_fill(virNetworkPtr net, const char *network, const char *mac, bo
     out->mac = xstrdup(mac);
     char *nxml = virNetworkGetXMLDesc(net, 0);
     if (!nxml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", network);
-    int r = network_subnets(nxml, &out->subnets, &out->nsubnets);
+    int rc = network_subnets(nxml, &out->subnets, &out->nsubnets, st);
     free(nxml);
-    if (r < 0 || !out->network || !out->mac) return no_memory(st);
+    if (rc != PV_OK) return pv_status_prefix(st, "network %s", network);
+    if (!out->network || !out->mac) return no_memory(st);
     return PV_OK;
 }
 
@@ -1342,9 +1312,9 @@ static int check_not_connected(wk_virt *v, const char *id, virDomainPtr d, const
         if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
         char **macs;
         size_t n;
-        int r = macs_on(xml, network, &macs, &n);
+        int rc = macs_on(xml, network, &macs, &n, st);
         free(xml);
-        if (r < 0) return no_memory(st);
+        if (rc != PV_OK) return pv_status_prefix(st, "workload %s", id);
         strv_free(macs, n);
         if (n > 0)
             return pv_status_set(st, PV_ALREADY_EXISTS,
@@ -1427,39 +1397,10 @@ int wk_virt_connect_network(wk_virt *v, const char *id, const char *network, con
     return rc;
 }
 
-/* Cuts the interfaces with the given MACs out of d's persistent definition. */
+/* Cuts the interfaces on network out of d's persistent definition. */
 static int persist_detach(wk_virt *v, const char *id, virDomainPtr d, const char *network,
                           pv_status *st) {
-    char *xml = dom_xml(v, d, true);
-    if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
-    const char *b, *e;
-    if (devices_span(xml, &b, &e) != 0) {
-        free(xml);
-        return PV_OK;
-    }
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        free(xml);
-        return no_memory(st);
-    }
-    const char *copied = xml;
-    iface fi;
-    for (const char *p = b; next_iface(p, e, &fi) == 0; p = fi.e, iface_clear(&fi)) {
-        if (!iface_on(&fi, network)) continue;
-        fwrite(copied, 1, (size_t)(fi.b - copied), f);
-        copied = fi.e;
-    }
-    fputs(copied, f);
-    free(xml);
-    if (fclose(f) != 0) {
-        free(buf);
-        return no_memory(st);
-    }
-    int rc = redefine(v, id, buf, st);
-    free(buf);
-    return rc;
+    return redefine_with(v, id, d, cut_ifaces, network, st);
 }
 
 /* Detaches the interface mac (of type network) with flags; *unsupported when the driver has
@@ -1490,8 +1431,9 @@ static int disconnect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetw
     int rc = PV_OK;
     if (!pxml || (active && !lxml))
         rc = lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
-    else if (macs_on(pxml, network, &pm, &np) < 0 || macs_on(lxml, network, &lm, &nl) < 0)
-        rc = no_memory(st);
+    else if (macs_on(pxml, network, &pm, &np, st) != PV_OK ||
+             macs_on(lxml, network, &lm, &nl, st) != PV_OK)
+        rc = pv_status_prefix(st, "workload %s", id);
     free(pxml);
     free(lxml);
     if (rc == PV_OK && np == 0 && nl == 0) {
@@ -1509,17 +1451,9 @@ static int disconnect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetw
         rc = detach_mac(v, id, d, lm[i], f, &unsupported, st);
         if (rc == PV_OK && !unsupported) live = true;
     }
-    /* Either nothing was hot-unplugged (the next start drops it) or some were only persistent */
-    if (rc == PV_OK && persist_left) {
-        char *xml = dom_xml(v, d, true);
-        char **left = NULL;
-        size_t nleft = 0;
-        if (!xml || macs_on(xml, network, &left, &nleft) < 0)
-            rc = xml ? no_memory(st) : lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
-        free(xml);
-        strv_free(left, nleft);
-        if (rc == PV_OK && nleft > 0) rc = persist_detach(v, id, d, network, st);
-    }
+    /* Either nothing was hot-unplugged (the next start drops it) or some were only persistent:
+     * what is left in the definition is cut out of it */
+    if (rc == PV_OK && persist_left) rc = persist_detach(v, id, d, network, st);
     for (size_t i = 0; rc == PV_OK && i < np; i++)
         rc = release_mac(v, net, pm[i], st);
     for (size_t i = 0; rc == PV_OK && i < nl; i++)

@@ -27,11 +27,9 @@
 
 #include "pv_status.h"
 #include "wk_handler.h"
+#include "pv_kinds.h"
 
-#define WK_DEPLOY_KIND "workload.create"
-#define WK_DEPLOY_NODE_KIND "workload.create_on_node"
-
-/* The handler of WK_DEPLOY_KIND. */
+/* The handler of PV_KIND_DEPLOY. */
 int wk_deploy_create(wk_op *op, pv_status *st);
 
 #endif

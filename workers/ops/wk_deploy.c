@@ -16,6 +16,7 @@
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
+#include "pv_kinds.h"
 #include "pv_deploy.h"
 #include "pv_log.h"
 #include "pv_resv.h"
@@ -107,7 +108,7 @@ static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
     snprintf(queue, sizeof queue, "node:%s", c->node);
     snprintf(target, sizeof target, "deploy:%s:%s", rec->id, c->node);
     snprintf(request_id, sizeof request_id, "%s/%s", rec->id, c->node);
-    pv_op_submit_req req = {.kind = WK_DEPLOY_NODE_KIND,
+    pv_op_submit_req req = {.kind = PV_KIND_DEPLOY_NODE,
                             .target = target,
                             .queue = queue,
                             .params_json = text,

@@ -25,6 +25,7 @@
 #include "pv_b64.h"
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_strv.h"
 #include "pv_res.h"
 #include "pv_storage.h"
 #include "pv_time.h"
@@ -33,40 +34,6 @@
 #include "wk_agent.h"
 #include "wk_engine.h"
 #include "wk_files.h"
-
-typedef struct strs {
-    char **v;
-    size_t n, cap;
-} strs;
-
-static int strs_add(strs *s, char *owned) {
-    if (!owned) return -1;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 8;
-        char **v = realloc(s->v, cap * sizeof *v);
-        if (!v) {
-            free(owned);
-            return -1;
-        }
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = owned;
-    return 0;
-}
-
-static int strs_addf(strs *s, const char *fmt, const char *a, const char *b) {
-    char *text = NULL;
-    if (asprintf(&text, fmt, a, b) < 0) return -1;
-    return strs_add(s, text);
-}
-
-static void strs_free(strs *s) {
-    for (size_t i = 0; i < s->n; i++)
-        free(s->v[i]);
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
 
 typedef struct instance {
     wk_op *op;
@@ -84,10 +51,10 @@ typedef struct instance {
 
 /* The argv of the main process: entrypoint.commands, else the older single string (with
  * extra_args) split on blanks, as Eru does without a shell. */
-static int build_commands(const Pb__DeployOptions *o, strs *argv) {
+static int build_commands(const Pb__DeployOptions *o, pv_strv *argv) {
     const Pb__EntrypointOptions *e = o->entrypoint;
     for (size_t i = 0; i < e->n_commands; i++)
-        if (strs_add(argv, strdup(e->commands[i])) != 0) return -1;
+        if (pv_strv_take(argv, strdup(e->commands[i])) != 0) return -1;
     if (argv->n > 0) return 0;
     char *line = NULL;
     if (asprintf(&line, "%s %s", e->command ? e->command : "", o->extra_args ? o->extra_args : "") <
@@ -95,7 +62,7 @@ static int build_commands(const Pb__DeployOptions *o, strs *argv) {
         return -1;
     char *save = NULL;
     for (char *tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
-        if (strs_add(argv, strdup(tok)) != 0) {
+        if (pv_strv_take(argv, strdup(tok)) != 0) {
             free(line);
             return -1;
         }
@@ -223,7 +190,7 @@ static int after_create(wk_engine *engine, const Pb__DeployOptions *o, const cha
  * disk images: an absolute path as it is, anything else a StorageService volume (id or name) on
  * this node's pools, attached to workload id (IN_USE until it is removed). An answer for the
  * client (a volume that cannot be used) comes back in *why, with PV_OK. */
-static int instance_volumes(const instance *in, json_t *resources, const char *id, strs *out,
+static int instance_volumes(const instance *in, json_t *resources, const char *id, pv_strv *out,
                             char *why, size_t why_cap, pv_status *st) {
     why[0] = '\0';
     const Pb__DeployOptions *o = in->o;
@@ -263,14 +230,15 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
             char *spec = NULL;
             /* the plugin keeps flags as sorted letters ("or" for ro): without 'w' it is ro */
             const char *mode = strchr(b->flags, 'w') ? "rw" : "ro";
-            rc = asprintf(&spec, "%s:%s:%s", src, b->dst, mode) >= 0 && strs_add(out, spec) == 0
+            rc = asprintf(&spec, "%s:%s:%s", src, b->dst, mode) >= 0 && pv_strv_take(out, spec) == 0
                      ? PV_OK
                      : pv_status_set(st, PV_INTERNAL, "out of memory");
             continue;
         }
         if (src[0] == '/') {
-            rc = strs_add(out, strdup(src)) == 0 ? PV_OK
-                                                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+            rc = pv_strv_take(out, strdup(src)) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
             continue;
         }
         json_t *vol = NULL, *pool = NULL;
@@ -289,7 +257,7 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
             vrc = pv_storage_attach(wk_op_redis(in->op), wk_op_keys(in->op),
                                     json_string_value(json_object_get(vol, "id")), id, &vst);
         if (vrc == PV_OK)
-            rc = strs_add(out, strdup(json_string_value(json_object_get(vol, "path")))) == 0
+            rc = pv_strv_take(out, strdup(json_string_value(json_object_get(vol, "path")))) == 0
                      ? PV_OK
                      : pv_status_set(st, PV_INTERNAL, "out of memory");
         else if (vrc == PV_UNAVAILABLE)
@@ -307,17 +275,17 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
  * strings it points into (owned here, freed by build_free). */
 typedef struct build {
     char id[65], name[256];
-    strs argv, env, sysctls, vols;
+    pv_strv argv, env, sysctls, vols;
     char *labels, *res_text, *env_text;
     int cores[1024];
     wk_workload_spec spec;
 } build;
 
 static void build_free(build *b) {
-    strs_free(&b->argv);
-    strs_free(&b->env);
-    strs_free(&b->sysctls);
-    strs_free(&b->vols);
+    pv_strv_free(&b->argv);
+    pv_strv_free(&b->env);
+    pv_strv_free(&b->sysctls);
+    pv_strv_free(&b->vols);
     free(b->labels);
     free(b->res_text);
     free(b->env_text);
@@ -340,13 +308,13 @@ static int build_env(const instance *in, build *b) {
     char seq[24];
     snprintf(seq, sizeof seq, "%lld",
              (long long)json_integer_value(json_object_get(in->alloc, "seq")));
-    if (strs_addf(&b->env, "APP_NAME=%s%s", o->name, "") != 0 ||
-        strs_addf(&b->env, "ERU_POD=%s%s", in->pod, "") != 0 ||
-        strs_addf(&b->env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
-        strs_addf(&b->env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0)
+    if (pv_strv_addf(&b->env, "APP_NAME=%s%s", o->name, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_POD=%s%s", in->pod, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0)
         return -1;
     for (size_t i = 0; i < o->n_env; i++)
-        if (strs_add(&b->env, strdup(o->env[i])) != 0) return -1;
+        if (pv_strv_take(&b->env, strdup(o->env[i])) != 0) return -1;
     json_t *env_j = json_array();
     for (size_t i = 0; env_j && i < b->env.n; i++)
         json_array_append_new(env_j, json_string(b->env.v[i]));
@@ -365,7 +333,7 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
         return -1;
     for (size_t i = 0; i < e->n_sysctls; i++) {
         const str_entry *kv = (const str_entry *)e->sysctls[i];
-        if (strs_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
+        if (pv_strv_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
     }
     bool hooks = !o->ignore_hook && e->hook;
     b->spec = (wk_workload_spec){

@@ -16,8 +16,6 @@
 #include "pv_status.h"
 #include "wk_handler.h"
 
-#define WK_SEND_NODE_KIND "workload.send_on_node"
-#define WK_COPY_NODE_KIND "workload.copy_on_node"
 #define WK_COPY_CHUNK 4096
 
 int wk_node_files_send(wk_op *op, pv_status *st);

@@ -1,6 +1,6 @@
 /*
  * wk_node_deploy: a node agent's part of CreateWorkload, the operation
- * `workload.create_on_node` (workers/wk_deploy.h) on the queue node:<name>. For each allocation
+ * `workload.create_on_node` (workers/ops/wk_deploy.h) on the queue node:<name>. For each allocation
  * the reservation made on this node it creates and starts one instance on the agent's engine and
  * records it (pv_workload_add, which takes the allocation over), then writes one output entry:
  *   {type=workload, id, name, nodename, podname, publish (JSON object), success (1|0), error,
@@ -21,8 +21,10 @@
 
 #include "pv_status.h"
 #include "wk_handler.h"
+#include "pv_kinds.h"
 
-/* The handler of WK_DEPLOY_NODE_KIND; wk_op_context(op) is the node's wk_agent. */
+/* The handler of `workload.create_on_node` (PV_KIND_DEPLOY_NODE); wk_op_context(op) is the node's
+ * wk_agent. */
 int wk_node_deploy_create(wk_op *op, pv_status *st);
 
 /* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
@@ -31,14 +33,12 @@ int wk_node_deploy_create(wk_op *op, pv_status *st);
  * engine (already gone is fine), and its record removed with its resources given back to the node
  * in one step (pv_resv_return_workload); one output entry each: {type=removed, id, success (1|0),
  * hook (what went wrong, or "")}. Journaled per workload. */
-#define WK_REMOVE_NODE_KIND "workload.remove_on_node"
 int wk_node_deploy_remove(wk_op *op, pv_status *st);
 
 /* ControlWorkload's part on a node: `workload.control_on_node`, params {"ids", "type": start |
  * stop | restart | suspend | resume, "force": bool (no hooks)}. Starting a running workload and
  * stopping a stopped one are no-ops, as with Docker. The workload's status follows (running,
  * healthy = running; no expiry). One output entry each: {type=controlled, id, error, hook}. */
-#define WK_CONTROL_NODE_KIND "workload.control_on_node"
 int wk_node_deploy_control(wk_op *op, pv_status *st);
 
 /* LogStream's part on the workload's node: `workload.log_on_node`, params {"id", "tail": "all"
@@ -47,7 +47,6 @@ int wk_node_deploy_control(wk_op *op, pv_status *st);
  * reading while the workload runs, until it stops (then a last entry {type=exit, code} says how)
  * or the operation is cancelled (the gateway cancels it when its client goes). Not journaled: a
  * redelivery starts the log again. */
-#define WK_EXEC_NODE_KIND "workload.exec_on_node"
 /* ExecuteWorkload's part on the node: `workload.exec_on_node`, params {"id", "commands": [...],
  * "envs": ["K=V"], "workdir", "timeout_ms"}: runs the command in the running workload (the
  * engine's exec: its root and environment, then env -C workdir K=V ... for the extras) and
@@ -65,7 +64,6 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st);
  * {type=replaced, id, name, nodename, podname, publish, success, error, old}. */
 int wk_node_deploy_replace(wk_op *op, pv_status *st);
 
-#define WK_LOG_NODE_KIND "workload.log_on_node"
 int wk_node_deploy_log(wk_op *op, pv_status *st);
 
 #endif

@@ -22,11 +22,14 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "pv_kinds.h"
 #include "pv_id.h"
+#include "pv_json.h"
 #include "pv_log.h"
 #include "pv_path.h"
 #include "pv_storage.h"
 #include "wk_agent.h"
+#include "wk_xml.h"
 
 /* How long a snapshot command may run: qemu-img and the LVM and RBD commands change metadata
  * (rbd's rollback writes the image back, as LVM's restore copies the origin: those get a day,
@@ -127,17 +130,13 @@ static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
  * none named (an LV, a LUN: raw to a guest). */
 static int volume_format(virStorageVolPtr v) {
     char *xml = virStorageVolGetXMLDesc(v, 0);
-    int f = 0;
-    static const struct {
-        const char *tag;
-        int format;
-    } k[] = {{"<format type='raw'/>", PV_VOL_RAW},
-             {"<format type='qcow2'/>", PV_VOL_QCOW2},
-             {"<format type='vmdk'/>", PV_VOL_VMDK},
-             {"<format type='vdi'/>", PV_VOL_VDI}};
-    for (size_t i = 0; xml && i < sizeof k / sizeof k[0]; i++)
-        if (strstr(xml, k[i].tag)) f = k[i].format;
+    /* the volume's own format: a <backingStore> has one too */
+    char *type = xml ? wk_xml_text_of(xml, "/volume/target/format/@type") : NULL;
     free(xml);
+    int f = 0;
+    for (int k = PV_VOL_RAW; type && k <= PV_VOL_VDI; k++)
+        if (strcmp(type, pv_storage_format_name(k)) == 0) f = k;
+    free(type);
     return f;
 }
 
@@ -895,19 +894,14 @@ static int64_t allocated(const char *path) {
     return path && stat(path, &sb) == 0 ? (int64_t)sb.st_blocks * 512 : 0;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *v = json_string_value(json_object_get(o, key));
-    return v ? v : "";
-}
-
 /* A volume (not in use), its pool's record and how its snapshots are made: FAILED_PRECONDITION
  * for a volume that takes none. */
 static int snapshot_target(sctx *c, const char *vol_id, json_t **vol, json_t **pool, int *method,
                            pv_status *st) {
     *pool = NULL;
     if (load_volume(c, vol_id, vol, st) != PV_OK) return st->code;
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", jstr(*vol, "pool"), pool,
-                       st) != PV_OK)
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pv_json_str(*vol, "pool"),
+                       pool, st) != PV_OK)
         return st->code;
     *method = pv_storage_snapshot_method((int)json_integer_value(json_object_get(*pool, "type")),
                                          (int)json_integer_value(json_object_get(*vol, "format")));
@@ -915,7 +909,7 @@ static int snapshot_target(sctx *c, const char *vol_id, json_t **vol, json_t **p
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
                              "snapshots, or LVM and RBD snapshots in those pools",
-                             jstr(*vol, "name"));
+                             pv_json_str(*vol, "name"));
     return PV_OK;
 }
 
@@ -942,19 +936,19 @@ static int snapshot_create(sctx *c, pv_status *st) {
     }
     int method = PV_SNAPS_NONE;
     int rc = snapshot_target(c, param(op, "volume_id"), &vol, &pool, &method, st);
-    if (rc == PV_OK && *jstr(vol, "restoring"))
+    if (rc == PV_OK && *pv_json_str(vol, "restoring"))
         rc = pv_status_set(st, PV_FAILED_PRECONDITION,
                            "volume %s: its restore to snapshot %s did not finish; restore a "
                            "snapshot first",
-                           jstr(vol, "name"), jstr(vol, "restoring"));
+                           pv_json_str(vol, "name"), pv_json_str(vol, "restoring"));
     if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_CREATE, pool, vol, id, st);
     const char *path = json_string_value(json_object_get(vol, "path"));
     if (rc == PV_OK) {
-        json_t *rec =
-            json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name", param(op, "name"),
-                      "volume_id", param(op, "volume_id"), "size",
-                      (json_int_t)snapshot_bytes(method, pool, vol), "status", PV_SNAP_READY,
-                      "parent", jstr(vol, "current_snapshot"), "created_ms", (json_int_t)now_ms());
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name",
+                                param(op, "name"), "volume_id", param(op, "volume_id"), "size",
+                                (json_int_t)snapshot_bytes(method, pool, vol), "status",
+                                PV_SNAP_READY, "parent", pv_json_str(vol, "current_snapshot"),
+                                "created_ms", (json_int_t)now_ms());
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", rec, st);
         json_decref(rec);
     }
@@ -983,15 +977,17 @@ static int snapshot_restore(sctx *c, pv_status *st) {
     int method = PV_SNAPS_NONE;
     int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "snapshot_id"),
                             &snap, st);
-    if (rc == PV_OK) rc = snapshot_target(c, jstr(snap, "volume_id"), &vol, &pool, &method, st);
-    const char *sid = jstr(snap, "id");
-    bool done =
-        rc == PV_OK && strcmp(jstr(vol, "restore_op"), op_id) == 0 && !*jstr(vol, "restoring");
+    if (rc == PV_OK)
+        rc = snapshot_target(c, pv_json_str(snap, "volume_id"), &vol, &pool, &method, st);
+    const char *sid = pv_json_str(snap, "id");
+    bool done = rc == PV_OK && strcmp(pv_json_str(vol, "restore_op"), op_id) == 0 &&
+                !*pv_json_str(vol, "restoring");
     const char *path = json_string_value(json_object_get(vol, "path"));
-    if (rc == PV_OK && !done && *jstr(vol, "restoring")) {
+    if (rc == PV_OK && !done && *pv_json_str(vol, "restoring")) {
         pv_warn("volume %s: the restore to snapshot %s by operation %s did not finish; "
                 "completing it now",
-                jstr(vol, "name"), jstr(vol, "restoring"), jstr(vol, "restore_op"));
+                pv_json_str(vol, "name"), pv_json_str(vol, "restoring"),
+                pv_json_str(vol, "restore_op"));
         if (method == PV_SNAPS_QCOW2) rc = qcow2_repair_leaks(c, path, st);
     }
     if (rc == PV_OK && !done) {
@@ -1008,8 +1004,8 @@ static int snapshot_restore(sctx *c, pv_status *st) {
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
     }
     if (rc == PV_OK)
-        wk_op_progress(op, 100, "volume %s restored to snapshot %s", jstr(vol, "name"),
-                       jstr(snap, "name"));
+        wk_op_progress(op, 100, "volume %s restored to snapshot %s", pv_json_str(vol, "name"),
+                       pv_json_str(snap, "name"));
     json_decref(snap);
     json_decref(vol);
     json_decref(pool);
@@ -1021,20 +1017,20 @@ static int snapshot_delete(sctx *c, pv_status *st) {
     json_t *snap = NULL, *vol = NULL, *pool = NULL, *all = NULL;
     int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "id"), &snap, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
-    const char *vid = jstr(snap, "volume_id");
+    const char *vid = pv_json_str(snap, "volume_id");
     int method = PV_SNAPS_NONE;
     if (rc == PV_OK) rc = snapshot_target(c, vid, &vol, &pool, &method, st);
-    const char *id = jstr(snap, "id"), *parent = jstr(snap, "parent");
+    const char *id = pv_json_str(snap, "id"), *parent = pv_json_str(snap, "parent");
     if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_DELETE, pool, vol, id, st);
     if (rc == PV_OK) rc = pv_storage_list(wk_op_redis(op), wk_op_keys(op), "snap", vid, &all, st);
     size_t i;
     json_t *s;
     json_array_foreach(all, i, s) {
-        if (rc != PV_OK || strcmp(jstr(s, "parent"), id) != 0) continue;
+        if (rc != PV_OK || strcmp(pv_json_str(s, "parent"), id) != 0) continue;
         json_object_set_new(s, "parent", json_string(parent));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", s, st);
     }
-    if (rc == PV_OK && strcmp(jstr(vol, "current_snapshot"), id) == 0) {
+    if (rc == PV_OK && strcmp(pv_json_str(vol, "current_snapshot"), id) == 0) {
         json_object_set_new(vol, "current_snapshot", json_string(parent));
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
     }
@@ -1054,12 +1050,12 @@ static int volume_delete(sctx *c, pv_status *st) {
     int rc = load_volume(c, param(c->op, "id"), &rec, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
     if (rc == PV_OK)
-        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", jstr(rec, "id"), &snaps,
-                             st);
+        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", pv_json_str(rec, "id"),
+                             &snaps, st);
     int method = PV_SNAPS_NONE;
     if (rc == PV_OK && json_array_size(snaps) > 0 &&
-        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", jstr(rec, "pool"), &pool,
-                       st) == PV_OK)
+        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pv_json_str(rec, "pool"),
+                       &pool, st) == PV_OK)
         method =
             pv_storage_snapshot_method((int)json_integer_value(json_object_get(pool, "type")),
                                        (int)json_integer_value(json_object_get(rec, "format")));
@@ -1067,17 +1063,17 @@ static int volume_delete(sctx *c, pv_status *st) {
     json_t *s;
     json_array_foreach(snaps, i, s) {
         if (rc == PV_OK && (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD))
-            rc = block_snapshot(c, method, PV_SNAP_DELETE, pool, rec, jstr(s, "id"), st);
+            rc = block_snapshot(c, method, PV_SNAP_DELETE, pool, rec, pv_json_str(s, "id"), st);
     }
     virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
     if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
-        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", jstr(rec, "name"));
+        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", pv_json_str(rec, "name"));
     if (v) virStorageVolFree(v);
     json_array_foreach(snaps, i, s) {
         if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
     }
     if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
-    if (rc == PV_OK) refresh_pool(c, jstr(rec, "pool"), st);
+    if (rc == PV_OK) refresh_pool(c, pv_json_str(rec, "pool"), st);
     json_decref(snaps);
     json_decref(pool);
     json_decref(rec);
@@ -1106,15 +1102,11 @@ int wk_storage_run(wk_op *op, pv_status *st) {
         const char *kind;
         int (*fn)(sctx *, pv_status *);
     } k[] = {
-        {"storage.pool_create", pool_create},
-        {"storage.pool_delete", pool_delete},
-        {"storage.volume_create", volume_create},
-        {"storage.volume_resize", volume_resize},
-        {"storage.volume_clone", volume_clone},
-        {"storage.volume_delete", volume_delete},
-        {"storage.snapshot_create", snapshot_create},
-        {"storage.snapshot_restore", snapshot_restore},
-        {"storage.snapshot_delete", snapshot_delete},
+        {PV_KIND_POOL_CREATE, pool_create},         {PV_KIND_POOL_DELETE, pool_delete},
+        {PV_KIND_VOLUME_CREATE, volume_create},     {PV_KIND_VOLUME_RESIZE, volume_resize},
+        {PV_KIND_VOLUME_CLONE, volume_clone},       {PV_KIND_VOLUME_DELETE, volume_delete},
+        {PV_KIND_SNAPSHOT_CREATE, snapshot_create}, {PV_KIND_SNAPSHOT_RESTORE, snapshot_restore},
+        {PV_KIND_SNAPSHOT_DELETE, snapshot_delete},
     };
     int rc =
         pv_status_set(st, PV_INVALID_ARGUMENT, "no storage handler for %s", wk_op_record(op)->kind);

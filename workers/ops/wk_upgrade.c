@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_kinds.h"
 #include "pv_cluster.h"
 #include "pv_log.h"
 #include "pv_registry.h"
@@ -60,7 +61,7 @@ int wk_upgrade_node(wk_op *op, pv_status *st) {
     if (!agent)
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "%s needs the node agent (pivirt-worker --set worker.node=NAME)",
-                             WK_UPGRADE_NODE_KIND);
+                             PV_KIND_UPGRADE_NODE);
     const char *version = wk_op_param(op, "version");
     if (pv_cluster_check_version("params.version", version, st) != PV_OK) return st->code;
     const pv_config *cfg = wk_op_config(op);
@@ -235,7 +236,7 @@ static int hook_node(up_ctx *c, size_t i, const char *version, bool rollback, pv
     snprintf(step, sizeof step, "%s:%s", rollback ? "rollback" : "upgrade", name);
     snprintf(request_id, sizeof request_id, "%s/%s", wk_op_record(c->op)->id, step);
     pv_op done;
-    int rc = wk_cluster_run_child(c->op, step, WK_UPGRADE_NODE_KIND, queue, params, request_id,
+    int rc = wk_cluster_run_child(c->op, step, PV_KIND_UPGRADE_NODE, queue, params, request_id,
                                   rollback, &done, st);
     if (rc != PV_OK) return rc;
     if (done.status != PV_OP_SUCCEEDED) {

@@ -20,6 +20,7 @@
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
+#include "pv_kinds.h"
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_registry.h"
@@ -55,7 +56,7 @@ int wk_cluster_set_bypass(wk_op *op, const char *node, bool cordon, pv_status *s
 int wk_cluster_cordon(wk_op *op, pv_status *st) {
     const char *node = wk_op_param(op, "node");
     if (!node || !*node) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.node: required");
-    bool cordon = strcmp(wk_op_record(op)->kind, WK_CORDON_KIND) == 0;
+    bool cordon = strcmp(wk_op_record(op)->kind, PV_KIND_CORDON) == 0;
     if (wk_cluster_set_bypass(op, node, cordon, st) != PV_OK) return st->code;
     pv_info("%s node=%s op=%s", cordon ? "cordoned" : "uncordoned", node, wk_op_record(op)->id);
     return wk_op_progress(op, 100, "node %s %s", node,
@@ -111,7 +112,7 @@ int wk_cluster_run_child(wk_op *op, const char *step, const char *kind, const ch
                          const char *params, const char *request_id, bool ignore_cancel,
                          pv_op *done, pv_status *st) {
     child_req req = {kind, queue, params, request_id,
-                     strncmp(kind, "workload.create", 16) == 0 ? "deploy" : "wlop"};
+                     strncmp(kind, PV_KIND_DEPLOY, 16) == 0 ? "deploy" : "wlop"};
     const child_req *c = &req;
     memset(done, 0, sizeof *done);
     char *id = NULL;
@@ -372,7 +373,7 @@ static int stop_old(wk_op *op, const drain_opts *d, const pv_workload *w, pv_sta
     snprintf(queue, sizeof queue, "node:%s", d->node);
     snprintf(request_id, sizeof request_id, "%s/stop/%s", wk_op_record(op)->id, w->id);
     snprintf(step, sizeof step, "stop:%s", w->id);
-    child_req c = {"workload.remove_on_node", queue, text, request_id, "wlop"};
+    child_req c = {PV_KIND_REMOVE_NODE, queue, text, request_id, "wlop"};
     pv_op done;
     int rc = run_child(op, step, &c, &done, st);
     free(text);
@@ -423,7 +424,7 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     char request_id[PV_KEY_MAX], step[PV_KEY_MAX];
     snprintf(request_id, sizeof request_id, "%s/place/%s", wk_op_record(op)->id, w->id);
     snprintf(step, sizeof step, "place:%s", w->id);
-    child_req c = {"workload.create", "ops", text, request_id, "deploy"};
+    child_req c = {PV_KIND_DEPLOY, "ops", text, request_id, "deploy"};
     pv_op done;
     rc = run_child(op, step, &c, &done, st);
     free(text);

@@ -34,9 +34,6 @@
 #include "pv_status.h"
 #include "wk_handler.h"
 
-#define WK_UPGRADE_KIND "cluster.upgrade"
-#define WK_UPGRADE_NODE_KIND "node.upgrade_on_node"
-
 int wk_upgrade_cluster(wk_op *op, pv_status *st);
 int wk_upgrade_node(wk_op *op, pv_status *st);
 
