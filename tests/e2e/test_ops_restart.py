@@ -176,6 +176,43 @@ class OpsRestart(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "the gateway never answered again")
             time.sleep(0.05)
 
+    def test_b_a_daemon_up_starts_does_not_keep_the_lock(self):
+        """On a machine where no libvirtd answers, up starts one; it must not inherit the data
+        directory's lock, or status, down and up all fail "another ops/pivirt command is
+        working" until it exits. A libvirtd and a virsh of the test's own stand in (the real
+        libvirtd, which the agent uses, keeps running): virsh answers once the fake daemon,
+        which stays running, has started."""
+        fake = tempfile.mkdtemp(prefix="pvtest-fakebin-")
+        mark, pidfile = os.path.join(fake, "started"), os.path.join(fake, "daemon.pid")
+        with open(os.path.join(fake, "virsh"), "w") as f:
+            f.write("#!/bin/sh\n[ -e %s ]\n" % mark)
+        with open(os.path.join(fake, "libvirtd"), "w") as f:
+            f.write("#!/bin/sh\n(exec sleep 120) >/dev/null 2>&1 </dev/null &\n"
+                    "echo $! >%s\ntouch %s\n" % (pidfile, mark))
+        for n in ("virsh", "libvirtd"):
+            os.chmod(os.path.join(fake, n), 0o755)
+        daemon = None
+        try:
+            r = self.up(PATH=fake + ":" + os.environ["PATH"])
+            self.assertIn("starting libvirtd", r.stderr)
+            with open(pidfile) as f:
+                daemon = int(f.read())
+            lock = os.path.realpath(os.path.join(self.data, "run", ".lock"))
+            fds = os.listdir("/proc/%d/fd" % daemon)
+            held = [fd for fd in fds
+                    if os.path.realpath("/proc/%d/fd/%s" % (daemon, fd)) == lock]
+            self.assertEqual(held, [], "the daemon holds the lock")
+            r = self.pivirt("status")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("another ops/pivirt command", r.stderr)
+        finally:
+            if daemon:
+                try:
+                    os.kill(daemon, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            shutil.rmtree(fake, ignore_errors=True)
+
     def test_restarts_under_load_find_their_ports_free(self):
         self.up()
         self.assert_status_up()
