@@ -29,6 +29,8 @@
 #include "pv_version.h"
 #include "svc_core.h"
 #include "svc_core_deploy.h"
+#include "svc_core_exec.h"
+#include "svc_core_files.h"
 #include "svc_core_image.h"
 #include "svc_core_net.h"
 #include "svc_core_res.h"
@@ -84,6 +86,8 @@ typedef struct gateway {
     svc_core *core;
     svc_core_res *core_res;
     svc_core_deploy *core_deploy;
+    svc_core_files *core_files;
+    svc_core_exec *core_exec;
     svc_core_image *core_image;
     svc_core_net *core_net;
     svc_core_wl *core_wl;
@@ -105,6 +109,8 @@ static void gateway_free(gateway *g) {
     svc_core_free(g->core);
     svc_core_res_free(g->core_res);
     svc_core_deploy_free(g->core_deploy);
+    svc_core_files_free(g->core_files);
+    svc_core_exec_free(g->core_exec);
     svc_core_image_free(g->core_image);
     svc_core_net_free(g->core_net);
     svc_core_wl_free(g->core_wl);
@@ -147,6 +153,8 @@ static int build_server(gateway *g) {
     g->core = svc_core_new(app);
     g->core_res = svc_core_res_new(app);
     g->core_deploy = svc_core_deploy_new(app);
+    g->core_files = svc_core_files_new(app);
+    g->core_exec = svc_core_exec_new(app);
     g->core_image = svc_core_image_new(app);
     g->core_net = svc_core_net_new(app);
     g->core_wl = svc_core_wl_new(app);
@@ -155,8 +163,9 @@ static int build_server(gateway *g) {
     g->metrics = gw_metrics_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
-    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_image ||
-        !g->core_net || !g->core_wl || !g->cluster || !g->storage || !g->metrics || !g->ops)
+    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_files ||
+        !g->core_exec || !g->core_image || !g->core_net || !g->core_wl || !g->cluster ||
+        !g->storage || !g->metrics || !g->ops)
         return -1;
 
     gw_server_opts o = {
@@ -191,6 +200,8 @@ static int build_server(gateway *g) {
         svc_core_register(g->core, g->server) != 0 ||
         svc_core_res_register(g->core_res, g->server) != 0 ||
         svc_core_deploy_register(g->core_deploy, g->server) != 0 ||
+        svc_core_files_register(g->core_files, g->server) != 0 ||
+        svc_core_exec_register(g->core_exec, g->server) != 0 ||
         svc_core_image_register(g->core_image, g->server) != 0 ||
         svc_core_net_register(g->core_net, g->server) != 0 ||
         svc_core_wl_register(g->core_wl, g->server) != 0 ||
