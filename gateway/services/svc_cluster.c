@@ -692,25 +692,19 @@ typedef struct op_req {
 
 /* Submits the operation (idempotent by the call's x-request-id) and answers its record. */
 static void answer_op(gw_call *call, const op_req *o) {
-    svc_cluster *s = gw_call_method_data(call);
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *params = json_dumps(o->params, JSON_COMPACT);
-    pv_op_submit_req req = {
-        .kind = o->kind,
-        .target = o->target,
-        .queue = "ops",
-        .params_json = params,
-        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
-        .holds = o->holds,
-        .n_holds = o->n_holds,
-        .notify_end = o->wait};
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
-                     .events_maxlen = s->app->cfg.ops.events_maxlen};
+    pv_op_submit_req req = {.kind = o->kind,
+                            .target = o->target,
+                            .queue = "ops",
+                            .params_json = params,
+                            .holds = o->holds,
+                            .n_holds = o->n_holds,
+                            .notify_end = o->wait};
     bool existed = false;
     pv_op sub = {0}, rec = {0};
-    int rc = params ? pv_op_submit(r, keys_of(call), &oo, &req, &sub, &existed, &st)
+    int rc = params ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &sub, &existed, &st)
                     : pv_status_set(&st, PV_INTERNAL, "out of memory");
     if (rc == PV_OK) {
         pv_info("%s target=%s params=%s op=%s%s", o->kind, o->target, params, sub.id,

@@ -168,7 +168,7 @@ static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
         pv_op rec = {0};
         pv_status nst;
         int nrc =
-            svc_nodeop_submit(app, r, w.node, "workload.realloc_on_node", params, 1, op_id, &nst);
+            svc_nodeop_submit(call, w.node, "workload.realloc_on_node", params, 1, op_id, &nst);
         if (nrc == PV_OK) nrc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &nst);
         if (nrc == PV_OK && rec.status != PV_OP_SUCCEEDED)
             nrc = pv_status_set(

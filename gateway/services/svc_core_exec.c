@@ -98,11 +98,9 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
                             .queue = queue,
                             .params_json = text,
                             .max_attempts = 1};
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op_opts oo = gw_app_op_opts(app);
     pv_op rec;
-    bool existed = false;
-    int rc = text ? pv_op_submit(r, &app->keys, &oo, &sub, &rec, &existed, &st)
+    int rc = text ? gw_app_submit(call, 0, &sub, &rec, NULL, &st)
                   : pv_status_set(&st, PV_INTERNAL, "out of memory");
     free(text);
     char op_id[PV_ID_MAX] = "", after[32] = "0";
@@ -187,9 +185,7 @@ static int wait_logs(svc_relay *rl, const lambda_log *logs, size_t n, pv_status 
  * deadline_ms (monotonic; 0 = none). */
 static int follow_logs(gw_call *call, svc_relay *rl, lambda_log *logs, size_t n, bool detached,
                        int64_t deadline_ms, pv_status *st) {
-    gw_app *app = ((gw_app *)gw_call_app(call));
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op_opts oo = gw_app_op_opts(gw_call_app(call));
     for (size_t left = n; left > 0;) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -244,12 +240,10 @@ static int follow_logs(gw_call *call, svc_relay *rl, lambda_log *logs, size_t n,
     return PV_OK;
 }
 
-static int submit_log(gw_call *call, svc_relay *rl, const char *id, const char *node, char *op_id,
-                      pv_status *st) {
+static int submit_log(gw_call *call, const char *id, const char *node, char *op_id, pv_status *st) {
     json_t *params = json_pack("{s:s, s:s, s:b}", "id", id, "tail", "all", "follow", 1);
     char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
     json_decref(params);
-    gw_app *app = ((gw_app *)gw_call_app(call));
     char queue[300], target[PV_ID_MAX];
     snprintf(queue, sizeof queue, "node:%s", node);
     pv_id_new("logs", target, sizeof target);
@@ -258,11 +252,9 @@ static int submit_log(gw_call *call, svc_relay *rl, const char *id, const char *
                             .queue = queue,
                             .params_json = text,
                             .max_attempts = 1};
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec;
-    bool existed = false;
-    int rc = text ? pv_op_submit(rl->r, rl->k, &oo, &req, &rec, &existed, st)
+    /* the logs of a RunAndWait whose deploy was let through: counted, never refused */
+    int rc = text ? gw_app_submit(call, GW_SUBMIT_PART, &req, &rec, NULL, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc == PV_OK) {
@@ -293,7 +285,7 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
                         PB__STD_STREAM_TYPE__TYPEWORKLOADID) != 0)
             rc = pv_status_set(st, PV_CANCELLED, "client gone");
         else
-            rc = submit_log(call, rl, logs[i].id, json_string_value(json_object_get(c, "node")),
+            rc = submit_log(call, logs[i].id, json_string_value(json_object_get(c, "node")),
                             logs[i].op, st);
     }
     int64_t deadline = 0;
@@ -315,7 +307,8 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
     }
     /* RunAndWait always removes its workloads, whatever happened above. */
     if (n > 0) {
-        svc_relay rm = {.call = call, .r = rl->r, .k = rl->k, .quiet = true};
+        /* the clean-up of a call that has submitted already: never refused */
+        svc_relay rm = {.call = call, .r = rl->r, .k = rl->k, .quiet = true, .part = true};
         json_t *by_node = json_object();
         for (size_t i = 0; by_node && i < n; i++) {
             json_t *c = json_array_get(rl->created, i);
@@ -434,12 +427,8 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
                             .queue = queue,
                             .params_json = text,
                             .max_attempts = 1};
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec = {0};
-    bool existed = false;
-    int rc = text ? pv_op_submit(r, &app->keys, &oo, &req, &rec, &existed, st)
+    int rc = text ? gw_app_submit(call, 0, &req, &rec, NULL, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc == PV_OK) snprintf(op_id, PV_ID_MAX, "%s", rec.id);
@@ -527,8 +516,7 @@ static void relay_session(exec_relay *er, pv_redis *r) {
     for (;;) {
         pv_status st;
         if (gw_call_is_closed(er->call)) {
-            pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                             .events_maxlen = app->cfg.ops.events_maxlen};
+            pv_op_opts oo = gw_app_op_opts(app);
             pv_op out;
             if (pv_op_cancel(r, &app->keys, &oo, er->op_id, &out, &st) == PV_OK) pv_op_clear(&out);
             return;

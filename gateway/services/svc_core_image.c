@@ -67,7 +67,7 @@ static int per_node(gw_call *call, const char *pod, char **nodenames, size_t n_n
         char op_id[PV_ID_MAX];
         pv_op rec = {0};
         pv_status ost;
-        if (svc_nodeop_submit(app, r, nodes[i].name, kind, params, 1, op_id, &ost) != PV_OK ||
+        if (svc_nodeop_submit(call, nodes[i].name, kind, params, 1, op_id, &ost) != PV_OK ||
             svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &ost) != PV_OK) {
             pv_op_clear(&rec);
             if (ost.code == PV_CANCELLED) return PV_CANCELLED;
@@ -303,7 +303,7 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
     if (rc == PV_OK)
-        rc = svc_nodeop_submit(app, r, node, "image.build_on_node", params, 1, op_id, &st);
+        rc = svc_nodeop_submit(call, node, "image.build_on_node", params, 1, op_id, &st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
     /* the build's log lines (SCM builds), then one message per image reference; a failed
      * build's log comes before its error */

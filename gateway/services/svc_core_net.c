@@ -42,7 +42,7 @@ static int run(gw_call *call, pv_redis *r, const char *node, const char *kind, j
     gw_app *app = app_of(call);
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
-    int rc = svc_nodeop_submit(app, r, node, kind, params, 1, op_id, st);
+    int rc = svc_nodeop_submit(call, node, kind, params, 1, op_id, st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
     if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
         rc = pv_status_set(

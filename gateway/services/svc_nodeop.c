@@ -18,7 +18,7 @@ const char *svc_nodeop_value(const pv_op_output *e, const char *field) {
     return "";
 }
 
-int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *kind, json_t *params,
+int svc_nodeop_submit(gw_call *call, const char *node, const char *kind, json_t *params,
                       int max_attempts, char op_id[PV_ID_MAX], pv_status *st) {
     char *text = json_dumps(params, JSON_COMPACT);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -31,11 +31,8 @@ int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *ki
                             .params_json = text,
                             .max_attempts = max_attempts,
                             .notify_end = true};
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
     pv_op rec;
-    bool existed = false;
-    int rc = pv_op_submit(r, &app->keys, &oo, &req, &rec, &existed, st);
+    int rc = gw_app_submit(call, 0, &req, &rec, NULL, st);
     free(text);
     if (rc != PV_OK) return rc;
     snprintf(op_id, PV_ID_MAX, "%s", rec.id);

@@ -17,9 +17,9 @@
 /* The value of field in an output entry ("" when absent). */
 const char *svc_nodeop_value(const pv_op_output *e, const char *field);
 
-/* Submits an operation of kind with params on node's queue (max_attempts <= 0: the default).
- * op_id gets its id. */
-int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *kind, json_t *params,
+/* Submits, for call's client (gw_app_submit), an operation of kind with params on node's queue
+ * (max_attempts <= 0: the default). op_id gets its id. */
+int svc_nodeop_submit(gw_call *call, const char *node, const char *kind, json_t *params,
                       int max_attempts, char op_id[PV_ID_MAX], pv_status *st);
 
 /* Waits until the operation has ended (*rec: its final record), or the client has gone

@@ -41,8 +41,7 @@ svc_operations *svc_operations_new(gw_app *app, gw_waiter *waiter) {
     if (!s) return NULL;
     s->app = app;
     s->waiter = waiter;
-    s->opts.retention_seconds = app->cfg.ops.retention_seconds;
-    s->opts.events_maxlen = app->cfg.ops.events_maxlen;
+    s->opts = gw_app_op_opts(app);
     return s;
 }
 
@@ -306,11 +305,9 @@ static void on_create_test(gw_call *call, const ProtobufCMessage *msg) {
         .request_id = rid,
         .max_attempts = req->max_attempts > 0 ? req->max_attempts : s->app->cfg.worker.max_attempts,
     };
-    gw_app_count_client(call, &sub);
     pv_op op;
-    memset(&op, 0, sizeof op);
-    bool existed = false;
-    if (pv_op_submit(r, &s->app->keys, &s->opts, &sub, &op, &existed, &st) == PV_OK)
+    /* the request id is the one read and checked above (its own bound on length) */
+    if (gw_app_submit(call, 0, &sub, &op, NULL, &st) == PV_OK)
         op_convert_reply(call, &op);
     else
         finish_status(call, &st);

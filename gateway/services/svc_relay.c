@@ -491,7 +491,6 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
 }
 
 int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_status *st) {
-    gw_app *app = ((gw_app *)gw_call_app(call));
     size_t len = pb__deploy_options__get_packed_size(o);
     uint8_t *bytes = malloc(len ? len : 1);
     if (!bytes) return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -507,18 +506,10 @@ int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_
     char target[PV_ID_MAX];
     pv_id_new("deploy", target, sizeof target);
     pv_op_submit_req req = {
-        .kind = "workload.create",
-        .target = target,
-        .queue = "ops",
-        .params_json = text,
-        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
-    };
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+        .kind = "workload.create", .target = target, .queue = "ops", .params_json = text};
     pv_op rec;
     bool existed = false;
-    rc = text ? pv_op_submit(gw_app_redis(call), &app->keys, &oo, &req, &rec, &existed, st)
+    rc = text ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &rec, &existed, st)
               : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc != PV_OK) return rc;
@@ -544,20 +535,21 @@ void svc_relay_free(svc_relay *rl) {
  * followed like a deploy's child; ids (borrowed) are the workloads it answers for. */
 int svc_relay_submit_child(gw_call *call, svc_relay *rl, const char *kind, const char *node,
                            json_t *params, json_t *ids, svc_relay_kind ck, pv_status *st) {
-    gw_app *app = ((gw_app *)gw_call_app(call));
     char *text = json_dumps(params, JSON_COMPACT);
     char queue[300], target[PV_ID_MAX];
     snprintf(queue, sizeof queue, "node:%s", node);
     pv_id_new("wlop", target, sizeof target);
     pv_op_submit_req req = {.kind = kind, .target = target, .queue = queue, .params_json = text};
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+    /* the first node's part may be refused (the client's bound): nothing changed yet; the
+     * others are parts of a call let through, counted but never refused */
+    unsigned flags = rl->part || rl->n > 0 ? GW_SUBMIT_PART : 0;
     pv_op rec;
-    bool existed = false;
-    int rc = text ? pv_op_submit(rl->r, rl->k, &oo, &req, &rec, &existed, st)
+    int rc = text ? gw_app_submit(call, flags, &req, &rec, NULL, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
-    if (rc == PV_OK) rc = add_child(rl, rec.id, node, "", "", st);
+    if (rc != PV_OK) return rc;
+    rc = add_child(rl, rec.id, node, "", "", st);
+    pv_op_clear(&rec);
     if (rc == PV_OK) {
         child *c = &rl->children[rl->n - 1];
         c->pending = json_object();
@@ -567,7 +559,6 @@ int svc_relay_submit_child(gw_call *call, svc_relay *rl, const char *kind, const
             json_object_set(c->pending, json_string_value(v), json_true());
         c->expected = json_array_size(ids);
         c->kind = ck;
-        pv_op_clear(&rec);
     }
     return rc;
 }

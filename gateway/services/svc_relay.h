@@ -58,6 +58,7 @@ typedef struct svc_relay {
     bool quiet;        /* RunAndWait: nothing goes to the client; created instances are kept */
     json_t *created;   /* quiet: [{"id", "node"}] of the instances created */
     json_t *failures;  /* quiet: the errors of the instances that failed */
+    bool part;         /* its call has submitted already: every node's part is GW_SUBMIT_PART */
 } svc_relay;
 
 /* A relay of call's operations through r (the call's thread's connection); pod (borrowed)

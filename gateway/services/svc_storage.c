@@ -240,21 +240,15 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     char queue[300];
     snprintf(queue, sizeof queue, "node:%s", node);
     char *text = json_dumps(params, JSON_COMPACT);
-    pv_op_submit_req req = {
-        .kind = kind,
-        .target = target,
-        .queue = queue,
-        .params_json = text,
-        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
-        .holds = holds,
-        .n_holds = n_holds,
-        .notify_end = wait};
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op_submit_req req = {.kind = kind,
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .holds = holds,
+                            .n_holds = n_holds,
+                            .notify_end = wait};
     pv_op sub = {0};
-    bool existed = false;
-    int rc = text ? pv_op_submit(r, &app->keys, &oo, &req, &sub, &existed, st)
+    int rc = text ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &sub, NULL, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc != PV_OK) return rc;
