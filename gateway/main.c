@@ -186,6 +186,7 @@ static int build_server(gateway *g) {
         .is_declared_arg = g->reflection,
         .thread_init = thread_redis_new,
         .thread_free = thread_redis_free,
+        .state_missing = "no Redis connection on this gateway thread",
         .on_call_start = observe_call_start,
         .on_call_end = observe_call_end,
         .observer_arg = g,

@@ -47,13 +47,8 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
         return;
     }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_CREATE_WORKLOAD, "no Redis connection on this gateway thread");
-        return;
-    }
-    svc_relay rl = {.call = call, .r = r, .pod = o->podname};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
-    snprintf(rl.parent_after, sizeof rl.parent_after, "0");
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, o->podname);
     int rc = svc_relay_submit_deploy(call, o, rl.parent, &st);
     if (rc == PV_OK) rc = svc_relay_run(&rl, &st);
     if (rc == PV_OK) {
@@ -75,12 +70,8 @@ static void ids_on_nodes(gw_call *call, char **ids, size_t n_ids, const char *ki
         return;
     }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, eru, "no Redis connection on this gateway thread");
-        return;
-    }
-    svc_relay rl = {.call = call, .r = r};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, NULL);
     json_t *by_node = NULL;
     pv_status st;
     int rc = svc_relay_group_by_node(&rl, ids, n_ids, &by_node, &st);
@@ -152,8 +143,7 @@ static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
     pv_status st;
     char *delta = NULL, *fresh = NULL;
     pv_workload w = {0};
-    int rc = r ? pv_workload_get(r, &app->keys, o->id, &w, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    int rc = pv_workload_get(r, &app->keys, o->id, &w, &st);
     if (rc == PV_OK)
         rc = svc_eru_resources_json("resources", (void *const *)o->resources, o->n_resources,
                                     &delta, &st);
@@ -216,9 +206,8 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
     d->count = 1; /* each replacement is one instance; Eru's count does not apply */
     int rc = pv_deploy_check(d, &st);
     pv_redis *r = gw_app_redis(call);
-    if (rc == PV_OK && !r) rc = pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
-    svc_relay rl = {.call = call, .r = r, .pod = d->podname};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, d->podname);
     char **ids = NULL, *labels = NULL;
     size_t n = 0;
     pv_workload *found = NULL;
@@ -277,10 +266,6 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
 static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DissociateWorkloadOptions *o = (const Pb__DissociateWorkloadOptions *)req;
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_DISSOCIATE_WORKLOAD, "no Redis connection on this gateway thread");
-        return;
-    }
     const pv_keys *k = &((gw_app *)gw_call_app(call))->keys;
     for (size_t i = 0; i < o->n_ids; i++) {
         pv_status st;
@@ -304,17 +289,18 @@ static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CreateWorkload", GW_SERVER_STREAM, &pb__deploy_options__descriptor,
-     on_create_workload, ERU_CREATE_WORKLOAD},
+     on_create_workload, ERU_CREATE_WORKLOAD, true},
     {"/pb.CoreRPC/RemoveWorkload", GW_SERVER_STREAM, &pb__remove_workload_options__descriptor,
-     on_remove_workload, ERU_REMOVE_WORKLOAD},
+     on_remove_workload, ERU_REMOVE_WORKLOAD, true},
     {"/pb.CoreRPC/ControlWorkload", GW_SERVER_STREAM, &pb__control_workload_options__descriptor,
-     on_control_workload, ERU_CONTROL_WORKLOAD},
+     on_control_workload, ERU_CONTROL_WORKLOAD, true},
     {"/pb.CoreRPC/DissociateWorkload", GW_SERVER_STREAM,
-     &pb__dissociate_workload_options__descriptor, on_dissociate_workload, ERU_DISSOCIATE_WORKLOAD},
+     &pb__dissociate_workload_options__descriptor, on_dissociate_workload, ERU_DISSOCIATE_WORKLOAD,
+     true},
     {"/pb.CoreRPC/ReallocResource", GW_UNARY, &pb__realloc_options__descriptor, on_realloc_resource,
-     ERU_REALLOC_RESOURCE},
+     ERU_REALLOC_RESOURCE, true},
     {"/pb.CoreRPC/ReplaceWorkload", GW_SERVER_STREAM, &pb__replace_options__descriptor,
-     on_replace_workload, ERU_REPLACE_WORKLOAD},
+     on_replace_workload, ERU_REPLACE_WORKLOAD, true},
 };
 
 int svc_core_deploy_register(svc_core_deploy *s, gw_server *server) {

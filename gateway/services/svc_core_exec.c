@@ -74,10 +74,6 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
         return;
     }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_LOG_STREAM, "no Redis connection on this gateway thread");
-        return;
-    }
     gw_app *app = ((gw_app *)gw_call_app(call));
     pv_workload w;
     pv_status st;
@@ -308,7 +304,10 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
     /* RunAndWait always removes its workloads, whatever happened above. */
     if (n > 0) {
         /* the clean-up of a call that has submitted already: never refused */
-        svc_relay rm = {.call = call, .r = rl->r, .k = rl->k, .quiet = true, .part = true};
+        svc_relay rm;
+        svc_relay_init(&rm, call, rl->r, NULL);
+        rm.quiet = true;
+        rm.part = true;
         json_t *by_node = json_object();
         for (size_t i = 0; by_node && i < n; i++) {
             json_t *c = json_array_get(rl->created, i);
@@ -374,12 +373,11 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
     }
     int rc = pv_deploy_check(d, &st);
     pv_redis *r = gw_app_redis(call);
-    if (rc == PV_OK && !r) rc = pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
-    svc_relay rl = {.call = call, .r = r, .pod = d->podname, .quiet = true};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, d->podname);
+    rl.quiet = true;
     rl.created = json_array();
     rl.failures = json_array();
-    snprintf(rl.parent_after, sizeof rl.parent_after, "0");
     if (rc == PV_OK) rc = lambda_run(call, &rl, d, o->async, o->async_timeout, &st);
     if (o->async && rc != PV_OK) pv_warn("RunAndWait async operation=%s: %s", rl.parent, st.msg);
     if (d->entrypoint && argc > 0) {
@@ -405,7 +403,6 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
     memset(w, 0, sizeof *w);
     if (o->n_commands == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "commands: required");
     pv_redis *r = gw_app_redis(call);
-    if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
     gw_app *app = ((gw_app *)gw_call_app(call));
     if (pv_workload_get(r, &app->keys, o->workload_id, w, st) != PV_OK) return st->code;
     json_t *cmds = json_array(), *envs = json_array();
@@ -632,7 +629,6 @@ static void session_input(gw_call *call, exec_call *x, const ProtobufCBinaryData
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *b64 = NULL;
-    if (!r) return; /* the relay ends the call when the command ends */
     if (!eof && (x->input_total += data->len) > (size_t)app->cfg.gateway.max_request_bytes * 16) {
         pv_warn("ExecuteWorkload %s: input past 16x gateway.max_request_bytes dropped", x->op_id);
         return;
@@ -687,7 +683,7 @@ static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/LogStream", GW_SERVER_STREAM, &pb__log_stream_options__descriptor, on_log_stream,
-     ERU_LOG_STREAM},
+     ERU_LOG_STREAM, true},
 };
 
 int svc_core_exec_register(svc_core_exec *s, gw_server *server) {
@@ -697,6 +693,7 @@ int svc_core_exec_register(svc_core_exec *s, gw_server *server) {
                                   .request = &pb__run_and_wait_options__descriptor,
                                   .on_message = on_run_and_wait,
                                   .bad_request_code = ERU_RUN_AND_WAIT,
+                                  .needs_state = true,
                                   .data = s};
     if (gw_server_add_method(server, &s->run_and_wait) != 0) return -1;
     s->execute = (gw_method){.path = "/pb.CoreRPC/ExecuteWorkload",
@@ -704,6 +701,7 @@ int svc_core_exec_register(svc_core_exec *s, gw_server *server) {
                              .request = &pb__execute_workload_options__descriptor,
                              .on_message = on_execute_workload,
                              .bad_request_code = ERU_EXECUTE_WORKLOAD,
+                             .needs_state = true,
                              .data = s};
     if (gw_server_add_method(server, &s->execute) != 0) return -1;
     return 0;

@@ -76,12 +76,8 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
             return;
         }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_SEND, "no Redis connection on this gateway thread");
-        return;
-    }
-    svc_relay rl = {.call = call, .r = r};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, NULL);
     json_t *files = json_array();
     int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < o->n_data; i++) {
@@ -232,12 +228,8 @@ static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
         return;
     }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_SEND_LARGE_FILE, "no Redis connection on this gateway thread");
-        return;
-    }
-    svc_relay rl = {.call = call, .r = r};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, NULL);
     json_t *files = json_array();
     pv_status st;
     int rc = files ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
@@ -268,12 +260,8 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
         return;
     }
     pv_redis *r = gw_app_redis(call);
-    if (!r) {
-        gw_call_finish(call, ERU_COPY, "no Redis connection on this gateway thread");
-        return;
-    }
-    svc_relay rl = {.call = call, .r = r};
-    rl.k = &((gw_app *)gw_call_app(call))->keys;
+    svc_relay rl;
+    svc_relay_init(&rl, call, r, NULL);
     char **ids = calloc(o->n_targets, sizeof *ids);
     json_t *by_node = NULL;
     pv_status st;
@@ -312,8 +300,8 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {
-    {"/pb.CoreRPC/Send", GW_SERVER_STREAM, &pb__send_options__descriptor, on_send, ERU_SEND},
-    {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY},
+    {"/pb.CoreRPC/Send", GW_SERVER_STREAM, &pb__send_options__descriptor, on_send, ERU_SEND, true},
+    {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY, true},
 };
 
 int svc_core_files_register(svc_core_files *s, gw_server *server) {
@@ -323,6 +311,7 @@ int svc_core_files_register(svc_core_files *s, gw_server *server) {
                                      .request = &pb__file_options__descriptor,
                                      .on_message = on_send_large_file,
                                      .bad_request_code = ERU_SEND_LARGE_FILE,
+                                     .needs_state = true,
                                      .data = s};
     if (gw_server_add_method(server, &s->send_large_file) != 0) return -1;
     return 0;

@@ -52,7 +52,6 @@ typedef int (*answer_fn)(gw_call *call, const char *node, const pv_op_output *ou
 static int per_node(gw_call *call, const char *pod, char **nodenames, size_t n_names,
                     const char *kind, json_t *params, answer_fn answer, void *arg, pv_status *st) {
     pv_redis *r = gw_app_redis(call);
-    if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
     gw_app *app = app_of(call);
     pv_node *nodes = NULL;
     size_t n = 0;
@@ -257,11 +256,6 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
             return;
         }
     }
-    if (!r) {
-        json_decref(scm);
-        gw_call_finish(call, ERU_BUILD_IMAGE, "no Redis connection on this gateway thread");
-        return;
-    }
     json_t *refs = json_array();
     for (size_t i = 0; i < o->n_tags; i++) {
         char *ref = NULL;
@@ -337,13 +331,13 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/ListImage", GW_SERVER_STREAM, &pb__list_image_options__descriptor, on_list_image,
-     ERU_LIST_IMAGE},
+     ERU_LIST_IMAGE, true},
     {"/pb.CoreRPC/RemoveImage", GW_SERVER_STREAM, &pb__remove_image_options__descriptor,
-     on_remove_image, ERU_REMOVE_IMAGE},
+     on_remove_image, ERU_REMOVE_IMAGE, true},
     {"/pb.CoreRPC/CacheImage", GW_SERVER_STREAM, &pb__cache_image_options__descriptor,
-     on_cache_image, ERU_CACHE_IMAGE},
+     on_cache_image, ERU_CACHE_IMAGE, true},
     {"/pb.CoreRPC/BuildImage", GW_SERVER_STREAM, &pb__build_image_options__descriptor,
-     on_build_image, ERU_BUILD_IMAGE},
+     on_build_image, ERU_BUILD_IMAGE, true},
 };
 
 int svc_core_image_register(svc_core_image *s, gw_server *server) {

@@ -97,9 +97,8 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
     pv_status st;
     pv_node *nodes = NULL;
     size_t n = 0;
-    if (!r ||
-        pv_registry_list_nodes(r, &app_of(call)->keys, o->podname, &nodes, &n, &st) != PV_OK) {
-        gw_call_finishf(call, ERU_LIST_NETWORKS, "%s", r ? st.msg : "no Redis connection");
+    if (pv_registry_list_nodes(r, &app_of(call)->keys, o->podname, &nodes, &n, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_LIST_NETWORKS, "%s", st.msg);
         return;
     }
     const char *node = NULL;
@@ -153,8 +152,7 @@ static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
     char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->target, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    int rc = virt_node_of(r, &app_of(call)->keys, o->target, &node, &st);
     json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
                                "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : "");
     if (rc == PV_OK) rc = run(call, r, node, "net.connect_on_node", params, &out, &got, &st);
@@ -182,8 +180,7 @@ static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
     char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->target, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    int rc = virt_node_of(r, &app_of(call)->keys, o->target, &node, &st);
     json_t *params =
         json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force);
     if (rc == PV_OK) rc = run(call, r, node, "net.disconnect_on_node", params, &out, &got, &st);
@@ -207,8 +204,7 @@ static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
         o->params.len ? strndup((const char *)o->params.data, o->params.len) : strdup("");
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->id, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
+    int rc = virt_node_of(r, &app_of(call)->keys, o->id, &node, &st);
     json_t *params = json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "", "params",
                                params_text ? params_text : "");
     if (rc == PV_OK) rc = run(call, r, node, "raw.on_node", params, &out, &got, &st);
@@ -230,13 +226,13 @@ static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/ListNetworks", GW_UNARY, &pb__list_network_options__descriptor, on_list_networks,
-     ERU_LIST_NETWORKS},
+     ERU_LIST_NETWORKS, true},
     {"/pb.CoreRPC/ConnectNetwork", GW_UNARY, &pb__connect_network_options__descriptor,
-     on_connect_network, ERU_CONNECT_NETWORK},
+     on_connect_network, ERU_CONNECT_NETWORK, true},
     {"/pb.CoreRPC/DisconnectNetwork", GW_UNARY, &pb__disconnect_network_options__descriptor,
-     on_disconnect_network, ERU_DISCONNECT_NETWORK},
+     on_disconnect_network, ERU_DISCONNECT_NETWORK, true},
     {"/pb.CoreRPC/RawEngine", GW_UNARY, &pb__raw_engine_options__descriptor, on_raw_engine,
-     ERU_RAW_ENGINE},
+     ERU_RAW_ENGINE, true},
 };
 
 int svc_core_net_register(svc_core_net *s, gw_server *server) {

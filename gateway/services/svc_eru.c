@@ -92,6 +92,7 @@ int svc_eru_register(gw_server *server, const svc_eru_method *table, size_t n, g
                                  .request = table[i].request,
                                  .handler = table[i].handler,
                                  .bad_request_code = table[i].eru,
+                                 .needs_state = table[i].needs_redis,
                                  .data = data};
         if (gw_server_add_method(server, &methods[i]) != 0) return -1;
     }

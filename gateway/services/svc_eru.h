@@ -87,6 +87,9 @@ typedef struct svc_eru_method {
     const ProtobufCMessageDescriptor *request;
     gw_handler_fn handler;
     int eru;
+    /* the handler reads Redis (all but Info and the streams fed by followers with their own
+     * connections): on a thread without one the framework answers (gw_method.needs_state) */
+    bool needs_redis;
 } svc_eru_method;
 
 /* Registers the n calls of table with data as their method data. methods (n entries) is where

@@ -903,7 +903,7 @@ static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 
 int svc_storage_register(svc_storage *s, gw_server *server) {
 #define M(name, kind, req, fn)                                                                     \
-    { name, kind, &pivirt__storage__v1__##req##__descriptor, fn }
+    { name, kind, &pivirt__storage__v1__##req##__descriptor, fn, true }
     static const gw_method_spec k[N_METHODS] = {
         M("CreatePool", GW_UNARY, create_pool_request, on_create_pool),
         M("GetPool", GW_UNARY, get_pool_request, on_get_pool),
