@@ -835,6 +835,27 @@ static void on_remove_node(gw_call *call, const ProtobufCMessage *msg) {
 
 /* DeleteCluster: cluster.delete, holding the cluster and every node of it. Workloads would be
  * lost (no node of the cluster remains to take them): refused here unless force. */
+/* An operation of kind on cluster p holding it and each of its nodes, with params (borrowed),
+ * answered at once; or, rc not PV_OK, the failure st so far. */
+static void answer_cluster_op(gw_call *call, int rc, const pv_status *st, const char *kind,
+                              const pv_pod *p, const pv_node *nodes, size_t nn, json_t *params) {
+    if (rc != PV_OK) {
+        finish_status(call, st);
+        return;
+    }
+    const char **holds = calloc(nn ? nn : 1, sizeof *holds);
+    if (!holds || !params) {
+        free(holds);
+        gw_call_finish(call, PV_INTERNAL, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < nn; i++)
+        holds[i] = nodes[i].id;
+    op_req o = {kind, p->id, holds, nn, params, false};
+    answer_op(call, &o);
+    free(holds);
+}
+
 static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__DeleteClusterRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
@@ -854,19 +875,10 @@ static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
                                "them first or set force",
                                p.name, count, names);
     }
-    const char **holds = rc == PV_OK ? calloc(nn ? nn : 1, sizeof *holds) : NULL;
-    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
-    if (rc == PV_OK) {
-        for (size_t i = 0; i < nn; i++)
-            holds[i] = nodes[i].id;
-        json_t *params = json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force);
-        op_req o = {"cluster.delete", p.id, holds, nn, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
-    }
-    free(holds);
+    json_t *params =
+        rc == PV_OK ? json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force) : NULL;
+    answer_cluster_op(call, rc, &st, "cluster.delete", &p, nodes, nn, params);
+    json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
 }
@@ -904,26 +916,19 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "cluster %s has no node to upgrade (%zu node(s), partition %d)", p.name,
                            nn, us.partition);
-    const char **holds = rc == PV_OK ? calloc(nn, sizeof *holds) : NULL;
-    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    json_t *params = NULL;
     if (rc == PV_OK) {
-        for (size_t i = 0; i < nn; i++)
-            holds[i] = nodes[i].id;
         const char *from = p.version ? p.version : "";
         if (pv_version_compare(req->target_version, from) < 0)
             pv_warn("UpgradeCluster cluster=%s: a downgrade, %s -> %s", p.name, from,
                     req->target_version);
-        json_t *params = json_pack(
-            "{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i}}", "cluster", p.name, "cluster_id", p.id,
-            "from", from, "to", req->target_version, "strategy", "type", (int)us.type, "max_surge",
-            us.max_surge, "max_unavailable", us.max_unavailable, "partition", us.partition);
-        op_req o = {"cluster.upgrade", p.id, holds, nn, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
+        params = json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i}}", "cluster", p.name,
+                           "cluster_id", p.id, "from", from, "to", req->target_version, "strategy",
+                           "type", (int)us.type, "max_surge", us.max_surge, "max_unavailable",
+                           us.max_unavailable, "partition", us.partition);
     }
-    free(holds);
+    answer_cluster_op(call, rc, &st, "cluster.upgrade", &p, nodes, nn, params);
+    json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
 }
@@ -1087,40 +1092,28 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
+    /* every ClusterService method reads Redis */
+#define M(name, kind, req, fn)                                                                     \
+    { name, kind, &pivirt__cluster__v1__##req##__descriptor, fn, true }
     static const gw_method_spec k[] = {
-        {"CreateCluster", GW_UNARY, &pivirt__cluster__v1__create_cluster_request__descriptor,
-         on_create_cluster, true},
-        {"GetCluster", GW_UNARY, &pivirt__cluster__v1__get_cluster_request__descriptor,
-         on_get_cluster, true},
-        {"ListClusters", GW_SERVER_STREAM, &pivirt__cluster__v1__list_clusters_request__descriptor,
-         on_list_clusters, true},
-        {"UpdateCluster", GW_UNARY, &pivirt__cluster__v1__update_cluster_request__descriptor,
-         on_update_cluster, true},
-        {"AddNode", GW_UNARY, &pivirt__cluster__v1__add_node_request__descriptor, on_add_node,
-         true},
-        {"GetNode", GW_UNARY, &pivirt__cluster__v1__get_node_request__descriptor, on_get_node,
-         true},
-        {"ListNodes", GW_SERVER_STREAM, &pivirt__cluster__v1__list_nodes_request__descriptor,
-         on_list_nodes, true},
-        {"CordonNode", GW_UNARY, &pivirt__cluster__v1__cordon_node_request__descriptor,
-         on_cordon_node, true},
-        {"GetHealth", GW_UNARY, &pivirt__cluster__v1__get_health_request__descriptor, on_get_health,
-         true},
-        {"GetMetrics", GW_UNARY, &pivirt__cluster__v1__get_metrics_request__descriptor,
-         on_get_metrics, true},
-        {"UncordonNode", GW_UNARY, &pivirt__cluster__v1__uncordon_node_request__descriptor,
-         on_uncordon_node, true},
-        {"DrainNode", GW_UNARY, &pivirt__cluster__v1__drain_node_request__descriptor, on_drain_node,
-         true},
-        {"RemoveNode", GW_UNARY, &pivirt__cluster__v1__remove_node_request__descriptor,
-         on_remove_node, true},
-        {"DeleteCluster", GW_UNARY, &pivirt__cluster__v1__delete_cluster_request__descriptor,
-         on_delete_cluster, true},
-        {"UpgradeCluster", GW_UNARY, &pivirt__cluster__v1__upgrade_cluster_request__descriptor,
-         on_upgrade_cluster, true},
-        {"GetUpgradeStatus", GW_UNARY, &pivirt__cluster__v1__get_upgrade_status_request__descriptor,
-         on_get_upgrade_status, true},
+        M("CreateCluster", GW_UNARY, create_cluster_request, on_create_cluster),
+        M("GetCluster", GW_UNARY, get_cluster_request, on_get_cluster),
+        M("ListClusters", GW_SERVER_STREAM, list_clusters_request, on_list_clusters),
+        M("UpdateCluster", GW_UNARY, update_cluster_request, on_update_cluster),
+        M("AddNode", GW_UNARY, add_node_request, on_add_node),
+        M("GetNode", GW_UNARY, get_node_request, on_get_node),
+        M("ListNodes", GW_SERVER_STREAM, list_nodes_request, on_list_nodes),
+        M("CordonNode", GW_UNARY, cordon_node_request, on_cordon_node),
+        M("GetHealth", GW_UNARY, get_health_request, on_get_health),
+        M("GetMetrics", GW_UNARY, get_metrics_request, on_get_metrics),
+        M("UncordonNode", GW_UNARY, uncordon_node_request, on_uncordon_node),
+        M("DrainNode", GW_UNARY, drain_node_request, on_drain_node),
+        M("RemoveNode", GW_UNARY, remove_node_request, on_remove_node),
+        M("DeleteCluster", GW_UNARY, delete_cluster_request, on_delete_cluster),
+        M("UpgradeCluster", GW_UNARY, upgrade_cluster_request, on_upgrade_cluster),
+        M("GetUpgradeStatus", GW_UNARY, get_upgrade_status_request, on_get_upgrade_status),
     };
+#undef M
     return gw_server_add_service(server, "pivirt.cluster.v1.ClusterService", k,
                                  sizeof k / sizeof k[0], s, s->methods, s->paths);
 }

@@ -77,6 +77,19 @@ static void fail(gw_call *call, const pv_status *st, int eru) {
     gw_call_finishf(call, st->code == PV_UNIMPLEMENTED ? PV_UNIMPLEMENTED : eru, "%s", st->msg);
 }
 
+/* Runs kind with params (borrowed) on the virt node of workload id (run's *out and *n). */
+static int run_on_workload(gw_call *call, const char *id, const char *kind, json_t *params,
+                           pv_op_output **out, size_t *n, pv_status *st) {
+    pv_redis *r = gw_app_redis(call);
+    char *node = NULL;
+    *out = NULL;
+    *n = 0;
+    int rc = virt_node_of(r, &app_of(call)->keys, id, &node, st);
+    if (rc == PV_OK) rc = run(call, r, node, kind, params, out, n, st);
+    free(node);
+    return rc;
+}
+
 static int fill_network(Pb__Network *m, const pv_op_output *e, json_t **subnets, char ***v) {
     pb__network__init(m);
     m->name = (char *)svc_nodeop_value(e, "name");
@@ -147,15 +160,12 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ConnectNetworkOptions *o = (const Pb__ConnectNetworkOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = virt_node_of(r, &app_of(call)->keys, o->target, &node, &st);
     json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
                                "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : "");
-    if (rc == PV_OK) rc = run(call, r, node, "net.connect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, "net.connect_on_node", params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK && got > 0) {
         Pb__Network m;
@@ -170,20 +180,16 @@ static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_CONNECT_NETWORK);
     }
     pv_op_output_free(out, got);
-    free(node);
 }
 
 static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DisconnectNetworkOptions *o = (const Pb__DisconnectNetworkOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = virt_node_of(r, &app_of(call)->keys, o->target, &node, &st);
     json_t *params =
         json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force);
-    if (rc == PV_OK) rc = run(call, r, node, "net.disconnect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, "net.disconnect_on_node", params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__Empty e = PB__EMPTY__INIT;
@@ -192,22 +198,18 @@ static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_DISCONNECT_NETWORK);
     }
     pv_op_output_free(out, got);
-    free(node);
 }
 
 static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RawEngineOptions *o = (const Pb__RawEngineOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     char *params_text =
         o->params.len ? strndup((const char *)o->params.data, o->params.len) : strdup("");
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = virt_node_of(r, &app_of(call)->keys, o->id, &node, &st);
     json_t *params = json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "", "params",
                                params_text ? params_text : "");
-    if (rc == PV_OK) rc = run(call, r, node, "raw.on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->id, "raw.on_node", params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__RawEngineMessage m = PB__RAW_ENGINE_MESSAGE__INIT;
@@ -220,7 +222,6 @@ static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_RAW_ENGINE);
     }
     pv_op_output_free(out, got);
-    free(node);
     free(params_text);
 }
 

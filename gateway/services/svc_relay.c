@@ -46,15 +46,20 @@ static int relay_send(svc_relay *rl, const ProtobufCMessage *m) {
     return rl->quiet ? 0 : gw_call_send(rl->call, m);
 }
 
+/* The fields of an instance the agent wrote (the strings stay e's). */
+static void fill_created(Pb__CreateWorkloadMessage *m, const pv_op_output *e) {
+    m->podname = (char *)svc_nodeop_value(e, "podname");
+    m->nodename = (char *)svc_nodeop_value(e, "nodename");
+    m->id = (char *)svc_nodeop_value(e, "id");
+    m->name = (char *)svc_nodeop_value(e, "name");
+    m->error = (char *)svc_nodeop_value(e, "error");
+    m->success = strcmp(svc_nodeop_value(e, "success"), "1") == 0;
+}
+
 /* One instance's message: the fields the agent wrote. */
 static int send_instance(svc_relay *rl, const pv_op_output *e) {
     Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;
-    m.podname = (char *)svc_nodeop_value(e, "podname");
-    m.nodename = (char *)svc_nodeop_value(e, "nodename");
-    m.id = (char *)svc_nodeop_value(e, "id");
-    m.name = (char *)svc_nodeop_value(e, "name");
-    m.error = (char *)svc_nodeop_value(e, "error");
-    m.success = strcmp(svc_nodeop_value(e, "success"), "1") == 0;
+    fill_created(&m, e);
     if (rl->quiet) {
         if (m.success)
             json_array_append_new(rl->created,
@@ -148,12 +153,7 @@ static int send_replaced(svc_relay *rl, const pv_op_output *e) {
     Pb__CreateWorkloadMessage c = PB__CREATE_WORKLOAD_MESSAGE__INIT;
     Pb__RemoveWorkloadMessage rm = PB__REMOVE_WORKLOAD_MESSAGE__INIT;
     Pb__ReplaceWorkloadMessage m = PB__REPLACE_WORKLOAD_MESSAGE__INIT;
-    c.podname = (char *)svc_nodeop_value(e, "podname");
-    c.nodename = (char *)svc_nodeop_value(e, "nodename");
-    c.id = (char *)svc_nodeop_value(e, "id");
-    c.name = (char *)svc_nodeop_value(e, "name");
-    c.error = (char *)svc_nodeop_value(e, "error");
-    c.success = strcmp(svc_nodeop_value(e, "success"), "1") == 0;
+    fill_created(&c, e);
     rm.id = (char *)svc_nodeop_value(e, "old");
     rm.success = c.success;
     m.create = &c;
@@ -386,14 +386,10 @@ static int wait_news(svc_relay *rl, bool with_parent, bool *woke, pv_status *st)
     pv_op_output **got = calloc(rl->n + 1, sizeof *got);
     size_t *ngot = calloc(rl->n + 1, sizeof *ngot);
     *woke = false;
+    int rc = PV_OK;
     if (!ids || !cursors || !ended || !idx || !got || !ngot) {
-        free(ids);
-        free(cursors);
-        free(ended);
-        free(idx);
-        free(got);
-        free(ngot);
-        return pv_status_set(st, PV_INTERNAL, "out of memory");
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        goto out;
     }
     if (with_parent) {
         ids[n] = rl->parent;
@@ -406,9 +402,9 @@ static int wait_news(svc_relay *rl, bool with_parent, bool *woke, pv_status *st)
             idx[n] = i;
             snprintf(cursors[n++], PV_OP_CURSOR_MAX, "%s", rl->children[i].after);
         }
-    int rc = n ? pv_op_output_wait_entries(rl->r, rl->k, n, ids, cursors, SVC_RELAY_WAIT_MS, woke,
-                                           ended, got, ngot, st)
-               : PV_OK;
+    rc = n ? pv_op_output_wait_entries(rl->r, rl->k, n, ids, cursors, SVC_RELAY_WAIT_MS, woke,
+                                       ended, got, ngot, st)
+           : PV_OK;
     /* the wait moved the cursors of the streams that had news, and read their entries: the
      * reads that follow take those, the streams without news need no read */
     if (rc == PV_OK && with_parent) {
@@ -432,6 +428,7 @@ static int wait_news(svc_relay *rl, bool with_parent, bool *woke, pv_status *st)
     }
     for (size_t j = 0; j < n; j++)
         pv_op_output_free(got[j], ngot[j]);
+out:
     free(got);
     free(ngot);
     free(ids);

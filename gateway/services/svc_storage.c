@@ -596,13 +596,21 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     json_decref(labels);
 }
 
-static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
+/* Get by id: the record of kind named by id, answered by send. */
+static void answer_ref(gw_call *call, const char *kind, const char *id,
+                       int (*send)(gw_call *, json_t *, bool)) {
     pv_status st;
     json_t *rec = NULL;
-    if (get_ref(call, "vol", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
-    send_volume(call, rec, true);
+    if (get_ref(call, kind, "id", id, &rec, &st) == PV_OK)
+        send(call, rec, true);
+    else
+        finish_status(call, &st);
     json_decref(rec);
+}
+
+static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
+    answer_ref(call, "vol", req->id, send_volume);
 }
 
 static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
@@ -658,6 +666,22 @@ static int volume_and_node(gw_call *call, const char *field, const char *ref, js
     return PV_OK;
 }
 
+/* Deletes record rec (its "id") of volume vol on node with the operation kind, waited for, and
+ * answers Empty; or, rc not PV_OK, the failure st so far. */
+static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind, const char *node,
+                          json_t *vol, json_t *rec) {
+    bool pending = false;
+    if (rc == PV_OK) {
+        json_t *params = json_pack("{s:s}", "id", jstr(rec, "id"));
+        rc = run_op(call, kind, node, jstr(vol, "id"), NULL, 0, params, true, &pending, NULL, st);
+        json_decref(params);
+    }
+    if (rc == PV_OK)
+        reply_empty(call);
+    else
+        finish_status(call, st);
+}
+
 static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, "storage.volume_delete")) return;
@@ -668,17 +692,7 @@ static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK && jint(vol, "status") == PV_VOL_IN_USE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
                            jstr(vol, "name"));
-    bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", jstr(vol, "id"));
-        rc = run_op(call, "storage.volume_delete", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK)
-        reply_empty(call);
-    else
-        finish_status(call, &st);
+    answer_delete(call, rc, &st, "storage.volume_delete", node, vol, vol);
     json_decref(vol);
 }
 
@@ -800,11 +814,7 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_get_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetSnapshotRequest *req = (const void *)msg;
-    pv_status st;
-    json_t *rec = NULL;
-    if (get_ref(call, "snap", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
-    send_snapshot(call, rec, true);
-    json_decref(rec);
+    answer_ref(call, "snap", req->id, send_snapshot);
 }
 
 /* Parents before children: each snapshot after the one it branches from (creation order breaks
@@ -886,17 +896,7 @@ static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK)
         rc = volume_and_node(call, "volume_id", jstr(snap, "volume_id"), &vol, node, sizeof node,
                              &st);
-    bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", jstr(snap, "id"));
-        rc = run_op(call, "storage.snapshot_delete", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK)
-        reply_empty(call);
-    else
-        finish_status(call, &st);
+    answer_delete(call, rc, &st, "storage.snapshot_delete", node, vol, snap);
     json_decref(snap);
     json_decref(vol);
 }
