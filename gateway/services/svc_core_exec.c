@@ -26,13 +26,12 @@
 #include "svc_nodeop.h"
 #include "svc_relay.h"
 
-#define N_METHODS 1
+#define N_METHODS 3
 
 struct svc_core_exec {
     gw_app *app;
     atomic_int sessions; /* interactive ExecuteWorkload sessions running */
     gw_method methods[N_METHODS];
-    gw_method run_and_wait, execute;
 };
 
 svc_core_exec *svc_core_exec_new(gw_app *app) {
@@ -684,25 +683,12 @@ static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/LogStream", GW_SERVER_STREAM, &pb__log_stream_options__descriptor, on_log_stream,
      ERU_LOG_STREAM, true},
+    {"/pb.CoreRPC/RunAndWait", GW_BIDI_STREAM, &pb__run_and_wait_options__descriptor,
+     on_run_and_wait, ERU_RUN_AND_WAIT, true},
+    {"/pb.CoreRPC/ExecuteWorkload", GW_BIDI_STREAM, &pb__execute_workload_options__descriptor,
+     on_execute_workload, ERU_EXECUTE_WORKLOAD, true},
 };
 
 int svc_core_exec_register(svc_core_exec *s, gw_server *server) {
-    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
-    s->run_and_wait = (gw_method){.path = "/pb.CoreRPC/RunAndWait",
-                                  .kind = GW_BIDI_STREAM,
-                                  .request = &pb__run_and_wait_options__descriptor,
-                                  .on_message = on_run_and_wait,
-                                  .bad_request_code = ERU_RUN_AND_WAIT,
-                                  .needs_state = true,
-                                  .data = s};
-    if (gw_server_add_method(server, &s->run_and_wait) != 0) return -1;
-    s->execute = (gw_method){.path = "/pb.CoreRPC/ExecuteWorkload",
-                             .kind = GW_BIDI_STREAM,
-                             .request = &pb__execute_workload_options__descriptor,
-                             .on_message = on_execute_workload,
-                             .bad_request_code = ERU_EXECUTE_WORKLOAD,
-                             .needs_state = true,
-                             .data = s};
-    if (gw_server_add_method(server, &s->execute) != 0) return -1;
-    return 0;
+    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
 }

@@ -22,12 +22,11 @@
 #include "svc_nodeop.h"
 #include "svc_relay.h"
 
-#define N_METHODS 2
+#define N_METHODS 3
 
 struct svc_core_files {
     gw_app *app;
     gw_method methods[N_METHODS];
-    gw_method send_large_file;
 };
 
 svc_core_files *svc_core_files_new(gw_app *app) {
@@ -302,17 +301,10 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/Send", GW_SERVER_STREAM, &pb__send_options__descriptor, on_send, ERU_SEND, true},
     {"/pb.CoreRPC/Copy", GW_SERVER_STREAM, &pb__copy_options__descriptor, on_copy, ERU_COPY, true},
+    {"/pb.CoreRPC/SendLargeFile", GW_BIDI_STREAM, &pb__file_options__descriptor, on_send_large_file,
+     ERU_SEND_LARGE_FILE, true},
 };
 
 int svc_core_files_register(svc_core_files *s, gw_server *server) {
-    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
-    s->send_large_file = (gw_method){.path = "/pb.CoreRPC/SendLargeFile",
-                                     .kind = GW_BIDI_STREAM,
-                                     .request = &pb__file_options__descriptor,
-                                     .on_message = on_send_large_file,
-                                     .bad_request_code = ERU_SEND_LARGE_FILE,
-                                     .needs_state = true,
-                                     .data = s};
-    if (gw_server_add_method(server, &s->send_large_file) != 0) return -1;
-    return 0;
+    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
 }
