@@ -54,6 +54,30 @@ static int attach_send(gw_call *call, const char *id, const char *data, size_t l
     return gw_call_send(call, &m.base);
 }
 
+/* Submits workload.log_on_node with params (borrowed) on node, one attempt (a log read twice
+ * would repeat lines); op_id (PV_ID_MAX) gets its id. flags: gw_app_submit's. */
+static int submit_log(gw_call *call, unsigned flags, const char *node, json_t *params, char *op_id,
+                      pv_status *st) {
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    char queue[300], target[PV_ID_MAX];
+    snprintf(queue, sizeof queue, "node:%s", node);
+    pv_id_new("logs", target, sizeof target);
+    pv_op_submit_req req = {.kind = "workload.log_on_node",
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .max_attempts = 1};
+    pv_op rec;
+    int rc = text ? gw_app_submit(call, flags, &req, &rec, NULL, st)
+                  : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(text);
+    if (rc == PV_OK) {
+        snprintf(op_id, PV_ID_MAX, "%s", rec.id);
+        pv_op_clear(&rec);
+    }
+    return rc;
+}
+
 /* LogStream: one operation on the workload's node; its output lines are relayed as they come,
  * and the operation is cancelled when the client goes (a followed log never ends otherwise). */
 static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
@@ -83,26 +107,10 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
     json_t *params = json_pack("{s:s, s:s, s:b, s:I, s:I}", "id", w.id, "tail",
                                o->tail && *o->tail ? o->tail : "all", "follow", o->follow,
                                "since_ms", (json_int_t)since_ms, "until_ms", (json_int_t)until_ms);
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
-    json_decref(params);
-    char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", w.node);
-    pv_id_new("logs", target, sizeof target);
-    pv_op_submit_req sub = {.kind = "workload.log_on_node",
-                            .target = target,
-                            .queue = queue,
-                            .params_json = text,
-                            .max_attempts = 1};
-    pv_op_opts oo = gw_app_op_opts(app);
-    pv_op rec;
-    int rc = text ? gw_app_submit(call, 0, &sub, &rec, NULL, &st)
-                  : pv_status_set(&st, PV_INTERNAL, "out of memory");
-    free(text);
     char op_id[PV_ID_MAX] = "", after[32] = "0";
-    if (rc == PV_OK) {
-        snprintf(op_id, sizeof op_id, "%s", rec.id);
-        pv_op_clear(&rec);
-    }
+    int rc = submit_log(call, 0, w.node, params, op_id, &st);
+    json_decref(params);
+    pv_op_opts oo = gw_app_op_opts(app);
     for (bool over = false; rc == PV_OK;) {
         if (gw_call_is_closed(call)) {
             pv_op out;
@@ -235,27 +243,13 @@ static int follow_logs(gw_call *call, svc_relay *rl, lambda_log *logs, size_t n,
     return PV_OK;
 }
 
-static int submit_log(gw_call *call, const char *id, const char *node, char *op_id, pv_status *st) {
+/* The followed log of a RunAndWait's workload id: the deploy was let through, so it is a part,
+ * counted but never refused. */
+static int submit_log_part(gw_call *call, const char *id, const char *node, char *op_id,
+                           pv_status *st) {
     json_t *params = json_pack("{s:s, s:s, s:b}", "id", id, "tail", "all", "follow", 1);
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    int rc = submit_log(call, GW_SUBMIT_PART, node, params, op_id, st);
     json_decref(params);
-    char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new("logs", target, sizeof target);
-    pv_op_submit_req req = {.kind = "workload.log_on_node",
-                            .target = target,
-                            .queue = queue,
-                            .params_json = text,
-                            .max_attempts = 1};
-    pv_op rec;
-    /* the logs of a RunAndWait whose deploy was let through: counted, never refused */
-    int rc = text ? gw_app_submit(call, GW_SUBMIT_PART, &req, &rec, NULL, st)
-                  : pv_status_set(st, PV_INTERNAL, "out of memory");
-    free(text);
-    if (rc == PV_OK) {
-        snprintf(op_id, PV_ID_MAX, "%s", rec.id);
-        pv_op_clear(&rec);
-    }
     return rc;
 }
 
@@ -280,8 +274,8 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
                         PB__STD_STREAM_TYPE__TYPEWORKLOADID) != 0)
             rc = pv_status_set(st, PV_CANCELLED, "client gone");
         else
-            rc = submit_log(call, logs[i].id, json_string_value(json_object_get(c, "node")),
-                            logs[i].op, st);
+            rc = submit_log_part(call, logs[i].id, json_string_value(json_object_get(c, "node")),
+                                 logs[i].op, st);
     }
     int64_t deadline = 0;
     if (rc == PV_OK && async) {
