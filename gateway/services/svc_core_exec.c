@@ -19,7 +19,6 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_op.h"
-#include "pv_resv.h"
 #include "pv_time.h"
 #include "pv_workload.h"
 #include "svc_eru.h"

@@ -12,14 +12,7 @@
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
 #include "pv_deploy.h"
-#include "pv_id.h"
-#include "pv_log.h"
-#include "pv_op.h"
-#include "pv_resv.h"
-#include "pv_time.h"
-#include "pv_workload.h"
 #include "svc_eru.h"
-#include "svc_nodeop.h"
 #include "svc_relay.h"
 
 #define N_METHODS 3
