@@ -12,6 +12,7 @@
 #include <grpc/grpc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,39 +231,48 @@ static void log_started(const gateway *g) {
             *g->app.cfg.auth.username ? "on" : "off");
 }
 
+/* Reads the configuration and the command line: -1 when the gateway is to run, else the exit
+ * status of what was asked instead (--version, --print-config, --help, a word it does not know,
+ * a bad configuration). The caller frees the configuration either way. */
+static int configure(gateway *g, int *argc, char **argv) {
+    pv_status st;
+    if (pv_config_load(&g->app.cfg, argc, argv, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        return 2;
+    }
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
+            return 0;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            /* The effective configuration, passwords shown as "***". */
+            char *json = pv_config_dump_json(&g->app.cfg);
+            if (json) printf("%s\n", json);
+            free(json);
+            return json ? 0 : 1;
+        }
+        bool help = strcmp(argv[i], "--help") == 0;
+        usage(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    pv_log_set_level(g->app.cfg.log_level);
+    if (pv_keys_init(&g->app.keys, g->app.cfg.redis.prefix, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        return 2;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv) {
     gateway g;
     memset(&g, 0, sizeof g);
     pv_status st;
     pv_log_init("gateway", PV_LOG_INFO);
-    if (pv_config_load(&g.app.cfg, &argc, argv, &st) != PV_OK) {
-        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+    int done = configure(&g, &argc, argv);
+    if (done >= 0) {
         pv_config_free(&g.app.cfg);
-        return 2;
-    }
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
-            pv_config_free(&g.app.cfg);
-            return 0;
-        }
-        if (strcmp(argv[i], "--print-config") == 0) {
-            /* The effective configuration, passwords shown as "***". */
-            char *json = pv_config_dump_json(&g.app.cfg);
-            if (json) printf("%s\n", json);
-            free(json);
-            pv_config_free(&g.app.cfg);
-            return json ? 0 : 1;
-        }
-        usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
-        pv_config_free(&g.app.cfg);
-        return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-    }
-    pv_log_set_level(g.app.cfg.log_level);
-    if (pv_keys_init(&g.app.keys, g.app.cfg.redis.prefix, &st) != PV_OK) {
-        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
-        pv_config_free(&g.app.cfg);
-        return 2;
+        return done;
     }
     pv_presence_default_instance(g.app.instance, sizeof g.app.instance);
     compute_identifier(&g.app);

@@ -316,17 +316,27 @@ static void on_get_workloads(gw_call *call, const ProtobufCMessage *req) {
     pv_workload_array_free(ws, got);
 }
 
+/* The workloads of app, entrypoint and node ("" for any) that carry every label of the map
+ * field labels (*ws: pv_workload_array_free). */
+static int list_labelled(pv_redis *r, const pv_keys *k, const char *app, const char *entrypoint,
+                         const char *node, void *const *labels, size_t n_labels, pv_workload **ws,
+                         size_t *n, pv_status *st) {
+    char *json = NULL;
+    int rc = svc_eru_labels_json("labels", labels, n_labels, &json, st);
+    if (rc == PV_OK) rc = pv_workload_list(r, k, app, entrypoint, node, json, ws, n, st);
+    free(json);
+    return rc;
+}
+
 static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ListWorkloadsOptions *o = (const Pb__ListWorkloadsOptions *)req;
     pv_redis *r = gw_app_redis(call);
-    char *labels = NULL;
     pv_workload *ws = NULL;
     size_t n = 0;
     pv_status st;
     const pv_keys *k = &svc_of(call)->app->keys;
-    int rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
-    if (rc == PV_OK)
-        rc = pv_workload_list(r, k, o->appname, o->entrypoint, o->nodename, labels, &ws, &n, &st);
+    int rc = list_labelled(r, k, o->appname, o->entrypoint, o->nodename, (void *const *)o->labels,
+                           o->n_labels, &ws, &n, &st);
     for (size_t i = 0; rc == PV_OK && i < n && (o->limit <= 0 || (int64_t)i < o->limit); i++) {
         full_msg f;
         rc = full_fill(&f, r, k, &ws[i], &st);
@@ -339,13 +349,11 @@ static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
     else if (rc != PV_CANCELLED)
         gw_call_finishf(call, ERU_LIST_WORKLOADS, "%s", st.msg);
     pv_workload_array_free(ws, n);
-    free(labels);
 }
 
 static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
     pv_redis *r = gw_app_redis(call);
-    char *labels = NULL;
     pv_workload *ws = NULL;
     size_t n = 0;
     pv_status st;
@@ -354,14 +362,13 @@ static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     int rc = pv_registry_get_node(r, k, o->nodename, &node, &st);
     if (rc == PV_OK) pv_node_clear(&node);
     if (rc == PV_OK)
-        rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
-    if (rc == PV_OK) rc = pv_workload_list(r, k, "", "", o->nodename, labels, &ws, &n, &st);
+        rc = list_labelled(r, k, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &ws,
+                           &n, &st);
     if (rc == PV_OK)
         reply_workloads(call, r, ws, n, ERU_LIST_NODE_WORKLOADS);
     else
         gw_call_finishf(call, ERU_LIST_NODE_WORKLOADS, "%s", st.msg);
     pv_workload_array_free(ws, n);
-    free(labels);
 }
 
 /* ------------------------------------------------------------------------------------------ */
