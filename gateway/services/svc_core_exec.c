@@ -57,24 +57,14 @@ static int attach_send(gw_call *call, const char *id, const char *data, size_t l
  * would repeat lines); op_id (PV_ID_MAX) gets its id. flags: gw_app_submit's. */
 static int submit_log(gw_call *call, unsigned flags, const char *node, json_t *params, char *op_id,
                       pv_status *st) {
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
-    char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new("logs", target, sizeof target);
-    pv_op_submit_req req = {.kind = "workload.log_on_node",
-                            .target = target,
-                            .queue = queue,
-                            .params_json = text,
-                            .max_attempts = 1};
-    pv_op rec;
-    int rc = text ? gw_app_submit(call, flags, &req, &rec, NULL, st)
-                  : pv_status_set(st, PV_INTERNAL, "out of memory");
-    free(text);
-    if (rc == PV_OK) {
-        snprintf(op_id, PV_ID_MAX, "%s", rec.id);
-        pv_op_clear(&rec);
-    }
-    return rc;
+    if (!params) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    svc_nodeop_req q = {.node = node,
+                        .kind = "workload.log_on_node",
+                        .target_prefix = "logs",
+                        .params = params,
+                        .max_attempts = 1,
+                        .flags = flags};
+    return svc_nodeop_submit_req(call, &q, op_id, st);
 }
 
 /* LogStream: one operation on the workload's node; its output lines are relayed as they come,
@@ -405,23 +395,15 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
     json_t *params =
         json_pack("{s:s, s:o, s:o, s:s, s:b}", "id", w->id, "commands", cmds, "envs", envs,
                   "workdir", o->workdir ? o->workdir : "", "interactive", interactive);
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
-    json_decref(params);
-    char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", w->node);
-    pv_id_new("exec", target, sizeof target);
     /* One attempt: a command is not run twice behind the client's back. */
-    pv_op_submit_req req = {.kind = "workload.exec_on_node",
-                            .target = target,
-                            .queue = queue,
-                            .params_json = text,
-                            .max_attempts = 1};
-    pv_op rec = {0};
-    int rc = text ? gw_app_submit(call, 0, &req, &rec, NULL, st)
-                  : pv_status_set(st, PV_INTERNAL, "out of memory");
-    free(text);
-    if (rc == PV_OK) snprintf(op_id, PV_ID_MAX, "%s", rec.id);
-    pv_op_clear(&rec);
+    svc_nodeop_req q = {.node = w->node,
+                        .kind = "workload.exec_on_node",
+                        .target_prefix = "exec",
+                        .params = params,
+                        .max_attempts = 1};
+    int rc = params ? svc_nodeop_submit_req(call, &q, op_id, st)
+                    : pv_status_set(st, PV_INTERNAL, "out of memory");
+    json_decref(params);
     return rc;
 }
 

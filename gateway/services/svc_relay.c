@@ -532,21 +532,17 @@ void svc_relay_free(svc_relay *rl) {
  * followed like a deploy's child; ids (borrowed) are the workloads it answers for. */
 int svc_relay_submit_child(gw_call *call, svc_relay *rl, const char *kind, const char *node,
                            json_t *params, json_t *ids, svc_relay_kind ck, pv_status *st) {
-    char *text = json_dumps(params, JSON_COMPACT);
-    char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new("wlop", target, sizeof target);
-    pv_op_submit_req req = {.kind = kind, .target = target, .queue = queue, .params_json = text};
     /* the first node's part may be refused (the client's bound): nothing changed yet; the
      * others are parts of a call let through, counted but never refused */
-    unsigned flags = rl->part || rl->n > 0 ? GW_SUBMIT_PART : 0;
-    pv_op rec;
-    int rc = text ? gw_app_submit(call, flags, &req, &rec, NULL, st)
-                  : pv_status_set(st, PV_INTERNAL, "out of memory");
-    free(text);
+    svc_nodeop_req q = {.node = node,
+                        .kind = kind,
+                        .target_prefix = "wlop",
+                        .params = params,
+                        .flags = rl->part || rl->n > 0 ? GW_SUBMIT_PART : 0};
+    char op_id[PV_ID_MAX];
+    int rc = svc_nodeop_submit_req(call, &q, op_id, st);
     if (rc != PV_OK) return rc;
-    rc = add_child(rl, rec.id, node, "", "", st);
-    pv_op_clear(&rec);
+    rc = add_child(rl, op_id, node, "", "", st);
     if (rc == PV_OK) {
         child *c = &rl->children[rl->n - 1];
         c->pending = json_object();
