@@ -2,7 +2,7 @@
  * sched_cache: the node records a scheduler has read and parsed, kept between plan requests.
  *
  * A plan over a 1,000-node pod is dominated by reading and parsing the node records, not by the
- * strategies. Every write of a node record bumps its `rev` (shared/redis/registry.lua and
+ * strategies. Every write of a node record bumps its `rev` (shared/store/redis/registry.lua and
  * sched.lua), so the scheduler asks Redis only for each node's id, rev and liveness
  * (pv_sched_view), and re-reads the few records whose rev moved. Liveness is never cached: it
  * comes with every view. Entries of nodes no view has named for a while are dropped.

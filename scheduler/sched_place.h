@@ -2,9 +2,9 @@
  * sched_place: one plan request against the registry, as pivirt-scheduler serves it: which nodes
  * take part (Eru's node filter), how many instances of the request fit on each (the resource
  * plugins), the plan (the strategies), and for a reservation the allocations on each node,
- * committed atomically (shared/pv_resv).
+ * committed atomically (shared/store/pv_resv).
  *
- * The request body (a JSON object; shared/pv_sched.h carries it):
+ * The request body (a JSON object; shared/store/pv_sched.h carries it):
  *   {"pod": "p1", "includes": ["n1"], "excludes": [], "labels": {"k": "v"}, "all": false,
  *    "resources": {"cpumem": {"cpu-request": 1, "memory-request": "1G"}}, "strategy": 0,
  *    "count": 3, "nodes_limit": 0, "app": "", "entrypoint": "", "owner": "",

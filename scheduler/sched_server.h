@@ -1,6 +1,6 @@
 /*
  * sched_server: the scheduler daemon's work loop. Takes plan requests from the request stream
- * (shared/pv_sched.h) as one consumer of the schedulers' group, answers capacity requests and
+ * (shared/store/pv_sched.h) as one consumer of the schedulers' group, answers capacity requests and
  * commits reservations (sched_place.h), takes over requests another scheduler left pending for
  * scheduler.claim_idle_ms (it died mid-request), releases reservations whose time ran out, and
  * marks the workloads of nodes whose liveness ended not running (Eru's self-monitor).

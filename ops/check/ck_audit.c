@@ -23,6 +23,8 @@
 #include "pv_registry.h"
 #include "pv_resv.h"
 #include "pv_path.h"
+#include "pv_json.h"
+#include "pv_strv.h"
 #include "pv_storage.h"
 #include "pv_upgrade.h"
 #include "pv_workload.h"
@@ -42,47 +44,8 @@ static int64_t now_ms(void) {
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
-/* ---- a sorted set of strings (ids), for lookups ---------------------------------------------- */
-
-typedef struct strset {
-    char **v;
-    size_t n, cap;
-} strset;
-
-static int strset_add(strset *s, const char *x) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        char **v = realloc(s->v, cap * sizeof *v);
-        if (!v) return -1;
-        s->v = v;
-        s->cap = cap;
-    }
-    if (!(s->v[s->n] = strdup(x))) return -1;
-    s->n++;
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void strset_sort(strset *s) {
-    if (s->n > 1) qsort(s->v, s->n, sizeof *s->v, cmp_str);
-}
-
-static bool strset_has(const strset *s, const char *x) {
-    return s->n && bsearch(&x, s->v, s->n, sizeof *s->v, cmp_str) != NULL;
-}
-
-static void strset_free(strset *s) {
-    for (size_t i = 0; i < s->n; i++)
-        free(s->v[i]);
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
-
 /* Every key matching pattern (SCAN), the part after strip_len bytes added to out. */
-static int scan_keys(pv_redis *r, const char *pattern, size_t strip_len, strset *out,
+static int scan_keys(pv_redis *r, const char *pattern, size_t strip_len, pv_strv *out,
                      pv_status *st) {
     char cursor[32] = "0";
     do {
@@ -97,13 +60,13 @@ static int scan_keys(pv_redis *r, const char *pattern, size_t strip_len, strset 
             redisReply *keys = rep->element[1];
             for (size_t i = 0; rc == PV_OK && i < keys->elements; i++)
                 if (strlen(keys->element[i]->str) >= strip_len &&
-                    strset_add(out, keys->element[i]->str + strip_len) != 0)
+                    pv_strv_add(out, keys->element[i]->str + strip_len) != 0)
                     rc = pv_status_set(st, PV_INTERNAL, "out of memory");
         }
         freeReplyObject(rep);
         if (rc != PV_OK) return rc;
     } while (strcmp(cursor, "0") != 0);
-    strset_sort(out);
+    pv_strv_sort(out);
     return PV_OK;
 }
 
@@ -118,7 +81,7 @@ typedef struct ck_ctx {
     size_t nnodes;
     pv_workload *wls;
     size_t nwls;
-    strset node_ids, wl_ids;
+    pv_strv node_ids, wl_ids;
     bool *local; /* per node: its engine keeps its state on this machine */
 } ck_ctx;
 
@@ -291,7 +254,7 @@ static char *dup_field(const redisReply *rep, size_t i) {
 }
 
 /* Reads every record (id, queue, status, entry) with one pipelined HMGET per record. */
-static int read_ops(ck_ctx *c, ops_state *s, const strset *ids, pv_status *st) {
+static int read_ops(ck_ctx *c, ops_state *s, const pv_strv *ids, pv_status *st) {
     s->ops = calloc(ids->n ? ids->n : 1, sizeof *s->ops);
     if (!s->ops) return pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; i < ids->n; i++) {
@@ -329,7 +292,7 @@ static int read_ops(ck_ctx *c, ops_state *s, const strset *ids, pv_status *st) {
 
 static int check_ops(ck_ctx *c, pv_status *st) {
     ops_state s = {0};
-    strset ids = {0}, queues = {0}, locks = {0};
+    pv_strv ids = {0}, queues = {0}, locks = {0};
     char pattern[PV_KEY_MAX];
     snprintf(pattern, sizeof pattern, "%s{ops}:op:*", c->k->prefix);
     int rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &ids, st);
@@ -401,9 +364,9 @@ static int check_ops(ck_ctx *c, pv_status *st) {
         if (holder) freeReplyObject(holder);
     }
     ops_state_free(&s);
-    strset_free(&ids);
-    strset_free(&queues);
-    strset_free(&locks);
+    pv_strv_free(&ids);
+    pv_strv_free(&queues);
+    pv_strv_free(&locks);
     return rc;
 }
 
@@ -674,18 +637,18 @@ static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
         return PV_OK;
     }
     if (rc != PV_OK) return rc;
-    strset have = {0};
+    pv_strv have = {0};
     size_t i;
     json_t *v;
     json_array_foreach(ids, i, v) {
-        if (rc == PV_OK && json_string_value(v) && strset_add(&have, json_string_value(v)) != 0)
+        if (rc == PV_OK && json_string_value(v) && pv_strv_add(&have, json_string_value(v)) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    strset_sort(&have);
+    pv_strv_sort(&have);
     c->rep->engine_workloads += (long)have.n;
     for (size_t j = 0; rc == PV_OK && j < c->nwls; j++) {
         const pv_workload *w = &c->wls[j];
-        if (!w->node_id || strcmp(w->node_id, n->id) != 0 || strset_has(&have, w->id)) continue;
+        if (!w->node_id || strcmp(w->node_id, n->id) != 0 || pv_strv_has(&have, w->id)) continue;
         if (w->created_ms >= at_ms - 1000) continue; /* newer than the agent's last listing */
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "workload %s", w->id);
@@ -714,7 +677,7 @@ static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
             n->engine ? n->engine : "?",
             w ? "its record places it on another node" : "there is no record of it");
     }
-    strset_free(&have);
+    pv_strv_free(&have);
     json_decref(ids);
     return rc;
 }
@@ -771,7 +734,7 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
                               c->k->prefix, c->nodes[i].id);
         for (size_t m = 0;
              rc == PV_OK && members->type == REDIS_REPLY_ARRAY && m < members->elements; m++) {
-            if (strset_has(&c->wl_ids, members->element[m]->str)) continue;
+            if (pv_strv_has(&c->wl_ids, members->element[m]->str)) continue;
             char subject[PV_KEY_MAX];
             snprintf(subject, sizeof subject, "workload %s", members->element[m]->str);
             ADD(c->rep, CK_AREA_WORKLOADS, "WL_INDEX", subject,
@@ -779,18 +742,18 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
         }
         if (members) freeReplyObject(members);
     }
-    strset recs = {0};
+    pv_strv recs = {0};
     char pattern[PV_KEY_MAX];
     snprintf(pattern, sizeof pattern, "%s{reg}:wl:*", c->k->prefix);
     if (rc == PV_OK) rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &recs, st);
     for (size_t i = 0; rc == PV_OK && i < recs.n; i++) {
-        if (strset_has(&c->wl_ids, recs.v[i])) continue;
+        if (pv_strv_has(&c->wl_ids, recs.v[i])) continue;
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "workload %s", recs.v[i]);
         ADD(c->rep, CK_AREA_WORKLOADS, "WL_INDEX", subject,
             "has a record but is missing from the index of all workloads");
     }
-    strset_free(&recs);
+    pv_strv_free(&recs);
     /* keys kept per workload, removed with its record */
     static const struct {
         const char *pattern, *what;
@@ -799,18 +762,18 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
                   {"{reg}:wl-deploy:*", "its deploy options", CK_AREA_WORKLOADS},
                   {"{sto}:wl-vols:*", "its volume set", CK_AREA_STORAGE}};
     for (size_t p = 0; rc == PV_OK && p < sizeof per_wl / sizeof per_wl[0]; p++) {
-        strset left = {0};
+        pv_strv left = {0};
         snprintf(pattern, sizeof pattern, "%s%s", c->k->prefix, per_wl[p].pattern);
         rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &left, st);
         for (size_t i = 0; rc == PV_OK && i < left.n; i++) {
-            if (strset_has(&c->wl_ids, left.v[i])) continue;
+            if (pv_strv_has(&c->wl_ids, left.v[i])) continue;
             char subject[PV_KEY_MAX];
             snprintf(subject, sizeof subject, "workload %s", left.v[i]);
             ADD(c->rep, per_wl[p].area, "WL_LEFTOVER", subject,
                 "%s remains (%.*s%s) but the workload has no record", per_wl[p].what,
                 (int)(strlen(pattern) - 1), pattern, left.v[i]);
         }
-        strset_free(&left);
+        pv_strv_free(&left);
     }
     /* the machine: local process engines, registered or not */
     if (rc == PV_OK) rc = check_unregistered_engines(c, st);
@@ -846,7 +809,7 @@ static int file_format(const char *path) {
 
 /* The snapshot tags of a qcow2 file (`qemu-img snapshot -l -U`: -U because a running guest may
  * hold the file's lock) into tags. PV_INTERNAL naming the file when qemu-img fails. */
-static int qcow2_tags(const char *path, strset *tags, pv_status *st) {
+static int qcow2_tags(const char *path, pv_strv *tags, pv_status *st) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
         return pv_status_set(st, PV_INTERNAL, "pipe: %s", strerror(errno));
@@ -871,7 +834,7 @@ static int qcow2_tags(const char *path, strset *tags, pv_status *st) {
         if (rc == PV_OK) {
             char id[256], tag[512];
             if (sscanf(line, "%255s %511s", id, tag) == 2 && strcmp(id, "ID") != 0 &&
-                strcmp(id, "Snapshot") != 0 && strset_add(tags, tag) != 0)
+                strcmp(id, "Snapshot") != 0 && pv_strv_add(tags, tag) != 0)
                 rc = pv_status_set(st, PV_INTERNAL, "out of memory");
         }
     if (f)
@@ -883,28 +846,23 @@ static int qcow2_tags(const char *path, strset *tags, pv_status *st) {
     }
     if (rc == PV_OK && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         rc = pv_status_set(st, PV_INTERNAL, "qemu-img snapshot -l %s failed", path);
-    strset_sort(tags);
+    pv_strv_sort(tags);
     return rc;
-}
-
-static const char *jstr(const json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
 }
 
 /* One volume and its snapshots. on_disk: its pool is a DIR pool of a node on this machine. */
 static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *st) {
-    const char *id = jstr(vol, "id"), *path = jstr(vol, "path");
+    const char *id = pv_json_str(vol, "id"), *path = pv_json_str(vol, "path");
     int status = (int)json_integer_value(json_object_get(vol, "status"));
     int format = (int)json_integer_value(json_object_get(vol, "format"));
     char subject[PV_KEY_MAX];
     snprintf(subject, sizeof subject, "volume %s", id);
     int rc = PV_OK;
     if (status == PV_VOL_IN_USE) {
-        const char *holder = jstr(vol, "in_use_by");
+        const char *holder = pv_json_str(vol, "in_use_by");
         if (!*holder)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject, "IN_USE but names no holder");
-        else if (!strset_has(&c->wl_ids, holder))
+        else if (!pv_strv_has(&c->wl_ids, holder))
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
                 "IN_USE by workload %s, which does not exist", holder);
     }
@@ -914,7 +872,7 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
         rc = pv_redis_command(c->r, &user, st, "GET %s{sto}:vol-user:%s", c->k->prefix, id);
     if (rc == PV_OK) {
         const char *held = user->type == REDIS_REPLY_STRING ? user->str : "";
-        const char *recorded = status == PV_VOL_IN_USE ? jstr(vol, "in_use_by") : "";
+        const char *recorded = status == PV_VOL_IN_USE ? pv_json_str(vol, "in_use_by") : "";
         if (strcmp(held, recorded) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
                 "its holder key names %s but its record says %s%s", *held ? held : "nobody",
@@ -928,8 +886,8 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
         struct stat sb;
         if (!*path || stat(path, &sb) != 0) {
             ADD(c->rep, CK_AREA_STORAGE, "VOL_MISSING", subject,
-                "%s in pool %s: its file %s does not exist", jstr(vol, "name"), jstr(vol, "pool"),
-                *path ? path : "(no path recorded)");
+                "%s in pool %s: its file %s does not exist", pv_json_str(vol, "name"),
+                pv_json_str(vol, "pool"), *path ? path : "(no path recorded)");
         } else {
             int have = file_format(path);
             file_ok = true;
@@ -941,17 +899,17 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     }
     json_t *snaps = NULL;
     if (rc == PV_OK) rc = pv_storage_list(c->r, c->k, "snap", id, &snaps, st);
-    strset snap_ids = {0}, tags = {0};
+    pv_strv snap_ids = {0}, tags = {0};
     size_t i;
     json_t *s;
     json_array_foreach(snaps, i, s) {
-        if (rc == PV_OK && strset_add(&snap_ids, jstr(s, "id")) != 0)
+        if (rc == PV_OK && pv_strv_add(&snap_ids, pv_json_str(s, "id")) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    strset_sort(&snap_ids);
+    pv_strv_sort(&snap_ids);
     c->rep->snapshots += (long)snap_ids.n;
-    const char *cur = jstr(vol, "current_snapshot");
-    if (rc == PV_OK && *cur && !strset_has(&snap_ids, cur))
+    const char *cur = pv_json_str(vol, "current_snapshot");
+    if (rc == PV_OK && *cur && !pv_strv_has(&snap_ids, cur))
         ADD(c->rep, CK_AREA_STORAGE, "VOL_SNAPSHOT", subject,
             "its current snapshot %s does not exist", cur);
     bool have_tags = false;
@@ -966,21 +924,21 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     json_array_foreach(snaps, i, s) {
         if (rc != PV_OK) break;
         char ssub[PV_KEY_MAX];
-        snprintf(ssub, sizeof ssub, "snapshot %s", jstr(s, "id"));
-        const char *parent = jstr(s, "parent");
-        if (strcmp(jstr(s, "volume_id"), id) != 0)
+        snprintf(ssub, sizeof ssub, "snapshot %s", pv_json_str(s, "id"));
+        const char *parent = pv_json_str(s, "parent");
+        if (strcmp(pv_json_str(s, "volume_id"), id) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_VOLUME", ssub,
-                "listed under volume %s but records volume %s", id, jstr(s, "volume_id"));
-        if (*parent && !strset_has(&snap_ids, parent))
+                "listed under volume %s but records volume %s", id, pv_json_str(s, "volume_id"));
+        if (*parent && !pv_strv_has(&snap_ids, parent))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_PARENT", ssub,
                 "its parent %s does not exist in volume %s", parent, id);
         if (have_tags && json_integer_value(json_object_get(s, "status")) == PV_SNAP_READY &&
-            !strset_has(&tags, jstr(s, "id")))
+            !pv_strv_has(&tags, pv_json_str(s, "id")))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_TAG", ssub,
                 "volume %s's file %s has no internal snapshot of that tag", id, path);
     }
-    strset_free(&snap_ids);
-    strset_free(&tags);
+    pv_strv_free(&snap_ids);
+    pv_strv_free(&tags);
     json_decref(snaps);
     return rc;
 }
@@ -990,11 +948,11 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
  * since. The agent refuses to act on it; the operator decides what becomes of it. */
 static int check_pool_root(ck_ctx *c, json_t *pool, const pv_roots *roots, pv_status *st) {
     int rc = PV_OK;
-    const char *path = jstr(json_object_get(pool, "config"), "path");
+    const char *path = pv_json_str(json_object_get(pool, "config"), "path");
     pv_status why;
     if (pv_path_confine_dir("config.path", path, roots, 0, &why) != PV_OK)
-        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", jstr(pool, "name"), "pool %s: %s",
-            jstr(pool, "name"), why.msg);
+        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", pv_json_str(pool, "name"), "pool %s: %s",
+            pv_json_str(pool, "name"), why.msg);
     return rc;
 }
 
@@ -1014,7 +972,7 @@ static int check_storage(ck_ctx *c, pv_status *st) {
     json_array_foreach(pools, i, p) {
         if (rc != PV_OK) break;
         c->rep->pools++;
-        const char *name = jstr(p, "name"), *node = jstr(p, "node");
+        const char *name = pv_json_str(p, "name"), *node = pv_json_str(p, "node");
         if (!*node)
             node = *c->o->cfg->storage.default_node ? c->o->cfg->storage.default_node : host;
         const pv_node *n = node_by_name(c, node);
@@ -1062,20 +1020,20 @@ static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_
         json_t *n;
         json_array_foreach(json_object_get(up, "nodes"), i, n) {
             if (rc != PV_OK) break;
-            if (!strset_has(&c->node_ids, jstr(n, "id")))
+            if (!pv_strv_has(&c->node_ids, pv_json_str(n, "id")))
                 ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_NODE", subject,
                     "its upgrade %s (batch %lld) names node %s (%s), which does not exist",
-                    jstr(up, "operation_id"),
-                    (long long)json_integer_value(json_object_get(n, "batch")), jstr(n, "name"),
-                    jstr(n, "id"));
+                    pv_json_str(up, "operation_id"),
+                    (long long)json_integer_value(json_object_get(n, "batch")),
+                    pv_json_str(n, "name"), pv_json_str(n, "id"));
         }
         pv_op op = {0};
         pv_status ost = {0};
-        int orc = pv_op_get(c->r, c->k, jstr(up, "operation_id"), &op, &ost);
+        int orc = pv_op_get(c->r, c->k, pv_json_str(up, "operation_id"), &op, &ost);
         if (rc == PV_OK && (orc == PV_NOT_FOUND || (orc == PV_OK && pv_op_done(&op))))
             ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_STALE", subject,
                 "its upgrade is still in phase %d but its operation %s %s%s", phase,
-                jstr(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
+                pv_json_str(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
                 orc == PV_OK ? pv_op_status_name(op.status) : "");
         else if (rc == PV_OK && orc != PV_OK)
             rc = pv_status_set(st, orc, "%s", ost.msg);
@@ -1088,14 +1046,14 @@ static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_
 static int check_clusters(ck_ctx *c, pv_status *st) {
     redisReply *pods = NULL;
     int rc = pv_redis_command(c->r, &pods, st, "HGETALL %s{reg}:pods", c->k->prefix);
-    strset pod_ids = {0};
+    pv_strv pod_ids = {0};
     for (size_t i = 0; rc == PV_OK && pods->type == REDIS_REPLY_ARRAY && i + 1 < pods->elements;
          i += 2) {
         const char *name = pods->element[i]->str, *id = pods->element[i + 1]->str;
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "cluster %s", name);
         c->rep->clusters++;
-        if (strset_add(&pod_ids, id) != 0) {
+        if (pv_strv_add(&pod_ids, id) != 0) {
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
             break;
         }
@@ -1109,7 +1067,7 @@ static int check_clusters(ck_ctx *c, pv_status *st) {
                                   id);
         for (size_t m = 0;
              rc == PV_OK && members->type == REDIS_REPLY_ARRAY && m < members->elements; m++)
-            if (!strset_has(&c->node_ids, members->element[m]->str))
+            if (!pv_strv_has(&c->node_ids, members->element[m]->str))
                 ADD(c->rep, CK_AREA_CLUSTERS, "CLUSTER_NODE", subject,
                     "lists node %s, which does not exist", members->element[m]->str);
         if (ex) freeReplyObject(ex);
@@ -1117,17 +1075,17 @@ static int check_clusters(ck_ctx *c, pv_status *st) {
         if (rc == PV_OK) rc = check_upgrade(c, id, name, st);
     }
     if (pods) freeReplyObject(pods);
-    strset_sort(&pod_ids);
+    pv_strv_sort(&pod_ids);
     for (size_t i = 0; rc == PV_OK && i < c->nnodes; i++) {
         const pv_node *n = &c->nodes[i];
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "node %s", n->name);
-        if (!n->pod_id || !strset_has(&pod_ids, n->pod_id))
+        if (!n->pod_id || !pv_strv_has(&pod_ids, n->pod_id))
             ADD(c->rep, CK_AREA_CLUSTERS, "NODE_CLUSTER", subject,
                 "belongs to cluster %s (%s), which does not exist", n->pod_name ?: "?",
                 n->pod_id ?: "?");
     }
-    strset_free(&pod_ids);
+    pv_strv_free(&pod_ids);
     return rc;
 }
 
@@ -1145,22 +1103,22 @@ int ck_audit_run(pv_redis *r, const pv_keys *k, const ck_opts *o, ck_report *out
         snprintf(dir, sizeof dir, "%s/engine/%s", o->cfg->data_dir, c.nodes[i].name);
         c.local[i] = c.nodes[i].engine && strcmp(c.nodes[i].engine, "process") == 0 && is_dir(dir);
         out->local_nodes += c.local[i];
-        if (strset_add(&c.node_ids, c.nodes[i].id) != 0)
+        if (pv_strv_add(&c.node_ids, c.nodes[i].id) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     }
     out->nodes = (long)c.nnodes;
     for (size_t i = 0; rc == PV_OK && i < c.nwls; i++)
-        if (strset_add(&c.wl_ids, c.wls[i].id) != 0)
+        if (pv_strv_add(&c.wl_ids, c.wls[i].id) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    strset_sort(&c.node_ids);
-    strset_sort(&c.wl_ids);
+    pv_strv_sort(&c.node_ids);
+    pv_strv_sort(&c.wl_ids);
     if (rc == PV_OK) rc = check_ops(&c, st);
     if (rc == PV_OK) rc = check_reservations(&c, st);
     if (rc == PV_OK) rc = check_workloads(&c, st);
     if (rc == PV_OK) rc = check_storage(&c, st);
     if (rc == PV_OK) rc = check_clusters(&c, st);
-    strset_free(&c.node_ids);
-    strset_free(&c.wl_ids);
+    pv_strv_free(&c.node_ids);
+    pv_strv_free(&c.wl_ids);
     free(c.local);
     pv_workload_array_free(c.wls, c.nwls);
     pv_node_array_free(c.nodes, c.nnodes);

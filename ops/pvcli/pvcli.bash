@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bash completion for pvcli: source it (or copy it to /etc/bash_completion.d/pvcli).
 _pvcli() {
     local cur=${COMP_WORDS[COMP_CWORD]} noun="" verb="" w i
@@ -10,6 +11,7 @@ _pvcli() {
         [op]="get list wait cancel watch"
         [pod]="add get list remove"
         [workload]="deploy list get remove logs exec"
+        [image]="build list cache remove"
         [capacity]="calc"
     )
     for ((i = 1; i < COMP_CWORD; i++)); do
@@ -21,13 +23,13 @@ _pvcli() {
         esac
     done
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--endpoint -o --detach --timeout --tls-ca --tls-cert --tls-key --user --password --help" -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -W "--endpoint -o --detach --timeout --tls-ca --tls-cert --tls-key --user --password --help" -- "$cur")
     elif [[ ${COMP_WORDS[COMP_CWORD - 1]} == -o || ${COMP_WORDS[COMP_CWORD - 1]} == --output ]]; then
-        COMPREPLY=($(compgen -W "table json" -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -W "table json" -- "$cur")
     elif [[ -z $noun ]]; then
-        COMPREPLY=($(compgen -W "${!verbs[*]}" -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -W "${!verbs[*]}" -- "$cur")
     elif [[ -z $verb ]]; then
-        COMPREPLY=($(compgen -W "${verbs[$noun]}" -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -W "${verbs[$noun]}" -- "$cur")
     fi
 }
 complete -F _pvcli pvcli

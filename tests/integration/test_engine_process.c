@@ -991,8 +991,8 @@ static void test_endpoints(void **state) {
     assert_null(e);
 }
 
-/* Compressed images go to tar(1), which as root would make the device nodes they list: their
- * listing is checked first. A plain compressed image still deploys. */
+/* Compressed images are read by the agent itself (libarchive), which refuses the device nodes
+ * they hold as it does in plain ones. A plain compressed image still deploys. */
 static void test_compressed_images_without_devices(void **state) {
     fixture *f = *state;
     wk_workload_spec s = spec_for("gz1", HELLO, 2);

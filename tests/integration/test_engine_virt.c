@@ -3,7 +3,8 @@
  * wk_engine.h (create, start, pause, resume, stop, remove) with the states libvirt reports, the
  * domain XML built from the spec (memory, vcpus, cpuset, disks, network), workloads found again
  * through their metadata only (a second engine, the driver's own "test" domain ignored), the
- * errors of each call, and wk_engine_virt.h's networks and raw operations. Every connection to
+ * errors of each call, wk_engine_virt.h's networks and raw operations, and client text holding
+ * markup and entity look-alikes read back unchanged from the XML. Every connection to
  * test:///default in a process shares one state, which already holds a domain "test" and a
  * network "default": names here are unique per run, and what is checked is read back from
  * libvirt through a connection of the test's own.
@@ -513,6 +514,49 @@ static void test_connect_disconnect(void **state) {
     remove_ok(f, id);
 }
 
+/* Client text in the name, image and labels, markup and entity look-alikes included, comes back
+ * as it was sent: through the metadata, and after the definition was rewritten (wk_xml's tree,
+ * dumped) by a connect and a disconnect the test driver cannot hot-plug. A label may hold any
+ * valid UTF-8, U+FFFF too, which XML 1.0 has no character for. */
+static void test_hostile_metadata(void **state) {
+    fixture *f = *state;
+    char id[64], name[128];
+    uniq(id, sizeof id, "hostile");
+    snprintf(name, sizeof name, "<b a=\"x\">&amp;'%s]]>", id);
+    static const char labels[] =
+        "{\"m\":\"</workload><x>&lt;&#65;&foo;]]><![CDATA[c]]>\","
+        "\"u\":\"\\u00e9\\u2603\\uffff\\ud83d\\ude00\",\"q\":\"\\\"'<!DOCTYPE w>\"}";
+    wk_workload_spec s = {.id = id, .name = name, .image = "img&<>", .labels_json = labels};
+    wk_engine_info info;
+    pv_status st;
+    create_ok(f, &s, &info);
+    assert_string_equal(info.image, "img&<>");
+    wk_engine_info_clear(&info);
+    wk_virt_link l;
+    assert_int_equal(wk_virt_connect_network(f->v, id, f->net, NULL, NULL, &l, &st), PV_OK);
+    wk_virt_link_clear(&l);
+    assert_int_equal(wk_virt_disconnect_network(f->v, id, f->net, false, &l, &st), PV_OK);
+    wk_virt_link_clear(&l);
+
+    wk_engine *e2;
+    assert_int_equal(wk_engine_open("virt://" URI, NULL, &e2, &st), PV_OK);
+    if (wk_engine_inspect(e2, id, &info, &st) != PV_OK) fail_msg("inspect: %s", st.msg);
+    assert_string_equal(info.name, name);
+    assert_string_equal(info.image, "img&<>");
+    json_t *want = json_loads(labels, 0, NULL), *got = json_loads(info.labels_json, 0, NULL);
+    assert_non_null(want);
+    if (!json_equal(want, got)) fail_msg("labels came back as %s", info.labels_json);
+    json_decref(want);
+    json_decref(got);
+    json_t *nets = json_loads(info.networks_json, 0, NULL);
+    assert_non_null(json_object_get(nets, "default"));
+    assert_null(json_object_get(nets, f->net));
+    json_decref(nets);
+    wk_engine_info_clear(&info);
+    wk_engine_close(e2);
+    remove_ok(f, id);
+}
+
 static void test_raw(void **state) {
     fixture *f = *state;
     char id[64], name[80];
@@ -611,13 +655,10 @@ static void test_threads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lifecycle),
-        cmocka_unit_test(test_domain_from_spec),
-        cmocka_unit_test(test_list_and_metadata),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_list_networks),
-        cmocka_unit_test(test_connect_disconnect),
-        cmocka_unit_test(test_raw),
+        cmocka_unit_test(test_lifecycle),         cmocka_unit_test(test_domain_from_spec),
+        cmocka_unit_test(test_list_and_metadata), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_list_networks),     cmocka_unit_test(test_connect_disconnect),
+        cmocka_unit_test(test_hostile_metadata),  cmocka_unit_test(test_raw),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -289,7 +289,7 @@ static void test_node_errors(void **state) {
     assert_string_equal(st.msg, "resources[cpumem]: the plugin's document must be a JSON object");
     bad.resources = "[1]";
     assert_int_equal(pv_registry_add_node(f->r, &f->keys, &bad, &n, &st), PV_INVALID_ARGUMENT);
-    /* The plugins check their own documents (shared/pv_res). */
+    /* The plugins check their own documents (shared/core/pv_res). */
     bad.resources = "{\"gpu\":{}}";
     assert_int_equal(pv_registry_add_node(f->r, &f->keys, &bad, &n, &st), PV_INVALID_ARGUMENT);
     assert_string_equal(st.msg, "resources: unknown plugin \"gpu\" (known: cpumem, storage)");

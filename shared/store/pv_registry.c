@@ -1,0 +1,865 @@
+/*
+ * pv_registry: the C side of the registry functions (shared/store/redis/registry.lua).
+ *
+ * Each public call checks its input here (names, endpoint scheme, JSON shapes), so a bad request
+ * is answered without a round trip and the Lua functions only check what Redis alone knows
+ * (existence, uniqueness, emptiness). Replies are flat field/value arrays; they are decoded
+ * through one table per record type, so a field added to the schema is one line here.
+ */
+#include "pv_registry.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pv_res.h"
+#include "pv_time.h"
+#include "pv_validate.h"
+
+#define REG "{reg}:"
+#define ARGS_MAX 12
+
+/* ---- records ---- */
+
+typedef enum { F_ID, F_STR, F_INT, F_LONG, F_I64, F_BOOL } field_type;
+
+typedef struct field {
+    const char *name;
+    field_type type;
+    size_t off;
+    const char *dflt; /* F_STR: the value when the field is absent */
+} field;
+
+static const field pod_fields[] = {
+    {"id", F_ID, offsetof(pv_pod, id), NULL},
+    {"name", F_STR, offsetof(pv_pod, name), ""},
+    {"desc", F_STR, offsetof(pv_pod, desc), ""},
+    {"version", F_STR, offsetof(pv_pod, version), ""},
+    {"cp_nodes", F_INT, offsetof(pv_pod, cp_nodes), NULL},
+    {"worker_nodes", F_INT, offsetof(pv_pod, worker_nodes), NULL},
+    {"labels", F_STR, offsetof(pv_pod, labels), "{}"},
+    {"annotations", F_STR, offsetof(pv_pod, annotations), "{}"},
+    {"created_ms", F_I64, offsetof(pv_pod, created_ms), NULL},
+    {"updated_ms", F_I64, offsetof(pv_pod, updated_ms), NULL},
+    {"formed_ms", F_I64, offsetof(pv_pod, formed_ms), NULL},
+    {"n_nodes", F_LONG, offsetof(pv_pod, n_nodes), NULL},
+};
+
+static const field node_fields[] = {
+    {"id", F_ID, offsetof(pv_node, id), NULL},
+    {"name", F_STR, offsetof(pv_node, name), ""},
+    {"pod_id", F_STR, offsetof(pv_node, pod_id), ""},
+    {"pod_name", F_STR, offsetof(pv_node, pod_name), ""},
+    {"role", F_STR, offsetof(pv_node, role), "worker"},
+    {"ip", F_STR, offsetof(pv_node, ip), ""},
+    {"endpoint", F_STR, offsetof(pv_node, endpoint), ""},
+    {"engine", F_STR, offsetof(pv_node, engine), ""},
+    {"labels", F_STR, offsetof(pv_node, labels), "{}"},
+    {"resources", F_STR, offsetof(pv_node, resources), "{}"},
+    {"bypass", F_BOOL, offsetof(pv_node, bypass), NULL},
+    {"usage", F_STR, offsetof(pv_node, usage), "{}"},
+    {"usage_rev", F_I64, offsetof(pv_node, usage_rev), NULL},
+    {"rev", F_I64, offsetof(pv_node, rev), NULL},
+    {"created_ms", F_I64, offsetof(pv_node, created_ms), NULL},
+    {"updated_ms", F_I64, offsetof(pv_node, updated_ms), NULL},
+    {"alive", F_BOOL, offsetof(pv_node, alive), NULL},
+    {"workloads", F_LONG, offsetof(pv_node, workloads), NULL},
+    {"allocs", F_LONG, offsetof(pv_node, allocs), NULL},
+    {"engine_info", F_STR, offsetof(pv_node, engine_info), ""},
+};
+
+#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+#define AT(rec, f, T) ((T *)((char *)(rec) + (f)->off))
+
+static void record_clear(void *rec, const field *fs, size_t nf, size_t size) {
+    if (!rec) return;
+    for (size_t i = 0; i < nf; i++)
+        if (fs[i].type == F_STR) free(*AT(rec, &fs[i], char *));
+    memset(rec, 0, size);
+}
+
+void pv_pod_clear(pv_pod *p) {
+    record_clear(p, pod_fields, NFIELDS(pod_fields), sizeof *p);
+}
+
+void pv_node_clear(pv_node *n) {
+    record_clear(n, node_fields, NFIELDS(node_fields), sizeof *n);
+}
+
+void pv_pod_array_free(pv_pod *pods, size_t n) {
+    for (size_t i = 0; pods && i < n; i++)
+        pv_pod_clear(&pods[i]);
+    free(pods);
+}
+
+void pv_node_array_free(pv_node *nodes, size_t n) {
+    for (size_t i = 0; nodes && i < n; i++)
+        pv_node_clear(&nodes[i]);
+    free(nodes);
+}
+
+void pv_registry_names_free(char **names, size_t n) {
+    for (size_t i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+bool pv_node_down(const pv_node *n) {
+    return n->bypass || !n->alive;
+}
+
+static int set_field(void *rec, const field *f, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case F_ID:
+        snprintf(AT(rec, f, char), PV_ID_MAX, "%s", v);
+        return 0;
+    case F_STR: {
+        char *copy = strdup(v);
+        if (!copy) return -1;
+        free(*AT(rec, f, char *));
+        *AT(rec, f, char *) = copy;
+        return 0;
+    }
+    case F_BOOL:
+        *AT(rec, f, bool) = strcmp(v, "1") == 0;
+        return 0;
+    default:
+        break;
+    }
+    long long n = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0') n = 0; /* a damaged number reads as 0 */
+    if (f->type == F_INT)
+        *AT(rec, f, int) = (int)n;
+    else if (f->type == F_LONG)
+        *AT(rec, f, long) = (long)n;
+    else
+        *AT(rec, f, int64_t) = (int64_t)n;
+    return 0;
+}
+
+/* Fills rec from a flat field/value array; absent strings get their defaults. */
+static int decode(const redisReply *rep, void *rec, const field *fs, size_t nf, pv_status *st) {
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0)
+        return pv_status_set(st, PV_INTERNAL, "registry: unexpected record reply (type %d)",
+                             rep->type);
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *k = rep->element[i], *v = rep->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+        for (size_t j = 0; j < nf; j++) {
+            if (strcmp(fs[j].name, k->str) != 0) continue;
+            if (set_field(rec, &fs[j], v->str) != 0)
+                return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+            break;
+        }
+    }
+    for (size_t j = 0; j < nf; j++) {
+        if (fs[j].type != F_STR || *AT(rec, &fs[j], char *)) continue;
+        if (set_field(rec, &fs[j], fs[j].dflt) != 0)
+            return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    }
+    return PV_OK;
+}
+
+static int decode_pod(const redisReply *rep, pv_pod *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    int rc = decode(rep, out, pod_fields, NFIELDS(pod_fields), st);
+    if (rc != PV_OK) pv_pod_clear(out);
+    return rc;
+}
+
+static int decode_node(const redisReply *rep, pv_node *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    int rc = decode(rep, out, node_fields, NFIELDS(node_fields), st);
+    if (rc != PV_OK) pv_node_clear(out);
+    return rc;
+}
+
+/* ---- calls ---- */
+
+/* One FCALL: keys are index names (suffixes after the base), args[0] is always the base. */
+typedef struct call {
+    char base[PV_KEY_MAX];
+    char keys[2][PV_KEY_MAX];
+    const char *keyv[2];
+    int nkeys;
+    const char *argv[ARGS_MAX];
+    int nargs;
+} call;
+
+static int call_init(call *c, const pv_keys *k, pv_status *st) {
+    memset(c, 0, sizeof *c);
+    int n = snprintf(c->base, sizeof c->base, "%s" REG, k->prefix);
+    if (n < 0 || (size_t)n >= sizeof c->base)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
+    c->argv[c->nargs++] = c->base;
+    return PV_OK;
+}
+
+static void call_key(call *c, const char *index) {
+    /* Plain copies: snprintf from one member into another of the same struct trips GCC's
+     * overlap check at -O2, and the lengths are known anyway (a key longer than PV_KEY_MAX is
+     * cut, which only a prefix near its own limit could cause). */
+    char *dst = c->keys[c->nkeys];
+    size_t b = strnlen(c->base, PV_KEY_MAX - 1), i = strlen(index);
+    if (b + i > PV_KEY_MAX - 1) i = PV_KEY_MAX - 1 - b;
+    memcpy(dst, c->base, b);
+    memcpy(dst + b, index, i);
+    dst[b + i] = '\0';
+    c->keyv[c->nkeys] = c->keys[c->nkeys];
+    c->nkeys++;
+}
+
+static void call_arg(call *c, const char *a) {
+    if (c->nargs < ARGS_MAX) c->argv[c->nargs++] = a ? a : "";
+}
+
+static int call_run(pv_redis *r, call *c, const char *fn, redisReply **reply, pv_status *st) {
+    return pv_redis_fcall(r, fn, c->nkeys, c->keyv, c->nargs, c->argv, reply, st);
+}
+
+/* ---- checks ---- */
+
+static bool has_prefix(const char *s, const char *p) {
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+int pv_registry_engine_of(const char *endpoint, const char **engine, pv_status *st) {
+    if (!endpoint || !*endpoint)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "endpoint: field is required "
+                             "(process://, virt://<uri>, tcp:// or "
+                             "unix://)");
+    if (has_prefix(endpoint, "process://")) {
+        *engine = "process";
+        return PV_OK;
+    }
+    if (has_prefix(endpoint, "virt://")) {
+        if (!endpoint[strlen("virt://")])
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "endpoint: \"%s\" needs a libvirt URI after virt:// "
+                                 "(virt://qemu:///system)",
+                                 endpoint);
+        *engine = "virt";
+        return PV_OK;
+    }
+    if (has_prefix(endpoint, "tcp://") || has_prefix(endpoint, "unix://")) {
+        const char *rest = strstr(endpoint, "://") + 3;
+        if (!*rest)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "endpoint: \"%s\" has no address",
+                                 endpoint);
+        *engine = "docker";
+        return PV_OK;
+    }
+    return pv_status_set(st, PV_INVALID_ARGUMENT,
+                         "endpoint: \"%s\" has an unknown scheme (want process://, "
+                         "virt://<uri>, tcp:// or unix://)",
+                         endpoint);
+}
+
+int pv_registry_check_labels(const char *field, const char *text, pv_status *st) {
+    json_error_t e;
+    json_t *j = json_loads(text ? text : "", 0, &e);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: not a JSON object", field);
+    }
+    const char *key;
+    json_t *v;
+    int rc = PV_OK;
+    json_object_foreach(j, key, v) {
+        if (!json_is_string(v)) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s[%s]: value must be a string", field,
+                               key);
+            break;
+        }
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* One plugin's node document, checked by the plugin itself (shared/core/pv_res): the same parse
+ * the scheduler runs later, so a document stored here is one it can use. */
+static int check_plugin(const char *plugin, json_t *doc, const pv_res_engine_info *info,
+                        pv_status *st) {
+    bool cpumem = strcmp(plugin, "cpumem") == 0;
+    if (!cpumem && strcmp(plugin, "storage") != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "resources: unknown plugin \"%s\" (known: cpumem, storage)", plugin);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "resources[%s]: out of memory", plugin);
+    int rc;
+    if (cpumem) {
+        pv_res_cpumem node;
+        memset(&node, 0, sizeof node);
+        rc = pv_res_cpumem_node_parse(text, strlen(text), info, &node, st);
+        pv_res_cpumem_free(&node);
+    } else {
+        pv_res_storage node;
+        memset(&node, 0, sizeof node);
+        rc = pv_res_storage_node_parse(text, strlen(text), info, &node, st);
+        pv_res_storage_free(&node);
+    }
+    free(text);
+    return rc == PV_OK ? PV_OK : pv_status_prefix(st, "resources");
+}
+
+int pv_registry_check_resources(const char *text, pv_status *st) {
+    return pv_registry_check_resources_with(text, NULL, st);
+}
+
+int pv_registry_check_resources_with(const char *text, const pv_res_engine_info *info,
+                                     pv_status *st) {
+    json_error_t e;
+    json_t *j = json_loads(text ? text : "", 0, &e);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "resources: not a JSON object");
+    }
+    const char *key;
+    json_t *v;
+    int rc = PV_OK;
+    json_object_foreach(j, key, v) {
+        if (!json_is_object(v)) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                               "resources[%s]: the plugin's document must be a JSON object", key);
+            break;
+        }
+        if ((rc = check_plugin(key, v, info, st)) != PV_OK) break;
+    }
+    json_decref(j);
+    return rc;
+}
+
+bool pv_registry_resources_complete(const char *text) {
+    json_t *j = json_loads(text ? text : "{}", 0, NULL);
+    json_t *cpumem = json_object_get(j, "cpumem");
+    bool complete = json_is_object(cpumem) && json_object_get(cpumem, "cpu") &&
+                    json_object_get(cpumem, "memory");
+    json_decref(j);
+    return complete;
+}
+
+/* ---- pods ---- */
+
+static int pod_reply(int rc, redisReply *rep, pv_pod *out, pv_status *st) {
+    if (rc == PV_OK && out) rc = decode_pod(rep, out, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, pv_pod *out,
+                        pv_status *st) {
+    if (pv_validate_name("name", spec->name, st) != PV_OK) return st->code;
+    if (spec->cp_nodes < 0 || spec->worker_nodes < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "topology: node counts must be >= 0 (control plane %d, workers %d)",
+                             spec->cp_nodes, spec->worker_nodes);
+    if (spec->labels && pv_registry_check_labels("labels", spec->labels, st) != PV_OK)
+        return st->code;
+    if (spec->annotations &&
+        pv_registry_check_labels("annotations", spec->annotations, st) != PV_OK)
+        return st->code;
+    char id[PV_ID_MAX], cp[16], workers[16];
+    if (pv_id_new("cluster", id, sizeof id) != 0)
+        return pv_status_set(st, PV_INTERNAL, "cannot make a pod id");
+    snprintf(cp, sizeof cp, "%d", spec->cp_nodes);
+    snprintf(workers, sizeof workers, "%d", spec->worker_nodes);
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    call_arg(&c, id);
+    call_arg(&c, spec->name);
+    call_arg(&c, spec->desc);
+    call_arg(&c, spec->version);
+    call_arg(&c, cp);
+    call_arg(&c, workers);
+    call_arg(&c, spec->labels ? spec->labels : "{}");
+    call_arg(&c, spec->annotations ? spec->annotations : "{}");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_add_pod", &rep, st);
+    return pod_reply(rc, rep, out, st);
+}
+
+int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
+                           pv_status *st) {
+    if (pv_validate_name("name", u->name, st) != PV_OK) return st->code;
+    if (u->labels && pv_registry_check_labels("labels", u->labels, st) != PV_OK) return st->code;
+    if (u->annotations && pv_registry_check_labels("annotations", u->annotations, st) != PV_OK)
+        return st->code;
+    char cp[16] = "", workers[16] = "";
+    if (u->cp_nodes >= 0) snprintf(cp, sizeof cp, "%d", u->cp_nodes);
+    if (u->worker_nodes >= 0) snprintf(workers, sizeof workers, "%d", u->worker_nodes);
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    call_arg(&c, u->name);
+    call_arg(&c, u->labels ? u->labels : "");
+    call_arg(&c, u->annotations ? u->annotations : "");
+    call_arg(&c, cp);
+    call_arg(&c, workers);
+    call_arg(&c, u->mark_formed ? "1" : "");
+    call_arg(&c, u->version ? u->version : "");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_update_pod", &rep, st);
+    return pod_reply(rc, rep, out, st);
+}
+
+int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
+    if (pv_validate_name("name", name, st) != PV_OK) return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    call_arg(&c, name);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_remove_pod", &rep, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int get_pod(pv_redis *r, const pv_keys *k, const char *by, const char *value, pv_pod *out,
+                   pv_status *st) {
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    call_arg(&c, by);
+    call_arg(&c, value);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_get_pod", &rep, st);
+    return pod_reply(rc, rep, out, st);
+}
+
+int pv_registry_get_pod(pv_redis *r, const pv_keys *k, const char *name, pv_pod *out,
+                        pv_status *st) {
+    if (pv_validate_name("name", name, st) != PV_OK) return st->code;
+    return get_pod(r, k, "name", name, out, st);
+}
+
+int pv_registry_get_pod_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_pod *out,
+                              pv_status *st) {
+    if (pv_validate_name("id", id, st) != PV_OK) return st->code;
+    return get_pod(r, k, "id", id, out, st);
+}
+
+/* Decodes an array of records into a new array of `size`-byte records. */
+static int decode_list(redisReply *rep, size_t size,
+                       int (*dec)(const redisReply *, void *, pv_status *), void (*clear)(void *),
+                       void **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return pv_status_set(st, PV_INTERNAL, "registry: unexpected list reply (type %d)",
+                             rep->type);
+    if (rep->elements == 0) return PV_OK;
+    char *arr = calloc(rep->elements, size);
+    if (!arr) return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    for (size_t i = 0; i < rep->elements; i++) {
+        if (dec(rep->element[i], arr + i * size, st) != PV_OK) {
+            for (size_t j = 0; j < i; j++)
+                clear(arr + j * size);
+            free(arr);
+            return st->code;
+        }
+    }
+    *out = arr;
+    *n = rep->elements;
+    return PV_OK;
+}
+
+static int dec_pod(const redisReply *rep, void *rec, pv_status *st) {
+    return decode_pod(rep, rec, st);
+}
+
+static int dec_node(const redisReply *rep, void *rec, pv_status *st) {
+    return decode_node(rep, rec, st);
+}
+
+static void clear_pod(void *rec) {
+    pv_pod_clear(rec);
+}
+
+static void clear_node(void *rec) {
+    pv_node_clear(rec);
+}
+
+int pv_registry_list_pods(pv_redis *r, const pv_keys *k, pv_pod **pods, size_t *n, pv_status *st) {
+    *pods = NULL;
+    *n = 0;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "pods");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_list_pods", &rep, st);
+    if (rc == PV_OK)
+        rc = decode_list(rep, sizeof(pv_pod), dec_pod, clear_pod, (void **)pods, n, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* ---- nodes ---- */
+
+static int node_reply(int rc, redisReply *rep, pv_node *out, pv_status *st) {
+    if (rc == PV_OK && out) rc = decode_node(rep, out, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec, pv_node *out,
+                         pv_status *st) {
+    const char *engine = NULL;
+    if (pv_validate_name("nodename", spec->name, st) != PV_OK ||
+        pv_validate_name("podname", spec->pod_name, st) != PV_OK ||
+        pv_registry_engine_of(spec->endpoint, &engine, st) != PV_OK)
+        return st->code;
+    if (spec->role && *spec->role && strcmp(spec->role, "worker") != 0 &&
+        strcmp(spec->role, "control-plane") != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "role: \"%s\" is neither worker nor control-plane", spec->role);
+    if (spec->labels && pv_registry_check_labels("labels", spec->labels, st) != PV_OK)
+        return st->code;
+    if (spec->resources && pv_registry_check_resources(spec->resources, st) != PV_OK)
+        return st->code;
+    char id[PV_ID_MAX];
+    if (pv_id_new("node", id, sizeof id) != 0)
+        return pv_status_set(st, PV_INTERNAL, "cannot make a node id");
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_key(&c, "pods");
+    call_arg(&c, id);
+    call_arg(&c, spec->name);
+    call_arg(&c, spec->pod_name);
+    call_arg(&c, spec->role && *spec->role ? spec->role : "worker");
+    call_arg(&c, spec->ip);
+    call_arg(&c, spec->endpoint);
+    call_arg(&c, engine);
+    call_arg(&c, spec->labels ? spec->labels : "{}");
+    call_arg(&c, spec->resources ? spec->resources : "{}");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_add_node", &rep, st);
+    return node_reply(rc, rep, out, st);
+}
+
+int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
+    if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_arg(&c, name);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_remove_node", &rep, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int get_node(pv_redis *r, const pv_keys *k, const char *by, const char *value, pv_node *out,
+                    pv_status *st) {
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_arg(&c, by);
+    call_arg(&c, value);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_get_node", &rep, st);
+    return node_reply(rc, rep, out, st);
+}
+
+int pv_registry_get_node(pv_redis *r, const pv_keys *k, const char *name, pv_node *out,
+                         pv_status *st) {
+    if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
+    return get_node(r, k, "name", name, out, st);
+}
+
+int pv_registry_get_node_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_node *out,
+                               pv_status *st) {
+    if (pv_validate_name("id", id, st) != PV_OK) return st->code;
+    return get_node(r, k, "id", id, out, st);
+}
+
+int pv_registry_list_nodes(pv_redis *r, const pv_keys *k, const char *pod_name, pv_node **nodes,
+                           size_t *n, pv_status *st) {
+    *nodes = NULL;
+    *n = 0;
+    if (pod_name && *pod_name && pv_validate_name("podname", pod_name, st) != PV_OK)
+        return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_key(&c, "pods");
+    call_arg(&c, pod_name ? pod_name : "");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_list_nodes", &rep, st);
+    if (rc == PV_OK)
+        rc = decode_list(rep, sizeof(pv_node), dec_node, clear_node, (void **)nodes, n, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u, pv_node *out,
+                         pv_status *st) {
+    const char *engine = "";
+    if (pv_validate_name("nodename", u->name, st) != PV_OK) return st->code;
+    if (u->endpoint && *u->endpoint && pv_registry_engine_of(u->endpoint, &engine, st) != PV_OK)
+        return st->code;
+    if (u->labels && pv_registry_check_labels("labels", u->labels, st) != PV_OK) return st->code;
+    if (u->resources && pv_registry_check_resources(u->resources, st) != PV_OK) return st->code;
+    if (u->bypass != PV_TRI_KEEP && u->bypass != PV_TRI_TRUE && u->bypass != PV_TRI_FALSE)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "bypass: unknown value %d", (int)u->bypass);
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_arg(&c, u->name);
+    call_arg(&c, u->endpoint && *u->endpoint ? u->endpoint : "");
+    call_arg(&c, engine);
+    call_arg(&c, !u->labels ? "keep" : u->labels_merge ? "merge" : "replace");
+    call_arg(&c, u->labels ? u->labels : "{}");
+    call_arg(&c, u->resources ? "replace" : "keep");
+    call_arg(&c, u->resources ? u->resources : "{}");
+    call_arg(&c, u->bypass == PV_TRI_KEEP ? "keep" : u->bypass == PV_TRI_TRUE ? "1" : "0");
+    char rev[32] = "";
+    if (u->resources && u->check_usage_rev)
+        snprintf(rev, sizeof rev, "%lld", (long long)u->usage_rev);
+    call_arg(&c, rev);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_set_node", &rep, st);
+    return node_reply(rc, rep, out, st);
+}
+
+/* ---- liveness ---- */
+
+int pv_registry_set_alive(pv_redis *r, const pv_keys *k, const char *node, long long ttl_seconds,
+                          const char *value, pv_status *st) {
+    if (pv_validate_name("nodename", node, st) != PV_OK) return st->code;
+    if (ttl_seconds == 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ttl: 0 is not a valid status ttl (seconds > 0 sets, < 0 deletes)");
+    if (ttl_seconds > PV_TTL_MAX_SECONDS)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ttl: %lld seconds is longer than a status may live (%lld)",
+                             ttl_seconds, PV_TTL_MAX_SECONDS);
+    char ttl[32];
+    snprintf(ttl, sizeof ttl, "%lld", ttl_seconds);
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_arg(&c, node);
+    call_arg(&c, ttl);
+    call_arg(&c, value && *value ? value : "1");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_set_alive", &rep, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_get_alive(pv_redis *r, const pv_keys *k, const char *node, bool *alive,
+                          char **pod_name, pv_status *st) {
+    *alive = false;
+    if (pod_name) *pod_name = NULL;
+    if (pv_validate_name("nodename", node, st) != PV_OK) return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    call_arg(&c, node);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_get_alive", &rep, st);
+    if (rc == PV_OK) {
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_INTEGER ||
+            rep->element[1]->type != REDIS_REPLY_STRING) {
+            rc = pv_status_set(st, PV_INTERNAL, "registry: unexpected status reply");
+        } else {
+            *alive = rep->element[0]->integer == 1;
+            if (pod_name && !(*pod_name = strdup(rep->element[1]->str)))
+                rc = pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+        }
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* The string elements of an array reply as a new array of copies. */
+static int copy_names(const redisReply *rep, char ***names, size_t *n, pv_status *st) {
+    char **v = calloc(rep->elements, sizeof *v);
+    if (!v) return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    size_t m = 0;
+    for (size_t i = 0; i < rep->elements; i++) {
+        if (rep->element[i]->type != REDIS_REPLY_STRING) continue;
+        if (!(v[m] = strdup(rep->element[i]->str))) {
+            pv_registry_names_free(v, m);
+            return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+        }
+        m++;
+    }
+    *names = v;
+    *n = m;
+    return PV_OK;
+}
+
+int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t *n,
+                            pv_status *st) {
+    *names = NULL;
+    *n = 0;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, "nodes");
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_alive_nodes", &rep, st);
+    if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
+        rc = pv_status_set(st, PV_INTERNAL, "registry: unexpected alive list reply");
+    if (rc == PV_OK && rep->elements > 0) rc = copy_names(rep, names, n, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* ---- engine info ---- */
+
+static int engine_info_key(const pv_keys *k, const char *node, char *buf, size_t len,
+                           pv_status *st) {
+    int n = snprintf(buf, len, "%s" REG "engine-info:%s", k->prefix, node);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info key of node %s is too long",
+                             node);
+    return PV_OK;
+}
+
+int pv_registry_set_engine_info(pv_redis *r, const pv_keys *k, const char *node, const char *json,
+                                long long ttl_seconds, pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_validate_name("nodename", node, st) != PV_OK ||
+        engine_info_key(k, node, key, sizeof key, st) != PV_OK)
+        return st->code;
+    if (ttl_seconds == 0)
+        return pv_status_set(
+            st, PV_INVALID_ARGUMENT,
+            "ttl: 0 is not a valid engine info ttl (seconds > 0 sets, < 0 deletes)");
+    redisReply *rep = NULL;
+    int rc;
+    if (ttl_seconds < 0) {
+        rc = pv_redis_command(r, &rep, st, "DEL %s", key);
+        freeReplyObject(rep);
+        return rc;
+    }
+    json_t *j = json_loads(json ? json : "", 0, NULL);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    bool ok = json_is_object(j) && type && *type;
+    json_decref(j);
+    if (!ok)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "engine info of node %s: want a JSON object with a \"type\"", node);
+    rc = pv_redis_command(r, &rep, st, "SET %s %s EX %lld", key, json, ttl_seconds);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_registry_get_engine_info(pv_redis *r, const pv_keys *k, const char *node, char **json,
+                                pv_status *st) {
+    *json = NULL;
+    char key[PV_KEY_MAX];
+    if (pv_validate_name("nodename", node, st) != PV_OK ||
+        engine_info_key(k, node, key, sizeof key, st) != PV_OK)
+        return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "GET %s", key);
+    if (rc == PV_OK) {
+        if (rep->type != REDIS_REPLY_STRING)
+            rc = pv_status_set(st, PV_NOT_FOUND, "no agent has reported engine info for node %s",
+                               node);
+        else if (!(*json = strdup(rep->str)))
+            rc = pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* A fact of a report: a non-negative integer, else 0 (unknown). */
+static int64_t fact(json_t *j, const char *name) {
+    json_t *v = json_object_get(j, name);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    return n > 0 ? (int64_t)n : 0;
+}
+
+int pv_registry_engine_facts(const char *json, pv_res_engine_info *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    json_t *j = json_loads(json ? json : "", 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info: not a JSON object");
+    }
+    out->cpu_count = fact(j, "cpu_count");
+    out->mem_total = fact(j, "mem_total");
+    out->storage_total = fact(j, "storage_total");
+    json_decref(j);
+    return PV_OK;
+}
+
+int pv_registry_alive_key(const pv_keys *k, const char *node, char *buf, size_t len,
+                          pv_status *st) {
+    int n = snprintf(buf, len, "%s" REG "alive:%s", k->prefix, node);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "alive key of node %s is too long", node);
+    return PV_OK;
+}
+
+int pv_registry_alive_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st) {
+    int n = snprintf(buf, len, "%s" REG "alive:", k->prefix);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
+    return PV_OK;
+}
+
+int pv_registry_alive_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st) {
+    char prefix[PV_KEY_MAX], esc[2 * PV_KEY_MAX];
+    if (pv_registry_alive_prefix(k, prefix, sizeof prefix, st) != PV_OK) return st->code;
+    size_t j = 0;
+    for (const char *p = prefix; *p; p++) {
+        if (strchr("*?[]\\", *p)) esc[j++] = '\\';
+        esc[j++] = *p;
+    }
+    esc[j] = '\0';
+    int n = snprintf(buf, len, "__keyspace@%d__:%s*", db, esc);
+    if (n < 0 || (size_t)n >= len)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
+    return PV_OK;
+}
+
+/* ---- keyspace notifications ---- */
+
+/* Adds to have the flags of want it lacks; 'A' in have stands for "g$lshzxet". */
+static void merge_flags(const char *have, const char *want, char *out, size_t len) {
+    snprintf(out, len, "%s", have);
+    bool all = strchr(have, 'A') != NULL;
+    for (const char *w = want; *w; w++) {
+        if (strchr(out, *w)) continue;
+        if (all && strchr("g$lshzxet", *w)) continue;
+        size_t n = strlen(out);
+        if (n + 1 < len) {
+            out[n] = *w;
+            out[n + 1] = '\0';
+        }
+    }
+}
+
+int pv_registry_ensure_notify(pv_redis *r, bool *changed, pv_status *st) {
+    if (changed) *changed = false;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "CONFIG GET notify-keyspace-events");
+    if (rc != PV_OK) return pv_status_prefix(st, "reading notify-keyspace-events");
+    const char *have = "";
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[1]->type == REDIS_REPLY_STRING)
+        have = rep->element[1]->str;
+    char merged[64];
+    merge_flags(have, PV_REGISTRY_NOTIFY_FLAGS, merged, sizeof merged);
+    bool same = strcmp(merged, have) == 0;
+    freeReplyObject(rep);
+    if (same) return PV_OK;
+    rc = pv_redis_command(r, &rep, st, "CONFIG SET notify-keyspace-events %s", merged);
+    freeReplyObject(rep);
+    if (rc != PV_OK) return pv_status_prefix(st, "setting notify-keyspace-events to %s", merged);
+    if (changed) *changed = true;
+    return PV_OK;
+}

@@ -1,0 +1,766 @@
+/*
+ * pv_storage: names, pool configurations and their libvirt XML, and the storage records (see
+ * pv_storage.h).
+ */
+#include "pv_storage.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "pv_path.h"
+#include "pv_json.h"
+
+#define STO "{sto}:"
+
+int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
+    if (!name || !*name) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
+    size_t n = strlen(name);
+    /* no ".." anywhere, not only as a whole component: the rule stays one an operator can
+     * read off a name (found by fuzz_wire: "a..b" passed, against what the API promises) */
+    bool ok = n <= 128 && name[0] != '-' && name[0] != '.' && !strstr(name, "..");
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)name[i]) || name[i] == '.' || name[i] == '_' || name[i] == '-';
+    if (ok) return PV_OK;
+    return pv_status_set(st, PV_INVALID_ARGUMENT,
+                         "%s: \"%.64s\" is not a plain name (letters, digits, '.', '_', '-'; "
+                         "not starting with '-' or '.'; no \"..\"; at most 128)",
+                         field, name);
+}
+
+/* ---- pool configurations ---- */
+
+typedef struct key_rule {
+    const char *key;
+    bool required;
+    char kind; /* 'p' absolute path, 'L' list of device paths, 'h' host[:port], 'l' list of
+                  those, 'n' plain name, 'q' iSCSI name, 's' string, 'u' uuid, '%' a whole
+                  percentage 1..100, 'r' overcommit ratio */
+} key_rule;
+
+static const key_rule k_common[] = {
+    {"node", false, 's'}, {"max_overcommit", false, 'r'}, {"status_message", false, 's'}};
+static const key_rule k_dir[] = {{"path", true, 'p'}};
+static const key_rule k_lvm[] = {{"volume_group", true, 'n'},
+                                 {"devices", false, 'L'},
+                                 {"thin_pool", false, 'n'},
+                                 {"snapshot_percent", false, '%'}};
+static const key_rule k_nfs[] = {{"server", true, 'h'}, {"export", true, 'p'}, {"path", true, 'p'}};
+static const key_rule k_iscsi[] = {{"portal", true, 'h'},
+                                   {"target", true, 'q'},
+                                   {"chap_username", false, 's'},
+                                   {"chap_secret", false, 's'}};
+static const key_rule k_rbd[] = {
+    {"monitors", true, 'l'}, {"pool", true, 'n'}, {"user", true, 'n'}, {"secret_uuid", true, 'u'}};
+
+static const key_rule *rules_of(int type, size_t *n) {
+    switch (type) {
+    case PV_POOL_DIR:
+        *n = sizeof k_dir / sizeof k_dir[0];
+        return k_dir;
+    case PV_POOL_LVM:
+        *n = sizeof k_lvm / sizeof k_lvm[0];
+        return k_lvm;
+    case PV_POOL_NFS:
+        *n = sizeof k_nfs / sizeof k_nfs[0];
+        return k_nfs;
+    case PV_POOL_ISCSI:
+        *n = sizeof k_iscsi / sizeof k_iscsi[0];
+        return k_iscsi;
+    case PV_POOL_RBD:
+        *n = sizeof k_rbd / sizeof k_rbd[0];
+        return k_rbd;
+    }
+    *n = 0;
+    return NULL;
+}
+
+static bool safe_text(const char *v) {
+    for (; *v; v++)
+        if ((unsigned char)*v < 0x20 || *v == '<' || *v == '>' || *v == '&' || *v == '\'' ||
+            *v == '"')
+            return false;
+    return true;
+}
+
+static bool host_port(const char *v) {
+    if (!*v || !safe_text(v) || strchr(v, '/') || strchr(v, ' ')) return false;
+    const char *colon = strrchr(v, ':');
+    if (colon && v[0] != '[') {
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
+        return colon > v && *end == '\0' && port > 0 && port < 65536;
+    }
+    return true;
+}
+
+static bool is_uuid(const char *v) {
+    if (strlen(v) != 36) return false;
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? v[i] != '-' : !isxdigit((unsigned char)v[i])) return false;
+    }
+    return true;
+}
+
+/* Each item of a comma-separated list passes ok. */
+static bool each_item(const char *v, bool (*ok)(const char *)) {
+    char buf[PV_PATH_MAX + 1];
+    snprintf(buf, sizeof buf, "%s", v);
+    bool any = false;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (!ok(tok)) return false;
+        any = true;
+    }
+    return any;
+}
+
+/* A canonical absolute path (pv_path_check_abs) without XML metacharacters. Whether it lies in
+ * the node's storage roots is the node agent's to check: the roots are the node's. */
+static bool abs_path(const char *v) {
+    return safe_text(v) && pv_path_check_abs("", v, NULL) == PV_OK;
+}
+
+/* A device path: canonical and under /dev (an LVM pool's physical volumes). */
+static bool dev_path(const char *v) {
+    return abs_path(v) && strncmp(v, "/dev/", 5) == 0;
+}
+
+/* A name libvirt puts in a path or a command line: the plain names of volumes. */
+static bool plain(const char *v) {
+    return pv_storage_check_name("", v, NULL) == PV_OK;
+}
+
+/* An iSCSI qualified name (iqn.2004-04.com.example:disk1, eui., naa.): no '/' nor space. */
+static bool iqn(const char *v) {
+    if (!*v) return false;
+    for (; *v; v++)
+        if (!isalnum((unsigned char)*v) && !strchr(".:-_", *v)) return false;
+    return true;
+}
+
+static int check_value(const key_rule *r, const char *v, pv_status *st) {
+    bool ok;
+    const char *want;
+    if (strlen(v) > PV_PATH_MAX)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: %zu bytes, longer than %d",
+                             r->key, strlen(v), PV_PATH_MAX);
+    char field[80];
+    snprintf(field, sizeof field, "config.%s", r->key);
+    switch (r->kind) {
+    case 'p':
+        if (pv_path_check_abs(field, v, st) != PV_OK) return st->code;
+        ok = safe_text(v);
+        want = "a path without <>&'\" or control characters";
+        break;
+    case 'h':
+        ok = host_port(v);
+        want = "a host or host:port";
+        break;
+    case 'l':
+        ok = each_item(v, host_port);
+        want = "a comma-separated list of host or host:port";
+        break;
+    case 'L':
+        ok = each_item(v, dev_path);
+        want = "a comma-separated list of device paths under /dev";
+        break;
+    case 'n':
+        ok = plain(v);
+        want = "a plain name (letters, digits, '.', '_', '-')";
+        break;
+    case 'q':
+        ok = iqn(v);
+        want = "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')";
+        break;
+    case 'u':
+        ok = is_uuid(v);
+        want = "a UUID";
+        break;
+    case '%': {
+        char *end;
+        long p = strtol(v, &end, 10);
+        ok = *v && *end == '\0' && p >= 1 && p <= 100;
+        want = "a whole percentage from 1 to 100";
+        break;
+    }
+    case 'r': {
+        char *end;
+        double d = strtod(v, &end);
+        ok = *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
+        want = "a ratio from 1 to 1000";
+        break;
+    }
+    default:
+        ok = *v && safe_text(v);
+        want = "a non-empty value without <>&'\" or control characters";
+    }
+    if (ok) return PV_OK;
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: \"%.100s\" is not %s", r->key, v,
+                         want);
+}
+
+static const key_rule *find_rule(const key_rule *rules, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rules[i].key, key) == 0) return &rules[i];
+    return NULL;
+}
+
+int pv_storage_check_pool(int type, json_t *config, pv_status *st) {
+    size_t n;
+    const key_rule *rules = rules_of(type, &n);
+    if (!rules) return pv_status_set(st, PV_INVALID_ARGUMENT, "type: %d is not a pool type", type);
+    const char *key;
+    json_t *v;
+    json_object_foreach(config, key, v) {
+        const key_rule *r = find_rule(rules, n, key);
+        if (!r) r = find_rule(k_common, sizeof k_common / sizeof k_common[0], key);
+        if (!r) {
+            char known[256] = "";
+            for (size_t i = 0; i < n; i++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                         rules[i].key);
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "config.%s: not a key of this pool type (it takes %s; and node, "
+                                 "max_overcommit)",
+                                 key, known);
+        }
+        if (!json_is_string(v))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: not a string", key);
+        if (strcmp(key, "status_message") != 0 && check_value(r, json_string_value(v), st) != PV_OK)
+            return st->code;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (rules[i].required && !json_object_get(config, rules[i].key))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: required for this pool type",
+                                 rules[i].key);
+    return PV_OK;
+}
+
+/* ---- pool XML ---- */
+
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 512) + (size_t)(n > 0 ? n : 0);
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static const char *cfg(json_t *config, const char *key) {
+    const char *v = json_string_value(json_object_get(config, key));
+    return v ? v : "";
+}
+
+/* host[:port] split into <host name='' port=''/>. */
+static void sb_host(sbuf *b, const char *hp) {
+    char host[256];
+    snprintf(host, sizeof host, "%s", hp);
+    char *colon = host[0] != '[' ? strrchr(host, ':') : NULL;
+    if (colon) {
+        *colon = '\0';
+        sb_add(b, "<host name='%s' port='%s'/>", host, colon + 1);
+    } else {
+        sb_add(b, "<host name='%s'/>", host);
+    }
+}
+
+int pv_storage_pool_xml(const char *name, const char *uuid, int type, json_t *config, char **xml,
+                        pv_status *st) {
+    *xml = NULL;
+    if (pv_storage_check_name("name", name, st) != PV_OK ||
+        pv_storage_check_pool(type, config, st) != PV_OK)
+        return st->code;
+    static const char *const kinds[] = {"", "dir", "logical", "iscsi", "netfs", "rbd"};
+    sbuf b = {0};
+    sb_add(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
+    if (uuid && is_uuid(uuid)) sb_add(&b, "<uuid>%s</uuid>", uuid);
+    char list[PV_PATH_MAX + 1];
+    switch (type) {
+    case PV_POOL_DIR:
+        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        break;
+    case PV_POOL_LVM:
+        sb_add(&b, "<source><name>%s</name>", cfg(config, "volume_group"));
+        snprintf(list, sizeof list, "%s", cfg(config, "devices"));
+        for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save))
+            sb_add(&b, "<device path='%s'/>", d);
+        sb_add(&b, "<format type='lvm2'/></source><target><path>/dev/%s</path></target>",
+               cfg(config, "volume_group"));
+        break;
+    case PV_POOL_NFS:
+        sb_add(&b, "<source>");
+        sb_host(&b, cfg(config, "server"));
+        sb_add(&b, "<dir path='%s'/><format type='nfs'/></source>", cfg(config, "export"));
+        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        break;
+    case PV_POOL_ISCSI:
+        sb_add(&b, "<source>");
+        sb_host(&b, cfg(config, "portal"));
+        sb_add(&b, "<device path='%s'/>", cfg(config, "target"));
+        if (*cfg(config, "chap_username"))
+            sb_add(&b, "<auth type='chap' username='%s'><secret usage='%s'/></auth>",
+                   cfg(config, "chap_username"), cfg(config, "chap_secret"));
+        sb_add(&b, "</source><target><path>/dev/disk/by-path</path></target>");
+        break;
+    case PV_POOL_RBD:
+        sb_add(&b, "<source><name>%s</name>", cfg(config, "pool"));
+        snprintf(list, sizeof list, "%s", cfg(config, "monitors"));
+        for (char *save = NULL, *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save))
+            sb_host(&b, m);
+        sb_add(&b, "<auth type='ceph' username='%s'><secret uuid='%s'/></auth></source>",
+               cfg(config, "user"), cfg(config, "secret_uuid"));
+        break;
+    }
+    sb_add(&b, "</pool>");
+    if (b.oom) {
+        free(b.s);
+        return pv_status_set(st, PV_INTERNAL, "pool XML: out of memory");
+    }
+    *xml = b.s;
+    return PV_OK;
+}
+
+const char *pv_storage_format_name(int format) {
+    switch (format) {
+    case PV_VOL_RAW:
+        return "raw";
+    case PV_VOL_QCOW2:
+        return "qcow2";
+    case PV_VOL_VMDK:
+        return "vmdk";
+    case PV_VOL_VDI:
+        return "vdi";
+    }
+    return NULL;
+}
+
+/* ---- snapshots of each pool type ---- */
+
+int pv_storage_snapshot_method(int pool_type, int format) {
+    if (pool_type == PV_POOL_LVM) return PV_SNAPS_LVM;
+    if (pool_type == PV_POOL_RBD) return PV_SNAPS_RBD;
+    return format == PV_VOL_QCOW2 ? PV_SNAPS_QCOW2 : PV_SNAPS_NONE;
+}
+
+void pv_argv_clear(pv_argv *a) {
+    for (size_t i = 0; i < a->n; i++)
+        free(a->v[i]);
+    memset(a, 0, sizeof *a);
+}
+
+static void argv_add(pv_argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void argv_add(pv_argv *a, const char *fmt, ...) {
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    /* the builders below stay well under PV_ARGV_MAX: reaching it is a bug, reported as such */
+    if (a->n >= PV_ARGV_MAX || vasprintf(&s, fmt, ap) < 0) {
+        s = NULL;
+        a->failed = true;
+    }
+    va_end(ap);
+    if (s) a->v[a->n++] = s;
+}
+
+/* A value that goes into a command line as (part of) one argument: a plain name, so that it
+ * can neither be read as an option nor name another volume group, pool or device. */
+static int arg_name(const char *what, const char *v, pv_status *st) {
+    if (pv_storage_check_name(what, v, st) == PV_OK) return PV_OK;
+    return pv_status_set(st, PV_FAILED_PRECONDITION,
+                         "%s: \"%.64s\" cannot go into a snapshot command (not a plain name)", what,
+                         v ? v : "");
+}
+
+int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *snap_id, pv_argv *out,
+                             pv_status *st) {
+    memset(out, 0, sizeof *out);
+    json_t *config = json_object_get(pool, "config");
+    int type = (int)json_integer_value(json_object_get(pool, "type"));
+    const char *image = pv_json_str_or(vol, "name", "");
+    if (what < PV_SNAP_CREATE || what > PV_SNAP_DELETE)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "snapshot command %d: unknown", what);
+    if (arg_name("volume", image, st) != PV_OK || arg_name("snapshot", snap_id, st) != PV_OK)
+        return st->code;
+    if (type == PV_POOL_LVM) {
+        const char *vg = pv_json_str_or(config, "volume_group", "");
+        if (arg_name("config.volume_group", vg, st) != PV_OK) return st->code;
+        if (what == PV_SNAP_CREATE) {
+            /* a thick (copy-on-write) snapshot: its space is a share of its origin's; at 100%
+             * it holds a complete rewrite of the origin */
+            argv_add(out, "/sbin/lvcreate");
+            argv_add(out, "--snapshot");
+            argv_add(out, "--name");
+            argv_add(out, "%s", snap_id);
+            argv_add(out, "--extents");
+            argv_add(out, "%s%%ORIGIN", pv_json_str_or(config, "snapshot_percent", "100"));
+            argv_add(out, "%s/%s", vg, image);
+        } else if (what == PV_SNAP_RESTORE) {
+            /* the snapshot's blocks copied over its origin, not `lvconvert --merge`: a merge
+             * consumes the snapshot it merges (and waits for the origin to be closed), while
+             * writing the origin keeps every snapshot whole: each one copies the blocks about
+             * to change into its own space first, the one read from included */
+            argv_add(out, "/bin/dd");
+            argv_add(out, "if=/dev/%s/%s", vg, snap_id);
+            argv_add(out, "of=/dev/%s/%s", vg, image);
+            argv_add(out, "bs=4M");
+            argv_add(out, "conv=fsync");
+            argv_add(out, "status=none");
+        } else {
+            argv_add(out, "/sbin/lvremove");
+            argv_add(out, "--yes");
+            argv_add(out, "%s/%s", vg, snap_id);
+        }
+    } else if (type == PV_POOL_RBD) {
+        const char *rpool = pv_json_str_or(config, "pool", ""),
+                   *user = pv_json_str_or(config, "user", "");
+        const char *mons = pv_json_str_or(config, "monitors", "");
+        if (arg_name("config.pool", rpool, st) != PV_OK ||
+            arg_name("config.user", user, st) != PV_OK)
+            return st->code;
+        if (!*mons || mons[0] == '-')
+            return pv_status_set(st, PV_FAILED_PRECONDITION,
+                                 "config.monitors: \"%.64s\" cannot go into a snapshot command",
+                                 mons);
+        static const char *const verbs[] = {"", "create", "rollback", "rm"};
+        argv_add(out, "/usr/bin/rbd");
+        argv_add(out, "--id");
+        argv_add(out, "%s", user);
+        argv_add(out, "-m");
+        argv_add(out, "%s", mons);
+        argv_add(out, "--no-progress");
+        argv_add(out, "snap");
+        argv_add(out, "%s", verbs[what]);
+        argv_add(out, "%s/%s@%s", rpool, image, snap_id);
+    } else {
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "pool type %d takes no snapshot commands (qcow2 volumes use qemu-img)",
+                             type);
+    }
+    if (out->failed) {
+        pv_argv_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "snapshot command: out of memory or too long");
+    }
+    out->v[out->n] = NULL;
+    return PV_OK;
+}
+
+bool pv_storage_snapshot_done_before(int method, int what, const char *output) {
+    if (!output) return false;
+    if (method == PV_SNAPS_QCOW2) /* qemu-img snapshot -d */
+        return what == PV_SNAP_DELETE && strstr(output, "snapshot not found");
+    if (method == PV_SNAPS_LVM)
+        return (what == PV_SNAP_CREATE && strstr(output, "already exists")) ||
+               (what == PV_SNAP_DELETE && strstr(output, "Failed to find logical volume"));
+    if (method == PV_SNAPS_RBD)
+        return (what == PV_SNAP_CREATE && strstr(output, "(17) File exists")) ||
+               (what == PV_SNAP_DELETE && strstr(output, "(2) No such file or directory"));
+    return false;
+}
+
+/* ---- records ---- */
+
+static const char *what_of(const char *kind) {
+    return strcmp(kind, "vol") == 0 ? "volume" : strcmp(kind, "snap") == 0 ? "snapshot" : "pool";
+}
+
+static const char *id_field(const char *kind) {
+    return strcmp(kind, "pool") == 0 ? "name" : "id";
+}
+
+int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *id, json_t **out,
+                   pv_status *st) {
+    *out = NULL;
+    if (!id || !*id) return pv_status_set(st, PV_NOT_FOUND, "%s \"\" not found", what_of(kind));
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "GET %s" STO "%s:%s", k->prefix, kind, id) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    if (rep->type != REDIS_REPLY_STRING)
+        rc = pv_status_set(st, PV_NOT_FOUND, "%s %.128s not found", what_of(kind), id);
+    else if (!(*out = json_loads(rep->str, 0, NULL)))
+        rc = pv_status_set(st, PV_INTERNAL, "%s %.128s: unreadable record", what_of(kind), id);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int64_t now_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
+    const char *id = json_string_value(json_object_get(rec, id_field(kind)));
+    if (!id) return pv_status_set(st, PV_INTERNAL, "%s record without id", what_of(kind));
+    json_object_set_new(rec, "updated_ms", json_integer(now_ms()));
+    char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], member[PV_KEY_MAX] = "";
+    double score = 0;
+    snprintf(key, sizeof key, "%s" STO "%s:%s", k->prefix, kind, id);
+    if (strcmp(kind, "pool") == 0) {
+        snprintf(index, sizeof index, "%s" STO "pools", k->prefix);
+    } else if (strcmp(kind, "vol") == 0) {
+        snprintf(index, sizeof index, "%s" STO "pool-vols:%s", k->prefix,
+                 json_string_value(json_object_get(rec, "pool")));
+    } else {
+        snprintf(index, sizeof index, "%s" STO "vol-snaps:%s", k->prefix,
+                 json_string_value(json_object_get(rec, "volume_id")));
+        score = (double)json_integer_value(json_object_get(rec, "created_ms"));
+    }
+    snprintf(member, sizeof member, "%s", id);
+    const char *argv_set[] = {"SET", key, text};
+    char sc[32];
+    snprintf(sc, sizeof sc, "%.0f", score);
+    const char *argv_z[] = {"ZADD", index, sc, member};
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "MULTI");
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK) rc = pv_redis_commandv(r, &rep, st, 3, argv_set, NULL);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK) rc = pv_redis_commandv(r, &rep, st, 4, argv_z, NULL);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "EXEC");
+    if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
+        rc = pv_status_set(st, PV_UNAVAILABLE, "%s %s: not written", what_of(kind), id);
+    if (rep) freeReplyObject(rep);
+    free(text);
+    return rc;
+}
+
+int pv_storage_del(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
+    const char *id = json_string_value(json_object_get(rec, id_field(kind)));
+    if (!id) return PV_OK;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "MULTI");
+    if (rep) freeReplyObject(rep);
+#define RUN(...)                                                                                   \
+    do {                                                                                           \
+        rep = NULL;                                                                                \
+        if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, __VA_ARGS__);                          \
+        if (rep) freeReplyObject(rep);                                                             \
+    } while (0)
+    RUN("DEL %s" STO "%s:%s", k->prefix, kind, id);
+    if (strcmp(kind, "pool") == 0) {
+        RUN("ZREM %s" STO "pools %s", k->prefix, id);
+        RUN("DEL %s" STO "pool-names:%s", k->prefix, id);
+    } else if (strcmp(kind, "vol") == 0) {
+        const char *pool = json_string_value(json_object_get(rec, "pool"));
+        const char *name = json_string_value(json_object_get(rec, "name"));
+        RUN("ZREM %s" STO "pool-vols:%s %s", k->prefix, pool ? pool : "", id);
+        RUN("HDEL %s" STO "pool-names:%s %s", k->prefix, pool ? pool : "", name ? name : "");
+        RUN("DEL %s" STO "vol-snaps:%s", k->prefix, id);
+    } else {
+        const char *vol = json_string_value(json_object_get(rec, "volume_id"));
+        RUN("ZREM %s" STO "vol-snaps:%s %s", k->prefix, vol ? vol : "", id);
+    }
+    RUN("EXEC");
+#undef RUN
+    return rc;
+}
+
+int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
+                          const char *id, pv_status *st) {
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HSETNX %s" STO "pool-names:%s %s %s", k->prefix, pool, name,
+                         id) != PV_OK)
+        return st->code;
+    freeReplyObject(rep);
+    if (pv_redis_command(r, &rep, st, "HGET %s" STO "pool-names:%s %s", k->prefix, pool, name) !=
+        PV_OK)
+        return st->code;
+    int rc = rep->type == REDIS_REPLY_STRING && strcmp(rep->str, id) == 0
+                 ? PV_OK
+                 : pv_status_set(st, PV_ALREADY_EXISTS,
+                                 "name: pool %s already has a volume named %s", pool, name);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_storage_claimed_names(pv_redis *r, const pv_keys *k, const char *pool, json_t **names,
+                             pv_status *st) {
+    *names = NULL;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s" STO "pool-names:%s", k->prefix, pool) != PV_OK)
+        return st->code;
+    json_t *o = json_object();
+    for (size_t i = 0; o && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->str && rep->element[i + 1]->str)
+            json_object_set_new(o, rep->element[i]->str, json_string(rep->element[i + 1]->str));
+    freeReplyObject(rep);
+    if (!o) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    *names = o;
+    return PV_OK;
+}
+
+int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
+                            pv_status *st) {
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HDEL %s" STO "pool-names:%s %s", k->prefix, pool, name) !=
+        PV_OK)
+        return st->code;
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
+int pv_storage_list(pv_redis *r, const pv_keys *k, const char *kind, const char *owner,
+                    json_t **out, pv_status *st) {
+    *out = json_array();
+    if (!*out) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    redisReply *rep = NULL;
+    int rc;
+    if (strcmp(kind, "pool") == 0)
+        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "pools 0 -1", k->prefix);
+    else if (strcmp(kind, "vol") == 0)
+        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "pool-vols:%s 0 -1", k->prefix, owner);
+    else
+        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "vol-snaps:%s 0 -1", k->prefix, owner);
+    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        json_t *rec = NULL;
+        int grc = pv_storage_get(r, k, kind, rep->element[i]->str, &rec, st);
+        if (grc == PV_NOT_FOUND) continue; /* removed meanwhile */
+        if (grc != PV_OK)
+            rc = grc;
+        else
+            json_array_append_new(*out, rec);
+    }
+    if (rep) freeReplyObject(rep);
+    if (rc != PV_OK) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_t **out,
+                           pv_status *st) {
+    int rc = pv_storage_get(r, k, "vol", ref, out, st);
+    if (rc != PV_NOT_FOUND) return rc;
+    redisReply *pools = NULL;
+    if (pv_redis_command(r, &pools, st, "ZRANGE %s" STO "pools 0 -1", k->prefix) != PV_OK)
+        return st->code;
+    char found[PV_KEY_MAX] = "";
+    size_t hits = 0;
+    for (size_t i = 0; rc == PV_NOT_FOUND && i < pools->elements; i++) {
+        redisReply *id = NULL;
+        if (pv_redis_command(r, &id, st, "HGET %s" STO "pool-names:%s %s", k->prefix,
+                             pools->element[i]->str, ref) != PV_OK) {
+            rc = st->code;
+            break;
+        }
+        if (id->type == REDIS_REPLY_STRING) {
+            hits++;
+            snprintf(found, sizeof found, "%s", id->str);
+        }
+        freeReplyObject(id);
+    }
+    freeReplyObject(pools);
+    if (rc != PV_NOT_FOUND) return rc;
+    if (hits > 1)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "id: %zu pools hold a volume named %.128s: give its id", hits, ref);
+    if (hits == 1) return pv_storage_get(r, k, "vol", found, out, st);
+    return pv_status_set(st, PV_NOT_FOUND, "volume %.128s not found", ref);
+}
+
+int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
+                      pv_status *st) {
+    json_t *vol = NULL;
+    if (pv_storage_get(r, k, "vol", vol_id, &vol, st) != PV_OK) return st->code;
+    const char *restoring = json_string_value(json_object_get(vol, "restoring"));
+    if (restoring && *restoring) { /* its data may be the old snapshot's or the new one's */
+        pv_status_set(st, PV_FAILED_PRECONDITION,
+                      "volume %s: a restore to snapshot %s is running or did not finish (its "
+                      "data may be either snapshot's): wait for it, or restore a snapshot",
+                      json_string_value(json_object_get(vol, "name")), restoring);
+        json_decref(vol);
+        return st->code;
+    }
+    redisReply *rep = NULL;
+    int rc =
+        pv_redis_command(r, &rep, st, "SET %s" STO "vol-user:%s %s NX", k->prefix, vol_id, wl_id);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "GET %s" STO "vol-user:%s", k->prefix, vol_id);
+    if (rc == PV_OK && (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, wl_id) != 0))
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by workload %.64s",
+                           json_string_value(json_object_get(vol, "name")),
+                           rep->type == REDIS_REPLY_STRING ? rep->str : "?");
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    if (rc == PV_OK) {
+        json_object_set_new(vol, "status", json_integer(PV_VOL_IN_USE));
+        json_object_set_new(vol, "in_use_by", json_string(wl_id));
+        rc = pv_storage_put(r, k, "vol", vol, st);
+    }
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "SADD %s" STO "wl-vols:%s %s", k->prefix, wl_id, vol_id);
+    if (rep) freeReplyObject(rep);
+    json_decref(vol);
+    return rc;
+}
+
+int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_status *st) {
+    redisReply *ids = NULL;
+    if (pv_redis_command(r, &ids, st, "SMEMBERS %s" STO "wl-vols:%s", k->prefix, wl_id) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < ids->elements; i++) {
+        const char *vid = ids->element[i]->str;
+        json_t *vol = NULL;
+        int grc = pv_storage_get(r, k, "vol", vid, &vol, st);
+        if (grc == PV_OK &&
+            strcmp(json_string_value(json_object_get(vol, "in_use_by")) ?: "", wl_id) == 0) {
+            json_object_set_new(vol, "status", json_integer(PV_VOL_READY));
+            json_object_del(vol, "in_use_by");
+            rc = pv_storage_put(r, k, "vol", vol, st);
+        } else if (grc != PV_OK && grc != PV_NOT_FOUND) {
+            rc = grc;
+        }
+        json_decref(vol);
+        redisReply *rep = NULL;
+        if (rc == PV_OK && pv_redis_command(r, &rep, st, "EVAL %s 1 %s" STO "vol-user:%s %s",
+                                            "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                            "return redis.call('DEL', KEYS[1]) end return 0",
+                                            k->prefix, vid, wl_id) != PV_OK)
+            rc = st->code;
+        if (rep) freeReplyObject(rep);
+    }
+    freeReplyObject(ids);
+    redisReply *rep = NULL;
+    if (rc == PV_OK)
+        rc = pv_redis_command(r, &rep, st, "DEL %s" STO "wl-vols:%s", k->prefix, wl_id);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}

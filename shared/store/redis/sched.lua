@@ -1,0 +1,182 @@
+#!lua name=pivirt_sched
+--[[
+  The scheduler's side of the registry: reservations of node resources, and the replies to plan
+  requests. Loaded by every pivirt process on (re)connect, like the other libraries.
+
+  Resource arithmetic (how much a core, a volume or a byte of memory holds) is done in C by the
+  scheduler (shared/core/pv_res): these functions only make its results atomic. A writer reads a
+  node's `usage` and `usage_rev`, computes the new usage, and commits it here; the commit checks
+  that every node it touches still has the revision the writer read (compare-and-set), so two
+  schedulers planning from the same picture can never both take the last slot of a node: the
+  second one's commit fails with a conflict and it plans again from fresh data.
+
+  Keys (shared/store/pv_resv.h has the whole schema): ARGV[1] is the key base "<prefix>{reg}:";
+  KEYS[1] is the reservation's own key; records reached through it (node:<id>, node-allocs:<id>,
+  deploy-count:<app>:<entry>, the plan reply and abandon keys) are derived from ARGV.
+]]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Checks that each node still exists and has the expected usage revision. The node list starts
+-- at args[i]: n, then for each node: id, name, expected_rev, new_usage, count, then count pairs
+-- (alloc id, alloc json or '') . Returns nil or the name of the first node that moved.
+local function nodes_moved(base, args, i)
+  local n = tonumber(args[i]); i = i + 1
+  for _ = 1, n do
+    local id, name, rev, count = args[i], args[i + 1], args[i + 2], tonumber(args[i + 4])
+    local cur = redis.call('HGET', base .. 'node:' .. id, 'usage_rev')
+    if redis.call('EXISTS', base .. 'node:' .. id) == 0 then return name end
+    if (cur or '0') ~= rev then return name end
+    i = i + 5 + 2 * count
+  end
+  return nil
+end
+
+-- Writes each node's new usage, bumps its revision, and adds (sign 1) or removes (sign -1) its
+-- allocations and deploy counts.
+local function apply_nodes(base, args, i, sign, app, entry)
+  local n = tonumber(args[i]); i = i + 1
+  local now = tostring(now_ms())
+  for _ = 1, n do
+    local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
+    local node = base .. 'node:' .. id
+    redis.call('HSET', node, 'usage', usage, 'updated_ms', now)
+    redis.call('HINCRBY', node, 'usage_rev', 1)
+    redis.call('HINCRBY', node, 'rev', 1)
+    local allocs = base .. 'node-allocs:' .. id
+    local changed = 0
+    for j = 1, count do
+      local aid, body = args[i + 5 + 2 * (j - 1)], args[i + 6 + 2 * (j - 1)]
+      if sign > 0 then
+        redis.call('HSET', allocs, aid, body)
+        changed = changed + 1
+      else
+        -- An allocation a workload took over (pv_workload_add) is no longer here: its instance
+        -- still counts, so only the allocations actually given back leave the deploy count.
+        changed = changed + redis.call('HDEL', allocs, aid)
+      end
+    end
+    if app ~= '' and changed > 0 then
+      local counts = base .. 'deploy-count:' .. app .. ':' .. entry
+      local left = redis.call('HINCRBY', counts, name, sign * changed)
+      if left <= 0 then redis.call('HDEL', counts, name) end
+    end
+    i = i + 5 + 2 * count
+  end
+end
+
+-- pv_sched_commit(KEYS[1]=reservation key, ARGV: base resv_id pod owner app entry expires_ms
+-- nodes_json request_id reply_body reply_ttl, then the node list) -> 'OK' | 'DUPLICATE' |
+-- 'ABANDONED' | {'CONFLICT', node name}.
+-- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
+-- request abandoned after its deadline) is not committed: nobody would ever use or release it.
+-- A reservation made once is marked for 10 minutes, far past any request's deadline (after which
+-- schedulers drop it unanswered): a scheduler that dies after committing and replying but before
+-- acknowledging the request leaves it to another, which runs it again, possibly after the deploy
+-- already took the allocations and released the reservation. Without the mark that second run
+-- would reserve them again, counted twice until the reservation expired.
+redis.register_function('pv_sched_commit', function(keys, args)
+  local base, resv_id, request_id = args[1], args[2], args[9]
+  local made = base .. 'resv-made:' .. resv_id
+  if redis.call('EXISTS', keys[1]) == 1 or redis.call('EXISTS', made) == 1 then
+    return 'DUPLICATE'
+  end
+  if request_id ~= '' and redis.call('EXISTS', base .. 'sched:gone:' .. request_id) == 1 then
+    return 'ABANDONED'
+  end
+  local moved = nodes_moved(base, args, 12)
+  if moved then return {'CONFLICT', moved} end
+  local app, entry, expires = args[5], args[6], tonumber(args[7])
+  apply_nodes(base, args, 12, 1, app, entry)
+  redis.call('HSET', keys[1], 'id', resv_id, 'pod', args[3], 'owner', args[4], 'app', app,
+    'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', tostring(now_ms()))
+  if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
+  redis.call('SET', made, '1', 'EX', 600)
+  if request_id ~= '' then
+    local reply = base .. 'sched:reply:' .. request_id
+    redis.call('LPUSH', reply, args[10])
+    redis.call('EXPIRE', reply, tonumber(args[11]))
+  end
+  return 'OK'
+end)
+
+-- pv_sched_release(KEYS[1]=reservation key, ARGV: base resv_id app entry, then the node list
+-- with the allocations to drop) -> 'OK' | 'NOT_FOUND' | {'CONFLICT', node name}.
+redis.register_function('pv_sched_release', function(keys, args)
+  local base, resv_id = args[1], args[2]
+  if redis.call('EXISTS', keys[1]) == 0 then return 'NOT_FOUND' end
+  local moved = nodes_moved(base, args, 5)
+  if moved then return {'CONFLICT', moved} end
+  apply_nodes(base, args, 5, -1, args[3], args[4])
+  redis.call('DEL', keys[1])
+  redis.call('ZREM', base .. 'resvs', resv_id)
+  return 'OK'
+end)
+
+-- pv_sched_set_usage(KEYS[1]=node key, ARGV: expected_rev usage) -> 1, or 0 when the revision
+-- moved. GetNodeResource's fix rewrites a node's usage from its allocations with it.
+redis.register_function('pv_sched_set_usage', function(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    return redis.error_reply('NOT_FOUND node record ' .. keys[1] .. ' is gone')
+  end
+  if (redis.call('HGET', keys[1], 'usage_rev') or '0') ~= args[1] then return 0 end
+  redis.call('HSET', keys[1], 'usage', args[2], 'updated_ms', tostring(now_ms()))
+  redis.call('HINCRBY', keys[1], 'usage_rev', 1)
+  redis.call('HINCRBY', keys[1], 'rev', 1)
+  return 1
+end)
+
+-- pv_sched_reply(KEYS[1]=reply list, KEYS[2]=abandon key, ARGV: body ttl) -> 1, or 0 when the
+-- requester has given up already.
+redis.register_function('pv_sched_reply', function(keys, args)
+  if redis.call('EXISTS', keys[2]) == 1 then return 0 end
+  redis.call('LPUSH', keys[1], args[1])
+  redis.call('EXPIRE', keys[1], tonumber(args[2]))
+  return 1
+end)
+
+-- pv_sched_abandon(KEYS[1]=reply list, KEYS[2]=abandon key, ARGV: ttl) -> the reply when it
+-- arrived after all, else nil with the request marked abandoned (pv_sched_commit then refuses
+-- it). One atomic step, so a reservation is either seen by its requester or never made.
+redis.register_function('pv_sched_abandon', function(keys, args)
+  local body = redis.call('RPOP', keys[1])
+  if body then return body end
+  redis.call('SET', keys[2], '1', 'EX', tonumber(args[1]))
+  return false
+end)
+
+-- pv_sched_view(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base pod_name) -> flat
+-- {id, name, rev, alive, ...} for the pod's nodes in name order. A scheduler keeps the records it
+-- parsed and re-reads only the nodes whose rev moved: every write of a node record bumps it.
+redis.register_function{function_name = 'pv_sched_view', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, pod_name = args[1], args[2]
+    local pod_id = redis.call('HGET', keys[2], pod_name)
+    if not pod_id then
+      return redis.error_reply('NOT_FOUND pod ' .. pod_name .. ' not found')
+    end
+    local rows, names = {}, {}
+    for _, id in ipairs(redis.call('SMEMBERS', base .. 'pod-nodes:' .. pod_id)) do
+      local f = redis.call('HMGET', base .. 'node:' .. id, 'name', 'rev')
+      if f[1] then
+        rows[f[1]] = {id, f[1], f[2] or '0'}
+        names[#names + 1] = f[1]
+      end
+    end
+    table.sort(names)
+    local out = {}
+    for _, name in ipairs(names) do
+      local r = rows[name]
+      out[#out + 1] = r[1]
+      out[#out + 1] = r[2]
+      out[#out + 1] = r[3]
+      out[#out + 1] = tostring(redis.call('EXISTS', base .. 'alive:' .. name))
+    end
+    return out
+  end}
+
+redis.register_function{function_name = 'pv_sched_version', flags = {'no-writes'},
+  callback = function(keys, args) return 1 end}

@@ -1,0 +1,337 @@
+#!lua name=pivirt_workload
+--[[
+  Workload records and their statuses (shared/store/pv_workload.h has the keys and fields). Loaded by
+  every pivirt process on (re)connect, like the other libraries. Errors are
+  redis.error_reply('<CODE> <message>').
+
+  Conventions (those of the registry, registry.lua):
+  - ARGV[1] is the key base "<prefix>{reg}:"; every key starts with it (one hash slot).
+  - KEYS[1], when given, is the registry's node name index (<base>nodes).
+  - Records are returned as flat field/value arrays (HGETALL).
+  - The C side validates ids, names and JSON shapes; these functions check what only Redis can
+    know (existence, uniqueness) and keep the record, its indexes and its status together.
+  - A status is the JSON text the C side built, plus "updated_ms" (Redis's clock, so every
+    writer agrees). It lives in <base>wl-status:<id>, with the entry's TTL when it has one.
+]]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function err(code, msg)
+  return redis.error_reply(code .. ' ' .. msg)
+end
+
+local function record_key(base, id) return base .. 'wl:' .. id end
+local function status_key(base, id) return base .. 'wl-status:' .. id end
+
+-- The fields of a record that a status reader reports with it: app, entry, node.
+local function owner(base, id)
+  local v = redis.call('HMGET', record_key(base, id), 'app', 'entry', 'node')
+  if not v[1] then return nil end
+  return {v[1], v[2] or '', v[3] or ''}
+end
+
+-- Writes a status JSON with updated_ms = now; ttl > 0 expires it, 0 keeps it forever, 'keep'
+-- keeps the key's current TTL.
+local function store_status(base, id, st, ttl)
+  st.updated_ms = now_ms()
+  local text = cjson.encode(st)
+  if ttl == 'keep' then
+    redis.call('SET', status_key(base, id), text, 'KEEPTTL')
+  elseif ttl > 0 then
+    redis.call('SET', status_key(base, id), text, 'EX', ttl)
+  else
+    redis.call('SET', status_key(base, id), text)
+  end
+  return text
+end
+
+--[[ records ----------------------------------------------------------------------------------- ]]
+
+-- pv_wl_add(KEYS[1]=nodes index, ARGV: base id name app entry pod node image privileged labels
+-- env publish resources alloc_id engine_id deploy) -> the record. pod '' = the node's pod; resources
+-- '' = the allocation taken over (alloc_id), else "{}".
+redis.register_function('pv_wl_add', function(keys, args)
+  local base, id, node = args[1], args[2], args[7]
+  local node_id = redis.call('HGET', keys[1], node)
+  if not node_id then return err('NOT_FOUND', 'node ' .. node .. ' not found') end
+  if redis.call('EXISTS', record_key(base, id)) == 1 then
+    return err('ALREADY_EXISTS', 'workload ' .. id .. ' already exists')
+  end
+  local node_pod = redis.call('HGET', base .. 'node:' .. node_id, 'pod_name') or ''
+  local pod = args[6]
+  if pod == '' then pod = node_pod end
+  if pod ~= node_pod then
+    return err('INVALID_ARGUMENT', 'pod: node ' .. node .. ' is in pod ' .. node_pod ..
+      ', not ' .. pod)
+  end
+  local resources, alloc_id = args[13], args[14]
+  if alloc_id ~= '' then
+    local allocs = base .. 'node-allocs:' .. node_id
+    local held = redis.call('HGET', allocs, alloc_id)
+    if not held then
+      return err('FAILED_PRECONDITION', 'allocation ' .. alloc_id .. ' is not reserved on node ' ..
+        node .. ' (its reservation was released)')
+    end
+    redis.call('HDEL', allocs, alloc_id)
+    if resources == '' then resources = held end
+  end
+  if resources == '' then resources = '{}' end
+  local key = record_key(base, id)
+  redis.call('HSET', key, 'id', id, 'name', args[3], 'app', args[4], 'entry', args[5],
+    'pod', pod, 'node', node, 'node_id', node_id, 'image', args[8], 'privileged', args[9],
+    'labels', args[10], 'env', args[11], 'publish', args[12], 'resources', resources,
+    'alloc_id', alloc_id, 'engine_id', args[15], 'created_ms', tostring(now_ms()))
+  if args[16] and args[16] ~= '' then redis.call('SET', base .. 'wl-deploy:' .. id, args[16]) end
+  redis.call('ZADD', base .. 'wls', 0, id)
+  redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
+  redis.call('SADD', base .. 'app-workloads:' .. args[4], id)
+  return redis.call('HGETALL', key)
+end)
+
+-- Deletes the record, its status and its index entries (v = HMGET app node_id of the record).
+local function remove_record(base, id, v)
+  redis.call('DEL', record_key(base, id), status_key(base, id), base .. 'wl-deploy:' .. id)
+  redis.call('ZREM', base .. 'wls', id)
+  redis.call('SREM', base .. 'app-workloads:' .. v[1], id)
+  if v[2] then redis.call('SREM', base .. 'node-workloads:' .. v[2], id) end
+end
+
+-- pv_wl_remove(ARGV: base id): the record, its status and its index entries.
+redis.register_function('pv_wl_remove', function(keys, args)
+  local base, id = args[1], args[2]
+  local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  remove_record(base, id, v)
+  return 1
+end)
+
+-- pv_wl_realloc(ARGV: base id expected_usage_rev usage resources): ReallocResource's record: the
+-- workload's resources become `resources` and its node's usage `usage` (computed by the caller
+-- from the usage it read at expected_usage_rev), in one step. -> 1, or 'CONFLICT'.
+redis.register_function('pv_wl_realloc', function(keys, args)
+  local base, id = args[1], args[2]
+  local node_id = redis.call('HGET', record_key(base, id), 'node_id')
+  if not node_id then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local node_key = base .. 'node:' .. node_id
+  if (redis.call('HGET', node_key, 'usage_rev') or '0') ~= args[3] then return 'CONFLICT' end
+  redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
+  redis.call('HINCRBY', node_key, 'usage_rev', 1)
+  redis.call('HINCRBY', node_key, 'rev', 1)
+  redis.call('HSET', record_key(base, id), 'resources', args[5])
+  return 1
+end)
+
+-- pv_wl_remove_release(ARGV: base id expected_usage_rev usage): removes the workload and gives
+-- its resources back to its node in one step: the node's usage becomes `usage` (computed by the
+-- caller from the usage it read at expected_usage_rev, minus the workload's resources), its
+-- deploy count drops by one. -> 1, or 'CONFLICT' when the node's usage moved (compute again).
+-- A workload whose node is gone is simply removed.
+redis.register_function('pv_wl_remove_release', function(keys, args)
+  local base, id = args[1], args[2]
+  local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id', 'entry', 'node')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local node_key = base .. 'node:' .. (v[2] or '')
+  if v[2] and redis.call('EXISTS', node_key) == 1 then
+    if (redis.call('HGET', node_key, 'usage_rev') or '0') ~= args[3] then return 'CONFLICT' end
+    redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
+    redis.call('HINCRBY', node_key, 'usage_rev', 1)
+    redis.call('HINCRBY', node_key, 'rev', 1)
+    local counts = base .. 'deploy-count:' .. v[1] .. ':' .. (v[3] or '')
+    if redis.call('HINCRBY', counts, v[4] or '', -1) <= 0 then
+      redis.call('HDEL', counts, v[4] or '')
+    end
+  end
+  remove_record(base, id, v)
+  return 1
+end)
+
+-- pv_wl_get(ARGV: base id) -> the record.
+redis.register_function{function_name = 'pv_wl_get', flags = {'no-writes'},
+  callback = function(keys, args)
+    local rec = redis.call('HGETALL', record_key(args[1], args[2]))
+    if #rec == 0 then return err('NOT_FOUND', 'workload ' .. args[2] .. ' not found') end
+    return rec
+  end}
+
+-- pv_wl_deploy(ARGV: base id) -> the base64 DeployOptions the workload was made from.
+redis.register_function{function_name = 'pv_wl_deploy', flags = {'no-writes'},
+  callback = function(keys, args)
+    if redis.call('EXISTS', record_key(args[1], args[2])) == 0 then
+      return err('NOT_FOUND', 'workload ' .. args[2] .. ' not found')
+    end
+    local d = redis.call('GET', args[1] .. 'wl-deploy:' .. args[2])
+    if not d then
+      return err('FAILED_PRECONDITION', 'workload ' .. args[2] ..
+        ' has no deploy options recorded to make another like it')
+    end
+    return d
+  end}
+
+-- Whether a record (flat array) matches: app, entry and node '' = any; every label of want (a
+-- table) must be the record's.
+local function matches(rec, app, entry, node, want)
+  if #rec == 0 then return false end
+  local f = {}
+  for i = 1, #rec, 2 do f[rec[i]] = rec[i + 1] end
+  if (app ~= '' and f.app ~= app) or (entry ~= '' and f.entry ~= entry) or
+     (node ~= '' and f.node ~= node) then
+    return false
+  end
+  if next(want) == nil then return true end
+  local ok, have = pcall(cjson.decode, f.labels or '{}')
+  if not ok or type(have) ~= 'table' then return false end
+  for k, v in pairs(want) do
+    if have[k] ~= v then return false end
+  end
+  return true
+end
+
+-- pv_wl_list(KEYS[1]=nodes index, ARGV: base app entry node labels_json) -> the matching
+-- records, id order. The narrowest index is read: the node's set, the app's set, or every id.
+redis.register_function{function_name = 'pv_wl_list', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, app, entry, node = args[1], args[2], args[3], args[4]
+    local want = cjson.decode(args[5])
+    local ids
+    if node ~= '' then
+      local node_id = redis.call('HGET', keys[1], node)
+      if not node_id then return {} end
+      ids = redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)
+      table.sort(ids)
+    elseif app ~= '' then
+      ids = redis.call('SMEMBERS', base .. 'app-workloads:' .. app)
+      table.sort(ids)
+    else
+      ids = redis.call('ZRANGE', base .. 'wls', 0, -1)
+    end
+    local out = {}
+    for _, id in ipairs(ids) do
+      local rec = redis.call('HGETALL', record_key(base, id))
+      if matches(rec, app, entry, node, want) then out[#out + 1] = rec end
+    end
+    return out
+  end}
+
+--[[ statuses ---------------------------------------------------------------------------------- ]]
+
+-- pv_wl_set_status(ARGV: base n, then n times: id status_json ttl) -> n entries {id, status
+-- as stored, app, entry, node}. Every workload must exist, else nothing is written.
+redis.register_function('pv_wl_set_status', function(keys, args)
+  local base, n = args[1], tonumber(args[2])
+  local owners = {}
+  for i = 1, n do
+    local id = args[3 * i]
+    owners[i] = owner(base, id)
+    if not owners[i] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  end
+  local out = {}
+  for i = 1, n do
+    local id, ttl = args[3 * i], tonumber(args[3 * i + 2])
+    local text = store_status(base, id, cjson.decode(args[3 * i + 1]), ttl)
+    out[i] = {id, text, owners[i][1], owners[i][2], owners[i][3]}
+  end
+  return out
+end)
+
+-- pv_wl_get_status(ARGV: base id) -> {status, app, entry, node}.
+redis.register_function{function_name = 'pv_wl_get_status', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, id = args[1], args[2]
+    local text = redis.call('GET', status_key(base, id))
+    local who = text and owner(base, id)
+    if not who then return err('NOT_FOUND', 'status of workload ' .. id .. ' not found') end
+    return {text, who[1], who[2], who[3]}
+  end}
+
+-- pv_wl_status_view(ARGV: base id) -> {status or '', record or {}}: what a status watcher
+-- streams for one change of the workload's status key.
+redis.register_function{function_name = 'pv_wl_status_view', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, id = args[1], args[2]
+    return {redis.call('GET', status_key(base, id)) or '',
+            redis.call('HGETALL', record_key(base, id))}
+  end}
+
+-- pv_wl_status_page(ARGV: base after limit) -> {last id scanned ('' at the end), entries}:
+-- the workloads after id `after` (id order) that have a live status, each {id, updated_ms, app,
+-- entry, node, labels}. A watcher reads every live status in pages with it.
+redis.register_function{function_name = 'pv_wl_status_page', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, after, limit = args[1], args[2], tonumber(args[3])
+    local from = '-'
+    if after ~= '' then from = '(' .. after end
+    local ids = redis.call('ZRANGE', base .. 'wls', from, '+', 'BYLEX', 'LIMIT', 0, limit)
+    local out = {}
+    for _, id in ipairs(ids) do
+      local text = redis.call('GET', status_key(base, id))
+      if text then
+        local ok, st = pcall(cjson.decode, text)
+        local at = (ok and type(st) == 'table' and tonumber(st.updated_ms)) or 0
+        local v = redis.call('HMGET', record_key(base, id), 'app', 'entry', 'node', 'labels')
+        out[#out + 1] = {id, tostring(at), v[1] or '', v[2] or '', v[3] or '', v[4] or '{}'}
+      end
+    end
+    local last = ''
+    if #ids == limit then last = ids[#ids] end
+    return {last, out}
+  end}
+
+-- pv_wl_mark_node_down(KEYS[1]=nodes index, ARGV: base node) -> how many workloads were marked.
+-- Each workload of the node gets running = healthy = false; an existing status keeps its other
+-- fields and its TTL, a workload without one gets a status without expiry (as Eru writes it).
+redis.register_function('pv_wl_mark_node_down', function(keys, args)
+  local base, node = args[1], args[2]
+  local node_id = redis.call('HGET', keys[1], node)
+  if not node_id then return err('NOT_FOUND', 'node ' .. node .. ' not found') end
+  local ids = redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    local text = redis.call('GET', status_key(base, id))
+    local ok, st = false, nil
+    if text then ok, st = pcall(cjson.decode, text) end
+    if ok and type(st) == 'table' then
+      st.running, st.healthy = false, false
+      store_status(base, id, st, 'keep')
+    else
+      store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+    end
+  end
+  return #ids
+end)
+
+-- pv_wl_mark_dead_nodes(KEYS[1]=nodes index, ARGV: base) -> how many workloads were marked.
+-- What Eru's self-monitor does when a node's liveness ends: every workload of a node whose alive
+-- key is gone is marked not running and not healthy. Idempotent: a workload already marked down
+-- is left alone, so running it on every scheduler tick writes (and notifies) only real changes.
+redis.register_function('pv_wl_mark_dead_nodes', function(keys, args)
+  local base = args[1]
+  local marked = 0
+  local index = redis.call('HGETALL', keys[1])
+  for i = 1, #index, 2 do
+    local node, node_id = index[i], index[i + 1]
+    if redis.call('EXISTS', base .. 'alive:' .. node) == 0 then
+      for _, id in ipairs(redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)) do
+        local text = redis.call('GET', status_key(base, id))
+        local ok, st = false, nil
+        if text then ok, st = pcall(cjson.decode, text) end
+        if ok and type(st) == 'table' then
+          if st.running ~= false or st.healthy ~= false then
+            st.running, st.healthy = false, false
+            store_status(base, id, st, 'keep')
+            marked = marked + 1
+          end
+        else
+          store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+          marked = marked + 1
+        end
+      end
+    end
+  end
+  return marked
+end)
+
+redis.register_function{function_name = 'pv_workload_version', flags = {'no-writes'},
+  callback = function(keys, args) return 1 end}

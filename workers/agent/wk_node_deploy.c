@@ -1,0 +1,1423 @@
+/*
+ * wk_node_deploy: a node agent's instances of a deploy (see wk_node_deploy.h).
+ *
+ * Each instance is one journaled step whose result is the instance's answer ({"id", "name",
+ * "publish"} or {"error"}); the engine calls and the record inside it are made idempotent by the
+ * derived workload id: create on an existing id is taken as done, a recorded workload likewise.
+ */
+#include "wk_node_deploy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pb/core.pb-c.h"
+#include "pv_b64.h"
+#include "pv_id.h"
+#include "pv_log.h"
+#include "pv_strv.h"
+#include "pv_res.h"
+#include "pv_storage.h"
+#include "pv_time.h"
+#include "pv_resv.h"
+#include "pv_workload.h"
+#include "wk_agent.h"
+#include "wk_engine.h"
+#include "wk_files.h"
+
+typedef struct instance {
+    wk_op *op;
+    wk_agent *agent;
+    const Pb__DeployOptions *o;
+    const char *pod, *node;
+    json_t *alloc; /* {"id", "seq", "resources"} */
+    /* ReplaceWorkload: the resources are the old workload's, not a reservation's allocation to
+     * take over; before_start copies files from the old one into the new root. */
+    bool keep_resources;
+    int (*before_start)(const struct instance *in, const char *new_root, pv_status *st);
+    const char *old_root;
+    json_t *copy;
+} instance;
+
+/* The argv of the main process: entrypoint.commands, else the older single string (with
+ * extra_args) split on blanks, as Eru does without a shell. */
+static int build_commands(const Pb__DeployOptions *o, pv_strv *argv) {
+    const Pb__EntrypointOptions *e = o->entrypoint;
+    for (size_t i = 0; i < e->n_commands; i++)
+        if (pv_strv_take(argv, strdup(e->commands[i])) != 0) return -1;
+    if (argv->n > 0) return 0;
+    char *line = NULL;
+    if (asprintf(&line, "%s %s", e->command ? e->command : "", o->extra_args ? o->extra_args : "") <
+        0)
+        return -1;
+    char *save = NULL;
+    for (char *tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
+        if (pv_strv_take(argv, strdup(tok)) != 0) {
+            free(line);
+            return -1;
+        }
+    free(line);
+    return 0;
+}
+
+typedef struct str_entry {
+    ProtobufCMessage base;
+    char *key;
+    char *value;
+} str_entry;
+
+/* Labels: the deploy's, then Eru's own. */
+static char *build_labels(const instance *in) {
+    json_t *l = json_object();
+    for (size_t i = 0; l && i < in->o->n_labels; i++) {
+        const str_entry *e = (const str_entry *)in->o->labels[i];
+        json_object_set_new(l, e->key, json_string(e->value));
+    }
+    json_t *publish = json_array();
+    for (size_t i = 0; publish && i < in->o->entrypoint->n_publish; i++)
+        json_array_append_new(publish, json_string(in->o->entrypoint->publish[i]));
+    json_t *meta = json_pack("{s:o}", "publish", publish ? publish : json_array());
+    /* Eru keeps the healthcheck in ERU_META too: the node agent's status reporter reads it
+     * there (wk_health) */
+    const Pb__HealthCheckOptions *hc = in->o->entrypoint->healthcheck;
+    if (meta && hc && (hc->n_tcp_ports || (hc->http_port && *hc->http_port))) {
+        json_t *ports = json_array();
+        for (size_t i = 0; ports && i < hc->n_tcp_ports; i++)
+            json_array_append_new(ports, json_string(hc->tcp_ports[i]));
+        json_object_set_new(meta, "healthcheck",
+                            json_pack("{s:o, s:s, s:s, s:i}", "tcp_ports",
+                                      ports ? ports : json_array(), "http_port",
+                                      hc->http_port ? hc->http_port : "", "url",
+                                      hc->url ? hc->url : "", "code", (int)hc->code));
+    }
+    char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    json_decref(meta);
+    if (l) {
+        json_object_set_new(l, "ERU", json_string("1"));
+        json_object_set_new(l, "ERU_META", json_string(meta_text ? meta_text : "{}"));
+        json_object_set_new(l, "eru.nodename", json_string(in->node));
+        json_object_set_new(l, "eru.coreid", json_string("pivirt"));
+    }
+    free(meta_text);
+    char *text = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(l);
+    return text;
+}
+
+/* Limits from the allocation's cpumem document: cpu_limit, memory_limit, the bound cores. */
+static void limits_of(json_t *resources, wk_workload_spec *spec, int *cores, size_t max) {
+    json_t *cm = json_object_get(resources, "cpumem");
+    spec->cpu_limit = json_number_value(json_object_get(cm, "cpu_limit"));
+    spec->memory_limit = (int64_t)json_integer_value(json_object_get(cm, "memory_limit"));
+    const char *core;
+    json_t *pieces;
+    spec->ncpuset = 0;
+    json_object_foreach(json_object_get(cm, "cpu_map"), core, pieces) {
+        if (spec->ncpuset < max) cores[spec->ncpuset++] = atoi(core);
+    }
+    spec->cpuset = spec->ncpuset ? cores : NULL;
+}
+
+static char *answer_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *answer_error(const char *fmt, ...) {
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    json_t *j = json_pack("{s:s}", "error", msg);
+    free(msg);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+/* DeployOptions.data: files written into the new workload's root before it starts, with
+ * modes (default 0755, as Send) and owners. */
+static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status *st) {
+    for (size_t i = 0; i < o->n_data; i++) {
+        const Pb__DeployOptions__DataEntry *d = o->data[i];
+        int mode = 0755, uid = -1, gid = -1;
+        for (size_t j = 0; j < o->n_modes; j++)
+            if (strcmp(o->modes[j]->key, d->key) == 0 && o->modes[j]->value)
+                mode = (int)o->modes[j]->value->mode;
+        for (size_t j = 0; j < o->n_owners; j++)
+            if (strcmp(o->owners[j]->key, d->key) == 0 && o->owners[j]->value) {
+                uid = o->owners[j]->value->uid;
+                gid = o->owners[j]->value->gid;
+            }
+        if (wk_files_put(root, d->key, d->value.data ? (const void *)d->value.data : "",
+                         d->value.len, mode, uid, gid, st) != PV_OK)
+            return pv_status_prefix(st, "data[%s]", d->key);
+    }
+    return PV_OK;
+}
+
+/* DeployOptions.after_create: each command run (sh -c) in the started workload; a failing one
+ * fails the instance, as Eru's does. */
+static int after_create(wk_engine *engine, const Pb__DeployOptions *o, const char *id,
+                        pv_status *st) {
+    for (size_t i = 0; i < o->n_after_create; i++) {
+        const char *argv[] = {"/bin/sh", "-c", o->after_create[i]};
+        int code = -1;
+        char *out = NULL;
+        size_t len = 0;
+        if (wk_engine_exec(engine, id, argv, 3, 60000, &code, &out, &len, st) != PV_OK)
+            return pv_status_prefix(st, "after_create[%zu]", i);
+        free(out);
+        if (code != 0)
+            return pv_status_set(st, PV_FAILED_PRECONDITION,
+                                 "after_create[%zu] \"%s\" exited with %d", i, o->after_create[i],
+                                 code);
+    }
+    return PV_OK;
+}
+
+/* The engine's volumes of an instance, from the deploy's storage request: each binding
+ * src:dst[:flags][:size], an AUTO source replaced by the host volume the reservation planned for
+ * it. The process engine takes "src:dst:flags" (a link into the host's tree); the virt engine
+ * disk images: an absolute path as it is, anything else a StorageService volume (id or name) on
+ * this node's pools, attached to workload id (IN_USE until it is removed). An answer for the
+ * client (a volume that cannot be used) comes back in *why, with PV_OK. */
+static int instance_volumes(const instance *in, json_t *resources, const char *id, pv_strv *out,
+                            char *why, size_t why_cap, pv_status *st) {
+    why[0] = '\0';
+    const Pb__DeployOptions *o = in->o;
+    const char *json = NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < o->n_resources; i++)
+        if (o->resources[i]->key && strcmp(o->resources[i]->key, "storage") == 0) {
+            json = (const char *)o->resources[i]->value.data;
+            len = o->resources[i]->value.len;
+        }
+    if (!json || len == 0) return PV_OK;
+    pv_res_storage_req req = {0};
+    if (pv_res_storage_req_parse(json, len, &req, st) != PV_OK) return st->code;
+    json_t *plan = json_object_get(json_object_get(resources, "storage"), "volume_plan");
+    bool virt = strcmp(wk_engine_type(wk_agent_engine(in->agent)), "virt") == 0;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && !why[0] && i < req.nvolumes; i++) {
+        const pv_res_binding *b = &req.volumes[i];
+        size_t n = strlen(b->src);
+        char src[4096];
+        snprintf(src, sizeof src, "%s", b->src);
+        if (n == 0 || (n >= 4 && strcmp(b->src + n - 4, "AUTO") == 0)) {
+            char key[4096];
+            snprintf(key, sizeof key, "%s:%s:%s:%lld", b->src, b->dst, b->flags,
+                     (long long)b->size);
+            const char *host = NULL;
+            json_t *v;
+            json_object_foreach(json_object_get(plan, key), host, v) break;
+            if (!host) {
+                snprintf(why, why_cap, "volumes[%zu] %.200s: the reservation planned no volume", i,
+                         key);
+                break;
+            }
+            snprintf(src, sizeof src, "%s", host);
+        }
+        if (!virt) {
+            char *spec = NULL;
+            /* the plugin keeps flags as sorted letters ("or" for ro): without 'w' it is ro */
+            const char *mode = strchr(b->flags, 'w') ? "rw" : "ro";
+            rc = asprintf(&spec, "%s:%s:%s", src, b->dst, mode) >= 0 && pv_strv_take(out, spec) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        if (src[0] == '/') {
+            rc = pv_strv_take(out, strdup(src)) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        json_t *vol = NULL, *pool = NULL;
+        pv_status vst;
+        int vrc = pv_storage_find_volume(wk_op_redis(in->op), wk_op_keys(in->op), src, &vol, &vst);
+        if (vrc == PV_OK)
+            vrc = pv_storage_get(wk_op_redis(in->op), wk_op_keys(in->op), "pool",
+                                 json_string_value(json_object_get(vol, "pool")), &pool, &vst);
+        const char *pool_node = json_string_value(json_object_get(pool, "node"));
+        if (vrc == PV_OK && (!pool_node || strcmp(pool_node, in->node) != 0))
+            vrc = pv_status_set(&vst, PV_FAILED_PRECONDITION,
+                                "volume %s is in pool %s on node %s, not on %s", src,
+                                json_string_value(json_object_get(vol, "pool")),
+                                pool_node ? pool_node : "?", in->node);
+        if (vrc == PV_OK)
+            vrc = pv_storage_attach(wk_op_redis(in->op), wk_op_keys(in->op),
+                                    json_string_value(json_object_get(vol, "id")), id, &vst);
+        if (vrc == PV_OK)
+            rc = pv_strv_take(out, strdup(json_string_value(json_object_get(vol, "path")))) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+        else if (vrc == PV_UNAVAILABLE)
+            rc = pv_status_set(st, vrc, "%s", vst.msg);
+        else
+            snprintf(why, why_cap, "volumes[%zu] %.200s: %.250s", i, src, vst.msg);
+        json_decref(vol);
+        json_decref(pool);
+    }
+    pv_res_storage_req_free(&req);
+    return rc;
+}
+
+/* What one instance is made of, built from the deploy's options: the engine's spec and the
+ * strings it points into (owned here, freed by build_free). */
+typedef struct build {
+    char id[65], name[256];
+    pv_strv argv, env, sysctls, vols;
+    char *labels, *res_text, *env_text;
+    int cores[1024];
+    wk_workload_spec spec;
+} build;
+
+static void build_free(build *b) {
+    pv_strv_free(&b->argv);
+    pv_strv_free(&b->env);
+    pv_strv_free(&b->sysctls);
+    pv_strv_free(&b->vols);
+    free(b->labels);
+    free(b->res_text);
+    free(b->env_text);
+}
+
+/* The instance's id (from its allocation: a redelivery finds the same one) and its Eru name
+ * app_entry_xxxxxx. */
+static void build_names(const instance *in, const char *alloc_id, build *b) {
+    pv_sha256_hex(alloc_id, strlen(alloc_id), b->id);
+    char letters[7];
+    for (int i = 0; i < 6; i++)
+        letters[i] = (char)('a' + (b->id[i] % 26));
+    letters[6] = '\0';
+    snprintf(b->name, sizeof b->name, "%s_%s_%s", in->o->name, in->o->entrypoint->name, letters);
+}
+
+/* The environment: Eru's own variables, then the deploy's; as a list and as JSON text. */
+static int build_env(const instance *in, build *b) {
+    const Pb__DeployOptions *o = in->o;
+    char seq[24];
+    snprintf(seq, sizeof seq, "%lld",
+             (long long)json_integer_value(json_object_get(in->alloc, "seq")));
+    if (pv_strv_addf(&b->env, "APP_NAME=%s%s", o->name, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_POD=%s%s", in->pod, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_NODE_NAME=%s%s", in->node, "") != 0 ||
+        pv_strv_addf(&b->env, "ERU_WORKLOAD_SEQ=%s%s", seq, "") != 0)
+        return -1;
+    for (size_t i = 0; i < o->n_env; i++)
+        if (pv_strv_take(&b->env, strdup(o->env[i])) != 0) return -1;
+    json_t *env_j = json_array();
+    for (size_t i = 0; env_j && i < b->env.n; i++)
+        json_array_append_new(env_j, json_string(b->env.v[i]));
+    b->env_text = env_j ? json_dumps(env_j, JSON_COMPACT) : NULL;
+    json_decref(env_j);
+    return b->env_text ? 0 : -1;
+}
+
+/* Everything of the spec but its volumes; -1 when memory ran out. */
+static int build_spec(const instance *in, json_t *resources, build *b) {
+    const Pb__DeployOptions *o = in->o;
+    const Pb__EntrypointOptions *e = o->entrypoint;
+    b->labels = build_labels(in);
+    b->res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
+    if (!b->labels || !b->res_text || build_commands(o, &b->argv) != 0 || build_env(in, b) != 0)
+        return -1;
+    for (size_t i = 0; i < e->n_sysctls; i++) {
+        const str_entry *kv = (const str_entry *)e->sysctls[i];
+        if (pv_strv_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
+    }
+    bool hooks = !o->ignore_hook && e->hook;
+    b->spec = (wk_workload_spec){
+        .id = b->id,
+        .name = b->name,
+        .image = o->image,
+        .commands = (const char *const *)b->argv.v,
+        .ncommands = b->argv.n,
+        .dir = e->dir ? e->dir : "",
+        .user = o->user ? o->user : "",
+        .restart = e->restart ? e->restart : "",
+        .privileged = e->privileged,
+        .env = (const char *const *)b->env.v,
+        .nenv = b->env.n,
+        .publish = (const char *const *)e->publish,
+        .npublish = e->n_publish,
+        .after_start = hooks ? (const char *const *)e->hook->after_start : NULL,
+        .nafter_start = hooks ? e->hook->n_after_start : 0,
+        .before_stop = hooks ? (const char *const *)e->hook->before_stop : NULL,
+        .nbefore_stop = hooks ? e->hook->n_before_stop : 0,
+        .sysctls = (const char *const *)b->sysctls.v,
+        .nsysctls = b->sysctls.n,
+        .labels_json = b->labels,
+    };
+    limits_of(resources, &b->spec, b->cores, sizeof b->cores / sizeof b->cores[0]);
+    return 0;
+}
+
+/* What this node's engine refuses of the options, as an instance's error answer; NULL when
+ * nothing is refused. */
+static char *refused_options(const instance *in, const build *b, wk_engine *engine) {
+    const Pb__DeployOptions *o = in->o;
+    if (b->argv.n == 0)
+        return answer_error("entrypoint %s of %s: no command to run", o->entrypoint->name, o->name);
+    if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0)
+        return answer_error("raw_args: the %s engine takes no raw engine arguments%s",
+                            wk_engine_type(engine), "");
+    if (o->n_dns > 0 || o->n_extra_hosts > 0) /* process workloads share the host's network and
+                                                 files; a domain's resolver is its guest's own */
+        return answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
+                            o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
+                            o->n_dns ? "name servers" : "hosts file",
+                            o->n_dns ? o->dns[0] : o->extra_hosts[0]);
+    return NULL;
+}
+
+/* Creates (or finds, on a redelivery) and starts the instance in the engine: its files, the
+ * hook before start, the after-create commands; *info as the engine sees it at the end. */
+static int start_instance(const instance *in, const build *b, wk_engine *engine,
+                          wk_engine_info *info, pv_status *st) {
+    const char *id = b->id;
+    int rc = wk_engine_create(engine, &b->spec, info, st);
+    if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
+    bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
+    if (fresh && info->root) rc = deploy_files(in->o, info->root, st);
+    if (rc == PV_OK && fresh && in->before_start && info->root)
+        rc = in->before_start(in, info->root, st);
+    if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
+    if (rc == PV_OK && in->o->n_after_create > 0) rc = after_create(engine, in->o, id, st);
+    if (rc == PV_OK) {
+        wk_engine_info_clear(info);
+        rc = wk_engine_inspect(engine, id, info, st);
+    }
+    return rc;
+}
+
+/* The instance's record in the registry (a redelivery finds it recorded). */
+static int record_instance(const instance *in, const build *b, const char *alloc_id,
+                           const wk_engine_info *info, pv_status *st) {
+    pv_workload w = {0};
+    snprintf(w.id, sizeof w.id, "%s", b->id);
+    w.name = (char *)b->name;
+    w.app = in->o->name;
+    w.entry = in->o->entrypoint->name;
+    w.pod = (char *)in->pod;
+    w.node = (char *)in->node;
+    w.image = in->o->image;
+    w.privileged = in->o->entrypoint->privileged;
+    w.labels = b->labels;
+    w.env = b->env_text;
+    w.resources = b->res_text;
+    w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
+    w.engine_id = info->engine_id ? info->engine_id : "";
+    w.deploy = wk_op_param(in->op, "deploy");
+    int rc = pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
+    return rc == PV_ALREADY_EXISTS ? PV_OK : rc;
+}
+
+/* A created instance's answer: {id, name, publish}, publish in Eru's shape ("port/proto" ->
+ * "ip:port,ip:port"). */
+static char *created_answer(const build *b, const wk_engine_info *info) {
+    json_t *pub = json_loads(info->publish_json ? info->publish_json : "{}", 0, NULL);
+    json_t *flat = json_object();
+    const char *port;
+    json_t *addrs;
+    json_object_foreach(pub, port, addrs) {
+        char joined[1024] = "";
+        size_t i;
+        json_t *a;
+        json_array_foreach(addrs, i, a) {
+            if (i) strncat(joined, ",", sizeof joined - strlen(joined) - 1);
+            strncat(joined, json_string_value(a) ? json_string_value(a) : "",
+                    sizeof joined - strlen(joined) - 1);
+        }
+        json_object_set_new(flat, port, json_string(joined));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:o}", "id", b->id, "name", b->name, "publish", flat);
+    char *answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    json_decref(pub);
+    return answer;
+}
+
+/* Creates, starts and records one instance; the answer is the step's result: the instance's
+ * {id, name, publish}, or {error} for an instance that failed (which then holds nothing: its
+ * engine workload is removed, its volumes detached). */
+static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
+    instance *in = arg;
+    wk_engine *engine = wk_agent_engine(in->agent);
+    const char *alloc_id = json_string_value(json_object_get(in->alloc, "id"));
+    json_t *resources = json_object_get(in->alloc, "resources");
+    build b = {0};
+    build_names(in, alloc_id, &b);
+    if (build_spec(in, resources, &b) != 0) {
+        build_free(&b);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    char why[PV_STATUS_MSG_MAX] = "";
+    int rc = instance_volumes(in, resources, b.id, &b.vols, why, sizeof why, st);
+    if (rc != PV_OK) {
+        build_free(&b);
+        return rc;
+    }
+    b.spec.volumes = (const char *const *)b.vols.v;
+    b.spec.nvolumes = b.vols.n;
+    char *answer = why[0] ? answer_error("%s%s", why, "") : refused_options(in, &b, engine);
+    bool failed = answer != NULL;
+    if (!answer) {
+        wk_engine_info info = {0};
+        pv_status est;
+        int crc = start_instance(in, &b, engine, &info, &est);
+        if (crc == PV_OK) crc = record_instance(in, &b, alloc_id, &info, &est);
+        if (crc == PV_OK) {
+            answer = created_answer(&b, &info);
+        } else {
+            pv_warn("deploy %s on %s: instance %s failed: %s", wk_op_record(op)->id, in->node,
+                    b.name, est.msg);
+            pv_status rst;
+            wk_engine_remove(engine, b.id, true, &rst);
+            answer = answer_error("%s%s", est.msg, "");
+            failed = true;
+        }
+        wk_engine_info_clear(&info);
+    }
+    if (failed) { /* a failed instance holds no volume */
+        pv_status dst;
+        if (pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), b.id, &dst) != PV_OK)
+            pv_warn("instance %s: volumes not detached: %s", b.id, dst.msg);
+    }
+    build_free(&b);
+    if (!answer) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    *result = answer;
+    return PV_OK;
+}
+
+typedef struct report_arg {
+    const instance *in;
+    const char *answer;
+} report_arg;
+
+/* The instance's output entry, from its journaled answer. Journaled itself, so a redelivered
+ * operation does not tell the client twice. */
+static int report(wk_op *op, const instance *in, const char *answer, pv_status *st) {
+    json_t *a = json_loads(answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    json_t *pub = json_object_get(a, "publish"), *res = json_object_get(in->alloc, "resources");
+    char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
+    char *resources = res ? json_dumps(res, JSON_COMPACT) : NULL;
+    const char *alloc = json_string_value(json_object_get(in->alloc, "id"));
+    /* alloc: which instance this is, so a reader drops the repeat a redelivery may write */
+    const char *fields[] = {"type",    "id",      "name",  "nodename",  "podname",
+                            "publish", "success", "error", "resources", "alloc"};
+    const char *values[] = {"workload",
+                            err ? "" : json_string_value(json_object_get(a, "id")),
+                            err ? "" : json_string_value(json_object_get(a, "name")),
+                            in->node,
+                            in->pod,
+                            publish ? publish : "{}",
+                            err ? "0" : "1",
+                            err ? err : "",
+                            resources ? resources : "{}",
+                            alloc ? alloc : ""};
+    int rc = wk_op_output(op, 10, fields, values, st);
+    free(publish);
+    free(resources);
+    json_decref(a);
+    return rc;
+}
+
+static int step_report(wk_op *op, void *arg, char **result, pv_status *st) {
+    const report_arg *ra = arg;
+    if (report(op, ra->in, ra->answer, st) != PV_OK) return st->code;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_create(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.create_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
+    if (!b64 || !pod)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
+    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!o || !o->entrypoint)
+        return (o ? pb__deploy_options__free_unpacked(o, NULL) : (void)0),
+               pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *allocs = json_object_get(params, "allocations");
+    int rc = json_is_array(allocs)
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations: must be an array");
+    size_t i;
+    json_t *alloc;
+    json_array_foreach(allocs, i, alloc) {
+        if (rc != PV_OK) break;
+        const char *alloc_id = json_string_value(json_object_get(alloc, "id"));
+        if (!alloc_id) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations[%zu].id: required", i);
+            break;
+        }
+        instance in = {.op = op,
+                       .agent = agent,
+                       .o = o,
+                       .pod = pod,
+                       .node = wk_agent_node(agent),
+                       .alloc = alloc};
+        char step[256], *answer = NULL;
+        snprintf(step, sizeof step, "instance:%s", alloc_id);
+        rc = wk_op_step(op, step, step_instance, &in, &answer, st);
+        if (rc == PV_OK) {
+            report_arg ra = {&in, answer};
+            snprintf(step, sizeof step, "reported:%s", alloc_id);
+            rc = wk_op_step(op, step, step_report, &ra, NULL, st);
+        }
+        free(answer);
+        /* the last one's is said by the end itself (progress 100): a round trip less */
+        if (rc == PV_OK && i + 1 < json_array_size(allocs))
+            wk_op_progress(op, (int)(100 * (i + 1) / json_array_size(allocs)),
+                           "%zu of %zu instance(s) answered", i + 1, json_array_size(allocs));
+    }
+    json_decref(params);
+    pb__deploy_options__free_unpacked(o, NULL);
+    return rc;
+}
+
+/* ---- removal ---- */
+
+/* One workload of a removal or control: the step functions' argument. */
+typedef struct id_job {
+    wk_agent *agent;
+    const char *id, *type; /* type: control only */
+    bool force;
+    int grace_seconds; /* between SIGTERM and SIGKILL; < 0: the engine's default */
+} id_job;
+
+/* Stops and removes one workload; the answer ({"ok": true} or {"error": ...}) is journaled. */
+static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
+    id_job *rm = arg;
+    wk_engine *engine = wk_agent_engine(rm->agent);
+    pv_status est;
+    int rc = wk_engine_stop(engine, rm->id, rm->grace_seconds, rm->force, &est);
+    if (rc == PV_OK || rc == PV_FAILED_PRECONDITION) /* FAILED_PRECONDITION: not running */
+        rc = wk_engine_remove(engine, rm->id, true, &est);
+    if (rc == PV_NOT_FOUND) rc = PV_OK; /* the engine has nothing of it (left, or never made) */
+    if (rc == PV_OK) {
+        rc = pv_resv_return_workload(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
+        if (rc == PV_NOT_FOUND) rc = PV_OK; /* recorded removal of a previous delivery */
+    }
+    if (rc == PV_OK) rc = pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
+    json_t *j = rc == PV_OK ? json_pack("{s:b}", "ok", 1) : json_pack("{s:s}", "error", est.msg);
+    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (rc != PV_OK) pv_warn("remove %s on %s: %s", rm->id, wk_agent_node(rm->agent), est.msg);
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+typedef struct removal_report {
+    const char *id, *answer;
+} removal_report;
+
+static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    const char *fields[] = {"type", "id", "success", "hook"};
+    const char *values[] = {"removed", rr->id, err ? "0" : "1", err ? err : ""};
+    int rc = wk_op_output(op, 4, fields, values, st);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+/* For each id of params.ids: the journaled step `do_step` ("<prefix>:<id>"), then its journaled
+ * report (`report_step`, "reported:<id>"). */
+static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn report_step,
+                   pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: %s needs the node agent (pivirt-worker "
+                             "--set worker.node=NAME)",
+                             wk_op_record(op)->kind);
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *ids = json_object_get(params, "ids");
+    const char *type = json_string_value(json_object_get(params, "type"));
+    bool force = json_is_true(json_object_get(params, "force"));
+    json_t *grace = json_object_get(params, "grace_seconds");
+    int grace_seconds = json_is_integer(grace) && json_integer_value(grace) >= 0 &&
+                                json_integer_value(grace) <= 86400
+                            ? (int)json_integer_value(grace)
+                            : -1;
+    int rc = json_is_array(ids) ? PV_OK
+                                : pv_status_set(st, PV_INVALID_ARGUMENT,
+                                                "params.ids: must be an array of workload ids");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        if (rc != PV_OK) break;
+        const char *id = json_string_value(v);
+        if (!id) {
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
+            break;
+        }
+        if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
+        id_job job = {agent, id, type ? type : "", force, grace_seconds};
+        char step[128], *answer = NULL;
+        snprintf(step, sizeof step, "%s:%s", prefix, id);
+        rc = wk_op_step(op, step, do_step, &job, &answer, st);
+        if (rc == PV_OK) {
+            removal_report rr = {id, answer};
+            snprintf(step, sizeof step, "reported:%s", id);
+            rc = wk_op_step(op, step, report_step, &rr, NULL, st);
+        }
+        free(answer);
+    }
+    json_decref(params);
+    return rc;
+}
+
+int wk_node_deploy_remove(wk_op *op, pv_status *st) {
+    return each_id(op, "remove", step_remove, step_report_removal, st);
+}
+
+/* ---- control ---- */
+
+static int control_engine(wk_engine *e, const id_job *c, pv_status *st) {
+    int rc;
+    if (strcmp(c->type, "start") == 0) {
+        rc = wk_engine_start(e, c->id, st);
+        return rc == PV_FAILED_PRECONDITION ? PV_OK : rc; /* running already */
+    }
+    if (strcmp(c->type, "stop") == 0) {
+        rc = wk_engine_stop(e, c->id, -1, c->force, st);
+        return rc == PV_FAILED_PRECONDITION ? PV_OK : rc; /* stopped already */
+    }
+    if (strcmp(c->type, "restart") == 0) {
+        rc = wk_engine_stop(e, c->id, -1, c->force, st);
+        if (rc != PV_OK && rc != PV_FAILED_PRECONDITION) return rc;
+        return wk_engine_start(e, c->id, st);
+    }
+    if (strcmp(c->type, "suspend") == 0) return wk_engine_pause(e, c->id, st);
+    if (strcmp(c->type, "resume") == 0) return wk_engine_resume(e, c->id, st);
+    return pv_status_set(st, PV_INVALID_ARGUMENT,
+                         "type: \"%s\" is not start, stop, restart, suspend or resume", c->type);
+}
+
+static int step_control(wk_op *op, void *arg, char **result, pv_status *st) {
+    id_job *c = arg;
+    wk_engine *engine = wk_agent_engine(c->agent);
+    pv_status est;
+    int rc = control_engine(engine, c, &est);
+    wk_engine_info info = {0};
+    if (rc == PV_OK && wk_engine_inspect(engine, c->id, &info, &est) == PV_OK) {
+        pv_workload_status s = {0};
+        snprintf(s.id, sizeof s.id, "%s", c->id);
+        s.running = s.healthy = info.state == WK_STATE_RUNNING;
+        s.networks = info.networks_json ? info.networks_json : "{}";
+        pv_status sst;
+        if (pv_workload_set_status(wk_op_redis(op), wk_op_keys(op), &s, NULL, &sst) != PV_OK)
+            pv_warn("control %s %s: status not updated: %s", c->type, c->id, sst.msg);
+    }
+    wk_engine_info_clear(&info);
+    json_t *j =
+        rc == PV_OK ? json_pack("{s:s}", "error", "") : json_pack("{s:s}", "error", est.msg);
+    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+static int step_report_control(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    const char *fields[] = {"type", "id", "error", "hook"};
+    const char *values[] = {"controlled", rr->id, err ? err : "", ""};
+    int rc = wk_op_output(op, 4, fields, values, st);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_control(wk_op *op, pv_status *st) {
+    const char *type = wk_op_param(op, "type");
+    if (!type) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.type: required");
+    return each_id(op, "control", step_control, step_report_control, st);
+}
+
+/* ---- logs ---- */
+
+#define LOG_POLL_MS 200
+#define LOG_MAX_LINE 65536
+
+/* The engine's own notes in a workload's log: "<YYYY-MM-DDTHH:MM:SSZ> pivirt: ...". */
+static bool engine_note(const char *line) {
+    return strlen(line) > 29 && line[4] == '-' && line[10] == 'T' && line[19] == 'Z' &&
+           strncmp(line + 20, " pivirt: ", 9) == 0;
+}
+
+static int emit_line(wk_op *op, const char *line, pv_status *st) {
+    if (engine_note(line)) return PV_OK;
+    const char *fields[] = {"type", "data"}, *values[] = {"log", line};
+    return wk_op_output(op, 2, fields, values, st);
+}
+
+/* How many of the workload's own lines (engine notes do not count) from f's position to end
+ * (-1: the end of the file) to skip for "tail N"; f is back where it was. */
+static long lines_to_skip(FILE *f, long tail, int64_t end, char *buf, size_t len) {
+    if (tail < 0) return 0;
+    off_t at = ftello(f);
+    long lines = 0;
+    while ((end < 0 || ftello(f) < end) && fgets(buf, (int)len, f))
+        if (!engine_note(buf)) lines++;
+    fseeko(f, at, SEEK_SET);
+    return lines > tail ? lines - tail : 0;
+}
+
+/* Puts f at the first whole line at or after byte start. */
+static void seek_line(FILE *f, int64_t start, char *buf, size_t len) {
+    if (start <= 0) return;
+    if (fseeko(f, (off_t)start - 1, SEEK_SET) != 0) return;
+    if (fgetc(f) != '\n') {
+        char *got = fgets(buf, (int)len, f); /* the rest of a line that began before start */
+        (void)got;
+    }
+}
+
+int wk_node_deploy_log(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.log_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *id = wk_op_param(op, "id"), *tail_text = wk_op_param(op, "tail");
+    const char *follow_text = wk_op_param(op, "follow");
+    bool follow = follow_text && strcmp(follow_text, "true") == 0;
+    const char *since_text = wk_op_param(op, "since_ms"), *until_text = wk_op_param(op, "until_ms");
+    int64_t since_ms = since_text ? strtoll(since_text, NULL, 10) : 0;
+    int64_t until_ms = until_text ? strtoll(until_text, NULL, 10) : 0;
+    long tail = -1;
+    if (tail_text && *tail_text && strcmp(tail_text, "all") != 0) {
+        char *end = NULL;
+        tail = strtol(tail_text, &end, 10);
+        if (!end || *end || tail < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "tail: \"%s\" is not \"all\" or a number of lines", tail_text);
+    }
+    if (!id) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    wk_engine *engine = wk_agent_engine(agent);
+    wk_engine_info info = {0};
+    if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
+    if (!info.log_path || !*info.log_path) {
+        wk_engine_info_clear(&info);
+        return pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: the %s engine keeps no log", id,
+                             wk_engine_type(engine));
+    }
+    int64_t start = 0, end = -1;
+    if ((since_ms > 0 || until_ms > 0) &&
+        wk_engine_log_range(engine, id, since_ms, until_ms, &start, &end, st) != PV_OK) {
+        wk_engine_info_clear(&info);
+        return st->code;
+    }
+    FILE *f = fopen(info.log_path, "r");
+    wk_engine_info_clear(&info);
+    if (!f) return pv_status_set(st, PV_NOT_FOUND, "workload %s has no log yet", id);
+    char *line = malloc(LOG_MAX_LINE);
+    int rc = line ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (line) seek_line(f, start, line, LOG_MAX_LINE);
+    long skip = line ? lines_to_skip(f, tail, end, line, LOG_MAX_LINE) : 0, n = 0;
+    bool exited = false;
+    int exit_code = 0;
+    while (rc == PV_OK) {
+        if (end >= 0 && ftello(f) >= end) break; /* until */
+        if (fgets(line, LOG_MAX_LINE, f)) {
+            size_t len = strlen(line);
+            if (len && line[len - 1] == '\n') line[len - 1] = '\0';
+            if (engine_note(line)) continue;
+            if (n++ >= skip) rc = emit_line(op, line, st);
+            continue;
+        }
+        if (!follow) break;
+        /* following up to until: the lines of the tick after it may still come in */
+        if (until_ms > 0 && pv_time_now_ms() > until_ms + WK_ENGINE_LOG_INDEX_MS) break;
+        clearerr(f);
+        /* Follow while the workload runs; what it wrote before stopping is read first. */
+        wk_engine_info now = {0};
+        bool running = wk_engine_inspect(engine, id, &now, st) == PV_OK &&
+                       (now.state == WK_STATE_RUNNING || now.state == WK_STATE_PAUSED);
+        if (!running) {
+            follow = false; /* one more pass reads what it wrote last, then the loop ends */
+            exited = true;
+            exit_code = now.exit_code;
+        } else {
+            rc = wk_op_sleep(op, LOG_POLL_MS, st);
+        }
+        wk_engine_info_clear(&now);
+    }
+    free(line);
+    fclose(f);
+    if (rc == PV_OK && exited) {
+        /* A followed log ends with how the workload ended (RunAndWait's "[exitcode] N"). */
+        char code[16];
+        snprintf(code, sizeof code, "%d", exit_code);
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+        rc = wk_op_output(op, 2, fields, values, st);
+    }
+    return rc;
+}
+
+/* ---- exec ---- */
+
+#define EXEC_DEFAULT_TIMEOUT_MS 600000
+
+/* ---- interactive exec ----
+ * ExecuteWorkload with open_stdin: the command runs inside the workload with its standard input
+ * and output on two FIFOs in the workload's root (sh -c 'exec "$@" < in > out 2>&1'), while
+ * this handler feeds the input the gateway streams to the operation (pv_op_input_*) into the
+ * one and relays what comes out of the other as output entries {type: data, data: base64},
+ * as it comes. The engine's exec (which waits) runs on a thread of its own; the handler ends
+ * with {type: exit, code} once the command has exited and its output is drained. A cancel (the
+ * client gone) closes both FIFOs: the command sees the end of its input and a broken pipe. */
+
+#define INPUT_WAIT_MS 50
+
+typedef struct ix_exec {
+    wk_engine *engine;
+    const char *id;
+    const char **argv;
+    size_t argc;
+    int timeout_ms;
+    int code;
+    int rc;
+    pv_status st;
+    bool done;
+    pthread_mutex_t mu;
+} ix_exec;
+
+static void *ix_exec_thread(void *arg) {
+    ix_exec *x = arg;
+    char *out = NULL;
+    size_t len = 0;
+    int code = -1;
+    int rc = wk_engine_exec(x->engine, x->id, x->argv, x->argc, x->timeout_ms, &code, &out, &len,
+                            &x->st);
+    free(out); /* redirected to the FIFO: nothing here */
+    pthread_mutex_lock(&x->mu);
+    x->rc = rc;
+    x->code = code;
+    x->done = true;
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+static bool ix_done(ix_exec *x) {
+    pthread_mutex_lock(&x->mu);
+    bool d = x->done;
+    pthread_mutex_unlock(&x->mu);
+    return d;
+}
+
+/* Relays what the command wrote; *eof once every writer has closed. */
+static int ix_relay_output(wk_op *op, int fd, bool *eof, pv_status *st) {
+    char buf[16384];
+    *eof = false;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0) {
+            *eof = true;
+            return PV_OK;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return PV_OK; /* EAGAIN: nothing more for now */
+        char *b64 = NULL;
+        if (pv_b64_encode(buf, (size_t)n, &b64, st) != PV_OK) return st->code;
+        const char *fields[] = {"type", "data"}, *values[] = {"data", b64};
+        int rc = wk_op_output(op, 2, fields, values, st);
+        free(b64);
+        if (rc != PV_OK) return rc;
+    }
+}
+
+/* Feeds the input that has come; closes *in_fd at its end. Input the command does not read is
+ * kept in *pending until the FIFO takes it. */
+static int ix_feed_input(wk_op *op, int *in_fd, char *cursor, unsigned char **pending,
+                         size_t *npending, int block_ms, pv_status *st) {
+    if (*in_fd < 0) return PV_OK;
+    if (*npending == 0) {
+        pv_op_output *in = NULL;
+        size_t n = 0;
+        if (pv_op_input_read(wk_op_redis(op), wk_op_keys(op), wk_op_record(op)->id, cursor, 100,
+                             block_ms, &in, &n, st) != PV_OK)
+            return st->code;
+        bool eof = false;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(cursor, PV_OP_CURSOR_MAX, "%s", in[i].id);
+            for (size_t f = 0; f < in[i].n; f++) {
+                if (strcmp(in[i].fields[f], "eof") == 0) eof = true;
+                if (strcmp(in[i].fields[f], "data") != 0) continue;
+                unsigned char *d = NULL;
+                size_t dl = 0;
+                if (pv_b64_decode("stdin", in[i].values[f], &d, &dl, st) != PV_OK) {
+                    pv_op_output_free(in, n);
+                    return st->code;
+                }
+                unsigned char *grown = realloc(*pending, *npending + dl + 1);
+                if (!grown) {
+                    free(d);
+                    pv_op_output_free(in, n);
+                    return pv_status_set(st, PV_INTERNAL, "out of memory");
+                }
+                memcpy(grown + *npending, d, dl);
+                *pending = grown;
+                *npending += dl;
+                free(d);
+            }
+        }
+        pv_op_output_free(in, n);
+        if (eof && *npending == 0) {
+            close(*in_fd);
+            *in_fd = -1;
+            return PV_OK;
+        }
+        if (eof) cursor[0] = '!'; /* the end came: close once the rest is written */
+    }
+    while (*npending > 0) {
+        ssize_t w = write(*in_fd, *pending, *npending);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) return PV_OK; /* the command is not reading yet */
+        if (w < 0) { /* it closed its input: the rest has nowhere to go */
+            *npending = 0;
+            close(*in_fd);
+            *in_fd = -1;
+            return PV_OK;
+        }
+        memmove(*pending, *pending + w, *npending - (size_t)w);
+        *npending -= (size_t)w;
+    }
+    if (cursor[0] == '!') {
+        close(*in_fd);
+        *in_fd = -1;
+    }
+    return PV_OK;
+}
+
+/* Whether pid leads a process group of its own and is a child of this agent: what an exec
+ * the engine started is. The pid comes from a file in the workload's root, which the
+ * workload can write: without this, it could make the agent signal any process group. */
+static bool ix_is_our_exec(long pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    long ppid = 0, pgrp = 0;
+    char state;
+    return p && sscanf(p + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 && ppid == (long)getpid() &&
+           pgrp == pid;
+}
+
+/* Ends the command's process group: TERM, then KILL after a second. */
+static void ix_kill(ix_exec *x, const char *pid_path) {
+    char buf[32] = "";
+    int fd = open(pid_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    ssize_t n =
+        fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    long pid = strtol(buf, NULL, 10);
+    if (pid <= 1 || !ix_is_our_exec(pid)) {
+        if (pid > 1)
+            pv_warn("exec: pid %ld from %s is not an exec of this agent: not signalled", pid,
+                    pid_path);
+        return;
+    }
+    kill(-(pid_t)pid, SIGTERM);
+    for (int i = 0; i < 20 && !ix_done(x); i++)
+        usleep(50 * 1000);
+    if (!ix_done(x)) kill(-(pid_t)pid, SIGKILL);
+}
+
+/* A FIFO at path (in the workload's root) for the command, held by an O_PATH descriptor
+ * (*ref) whose /proc/self/fd name (proc) every later chmod and open goes through: the root is
+ * the workload's, and a name swapped for a symbolic link there must not make the agent open,
+ * chmod or write anything else. */
+static int ix_make_fifo(const char *path, int *ref, char *proc, size_t cap, pv_status *st) {
+    *ref = -1;
+    unlink(path);
+    if (mkfifo(path, 0600) != 0)
+        return pv_status_set(st, PV_INTERNAL, "open_stdin: mkfifo %s: %s", path, strerror(errno));
+    int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "open_stdin: %s was replaced by something not a FIFO", path);
+    }
+    snprintf(proc, cap, "/proc/self/fd/%d", fd);
+    if (chmod(proc, 0666) != 0) { /* 0666: the command runs as the workload's user */
+        int err = errno;
+        close(fd);
+        return pv_status_set(st, PV_INTERNAL, "open_stdin: chmod %s: %s", path, strerror(err));
+    }
+    *ref = fd;
+    return PV_OK;
+}
+
+/* Relays the command's output and the client's input until the command ends, the operation is
+ * cancelled or a relay fails; closes the input FIFO at the end, so the command sees it end. */
+static int ix_pump(wk_op *op, ix_exec *x, int out_fd, const char *in_proc, pv_status *st) {
+    int rc = PV_OK;
+    int in_fd = -1;
+    char cursor[PV_OP_CURSOR_MAX] = "0";
+    unsigned char *pending = NULL;
+    size_t npending = 0;
+    bool out_eof = false, writer_seen = false; /* out_eof: only what the last read saw */
+    while (rc == PV_OK) {
+        /* the command opens its input when it starts; until then the FIFO has no reader */
+        if (in_fd < 0 && cursor[0] != '!' && !writer_seen) {
+            in_fd = open(in_proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            if (in_fd >= 0) writer_seen = true;
+        }
+        /* done is read first: whatever the command wrote before it exited is then read now */
+        bool done = ix_done(x);
+        rc = ix_relay_output(op, out_fd, &out_eof, st);
+        if (rc != PV_OK || done) break;
+        if (writer_seen)
+            rc = ix_feed_input(op, &in_fd, cursor, &pending, &npending,
+                               npending || done ? 0 : INPUT_WAIT_MS, st);
+        if (rc == PV_OK && (!writer_seen || in_fd < 0 || npending)) {
+            struct pollfd p = {.fd = out_fd, .events = POLLIN};
+            poll(&p, 1, INPUT_WAIT_MS);
+        }
+        if (rc == PV_OK) rc = wk_op_sleep(op, 0, st); /* cancelled: stop feeding */
+    }
+    if (in_fd >= 0) close(in_fd);
+    free(pending);
+    return rc;
+}
+
+static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const char **argv,
+                            size_t argc, int timeout_ms, pv_status *st) {
+    wk_engine_info info = {0};
+    if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
+    if (!info.root) {
+        wk_engine_info_clear(&info);
+        return pv_status_set(st, PV_UNIMPLEMENTED, "open_stdin: the %s engine has no files here",
+                             wk_engine_type(engine));
+    }
+    char in_path[PATH_MAX], out_path[PATH_MAX], pid_path[PATH_MAX];
+    snprintf(in_path, sizeof in_path, "%s/.pivirt-in-%s", info.root, wk_op_record(op)->id);
+    snprintf(out_path, sizeof out_path, "%s/.pivirt-out-%s", info.root, wk_op_record(op)->id);
+    snprintf(pid_path, sizeof pid_path, "%s/.pivirt-pid-%s", info.root, wk_op_record(op)->id);
+    wk_engine_info_clear(&info);
+    int in_ref = -1, out_ref = -1;
+    char in_proc[64], out_proc[64];
+    if (ix_make_fifo(in_path, &in_ref, in_proc, sizeof in_proc, st) != PV_OK ||
+        ix_make_fifo(out_path, &out_ref, out_proc, sizeof out_proc, st) != PV_OK) {
+        if (in_ref >= 0) close(in_ref);
+        unlink(in_path);
+        unlink(out_path);
+        return st->code;
+    }
+    const char **wrapped = calloc(argc + 6, sizeof *wrapped);
+    if (!wrapped) {
+        close(in_ref);
+        close(out_ref);
+        unlink(in_path);
+        unlink(out_path);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    wrapped[0] = "/bin/sh";
+    wrapped[1] = "-c";
+    /* its pid (the command's, after exec) lets a cancel end its process group */
+    wrapped[2] = "echo $$ >\"$2\"; exec >\"$1\" 2>&1 <\"$0\"; shift 2; exec \"$@\"";
+    wrapped[3] = in_path;
+    wrapped[4] = out_path;
+    wrapped[5] = pid_path;
+    memcpy(wrapped + 6, argv, argc * sizeof *argv);
+    /* the reading end first: the command's open of its output then never waits */
+    int out_fd = open(out_proc, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ix_exec x = {.engine = engine,
+                 .id = id,
+                 .argv = wrapped,
+                 .argc = argc + 6,
+                 .timeout_ms = timeout_ms,
+                 .code = -1};
+    pthread_mutex_init(&x.mu, NULL);
+    pthread_t th;
+    int rc = out_fd >= 0
+                 ? PV_OK
+                 : pv_status_set(st, PV_INTERNAL, "open_stdin: %s: %s", out_path, strerror(errno));
+    bool started = rc == PV_OK && pthread_create(&th, NULL, ix_exec_thread, &x) == 0;
+    if (rc == PV_OK && !started) rc = pv_status_set(st, PV_INTERNAL, "open_stdin: no thread");
+    if (rc == PV_OK) rc = ix_pump(op, &x, out_fd, in_proc, st);
+    /* stopping (the end, a cancel, an error): the command sees its input end and its output
+     * break, and the exec thread returns */
+    if (out_fd >= 0) close(out_fd);
+    if (started && rc != PV_OK) ix_kill(&x, pid_path);
+    if (started) pthread_join(th, NULL);
+    unlink(pid_path);
+    unlink(in_path);
+    unlink(out_path);
+    close(in_ref);
+    close(out_ref);
+    free(wrapped);
+    pthread_mutex_destroy(&x.mu);
+    if (rc == PV_OK && x.rc != PV_OK) rc = pv_status_set(st, x.st.code, "%s", x.st.msg);
+    if (rc == PV_OK) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", x.code);
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+        rc = wk_op_output(op, 2, fields, values, st);
+    }
+    return rc;
+}
+
+int wk_node_deploy_exec(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.exec_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    const char *id = json_string_value(json_object_get(params, "id"));
+    const char *workdir = json_string_value(json_object_get(params, "workdir"));
+    json_t *cmds = json_object_get(params, "commands"), *envs = json_object_get(params, "envs");
+    json_int_t timeout = json_integer_value(json_object_get(params, "timeout_ms"));
+    size_t ncmd = json_array_size(cmds), nenv = json_array_size(envs);
+    int rc = id && ncmd > 0
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
+    /* env -C workdir K=V ... cmd...: the extras without a shell in between. */
+    const char **argv = calloc(ncmd + nenv + 4, sizeof *argv);
+    size_t argc = 0;
+    if (rc == PV_OK && !argv) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && (nenv > 0 || (workdir && *workdir))) {
+        argv[argc++] = "env";
+        if (workdir && *workdir) {
+            argv[argc++] = "-C";
+            argv[argc++] = workdir;
+        }
+        for (size_t i = 0; i < nenv; i++)
+            argv[argc++] = json_string_value(json_array_get(envs, i)) ?: "";
+    }
+    for (size_t i = 0; rc == PV_OK && i < ncmd; i++)
+        argv[argc++] = json_string_value(json_array_get(cmds, i)) ?: "";
+    if (rc == PV_OK && json_is_true(json_object_get(params, "interactive"))) {
+        rc = exec_interactive(op, wk_agent_engine(agent), id, argv, argc,
+                              timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, st);
+        free(argv);
+        json_decref(params);
+        return rc;
+    }
+    int code = -1;
+    char *output = NULL;
+    size_t len = 0;
+    pv_status est;
+    if (rc == PV_OK && wk_engine_exec(wk_agent_engine(agent), id, argv, argc,
+                                      timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, &code,
+                                      &output, &len, &est) != PV_OK)
+        rc = pv_status_set(st, est.code, "%s", est.msg);
+    char *b64 = NULL, codes[16];
+    if (rc == PV_OK) rc = pv_b64_encode(output ? output : "", len, &b64, st);
+    if (rc == PV_OK) {
+        snprintf(codes, sizeof codes, "%d", code);
+        const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
+        rc = wk_op_output(op, 3, fields, values, st);
+    }
+    free(b64);
+    free(output);
+    free(argv);
+    json_decref(params);
+    return rc;
+}
+
+/* ---- realloc ---- */
+
+int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.realloc_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    const char *id = json_string_value(json_object_get(params, "id"));
+    int rc = id ? wk_engine_set_limits(
+                      wk_agent_engine(agent), id,
+                      json_number_value(json_object_get(params, "cpu_limit")),
+                      (int64_t)json_integer_value(json_object_get(params, "memory_limit")), st)
+                : pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    json_decref(params);
+    return rc;
+}
+
+/* ---- replace ---- */
+
+/* Copies each "old path" -> "new path" of in->copy from the old root, mode kept (and owner, as
+ * the files are written by the agent with their uid/gid). */
+static int copy_from_old(const instance *in, const char *new_root, pv_status *st) {
+    const char *src;
+    json_t *dst;
+    json_object_foreach(in->copy, src, dst) {
+        char *data = NULL;
+        size_t len = 0;
+        int mode = 0644;
+        int rc = wk_files_get(in->old_root, src, &data, &len, &mode, st);
+        if (rc == PV_OK)
+            rc = wk_files_put(new_root, json_string_value(dst) ? json_string_value(dst) : src, data,
+                              len, mode, -1, -1, st);
+        free(data);
+        if (rc != PV_OK) return pv_status_prefix(st, "copy %s", src);
+    }
+    return PV_OK;
+}
+
+typedef struct replace_job {
+    wk_agent *agent;
+    const Pb__DeployOptions *o;
+    const char *pod, *old_id;
+    json_t *copy;
+} replace_job;
+
+/* Stops the old workload, creates and starts the new one with the old one's resources (copying
+ * the files asked for), records it and drops the old record and the old workload; when the new
+ * one fails, it is removed and the old one started again. The answer is journaled. */
+static int step_replace(wk_op *op, void *arg, char **result, pv_status *st) {
+    replace_job *rj = arg;
+    wk_engine *engine = wk_agent_engine(rj->agent);
+    pv_workload old = {0};
+    wk_engine_info oldinfo = {0};
+    pv_status est;
+    char *answer = NULL;
+    if (pv_workload_get(wk_op_redis(op), wk_op_keys(op), rj->old_id, &old, &est) != PV_OK ||
+        wk_engine_inspect(engine, rj->old_id, &oldinfo, &est) != PV_OK) {
+        json_t *j = json_pack("{s:s, s:s}", "error", est.msg, "old", rj->old_id);
+        *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        pv_workload_clear(&old);
+        return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    wk_engine_stop(engine, rj->old_id, -1, false, &est); /* not running: nothing to stop */
+    char alloc_id[PV_ID_MAX + 80];
+    snprintf(alloc_id, sizeof alloc_id, "replace:%s:%s", rj->old_id, wk_op_record(op)->id);
+    json_t *res = json_loads(old.resources ? old.resources : "{}", 0, NULL);
+    json_t *alloc = json_pack("{s:s, s:i, s:o}", "id", alloc_id, "seq", 0, "resources",
+                              res ? res : json_object());
+    instance in = {.op = op,
+                   .agent = rj->agent,
+                   .o = rj->o,
+                   .pod = rj->pod,
+                   .node = wk_agent_node(rj->agent),
+                   .alloc = alloc,
+                   .keep_resources = true,
+                   .before_start = rj->copy ? copy_from_old : NULL,
+                   .old_root = oldinfo.root,
+                   .copy = rj->copy};
+    int rc = step_instance(op, &in, &answer, st);
+    json_t *a = rc == PV_OK ? json_loads(answer, 0, NULL) : NULL;
+    if (rc == PV_OK && !json_object_get(a, "error")) {
+        /* The new one holds the resources now: the old record goes without giving them back. */
+        pv_workload_remove(wk_op_redis(op), wk_op_keys(op), rj->old_id, &est);
+        wk_engine_remove(engine, rj->old_id, true, &est);
+    } else if (rc == PV_OK) {
+        wk_engine_start(engine, rj->old_id, &est); /* the old one runs on */
+    }
+    if (a) json_object_set_new(a, "old", json_string(rj->old_id));
+    free(answer);
+    *result = rc == PV_OK && a ? json_dumps(a, JSON_COMPACT) : NULL;
+    if (rc == PV_OK && !*result) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    json_decref(a);
+    json_decref(alloc);
+    wk_engine_info_clear(&oldinfo);
+    pv_workload_clear(&old);
+    return rc;
+}
+
+static int step_report_replace(wk_op *op, void *arg, char **result, pv_status *st) {
+    const removal_report *rr = arg;
+    wk_agent *agent = wk_op_context(op);
+    json_t *a = json_loads(rr->answer, 0, NULL);
+    const char *err = json_string_value(json_object_get(a, "error"));
+    json_t *pub = json_object_get(a, "publish");
+    char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
+    const char *fields[] = {"type",    "id",      "name",  "nodename", "podname",
+                            "publish", "success", "error", "old"};
+    const char *values[] = {"replaced",
+                            err ? "" : json_string_value(json_object_get(a, "id")),
+                            err ? "" : json_string_value(json_object_get(a, "name")),
+                            wk_agent_node(agent),
+                            wk_op_param(op, "pod") ? wk_op_param(op, "pod") : "",
+                            publish ? publish : "{}",
+                            err ? "0" : "1",
+                            err ? err : "",
+                            rr->id};
+    int rc = wk_op_output(op, 9, fields, values, st);
+    free(publish);
+    json_decref(a);
+    if (rc != PV_OK) return rc;
+    *result = strdup("");
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+int wk_node_deploy_replace(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (!agent || !wk_agent_engine(agent))
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "this worker runs no engine: workload.replace_on_node needs the node "
+                             "agent (pivirt-worker --set worker.node=NAME)");
+    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
+    if (!b64 || !pod)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
+    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!o || !o->entrypoint) {
+        if (o) pb__deploy_options__free_unpacked(o, NULL);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+    }
+    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *copy = json_object_get(params, "copy");
+    int rc = PV_OK;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(params, "ids"), i, v) {
+        if (rc != PV_OK) break;
+        const char *old_id = json_string_value(v);
+        if (!old_id) continue;
+        replace_job rj = {agent, o, pod, old_id, json_object_size(copy) ? copy : NULL};
+        char step[160], *answer = NULL;
+        snprintf(step, sizeof step, "replace:%s", old_id);
+        rc = wk_op_step(op, step, step_replace, &rj, &answer, st);
+        if (rc == PV_OK) {
+            removal_report rr = {old_id, answer};
+            snprintf(step, sizeof step, "reported:%s", old_id);
+            rc = wk_op_step(op, step, step_report_replace, &rr, NULL, st);
+        }
+        free(answer);
+    }
+    json_decref(params);
+    pb__deploy_options__free_unpacked(o, NULL);
+    return rc;
+}

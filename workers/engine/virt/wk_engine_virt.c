@@ -1,0 +1,1556 @@
+/*
+ * wk_engine_virt: the virt engine. A workload is a persistent libvirt domain on the node's
+ * connection (virt://<libvirt URI>); libvirt is the only store, so an agent that restarts finds
+ * its workloads again from the domains alone: each of ours carries a <metadata> element in the
+ * pivirt namespace holding its workload id, image, labels and whether it was ever started (a
+ * domain that is shut off but never ran is CREATED, not STOPPED; libvirt cannot tell them apart).
+ *
+ * One connection per handle, opened at open and closed at close, used under one mutex: the
+ * brief's rule, and it also keeps the error handler's stored message tied to the call that made
+ * it. libvirt prints errors to stderr by default; the handlers installed here keep the message
+ * instead, and every failure puts it in the pv_status.
+ *
+ * Drivers differ in what they can do: test:///default has no device hot-plug at all and its
+ * shutdown is immediate; qemu:///system has both. Where a driver lacks device attach, the
+ * persistent definition is rewritten (virDomainDefineXML on the inactive XML), which every
+ * driver has, and the change applies at the next start.
+ *
+ * The XML libvirt hands back is read with libxml2 through wk_xml (XPath, no entities, no
+ * network): it holds client text, so no reading of it relies on libvirt's formatting. The XML
+ * written here (domain_xml, meta_element) escapes every client value with fput_xml.
+ */
+#include "wk_engine_virt.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wk_engine_impl.h"
+#include "wk_xml.h"
+
+#define DEFAULT_GRACE_SECONDS 10
+#define DEFAULT_MEMORY_BYTES (512LL * 1024 * 1024)
+#define DEFAULT_NETWORK "default"
+#define MAX_DISKS 26 /* vda .. vdz */
+#define STOP_POLL_NS (50 * 1000 * 1000L)
+
+struct wk_virt {
+    pthread_mutex_t mu;
+    virConnectPtr conn;
+    char dom_type[16]; /* <domain type=...>: "test", "kvm", "qemu", ... */
+    int grace_seconds;
+    /* The last error libvirt reported on this connection (on_conn_error), under mu. */
+    int err_code;
+    char err_msg[PV_STATUS_MSG_MAX];
+};
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+static void on_conn_error(void *user, virErrorPtr err) {
+    wk_virt *v = user;
+    if (!v || !err) return;
+    v->err_code = err->code;
+    snprintf(v->err_msg, sizeof v->err_msg, "%s", err->message ? err->message : "unknown error");
+}
+
+/* Errors raised before a connection exists (virConnectOpen) have no connection handler; this
+ * one keeps them off stderr. The message stays in libvirt's per-thread last error. */
+static void on_global_error(void *user, virErrorPtr err) {
+    (void)user;
+    (void)err;
+}
+
+static void err_reset(wk_virt *v) {
+    v->err_code = VIR_ERR_OK;
+    v->err_msg[0] = '\0';
+    virResetLastError();
+}
+
+static int map_code(int vir) {
+    switch (vir) {
+    case VIR_ERR_NO_DOMAIN:
+    case VIR_ERR_NO_NETWORK:
+        return PV_NOT_FOUND;
+    case VIR_ERR_DOM_EXIST:
+    case VIR_ERR_NETWORK_EXIST:
+        return PV_ALREADY_EXISTS;
+    case VIR_ERR_OPERATION_INVALID:
+        return PV_FAILED_PRECONDITION;
+    case VIR_ERR_NO_SUPPORT:
+    case VIR_ERR_OPERATION_UNSUPPORTED:
+        return PV_UNIMPLEMENTED;
+    case VIR_ERR_INVALID_ARG:
+    case VIR_ERR_XML_ERROR:
+    case VIR_ERR_XML_DETAIL:
+    case VIR_ERR_CONFIG_UNSUPPORTED:
+        return PV_INVALID_ARGUMENT;
+    case VIR_ERR_OPERATION_DENIED:
+    case VIR_ERR_ACCESS_DENIED:
+        return PV_PERMISSION_DENIED;
+    case VIR_ERR_NO_CONNECT:
+    case VIR_ERR_RPC:
+    case VIR_ERR_AUTH_FAILED:
+    case VIR_ERR_OPERATION_TIMEOUT:
+        return PV_UNAVAILABLE;
+    default:
+        return PV_INTERNAL;
+    }
+}
+
+/* Fails st with the code and message of libvirt's last error, prefixed by what was being done. */
+static int lv_fail(wk_virt *v, pv_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int lv_fail(wk_virt *v, pv_status *st, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    int code = v->err_code != VIR_ERR_OK ? map_code(v->err_code) : PV_INTERNAL;
+    const char *msg = v->err_msg[0] ? v->err_msg : virGetLastErrorMessage();
+    return pv_status_set(st, code, "%s: %s", what, msg);
+}
+
+static int no_memory(pv_status *st) {
+    return pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
+static void lock(wk_virt *v) {
+    pthread_mutex_lock(&v->mu);
+    err_reset(v);
+}
+
+static void unlock(wk_virt *v) {
+    pthread_mutex_unlock(&v->mu);
+}
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *xstrdup(const char *s) {
+    return strdup(s ? s : "");
+}
+
+static void fput_xml(FILE *f, const char *s) {
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '\'':
+            fputs("&apos;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        default:
+            fputc(*s, f);
+        }
+    }
+}
+
+/* One <interface> of a domain's devices. */
+typedef struct iface {
+    wk_xml_node *node;
+    char *type, *mac, *source; /* NULL when the XML has none */
+} iface;
+
+static void ifaces_free(iface *fs, size_t n) {
+    for (size_t i = 0; fs && i < n; i++) {
+        free(fs[i].type);
+        free(fs[i].mac);
+        free(fs[i].source);
+    }
+    free(fs);
+}
+
+/* The source an interface is keyed by: its network, bridge or host device, in that order. */
+static char *iface_source(wk_xml *x, const wk_xml_node *node) {
+    static const char *const kinds[] = {"source/@network", "source/@bridge", "source/@dev"};
+    char *s = NULL;
+    for (size_t i = 0; !s && i < sizeof kinds / sizeof kinds[0]; i++)
+        s = wk_xml_text(x, node, kinds[i]);
+    return s;
+}
+
+/* The interfaces of domain XML x, in order, into *fs (caller frees with ifaces_free). */
+static int ifaces_read(wk_xml *x, iface **fs, size_t *n, pv_status *st) {
+    *fs = NULL;
+    *n = 0;
+    wk_xml_node **nodes;
+    size_t nn;
+    if (wk_xml_find(x, NULL, "/domain/devices/interface", &nodes, &nn) < 0) return no_memory(st);
+    iface *arr = calloc(nn ? nn : 1, sizeof *arr);
+    if (!arr) {
+        free(nodes);
+        return no_memory(st);
+    }
+    for (size_t i = 0; i < nn; i++) {
+        arr[i].node = nodes[i];
+        arr[i].type = wk_xml_text(x, nodes[i], "@type");
+        arr[i].mac = wk_xml_text(x, nodes[i], "mac/@address");
+        arr[i].source = iface_source(x, nodes[i]);
+    }
+    free(nodes);
+    *fs = arr;
+    *n = nn;
+    return PV_OK;
+}
+
+/* Is f an interface on libvirt network `network`? */
+static bool iface_on(const iface *f, const char *network) {
+    return f->type && strcmp(f->type, "network") == 0 && f->source &&
+           strcmp(f->source, network) == 0;
+}
+
+/* "192.168.122.0/24" for a network's <ip> element (caller frees); NULL when it has no address. */
+static char *ip_cidr(wk_xml *x, const wk_xml_node *ip) {
+    char *family = wk_xml_text(x, ip, "@family"), *addr = wk_xml_text(x, ip, "@address");
+    char *netmask = wk_xml_text(x, ip, "@netmask"), *prefix = wk_xml_text(x, ip, "@prefix");
+    char *out = NULL;
+    bool v6 = (family && strcmp(family, "ipv6") == 0) || (addr && strchr(addr, ':'));
+    unsigned char a[16];
+    int bits = prefix ? atoi(prefix) : (v6 ? 64 : 24);
+    if (!addr || inet_pton(v6 ? AF_INET6 : AF_INET, addr, a) != 1) goto done;
+    if (!v6 && netmask && !prefix) {
+        struct in_addr m;
+        if (inet_pton(AF_INET, netmask, &m) == 1) bits = __builtin_popcount(ntohl(m.s_addr));
+    }
+    int len = v6 ? 16 : 4;
+    if (bits < 0 || bits > len * 8) goto done;
+    for (int i = 0; i < len; i++) {
+        int keep = bits - i * 8;
+        if (keep <= 0)
+            a[i] = 0;
+        else if (keep < 8)
+            a[i] &= (unsigned char)(0xFF << (8 - keep));
+    }
+    char text[INET6_ADDRSTRLEN];
+    if (inet_ntop(v6 ? AF_INET6 : AF_INET, a, text, sizeof text) &&
+        asprintf(&out, "%s/%d", text, bits) < 0)
+        out = NULL;
+done:
+    free(family);
+    free(addr);
+    free(netmask);
+    free(prefix);
+    return out;
+}
+
+static void strv_free(char **v, size_t n) {
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The subnets of a network XML into *out (caller frees with strv_free). */
+static int network_subnets(const char *xml, char ***out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    wk_xml *x;
+    int rc = wk_xml_parse(xml, &x, st);
+    if (rc != PV_OK) return rc;
+    wk_xml_node **ips;
+    size_t nips;
+    if (wk_xml_find(x, NULL, "/network/ip", &ips, &nips) < 0) rc = no_memory(st);
+    for (size_t i = 0; rc == PV_OK && i < nips; i++) {
+        char *c = ip_cidr(x, ips[i]);
+        if (!c) continue;
+        char **grown = realloc(*out, (*n + 1) * sizeof *grown);
+        if (!grown) {
+            free(c);
+            rc = no_memory(st);
+            break;
+        }
+        *out = grown;
+        (*out)[(*n)++] = c;
+    }
+    free(ips);
+    wk_xml_free(x);
+    return rc;
+}
+
+/* A locally administered MAC in the range libvirt uses for its guests (52:54:00). */
+static void random_mac(char out[18]) {
+    unsigned char r[3] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        unsigned long x = (unsigned long)now_ms() ^ (unsigned long)getpid();
+        r[0] = (unsigned char)x, r[1] = (unsigned char)(x >> 8), r[2] = (unsigned char)(x >> 16);
+    }
+    snprintf(out, 18, "52:54:00:%02x:%02x:%02x", r[0], r[1], r[2]);
+}
+
+/* ---- metadata ---------------------------------------------------------------------------- */
+
+/* The pivirt metadata of d (flags: 0 = live when running), or NULL when d is not a workload of
+ * this engine. A domain without it is a normal case, so its libvirt error is dropped. */
+static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
+    char *xml = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, WK_VIRT_XMLNS, flags);
+    if (!xml) {
+        err_reset(v);
+        return NULL;
+    }
+    /* meta_element's JSON is the element's text; whatever else made it fails json_loads */
+    char *text = wk_xml_text_of(xml, "/*");
+    free(xml);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (!json_is_object(j) || !json_is_string(json_object_get(j, "id"))) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. The JSON is
+ * ASCII (\uXXXX beyond it): a client's valid UTF-8 may hold characters XML 1.0 does not allow
+ * (U+FFFE, U+FFFF), which libvirt would refuse the whole definition for. */
+static char *meta_element(const json_t *meta, bool with_ns) {
+    char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    if (!text) return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        free(text);
+        return NULL;
+    }
+    if (with_ns)
+        fprintf(f, "<" WK_VIRT_XMLNS_PREFIX ":workload xmlns:" WK_VIRT_XMLNS_PREFIX "='%s'>",
+                WK_VIRT_XMLNS);
+    else
+        fputs("<workload>", f);
+    fput_xml(f, text);
+    fputs(with_ns ? "</" WK_VIRT_XMLNS_PREFIX ":workload>" : "</workload>", f);
+    free(text);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Writes meta into d's persistent definition, and into the live one when d runs. */
+static int meta_save(wk_virt *v, virDomainPtr d, const json_t *meta, pv_status *st) {
+    char *el = meta_element(meta, false);
+    if (!el) return no_memory(st);
+    unsigned int flags = VIR_DOMAIN_AFFECT_CONFIG;
+    if (virDomainIsActive(d) == 1) flags |= VIR_DOMAIN_AFFECT_LIVE;
+    int r = virDomainSetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, el, WK_VIRT_XMLNS_PREFIX,
+                                 WK_VIRT_XMLNS, flags);
+    free(el);
+    if (r < 0) return lv_fail(v, st, "domain %s: virDomainSetMetadata", virDomainGetName(d));
+    return PV_OK;
+}
+
+/* ---- finding a workload's domain ------------------------------------------------------------ */
+
+/* The domain of workload id (caller frees with virDomainFree) and, when meta is not NULL, its
+ * metadata (caller decrefs). NOT_FOUND when no domain of ours has this id. */
+static int find_domain(wk_virt *v, const char *id, virDomainPtr *dom, json_t **meta,
+                       pv_status *st) {
+    *dom = NULL;
+    if (meta) *meta = NULL;
+    if (!id || !*id) return pv_status_set(st, PV_INVALID_ARGUMENT, "id: required");
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(v->conn, &doms, 0);
+    if (n < 0) return lv_fail(v, st, "workload %s: virConnectListAllDomains", id);
+    for (int i = 0; i < n; i++) {
+        json_t *m = *dom ? NULL : meta_load(v, doms[i], 0);
+        if (m && strcmp(json_string_value(json_object_get(m, "id")), id) == 0) {
+            *dom = doms[i];
+            if (meta)
+                *meta = m;
+            else
+                json_decref(m);
+            continue;
+        }
+        json_decref(m);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    if (!*dom)
+        return pv_status_set(st, PV_NOT_FOUND, "workload %s: no domain with this workload id", id);
+    return PV_OK;
+}
+
+/* ---- workload info ----------------------------------------------------------------------------
+ */
+
+static wk_state map_state(int vs, const json_t *meta) {
+    switch (vs) {
+    case VIR_DOMAIN_RUNNING:
+    case VIR_DOMAIN_BLOCKED:
+    case VIR_DOMAIN_SHUTDOWN: /* being shut down: still running */
+        return WK_STATE_RUNNING;
+    case VIR_DOMAIN_PAUSED:
+    case VIR_DOMAIN_PMSUSPENDED:
+        return WK_STATE_PAUSED;
+    default:
+        return json_is_true(json_object_get(meta, "started")) ? WK_STATE_STOPPED : WK_STATE_CREATED;
+    }
+}
+
+/* A domain has no exit status; the shutoff reason stands in for it: a clean shutdown is 0, a
+ * destroy is what a SIGKILL would give (137), a crash or a failed start 1. */
+static int exit_code_of(int vs, int reason) {
+    if (vs == VIR_DOMAIN_CRASHED) return 1;
+    if (vs != VIR_DOMAIN_SHUTOFF) return 0;
+    switch (reason) {
+    case VIR_DOMAIN_SHUTOFF_DESTROYED:
+        return 137;
+    case VIR_DOMAIN_SHUTOFF_CRASHED:
+    case VIR_DOMAIN_SHUTOFF_FAILED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Adds the addresses libvirt knows for the interface with MAC mac to the array addrs. */
+static void add_addresses(virDomainInterfacePtr *ifs, int nifs, const char *mac, json_t *addrs) {
+    for (int i = 0; i < nifs; i++) {
+        if (!ifs[i]->hwaddr || strcasecmp(ifs[i]->hwaddr, mac) != 0) continue;
+        for (unsigned int k = 0; k < ifs[i]->naddrs; k++)
+            if (ifs[i]->addrs[k].addr)
+                json_array_append_new(addrs, json_string(ifs[i]->addrs[k].addr));
+    }
+}
+
+/* Sets root[key] for interface f: key is its network, "bridge:<name>" or its type, with "#2",
+ * "#3"... when already used. */
+static void add_iface(json_t *root, const iface *f, virDomainInterfacePtr *ifs, int nifs) {
+    char key[256];
+    if (f->type && strcmp(f->type, "network") == 0 && f->source)
+        snprintf(key, sizeof key, "%s", f->source);
+    else if (f->type && strcmp(f->type, "bridge") == 0 && f->source)
+        snprintf(key, sizeof key, "bridge:%s", f->source);
+    else
+        snprintf(key, sizeof key, "%s", f->type ? f->type : "interface");
+    size_t base = strlen(key);
+    for (int k = 2; json_object_get(root, key); k++)
+        snprintf(key + base, sizeof key - base, "#%d", k);
+    json_t *addrs = json_array();
+    if (f->mac) add_addresses(ifs, nifs, f->mac, addrs);
+    json_object_set_new(root, key,
+                        json_pack("{s:s, s:s, s:o}", "mac", f->mac ? f->mac : "", "type",
+                                  f->type ? f->type : "", "addresses", addrs));
+}
+
+/* The interfaces of domain XML xml into root; none when it does not parse. */
+static void add_ifaces(json_t *root, const char *xml, virDomainInterfacePtr *ifs, int nifs) {
+    wk_xml *x;
+    pv_status st;
+    if (!xml || wk_xml_parse(xml, &x, &st) != PV_OK) return;
+    iface *fs;
+    size_t n;
+    if (ifaces_read(x, &fs, &n, &st) == PV_OK) {
+        for (size_t i = 0; i < n; i++)
+            add_iface(root, &fs[i], ifs, nifs);
+        ifaces_free(fs, n);
+    }
+    wk_xml_free(x);
+}
+
+/* {"<network>": {"mac": "...", "type": "network", "addresses": [...]}, ...} from the domain's
+ * interfaces (add_iface says how they are keyed). Addresses come from the network's DHCP leases
+ * when the domain runs and the driver has them. */
+static char *networks_json(wk_virt *v, virDomainPtr d, bool active) {
+    json_t *root = json_object();
+    char *xml = virDomainGetXMLDesc(d, 0);
+    virDomainInterfacePtr *ifs = NULL;
+    int nifs = 0;
+    if (active) {
+        nifs = virDomainInterfaceAddresses(d, &ifs, VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0);
+        if (nifs < 0) {
+            err_reset(v);
+            nifs = 0;
+        }
+    }
+    if (root) add_ifaces(root, xml, ifs, nifs);
+    for (int i = 0; i < nifs; i++)
+        virDomainInterfaceFree(ifs[i]);
+    free(ifs);
+    free(xml);
+    char *out = root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(root);
+    return out;
+}
+
+static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_info *out,
+                    pv_status *st) {
+    memset(out, 0, sizeof *out);
+    int vs = 0, reason = 0;
+    if (virDomainGetState(d, &vs, &reason, 0) < 0)
+        return lv_fail(v, st, "domain %s: virDomainGetState", virDomainGetName(d));
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    if (virDomainGetUUIDString(d, uuid) < 0)
+        return lv_fail(v, st, "domain %s: virDomainGetUUIDString", virDomainGetName(d));
+    out->state = map_state(vs, meta);
+    out->exit_code = out->state == WK_STATE_STOPPED ? exit_code_of(vs, reason) : 0;
+    out->id = xstrdup(json_string_value(json_object_get(meta, "id")));
+    out->name = xstrdup(virDomainGetName(d));
+    out->image = xstrdup(json_string_value(json_object_get(meta, "image")));
+    out->engine_id = xstrdup(uuid);
+    bool active = out->state == WK_STATE_RUNNING || out->state == WK_STATE_PAUSED;
+    out->networks_json = networks_json(v, d, active);
+    out->publish_json = xstrdup("{}");
+    out->log_path = xstrdup("");
+    json_t *labels = json_object_get(meta, "labels");
+    out->labels_json =
+        json_is_object(labels) ? json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup("{}");
+    out->started_ms = json_integer_value(json_object_get(meta, "started_ms"));
+    out->finished_ms = json_integer_value(json_object_get(meta, "finished_ms"));
+    if (!out->id || !out->name || !out->image || !out->engine_id || !out->networks_json ||
+        !out->publish_json || !out->log_path || !out->labels_json) {
+        wk_engine_info_clear(out);
+        return no_memory(st);
+    }
+    return PV_OK;
+}
+
+/* ---- open / close --------------------------------------------------------------------------- */
+
+/* <domain type=...> for the connection's driver: kvm on QEMU when the machine has it. */
+static void pick_dom_type(wk_virt *v) {
+    const char *t = virConnectGetType(v->conn);
+    if (!t) {
+        err_reset(v);
+        t = "qemu";
+    }
+    size_t i;
+    for (i = 0; t[i] && i + 1 < sizeof v->dom_type; i++)
+        v->dom_type[i] = (char)tolower((unsigned char)t[i]);
+    v->dom_type[i] = '\0';
+    if (strcmp(v->dom_type, "qemu") == 0 && access("/dev/kvm", R_OK | W_OK) == 0)
+        snprintf(v->dom_type, sizeof v->dom_type, "kvm");
+}
+
+int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_status *st) {
+    *out = NULL;
+    if (!uri || !*uri)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "uri: empty (virt://<libvirt URI>, e.g. virt://test:///default)");
+    if (virInitialize() < 0)
+        return pv_status_set(st, PV_INTERNAL, "virInitialize: %s", virGetLastErrorMessage());
+    virSetErrorFunc(NULL, on_global_error);
+    wk_virt *v = calloc(1, sizeof *v);
+    if (!v) return no_memory(st);
+    v->conn = virConnectOpen(uri);
+    if (!v->conn) {
+        pv_status_set(st, PV_UNAVAILABLE, "virConnectOpen %s: %s", uri, virGetLastErrorMessage());
+        free(v);
+        return st ? st->code : PV_UNAVAILABLE;
+    }
+    virConnSetErrorFunc(v->conn, v, on_conn_error);
+    pthread_mutex_init(&v->mu, NULL);
+    v->grace_seconds =
+        opts && opts->stop_grace_seconds > 0 ? opts->stop_grace_seconds : DEFAULT_GRACE_SECONDS;
+    pick_dom_type(v);
+    *out = v;
+    return PV_OK;
+}
+
+void wk_virt_close(wk_virt *v) {
+    if (!v) return;
+    virConnSetErrorFunc(v->conn, NULL, NULL);
+    virConnectClose(v->conn);
+    pthread_mutex_destroy(&v->mu);
+    free(v);
+}
+
+/* ---- create ---------------------------------------------------------------------------------- */
+
+static bool valid_id(const char *id) {
+    size_t n = id ? strlen(id) : 0;
+    if (n < 1 || n > 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && !strchr("._-", id[i])) return false;
+    return true;
+}
+
+static int check_spec(const wk_workload_spec *s, json_t **labels, pv_status *st) {
+    *labels = NULL;
+    if (!valid_id(s->id))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "id: \"%s\" must be 1-64 of [A-Za-z0-9._-]",
+                             s->id ? s->id : "");
+    if (!s->name || !*s->name || strchr(s->name, '/'))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "name: \"%s\" must be a non-empty domain name without '/'",
+                             s->name ? s->name : "");
+    if (s->nsysctls > 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "sysctls: \"%s\": the virt engine cannot set sysctls (a domain runs "
+                             "its own kernel; set them inside the guest)",
+                             s->sysctls[0]);
+    if (!(s->cpu_limit >= 0) || s->cpu_limit > 4096)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "cpu_limit: %g out of range [0, 4096]",
+                             s->cpu_limit);
+    if (s->memory_limit < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "memory_limit: %lld must not be negative",
+                             (long long)s->memory_limit);
+    if (s->nvolumes > MAX_DISKS)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "volumes: %zu disks, at most %d (vda-vdz)",
+                             s->nvolumes, MAX_DISKS);
+    for (size_t i = 0; i < s->nvolumes; i++)
+        if (!s->volumes[i] || s->volumes[i][0] != '/')
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "volumes[%zu]: \"%s\" must be an absolute disk image path", i,
+                                 s->volumes[i] ? s->volumes[i] : "");
+    for (size_t i = 0; i < s->ncpuset; i++)
+        if (s->cpuset[i] < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "cpuset[%zu]: %d is not a CPU", i,
+                                 s->cpuset[i]);
+    if (s->labels_json && *s->labels_json) {
+        json_error_t je;
+        *labels = json_loads(s->labels_json, 0, &je);
+        if (!json_is_object(*labels)) {
+            json_decref(*labels);
+            *labels = NULL;
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "labels_json: not a JSON object (%s)",
+                                 je.text);
+        }
+    } else if (!(*labels = json_object())) {
+        return no_memory(st);
+    }
+    return PV_OK;
+}
+
+/* qcow2 when the image starts with its magic, raw otherwise (also when unreadable here: the
+ * hypervisor reports a missing disk at start, with its own message). */
+static const char *disk_format(const char *path) {
+    unsigned char magic[4] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "raw";
+    ssize_t n = read(fd, magic, sizeof magic);
+    close(fd);
+    return n == 4 && memcmp(magic, "QFI\xfb", 4) == 0 ? "qcow2" : "raw";
+}
+
+static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_t *meta,
+                        bool with_network) {
+    char *el = meta_element(meta, true);
+    if (!el) return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        free(el);
+        return NULL;
+    }
+    int vcpus = s->cpu_limit > 0 ? (int)ceil(s->cpu_limit) : 1;
+    int64_t mem = s->memory_limit > 0 ? s->memory_limit : DEFAULT_MEMORY_BYTES;
+    fprintf(f, "<domain type='%s'>\n  <name>", v->dom_type);
+    fput_xml(f, s->name);
+    fprintf(f, "</name>\n  <metadata>%s</metadata>\n", el);
+    fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)((mem + 1023) / 1024));
+    fputs("  <vcpu placement='static'", f);
+    if (s->ncpuset > 0) {
+        fputs(" cpuset='", f);
+        for (size_t i = 0; i < s->ncpuset; i++)
+            fprintf(f, "%s%d", i ? "," : "", s->cpuset[i]);
+        fputc('\'', f);
+    }
+    fprintf(f, ">%d</vcpu>\n", vcpus);
+    fputs("  <os><type>hvm</type><boot dev='hd'/></os>\n"
+          "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n"
+          "  <on_crash>destroy</on_crash>\n  <devices>\n",
+          f);
+    for (size_t i = 0; i < s->nvolumes; i++) {
+        fprintf(f,
+                "    <disk type='file' device='disk'><driver name='qemu' type='%s'/><source file='",
+                disk_format(s->volumes[i]));
+        fput_xml(f, s->volumes[i]);
+        fprintf(f, "'/><target dev='vd%c' bus='virtio'/></disk>\n", (char)('a' + i));
+    }
+    if (with_network)
+        fputs("    <interface type='network'><source network='" DEFAULT_NETWORK
+              "'/><model type='virtio'/></interface>\n",
+              f);
+    fputs("  </devices>\n</domain>\n", f);
+    free(el);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int ensure_unused(wk_virt *v, const wk_workload_spec *s, pv_status *st) {
+    virDomainPtr d = NULL;
+    int rc = find_domain(v, s->id, &d, NULL, st);
+    if (rc == PV_OK) {
+        char uuid[VIR_UUID_STRING_BUFLEN] = "";
+        virDomainGetUUIDString(d, uuid);
+        virDomainFree(d);
+        return pv_status_set(st, PV_ALREADY_EXISTS, "id: workload %s already exists (domain %s)",
+                             s->id, uuid);
+    }
+    if (rc != PV_NOT_FOUND) return rc;
+    d = virDomainLookupByName(v->conn, s->name);
+    if (d) {
+        virDomainFree(d);
+        return pv_status_set(st, PV_ALREADY_EXISTS, "name: a domain named \"%s\" already exists",
+                             s->name);
+    }
+    err_reset(v);
+    pv_status_clear(st);
+    return PV_OK;
+}
+
+static bool has_network(wk_virt *v, const char *name) {
+    virNetworkPtr n = virNetworkLookupByName(v->conn, name);
+    if (!n) {
+        err_reset(v);
+        return false;
+    }
+    virNetworkFree(n);
+    return true;
+}
+
+static int create_locked(wk_virt *v, const wk_workload_spec *s, const json_t *meta,
+                         wk_engine_info *out, pv_status *st) {
+    int rc = ensure_unused(v, s, st);
+    if (rc != PV_OK) return rc;
+    char *xml = domain_xml(v, s, meta, has_network(v, DEFAULT_NETWORK));
+    if (!xml) return no_memory(st);
+    virDomainPtr d = virDomainDefineXML(v->conn, xml);
+    free(xml);
+    if (!d) return lv_fail(v, st, "workload %s: virDomainDefineXML %s", s->id, s->name);
+    rc = dom_info(v, d, meta, out, st);
+    virDomainFree(d);
+    return rc;
+}
+
+static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *out, pv_status *st) {
+    wk_virt *v = impl;
+    memset(out, 0, sizeof *out);
+    json_t *labels = NULL;
+    int rc = check_spec(s, &labels, st);
+    if (rc != PV_OK) return rc;
+    json_t *meta = json_pack("{s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "image",
+                             s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
+                             (json_int_t)0, "finished_ms", (json_int_t)0);
+    if (!meta) return no_memory(st);
+    lock(v);
+    rc = create_locked(v, s, meta, out, st);
+    unlock(v);
+    json_decref(meta);
+    return rc;
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------- */
+
+static const char *state_name(wk_state s) {
+    static const char *const names[] = {"created", "running", "paused", "stopped"};
+    return (unsigned)s < 4 ? names[s] : "unknown";
+}
+
+/* The workload's domain, metadata and state, under the lock. */
+static int lookup_state(wk_virt *v, const char *id, virDomainPtr *d, json_t **meta, wk_state *ws,
+                        pv_status *st) {
+    int rc = find_domain(v, id, d, meta, st);
+    if (rc != PV_OK) return rc;
+    int vs = 0, reason = 0;
+    if (virDomainGetState(*d, &vs, &reason, 0) < 0) {
+        rc = lv_fail(v, st, "workload %s: virDomainGetState", id);
+        virDomainFree(*d);
+        json_decref(*meta);
+        *d = NULL;
+        *meta = NULL;
+        return rc;
+    }
+    *ws = map_state(vs, *meta);
+    return PV_OK;
+}
+
+static int start_locked(wk_virt *v, const char *id, pv_status *st) {
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc != PV_OK) return rc;
+    json_t *before = json_deep_copy(meta);
+    if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED) {
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is already %s", id,
+                           state_name(ws));
+        goto done;
+    }
+    /* Marked started before the start, so a domain that runs is never taken for CREATED. */
+    json_object_set_new(meta, "started", json_true());
+    json_object_set_new(meta, "started_ms", json_integer(now_ms()));
+    json_object_set_new(meta, "finished_ms", json_integer(0));
+    if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
+    if (virDomainCreate(d) < 0) {
+        rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
+        pv_status keep;
+        if (before) meta_save(v, d, before, &keep);
+    }
+done:
+    json_decref(before);
+    json_decref(meta);
+    virDomainFree(d);
+    return rc;
+}
+
+static int virt_start(void *impl, const char *id, pv_status *st) {
+    wk_virt *v = impl;
+    lock(v);
+    int rc = start_locked(v, id, st);
+    unlock(v);
+    return rc;
+}
+
+static bool dom_active(wk_virt *v, virDomainPtr d) {
+    int vs = 0, reason = 0;
+    if (virDomainGetState(d, &vs, &reason, 0) < 0) {
+        err_reset(v);
+        return false;
+    }
+    return vs != VIR_DOMAIN_SHUTOFF && vs != VIR_DOMAIN_CRASHED && vs != VIR_DOMAIN_NOSTATE;
+}
+
+/* Polls d until it is shut off or grace_seconds pass, without holding the lock in between, so
+ * other workloads are not held up by one guest's shutdown. Returns with the lock held. */
+static void wait_shutoff(wk_virt *v, virDomainPtr d, int grace_seconds) {
+    struct timespec now, end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += grace_seconds;
+    for (;;) {
+        if (!dom_active(v, d)) return;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+            return;
+        unlock(v);
+        struct timespec pause = {0, STOP_POLL_NS};
+        nanosleep(&pause, NULL);
+        lock(v);
+    }
+}
+
+/* Shuts d down (destroy at once when force, grace 0 or paused: a paused guest cannot answer),
+ * destroys it after grace, and records when it finished. Called with the lock held. */
+static int stop_domain(wk_virt *v, const char *id, virDomainPtr d, json_t *meta, wk_state ws,
+                       int grace_seconds, bool force, pv_status *st) {
+    bool now = force || grace_seconds == 0 || ws == WK_STATE_PAUSED;
+    if (!now && virDomainShutdown(d) < 0) {
+        err_reset(v); /* no ACPI or no guest support: the destroy below does it */
+        now = true;
+    }
+    if (!now) wait_shutoff(v, d, grace_seconds);
+    if (dom_active(v, d) && virDomainDestroy(d) < 0 && dom_active(v, d))
+        return lv_fail(v, st, "workload %s: virDomainDestroy %s", id, virDomainGetName(d));
+    json_object_set_new(meta, "finished_ms", json_integer(now_ms()));
+    return meta_save(v, d, meta, st);
+}
+
+static int virt_stop(void *impl, const char *id, int grace_seconds, bool force, pv_status *st) {
+    wk_virt *v = impl;
+    if (grace_seconds < 0) grace_seconds = v->grace_seconds;
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc == PV_OK) {
+        if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED)
+            rc = stop_domain(v, id, d, meta, ws, grace_seconds, force, st);
+        else
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is not running (%s)", id,
+                               state_name(ws));
+        json_decref(meta);
+        virDomainFree(d);
+    }
+    unlock(v);
+    return rc;
+}
+
+/* Suspends (pause) or resumes d when it is in state `need`. */
+static int pause_or_resume(wk_virt *v, const char *id, bool pause, pv_status *st) {
+    wk_state need = pause ? WK_STATE_RUNNING : WK_STATE_PAUSED;
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc == PV_OK) {
+        if (ws != need)
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is %s, not %s", id,
+                               state_name(ws), state_name(need));
+        else if ((pause ? virDomainSuspend(d) : virDomainResume(d)) < 0)
+            rc = lv_fail(v, st, "workload %s: %s %s", id,
+                         pause ? "virDomainSuspend" : "virDomainResume", virDomainGetName(d));
+        json_decref(meta);
+        virDomainFree(d);
+    }
+    unlock(v);
+    return rc;
+}
+
+static int virt_pause(void *impl, const char *id, pv_status *st) {
+    return pause_or_resume(impl, id, true, st);
+}
+
+static int virt_resume(void *impl, const char *id, pv_status *st) {
+    return pause_or_resume(impl, id, false, st);
+}
+
+/* Undefines d with what libvirt keeps beside it (managed save, snapshot metadata); drivers
+ * that do not know those flags get a plain undefine. The disks stay: they are volumes of the
+ * storage service. */
+static int undefine(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
+    unsigned int flags = VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA;
+    if (virDomainUndefineFlags(d, flags) == 0) return PV_OK;
+    if (v->err_code != VIR_ERR_INVALID_ARG && v->err_code != VIR_ERR_NO_SUPPORT)
+        return lv_fail(v, st, "workload %s: virDomainUndefineFlags %s", id, virDomainGetName(d));
+    err_reset(v);
+    if (virDomainUndefine(d) < 0)
+        return lv_fail(v, st, "workload %s: virDomainUndefine %s", id, virDomainGetName(d));
+    return PV_OK;
+}
+
+static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
+    wk_virt *v = impl;
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc == PV_OK) {
+        bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED;
+        if (active && !force)
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                               "workload %s is %s: stop it first or remove with force", id,
+                               state_name(ws));
+        else if (active && virDomainDestroy(d) < 0 && dom_active(v, d))
+            rc = lv_fail(v, st, "workload %s: virDomainDestroy %s", id, virDomainGetName(d));
+        if (rc == PV_OK) rc = undefine(v, id, d, st);
+        json_decref(meta);
+        virDomainFree(d);
+    }
+    unlock(v);
+    return rc;
+}
+
+static int virt_inspect(void *impl, const char *id, wk_engine_info *out, pv_status *st) {
+    wk_virt *v = impl;
+    memset(out, 0, sizeof *out);
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    int rc = find_domain(v, id, &d, &meta, st);
+    if (rc == PV_OK) {
+        rc = dom_info(v, d, meta, out, st);
+        json_decref(meta);
+        virDomainFree(d);
+    }
+    unlock(v);
+    return rc;
+}
+
+static int list_locked(wk_virt *v, wk_engine_info **out, size_t *n, pv_status *st) {
+    virDomainPtr *doms = NULL;
+    int nd = virConnectListAllDomains(v->conn, &doms, 0);
+    if (nd < 0) return lv_fail(v, st, "virConnectListAllDomains");
+    int rc = PV_OK;
+    wk_engine_info *infos = calloc(nd > 0 ? (size_t)nd : 1, sizeof *infos);
+    if (!infos) rc = no_memory(st);
+    for (int i = 0; i < nd; i++) {
+        json_t *meta = rc == PV_OK ? meta_load(v, doms[i], 0) : NULL;
+        if (meta) {
+            int r = dom_info(v, doms[i], meta, &infos[*n], st);
+            if (r == PV_OK)
+                (*n)++;
+            else if (r != PV_NOT_FOUND) /* NOT_FOUND: undefined since the listing */
+                rc = r;
+            json_decref(meta);
+        }
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    if (rc != PV_OK) {
+        wk_engine_info_array_free(infos, *n);
+        *n = 0;
+        return rc;
+    }
+    pv_status_clear(st);
+    *out = infos;
+    return PV_OK;
+}
+
+static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st) {
+    wk_virt *v = impl;
+    *out = NULL;
+    *n = 0;
+    lock(v);
+    int rc = list_locked(v, out, n, st);
+    unlock(v);
+    return rc;
+}
+
+static int virt_exec(void *impl, const char *id, const char *const *argv, size_t argc,
+                     int timeout_ms, int *exit_code, char **output, size_t *output_len,
+                     pv_status *st) {
+    (void)impl, (void)argv, (void)argc, (void)timeout_ms;
+    if (exit_code) *exit_code = -1;
+    if (output) *output = NULL;
+    if (output_len) *output_len = 0;
+    return pv_status_set(st, PV_UNIMPLEMENTED,
+                         "workload %s: exec needs a guest agent, which the virt engine does not "
+                         "use",
+                         id ? id : "");
+}
+
+static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
+    wk_virt *v = NULL;
+    int rc = wk_virt_open(uri, opts, &v, st);
+    *impl = v;
+    return rc;
+}
+
+static void virt_close(void *impl) {
+    wk_virt_close(impl);
+}
+
+const wk_engine_vtbl wk_engine_virt_vtbl = {
+    .type = "virt",
+    .open = virt_open,
+    .close = virt_close,
+    .create = virt_create,
+    .start = virt_start,
+    .stop = virt_stop,
+    .pause = virt_pause,
+    .resume = virt_resume,
+    .remove = virt_remove,
+    .inspect = virt_inspect,
+    .list = virt_list,
+    .exec = virt_exec,
+};
+
+/* ---- networks ------------------------------------------------------------------------------ */
+
+void wk_virt_network_array_free(wk_virt_network *nets, size_t n) {
+    for (size_t i = 0; nets && i < n; i++) {
+        free(nets[i].name);
+        free(nets[i].bridge);
+        strv_free(nets[i].subnets, nets[i].nsubnets);
+    }
+    free(nets);
+}
+
+void wk_virt_link_clear(wk_virt_link *l) {
+    if (!l) return;
+    free(l->network);
+    free(l->mac);
+    strv_free(l->subnets, l->nsubnets);
+    memset(l, 0, sizeof *l);
+}
+
+static int fill_network(wk_virt *v, virNetworkPtr net, wk_virt_network *out, pv_status *st) {
+    const char *name = virNetworkGetName(net);
+    out->name = xstrdup(name);
+    out->active = virNetworkIsActive(net) == 1;
+    char *bridge = virNetworkGetBridgeName(net);
+    if (!bridge) err_reset(v); /* forward modes such as macvtap have no bridge of their own */
+    out->bridge = xstrdup(bridge);
+    free(bridge);
+    char *xml = virNetworkGetXMLDesc(net, 0);
+    if (!xml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", name);
+    int rc = network_subnets(xml, &out->subnets, &out->nsubnets, st);
+    free(xml);
+    if (rc != PV_OK) return pv_status_prefix(st, "network %s", name);
+    if (!out->name || !out->bridge) return no_memory(st);
+    return PV_OK;
+}
+
+int wk_virt_list_networks(wk_virt *v, wk_virt_network **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    lock(v);
+    virNetworkPtr *nets = NULL;
+    int nn = virConnectListAllNetworks(v->conn, &nets, 0);
+    int rc = nn < 0 ? lv_fail(v, st, "virConnectListAllNetworks") : PV_OK;
+    wk_virt_network *arr = rc == PV_OK ? calloc(nn > 0 ? (size_t)nn : 1, sizeof *arr) : NULL;
+    if (rc == PV_OK && !arr) rc = no_memory(st);
+    size_t filled = 0;
+    for (int i = 0; i < nn; i++) {
+        if (rc == PV_OK) {
+            rc = fill_network(v, nets[i], &arr[i], st);
+            filled = (size_t)i + 1;
+        }
+        virNetworkFree(nets[i]);
+    }
+    free(nets);
+    unlock(v);
+    if (rc != PV_OK) {
+        wk_virt_network_array_free(arr, filled);
+        return rc;
+    }
+    *out = arr;
+    *n = (size_t)nn;
+    return PV_OK;
+}
+
+/* The domain's XML: the persistent definition (inactive) or the running one. */
+static char *dom_xml(wk_virt *v, virDomainPtr d, bool inactive) {
+    unsigned int flags = inactive ? VIR_DOMAIN_XML_INACTIVE : 0;
+    char *xml = virDomainGetXMLDesc(d, flags | VIR_DOMAIN_XML_SECURE);
+    if (!xml) {
+        err_reset(v); /* a read-only user may not see secrets; the plain XML is enough */
+        xml = virDomainGetXMLDesc(d, flags);
+    }
+    return xml;
+}
+
+/* The MACs of the interfaces on network in domain XML xml (NULL: none) into *macs (caller frees
+ * with strv_free). */
+static int macs_on(const char *xml, const char *network, char ***macs, size_t *n, pv_status *st) {
+    *macs = NULL;
+    *n = 0;
+    if (!xml) return PV_OK;
+    wk_xml *x;
+    int rc = wk_xml_parse(xml, &x, st);
+    if (rc != PV_OK) return rc;
+    iface *fs = NULL;
+    size_t nf = 0;
+    rc = ifaces_read(x, &fs, &nf, st);
+    if (rc == PV_OK && nf > 0 && !(*macs = calloc(nf, sizeof **macs))) rc = no_memory(st);
+    for (size_t i = 0; rc == PV_OK && i < nf; i++) {
+        if (!iface_on(&fs[i], network) || !fs[i].mac) continue;
+        (*macs)[(*n)++] = fs[i].mac;
+        fs[i].mac = NULL;
+    }
+    ifaces_free(fs, nf);
+    wk_xml_free(x);
+    return rc;
+}
+
+static bool strv_has(char **v, size_t n, const char *s) {
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(v[i], s) == 0) return true;
+    return false;
+}
+
+/* An edit of a domain's XML; *changed when it changed anything. */
+typedef int (*dom_edit)(wk_xml *x, const char *arg, bool *changed, pv_status *st);
+
+/* Rewrites d's persistent definition with edit(arg) applied: what every driver can do
+ * (virDomainDefineXML), for drivers without device attach/detach. */
+static int redefine_with(wk_virt *v, const char *id, virDomainPtr d, dom_edit edit, const char *arg,
+                         pv_status *st) {
+    char *xml = dom_xml(v, d, true);
+    if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
+    wk_xml *x = NULL;
+    char *nx = NULL;
+    bool changed = false;
+    int rc = wk_xml_parse(xml, &x, st);
+    free(xml);
+    if (rc == PV_OK) rc = edit(x, arg, &changed, st);
+    if (rc != PV_OK) {
+        pv_status_prefix(st, "workload %s", id);
+        goto done;
+    }
+    if (!changed) goto done;
+    if (!(nx = wk_xml_dump(x, NULL))) {
+        rc = no_memory(st);
+        goto done;
+    }
+    virDomainPtr nd = virDomainDefineXML(v->conn, nx);
+    if (!nd) {
+        rc = lv_fail(v, st, "workload %s: virDomainDefineXML (updated definition)", id);
+        goto done;
+    }
+    virDomainFree(nd);
+done:
+    free(nx);
+    wk_xml_free(x);
+    return rc;
+}
+
+/* dom_edit: appends the device XML dev to <devices>. */
+static int add_device(wk_xml *x, const char *dev, bool *changed, pv_status *st) {
+    wk_xml_node *devices = wk_xml_first(x, NULL, "/domain/devices");
+    if (!devices) return pv_status_set(st, PV_INTERNAL, "no <devices> in its XML");
+    *changed = true;
+    return wk_xml_append(x, devices, dev, st);
+}
+
+/* dom_edit: removes the interfaces on network. */
+static int cut_ifaces(wk_xml *x, const char *network, bool *changed, pv_status *st) {
+    iface *fs;
+    size_t n;
+    int rc = ifaces_read(x, &fs, &n, st);
+    if (rc != PV_OK) return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (!iface_on(&fs[i], network)) continue;
+        wk_xml_remove(fs[i].node);
+        *changed = true;
+    }
+    ifaces_free(fs, n);
+    return PV_OK;
+}
+
+/* Adds the device ifxml to d's persistent definition. */
+static int persist_attach(wk_virt *v, const char *id, virDomainPtr d, const char *ifxml,
+                          pv_status *st) {
+    if (virDomainAttachDeviceFlags(d, ifxml, VIR_DOMAIN_AFFECT_CONFIG) == 0) return PV_OK;
+    if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+        return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (config)", id);
+    err_reset(v);
+    return redefine_with(v, id, d, add_device, ifxml, st);
+}
+
+/* The DHCP <host> of network XML nxml whose mac is mac, as XML (caller frees), or NULL. */
+static char *dhcp_host_of(const char *nxml, const char *mac) {
+    wk_xml *x;
+    pv_status st;
+    if (wk_xml_parse(nxml, &x, &st) != PV_OK) return NULL;
+    wk_xml_node **hosts;
+    size_t n;
+    char *out = NULL;
+    if (wk_xml_find(x, NULL, "/network/ip/dhcp/host", &hosts, &n) == 0) {
+        for (size_t i = 0; !out && i < n; i++) {
+            char *m = wk_xml_text(x, hosts[i], "@mac");
+            if (m && strcasecmp(m, mac) == 0) out = wk_xml_dump(x, hosts[i]);
+            free(m);
+        }
+        free(hosts);
+    }
+    wk_xml_free(x);
+    return out;
+}
+
+static unsigned int net_flags(virNetworkPtr net) {
+    unsigned int f = VIR_NETWORK_UPDATE_AFFECT_CONFIG;
+    if (virNetworkIsActive(net) == 1) f |= VIR_NETWORK_UPDATE_AFFECT_LIVE;
+    return f;
+}
+
+static int reserve_ipv4(wk_virt *v, virNetworkPtr net, const char *mac, const char *ipv4,
+                        pv_status *st) {
+    char *host = NULL;
+    if (asprintf(&host, "<host mac='%s' ip='%s'/>", mac, ipv4) < 0) return no_memory(st);
+    int r = virNetworkUpdate(net, VIR_NETWORK_UPDATE_COMMAND_ADD_LAST,
+                             VIR_NETWORK_SECTION_IP_DHCP_HOST, -1, host, net_flags(net));
+    free(host);
+    if (r < 0)
+        return lv_fail(v, st, "ipv4: reserving %s on network %s", ipv4, virNetworkGetName(net));
+    return PV_OK;
+}
+
+/* The network's persistent XML; drivers without that flag (test:///default) keep one
+ * definition, so their plain XML is the same thing. */
+static char *net_xml_inactive(wk_virt *v, virNetworkPtr net) {
+    char *xml = virNetworkGetXMLDesc(net, VIR_NETWORK_XML_INACTIVE);
+    if (!xml && (v->err_code == VIR_ERR_INVALID_ARG || v->err_code == VIR_ERR_NO_SUPPORT)) {
+        err_reset(v);
+        xml = virNetworkGetXMLDesc(net, 0);
+    }
+    return xml;
+}
+
+/* Drops the DHCP host reservation of mac on net, if it has one. */
+static int release_mac(wk_virt *v, virNetworkPtr net, const char *mac, pv_status *st) {
+    char *nxml = net_xml_inactive(v, net);
+    if (!nxml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", virNetworkGetName(net));
+    char *host = dhcp_host_of(nxml, mac);
+    free(nxml);
+    if (!host) return PV_OK;
+    int r = virNetworkUpdate(net, VIR_NETWORK_UPDATE_COMMAND_DELETE,
+                             VIR_NETWORK_SECTION_IP_DHCP_HOST, -1, host, net_flags(net));
+    free(host);
+    if (r < 0)
+        return lv_fail(v, st, "network %s: releasing the address of %s", virNetworkGetName(net),
+                       mac);
+    return PV_OK;
+}
+
+static int link_fill(virNetworkPtr net, const char *network, const char *mac, bool live,
+                     wk_virt_link *out, wk_virt *v, pv_status *st) {
+    out->live = live;
+    out->network = xstrdup(network);
+    out->mac = xstrdup(mac);
+    char *nxml = virNetworkGetXMLDesc(net, 0);
+    if (!nxml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", network);
+    int rc = network_subnets(nxml, &out->subnets, &out->nsubnets, st);
+    free(nxml);
+    if (rc != PV_OK) return pv_status_prefix(st, "network %s", network);
+    if (!out->network || !out->mac) return no_memory(st);
+    return PV_OK;
+}
+
+/* Fails with ALREADY_EXISTS when d has an interface on network, live or persistent. */
+static int check_not_connected(wk_virt *v, const char *id, virDomainPtr d, const char *network,
+                               bool active, pv_status *st) {
+    for (int pass = 0; pass < (active ? 2 : 1); pass++) {
+        char *xml = dom_xml(v, d, pass == 0);
+        if (!xml) return lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
+        char **macs;
+        size_t n;
+        int rc = macs_on(xml, network, &macs, &n, st);
+        free(xml);
+        if (rc != PV_OK) return pv_status_prefix(st, "workload %s", id);
+        strv_free(macs, n);
+        if (n > 0)
+            return pv_status_set(st, PV_ALREADY_EXISTS,
+                                 "workload %s is already connected to network %s", id, network);
+    }
+    return PV_OK;
+}
+
+static int attach_iface(wk_virt *v, const char *id, virDomainPtr d, const char *ifxml, bool active,
+                        bool *live, pv_status *st) {
+    *live = false;
+    if (active) {
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG;
+        if (virDomainAttachDeviceFlags(d, ifxml, f) == 0) {
+            *live = true;
+            return PV_OK;
+        }
+        if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+            return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (hot-plug)", id);
+        err_reset(v); /* no hot-plug here: the next start picks the interface up */
+    }
+    return persist_attach(v, id, d, ifxml, st);
+}
+
+static int connect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetworkPtr net,
+                          const char *network, const char *ipv4, wk_virt_link *out, pv_status *st) {
+    bool active = dom_active(v, d);
+    int rc = check_not_connected(v, id, d, network, active, st);
+    if (rc != PV_OK) return rc;
+    char mac[18];
+    random_mac(mac);
+    bool reserved = ipv4 && *ipv4;
+    if (reserved && (rc = reserve_ipv4(v, net, mac, ipv4, st)) != PV_OK) return rc;
+    char *ifxml = NULL;
+    if (asprintf(&ifxml,
+                 "<interface type='network'><mac address='%s'/><source network='%s'/>"
+                 "<model type='virtio'/></interface>",
+                 mac, network) < 0)
+        return no_memory(st);
+    bool live = false;
+    rc = attach_iface(v, id, d, ifxml, active, &live, st);
+    free(ifxml);
+    if (rc != PV_OK) {
+        pv_status keep;
+        if (reserved) release_mac(v, net, mac, &keep);
+        return rc;
+    }
+    return link_fill(net, network, mac, live, out, v, st);
+}
+
+static bool valid_network_name(const char *s) {
+    return s && *s && !strchr(s, '\'') && !strchr(s, '<') && !strchr(s, '&');
+}
+
+int wk_virt_connect_network(wk_virt *v, const char *id, const char *network, const char *ipv4,
+                            const char *ipv6, wk_virt_link *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (!valid_network_name(network))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "network: \"%s\" is not a network name",
+                             network ? network : "");
+    if (ipv6 && *ipv6)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ipv6: %s: the virt engine cannot reserve IPv6 addresses (libvirt's "
+                             "DHCPv6 hosts are not keyed by MAC)",
+                             ipv6);
+    unsigned char a4[4];
+    if (ipv4 && *ipv4 && inet_pton(AF_INET, ipv4, a4) != 1)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "ipv4: \"%s\" is not an IPv4 address", ipv4);
+    lock(v);
+    virDomainPtr d = NULL;
+    int rc = find_domain(v, id, &d, NULL, st);
+    virNetworkPtr net = NULL;
+    if (rc == PV_OK && !(net = virNetworkLookupByName(v->conn, network)))
+        rc = lv_fail(v, st, "network %s", network);
+    if (rc == PV_OK) rc = connect_locked(v, id, d, net, network, ipv4, out, st);
+    if (net) virNetworkFree(net);
+    if (d) virDomainFree(d);
+    unlock(v);
+    if (rc != PV_OK) wk_virt_link_clear(out);
+    return rc;
+}
+
+/* Cuts the interfaces on network out of d's persistent definition. */
+static int persist_detach(wk_virt *v, const char *id, virDomainPtr d, const char *network,
+                          pv_status *st) {
+    return redefine_with(v, id, d, cut_ifaces, network, st);
+}
+
+/* Detaches the interface mac (of type network) with flags; *unsupported when the driver has
+ * no device detach. */
+static int detach_mac(wk_virt *v, const char *id, virDomainPtr d, const char *mac,
+                      unsigned int flags, bool *unsupported, pv_status *st) {
+    char *ifxml = NULL;
+    *unsupported = false;
+    if (asprintf(&ifxml, "<interface type='network'><mac address='%s'/></interface>", mac) < 0)
+        return no_memory(st);
+    int r = virDomainDetachDeviceFlags(d, ifxml, flags);
+    free(ifxml);
+    if (r == 0) return PV_OK;
+    if (v->err_code == VIR_ERR_NO_SUPPORT || v->err_code == VIR_ERR_OPERATION_UNSUPPORTED) {
+        err_reset(v);
+        *unsupported = true;
+        return PV_OK;
+    }
+    return lv_fail(v, st, "workload %s: virDomainDetachDeviceFlags %s", id, mac);
+}
+
+static int disconnect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetworkPtr net,
+                             const char *network, bool force, wk_virt_link *out, pv_status *st) {
+    bool active = dom_active(v, d);
+    char *pxml = dom_xml(v, d, true), *lxml = active ? dom_xml(v, d, false) : NULL;
+    char **pm = NULL, **lm = NULL;
+    size_t np = 0, nl = 0;
+    int rc = PV_OK;
+    if (!pxml || (active && !lxml))
+        rc = lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
+    else if (macs_on(pxml, network, &pm, &np, st) != PV_OK ||
+             macs_on(lxml, network, &lm, &nl, st) != PV_OK)
+        rc = pv_status_prefix(st, "workload %s", id);
+    free(pxml);
+    free(lxml);
+    if (rc == PV_OK && np == 0 && nl == 0) {
+        if (force)
+            rc = link_fill(net, network, "", false, out, v, st);
+        else
+            rc = pv_status_set(st, PV_NOT_FOUND, "workload %s is not connected to network %s", id,
+                               network);
+        goto done;
+    }
+    bool live = false, unsupported = false, persist_left = np > 0;
+    for (size_t i = 0; rc == PV_OK && i < nl; i++) {
+        bool in_config = strv_has(pm, np, lm[i]);
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | (in_config ? VIR_DOMAIN_AFFECT_CONFIG : 0);
+        rc = detach_mac(v, id, d, lm[i], f, &unsupported, st);
+        if (rc == PV_OK && !unsupported) live = true;
+    }
+    /* Either nothing was hot-unplugged (the next start drops it) or some were only persistent:
+     * what is left in the definition is cut out of it */
+    if (rc == PV_OK && persist_left) rc = persist_detach(v, id, d, network, st);
+    for (size_t i = 0; rc == PV_OK && i < np; i++)
+        rc = release_mac(v, net, pm[i], st);
+    for (size_t i = 0; rc == PV_OK && i < nl; i++)
+        if (!strv_has(pm, np, lm[i])) rc = release_mac(v, net, lm[i], st);
+    if (rc == PV_OK) rc = link_fill(net, network, nl ? lm[0] : pm[0], live, out, v, st);
+done:
+    strv_free(pm, np);
+    strv_free(lm, nl);
+    return rc;
+}
+
+int wk_virt_disconnect_network(wk_virt *v, const char *id, const char *network, bool force,
+                               wk_virt_link *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (!valid_network_name(network))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "network: \"%s\" is not a network name",
+                             network ? network : "");
+    lock(v);
+    virDomainPtr d = NULL;
+    int rc = find_domain(v, id, &d, NULL, st);
+    virNetworkPtr net = NULL;
+    if (rc == PV_OK && !(net = virNetworkLookupByName(v->conn, network)))
+        rc = lv_fail(v, st, "network %s", network);
+    if (rc == PV_OK) rc = disconnect_locked(v, id, d, net, network, force, out, st);
+    if (net) virNetworkFree(net);
+    if (d) virDomainFree(d);
+    unlock(v);
+    if (rc != PV_OK) wk_virt_link_clear(out);
+    return rc;
+}
+
+/* ---- raw operations ---------------------------------------------------------------------- */
+
+static const char *dom_state_name(int s) {
+    static const char *const names[] = {"nostate",  "running", "blocked", "paused",
+                                        "shutdown", "shutoff", "crashed", "pmsuspended"};
+    return s >= 0 && s < (int)(sizeof names / sizeof names[0]) ? names[s] : "unknown";
+}
+
+static int raw_dominfo(wk_virt *v, const char *id, virDomainPtr d, char **out, pv_status *st) {
+    virDomainInfo info;
+    if (virDomainGetInfo(d, &info) < 0) return lv_fail(v, st, "workload %s: virDomainGetInfo", id);
+    char uuid[VIR_UUID_STRING_BUFLEN] = "";
+    virDomainGetUUIDString(d, uuid);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I}", "name", virDomainGetName(d),
+                          "uuid", uuid, "state", dom_state_name(info.state), "max_memory_kib",
+                          (json_int_t)info.maxMem, "memory_kib", (json_int_t)info.memory, "vcpus",
+                          (int)info.nrVirtCpu, "cpu_time_ns", (json_int_t)info.cpuTime);
+    *out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return *out ? PV_OK : no_memory(st);
+}
+
+static int raw_locked(wk_virt *v, const char *id, const char *op, const json_t *params, char **out,
+                      pv_status *st) {
+    virDomainPtr d;
+    int rc = find_domain(v, id, &d, NULL, st);
+    if (rc != PV_OK) return rc;
+    if (strcmp(op, "domain_xml") == 0) {
+        *out = dom_xml(v, d, json_is_true(json_object_get(params, "inactive")));
+        if (!*out) rc = lv_fail(v, st, "workload %s: virDomainGetXMLDesc", id);
+    } else if (strcmp(op, "dominfo") == 0) {
+        rc = raw_dominfo(v, id, d, out, st);
+    } else {
+        bool reboot = strcmp(op, "reboot") == 0;
+        if ((reboot ? virDomainReboot(d, 0) : virDomainReset(d, 0)) < 0)
+            rc = lv_fail(v, st, "workload %s: %s", id,
+                         reboot ? "virDomainReboot" : "virDomainReset");
+        else if (asprintf(out, "{\"done\":true,\"op\":\"%s\"}", op) < 0)
+            rc = no_memory(st);
+    }
+    virDomainFree(d);
+    return rc;
+}
+
+int wk_virt_raw(wk_virt *v, const char *id, const char *op, const char *params_json, char **out,
+                pv_status *st) {
+    *out = NULL;
+    static const char *const ops[] = {"domain_xml", "dominfo", "reboot", "reset"};
+    size_t k;
+    for (k = 0; op && k < sizeof ops / sizeof ops[0]; k++)
+        if (strcmp(op, ops[k]) == 0) break;
+    if (!op || k == sizeof ops / sizeof ops[0])
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "op: unknown raw operation \"%s\" (domain_xml, dominfo, reboot, "
+                             "reset)",
+                             op ? op : "");
+    json_error_t je;
+    json_t *params = params_json && *params_json ? json_loads(params_json, 0, &je) : json_object();
+    if (!json_is_object(params)) {
+        json_decref(params);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: not a JSON object (%s)",
+                             params_json && *params_json ? je.text : "out of memory");
+    }
+    lock(v);
+    int rc = raw_locked(v, id, op, params, out, st);
+    unlock(v);
+    json_decref(params);
+    return rc;
+}

@@ -1,0 +1,352 @@
+/*
+ * wk_deploy: CreateWorkload's orchestration on the ops workers (see wk_deploy.h).
+ *
+ * Every step that writes is either journaled (reserve, each dispatch) or idempotent by itself
+ * (child submissions carry a request id; releasing a released reservation is NOT_FOUND), so an
+ * operation redelivered after its worker died resumes without reserving or creating twice.
+ * Output announcements of children may repeat after a redelivery; readers key them by child id.
+ */
+#include "wk_deploy.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "pb/core.pb-c.h"
+#include "pv_b64.h"
+#include "pv_kinds.h"
+#include "pv_deploy.h"
+#include "pv_log.h"
+#include "pv_resv.h"
+#include "pv_sched.h"
+
+/* How long a deploy sleeps in XREAD for news of its children. Their streams' end entries wake
+ * it when they finish; this bounds the wait for a child that ends without output (its agent
+ * lost, say) and for a cancel. */
+#define WAIT_MS 200
+#define DEFAULT_NODE_TIMEOUT_MS 60000
+#define DEFAULT_PLAN_TIMEOUT_MS 10000
+
+typedef struct deploy_ctx {
+    wk_op *op;
+    const char *deploy_b64;
+    Pb__DeployOptions *opts;
+    char request_id[PV_ID_MAX + 8];
+    /* dispatch of one node */
+    const char *node;
+    json_t *allocs; /* that node's allocations, with their seq numbers */
+    const char *reservation;
+} deploy_ctx;
+
+static int64_t wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static int dup_out(char *text, char **result, pv_status *st) {
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    *result = text;
+    return PV_OK;
+}
+
+/* The reservation as the reply of a plan request would give it, read back after a crash. */
+static int reply_from_reservation(wk_op *op, const char *resv_id, char **result, pv_status *st) {
+    pv_resv rv;
+    if (pv_resv_get(wk_op_redis(op), wk_op_keys(op), resv_id, &rv, st) != PV_OK) return st->code;
+    json_t *allocs = json_object(), *plan = json_object();
+    for (size_t i = 0; allocs && plan && i < rv.nnodes; i++) {
+        json_t *list = json_array();
+        for (size_t j = 0; list && j < rv.nodes[i].nallocs; j++) {
+            json_t *res = rv.nodes[i].allocs[j] ? json_loads(rv.nodes[i].allocs[j], 0, NULL) : NULL;
+            json_array_append_new(list, json_pack("{s:s, s:o}", "id", rv.nodes[i].alloc_ids[j],
+                                                  "resources", res ? res : json_object()));
+        }
+        json_object_set_new(plan, rv.nodes[i].name, json_integer((json_int_t)rv.nodes[i].nallocs));
+        json_object_set_new(allocs, rv.nodes[i].name, list ? list : json_array());
+    }
+    json_t *j =
+        json_pack("{s:s, s:o, s:o}", "reservation", resv_id, "plan", plan, "allocations", allocs);
+    pv_resv_clear(&rv);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return dup_out(text, result, st);
+}
+
+static int step_reserve(wk_op *op, void *arg, char **result, pv_status *st) {
+    deploy_ctx *c = arg;
+    char *body = NULL;
+    if (pv_deploy_plan_body(c->opts, wk_op_record(op)->id, &body, st) != PV_OK) return st->code;
+    const pv_config *cfg = wk_op_config(op);
+    pv_sched_call_opts o = {
+        .timeout_ms = cfg ? cfg->scheduler.request_timeout_ms : DEFAULT_PLAN_TIMEOUT_MS,
+        .request_id = c->request_id,
+    };
+    int rc = pv_sched_call(wk_op_redis(op), wk_op_keys(op), "reserve", body, &o, result, st);
+    free(body);
+    if (rc == PV_ALREADY_EXISTS) {
+        /* Reserved by an earlier delivery that died before journaling the answer. */
+        char resv_id[PV_ID_MAX + 8];
+        snprintf(resv_id, sizeof resv_id, "resv%s", strchr(c->request_id, '-'));
+        return reply_from_reservation(op, resv_id, result, st);
+    }
+    return rc;
+}
+
+static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
+    deploy_ctx *c = arg;
+    json_t *params =
+        json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", c->node, "pod",
+                  c->opts->podname, "reservation", c->reservation, "allocations", c->allocs);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    const pv_op *rec = wk_op_record(op);
+    char queue[PV_KEY_MAX], target[PV_KEY_MAX], request_id[PV_KEY_MAX];
+    snprintf(queue, sizeof queue, "node:%s", c->node);
+    snprintf(target, sizeof target, "deploy:%s:%s", rec->id, c->node);
+    snprintf(request_id, sizeof request_id, "%s/%s", rec->id, c->node);
+    pv_op_submit_req req = {.kind = PV_KIND_DEPLOY_NODE,
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .request_id = request_id};
+    pv_op child;
+    bool existed = false;
+    int rc =
+        pv_op_submit(wk_op_redis(op), wk_op_keys(op), wk_op_opts(op), &req, &child, &existed, st);
+    free(text);
+    if (rc != PV_OK) return rc;
+    rc = dup_out(strdup(child.id), result, st);
+    pv_op_clear(&child);
+    return rc;
+}
+
+/* Tells the relay of a node's part: its operation, how many instances it was given and how
+ * many nodes the plan has, so that a relay that has seen every instance of every node succeed
+ * can answer its client without waiting for the operations' ends. */
+static int announce(wk_op *op, const char *node, const char *child, size_t instances, size_t nodes,
+                    pv_status *st) {
+    char ni[24], nn[24];
+    snprintf(ni, sizeof ni, "%zu", instances);
+    snprintf(nn, sizeof nn, "%zu", nodes);
+    const char *fields[] = {"type", "node", "op", "instances", "nodes"},
+               *values[] = {"node", node, child, ni, nn};
+    return wk_op_output(op, 5, fields, values, st);
+}
+
+/* Numbers each allocation with its place in the whole deploy (ERU_WORKLOAD_SEQ). */
+static void number_allocations(json_t *allocations) {
+    const char *node;
+    json_t *list;
+    json_int_t seq = 0;
+    json_object_foreach(allocations, node, list) {
+        size_t i;
+        json_t *a;
+        json_array_foreach(list, i, a) json_object_set_new(a, "seq", json_integer(seq++));
+    }
+}
+
+static bool finished(pv_op_status s) {
+    return s == PV_OP_SUCCEEDED || s == PV_OP_FAILED || s == PV_OP_CANCELLED;
+}
+
+/* What wait_children tracks per child, and the scratch arrays of one wait. */
+typedef struct child_wait {
+    char (*cursors)[PV_OP_CURSOR_MAX]; /* each child's output cursor */
+    bool *done, *ended;                /* finished (record read); end entry seen */
+    char (*wcur)[PV_OP_CURSOR_MAX];    /* of the children waited on */
+    bool *wended;
+    const char **wids;
+    size_t *widx;
+} child_wait;
+
+/* Sleeps until a child not finished yet writes output or ends, WAIT_MS at most, and never past
+ * a stop (cancel, lost lease, shutdown) by more than that. *woke: whether any child had news. */
+static int wait_news(wk_op *op, char **children, size_t n, child_wait *w, bool *woke,
+                     pv_status *st) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!w->done[i]) {
+            w->wids[m] = children[i];
+            w->widx[m] = i;
+            memcpy(w->wcur[m++], w->cursors[i], PV_OP_CURSOR_MAX);
+        }
+    if (pv_op_output_wait(wk_op_redis(op), wk_op_keys(op), m, w->wids, w->wcur, WAIT_MS, woke,
+                          w->wended, st) != PV_OK)
+        return st->code;
+    for (size_t j = 0; j < m; j++) {
+        memcpy(w->cursors[w->widx[j]], w->wcur[j], PV_OP_CURSOR_MAX);
+        w->ended[w->widx[j]] = w->wended[j];
+    }
+    return wk_op_sleep(op, 0, st);
+}
+
+/* Reads child i's record: done, and failed, when it has finished; cancels it when no agent took
+ * it within timeout. */
+static int check_child(wk_op *op, char **children, size_t i, child_wait *w, int64_t timeout,
+                       size_t *failed, pv_status *st) {
+    pv_op child;
+    int rc = pv_op_get(wk_op_redis(op), wk_op_keys(op), children[i], &child, st);
+    if (rc == PV_NOT_FOUND) { /* expired: long finished */
+        w->done[i] = true;
+        return PV_OK;
+    }
+    if (rc != PV_OK) return rc;
+    if (finished(child.status)) {
+        w->done[i] = true;
+        *failed += child.status != PV_OP_SUCCEEDED;
+    } else if (child.status == PV_OP_PENDING && wall_ms() - child.created_ms > timeout) {
+        pv_op out;
+        pv_warn("deploy %s: no agent took %s on queue %s within %lld ms; cancelling it",
+                wk_op_record(op)->id, child.id, child.queue, (long long)timeout);
+        if (pv_op_cancel(wk_op_redis(op), wk_op_keys(op), wk_op_opts(op), child.id, &out, st) ==
+            PV_OK)
+            pv_op_clear(&out);
+    }
+    pv_op_clear(&child);
+    return PV_OK;
+}
+
+/* Waits for every child; cancels those no agent took in time. *failed_nodes counts children
+ * that did not succeed. A child's record is read when its end entry arrives; every record not
+ * finished is read again when a wait brings no news or a second has passed since the last
+ * full pass (children that end without output, children no agent takes). */
+static int wait_loop(wk_op *op, char **children, size_t n, child_wait *w, size_t *failed_nodes,
+                     pv_status *st) {
+    const pv_config *cfg = wk_op_config(op);
+    int64_t timeout = cfg ? cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS;
+    size_t failed = 0;
+    /* the children were just submitted: their records can only say pending until a wait
+     * brings news or a second passes */
+    bool full = false;
+    int64_t last_full = wall_ms();
+    for (;;) {
+        size_t left = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!w->done[i] && (full || w->ended[i]) &&
+                check_child(op, children, i, w, timeout, &failed, st) != PV_OK)
+                return st->code;
+            left += !w->done[i];
+        }
+        if (full) last_full = wall_ms();
+        if (left == 0) {
+            *failed_nodes = failed;
+            return PV_OK;
+        }
+        bool woke = false;
+        if (wait_news(op, children, n, w, &woke, st) != PV_OK) return st->code;
+        full = !woke || wall_ms() - last_full >= 1000;
+    }
+}
+
+static int wait_children(wk_op *op, char **children, size_t n, size_t *failed_nodes,
+                         pv_status *st) {
+    *failed_nodes = 0;
+    size_t c = n ? n : 1;
+    child_wait w = {.cursors = calloc(c, sizeof *w.cursors),
+                    .done = calloc(c, sizeof *w.done),
+                    .ended = calloc(c, sizeof *w.ended),
+                    .wcur = calloc(c, sizeof *w.wcur),
+                    .wended = calloc(c, sizeof *w.wended),
+                    .wids = calloc(c, sizeof *w.wids),
+                    .widx = calloc(c, sizeof *w.widx)};
+    int rc = w.cursors && w.done && w.ended && w.wcur && w.wended && w.wids && w.widx
+                 ? wait_loop(op, children, n, &w, failed_nodes, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(w.cursors);
+    free(w.done);
+    free(w.ended);
+    free(w.wcur);
+    free(w.wended);
+    free(w.wids);
+    free(w.widx);
+    return rc;
+}
+
+static int run(deploy_ctx *c, pv_status *st) {
+    wk_op *op = c->op;
+    char *reply = NULL;
+    if (wk_op_step(op, "reserve", step_reserve, c, &reply, st) != PV_OK) {
+        /* Not enough resource is the deploy's answer, not a passing fault: no retries. */
+        if (st->code == PV_RESOURCE_EXHAUSTED) st->code = PV_FAILED_PRECONDITION;
+        return st->code;
+    }
+    json_t *plan = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *allocations = json_object_get(plan, "allocations");
+    const char *reservation = json_string_value(json_object_get(plan, "reservation"));
+    if (!json_is_object(allocations) || !reservation) {
+        json_decref(plan);
+        return pv_status_set(st, PV_INTERNAL, "deploy: the plan reply has no allocations");
+    }
+    number_allocations(allocations);
+    size_t nnodes = json_object_size(allocations), n = 0;
+    char **children = calloc(nnodes ? nnodes : 1, sizeof *children);
+    int rc = children ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    const char *node;
+    json_t *list;
+    json_object_foreach(allocations, node, list) {
+        if (rc != PV_OK) break;
+        char step[PV_KEY_MAX];
+        snprintf(step, sizeof step, "dispatch:%s", node);
+        c->node = node;
+        c->allocs = list;
+        c->reservation = reservation;
+        rc = wk_op_step(op, step, step_dispatch, c, &children[n], st);
+        if (rc == PV_OK) rc = announce(op, node, children[n++], json_array_size(list), nnodes, st);
+    }
+    size_t failed_nodes = 0;
+    if (rc == PV_OK) rc = wait_children(op, children, n, &failed_nodes, st);
+    bool cancelled = rc == PV_CANCELLED;
+    if (cancelled) {
+        /* A cancel stops the deploy, not the node operations already sent: they finish, and
+         * what none of their workloads took goes back now, not when the reservation expires
+         * (until then its node could not be removed). The deploy still ends CANCELLED. */
+        pv_status cst;
+        wk_op_begin_cleanup(op);
+        rc = wait_children(op, children, n, &failed_nodes, &cst);
+        if (rc != PV_OK) *st = cst;
+    }
+    if (rc == PV_OK) {
+        /* What no workload took over goes back: the failed instances' allocations. */
+        pv_status rst;
+        if (pv_resv_release(wk_op_redis(op), wk_op_keys(op), reservation, &rst) != PV_OK &&
+            rst.code != PV_NOT_FOUND)
+            rc = pv_status_set(st, rst.code, "releasing reservation %s: %s", reservation, rst.msg);
+    }
+    if (cancelled && rc == PV_OK)
+        rc = pv_status_set(st, PV_CANCELLED,
+                           "deploy cancelled; the instances already sent to nodes were finished");
+    if (rc == PV_OK)
+        wk_op_progress(op, 100, "deployed on %zu node(s), %zu of them with failures", n,
+                       failed_nodes);
+    for (size_t i = 0; i < n; i++)
+        free(children[i]);
+    free(children);
+    json_decref(plan);
+    return rc;
+}
+
+int wk_deploy_create(wk_op *op, pv_status *st) {
+    deploy_ctx c = {.op = op, .deploy_b64 = wk_op_param(op, "deploy")};
+    if (!c.deploy_b64)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "params.deploy: required (base64 of "
+                             "pb.DeployOptions)");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (pv_b64_decode("params.deploy", c.deploy_b64, &bytes, &len, st) != PV_OK) return st->code;
+    c.opts = pb__deploy_options__unpack(NULL, len, bytes);
+    free(bytes);
+    if (!c.opts)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "params.deploy: not a pb.DeployOptions message");
+    snprintf(c.request_id, sizeof c.request_id, "plan-%s", wk_op_record(op)->id);
+    int rc = pv_deploy_check(c.opts, st);
+    if (rc == PV_OK) rc = run(&c, st);
+    pb__deploy_options__free_unpacked(c.opts, NULL);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * wk_deploy: the ops workers' side of CreateWorkload. The operation `workload.create` (params
+ * {"deploy": base64 of the pb.DeployOptions bytes}) is carried out in journaled steps:
+ *
+ *   check    Eru's checks (pv_deploy_check): a bad deploy fails the operation INVALID_ARGUMENT;
+ *   reserve  one plan request with the request id "plan-<op id>" (pv_sched_call "reserve"), so a
+ *            redelivered operation names the same reservation (ALREADY_EXISTS: read back with
+ *            pv_resv_get); a plan that fails fails the operation with the scheduler's code and
+ *            message ("need: N, available: M");
+ *   dispatch one child operation `workload.create_on_node` per node of the plan, on the queue
+ *            node:<name> of that node's agent, idempotent by request id "<op id>/<node>", with
+ *            params {"deploy", "node", "pod", "reservation", "allocations": [{"id", "seq",
+ *            "resources"}]}; each child is announced on this operation's output as
+ *            {type=node, node, op} so the gateway relays the child's own output (one entry per
+ *            workload: {type=workload, id, name, nodename, podname, publish, success, error});
+ *   wait     until every child has finished; a child still PENDING after
+ *            worker.node_op_timeout_ms (no agent took it) is cancelled and its instances count as
+ *            failed;
+ *   release  the reservation is released: the allocations that no workload took over (failed
+ *            instances, cancelled children) go back to their nodes; created ones stay with their
+ *            workloads.
+ * Partial success is success, as in Eru: the operation SUCCEEDS with its per-workload errors in
+ * the children's output; the message counts created and failed instances.
+ */
+#ifndef WK_DEPLOY_H
+#define WK_DEPLOY_H
+
+#include "pv_status.h"
+#include "wk_handler.h"
+#include "pv_kinds.h"
+
+/* The handler of PV_KIND_DEPLOY. */
+int wk_deploy_create(wk_op *op, pv_status *st);
+
+#endif
