@@ -14,6 +14,8 @@
 #include "op_convert.h"
 #include "pv_cluster.h"
 #include "pv_id.h"
+#include "pv_json.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -756,12 +758,12 @@ static void node_op(gw_call *call, const char *cluster_id, const char *node_id, 
  * answered once done. */
 static void on_cordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__CordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.cordon", NULL, true, NULL, NULL);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_CORDON, NULL, true, NULL, NULL);
 }
 
 static void on_uncordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__UncordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.uncordon", NULL, true, NULL, NULL);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_UNCORDON, NULL, true, NULL, NULL);
 }
 
 /* "name (id12), ..." of up to 8 workloads, and how many more; labels_json filters. *count gets
@@ -823,13 +825,13 @@ static void on_drain_node(gw_call *call, const ProtobufCMessage *msg) {
     json_t *extra =
         json_pack("{s:b, s:b, s:i}", "force", req->force, "ignore_daemonsets",
                   req->ignore_daemonsets, "grace_period_seconds", (int)req->grace_period_seconds);
-    node_op(call, req->cluster_id, req->node_id, "node.drain", extra, false, drain_check, req);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_DRAIN, extra, false, drain_check, req);
 }
 
 /* RemoveNode: node.remove (drain, then the record), answered at once. */
 static void on_remove_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__RemoveNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.remove",
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_NODE_REMOVE,
             json_pack("{s:b}", "force", req->force), false, NULL, NULL);
 }
 
@@ -877,7 +879,7 @@ static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
     }
     json_t *params =
         rc == PV_OK ? json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force) : NULL;
-    answer_cluster_op(call, rc, &st, "cluster.delete", &p, nodes, nn, params);
+    answer_cluster_op(call, rc, &st, PV_KIND_CLUSTER_DELETE, &p, nodes, nn, params);
     json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
@@ -927,7 +929,7 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
                            "type", (int)us.type, "max_surge", us.max_surge, "max_unavailable",
                            us.max_unavailable, "partition", us.partition);
     }
-    answer_cluster_op(call, rc, &st, "cluster.upgrade", &p, nodes, nn, params);
+    answer_cluster_op(call, rc, &st, PV_KIND_UPGRADE, &p, nodes, nn, params);
     json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
@@ -940,7 +942,7 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
     *out = NULL;
     int rc = pv_upgrade_get(r, keys_of(call), p->id, out, st);
     if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
-    pv_op_filter f = {.kind = "cluster.upgrade", .target = p->id, .status = PV_OP_ANY, .limit = 1};
+    pv_op_filter f = {.kind = PV_KIND_UPGRADE, .target = p->id, .status = PV_OP_ANY, .limit = 1};
     pv_op *ops = NULL;
     size_t n = 0;
     if (pv_op_list(r, keys_of(call), &f, &ops, &n, st) != PV_OK) {
@@ -985,22 +987,13 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
     return PV_OK;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *v = json_string_value(json_object_get(o, key));
-    return v ? v : "";
-}
-
-static int64_t jint(json_t *o, const char *key) {
-    return (int64_t)json_integer_value(json_object_get(o, key));
-}
-
 /* What a node reports as its version now ("" when nothing). */
 static const char *reported_version(const pv_node *nodes, size_t nn, const char *name,
                                     json_t **keep) {
     for (size_t i = 0; i < nn; i++) {
         if (strcmp(nodes[i].name, name) != 0 || !nodes[i].engine_info) continue;
         *keep = json_loads(nodes[i].engine_info, 0, NULL);
-        return jstr(*keep, "version");
+        return pv_json_str(*keep, "version");
     }
     return "";
 }
@@ -1028,17 +1021,17 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     Pivirt__Cluster__V1__UpgradeStrategy strat = PIVIRT__CLUSTER__V1__UPGRADE_STRATEGY__INIT;
     Google__Protobuf__Timestamp started, updated, finished;
     json_t *js = json_object_get(rec, "strategy"), *jn = json_object_get(rec, "nodes");
-    m.cluster_id = (char *)jstr(rec, "cluster_id");
-    m.operation_id = (char *)jstr(rec, "operation_id");
-    m.phase = (Pivirt__Cluster__V1__UpgradePhase)jint(rec, "phase");
-    m.from_version = (char *)jstr(rec, "from");
-    m.to_version = (char *)jstr(rec, "to");
-    strat.type = (Pivirt__Cluster__V1__UpgradeType)jint(js, "type");
-    strat.max_surge = (int32_t)jint(js, "max_surge");
-    strat.max_unavailable = (int32_t)jint(js, "max_unavailable");
-    strat.partition = (int32_t)jint(js, "partition");
+    m.cluster_id = (char *)pv_json_str(rec, "cluster_id");
+    m.operation_id = (char *)pv_json_str(rec, "operation_id");
+    m.phase = (Pivirt__Cluster__V1__UpgradePhase)pv_json_int(rec, "phase");
+    m.from_version = (char *)pv_json_str(rec, "from");
+    m.to_version = (char *)pv_json_str(rec, "to");
+    strat.type = (Pivirt__Cluster__V1__UpgradeType)pv_json_int(js, "type");
+    strat.max_surge = (int32_t)pv_json_int(js, "max_surge");
+    strat.max_unavailable = (int32_t)pv_json_int(js, "max_unavailable");
+    strat.partition = (int32_t)pv_json_int(js, "partition");
     m.strategy = &strat;
-    m.message = (char *)jstr(rec, "message");
+    m.message = (char *)pv_json_str(rec, "message");
     m.downgrade = json_is_true(json_object_get(rec, "downgrade"));
     size_t n = json_array_size(jn);
     Pivirt__Cluster__V1__NodeUpgradeStatus *ns = calloc(n ? n : 1, sizeof *ns);
@@ -1049,18 +1042,18 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(jn, i);
         pivirt__cluster__v1__node_upgrade_status__init(&ns[i]);
-        ns[i].node_id = (char *)jstr(x, "id");
-        ns[i].node_name = (char *)jstr(x, "name");
-        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)jint(x, "state");
-        ns[i].message = (char *)jstr(x, "message");
-        ns[i].batch = (int32_t)jint(x, "batch");
+        ns[i].node_id = (char *)pv_json_str(x, "id");
+        ns[i].node_name = (char *)pv_json_str(x, "name");
+        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)pv_json_int(x, "state");
+        ns[i].message = (char *)pv_json_str(x, "message");
+        ns[i].batch = (int32_t)pv_json_int(x, "batch");
         ns[i].version = (char *)reported_version(nodes, nn, ns[i].node_name, &infos[i]);
-        if (jint(x, "started_ms")) {
-            timestamp(&ts[2 * i], jint(x, "started_ms"));
+        if (pv_json_int(x, "started_ms")) {
+            timestamp(&ts[2 * i], pv_json_int(x, "started_ms"));
             ns[i].started_at = &ts[2 * i];
         }
-        if (jint(x, "finished_ms")) {
-            timestamp(&ts[2 * i + 1], jint(x, "finished_ms"));
+        if (pv_json_int(x, "finished_ms")) {
+            timestamp(&ts[2 * i + 1], pv_json_int(x, "finished_ms"));
             ns[i].finished_at = &ts[2 * i + 1];
         }
         np[i] = &ns[i];
@@ -1071,12 +1064,12 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     }
     m.nodes = np;
     m.n_nodes = n;
-    timestamp(&started, jint(rec, "started_ms"));
-    timestamp(&updated, jint(rec, "updated_ms"));
+    timestamp(&started, pv_json_int(rec, "started_ms"));
+    timestamp(&updated, pv_json_int(rec, "updated_ms"));
     m.started_at = &started;
     m.updated_at = &updated;
-    if (jint(rec, "finished_ms")) {
-        timestamp(&finished, jint(rec, "finished_ms"));
+    if (pv_json_int(rec, "finished_ms")) {
+        timestamp(&finished, pv_json_int(rec, "finished_ms"));
         m.finished_at = &finished;
     }
     gw_call_reply(call, &m.base);

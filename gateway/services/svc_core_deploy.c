@@ -13,6 +13,7 @@
 #include "pv_b64.h"
 #include "pv_deploy.h"
 #include "pv_id.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_op.h"
 #include "pv_resv.h"
@@ -96,14 +97,14 @@ static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
                         o->type ? o->type : "");
         return;
     }
-    ids_on_nodes(call, o->ids, o->n_ids, "workload.control_on_node", o->type, o->force,
+    ids_on_nodes(call, o->ids, o->n_ids, PV_KIND_CONTROL_NODE, o->type, o->force,
                  ERU_CONTROL_WORKLOAD, "ControlWorkload");
 }
 
 static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemoveWorkloadOptions *o = (const Pb__RemoveWorkloadOptions *)req;
-    ids_on_nodes(call, o->ids, o->n_ids, "workload.remove_on_node", NULL, o->force,
-                 ERU_REMOVE_WORKLOAD, "RemoveWorkload");
+    ids_on_nodes(call, o->ids, o->n_ids, PV_KIND_REMOVE_NODE, NULL, o->force, ERU_REMOVE_WORKLOAD,
+                 "RemoveWorkload");
 }
 
 /* The deltas that take allocation `to` back to `from` (numbers: realloc's own documents). */
@@ -156,8 +157,7 @@ static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
         char op_id[PV_ID_MAX];
         pv_op rec = {0};
         pv_status nst;
-        int nrc =
-            svc_nodeop_submit(call, w.node, "workload.realloc_on_node", params, 1, op_id, &nst);
+        int nrc = svc_nodeop_submit(call, w.node, PV_KIND_REALLOC_NODE, params, 1, op_id, &nst);
         if (nrc == PV_OK) nrc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &nst);
         if (nrc == PV_OK && rec.status != PV_OP_SUCCEEDED)
             nrc = pv_status_set(
@@ -246,7 +246,7 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
         if (rc != PV_OK) break;
         json_t *params = json_pack("{s:s, s:s, s:O, s:O}", "deploy", b64, "pod", d->podname, "ids",
                                    node_ids, "copy", copy);
-        rc = params ? svc_relay_submit_child(call, &rl, "workload.replace_on_node", node, params,
+        rc = params ? svc_relay_submit_child(call, &rl, PV_KIND_REPLACE_NODE, node, params,
                                              node_ids, SVC_RELAY_REPLACE, &st)
                     : pv_status_set(&st, PV_INTERNAL, "out of memory");
         json_decref(params);

@@ -17,6 +17,7 @@
 #include "pv_b64.h"
 #include "pv_deploy.h"
 #include "pv_id.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_op.h"
 #include "pv_time.h"
@@ -59,7 +60,7 @@ static int submit_log(gw_call *call, unsigned flags, const char *node, json_t *p
                       pv_status *st) {
     if (!params) return pv_status_set(st, PV_INTERNAL, "out of memory");
     svc_nodeop_req q = {.node = node,
-                        .kind = "workload.log_on_node",
+                        .kind = PV_KIND_LOG_NODE,
                         .target_prefix = "logs",
                         .params = params,
                         .max_attempts = 1,
@@ -304,8 +305,8 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
         int rrc = PV_OK;
         json_object_foreach(by_node, node, ids) {
             if (rrc == PV_OK)
-                rrc = svc_relay_submit_node_op(call, &rm, "workload.remove_on_node", node, ids,
-                                               NULL, true, &rst);
+                rrc = svc_relay_submit_node_op(call, &rm, PV_KIND_REMOVE_NODE, node, ids, NULL,
+                                               true, &rst);
         }
         json_decref(by_node);
         if (rrc == PV_OK) rrc = svc_relay_run(&rm, &rst);
@@ -397,7 +398,7 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
                   "workdir", o->workdir ? o->workdir : "", "interactive", interactive);
     /* One attempt: a command is not run twice behind the client's back. */
     svc_nodeop_req q = {.node = w->node,
-                        .kind = "workload.exec_on_node",
+                        .kind = PV_KIND_EXEC_NODE,
                         .target_prefix = "exec",
                         .params = params,
                         .max_attempts = 1};

@@ -12,6 +12,7 @@
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
 #include "pv_deploy.h"
+#include "pv_kinds.h"
 #include "svc_eru.h"
 #include "svc_relay.h"
 
@@ -43,8 +44,8 @@ static void send_files(gw_call *call, svc_relay *rl, int rc, pv_status *st, char
     json_object_foreach(by_node, node, node_ids) {
         if (rc != PV_OK) break;
         json_t *params = json_pack("{s:O, s:O}", "ids", node_ids, "files", files);
-        rc = params ? svc_relay_submit_child(call, rl, "workload.send_on_node", node, params,
-                                             node_ids, SVC_RELAY_SEND, st)
+        rc = params ? svc_relay_submit_child(call, rl, PV_KIND_SEND_NODE, node, params, node_ids,
+                                             SVC_RELAY_SEND, st)
                     : pv_status_set(st, PV_INTERNAL, "out of memory");
         json_decref(params);
     }
@@ -281,8 +282,8 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
             }
         }
         json_t *params = json_pack("{s:o}", "targets", targets);
-        rc = params ? svc_relay_submit_child(call, &rl, "workload.copy_on_node", node, params,
-                                             node_ids, SVC_RELAY_COPY, &st)
+        rc = params ? svc_relay_submit_child(call, &rl, PV_KIND_COPY_NODE, node, params, node_ids,
+                                             SVC_RELAY_COPY, &st)
                     : pv_status_set(&st, PV_INTERNAL, "out of memory");
         json_decref(params);
     }

@@ -11,6 +11,7 @@
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
 #include "pv_build.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
@@ -128,8 +129,8 @@ static void on_list_image(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ListImageOptions *o = (const Pb__ListImageOptions *)req;
     pv_status st;
     json_t *params = json_pack("{s:s}", "filter", o->filter ? o->filter : "");
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.list_on_node", params,
-                      answer_list, NULL, &st);
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_LIST_NODE,
+                      params, answer_list, NULL, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_LIST_IMAGE);
 }
@@ -194,7 +195,7 @@ static void on_remove_image(gw_call *call, const ProtobufCMessage *req) {
     per_image p = {o->images, o->n_images, false};
     json_t *params =
         json_pack("{s:o, s:b}", "images", images_json(o->images, o->n_images), "prune", o->prune);
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.remove_on_node",
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_REMOVE_NODE,
                       params, answer_images, &p, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_REMOVE_IMAGE);
@@ -209,8 +210,8 @@ static void on_cache_image(gw_call *call, const ProtobufCMessage *req) {
     }
     per_image p = {o->images, o->n_images, true};
     json_t *params = json_pack("{s:o}", "images", images_json(o->images, o->n_images));
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.cache_on_node", params,
-                      answer_images, &p, &st);
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_CACHE_NODE,
+                      params, answer_images, &p, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_CACHE_IMAGE);
 }
@@ -297,7 +298,7 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
     if (rc == PV_OK)
-        rc = svc_nodeop_submit(call, node, "image.build_on_node", params, 1, op_id, &st);
+        rc = svc_nodeop_submit(call, node, PV_KIND_IMAGE_BUILD_NODE, params, 1, op_id, &st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
     /* the build's log lines (SCM builds), then one message per image reference; a failed
      * build's log comes before its error */

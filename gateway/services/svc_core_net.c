@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pb/core.pb-c.h"
+#include "pv_kinds.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
@@ -128,7 +129,7 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
     pv_op_output *out = NULL;
     size_t got = 0;
     json_t *none = json_object();
-    int rc = run(call, r, node, "net.list_on_node", none, &out, &got, &st);
+    int rc = run(call, r, node, PV_KIND_NET_LIST_NODE, none, &out, &got, &st);
     json_decref(none);
     if (rc != PV_OK) {
         if (st.code != PV_CANCELLED) fail(call, &st, ERU_LIST_NETWORKS);
@@ -165,7 +166,7 @@ static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
     size_t got = 0;
     json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
                                "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : "");
-    int rc = run_on_workload(call, o->target, "net.connect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, PV_KIND_NET_CONNECT_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK && got > 0) {
         Pb__Network m;
@@ -189,7 +190,7 @@ static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
     size_t got = 0;
     json_t *params =
         json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force);
-    int rc = run_on_workload(call, o->target, "net.disconnect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, PV_KIND_NET_DISCONNECT_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__Empty e = PB__EMPTY__INIT;
@@ -209,7 +210,7 @@ static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
     size_t got = 0;
     json_t *params = json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "", "params",
                                params_text ? params_text : "");
-    int rc = run_on_workload(call, o->id, "raw.on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->id, PV_KIND_RAW_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__RawEngineMessage m = PB__RAW_ENGINE_MESSAGE__INIT;

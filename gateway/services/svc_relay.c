@@ -15,6 +15,7 @@
 
 #include "pv_b64.h"
 #include "pv_id.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_workload.h"
 #include "svc_nodeop.h"
@@ -503,7 +504,7 @@ int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_
     char target[PV_ID_MAX];
     pv_id_new("deploy", target, sizeof target);
     pv_op_submit_req req = {
-        .kind = "workload.create", .target = target, .queue = "ops", .params_json = text};
+        .kind = PV_KIND_DEPLOY, .target = target, .queue = "ops", .params_json = text};
     pv_op rec;
     bool existed = false;
     rc = text ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &rec, &existed, st)
