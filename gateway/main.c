@@ -12,6 +12,7 @@
 #include <grpc/grpc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@
 #include "pv_version.h"
 #include "svc_core.h"
 #include "svc_core_deploy.h"
+#include "svc_core_exec.h"
+#include "svc_core_files.h"
 #include "svc_core_image.h"
 #include "svc_core_net.h"
 #include "svc_core_res.h"
@@ -84,6 +87,8 @@ typedef struct gateway {
     svc_core *core;
     svc_core_res *core_res;
     svc_core_deploy *core_deploy;
+    svc_core_files *core_files;
+    svc_core_exec *core_exec;
     svc_core_image *core_image;
     svc_core_net *core_net;
     svc_core_wl *core_wl;
@@ -105,6 +110,8 @@ static void gateway_free(gateway *g) {
     svc_core_free(g->core);
     svc_core_res_free(g->core_res);
     svc_core_deploy_free(g->core_deploy);
+    svc_core_files_free(g->core_files);
+    svc_core_exec_free(g->core_exec);
     svc_core_image_free(g->core_image);
     svc_core_net_free(g->core_net);
     svc_core_wl_free(g->core_wl);
@@ -147,6 +154,8 @@ static int build_server(gateway *g) {
     g->core = svc_core_new(app);
     g->core_res = svc_core_res_new(app);
     g->core_deploy = svc_core_deploy_new(app);
+    g->core_files = svc_core_files_new(app);
+    g->core_exec = svc_core_exec_new(app);
     g->core_image = svc_core_image_new(app);
     g->core_net = svc_core_net_new(app);
     g->core_wl = svc_core_wl_new(app);
@@ -155,8 +164,9 @@ static int build_server(gateway *g) {
     g->metrics = gw_metrics_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
-    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_image ||
-        !g->core_net || !g->core_wl || !g->cluster || !g->storage || !g->metrics || !g->ops)
+    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_files ||
+        !g->core_exec || !g->core_image || !g->core_net || !g->core_wl || !g->cluster ||
+        !g->storage || !g->metrics || !g->ops)
         return -1;
 
     gw_server_opts o = {
@@ -177,6 +187,7 @@ static int build_server(gateway *g) {
         .is_declared_arg = g->reflection,
         .thread_init = thread_redis_new,
         .thread_free = thread_redis_free,
+        .state_missing = "no Redis connection on this gateway thread",
         .on_call_start = observe_call_start,
         .on_call_end = observe_call_end,
         .observer_arg = g,
@@ -191,6 +202,8 @@ static int build_server(gateway *g) {
         svc_core_register(g->core, g->server) != 0 ||
         svc_core_res_register(g->core_res, g->server) != 0 ||
         svc_core_deploy_register(g->core_deploy, g->server) != 0 ||
+        svc_core_files_register(g->core_files, g->server) != 0 ||
+        svc_core_exec_register(g->core_exec, g->server) != 0 ||
         svc_core_image_register(g->core_image, g->server) != 0 ||
         svc_core_net_register(g->core_net, g->server) != 0 ||
         svc_core_wl_register(g->core_wl, g->server) != 0 ||
@@ -218,39 +231,48 @@ static void log_started(const gateway *g) {
             *g->app.cfg.auth.username ? "on" : "off");
 }
 
+/* Reads the configuration and the command line: -1 when the gateway is to run, else the exit
+ * status of what was asked instead (--version, --print-config, --help, a word it does not know,
+ * a bad configuration). The caller frees the configuration either way. */
+static int configure(gateway *g, int *argc, char **argv) {
+    pv_status st;
+    if (pv_config_load(&g->app.cfg, argc, argv, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        return 2;
+    }
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
+            return 0;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            /* The effective configuration, passwords shown as "***". */
+            char *json = pv_config_dump_json(&g->app.cfg);
+            if (json) printf("%s\n", json);
+            free(json);
+            return json ? 0 : 1;
+        }
+        bool help = strcmp(argv[i], "--help") == 0;
+        usage(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    pv_log_set_level(g->app.cfg.log_level);
+    if (pv_keys_init(&g->app.keys, g->app.cfg.redis.prefix, &st) != PV_OK) {
+        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+        return 2;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv) {
     gateway g;
     memset(&g, 0, sizeof g);
     pv_status st;
     pv_log_init("gateway", PV_LOG_INFO);
-    if (pv_config_load(&g.app.cfg, &argc, argv, &st) != PV_OK) {
-        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
+    int done = configure(&g, &argc, argv);
+    if (done >= 0) {
         pv_config_free(&g.app.cfg);
-        return 2;
-    }
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("pivirt-gateway %s (%s)\n", PV_VERSION, PV_GIT_REVISION);
-            pv_config_free(&g.app.cfg);
-            return 0;
-        }
-        if (strcmp(argv[i], "--print-config") == 0) {
-            /* The effective configuration, passwords shown as "***". */
-            char *json = pv_config_dump_json(&g.app.cfg);
-            if (json) printf("%s\n", json);
-            free(json);
-            pv_config_free(&g.app.cfg);
-            return json ? 0 : 1;
-        }
-        usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
-        pv_config_free(&g.app.cfg);
-        return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-    }
-    pv_log_set_level(g.app.cfg.log_level);
-    if (pv_keys_init(&g.app.keys, g.app.cfg.redis.prefix, &st) != PV_OK) {
-        fprintf(stderr, "pivirt-gateway: %s\n", st.msg);
-        pv_config_free(&g.app.cfg);
-        return 2;
+        return done;
     }
     pv_presence_default_instance(g.app.instance, sizeof g.app.instance);
     compute_identifier(&g.app);

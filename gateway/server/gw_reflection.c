@@ -243,11 +243,7 @@ static size_t collect_files(refl_stream *st, size_t i, ProtobufCBinaryData *out)
     size_t *queue = malloc(r->n_files * sizeof *queue);
     unsigned char *queued = calloc(r->n_files, 1);
     size_t n_out = 0, head = 0, tail = 0;
-    if (!queue || !queued) {
-        free(queue);
-        free(queued);
-        return 0;
-    }
+    if (!queue || !queued) goto out; /* nothing collected: the caller answers without */
     queue[tail++] = i;
     queued[i] = 1;
     while (head < tail) {
@@ -264,6 +260,7 @@ static size_t collect_files(refl_stream *st, size_t i, ProtobufCBinaryData *out)
             }
         }
     }
+out:
     free(queue);
     free(queued);
     return n_out;

@@ -60,6 +60,11 @@ typedef struct gw_method {
     /* Overrides the error code used when the request cannot be decoded or is too large
      * (Eru answers its own per-call codes); 0 = INVALID_ARGUMENT. */
     int bad_request_code;
+    /* The handler uses its thread's state (gw_call_thread_state: the gateway's Redis
+     * connection). On a thread whose thread_init made none the framework answers, before any
+     * handler runs, with bad_request_code (else UNAVAILABLE) and opts.state_missing, so no
+     * handler checks for it. */
+    bool needs_state;
     void *data; /* the module's own state: gw_call_method_data */
 } gw_method;
 
@@ -87,6 +92,8 @@ typedef struct gw_server_opts {
     void *is_declared_arg;
     gw_thread_init_fn thread_init;
     gw_thread_free_fn thread_free;
+    /* The answer to a needs_state call on a thread without state; NULL: a generic one. */
+    const char *state_missing;
     /* Observers of calls to served methods (metrics), any thread, may be NULL: a call started;
      * a call ended with its status code after seconds. */
     void (*on_call_start)(void *arg, const char *path);
@@ -110,6 +117,7 @@ typedef struct gw_method_spec {
     gw_method_kind kind;
     const ProtobufCMessageDescriptor *request;
     gw_handler_fn handler;
+    bool needs_state; /* gw_method.needs_state */
 } gw_method_spec;
 
 #define GW_PATH_MAX 128

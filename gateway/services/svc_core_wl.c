@@ -82,12 +82,6 @@ static svc_core_wl *svc_of(gw_call *call) {
     return gw_call_method_data(call);
 }
 
-static pv_redis *redis_or_fail(gw_call *call, int eru) {
-    pv_redis *r = gw_app_redis(call);
-    if (!r) gw_call_finish(call, eru, "no Redis connection on this gateway thread");
-    return r;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* messages                                                                                    */
 
@@ -263,8 +257,7 @@ static int full_fill(full_msg *f, pv_redis *r, const pv_keys *k, const pv_worklo
 
 static void on_get_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__WorkloadID *o = (const Pb__WorkloadID *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_WORKLOAD);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_workload w;
     full_msg f;
     pv_status st;
@@ -307,8 +300,7 @@ static void reply_workloads(gw_call *call, pv_redis *r, const pv_workload *ws, s
 
 static void on_get_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__WorkloadIDs *o = (const Pb__WorkloadIDs *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_WORKLOADS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_workload *ws = calloc(o->n_ids ? o->n_ids : 1, sizeof *ws);
     pv_status st;
     int rc = ws ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
@@ -324,18 +316,27 @@ static void on_get_workloads(gw_call *call, const ProtobufCMessage *req) {
     pv_workload_array_free(ws, got);
 }
 
+/* The workloads of app, entrypoint and node ("" for any) that carry every label of the map
+ * field labels (*ws: pv_workload_array_free). */
+static int list_labelled(pv_redis *r, const pv_keys *k, const char *app, const char *entrypoint,
+                         const char *node, void *const *labels, size_t n_labels, pv_workload **ws,
+                         size_t *n, pv_status *st) {
+    char *json = NULL;
+    int rc = svc_eru_labels_json("labels", labels, n_labels, &json, st);
+    if (rc == PV_OK) rc = pv_workload_list(r, k, app, entrypoint, node, json, ws, n, st);
+    free(json);
+    return rc;
+}
+
 static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ListWorkloadsOptions *o = (const Pb__ListWorkloadsOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_LIST_WORKLOADS);
-    if (!r) return;
-    char *labels = NULL;
+    pv_redis *r = gw_app_redis(call);
     pv_workload *ws = NULL;
     size_t n = 0;
     pv_status st;
     const pv_keys *k = &svc_of(call)->app->keys;
-    int rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
-    if (rc == PV_OK)
-        rc = pv_workload_list(r, k, o->appname, o->entrypoint, o->nodename, labels, &ws, &n, &st);
+    int rc = list_labelled(r, k, o->appname, o->entrypoint, o->nodename, (void *const *)o->labels,
+                           o->n_labels, &ws, &n, &st);
     for (size_t i = 0; rc == PV_OK && i < n && (o->limit <= 0 || (int64_t)i < o->limit); i++) {
         full_msg f;
         rc = full_fill(&f, r, k, &ws[i], &st);
@@ -348,14 +349,11 @@ static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
     else if (rc != PV_CANCELLED)
         gw_call_finishf(call, ERU_LIST_WORKLOADS, "%s", st.msg);
     pv_workload_array_free(ws, n);
-    free(labels);
 }
 
 static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_LIST_NODE_WORKLOADS);
-    if (!r) return;
-    char *labels = NULL;
+    pv_redis *r = gw_app_redis(call);
     pv_workload *ws = NULL;
     size_t n = 0;
     pv_status st;
@@ -364,14 +362,13 @@ static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     int rc = pv_registry_get_node(r, k, o->nodename, &node, &st);
     if (rc == PV_OK) pv_node_clear(&node);
     if (rc == PV_OK)
-        rc = svc_eru_labels_json("labels", (void *const *)o->labels, o->n_labels, &labels, &st);
-    if (rc == PV_OK) rc = pv_workload_list(r, k, "", "", o->nodename, labels, &ws, &n, &st);
+        rc = list_labelled(r, k, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &ws,
+                           &n, &st);
     if (rc == PV_OK)
         reply_workloads(call, r, ws, n, ERU_LIST_NODE_WORKLOADS);
     else
         gw_call_finishf(call, ERU_LIST_NODE_WORKLOADS, "%s", st.msg);
     pv_workload_array_free(ws, n);
-    free(labels);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -402,8 +399,7 @@ static void reply_statuses(gw_call *call, const pv_workload_status *v, size_t n,
 
 static void on_set_workloads_status(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SetWorkloadsStatusOptions *o = (const Pb__SetWorkloadsStatusOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_SET_WORKLOADS_STATUS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     size_t n = o->n_status;
     pv_workload_status *in = calloc(n ? n : 1, sizeof *in), *out = calloc(n ? n : 1, sizeof *out);
     char **networks = calloc(n ? n : 1, sizeof *networks);
@@ -442,8 +438,7 @@ static void on_set_workloads_status(gw_call *call, const ProtobufCMessage *req) 
 
 static void on_get_workloads_status(gw_call *call, const ProtobufCMessage *req) {
     const Pb__WorkloadIDs *o = (const Pb__WorkloadIDs *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_WORKLOADS_STATUS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     size_t n = o->n_ids, got = 0;
     pv_workload_status *out = calloc(n ? n : 1, sizeof *out);
     pv_status st;
@@ -866,19 +861,19 @@ static void on_shutdown(void *arg) {
  * so the standard INVALID_ARGUMENT, as for NodeStatusStream). */
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/SetWorkloadsStatus", GW_UNARY, &pb__set_workloads_status_options__descriptor,
-     on_set_workloads_status, ERU_SET_WORKLOADS_STATUS},
+     on_set_workloads_status, ERU_SET_WORKLOADS_STATUS, true},
     {"/pb.CoreRPC/GetWorkloadsStatus", GW_UNARY, &pb__workload_ids__descriptor,
-     on_get_workloads_status, ERU_GET_WORKLOADS_STATUS},
+     on_get_workloads_status, ERU_GET_WORKLOADS_STATUS, true},
     {"/pb.CoreRPC/GetWorkload", GW_UNARY, &pb__workload_id__descriptor, on_get_workload,
-     ERU_GET_WORKLOAD},
+     ERU_GET_WORKLOAD, true},
     {"/pb.CoreRPC/GetWorkloads", GW_UNARY, &pb__workload_ids__descriptor, on_get_workloads,
-     ERU_GET_WORKLOADS},
+     ERU_GET_WORKLOADS, true},
     {"/pb.CoreRPC/ListWorkloads", GW_SERVER_STREAM, &pb__list_workloads_options__descriptor,
-     on_list_workloads, ERU_LIST_WORKLOADS},
+     on_list_workloads, ERU_LIST_WORKLOADS, true},
     {"/pb.CoreRPC/ListNodeWorkloads", GW_UNARY, &pb__get_node_options__descriptor,
-     on_list_node_workloads, ERU_LIST_NODE_WORKLOADS},
+     on_list_node_workloads, ERU_LIST_NODE_WORKLOADS, true},
     {"/pb.CoreRPC/WorkloadStatusStream", GW_SERVER_STREAM,
-     &pb__workload_status_stream_options__descriptor, on_workload_status_stream, 0},
+     &pb__workload_status_stream_options__descriptor, on_workload_status_stream, 0, false},
 };
 
 int svc_core_wl_register(svc_core_wl *s, gw_server *server) {

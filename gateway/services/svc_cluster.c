@@ -14,6 +14,8 @@
 #include "op_convert.h"
 #include "pv_cluster.h"
 #include "pv_id.h"
+#include "pv_json.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -692,25 +694,19 @@ typedef struct op_req {
 
 /* Submits the operation (idempotent by the call's x-request-id) and answers its record. */
 static void answer_op(gw_call *call, const op_req *o) {
-    svc_cluster *s = gw_call_method_data(call);
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *params = json_dumps(o->params, JSON_COMPACT);
-    pv_op_submit_req req = {
-        .kind = o->kind,
-        .target = o->target,
-        .queue = "ops",
-        .params_json = params,
-        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
-        .holds = o->holds,
-        .n_holds = o->n_holds,
-        .notify_end = o->wait};
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = s->app->cfg.ops.retention_seconds,
-                     .events_maxlen = s->app->cfg.ops.events_maxlen};
+    pv_op_submit_req req = {.kind = o->kind,
+                            .target = o->target,
+                            .queue = "ops",
+                            .params_json = params,
+                            .holds = o->holds,
+                            .n_holds = o->n_holds,
+                            .notify_end = o->wait};
     bool existed = false;
     pv_op sub = {0}, rec = {0};
-    int rc = params ? pv_op_submit(r, keys_of(call), &oo, &req, &sub, &existed, &st)
+    int rc = params ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &sub, &existed, &st)
                     : pv_status_set(&st, PV_INTERNAL, "out of memory");
     if (rc == PV_OK) {
         pv_info("%s target=%s params=%s op=%s%s", o->kind, o->target, params, sub.id,
@@ -762,12 +758,12 @@ static void node_op(gw_call *call, const char *cluster_id, const char *node_id, 
  * answered once done. */
 static void on_cordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__CordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.cordon", NULL, true, NULL, NULL);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_CORDON, NULL, true, NULL, NULL);
 }
 
 static void on_uncordon_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__UncordonNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.uncordon", NULL, true, NULL, NULL);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_UNCORDON, NULL, true, NULL, NULL);
 }
 
 /* "name (id12), ..." of up to 8 workloads, and how many more; labels_json filters. *count gets
@@ -829,18 +825,39 @@ static void on_drain_node(gw_call *call, const ProtobufCMessage *msg) {
     json_t *extra =
         json_pack("{s:b, s:b, s:i}", "force", req->force, "ignore_daemonsets",
                   req->ignore_daemonsets, "grace_period_seconds", (int)req->grace_period_seconds);
-    node_op(call, req->cluster_id, req->node_id, "node.drain", extra, false, drain_check, req);
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_DRAIN, extra, false, drain_check, req);
 }
 
 /* RemoveNode: node.remove (drain, then the record), answered at once. */
 static void on_remove_node(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__RemoveNodeRequest *req = (const void *)msg;
-    node_op(call, req->cluster_id, req->node_id, "node.remove",
+    node_op(call, req->cluster_id, req->node_id, PV_KIND_NODE_REMOVE,
             json_pack("{s:b}", "force", req->force), false, NULL, NULL);
 }
 
 /* DeleteCluster: cluster.delete, holding the cluster and every node of it. Workloads would be
  * lost (no node of the cluster remains to take them): refused here unless force. */
+/* An operation of kind on cluster p holding it and each of its nodes, with params (borrowed),
+ * answered at once; or, rc not PV_OK, the failure st so far. */
+static void answer_cluster_op(gw_call *call, int rc, const pv_status *st, const char *kind,
+                              const pv_pod *p, const pv_node *nodes, size_t nn, json_t *params) {
+    if (rc != PV_OK) {
+        finish_status(call, st);
+        return;
+    }
+    const char **holds = calloc(nn ? nn : 1, sizeof *holds);
+    if (!holds || !params) {
+        free(holds);
+        gw_call_finish(call, PV_INTERNAL, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < nn; i++)
+        holds[i] = nodes[i].id;
+    op_req o = {kind, p->id, holds, nn, params, false};
+    answer_op(call, &o);
+    free(holds);
+}
+
 static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Cluster__V1__DeleteClusterRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
@@ -860,19 +877,10 @@ static void on_delete_cluster(gw_call *call, const ProtobufCMessage *msg) {
                                "them first or set force",
                                p.name, count, names);
     }
-    const char **holds = rc == PV_OK ? calloc(nn ? nn : 1, sizeof *holds) : NULL;
-    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
-    if (rc == PV_OK) {
-        for (size_t i = 0; i < nn; i++)
-            holds[i] = nodes[i].id;
-        json_t *params = json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force);
-        op_req o = {"cluster.delete", p.id, holds, nn, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
-    }
-    free(holds);
+    json_t *params =
+        rc == PV_OK ? json_pack("{s:s, s:b}", "cluster", p.name, "force", req->force) : NULL;
+    answer_cluster_op(call, rc, &st, PV_KIND_CLUSTER_DELETE, &p, nodes, nn, params);
+    json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
 }
@@ -910,26 +918,19 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "cluster %s has no node to upgrade (%zu node(s), partition %d)", p.name,
                            nn, us.partition);
-    const char **holds = rc == PV_OK ? calloc(nn, sizeof *holds) : NULL;
-    if (rc == PV_OK && !holds) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    json_t *params = NULL;
     if (rc == PV_OK) {
-        for (size_t i = 0; i < nn; i++)
-            holds[i] = nodes[i].id;
         const char *from = p.version ? p.version : "";
         if (pv_version_compare(req->target_version, from) < 0)
             pv_warn("UpgradeCluster cluster=%s: a downgrade, %s -> %s", p.name, from,
                     req->target_version);
-        json_t *params = json_pack(
-            "{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i}}", "cluster", p.name, "cluster_id", p.id,
-            "from", from, "to", req->target_version, "strategy", "type", (int)us.type, "max_surge",
-            us.max_surge, "max_unavailable", us.max_unavailable, "partition", us.partition);
-        op_req o = {"cluster.upgrade", p.id, holds, nn, params, false};
-        answer_op(call, &o);
-        json_decref(params);
-    } else {
-        finish_status(call, &st);
+        params = json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i}}", "cluster", p.name,
+                           "cluster_id", p.id, "from", from, "to", req->target_version, "strategy",
+                           "type", (int)us.type, "max_surge", us.max_surge, "max_unavailable",
+                           us.max_unavailable, "partition", us.partition);
     }
-    free(holds);
+    answer_cluster_op(call, rc, &st, PV_KIND_UPGRADE, &p, nodes, nn, params);
+    json_decref(params);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
 }
@@ -941,7 +942,7 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
     *out = NULL;
     int rc = pv_upgrade_get(r, keys_of(call), p->id, out, st);
     if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
-    pv_op_filter f = {.kind = "cluster.upgrade", .target = p->id, .status = PV_OP_ANY, .limit = 1};
+    pv_op_filter f = {.kind = PV_KIND_UPGRADE, .target = p->id, .status = PV_OP_ANY, .limit = 1};
     pv_op *ops = NULL;
     size_t n = 0;
     if (pv_op_list(r, keys_of(call), &f, &ops, &n, st) != PV_OK) {
@@ -986,22 +987,13 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
     return PV_OK;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *v = json_string_value(json_object_get(o, key));
-    return v ? v : "";
-}
-
-static int64_t jint(json_t *o, const char *key) {
-    return (int64_t)json_integer_value(json_object_get(o, key));
-}
-
 /* What a node reports as its version now ("" when nothing). */
 static const char *reported_version(const pv_node *nodes, size_t nn, const char *name,
                                     json_t **keep) {
     for (size_t i = 0; i < nn; i++) {
         if (strcmp(nodes[i].name, name) != 0 || !nodes[i].engine_info) continue;
         *keep = json_loads(nodes[i].engine_info, 0, NULL);
-        return jstr(*keep, "version");
+        return pv_json_str(*keep, "version");
     }
     return "";
 }
@@ -1029,17 +1021,17 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     Pivirt__Cluster__V1__UpgradeStrategy strat = PIVIRT__CLUSTER__V1__UPGRADE_STRATEGY__INIT;
     Google__Protobuf__Timestamp started, updated, finished;
     json_t *js = json_object_get(rec, "strategy"), *jn = json_object_get(rec, "nodes");
-    m.cluster_id = (char *)jstr(rec, "cluster_id");
-    m.operation_id = (char *)jstr(rec, "operation_id");
-    m.phase = (Pivirt__Cluster__V1__UpgradePhase)jint(rec, "phase");
-    m.from_version = (char *)jstr(rec, "from");
-    m.to_version = (char *)jstr(rec, "to");
-    strat.type = (Pivirt__Cluster__V1__UpgradeType)jint(js, "type");
-    strat.max_surge = (int32_t)jint(js, "max_surge");
-    strat.max_unavailable = (int32_t)jint(js, "max_unavailable");
-    strat.partition = (int32_t)jint(js, "partition");
+    m.cluster_id = (char *)pv_json_str(rec, "cluster_id");
+    m.operation_id = (char *)pv_json_str(rec, "operation_id");
+    m.phase = (Pivirt__Cluster__V1__UpgradePhase)pv_json_int(rec, "phase");
+    m.from_version = (char *)pv_json_str(rec, "from");
+    m.to_version = (char *)pv_json_str(rec, "to");
+    strat.type = (Pivirt__Cluster__V1__UpgradeType)pv_json_int(js, "type");
+    strat.max_surge = (int32_t)pv_json_int(js, "max_surge");
+    strat.max_unavailable = (int32_t)pv_json_int(js, "max_unavailable");
+    strat.partition = (int32_t)pv_json_int(js, "partition");
     m.strategy = &strat;
-    m.message = (char *)jstr(rec, "message");
+    m.message = (char *)pv_json_str(rec, "message");
     m.downgrade = json_is_true(json_object_get(rec, "downgrade"));
     size_t n = json_array_size(jn);
     Pivirt__Cluster__V1__NodeUpgradeStatus *ns = calloc(n ? n : 1, sizeof *ns);
@@ -1050,18 +1042,18 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(jn, i);
         pivirt__cluster__v1__node_upgrade_status__init(&ns[i]);
-        ns[i].node_id = (char *)jstr(x, "id");
-        ns[i].node_name = (char *)jstr(x, "name");
-        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)jint(x, "state");
-        ns[i].message = (char *)jstr(x, "message");
-        ns[i].batch = (int32_t)jint(x, "batch");
+        ns[i].node_id = (char *)pv_json_str(x, "id");
+        ns[i].node_name = (char *)pv_json_str(x, "name");
+        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)pv_json_int(x, "state");
+        ns[i].message = (char *)pv_json_str(x, "message");
+        ns[i].batch = (int32_t)pv_json_int(x, "batch");
         ns[i].version = (char *)reported_version(nodes, nn, ns[i].node_name, &infos[i]);
-        if (jint(x, "started_ms")) {
-            timestamp(&ts[2 * i], jint(x, "started_ms"));
+        if (pv_json_int(x, "started_ms")) {
+            timestamp(&ts[2 * i], pv_json_int(x, "started_ms"));
             ns[i].started_at = &ts[2 * i];
         }
-        if (jint(x, "finished_ms")) {
-            timestamp(&ts[2 * i + 1], jint(x, "finished_ms"));
+        if (pv_json_int(x, "finished_ms")) {
+            timestamp(&ts[2 * i + 1], pv_json_int(x, "finished_ms"));
             ns[i].finished_at = &ts[2 * i + 1];
         }
         np[i] = &ns[i];
@@ -1072,12 +1064,12 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     }
     m.nodes = np;
     m.n_nodes = n;
-    timestamp(&started, jint(rec, "started_ms"));
-    timestamp(&updated, jint(rec, "updated_ms"));
+    timestamp(&started, pv_json_int(rec, "started_ms"));
+    timestamp(&updated, pv_json_int(rec, "updated_ms"));
     m.started_at = &started;
     m.updated_at = &updated;
-    if (jint(rec, "finished_ms")) {
-        timestamp(&finished, jint(rec, "finished_ms"));
+    if (pv_json_int(rec, "finished_ms")) {
+        timestamp(&finished, pv_json_int(rec, "finished_ms"));
         m.finished_at = &finished;
     }
     gw_call_reply(call, &m.base);
@@ -1093,38 +1085,28 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 int svc_cluster_register(svc_cluster *s, gw_server *server) {
+    /* every ClusterService method reads Redis */
+#define M(name, kind, req, fn)                                                                     \
+    { name, kind, &pivirt__cluster__v1__##req##__descriptor, fn, true }
     static const gw_method_spec k[] = {
-        {"CreateCluster", GW_UNARY, &pivirt__cluster__v1__create_cluster_request__descriptor,
-         on_create_cluster},
-        {"GetCluster", GW_UNARY, &pivirt__cluster__v1__get_cluster_request__descriptor,
-         on_get_cluster},
-        {"ListClusters", GW_SERVER_STREAM, &pivirt__cluster__v1__list_clusters_request__descriptor,
-         on_list_clusters},
-        {"UpdateCluster", GW_UNARY, &pivirt__cluster__v1__update_cluster_request__descriptor,
-         on_update_cluster},
-        {"AddNode", GW_UNARY, &pivirt__cluster__v1__add_node_request__descriptor, on_add_node},
-        {"GetNode", GW_UNARY, &pivirt__cluster__v1__get_node_request__descriptor, on_get_node},
-        {"ListNodes", GW_SERVER_STREAM, &pivirt__cluster__v1__list_nodes_request__descriptor,
-         on_list_nodes},
-        {"CordonNode", GW_UNARY, &pivirt__cluster__v1__cordon_node_request__descriptor,
-         on_cordon_node},
-        {"GetHealth", GW_UNARY, &pivirt__cluster__v1__get_health_request__descriptor,
-         on_get_health},
-        {"GetMetrics", GW_UNARY, &pivirt__cluster__v1__get_metrics_request__descriptor,
-         on_get_metrics},
-        {"UncordonNode", GW_UNARY, &pivirt__cluster__v1__uncordon_node_request__descriptor,
-         on_uncordon_node},
-        {"DrainNode", GW_UNARY, &pivirt__cluster__v1__drain_node_request__descriptor,
-         on_drain_node},
-        {"RemoveNode", GW_UNARY, &pivirt__cluster__v1__remove_node_request__descriptor,
-         on_remove_node},
-        {"DeleteCluster", GW_UNARY, &pivirt__cluster__v1__delete_cluster_request__descriptor,
-         on_delete_cluster},
-        {"UpgradeCluster", GW_UNARY, &pivirt__cluster__v1__upgrade_cluster_request__descriptor,
-         on_upgrade_cluster},
-        {"GetUpgradeStatus", GW_UNARY, &pivirt__cluster__v1__get_upgrade_status_request__descriptor,
-         on_get_upgrade_status},
+        M("CreateCluster", GW_UNARY, create_cluster_request, on_create_cluster),
+        M("GetCluster", GW_UNARY, get_cluster_request, on_get_cluster),
+        M("ListClusters", GW_SERVER_STREAM, list_clusters_request, on_list_clusters),
+        M("UpdateCluster", GW_UNARY, update_cluster_request, on_update_cluster),
+        M("AddNode", GW_UNARY, add_node_request, on_add_node),
+        M("GetNode", GW_UNARY, get_node_request, on_get_node),
+        M("ListNodes", GW_SERVER_STREAM, list_nodes_request, on_list_nodes),
+        M("CordonNode", GW_UNARY, cordon_node_request, on_cordon_node),
+        M("GetHealth", GW_UNARY, get_health_request, on_get_health),
+        M("GetMetrics", GW_UNARY, get_metrics_request, on_get_metrics),
+        M("UncordonNode", GW_UNARY, uncordon_node_request, on_uncordon_node),
+        M("DrainNode", GW_UNARY, drain_node_request, on_drain_node),
+        M("RemoveNode", GW_UNARY, remove_node_request, on_remove_node),
+        M("DeleteCluster", GW_UNARY, delete_cluster_request, on_delete_cluster),
+        M("UpgradeCluster", GW_UNARY, upgrade_cluster_request, on_upgrade_cluster),
+        M("GetUpgradeStatus", GW_UNARY, get_upgrade_status_request, on_get_upgrade_status),
     };
+#undef M
     return gw_server_add_service(server, "pivirt.cluster.v1.ClusterService", k,
                                  sizeof k / sizeof k[0], s, s->methods, s->paths);
 }

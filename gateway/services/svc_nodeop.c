@@ -18,29 +18,37 @@ const char *svc_nodeop_value(const pv_op_output *e, const char *field) {
     return "";
 }
 
-int svc_nodeop_submit(gw_app *app, pv_redis *r, const char *node, const char *kind, json_t *params,
-                      int max_attempts, char op_id[PV_ID_MAX], pv_status *st) {
-    char *text = json_dumps(params, JSON_COMPACT);
+int svc_nodeop_submit_req(gw_call *call, const svc_nodeop_req *q, char op_id[PV_ID_MAX],
+                          pv_status *st) {
+    char *text = json_dumps(q->params, JSON_COMPACT);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     char queue[300], target[PV_ID_MAX];
-    snprintf(queue, sizeof queue, "node:%s", node);
-    pv_id_new("nodeop", target, sizeof target);
-    pv_op_submit_req req = {.kind = kind,
+    snprintf(queue, sizeof queue, "node:%s", q->node);
+    pv_id_new(q->target_prefix, target, sizeof target);
+    pv_op_submit_req req = {.kind = q->kind,
                             .target = target,
                             .queue = queue,
                             .params_json = text,
-                            .max_attempts = max_attempts,
-                            .notify_end = true};
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+                            .max_attempts = q->max_attempts,
+                            .notify_end = q->notify_end};
     pv_op rec;
-    bool existed = false;
-    int rc = pv_op_submit(r, &app->keys, &oo, &req, &rec, &existed, st);
+    int rc = gw_app_submit(call, q->flags, &req, &rec, NULL, st);
     free(text);
     if (rc != PV_OK) return rc;
     snprintf(op_id, PV_ID_MAX, "%s", rec.id);
     pv_op_clear(&rec);
     return PV_OK;
+}
+
+int svc_nodeop_submit(gw_call *call, const char *node, const char *kind, json_t *params,
+                      int max_attempts, char op_id[PV_ID_MAX], pv_status *st) {
+    svc_nodeop_req q = {.node = node,
+                        .kind = kind,
+                        .target_prefix = "nodeop",
+                        .params = params,
+                        .max_attempts = max_attempts,
+                        .notify_end = true};
+    return svc_nodeop_submit_req(call, &q, op_id, st);
 }
 
 int svc_nodeop_wait(gw_call *call, pv_redis *r, const pv_keys *k, const char *id, pv_op *rec,

@@ -11,6 +11,7 @@
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
 #include "pv_build.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
@@ -52,7 +53,6 @@ typedef int (*answer_fn)(gw_call *call, const char *node, const pv_op_output *ou
 static int per_node(gw_call *call, const char *pod, char **nodenames, size_t n_names,
                     const char *kind, json_t *params, answer_fn answer, void *arg, pv_status *st) {
     pv_redis *r = gw_app_redis(call);
-    if (!r) return pv_status_set(st, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
     gw_app *app = app_of(call);
     pv_node *nodes = NULL;
     size_t n = 0;
@@ -67,7 +67,7 @@ static int per_node(gw_call *call, const char *pod, char **nodenames, size_t n_n
         char op_id[PV_ID_MAX];
         pv_op rec = {0};
         pv_status ost;
-        if (svc_nodeop_submit(app, r, nodes[i].name, kind, params, 1, op_id, &ost) != PV_OK ||
+        if (svc_nodeop_submit(call, nodes[i].name, kind, params, 1, op_id, &ost) != PV_OK ||
             svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &ost) != PV_OK) {
             pv_op_clear(&rec);
             if (ost.code == PV_CANCELLED) return PV_CANCELLED;
@@ -129,8 +129,8 @@ static void on_list_image(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ListImageOptions *o = (const Pb__ListImageOptions *)req;
     pv_status st;
     json_t *params = json_pack("{s:s}", "filter", o->filter ? o->filter : "");
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.list_on_node", params,
-                      answer_list, NULL, &st);
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_LIST_NODE,
+                      params, answer_list, NULL, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_LIST_IMAGE);
 }
@@ -195,7 +195,7 @@ static void on_remove_image(gw_call *call, const ProtobufCMessage *req) {
     per_image p = {o->images, o->n_images, false};
     json_t *params =
         json_pack("{s:o, s:b}", "images", images_json(o->images, o->n_images), "prune", o->prune);
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.remove_on_node",
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_REMOVE_NODE,
                       params, answer_images, &p, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_REMOVE_IMAGE);
@@ -210,8 +210,8 @@ static void on_cache_image(gw_call *call, const ProtobufCMessage *req) {
     }
     per_image p = {o->images, o->n_images, true};
     json_t *params = json_pack("{s:o}", "images", images_json(o->images, o->n_images));
-    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, "image.cache_on_node", params,
-                      answer_images, &p, &st);
+    int rc = per_node(call, o->podname, o->nodenames, o->n_nodenames, PV_KIND_IMAGE_CACHE_NODE,
+                      params, answer_images, &p, &st);
     json_decref(params);
     finish(call, rc, &st, ERU_CACHE_IMAGE);
 }
@@ -257,11 +257,6 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
             return;
         }
     }
-    if (!r) {
-        json_decref(scm);
-        gw_call_finish(call, ERU_BUILD_IMAGE, "no Redis connection on this gateway thread");
-        return;
-    }
     json_t *refs = json_array();
     for (size_t i = 0; i < o->n_tags; i++) {
         char *ref = NULL;
@@ -303,7 +298,7 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
     if (rc == PV_OK)
-        rc = svc_nodeop_submit(app, r, node, "image.build_on_node", params, 1, op_id, &st);
+        rc = svc_nodeop_submit(call, node, PV_KIND_IMAGE_BUILD_NODE, params, 1, op_id, &st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
     /* the build's log lines (SCM builds), then one message per image reference; a failed
      * build's log comes before its error */
@@ -337,13 +332,13 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/ListImage", GW_SERVER_STREAM, &pb__list_image_options__descriptor, on_list_image,
-     ERU_LIST_IMAGE},
+     ERU_LIST_IMAGE, true},
     {"/pb.CoreRPC/RemoveImage", GW_SERVER_STREAM, &pb__remove_image_options__descriptor,
-     on_remove_image, ERU_REMOVE_IMAGE},
+     on_remove_image, ERU_REMOVE_IMAGE, true},
     {"/pb.CoreRPC/CacheImage", GW_SERVER_STREAM, &pb__cache_image_options__descriptor,
-     on_cache_image, ERU_CACHE_IMAGE},
+     on_cache_image, ERU_CACHE_IMAGE, true},
     {"/pb.CoreRPC/BuildImage", GW_SERVER_STREAM, &pb__build_image_options__descriptor,
-     on_build_image, ERU_BUILD_IMAGE},
+     on_build_image, ERU_BUILD_IMAGE, true},
 };
 
 int svc_core_image_register(svc_core_image *s, gw_server *server) {

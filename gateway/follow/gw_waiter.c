@@ -29,7 +29,6 @@
 #include "gw_waiter.h"
 
 #include <ev.h>
-#include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gw_async.h"
 #include "op_convert.h"
 #include "pv_log.h"
 #include "pv_status.h"
@@ -91,29 +91,25 @@ struct op_watch {
 
 struct gw_waiter {
     gw_app *app;
-    char host[256];
-    int port; /* 0: host is a unix socket path */
 
     pthread_t thread;
     bool thread_started, joined;
     struct ev_loop *loop;
     ev_async wake;
-    ev_timer reconnect, connect_timeout;
 
     pthread_mutex_t mu;
     bool accepting, stop_requested;
     waiter_entry *adds, *closes; /* pushed at the head; reversed when taken */
 
     /* the loop's thread only */
-    redisAsyncContext *ac;
+    gw_async *async;
+    redisAsyncContext *ac; /* while ready: connected and authenticated */
     bool ready, stopping, was_lost;
-    int backoff_ms;
     pv_redis *redis;
     op_watch **buckets;
     size_t n_buckets, n_watches;
 };
 
-static void connect_redis(gw_waiter *w);
 static void settle(gw_waiter *w, op_watch *ow);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -373,7 +369,7 @@ static void on_timeout(struct ev_loop *loop, ev_timer *t, int revents) {
 
 static void on_sub_reply(redisAsyncContext *ac, void *r, void *privdata) {
     (void)privdata;
-    gw_waiter *w = ac->data;
+    gw_waiter *w = gw_async_arg(ac);
     redisReply *reply = r;
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
     if (reply->element[0]->type != REDIS_REPLY_STRING ||
@@ -416,14 +412,6 @@ static void forget_subscription(gw_waiter *w, op_watch *ow) {
     settle(w, ow);
 }
 
-static void schedule_reconnect(gw_waiter *w) {
-    if (w->stopping) return;
-    ev_timer_stop(w->loop, &w->reconnect);
-    ev_timer_set(&w->reconnect, w->backoff_ms / 1000.0, 0.);
-    ev_timer_start(w->loop, &w->reconnect);
-    w->backoff_ms = w->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : w->backoff_ms * 2;
-}
-
 static void lost(gw_waiter *w, const char *why) {
     if (!w->was_lost && !w->stopping)
         pv_warn("waiter: redis %s: %s; waiting calls keep waiting, reconnecting",
@@ -431,119 +419,29 @@ static void lost(gw_waiter *w, const char *why) {
     w->was_lost = true;
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    gw_waiter *w = ac->data;
-    (void)status;
+/* gw_async: a connect failed or the connection dropped (it reconnects by itself). */
+static void on_lost(void *arg, const char *why) {
+    gw_waiter *w = arg;
     w->ac = NULL;
     w->ready = false;
-    ev_timer_stop(w->loop, &w->connect_timeout);
-    lost(w, ac->errstr[0] ? ac->errstr : "connection closed");
+    lost(w, why);
     for_each_watch(w, forget_subscription);
-    schedule_reconnect(w);
 }
 
 static void subscribe_waiting(gw_waiter *w, op_watch *ow) {
     if (ow->n > 0) subscribe(w, ow);
 }
 
-static void become_ready(gw_waiter *w) {
+/* gw_async: connected and authenticated. */
+static void on_ready(void *arg, redisAsyncContext *ac) {
+    gw_waiter *w = arg;
+    w->ac = ac;
     w->ready = true;
-    w->backoff_ms = RECONNECT_MIN_MS;
     if (w->was_lost)
         pv_info("waiter: redis %s reachable again; subscribing %zu operations again",
                 w->app->cfg.redis.addr, w->n_watches);
     w->was_lost = false;
     for_each_watch(w, subscribe_waiting);
-}
-
-static void on_auth(redisAsyncContext *ac, void *r, void *privdata) {
-    (void)privdata;
-    gw_waiter *w = ac->data;
-    redisReply *reply = r;
-    if (!reply) return; /* the connection is going away */
-    if (reply->type == REDIS_REPLY_ERROR) {
-        pv_error("waiter: redis %s refused AUTH: %s", w->app->cfg.redis.addr, reply->str);
-        redisAsyncDisconnect(ac);
-        return;
-    }
-    become_ready(w);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status) {
-    gw_waiter *w = ac->data;
-    ev_timer_stop(w->loop, &w->connect_timeout);
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this callback. */
-        w->ac = NULL;
-        lost(w, ac->errstr);
-        schedule_reconnect(w);
-        return;
-    }
-    const char *pw = w->app->cfg.redis.password;
-    const char *user = w->app->cfg.redis.username;
-    if (pw && *pw && user && *user) {
-        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s %s", user, pw);
-        return;
-    }
-    if (pw && *pw) {
-        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s", pw);
-        return;
-    }
-    become_ready(w);
-}
-
-static void on_connect_timeout(struct ev_loop *loop, ev_timer *t, int revents) {
-    (void)loop;
-    (void)revents;
-    gw_waiter *w = t->data;
-    if (!w->ac) return;
-    /* Not connected yet, so hiredis runs no disconnect callback: clean up here. */
-    redisAsyncFree(w->ac);
-    w->ac = NULL;
-    lost(w, "connect timed out");
-    schedule_reconnect(w);
-}
-
-static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents) {
-    (void)loop;
-    (void)revents;
-    connect_redis(t->data);
-}
-
-static void connect_redis(gw_waiter *w) {
-    if (w->ac || w->stopping) return;
-    const pv_config *cfg = &w->app->cfg;
-    if (cfg->redis.n_sentinels > 0) { /* the master as the sentinels know it now */
-        pv_status st;
-        if (pv_redis_sentinel_master((const char *const *)cfg->redis.sentinels,
-                                     cfg->redis.n_sentinels, cfg->redis.master_name,
-                                     cfg->redis.connect_timeout_ms, w->host, sizeof w->host,
-                                     &w->port, &st) != PV_OK) {
-            lost(w, st.msg);
-            schedule_reconnect(w);
-            return;
-        }
-    }
-    redisAsyncContext *ac =
-        w->port ? redisAsyncConnect(w->host, w->port) : redisAsyncConnectUnix(w->host);
-    if (!ac || ac->err) {
-        lost(w, ac ? ac->errstr : "out of memory");
-        if (ac) redisAsyncFree(ac);
-        schedule_reconnect(w);
-        return;
-    }
-    ac->data = w;
-    if (redisLibevAttach(w->loop, ac) != REDIS_OK) {
-        redisAsyncFree(ac);
-        schedule_reconnect(w);
-        return;
-    }
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    w->ac = ac;
-    double limit = w->app->cfg.redis.connect_timeout_ms / 1000.0;
-    ev_timer_set(&w->connect_timeout, limit > 0 ? limit : 1.0, 0.);
-    ev_timer_start(w->loop, &w->connect_timeout);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -608,13 +506,9 @@ static void end_all(gw_waiter *w, op_watch *ow) {
 static void stop_loop(gw_waiter *w) {
     w->stopping = true;
     for_each_watch(w, end_all);
-    ev_timer_stop(w->loop, &w->reconnect);
-    ev_timer_stop(w->loop, &w->connect_timeout);
-    if (w->ac) {
-        redisAsyncContext *ac = w->ac;
-        w->ac = NULL;
-        redisAsyncFree(ac);
-    }
+    w->ready = false;
+    w->ac = NULL;
+    gw_async_close(w->async);
     ev_async_stop(w->loop, &w->wake);
     ev_break(w->loop, EVBREAK_ALL);
 }
@@ -705,28 +599,25 @@ int gw_waiter_add(gw_waiter *w, gw_call *c, const char *op_id, gw_waiter_mode mo
 /* ---------------------------------------------------------------------------------------- */
 /* life                                                                                       */
 
-static int parse_addr(gw_waiter *w, const char *addr) {
-    pv_status st;
-    return pv_redis_parse_addr(addr, w->host, sizeof w->host, &w->port, &st) == PV_OK ? 0 : -1;
-}
-
 gw_waiter *gw_waiter_new(gw_app *app) {
     gw_waiter *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->app = app;
-    if (parse_addr(w, app->cfg.redis.addr) != 0) {
-        pv_error("waiter: redis.addr %s is neither host:port nor a socket path",
-                 app->cfg.redis.addr);
-        free(w);
-        return NULL;
-    }
     w->n_buckets = TABLE_MIN_BUCKETS;
     w->buckets = calloc(w->n_buckets, sizeof *w->buckets);
     w->loop = ev_loop_new(EVFLAG_AUTO);
+    gw_async_spec spec = {.what = "waiter",
+                          .min_backoff_ms = RECONNECT_MIN_MS,
+                          .max_backoff_ms = RECONNECT_MAX_MS,
+                          .ready = on_ready,
+                          .lost = on_lost,
+                          .arg = w};
     pv_redis_opts o;
     pv_redis_opts_from_config(&app->cfg, &o);
     pv_status st;
-    if (!w->buckets || !w->loop || pv_redis_new(&o, &w->redis, &st) != PV_OK) {
+    if (!w->buckets || !w->loop || !(w->async = gw_async_new(&app->cfg, w->loop, &spec)) ||
+        pv_redis_new(&o, &w->redis, &st) != PV_OK) {
+        gw_async_free(w->async);
         if (w->loop) ev_loop_destroy(w->loop);
         free(w->buckets);
         free(w);
@@ -736,11 +627,6 @@ gw_waiter *gw_waiter_new(gw_app *app) {
     ev_async_init(&w->wake, on_wake);
     w->wake.data = w;
     ev_async_start(w->loop, &w->wake);
-    ev_init(&w->reconnect, on_reconnect);
-    w->reconnect.data = w;
-    ev_init(&w->connect_timeout, on_connect_timeout);
-    w->connect_timeout.data = w;
-    w->backoff_ms = RECONNECT_MIN_MS;
     return w;
 }
 
@@ -754,7 +640,7 @@ int gw_waiter_register(gw_waiter *w, gw_server *server) {
 
 static void *waiter_thread(void *arg) {
     gw_waiter *w = arg;
-    connect_redis(w);
+    gw_async_connect(w->async);
     ev_run(w->loop, 0);
     return NULL;
 }
@@ -803,6 +689,7 @@ void gw_waiter_free(gw_waiter *w) {
     }
     free(w->buckets);
     pv_redis_free(w->redis);
+    gw_async_free(w->async);
     ev_loop_destroy(w->loop);
     pthread_mutex_destroy(&w->mu);
     free(w);

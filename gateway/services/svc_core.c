@@ -310,13 +310,6 @@ static void fail(gw_call *call, int eru, const pv_status *st) {
     gw_call_finishf(call, eru, "%s", st->msg);
 }
 
-/* The pool thread's Redis connection, or an answer saying why there is none. */
-static pv_redis *redis_or_fail(gw_call *call, int eru) {
-    pv_redis *r = gw_app_redis(call);
-    if (!r) gw_call_finish(call, eru, "no Redis connection on this gateway thread");
-    return r;
-}
-
 static const pv_keys *keys_of(gw_call *call) {
     svc_core *s = gw_call_method_data(call);
     return &s->app->keys;
@@ -327,8 +320,7 @@ static const pv_keys *keys_of(gw_call *call) {
 
 static void on_add_pod(gw_call *call, const ProtobufCMessage *req) {
     const Pb__AddPodOptions *o = (const Pb__AddPodOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_ADD_POD);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     /* A pod is a cluster at the control plane's own version, with no topology to wait for. */
     pv_pod_spec spec = {.name = o->name, .desc = o->desc, .version = PV_VERSION};
     pv_pod p;
@@ -344,8 +336,7 @@ static void on_add_pod(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_remove_pod(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemovePodOptions *o = (const Pb__RemovePodOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_REMOVE_POD);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     if (pv_registry_remove_pod(r, keys_of(call), o->name, &st) != PV_OK) {
         fail(call, ERU_REMOVE_POD, &st);
@@ -357,8 +348,7 @@ static void on_remove_pod(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_get_pod(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetPodOptions *o = (const Pb__GetPodOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_POD);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_pod p;
     pv_status st;
     if (pv_registry_get_pod(r, keys_of(call), o->name, &p, &st) != PV_OK) {
@@ -371,8 +361,7 @@ static void on_get_pod(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_list_pods(gw_call *call, const ProtobufCMessage *req) {
     (void)req;
-    pv_redis *r = redis_or_fail(call, ERU_LIST_PODS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_pod *pods = NULL;
     size_t n = 0;
     pv_status st;
@@ -454,8 +443,7 @@ static int check_tls(const char *ca, const char *cert, const char *key, pv_statu
 
 static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
     const Pb__AddNodeOptions *o = (const Pb__AddNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_ADD_NODE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *labels = NULL, *given = NULL, *resources = NULL;
     /* The name first: it keys the engine report looked up next. */
@@ -493,8 +481,7 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_remove_node(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemoveNodeOptions *o = (const Pb__RemoveNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_REMOVE_NODE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     if (pv_registry_remove_node(r, keys_of(call), o->nodename, &st) != PV_OK) {
         fail(call, ERU_REMOVE_NODE, &st);
@@ -507,8 +494,7 @@ static void on_remove_node(gw_call *call, const ProtobufCMessage *req) {
 static void on_get_node(gw_call *call, const ProtobufCMessage *req) {
     /* Eru's GetNode looks the node up by name alone; its labels are not a filter. */
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_NODE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_node n;
     pv_status st;
     if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
@@ -521,8 +507,7 @@ static void on_get_node(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_get_node_engine_info(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_STATUS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_node n;
     pv_status st;
     if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
@@ -545,8 +530,7 @@ static void on_list_pod_nodes(gw_call *call, const ProtobufCMessage *req) {
      * agent's report, read from Redis with the node records in the same call, so there is no
      * engine round trip to bound: the field is accepted and has nothing to do. */
     const Pb__ListNodesOptions *o = (const Pb__ListNodesOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_LIST_POD_NODES);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_node *nodes = NULL;
     size_t n = 0;
     pv_status st;
@@ -628,8 +612,7 @@ static int update_node(pv_redis *r, const pv_keys *k, pv_node_update *u, const c
 
 static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SetNodeOptions *o = (const Pb__SetNodeOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_SET_NODE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *labels = NULL, *resources = NULL;
     if (check_tls(o->ca, o->cert, o->key, &st) != PV_OK ||
@@ -676,8 +659,7 @@ static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_set_node_status(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SetNodeStatusOptions *o = (const Pb__SetNodeStatusOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_SET_NODE_STATUS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     if (pv_registry_set_alive(r, keys_of(call), o->nodename, (long long)o->ttl, NULL, &st) !=
         PV_OK) {
@@ -689,8 +671,7 @@ static void on_set_node_status(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_get_node_status(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeStatusOptions *o = (const Pb__GetNodeStatusOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_STATUS);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     bool alive = false;
     char *pod = NULL;
@@ -724,30 +705,35 @@ static void on_shutdown(void *arg) {
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {
-    {"/pb.CoreRPC/Info", GW_UNARY, &pb__empty__descriptor, on_info, 0},
+    {"/pb.CoreRPC/Info", GW_UNARY, &pb__empty__descriptor, on_info, 0, false},
     {"/pb.CoreRPC/WatchServiceStatus", GW_SERVER_STREAM, &pb__empty__descriptor,
-     on_watch_service_status, ERU_WATCH_SERVICE_STATUS},
-    {"/pb.CoreRPC/AddPod", GW_UNARY, &pb__add_pod_options__descriptor, on_add_pod, ERU_ADD_POD},
+     on_watch_service_status, ERU_WATCH_SERVICE_STATUS, false},
+    {"/pb.CoreRPC/AddPod", GW_UNARY, &pb__add_pod_options__descriptor, on_add_pod, ERU_ADD_POD,
+     true},
     {"/pb.CoreRPC/RemovePod", GW_UNARY, &pb__remove_pod_options__descriptor, on_remove_pod,
-     ERU_REMOVE_POD},
-    {"/pb.CoreRPC/GetPod", GW_UNARY, &pb__get_pod_options__descriptor, on_get_pod, ERU_GET_POD},
-    {"/pb.CoreRPC/ListPods", GW_UNARY, &pb__empty__descriptor, on_list_pods, ERU_LIST_PODS},
-    {"/pb.CoreRPC/AddNode", GW_UNARY, &pb__add_node_options__descriptor, on_add_node, ERU_ADD_NODE},
+     ERU_REMOVE_POD, true},
+    {"/pb.CoreRPC/GetPod", GW_UNARY, &pb__get_pod_options__descriptor, on_get_pod, ERU_GET_POD,
+     true},
+    {"/pb.CoreRPC/ListPods", GW_UNARY, &pb__empty__descriptor, on_list_pods, ERU_LIST_PODS, true},
+    {"/pb.CoreRPC/AddNode", GW_UNARY, &pb__add_node_options__descriptor, on_add_node, ERU_ADD_NODE,
+     true},
     {"/pb.CoreRPC/RemoveNode", GW_UNARY, &pb__remove_node_options__descriptor, on_remove_node,
-     ERU_REMOVE_NODE},
+     ERU_REMOVE_NODE, true},
     {"/pb.CoreRPC/ListPodNodes", GW_SERVER_STREAM, &pb__list_nodes_options__descriptor,
-     on_list_pod_nodes, ERU_LIST_POD_NODES},
-    {"/pb.CoreRPC/GetNode", GW_UNARY, &pb__get_node_options__descriptor, on_get_node, ERU_GET_NODE},
+     on_list_pod_nodes, ERU_LIST_POD_NODES, true},
+    {"/pb.CoreRPC/GetNode", GW_UNARY, &pb__get_node_options__descriptor, on_get_node, ERU_GET_NODE,
+     true},
     {"/pb.CoreRPC/GetNodeEngineInfo", GW_UNARY, &pb__get_node_options__descriptor,
-     on_get_node_engine_info, ERU_GET_NODE_STATUS},
-    {"/pb.CoreRPC/SetNode", GW_UNARY, &pb__set_node_options__descriptor, on_set_node, ERU_SET_NODE},
+     on_get_node_engine_info, ERU_GET_NODE_STATUS, true},
+    {"/pb.CoreRPC/SetNode", GW_UNARY, &pb__set_node_options__descriptor, on_set_node, ERU_SET_NODE,
+     true},
     {"/pb.CoreRPC/SetNodeStatus", GW_UNARY, &pb__set_node_status_options__descriptor,
-     on_set_node_status, ERU_SET_NODE_STATUS},
+     on_set_node_status, ERU_SET_NODE_STATUS, true},
     {"/pb.CoreRPC/GetNodeStatus", GW_UNARY, &pb__get_node_status_options__descriptor,
-     on_get_node_status, ERU_GET_NODE_STATUS},
+     on_get_node_status, ERU_GET_NODE_STATUS, true},
     /* Not in Eru's table: the standard codes (INVALID_ARGUMENT for a bad request). */
     {"/pb.CoreRPC/NodeStatusStream", GW_SERVER_STREAM, &pb__empty__descriptor,
-     on_node_status_stream, 0},
+     on_node_status_stream, 0, false},
 };
 
 int svc_core_register(svc_core *s, gw_server *server) {

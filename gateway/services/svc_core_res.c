@@ -43,12 +43,6 @@ static gw_app *app_of(gw_call *call) {
     return ((svc_core_res *)gw_call_method_data(call))->app;
 }
 
-static pv_redis *redis_or_fail(gw_call *call, int eru) {
-    pv_redis *r = gw_app_redis(call);
-    if (!r) gw_call_finish(call, eru, "no Redis connection on this gateway thread");
-    return r;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* CalculateCapacity                                                                           */
 
@@ -114,8 +108,7 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
                        "podname: required unless nodes are named (nodenames, node_filter)");
         return;
     }
-    pv_redis *r = redis_or_fail(call, ERU_CALCULATE_CAPACITY);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     char *body = NULL, *reply = NULL;
     pv_sched_call_opts opts = {
@@ -165,8 +158,7 @@ static void on_get_node_resource(gw_call *call, const ProtobufCMessage *req) {
         gw_call_finish(call, ERU_GET_NODE_RESOURCE, "opts.nodename: required");
         return;
     }
-    pv_redis *r = redis_or_fail(call, ERU_GET_NODE_RESOURCE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_status st;
     if (send_node_resource(call, r, name, o->fix, &st) != PV_OK) {
         gw_call_finishf(call, ERU_GET_NODE_RESOURCE, "%s", st.msg);
@@ -177,8 +169,7 @@ static void on_get_node_resource(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_get_pod_resource(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetPodOptions *o = (const Pb__GetPodOptions *)req;
-    pv_redis *r = redis_or_fail(call, ERU_GET_POD_RESOURCE);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     if (!o->name || !*o->name) {
         gw_call_finish(call, ERU_GET_POD_RESOURCE, "name: the pod name is required");
         return;
@@ -207,11 +198,11 @@ static void on_get_pod_resource(gw_call *call, const ProtobufCMessage *req) {
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/CalculateCapacity", GW_UNARY, &pb__deploy_options__descriptor,
-     on_calculate_capacity, ERU_CALCULATE_CAPACITY},
+     on_calculate_capacity, ERU_CALCULATE_CAPACITY, true},
     {"/pb.CoreRPC/GetNodeResource", GW_UNARY, &pb__get_node_resource_options__descriptor,
-     on_get_node_resource, ERU_GET_NODE_RESOURCE},
+     on_get_node_resource, ERU_GET_NODE_RESOURCE, true},
     {"/pb.CoreRPC/GetPodResource", GW_SERVER_STREAM, &pb__get_pod_options__descriptor,
-     on_get_pod_resource, ERU_GET_POD_RESOURCE},
+     on_get_pod_resource, ERU_GET_POD_RESOURCE, true},
 };
 
 int svc_core_res_register(svc_core_res *s, gw_server *server) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pb/core.pb-c.h"
+#include "pv_kinds.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
@@ -42,7 +43,7 @@ static int run(gw_call *call, pv_redis *r, const char *node, const char *kind, j
     gw_app *app = app_of(call);
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
-    int rc = svc_nodeop_submit(app, r, node, kind, params, 1, op_id, st);
+    int rc = svc_nodeop_submit(call, node, kind, params, 1, op_id, st);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
     if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
         rc = pv_status_set(
@@ -77,6 +78,19 @@ static void fail(gw_call *call, const pv_status *st, int eru) {
     gw_call_finishf(call, st->code == PV_UNIMPLEMENTED ? PV_UNIMPLEMENTED : eru, "%s", st->msg);
 }
 
+/* Runs kind with params (borrowed) on the virt node of workload id (run's *out and *n). */
+static int run_on_workload(gw_call *call, const char *id, const char *kind, json_t *params,
+                           pv_op_output **out, size_t *n, pv_status *st) {
+    pv_redis *r = gw_app_redis(call);
+    char *node = NULL;
+    *out = NULL;
+    *n = 0;
+    int rc = virt_node_of(r, &app_of(call)->keys, id, &node, st);
+    if (rc == PV_OK) rc = run(call, r, node, kind, params, out, n, st);
+    free(node);
+    return rc;
+}
+
 static int fill_network(Pb__Network *m, const pv_op_output *e, json_t **subnets, char ***v) {
     pb__network__init(m);
     m->name = (char *)svc_nodeop_value(e, "name");
@@ -97,9 +111,8 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
     pv_status st;
     pv_node *nodes = NULL;
     size_t n = 0;
-    if (!r ||
-        pv_registry_list_nodes(r, &app_of(call)->keys, o->podname, &nodes, &n, &st) != PV_OK) {
-        gw_call_finishf(call, ERU_LIST_NETWORKS, "%s", r ? st.msg : "no Redis connection");
+    if (pv_registry_list_nodes(r, &app_of(call)->keys, o->podname, &nodes, &n, &st) != PV_OK) {
+        gw_call_finishf(call, ERU_LIST_NETWORKS, "%s", st.msg);
         return;
     }
     const char *node = NULL;
@@ -116,7 +129,7 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
     pv_op_output *out = NULL;
     size_t got = 0;
     json_t *none = json_object();
-    int rc = run(call, r, node, "net.list_on_node", none, &out, &got, &st);
+    int rc = run(call, r, node, PV_KIND_NET_LIST_NODE, none, &out, &got, &st);
     json_decref(none);
     if (rc != PV_OK) {
         if (st.code != PV_CANCELLED) fail(call, &st, ERU_LIST_NETWORKS);
@@ -148,16 +161,12 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ConnectNetworkOptions *o = (const Pb__ConnectNetworkOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->target, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
     json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
                                "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : "");
-    if (rc == PV_OK) rc = run(call, r, node, "net.connect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, PV_KIND_NET_CONNECT_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK && got > 0) {
         Pb__Network m;
@@ -172,21 +181,16 @@ static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_CONNECT_NETWORK);
     }
     pv_op_output_free(out, got);
-    free(node);
 }
 
 static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DisconnectNetworkOptions *o = (const Pb__DisconnectNetworkOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->target, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
     json_t *params =
         json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force);
-    if (rc == PV_OK) rc = run(call, r, node, "net.disconnect_on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->target, PV_KIND_NET_DISCONNECT_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__Empty e = PB__EMPTY__INIT;
@@ -195,23 +199,18 @@ static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_DISCONNECT_NETWORK);
     }
     pv_op_output_free(out, got);
-    free(node);
 }
 
 static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RawEngineOptions *o = (const Pb__RawEngineOptions *)req;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    char *node = NULL;
     char *params_text =
         o->params.len ? strndup((const char *)o->params.data, o->params.len) : strdup("");
     pv_op_output *out = NULL;
     size_t got = 0;
-    int rc = r ? virt_node_of(r, &app_of(call)->keys, o->id, &node, &st)
-               : pv_status_set(&st, PV_UNAVAILABLE, "no Redis connection");
     json_t *params = json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "", "params",
                                params_text ? params_text : "");
-    if (rc == PV_OK) rc = run(call, r, node, "raw.on_node", params, &out, &got, &st);
+    int rc = run_on_workload(call, o->id, PV_KIND_RAW_NODE, params, &out, &got, &st);
     json_decref(params);
     if (rc == PV_OK) {
         Pb__RawEngineMessage m = PB__RAW_ENGINE_MESSAGE__INIT;
@@ -224,19 +223,18 @@ static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
         fail(call, &st, ERU_RAW_ENGINE);
     }
     pv_op_output_free(out, got);
-    free(node);
     free(params_text);
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {
     {"/pb.CoreRPC/ListNetworks", GW_UNARY, &pb__list_network_options__descriptor, on_list_networks,
-     ERU_LIST_NETWORKS},
+     ERU_LIST_NETWORKS, true},
     {"/pb.CoreRPC/ConnectNetwork", GW_UNARY, &pb__connect_network_options__descriptor,
-     on_connect_network, ERU_CONNECT_NETWORK},
+     on_connect_network, ERU_CONNECT_NETWORK, true},
     {"/pb.CoreRPC/DisconnectNetwork", GW_UNARY, &pb__disconnect_network_options__descriptor,
-     on_disconnect_network, ERU_DISCONNECT_NETWORK},
+     on_disconnect_network, ERU_DISCONNECT_NETWORK, true},
     {"/pb.CoreRPC/RawEngine", GW_UNARY, &pb__raw_engine_options__descriptor, on_raw_engine,
-     ERU_RAW_ENGINE},
+     ERU_RAW_ENGINE, true},
 };
 
 int svc_core_net_register(svc_core_net *s, gw_server *server) {

@@ -41,8 +41,7 @@ svc_operations *svc_operations_new(gw_app *app, gw_waiter *waiter) {
     if (!s) return NULL;
     s->app = app;
     s->waiter = waiter;
-    s->opts.retention_seconds = app->cfg.ops.retention_seconds;
-    s->opts.events_maxlen = app->cfg.ops.events_maxlen;
+    s->opts = gw_app_op_opts(app);
     return s;
 }
 
@@ -52,13 +51,6 @@ void svc_operations_free(svc_operations *s) {
 
 static void finish_status(gw_call *call, const pv_status *st) {
     gw_call_finish(call, st->code, st->msg);
-}
-
-/* The pool thread's Redis handle; NULL (and the call answered) when there is none. */
-static pv_redis *redis_or_answer(gw_call *call) {
-    pv_redis *r = gw_app_redis(call);
-    if (!r) gw_call_finish(call, PV_UNAVAILABLE, "no Redis connection on this gateway thread");
-    return r;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -72,8 +64,7 @@ static void answer_by_id(gw_call *call, const char *id, bool cancel) {
         finish_status(call, &st);
         return;
     }
-    pv_redis *r = redis_or_answer(call);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_op op;
     memset(&op, 0, sizeof op);
     int rc = cancel ? pv_op_cancel(r, &s->app->keys, &s->opts, id, &op, &st)
@@ -115,8 +106,7 @@ static void on_list(gw_call *call, const ProtobufCMessage *msg) {
                  : req->limit > SVC_OPERATIONS_LIST_MAX ? SVC_OPERATIONS_LIST_MAX
                                                         : req->limit,
     };
-    pv_redis *r = redis_or_answer(call);
-    if (!r) return;
+    pv_redis *r = gw_app_redis(call);
     pv_op *ops = NULL;
     size_t n = 0;
     if (pv_op_list(r, &s->app->keys, &f, &ops, &n, &st) != PV_OK) {
@@ -153,8 +143,7 @@ static bool read_for_wait(gw_call *call, svc_operations *s, const char *id, pv_o
         finish_status(call, &st);
         return false;
     }
-    pv_redis *r = redis_or_answer(call);
-    if (!r) return false;
+    pv_redis *r = gw_app_redis(call);
     if (pv_op_get(r, &s->app->keys, id, op, &st) != PV_OK) {
         finish_status(call, &st);
         return false;
@@ -292,11 +281,6 @@ static void on_create_test(gw_call *call, const ProtobufCMessage *msg) {
         finish_status(call, &st);
         return;
     }
-    pv_redis *r = redis_or_answer(call);
-    if (!r) {
-        free(params);
-        return;
-    }
     pv_op_submit_req sub = {
         .kind = req->kind,
         .target = req->target,
@@ -306,11 +290,9 @@ static void on_create_test(gw_call *call, const ProtobufCMessage *msg) {
         .request_id = rid,
         .max_attempts = req->max_attempts > 0 ? req->max_attempts : s->app->cfg.worker.max_attempts,
     };
-    gw_app_count_client(call, &sub);
     pv_op op;
-    memset(&op, 0, sizeof op);
-    bool existed = false;
-    if (pv_op_submit(r, &s->app->keys, &s->opts, &sub, &op, &existed, &st) == PV_OK)
+    /* the request id is the one read and checked above (its own bound on length) */
+    if (gw_app_submit(call, 0, &sub, &op, NULL, &st) == PV_OK)
         op_convert_reply(call, &op);
     else
         finish_status(call, &st);
@@ -327,6 +309,7 @@ int svc_operations_register(svc_operations *s, gw_server *server) {
         .kind = kind_,                                                                             \
         .request = &desc,                                                                          \
         .handler = fn,                                                                             \
+        .needs_state = true,                                                                       \
         .data = s,                                                                                 \
     };                                                                                             \
     if (gw_server_add_method(server, &s->field) != 0) return -1;

@@ -87,11 +87,15 @@ int svc_eru_register(gw_server *server, const svc_eru_method *table, size_t n, g
     for (size_t i = 0; i < n; i++) {
         /* A table shorter than its declared size leaves zeroed entries: refuse them loudly. */
         if (!table[i].path || !table[i].handler) return -1;
+        /* the client's messages come one by one: the same signature, as on_message */
+        bool by_message = table[i].kind == GW_CLIENT_STREAM || table[i].kind == GW_BIDI_STREAM;
         methods[i] = (gw_method){.path = table[i].path,
                                  .kind = table[i].kind,
                                  .request = table[i].request,
-                                 .handler = table[i].handler,
+                                 .handler = by_message ? NULL : table[i].handler,
+                                 .on_message = by_message ? table[i].handler : NULL,
                                  .bad_request_code = table[i].eru,
+                                 .needs_state = table[i].needs_redis,
                                  .data = data};
         if (gw_server_add_method(server, &methods[i]) != 0) return -1;
     }

@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <ev.h>
-#include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -22,12 +21,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "gw_async.h"
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_status.h"
 
-#define RECONNECT_S 0.5
+#define RECONNECT_MS 500
 
 struct gw_node_watch {
     gw_app *app;
@@ -38,8 +38,6 @@ struct gw_node_watch {
     void (*event)(void *arg, pv_redis *r, const char *rest, const char *event);
     void *arg;
     void (*free_arg)(void *arg); /* for the state a built-in user (liveness) owns */
-    char host[256];
-    int port; /* 0: host is a unix socket path */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
@@ -47,15 +45,13 @@ struct gw_node_watch {
     bool stop_requested, synced;
     struct ev_loop *loop;
     ev_async wake;
-    ev_timer reconnect;
     /* the loop's thread only */
-    redisAsyncContext *ac;
+    gw_async *async;
+    redisAsyncContext *ac; /* while connected and authenticated */
     pv_redis *redis;
     bool warned;
     bool config_denied; /* the Redis user may not run CONFIG (ops/redis.acl): asked once */
 };
-
-static void watch_connect(gw_node_watch *w);
 
 static void resync(gw_node_watch *w) {
     w->resync(w->arg, w->redis);
@@ -67,7 +63,7 @@ static void resync(gw_node_watch *w) {
 
 static void on_pmessage(redisAsyncContext *ac, void *r, void *privdata) {
     (void)privdata;
-    gw_node_watch *w = ac->data;
+    gw_node_watch *w = gw_async_arg(ac);
     redisReply *reply = r;
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
     const redisReply *kind = reply->element[0];
@@ -88,12 +84,12 @@ static void on_pmessage(redisAsyncContext *ac, void *r, void *privdata) {
         w->event(w->arg, w->redis, channel + plen, reply->element[3]->str);
 }
 
-static void schedule_reconnect(gw_node_watch *w, const char *why) {
+/* gw_async: a connect failed or the connection dropped (it reconnects by itself). */
+static void on_lost(void *arg, const char *why) {
+    gw_node_watch *w = arg;
+    w->ac = NULL;
     if (!w->warned) pv_warn("%s: redis %s: %s; reconnecting", w->what, w->app->cfg.redis.addr, why);
     w->warned = true;
-    ev_timer_stop(w->loop, &w->reconnect);
-    ev_timer_set(&w->reconnect, RECONNECT_S, 0.);
-    ev_timer_start(w->loop, &w->reconnect);
 }
 
 static void subscribe_now(gw_node_watch *w) {
@@ -118,103 +114,25 @@ static void subscribe_now(gw_node_watch *w) {
         pv_warn("%s: PSUBSCRIBE could not be sent", w->what);
 }
 
-static void on_auth(redisAsyncContext *ac, void *r, void *privdata) {
-    (void)privdata;
-    gw_node_watch *w = ac->data;
-    redisReply *reply = r;
-    if (!reply) return;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        pv_error("%s: redis refused AUTH: %s", w->what, reply->str);
-        redisAsyncDisconnect(ac);
-        return;
-    }
-    subscribe_now(w);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status) {
-    gw_node_watch *w = ac->data;
-    if (status != REDIS_OK) {
-        w->ac = NULL; /* hiredis frees it after this callback */
-        schedule_reconnect(w, ac->errstr);
-        return;
-    }
-    const char *pw = w->app->cfg.redis.password;
-    const char *user = w->app->cfg.redis.username;
-    if (pw && *pw && user && *user) {
-        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s %s", user, pw);
-        return;
-    }
-    if (pw && *pw) {
-        redisAsyncCommand(w->ac, on_auth, NULL, "AUTH %s", pw);
-        return;
-    }
-    subscribe_now(w);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    (void)status;
-    gw_node_watch *w = ac->data;
-    w->ac = NULL;
-    bool stopping;
-    pthread_mutex_lock(&w->mu);
-    stopping = w->stop_requested;
-    pthread_mutex_unlock(&w->mu);
-    if (!stopping) schedule_reconnect(w, ac->errstr[0] ? ac->errstr : "connection closed");
-}
-
-static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents) {
-    (void)loop;
-    (void)revents;
-    watch_connect(t->data);
-}
-
-static void watch_connect(gw_node_watch *w) {
-    if (w->ac) return;
-    const pv_config *cfg = &w->app->cfg;
-    if (cfg->redis.n_sentinels > 0) { /* the master as the sentinels know it now */
-        pv_status st;
-        if (pv_redis_sentinel_master((const char *const *)cfg->redis.sentinels,
-                                     cfg->redis.n_sentinels, cfg->redis.master_name,
-                                     cfg->redis.connect_timeout_ms, w->host, sizeof w->host,
-                                     &w->port, &st) != PV_OK) {
-            schedule_reconnect(w, st.msg);
-            return;
-        }
-    }
-    redisAsyncContext *ac =
-        w->port ? redisAsyncConnect(w->host, w->port) : redisAsyncConnectUnix(w->host);
-    if (!ac || ac->err) {
-        schedule_reconnect(w, ac ? ac->errstr : "out of memory");
-        if (ac) redisAsyncFree(ac);
-        return;
-    }
-    ac->data = w;
-    if (redisLibevAttach(w->loop, ac) != REDIS_OK) {
-        redisAsyncFree(ac);
-        schedule_reconnect(w, "cannot attach to the event loop");
-        return;
-    }
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+/* gw_async: connected and authenticated. */
+static void on_ready(void *arg, redisAsyncContext *ac) {
+    gw_node_watch *w = arg;
     w->ac = ac;
+    subscribe_now(w);
 }
 
 static void on_wake(struct ev_loop *loop, ev_async *a, int revents) {
     (void)revents;
     gw_node_watch *w = a->data;
-    ev_timer_stop(loop, &w->reconnect);
-    if (w->ac) {
-        redisAsyncContext *ac = w->ac;
-        w->ac = NULL;
-        redisAsyncFree(ac);
-    }
+    w->ac = NULL;
+    gw_async_close(w->async);
     ev_async_stop(loop, &w->wake);
     ev_break(loop, EVBREAK_ALL);
 }
 
 static void *watch_thread(void *arg) {
     gw_node_watch *w = arg;
-    watch_connect(w);
+    gw_async_connect(w->async);
     ev_run(w->loop, 0);
     return NULL;
 }
@@ -236,17 +154,23 @@ gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spe
     int n = snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s",
                      app->cfg.redis.db, spec->prefix);
     if (!copy(w->pattern, sizeof w->pattern, spec->pattern) || n < 0 ||
-        (size_t)n >= sizeof w->channel_prefix ||
-        pv_redis_parse_addr(app->cfg.redis.addr, w->host, sizeof w->host, &w->port, &st) != PV_OK) {
-        pv_error("%s: redis.addr %s or key prefix %s unusable", w->what, app->cfg.redis.addr,
-                 spec->prefix);
+        (size_t)n >= sizeof w->channel_prefix) {
+        pv_error("%s: key prefix %s unusable", w->what, spec->prefix);
         free(w);
         return NULL;
     }
+    gw_async_spec as = {.what = w->what,
+                        .min_backoff_ms = RECONNECT_MS,
+                        .max_backoff_ms = RECONNECT_MS,
+                        .ready = on_ready,
+                        .lost = on_lost,
+                        .arg = w};
     pv_redis_opts o;
     pv_redis_opts_from_config(&app->cfg, &o);
     w->loop = ev_loop_new(EVFLAG_AUTO);
-    if (!w->loop || pv_redis_new(&o, &w->redis, &st) != PV_OK) {
+    if (!w->loop || !(w->async = gw_async_new(&app->cfg, w->loop, &as)) ||
+        pv_redis_new(&o, &w->redis, &st) != PV_OK) {
+        gw_async_free(w->async);
         if (w->loop) ev_loop_destroy(w->loop);
         free(w);
         return NULL;
@@ -260,8 +184,6 @@ gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spe
     ev_async_init(&w->wake, on_wake);
     w->wake.data = w;
     ev_async_start(w->loop, &w->wake);
-    ev_init(&w->reconnect, on_reconnect);
-    w->reconnect.data = w;
     return w;
 }
 
@@ -305,6 +227,7 @@ void gw_node_watch_free(gw_node_watch *w) {
     gw_node_watch_stop(w);
     if (w->free_arg) w->free_arg(w->arg);
     pv_redis_free(w->redis);
+    gw_async_free(w->async);
     ev_loop_destroy(w->loop);
     pthread_cond_destroy(&w->synced_cv);
     pthread_mutex_destroy(&w->mu);

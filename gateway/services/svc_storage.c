@@ -14,6 +14,8 @@
 #include "op_convert.h"
 #include "pivirt/storage/v1/storage.pb-c.h"
 #include "pv_id.h"
+#include "pv_json.h"
+#include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_op.h"
 #include "pv_registry.h"
@@ -106,30 +108,21 @@ static void ts_of(Google__Protobuf__Timestamp *ts, int64_t ms) {
     ts->nanos = (int32_t)(ms % 1000) * 1000000;
 }
 
-static const char *jstr(json_t *o, const char *key) {
-    const char *v = json_string_value(json_object_get(o, key));
-    return v ? v : "";
-}
-
-static int64_t jint(json_t *o, const char *key) {
-    return (int64_t)json_integer_value(json_object_get(o, key));
-}
-
 /* ---- messages ---- */
 
 static int send_pool(gw_call *call, json_t *rec, bool reply) {
     Pivirt__Storage__V1__StoragePool m = PIVIRT__STORAGE__V1__STORAGE_POOL__INIT;
     Google__Protobuf__Timestamp created;
-    m.name = (char *)jstr(rec, "name");
-    m.type = (Pivirt__Storage__V1__PoolType)jint(rec, "type");
-    m.status = (Pivirt__Storage__V1__PoolStatus)jint(rec, "status");
-    m.capacity_bytes = jint(rec, "capacity");
-    m.used_bytes = jint(rec, "used");
-    m.available_bytes = jint(rec, "available");
+    m.name = (char *)pv_json_str(rec, "name");
+    m.type = (Pivirt__Storage__V1__PoolType)pv_json_int(rec, "type");
+    m.status = (Pivirt__Storage__V1__PoolStatus)pv_json_int(rec, "status");
+    m.capacity_bytes = pv_json_int(rec, "capacity");
+    m.used_bytes = pv_json_int(rec, "used");
+    m.available_bytes = pv_json_int(rec, "available");
     json_t *config = json_object_get(rec, "config");
     m.config = (Pivirt__Storage__V1__StoragePool__ConfigEntry **)map_entries(
         config, &pivirt__storage__v1__storage_pool__config_entry__descriptor, &m.n_config);
-    ts_of(&created, jint(rec, "created_ms"));
+    ts_of(&created, pv_json_int(rec, "created_ms"));
     m.created_at = &created;
     int rc = 0;
     if (reply)
@@ -143,18 +136,18 @@ static int send_pool(gw_call *call, json_t *rec, bool reply) {
 static int send_volume(gw_call *call, json_t *rec, bool reply) {
     Pivirt__Storage__V1__Volume m = PIVIRT__STORAGE__V1__VOLUME__INIT;
     Google__Protobuf__Timestamp created, updated;
-    m.id = (char *)jstr(rec, "id");
-    m.name = (char *)jstr(rec, "name");
-    m.pool = (char *)jstr(rec, "pool");
-    m.size_bytes = jint(rec, "size");
-    m.used_bytes = jint(rec, "used");
-    m.format = (Pivirt__Storage__V1__VolumeFormat)jint(rec, "format");
-    m.status = (Pivirt__Storage__V1__VolumeStatus)jint(rec, "status");
+    m.id = (char *)pv_json_str(rec, "id");
+    m.name = (char *)pv_json_str(rec, "name");
+    m.pool = (char *)pv_json_str(rec, "pool");
+    m.size_bytes = pv_json_int(rec, "size");
+    m.used_bytes = pv_json_int(rec, "used");
+    m.format = (Pivirt__Storage__V1__VolumeFormat)pv_json_int(rec, "format");
+    m.status = (Pivirt__Storage__V1__VolumeStatus)pv_json_int(rec, "status");
     m.labels = (Pivirt__Storage__V1__Volume__LabelsEntry **)map_entries(
         json_object_get(rec, "labels"), &pivirt__storage__v1__volume__labels_entry__descriptor,
         &m.n_labels);
-    ts_of(&created, jint(rec, "created_ms"));
-    ts_of(&updated, jint(rec, "updated_ms"));
+    ts_of(&created, pv_json_int(rec, "created_ms"));
+    ts_of(&updated, pv_json_int(rec, "updated_ms"));
     m.created_at = &created;
     m.updated_at = &updated;
     int rc = 0;
@@ -169,13 +162,13 @@ static int send_volume(gw_call *call, json_t *rec, bool reply) {
 static int send_snapshot(gw_call *call, json_t *rec, bool reply) {
     Pivirt__Storage__V1__Snapshot m = PIVIRT__STORAGE__V1__SNAPSHOT__INIT;
     Google__Protobuf__Timestamp created;
-    m.id = (char *)jstr(rec, "id");
-    m.name = (char *)jstr(rec, "name");
-    m.volume_id = (char *)jstr(rec, "volume_id");
-    m.size_bytes = jint(rec, "size");
-    m.status = (Pivirt__Storage__V1__SnapshotStatus)jint(rec, "status");
-    m.parent_snapshot_id = (char *)jstr(rec, "parent");
-    ts_of(&created, jint(rec, "created_ms"));
+    m.id = (char *)pv_json_str(rec, "id");
+    m.name = (char *)pv_json_str(rec, "name");
+    m.volume_id = (char *)pv_json_str(rec, "volume_id");
+    m.size_bytes = pv_json_int(rec, "size");
+    m.status = (Pivirt__Storage__V1__SnapshotStatus)pv_json_int(rec, "status");
+    m.parent_snapshot_id = (char *)pv_json_str(rec, "parent");
+    ts_of(&created, pv_json_int(rec, "created_ms"));
     m.created_at = &created;
     if (reply) {
         gw_call_reply(call, &m.base);
@@ -240,21 +233,15 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     char queue[300];
     snprintf(queue, sizeof queue, "node:%s", node);
     char *text = json_dumps(params, JSON_COMPACT);
-    pv_op_submit_req req = {
-        .kind = kind,
-        .target = target,
-        .queue = queue,
-        .params_json = text,
-        .request_id = gw_call_has_client_request_id(call) ? gw_call_request_id(call) : NULL,
-        .holds = holds,
-        .n_holds = n_holds,
-        .notify_end = wait};
-    gw_app_count_client(call, &req);
-    pv_op_opts oo = {.retention_seconds = app->cfg.ops.retention_seconds,
-                     .events_maxlen = app->cfg.ops.events_maxlen};
+    pv_op_submit_req req = {.kind = kind,
+                            .target = target,
+                            .queue = queue,
+                            .params_json = text,
+                            .holds = holds,
+                            .n_holds = n_holds,
+                            .notify_end = wait};
     pv_op sub = {0};
-    bool existed = false;
-    int rc = text ? pv_op_submit(r, &app->keys, &oo, &req, &sub, &existed, st)
+    int rc = text ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &sub, NULL, st)
                   : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc != PV_OK) return rc;
@@ -276,7 +263,7 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
 }
 
 static int node_of_pool(json_t *pool, char *out, size_t cap) {
-    snprintf(out, cap, "%s", jstr(pool, "node"));
+    snprintf(out, cap, "%s", pv_json_str(pool, "node"));
     return PV_OK;
 }
 
@@ -304,7 +291,7 @@ static int get_ref(gw_call *call, const char *kind, const char *field, const cha
 
 static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreatePoolRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.pool_create")) return;
+    if (answer_retry(call, PV_KIND_POOL_CREATE)) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *config = map_json((void *const *)req->config, req->n_config);
@@ -338,8 +325,8 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
                                    (int)req->type, "config", config, "node", node);
         char target[300];
         snprintf(target, sizeof target, "pool:%s", req->name);
-        rc = run_op(call, "storage.pool_create", node, target, NULL, 0, params, true, &pending,
-                    NULL, &st);
+        rc = run_op(call, PV_KIND_POOL_CREATE, node, target, NULL, 0, params, true, &pending, NULL,
+                    &st);
         json_decref(params);
     }
     if (rc == PV_OK) {
@@ -374,7 +361,7 @@ static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
     json_t *p;
     json_array_foreach(all, i, p) {
         if (rc != PV_OK) break;
-        if (req->type && jint(p, "type") != (int64_t)req->type) continue;
+        if (req->type && pv_json_int(p, "type") != (int64_t)req->type) continue;
         if (send_pool(call, p, false) != 0) rc = PV_CANCELLED;
     }
     json_decref(all);
@@ -385,7 +372,7 @@ static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
-    if (answer_retry(call, "storage.pool_delete")) return;
+    if (answer_retry(call, PV_KIND_POOL_DELETE)) return;
     const Pivirt__Storage__V1__DeletePoolRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
@@ -395,7 +382,7 @@ static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK && json_array_size(vols) > 0)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "pool %s still holds %zu volume(s) (%s%s): delete them first", req->name,
-                           json_array_size(vols), jstr(json_array_get(vols, 0), "name"),
+                           json_array_size(vols), pv_json_str(json_array_get(vols, 0), "name"),
                            json_array_size(vols) > 1 ? ", ..." : "");
     bool pending = false;
     char node[256] = "", target[300];
@@ -403,8 +390,8 @@ static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
         node_of_pool(rec, node, sizeof node);
         snprintf(target, sizeof target, "pool:%s", req->name);
         json_t *params = json_pack("{s:s}", "name", req->name);
-        rc = run_op(call, "storage.pool_delete", node, target, NULL, 0, params, true, &pending,
-                    NULL, &st);
+        rc = run_op(call, PV_KIND_POOL_DELETE, node, target, NULL, 0, params, true, &pending, NULL,
+                    &st);
         json_decref(params);
     }
     if (rc == PV_OK)
@@ -428,15 +415,15 @@ static void on_get_pool_stats(gw_call *call, const ProtobufCMessage *msg) {
     json_array_foreach(vols, i, v) {
         if (rc != PV_OK) break;
         json_t *snaps = NULL;
-        rc = pv_storage_list(r, keys_of(call), "snap", jstr(v, "id"), &snaps, &st);
+        rc = pv_storage_list(r, keys_of(call), "snap", pv_json_str(v, "id"), &snaps, &st);
         m.snapshot_count += (int32_t)json_array_size(snaps);
         json_decref(snaps);
     }
     if (rc == PV_OK) {
-        m.name = (char *)jstr(rec, "name");
-        m.capacity_bytes = jint(rec, "capacity");
-        m.used_bytes = jint(rec, "used");
-        m.available_bytes = jint(rec, "available");
+        m.name = (char *)pv_json_str(rec, "name");
+        m.capacity_bytes = pv_json_int(rec, "capacity");
+        m.used_bytes = pv_json_int(rec, "used");
+        m.available_bytes = pv_json_int(rec, "available");
         m.volume_count = (int32_t)json_array_size(vols);
         m.usage_percent =
             m.capacity_bytes > 0 ? 100.0 * (double)m.used_bytes / (double)m.capacity_bytes : 0;
@@ -546,14 +533,14 @@ static bool answer_retry(gw_call *call, const char *kind) {
         finish_status(call, &st);
     } else if (strstr(kind, "_delete")) {
         reply_empty(call);
-    } else if (strcmp(kind, "storage.pool_create") == 0) {
-        answer_pool(call, jstr(params, "name"), params, pending);
-    } else if (strcmp(kind, "storage.snapshot_create") == 0) {
-        answer_snapshot(call, jstr(params, "id"), params, pending);
+    } else if (strcmp(kind, PV_KIND_POOL_CREATE) == 0) {
+        answer_pool(call, pv_json_str(params, "name"), params, pending);
+    } else if (strcmp(kind, PV_KIND_SNAPSHOT_CREATE) == 0) {
+        answer_snapshot(call, pv_json_str(params, "id"), params, pending);
     } else { /* volume_create, volume_clone, volume_resize: params.id is the volume */
         if (!json_object_get(params, "status"))
             json_object_set_new(params, "status", json_integer(PV_VOL_CREATING));
-        answer_volume(call, jstr(params, "id"), params, pending);
+        answer_volume(call, pv_json_str(params, "id"), params, pending);
     }
     pv_info("a retried call (x-request-id %.100s) answered from operation %s (%s)",
             gw_call_request_id(call), op_id, kind);
@@ -564,7 +551,7 @@ static bool answer_retry(gw_call *call, const char *kind) {
 
 static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateVolumeRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.volume_create")) return;
+    if (answer_retry(call, PV_KIND_VOLUME_CREATE)) return;
     pv_status st;
     json_t *pool = NULL, *labels = map_json((void *const *)req->labels, req->n_labels);
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
@@ -588,7 +575,7 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
         params = json_pack("{s:s, s:s, s:s, s:I, s:i, s:O}", "id", id, "name", req->name, "pool",
                            req->pool, "size", (json_int_t)req->size_bytes, "format",
                            (int)req->format, "labels", labels);
-        rc = run_op(call, "storage.volume_create", node, id, NULL, 0, params, true, &pending, NULL,
+        rc = run_op(call, PV_KIND_VOLUME_CREATE, node, id, NULL, 0, params, true, &pending, NULL,
                     &st);
     }
     if (rc == PV_OK) {
@@ -602,13 +589,21 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     json_decref(labels);
 }
 
-static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
+/* Get by id: the record of kind named by id, answered by send. */
+static void answer_ref(gw_call *call, const char *kind, const char *id,
+                       int (*send)(gw_call *, json_t *, bool)) {
     pv_status st;
     json_t *rec = NULL;
-    if (get_ref(call, "vol", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
-    send_volume(call, rec, true);
+    if (get_ref(call, kind, "id", id, &rec, &st) == PV_OK)
+        send(call, rec, true);
+    else
+        finish_status(call, &st);
     json_decref(rec);
+}
+
+static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
+    answer_ref(call, "vol", req->id, send_volume);
 }
 
 static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
@@ -630,7 +625,7 @@ static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     json_array_foreach(pools, i, p) {
         if (rc != PV_OK) break;
         json_t *vols = NULL;
-        rc = pv_storage_list(r, keys_of(call), "vol", jstr(p, "name"), &vols, &st);
+        rc = pv_storage_list(r, keys_of(call), "vol", pv_json_str(p, "name"), &vols, &st);
         size_t j;
         json_t *v;
         json_array_foreach(vols, j, v) {
@@ -654,7 +649,7 @@ static int volume_and_node(gw_call *call, const char *field, const char *ref, js
     pv_redis *r = gw_app_redis(call);
     if (get_ref(call, "vol", field, ref, vol, st) != PV_OK) return st->code;
     json_t *pool = NULL;
-    if (pv_storage_get(r, keys_of(call), "pool", jstr(*vol, "pool"), &pool, st) != PV_OK) {
+    if (pv_storage_get(r, keys_of(call), "pool", pv_json_str(*vol, "pool"), &pool, st) != PV_OK) {
         json_decref(*vol);
         *vol = NULL;
         return st->code;
@@ -664,55 +659,62 @@ static int volume_and_node(gw_call *call, const char *field, const char *ref, js
     return PV_OK;
 }
 
-static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
-    const Pivirt__Storage__V1__DeleteVolumeRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.volume_delete")) return;
-    pv_status st;
-    json_t *vol = NULL;
-    char node[256];
-    int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
-    if (rc == PV_OK && jint(vol, "status") == PV_VOL_IN_USE)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
-                           jstr(vol, "name"));
+/* Deletes record rec (its "id") of volume vol on node with the operation kind, waited for, and
+ * answers Empty; or, rc not PV_OK, the failure st so far. */
+static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind, const char *node,
+                          json_t *vol, json_t *rec) {
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", jstr(vol, "id"));
-        rc = run_op(call, "storage.volume_delete", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
+        json_t *params = json_pack("{s:s}", "id", pv_json_str(rec, "id"));
+        rc = run_op(call, kind, node, pv_json_str(vol, "id"), NULL, 0, params, true, &pending, NULL,
+                    st);
         json_decref(params);
     }
     if (rc == PV_OK)
         reply_empty(call);
     else
-        finish_status(call, &st);
+        finish_status(call, st);
+}
+
+static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
+    const Pivirt__Storage__V1__DeleteVolumeRequest *req = (const void *)msg;
+    if (answer_retry(call, PV_KIND_VOLUME_DELETE)) return;
+    pv_status st;
+    json_t *vol = NULL;
+    char node[256];
+    int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
+    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
+        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
+                           pv_json_str(vol, "name"));
+    answer_delete(call, rc, &st, PV_KIND_VOLUME_DELETE, node, vol, vol);
     json_decref(vol);
 }
 
 static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ResizeVolumeRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.volume_resize")) return;
+    if (answer_retry(call, PV_KIND_VOLUME_RESIZE)) return;
     pv_status st;
     json_t *vol = NULL;
     char node[256];
     int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
-    if (rc == PV_OK && req->new_size_bytes < jint(vol, "size"))
+    if (rc == PV_OK && req->new_size_bytes < pv_json_int(vol, "size"))
         rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
                            "new_size_bytes: %lld is smaller than the volume's %lld: volumes only "
                            "grow",
-                           (long long)req->new_size_bytes, (long long)jint(vol, "size"));
-    if (rc == PV_OK && jint(vol, "status") == PV_VOL_IN_USE)
+                           (long long)req->new_size_bytes, (long long)pv_json_int(vol, "size"));
+    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
-                           jstr(vol, "name"));
+                           pv_json_str(vol, "name"));
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params =
-            json_pack("{s:s, s:I}", "id", jstr(vol, "id"), "size", (json_int_t)req->new_size_bytes);
-        rc = run_op(call, "storage.volume_resize", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
+        json_t *params = json_pack("{s:s, s:I}", "id", pv_json_str(vol, "id"), "size",
+                                   (json_int_t)req->new_size_bytes);
+        rc = run_op(call, PV_KIND_VOLUME_RESIZE, node, pv_json_str(vol, "id"), NULL, 0, params,
+                    true, &pending, NULL, &st);
         json_decref(params);
     }
     if (rc == PV_OK)
-        answer_volume(call, jstr(vol, "id"), NULL, false);
+        answer_volume(call, pv_json_str(vol, "id"), NULL, false);
     else
         finish_status(call, &st);
     json_decref(vol);
@@ -720,14 +722,14 @@ static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CloneVolumeRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.volume_clone")) return;
+    if (answer_retry(call, PV_KIND_VOLUME_CLONE)) return;
     pv_status st;
     json_t *src = NULL, *pool = NULL, *params = NULL;
     char src_node[256], node[256], id[PV_ID_MAX];
     int rc =
         volume_and_node(call, "source_id", req->source_id, &src, src_node, sizeof src_node, &st);
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
-    const char *pool_name = req->pool && *req->pool ? req->pool : jstr(src, "pool");
+    const char *pool_name = req->pool && *req->pool ? req->pool : pv_json_str(src, "pool");
     if (rc == PV_OK) {
         rc = get_pool(call, "pool", pool_name, &pool, &st);
         if (rc == PV_NOT_FOUND) pv_status_prefix(&st, "pool");
@@ -743,10 +745,10 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     pv_id_new("vol", id, sizeof id);
     bool pending = false;
     if (rc == PV_OK) {
-        params = json_pack("{s:s, s:s, s:s, s:s}", "source_id", jstr(src, "id"), "id", id, "name",
-                           req->name, "pool", pool_name);
-        const char *holds[] = {jstr(src, "id")};
-        rc = run_op(call, "storage.volume_clone", node, id, holds, 1, params, true, &pending, NULL,
+        params = json_pack("{s:s, s:s, s:s, s:s}", "source_id", pv_json_str(src, "id"), "id", id,
+                           "name", req->name, "pool", pool_name);
+        const char *holds[] = {pv_json_str(src, "id")};
+        rc = run_op(call, PV_KIND_VOLUME_CLONE, node, id, holds, 1, params, true, &pending, NULL,
                     &st);
     }
     if (rc == PV_OK) {
@@ -766,7 +768,7 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateSnapshotRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.snapshot_create")) return;
+    if (answer_retry(call, PV_KIND_SNAPSHOT_CREATE)) return;
     pv_status st;
     json_t *vol = NULL;
     char node[256], id[PV_ID_MAX];
@@ -774,28 +776,29 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     json_t *pool = NULL;
     if (rc == PV_OK)
-        rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", jstr(vol, "pool"), &pool,
-                            &st);
+        rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", pv_json_str(vol, "pool"),
+                            &pool, &st);
     /* LVM and RBD pools snapshot with their own commands; elsewhere only qcow2 can */
-    if (rc == PV_OK && pv_storage_snapshot_method((int)jint(pool, "type"),
-                                                  (int)jint(vol, "format")) == PV_SNAPS_NONE)
+    if (rc == PV_OK && pv_storage_snapshot_method((int)pv_json_int(pool, "type"),
+                                                  (int)pv_json_int(vol, "format")) == PV_SNAPS_NONE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
                            "snapshots, or LVM and RBD snapshots in those pools",
-                           jstr(vol, "name"));
+                           pv_json_str(vol, "name"));
     json_decref(pool);
     pv_id_new("snap", id, sizeof id);
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params =
-            json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", jstr(vol, "id"), "name", req->name);
+        json_t *params = json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", pv_json_str(vol, "id"),
+                                   "name", req->name);
         /* snapshots of one volume go one at a time: the volume is the operation's target */
-        rc = run_op(call, "storage.snapshot_create", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
+        rc = run_op(call, PV_KIND_SNAPSHOT_CREATE, node, pv_json_str(vol, "id"), NULL, 0, params,
+                    true, &pending, NULL, &st);
         json_decref(params);
     }
     if (rc == PV_OK) {
-        json_t *asked = json_pack("{s:s, s:s}", "name", req->name, "volume_id", jstr(vol, "id"));
+        json_t *asked =
+            json_pack("{s:s, s:s}", "name", req->name, "volume_id", pv_json_str(vol, "id"));
         answer_snapshot(call, id, asked, pending);
         json_decref(asked);
     } else {
@@ -806,11 +809,7 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_get_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetSnapshotRequest *req = (const void *)msg;
-    pv_status st;
-    json_t *rec = NULL;
-    if (get_ref(call, "snap", "id", req->id, &rec, &st) != PV_OK) return finish_status(call, &st);
-    send_snapshot(call, rec, true);
-    json_decref(rec);
+    answer_ref(call, "snap", req->id, send_snapshot);
 }
 
 /* Parents before children: each snapshot after the one it branches from (creation order breaks
@@ -821,7 +820,8 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
     json_t *vol = NULL, *all = NULL;
     int rc = get_ref(call, "vol", "volume_id", req->volume_id, &vol, &st);
     if (rc == PV_OK)
-        rc = pv_storage_list(gw_app_redis(call), keys_of(call), "snap", jstr(vol, "id"), &all, &st);
+        rc = pv_storage_list(gw_app_redis(call), keys_of(call), "snap", pv_json_str(vol, "id"),
+                             &all, &st);
     size_t n = json_array_size(all), sent = 0;
     bool *done = calloc(n ? n : 1, sizeof *done);
     json_t *emitted = json_object();
@@ -830,14 +830,14 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
         size_t before = sent;
         for (size_t i = 0; rc == PV_OK && i < n; i++) {
             json_t *s = json_array_get(all, i);
-            const char *parent = jstr(s, "parent");
+            const char *parent = pv_json_str(s, "parent");
             bool parent_known = false;
             for (size_t j = 0; j < n && *parent; j++)
-                parent_known |= strcmp(jstr(json_array_get(all, j), "id"), parent) == 0;
+                parent_known |= strcmp(pv_json_str(json_array_get(all, j), "id"), parent) == 0;
             if (done[i] || (*parent && parent_known && !json_object_get(emitted, parent))) continue;
             if (send_snapshot(call, s, false) != 0) rc = PV_CANCELLED;
             done[i] = true;
-            json_object_set_new(emitted, jstr(s, "id"), json_true());
+            json_object_set_new(emitted, pv_json_str(s, "id"), json_true());
             sent++;
         }
         if (sent == before) break; /* a cycle cannot happen; stop rather than spin */
@@ -859,18 +859,18 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     char node[256];
     int rc = get_ref(call, "snap", "snapshot_id", req->snapshot_id, &snap, &st);
     if (rc == PV_OK)
-        rc = volume_and_node(call, "volume_id", jstr(snap, "volume_id"), &vol, node, sizeof node,
-                             &st);
-    if (rc == PV_OK && jint(vol, "status") == PV_VOL_IN_USE)
+        rc = volume_and_node(call, "volume_id", pv_json_str(snap, "volume_id"), &vol, node,
+                             sizeof node, &st);
+    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "volume %s is in use by a running workload: stop it first",
-                           jstr(vol, "name"));
+                           pv_json_str(vol, "name"));
     pv_op op = {0};
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "snapshot_id", jstr(snap, "id"));
-        rc = run_op(call, "storage.snapshot_restore", node, jstr(vol, "id"), NULL, 0, params, false,
-                    &pending, &op, &st);
+        json_t *params = json_pack("{s:s}", "snapshot_id", pv_json_str(snap, "id"));
+        rc = run_op(call, PV_KIND_SNAPSHOT_RESTORE, node, pv_json_str(vol, "id"), NULL, 0, params,
+                    false, &pending, &op, &st);
         json_decref(params);
     }
     if (rc == PV_OK)
@@ -884,32 +884,22 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 
 static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteSnapshotRequest *req = (const void *)msg;
-    if (answer_retry(call, "storage.snapshot_delete")) return;
+    if (answer_retry(call, PV_KIND_SNAPSHOT_DELETE)) return;
     pv_status st;
     json_t *snap = NULL, *vol = NULL;
     char node[256];
     int rc = get_ref(call, "snap", "id", req->id, &snap, &st);
     if (rc == PV_OK)
-        rc = volume_and_node(call, "volume_id", jstr(snap, "volume_id"), &vol, node, sizeof node,
-                             &st);
-    bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", jstr(snap, "id"));
-        rc = run_op(call, "storage.snapshot_delete", node, jstr(vol, "id"), NULL, 0, params, true,
-                    &pending, NULL, &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK)
-        reply_empty(call);
-    else
-        finish_status(call, &st);
+        rc = volume_and_node(call, "volume_id", pv_json_str(snap, "volume_id"), &vol, node,
+                             sizeof node, &st);
+    answer_delete(call, rc, &st, PV_KIND_SNAPSHOT_DELETE, node, vol, snap);
     json_decref(snap);
     json_decref(vol);
 }
 
 int svc_storage_register(svc_storage *s, gw_server *server) {
 #define M(name, kind, req, fn)                                                                     \
-    { name, kind, &pivirt__storage__v1__##req##__descriptor, fn }
+    { name, kind, &pivirt__storage__v1__##req##__descriptor, fn, true }
     static const gw_method_spec k[N_METHODS] = {
         M("CreatePool", GW_UNARY, create_pool_request, on_create_pool),
         M("GetPool", GW_UNARY, get_pool_request, on_get_pool),

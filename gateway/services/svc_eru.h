@@ -85,8 +85,11 @@ typedef struct svc_eru_method {
     const char *path;
     gw_method_kind kind;
     const ProtobufCMessageDescriptor *request;
-    gw_handler_fn handler;
+    gw_handler_fn handler; /* client-stream and bidi calls: their gw_message_fn */
     int eru;
+    /* the handler reads Redis (all but Info and the streams fed by followers with their own
+     * connections): on a thread without one the framework answers (gw_method.needs_state) */
+    bool needs_redis;
 } svc_eru_method;
 
 /* Registers the n calls of table with data as their method data. methods (n entries) is where

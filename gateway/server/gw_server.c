@@ -94,6 +94,7 @@ struct gw_server {
     int (*is_declared)(void *arg, const char *path);
     void *is_declared_arg;
     gw_thread_init_fn thread_init;
+    char *state_missing; /* the answer to a needs_state call without state */
     gw_thread_free_fn thread_free;
     void (*on_call_start)(void *arg, const char *path);
     void (*on_call_end)(void *arg, const char *path, int code, double seconds);
@@ -698,9 +699,23 @@ static void start_recv(gw_call *c) {
     start_batch(c, &op, 1, &c->t_recv);
 }
 
+/* A needs_state method on a thread whose thread_init made no state: answered here, once for
+ * every method, so that handlers can take their state as given. */
+static bool state_missing(gw_call *c) {
+    if (!c->rm->m->needs_state || tls_thread_state) return false;
+    int code = c->rm->m->bad_request_code;
+    gw_call_finish(c, code ? code : PV_UNAVAILABLE, c->s->state_missing);
+    return true;
+}
+
 static void on_recv_done(gw_call *c, bool ok) {
     const gw_method *m = c->rm->m;
     if (!ok || atomic_load(&c->closed)) {
+        call_unref_internal(c);
+        return;
+    }
+    /* each message may come on another pool thread: each is checked */
+    if (state_missing(c)) {
         call_unref_internal(c);
         return;
     }
@@ -765,6 +780,8 @@ static void on_new_call(gw_call *c, bool ok) {
                             "client %.200s has %d streams open on this gateway, the limit "
                             "(gateway.max_streams_per_client)",
                             c->client, open);
+        } else if (state_missing(c)) {
+            /* answered */
         } else if (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) {
             ProtobufCMessage *req = decode_request(c, c->payload);
             if (req) {
@@ -938,6 +955,8 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     s->is_declared = o->is_declared;
     s->is_declared_arg = o->is_declared_arg;
     s->thread_init = o->thread_init;
+    s->state_missing =
+        strdup(o->state_missing ? o->state_missing : "no per-thread state on this server thread");
     s->thread_free = o->thread_free;
     s->on_call_start = o->on_call_start;
     s->on_call_end = o->on_call_end;
@@ -997,6 +1016,7 @@ int gw_server_add_service(gw_server *s, const char *service, const gw_method_spe
                                  .kind = specs[i].kind,
                                  .request = specs[i].request,
                                  .handler = specs[i].handler,
+                                 .needs_state = specs[i].needs_state,
                                  .data = data};
         if (gw_server_add_method(s, &methods[i]) != 0) return -1;
     }
@@ -1092,6 +1112,7 @@ void gw_server_free(gw_server *s) {
     free(s->threads);
     free(s->auth_username);
     free(s->auth_password);
+    free(s->state_missing);
     for (size_t b = 0; b < GW_STREAM_BUCKETS; b++)
         while (s->streams[b]) {
             client_streams *e = s->streams[b];
