@@ -679,6 +679,13 @@ static void on_get_node_status(gw_call *call, const ProtobufCMessage *req) {
         fail(call, ERU_GET_NODE_STATUS, &st);
         return;
     }
+    if (!alive) { /* Eru reads the status key, and a missing key is its error, not "not alive" */
+        free(pod);
+        pv_status_set(&st, PV_NOT_FOUND,
+                      "node status of %s not found: never set, or its ttl ran out", o->nodename);
+        fail(call, ERU_GET_NODE_STATUS, &st);
+        return;
+    }
     Pb__NodeStatusStreamMessage m = PB__NODE_STATUS_STREAM_MESSAGE__INIT;
     m.nodename = o->nodename;
     m.podname = pod;

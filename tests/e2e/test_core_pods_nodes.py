@@ -165,8 +165,12 @@ class Nodes(Base):
         ttl = self.stack.redis.cmd("TTL", self.stack.key("{reg}:alive:" + names[0]))
         self.assertTrue(50 < ttl <= 60, ttl)
         self.assertEqual(wait_for(lambda: self.names(pod) == names[:1], 6 * SLACK), True)
-        st = self.core.GetNodeStatus(core_pb2.GetNodeStatusOptions(nodename=names[1]), timeout=10)
-        self.assertFalse(st.alive)
+        # its status key ran out: Eru answers the call's code (1038), not alive=false
+        code, msg = self.eru("GetNodeStatus", core_pb2.GetNodeStatusOptions(nodename=names[1]))
+        self.assertEqual((code, msg), (1038, "node status of %s not found: never set, or its "
+                                             "ttl ran out" % names[1]))
+        code, _ = self.eru("GetNodeStatus", core_pb2.GetNodeStatusOptions(nodename=names[2]))
+        self.assertEqual(code, 1038)  # never set
         self.assertTrue(self.core.GetNode(core_pb2.GetNodeOptions(nodename=names[0]),
                                           timeout=10).available)
 

@@ -122,6 +122,12 @@ class Pvcli(unittest.TestCase):
         self.assertIn(["pc1", "hi:1"], [r[:2] for r in rows[1:]])
         out, _ = self.ok("image", "list", "local", "--filter", "nope*", "-o", "json")
         self.assertEqual(out, "")
+        # a repository without a tag matches its every tag (as Eru's Docker engine filters)
+        for f, want in (("hi", ["hi:1"]), ("h*", ["hi:1"]), ("hi:1", ["hi:1"]), ("hi:2", []),
+                        ("hi/x", [])):
+            out, _ = self.ok("image", "list", "local", "--filter", f, "-o", "json")
+            got = [t for l in out.splitlines() for t in json.loads(l).get("tags", [])]
+            self.assertEqual(got, want, f)
         # every instance failing (no such image on the node) is a failure of the command
         rc, out, err = pvcli("workload", "deploy", "hi", "--image", "nothere:1", "--count", "1",
                              "--podname", "local", "--entrypoint.name", "web",

@@ -9,6 +9,7 @@
 #include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,19 @@ static void file_digest(const char *path, char out[65]) {
     fclose(f);
 }
 
+/* Whether image ref ("hub/ns/app:tag") passes ListImage's filter, as Eru's Docker engine reads
+ * one: a glob on the whole reference, and a repository without a tag ("hub/ns/app", globs too)
+ * matching every tag of it. */
+static bool image_matches(const char *filter, const char *ref) {
+    if (!filter || !*filter || fnmatch(filter, ref, 0) == 0) return true;
+    const char *slash = strrchr(filter, '/'), *colon = strrchr(filter, ':');
+    if (colon && (!slash || colon > slash)) return false; /* it names a tag: the whole ref */
+    const char *tag = strrchr(ref, ':');
+    char repo[PATH_MAX];
+    snprintf(repo, sizeof repo, "%.*s", (int)(tag ? tag - ref : (long)strlen(ref)), ref);
+    return fnmatch(filter, repo, 0) == 0;
+}
+
 /* Walks dir (relative name rel) and reports every "<name>/<tag>.tar" as "name:tag". */
 static int walk(wk_op *op, const char *dir, const char *rel, const char *filter, pv_status *st) {
     DIR *d = opendir(dir);
@@ -68,7 +82,7 @@ static int walk(wk_op *op, const char *dir, const char *rel, const char *filter,
         if (!S_ISREG(sb.st_mode) || len < 5 || strcmp(e->d_name + len - 4, ".tar") != 0 || !*rel)
             continue;
         snprintf(name, sizeof name, "%s:%.*s", rel, (int)(len - 4), e->d_name);
-        if (filter && *filter && fnmatch(filter, name, 0) != 0) continue;
+        if (!image_matches(filter, name)) continue;
         char id[65];
         file_digest(path, id);
         const char *fields[] = {"type", "ref", "id"}, *values[] = {"image", name, id};
