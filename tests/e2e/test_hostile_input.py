@@ -66,17 +66,7 @@ def setUpModule():
 def tearDownModule():
     try:
         if _stack:
-            st = storage_pb2_grpc.StorageServiceStub(_stack.channel(0))
-            for p in st.ListPools(S.ListPoolsRequest(), timeout=10):
-                for v in st.ListVolumes(S.ListVolumesRequest(pool=p.name), timeout=10):
-                    try:
-                        st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
-                    except grpc.RpcError:
-                        pass
-                try:
-                    st.DeletePool(S.DeletePoolRequest(name=p.name), timeout=30)
-                except grpc.RpcError:
-                    pass
+            _stack.delete_storage(strict=False)
             _stack.stop()
     finally:
         if _outside:

@@ -102,11 +102,7 @@ def setUpModule():
 def tearDownModule():
     try:
         if _stack:
-            st = storage_pb2_grpc.StorageServiceStub(_stack.channel(0))
-            for p in st.ListPools(S.ListPoolsRequest(), timeout=10):
-                for v in st.ListVolumes(S.ListVolumesRequest(pool=p.name), timeout=10):
-                    st.DeleteVolume(S.DeleteVolumeRequest(id=v.id), timeout=30)
-                st.DeletePool(S.DeletePoolRequest(name=p.name), timeout=30)
+            _stack.delete_storage()
             _stack.stop()
     finally:
         if _ctl:
