@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "pv_time.h"
 #include "pv_log.h"
 
 /* Above this many stale entries one whole-pod read is cheaper than reading them one by one. */
@@ -23,12 +24,6 @@ struct sched_cache {
     size_t n;
     uint64_t reads, views;
 };
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static uint64_t hash_id(const char *s) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
@@ -116,7 +111,7 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
         pv_warn("node %s (rev %lld) takes no part in plans: %s", e->rec.name, (long long)e->rec.rev,
                 pst.msg);
     }
-    e->last_used_ms = wall_ms();
+    e->last_used_ms = pv_time_now_ms();
     c->reads++;
     return e;
 }
@@ -183,7 +178,7 @@ int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     if (stale >= BULK_READ_AT) rc = bulk_read(c, r, k, pod, st);
     sched_cache_entry **list = rows ? calloc(rows, sizeof *list) : NULL;
     if (rows && !list) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    int64_t now = wall_ms();
+    int64_t now = pv_time_now_ms();
     for (size_t i = 0; rc == PV_OK && i < rows; i++) {
         view_row v = row_at(rep, i);
         sched_cache_entry *e = lookup(c, v.id);
@@ -221,7 +216,7 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     sched_cache_entry *e = lookup(c, rec.id);
     if (e && e->rec.rev == rec.rev) {
         e->rec.alive = rec.alive;
-        e->last_used_ms = wall_ms();
+        e->last_used_ms = pv_time_now_ms();
     } else {
         e = store(c, &rec, st);
     }
@@ -232,7 +227,7 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
 }
 
 void sched_cache_sweep(sched_cache *c, int64_t max_idle_ms) {
-    int64_t cutoff = wall_ms() - max_idle_ms;
+    int64_t cutoff = pv_time_now_ms() - max_idle_ms;
     sched_cache_entry **keep = calloc(c->cap, sizeof *keep);
     if (!keep) return; /* try again at the next sweep */
     size_t kept = 0;

@@ -18,6 +18,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "pv_time.h"
 #include "pv_keys.h"
 #include "pv_log.h"
 #include "pv_redis.h"
@@ -46,12 +47,6 @@ struct sched_server {
     int reservation_ttl_s;
     unsigned long served, failed;
 };
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -92,7 +87,8 @@ static void run_request(sched_server *s, const char *id, const char *kind, const
         if (rc == PV_OK && pv_sched_reply(s->redis, &s->keys, id, reply, &st) != PV_OK)
             pv_warn("request %s: cannot send its reply: %s", id, st.msg);
     } else if (strcmp(kind, "reserve") == 0) {
-        rc = sched_place_reserve(s->cache, s->redis, &s->keys, &req, id, wall_ms(), &reply, &err);
+        rc = sched_place_reserve(s->cache, s->redis, &s->keys, &req, id, pv_time_now_ms(), &reply,
+                                 &err);
         if (rc == PV_OK && reply)
             pv_info("reserved for %s (app=%s entrypoint=%s owner=%s): %s", id, req.app, req.entry,
                     req.owner, reply);
@@ -123,7 +119,7 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
                *body = field(fields, "body"), *deadline = field(fields, "deadline_ms");
     if (id && kind && body) {
         int64_t until = deadline ? strtoll(deadline, NULL, 10) : 0;
-        if (until > 0 && wall_ms() > until)
+        if (until > 0 && pv_time_now_ms() > until)
             pv_debug("request %s: its deadline passed before a scheduler took it; dropped", id);
         else
             run_request(s, id, kind, body);
@@ -193,7 +189,7 @@ static void reap_expired(sched_server *s) {
     char **ids = NULL;
     size_t n = 0;
     pv_status st;
-    if (pv_resv_expired(s->redis, &s->keys, wall_ms(), 64, &ids, &n, &st) != PV_OK) return;
+    if (pv_resv_expired(s->redis, &s->keys, pv_time_now_ms(), 64, &ids, &n, &st) != PV_OK) return;
     for (size_t i = 0; i < n; i++) {
         if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
             pv_info("released reservation %s: nobody took it over before it expired", ids[i]);
@@ -240,7 +236,7 @@ static void *loop(void *arg) {
             if (complained) pv_info("plan requests: connected again");
             complained = 0;
         }
-        int64_t now = wall_ms();
+        int64_t now = pv_time_now_ms();
         if (now >= next_claim) {
             next_claim = now + CLAIM_EVERY_MS;
             if (claim_stale(s, &st) != PV_OK) grouped = 0;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_time.h"
 #include "pv_log.h"
 #include "pv_status.h"
 
@@ -131,17 +132,11 @@ void op_convert_reply(gw_call *c, const pv_op *op) {
  * client again: an operation submitted without notify_end is seen done at this pace. */
 #define WAIT_SLICE_MS 250
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, int64_t max_ms,
                     pv_op *rec, pv_status *st) {
     int64_t budget = max_ms, left = gw_call_deadline_ms(c);
     if (left != INT64_MAX && left - 200 < budget) budget = left - 200;
-    int64_t until = mono_ms() + budget;
+    int64_t until = pv_time_mono_ms() + budget;
     /* a blocked read stays well under the connection's command timeout, and short enough to
      * notice a client that went away */
     int64_t slice = WAIT_SLICE_MS, ct = pv_redis_command_timeout_ms(r);
@@ -149,7 +144,7 @@ int op_convert_wait(gw_call *c, pv_redis *r, const pv_keys *k, const char *id, i
     char cursor[1][PV_OP_CURSOR_MAX] = {"0"};
     for (;;) {
         if (pv_op_get(r, k, id, rec, st) != PV_OK) return st->code;
-        int64_t now = mono_ms();
+        int64_t now = pv_time_mono_ms();
         if (pv_op_done(rec) || now >= until || gw_call_is_closed(c)) return PV_OK;
         pv_op_clear(rec);
         bool woke = false;

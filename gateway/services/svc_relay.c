@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "pv_b64.h"
+#include "pv_time.h"
 #include "pv_id.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
@@ -369,12 +370,6 @@ static int follow_child(svc_relay *rl, child *c, bool check, pv_status *st) {
     return rc;
 }
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* Sleeps until the parent (when with_parent) or a child not done yet writes something or ends,
  * SVC_RELAY_WAIT_MS at most: the relay's cursors stay where they are, the reads that follow move
  * them. */
@@ -481,10 +476,10 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
         }
         pv_op_clear(&parent);
         if (rc != PV_OK) return rc;
-        if (check) last_check = mono_ms();
+        if (check) last_check = pv_time_mono_ms();
         bool woke;
         if (wait_news(rl, has_parent && !over, &woke, st) != PV_OK) return st->code;
-        check = !woke || mono_ms() - last_check >= 1000;
+        check = !woke || pv_time_mono_ms() - last_check >= 1000;
     }
 }
 

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_op.h"
 #include "pv_registry.h"
 #include "pv_resv.h"
@@ -37,12 +38,6 @@ extern char **environ;
     do {                                                                                           \
         if (ck_report_add(__VA_ARGS__) != 0) rc = pv_status_set(st, PV_INTERNAL, "out of memory"); \
     } while (0)
-
-static int64_t now_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 /* Every key matching pattern (SCAN), the part after strip_len bytes added to out. */
 static int scan_keys(pv_redis *r, const char *pattern, size_t strip_len, pv_strv *out,
@@ -443,7 +438,7 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
     if (rc == PV_OK) rc = pv_redis_command(c->r, &all, st, "ZCARD %s{reg}:resvs", c->k->prefix);
     if (rc == PV_OK) c->rep->reservations = (long)all->integer;
     char upto[32];
-    int64_t now = now_ms();
+    int64_t now = pv_time_now_ms();
     snprintf(upto, sizeof upto, "%lld", (long long)(now - c->o->grace_ms));
     if (rc == PV_OK)
         rc = pv_redis_command(c->r, &late, st, "ZRANGEBYSCORE %s{reg}:resvs -inf %s WITHSCORES",
@@ -655,7 +650,7 @@ static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
         ADD(c->rep, CK_AREA_WORKLOADS, "WL_NO_ENGINE", subject,
             "recorded on node %s, but its agent's engine (%s) does not have it (inventory of "
             "%.1f s ago)",
-            n->name, n->engine ? n->engine : "?", (double)(now_ms() - at_ms) / 1000.0);
+            n->name, n->engine ? n->engine : "?", (double)(pv_time_now_ms() - at_ms) / 1000.0);
     }
     for (size_t j = 0; rc == PV_OK && j < have.n; j++) {
         const pv_workload *w = NULL;

@@ -18,14 +18,9 @@
 
 #include "ck_audit.h"
 #include "ck_report.h"
+#include "pv_time.h"
 #include "pv_config.h"
 #include "pv_log.h"
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: pivirt-check [--config FILE] [--set key=value]... [-o text|json]\n"
@@ -80,7 +75,7 @@ int main(int argc, char **argv) {
     int rc = pv_keys_init(&keys, cfg.redis.prefix, &st);
     ck_opts o = {.cfg = &cfg, .grace_ms = grace};
     ck_report rep = {0};
-    int64_t t0 = mono_ms();
+    int64_t t0 = pv_time_mono_ms();
     /* The audit only reads: the function library the running daemons loaded serves its FCALLs,
      * and replacing it with this build's could change what they run. Only a Redis that has
      * none (no daemon ever connected) gets this build's. */
@@ -105,7 +100,7 @@ int main(int argc, char **argv) {
         ck_report_free(&rep);
         rep = again;
     }
-    int64_t elapsed = mono_ms() - t0;
+    int64_t elapsed = pv_time_mono_ms() - t0;
     int code;
     if (rc != PV_OK) {
         fprintf(stderr, "pivirt-check: %s\n", st.msg);

@@ -16,6 +16,12 @@ int64_t pv_time_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t pv_time_mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* exactly n digits at *p, advancing it */
 static bool digits(const char **p, int n, int *out) {
     int v = 0;

@@ -21,7 +21,11 @@
 int pv_time_parse(const char *field, const char *text, int64_t now_ms, int64_t *out_ms,
                   pv_status *st);
 
-/* Wall-clock milliseconds since the epoch. */
+/* Wall-clock milliseconds since the epoch: what records and operators see. */
 int64_t pv_time_now_ms(void);
+
+/* Monotonic milliseconds (CLOCK_MONOTONIC): for timeouts and durations, which a clock step must
+ * not stretch or cut. */
+int64_t pv_time_mono_ms(void);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * pv_cluster: see pv_cluster.h.
  */
+#include "pv_time.h"
 #include "pv_cluster.h"
 
 #include <arpa/inet.h>
@@ -162,12 +163,6 @@ bool pv_cluster_labels_match(const char *have, const char *want) {
 
 /* ---- health ---- */
 
-static int64_t wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int add_item(pv_health_item **v, size_t *n, const char *name, const char *node_id,
                     pv_health status, const char *message, int64_t at) {
     pv_health_item *grown = realloc(*v, (*n + 1) * sizeof **v);
@@ -195,7 +190,7 @@ static int add_kind(pv_redis *r, const pv_keys *k, const char *kind, pv_health_r
         char name[256];
         snprintf(name, sizeof name, "%s %s", kind, inst ? inst : "?");
         if (add_item(&h->components, &h->ncomponents, name, NULL, PV_HEALTHY, "heartbeat alive",
-                     wall_ms()) != 0)
+                     pv_time_now_ms()) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
         json_decref(j);
     }
@@ -207,7 +202,7 @@ static int add_kind(pv_redis *r, const pv_keys *k, const char *kind, pv_health_r
 int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_report *out,
                       pv_status *st) {
     memset(out, 0, sizeof *out);
-    int64_t now = wall_ms();
+    int64_t now = pv_time_now_ms();
     if (add_item(&out->components, &out->ncomponents, "redis", NULL, PV_HEALTHY, "answering",
                  now) != 0)
         return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -418,7 +413,7 @@ int pv_cluster_queue_unacked(pv_redis *r, const pv_keys *k, const char *queue, i
 int pv_cluster_metrics_of(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_cluster_metrics *out,
                           pv_status *st) {
     memset(out, 0, sizeof *out);
-    out->collected_ms = wall_ms();
+    out->collected_ms = pv_time_now_ms();
     pv_node *nodes = NULL;
     size_t n = 0;
     if (pv_registry_list_nodes(r, k, p->name, &nodes, &n, st) != PV_OK) return st->code;

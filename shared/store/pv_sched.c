@@ -6,6 +6,7 @@
  * a slice. A scheduler that crashes mid-request leaves the entry pending in the group; another
  * scheduler claims it (see scheduler/sched_server.c) while its deadline has not passed.
  */
+#include "pv_time.h"
 #include "pv_sched.h"
 
 #include <jansson.h>
@@ -36,12 +37,6 @@ int pv_sched_key_reply(const pv_keys *k, const char *id, char *buf, size_t len, 
 
 int pv_sched_key_gone(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
     return key_fmt(buf, len, st, "%s{reg}:sched:gone:%s", k->prefix, id);
-}
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 char *pv_sched_error_body(const pv_status *err, const char *kind) {
@@ -86,7 +81,7 @@ static __thread struct {
 } g_live;
 
 static int scheduler_live(pv_redis *r, const pv_keys *k, pv_status *st) {
-    int64_t now = wall_ms();
+    int64_t now = pv_time_now_ms();
     if (g_live.r == r && now < g_live.until_ms && strcmp(g_live.prefix, k->prefix) == 0)
         return PV_OK;
     char **values = NULL;
@@ -140,7 +135,7 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
         pv_sched_key_gone(k, id, gone_key, sizeof gone_key, st) != PV_OK)
         return st->code;
     if (scheduler_live(r, k, st) != PV_OK) return st->code;
-    int64_t start = wall_ms(), deadline = start + opts->timeout_ms;
+    int64_t start = pv_time_now_ms(), deadline = start + opts->timeout_ms;
     char deadline_s[24];
     snprintf(deadline_s, sizeof deadline_s, "%lld", (long long)deadline);
     redisReply *rep = NULL;
@@ -156,7 +151,7 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
         (cmd_timeout == 0 || cmd_timeout > 2 * SLICE_MS) ? SLICE_MS : cmd_timeout / 2;
     if (slice_max < 10) slice_max = 10;
     for (;;) {
-        int64_t left = deadline - wall_ms();
+        int64_t left = deadline - pv_time_now_ms();
         if (left <= 0) break;
         if (opts->cancelled && opts->cancelled(opts->arg)) break;
         int64_t slice = left < slice_max ? left : slice_max;

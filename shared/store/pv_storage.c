@@ -2,6 +2,7 @@
  * pv_storage: names, pool configurations and their libvirt XML, and the storage records (see
  * pv_storage.h).
  */
+#include "pv_time.h"
 #include "pv_storage.h"
 
 #include <ctype.h>
@@ -510,16 +511,10 @@ int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *
     return rc;
 }
 
-static int64_t now_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
     const char *id = json_string_value(json_object_get(rec, id_field(kind)));
     if (!id) return pv_status_set(st, PV_INTERNAL, "%s record without id", what_of(kind));
-    json_object_set_new(rec, "updated_ms", json_integer(now_ms()));
+    json_object_set_new(rec, "updated_ms", json_integer(pv_time_now_ms()));
     char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], member[PV_KEY_MAX] = "";

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -67,11 +68,27 @@ static void test_refused(void **state) {
     }
 }
 
+/* The two clocks: wall time is the epoch's (within a second of time(2)), the monotonic one only
+ * moves forward, by about the time slept. */
+static void test_clocks(void **state) {
+    (void)state;
+    int64_t wall = pv_time_now_ms();
+    int64_t epoch = (int64_t)time(NULL) * 1000;
+    assert_true(wall >= epoch - 1000 && wall <= epoch + 2000);
+    int64_t a = pv_time_mono_ms();
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    int64_t b = pv_time_mono_ms();
+    assert_true(b - a >= 19);
+    assert_true(pv_time_mono_ms() >= b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc3339),
         cmocka_unit_test(test_unix_and_durations),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_clocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

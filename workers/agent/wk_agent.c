@@ -36,6 +36,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_cluster.h"
 #include "pv_keys.h"
 #include "pv_log.h"
@@ -342,12 +343,6 @@ int wk_agent_report(wk_agent *a, pv_redis *r, pv_status *st) {
 
 #define RUN_OUTPUT_MAX 4096
 
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 /* Where no process engine runs (virt nodes, or no engine) nothing else in the process reaps
  * children, so a plain spawn and waitpid are safe. */
 static int spawn_wait(const char *const *argv, const char *const *env, int timeout_ms,
@@ -381,10 +376,10 @@ static int spawn_wait(const char *const *argv, const char *const *env, int timeo
     }
     char *buf = calloc(1, RUN_OUTPUT_MAX + 1);
     size_t len = 0;
-    int64_t until = wall_ms() + timeout_ms;
+    int64_t until = pv_time_now_ms() + timeout_ms;
     bool timed_out = false;
     for (;;) {
-        int left = (int)(until - wall_ms());
+        int left = (int)(until - pv_time_now_ms());
         if (left <= 0) {
             timed_out = true;
             break;

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_keys.h"
 #include "pv_log.h"
 #include "pv_workload.h"
@@ -42,12 +43,6 @@ struct wk_health {
 };
 
 /* ---- the checks ---- */
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
 
 /* A connected TCP socket to host:port within the deadline, or -1 (why says so). */
 static int dial(const char *host, const char *port, int64_t deadline, char *why, size_t cap) {
@@ -69,7 +64,7 @@ static int dial(const char *host, const char *port, int64_t deadline, char *why,
     }
     if (rc != 0 && errno == EINPROGRESS) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int left = (int)(deadline - mono_ms());
+        int left = (int)(deadline - pv_time_mono_ms());
         int err = 0;
         socklen_t len = sizeof err;
         if (left <= 0 || poll(&p, 1, left) != 1)
@@ -89,7 +84,7 @@ static int dial(const char *host, const char *port, int64_t deadline, char *why,
 
 /* GET url on host:port; the answer's status code, or -1. */
 static int http_status(const char *host, const char *port, const char *url, char *why, size_t cap) {
-    int64_t deadline = mono_ms() + CHECK_TIMEOUT_MS;
+    int64_t deadline = pv_time_mono_ms() + CHECK_TIMEOUT_MS;
     int fd = dial(host, port, deadline, why, cap);
     if (fd < 0) return -1;
     char req[2048];
@@ -105,7 +100,7 @@ static int http_status(const char *host, const char *port, const char *url, char
     size_t got = 0;
     while (got < sizeof head - 1) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(deadline - mono_ms());
+        int left = (int)(deadline - pv_time_mono_ms());
         if (left <= 0 || poll(&p, 1, left) != 1) break;
         ssize_t r = recv(fd, head + got, sizeof head - 1 - got, 0);
         if (r <= 0) break;
@@ -167,7 +162,8 @@ bool wk_health_check(const char *labels_json, const char *networks_json, char *w
     json_t *port;
     json_array_foreach(json_object_get(hc, "tcp_ports"), i, port) {
         if (!ok || !json_is_string(port)) continue;
-        int fd = dial(host, json_string_value(port), mono_ms() + CHECK_TIMEOUT_MS, why, cap);
+        int fd =
+            dial(host, json_string_value(port), pv_time_mono_ms() + CHECK_TIMEOUT_MS, why, cap);
         if (fd < 0)
             ok = false;
         else

@@ -22,6 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_id.h"
 #include "pv_json.h"
@@ -36,12 +37,6 @@
  * as their time follows the volume's size) */
 #define SNAPSHOT_CMD_TIMEOUT_MS 600000
 #define SNAPSHOT_COPY_TIMEOUT_MS (24 * 3600 * 1000)
-
-static int64_t now_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static void quiet(void *user, virErrorPtr err) {
     (void)user;
@@ -169,11 +164,11 @@ static void import_one(sctx *c, const char *pool, virStorageVolPtr v, const char
     pv_id_new("vol", id, sizeof id);
     if (pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) != PV_OK)
         return;
-    json_t *rec =
-        json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id", id, "name", name,
-                  "pool", pool, "size", (json_int_t)0, "used", (json_int_t)0, "format",
-                  volume_format(v) ?: PV_VOL_RAW, "status", PV_VOL_READY, "labels", json_object(),
-                  "current_snapshot", "", "created_ms", (json_int_t)now_ms(), "imported", 1);
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id", id,
+                            "name", name, "pool", pool, "size", (json_int_t)0, "used",
+                            (json_int_t)0, "format", volume_format(v) ?: PV_VOL_RAW, "status",
+                            PV_VOL_READY, "labels", json_object(), "current_snapshot", "",
+                            "created_ms", (json_int_t)pv_time_now_ms(), "imported", 1);
     /* listed before a DeleteVolume removed its file, claimed after that released its name (it
      * does so last): libvirt may still list it, the disk no longer has it */
     int frc = vol_figures(v, rec, &st);
@@ -338,7 +333,7 @@ static int pool_create(sctx *c, pv_status *st) {
         json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I, s:s}", "name", name, "type", type,
                   "status", PV_POOL_INACTIVE, "config", config, "node", param(op, "node"),
                   "capacity", (json_int_t)0, "used", (json_int_t)0, "available", (json_int_t)0,
-                  "created_ms", (json_int_t)now_ms(), "libvirt_uuid", uuid);
+                  "created_ms", (json_int_t)pv_time_now_ms(), "libvirt_uuid", uuid);
     virStoragePoolPtr p = NULL;
     char why[PV_STATUS_MSG_MAX] = "";
     define_pool(c, type, config, lname, uuid, &p, why, sizeof why);
@@ -514,7 +509,7 @@ static int volume_create(sctx *c, pv_status *st) {
             json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I}", "id", id, "name", name,
                       "pool", pool, "size", (json_int_t)size, "used", (json_int_t)0, "format",
                       (int)format, "status", PV_VOL_READY, "labels", labels, "current_snapshot", "",
-                      "created_ms", (json_int_t)now_ms());
+                      "created_ms", (json_int_t)pv_time_now_ms());
         json_decref(params);
         rc = vol_figures(v, rec, st);
         if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
@@ -716,7 +711,8 @@ static int volume_clone(sctx *c, pv_status *st) {
             "pool", pool, "size", json_integer_value(json_object_get(src, "size")), "used",
             (json_int_t)0, "format", json_integer_value(json_object_get(src, "format")), "status",
             PV_VOL_READY, "labels", labels, "current_snapshot", "", "created_ms",
-            (json_int_t)now_ms(), "cloned_from", json_string_value(json_object_get(src, "id")));
+            (json_int_t)pv_time_now_ms(), "cloned_from",
+            json_string_value(json_object_get(src, "id")));
         rc = vol_figures(v, rec, st);
         if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
         if (rc == PV_OK)
@@ -948,7 +944,7 @@ static int snapshot_create(sctx *c, pv_status *st) {
                                 param(op, "name"), "volume_id", param(op, "volume_id"), "size",
                                 (json_int_t)snapshot_bytes(method, pool, vol), "status",
                                 PV_SNAP_READY, "parent", pv_json_str(vol, "current_snapshot"),
-                                "created_ms", (json_int_t)now_ms());
+                                "created_ms", (json_int_t)pv_time_now_ms());
         rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", rec, st);
         json_decref(rec);
     }

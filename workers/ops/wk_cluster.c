@@ -20,6 +20,7 @@
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
+#include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_id.h"
 #include "pv_log.h"
@@ -33,12 +34,6 @@
 /* How often a drain reads the record of the child it waits for. */
 #define CHILD_POLL_MS 100
 #define DEFAULT_NODE_TIMEOUT_MS 60000
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static bool param_true(wk_op *op, const char *key) {
     const char *v = wk_op_param(op, key);
@@ -129,7 +124,8 @@ int wk_cluster_run_child(wk_op *op, const char *step, const char *kind, const ch
             *done = rec;
             break;
         }
-        if (!timed_out && rec.status == PV_OP_PENDING && wall_ms() - rec.created_ms > timeout) {
+        if (!timed_out && rec.status == PV_OP_PENDING &&
+            pv_time_now_ms() - rec.created_ms > timeout) {
             pv_warn("%s %s: no worker took %s (%s on %s) within %lld ms; cancelling it",
                     wk_op_record(op)->kind, wk_op_record(op)->id, rec.id, rec.kind, rec.queue,
                     (long long)timeout);

@@ -16,6 +16,7 @@
 
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
+#include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_deploy.h"
 #include "pv_log.h"
@@ -39,12 +40,6 @@ typedef struct deploy_ctx {
     json_t *allocs; /* that node's allocations, with their seq numbers */
     const char *reservation;
 } deploy_ctx;
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static int dup_out(char *text, char **result, pv_status *st) {
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -198,7 +193,7 @@ static int check_child(wk_op *op, char **children, size_t i, child_wait *w, int6
     if (finished(child.status)) {
         w->done[i] = true;
         *failed += child.status != PV_OP_SUCCEEDED;
-    } else if (child.status == PV_OP_PENDING && wall_ms() - child.created_ms > timeout) {
+    } else if (child.status == PV_OP_PENDING && pv_time_now_ms() - child.created_ms > timeout) {
         pv_op out;
         pv_warn("deploy %s: no agent took %s on queue %s within %lld ms; cancelling it",
                 wk_op_record(op)->id, child.id, child.queue, (long long)timeout);
@@ -222,7 +217,7 @@ static int wait_loop(wk_op *op, char **children, size_t n, child_wait *w, size_t
     /* the children were just submitted: their records can only say pending until a wait
      * brings news or a second passes */
     bool full = false;
-    int64_t last_full = wall_ms();
+    int64_t last_full = pv_time_now_ms();
     for (;;) {
         size_t left = 0;
         for (size_t i = 0; i < n; i++) {
@@ -231,14 +226,14 @@ static int wait_loop(wk_op *op, char **children, size_t n, child_wait *w, size_t
                 return st->code;
             left += !w->done[i];
         }
-        if (full) last_full = wall_ms();
+        if (full) last_full = pv_time_now_ms();
         if (left == 0) {
             *failed_nodes = failed;
             return PV_OK;
         }
         bool woke = false;
         if (wait_news(op, children, n, w, &woke, st) != PV_OK) return st->code;
-        full = !woke || wall_ms() - last_full >= 1000;
+        full = !woke || pv_time_now_ms() - last_full >= 1000;
     }
 }
 

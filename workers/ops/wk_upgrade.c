@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_cluster.h"
 #include "pv_log.h"
@@ -34,12 +35,6 @@
 #include "wk_engine.h"
 
 #define POLL_MS 200
-
-static int64_t wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 /* ==== the node's side: the upgrade hook ==== */
 
@@ -153,10 +148,10 @@ static int set_node(up_ctx *c, size_t i, int state, pv_status *st, const char *f
     json_object_set_new(n, "message", json_string(msg));
     if (json_integer_value(json_object_get(n, "started_ms")) == 0 &&
         state != PV_NODE_UPGRADE_PENDING && state != PV_NODE_UPGRADE_SKIPPED)
-        json_object_set_new(n, "started_ms", json_integer(wall_ms()));
+        json_object_set_new(n, "started_ms", json_integer(pv_time_now_ms()));
     if (state == PV_NODE_UPGRADE_UPGRADED || state == PV_NODE_UPGRADE_FAILED ||
         state == PV_NODE_UPGRADE_ROLLED_BACK)
-        json_object_set_new(n, "finished_ms", json_integer(wall_ms()));
+        json_object_set_new(n, "finished_ms", json_integer(pv_time_now_ms()));
     pv_info("upgrade %s cluster=%s node=%s state=%d: %s", wk_op_record(c->op)->id, c->cluster,
             node_name(c, i), state, msg);
     return save(c, st);
@@ -173,7 +168,7 @@ static int set_phase(up_ctx *c, int phase, pv_status *st, const char *fmt, ...) 
     json_object_set_new(c->rec, "phase", json_integer(phase));
     json_object_set_new(c->rec, "message", json_string(msg));
     if (pv_upgrade_phase_done(phase))
-        json_object_set_new(c->rec, "finished_ms", json_integer(wall_ms()));
+        json_object_set_new(c->rec, "finished_ms", json_integer(pv_time_now_ms()));
     size_t done = 0, total = 0;
     for (size_t i = 0; i < c->n; i++) {
         total += node_batch(c, i) > 0;
@@ -212,13 +207,13 @@ static int node_failed(up_ctx *c, size_t i, int code, pv_status *st, const char 
 
 /* Waits until node i is READY at version, within the node timeout. */
 static int wait_ready(up_ctx *c, size_t i, const char *version, pv_status *st) {
-    int64_t until = wall_ms() + (int64_t)c->node_timeout_s * 1000;
+    int64_t until = pv_time_now_ms() + (int64_t)c->node_timeout_s * 1000;
     char now[128] = "";
     for (;;) {
         bool ok = false;
         if (node_at(c, i, version, &ok, now, sizeof now, st) != PV_OK) return st->code;
         if (ok) return PV_OK;
-        if (wall_ms() >= until) break;
+        if (pv_time_now_ms() >= until) break;
         if (wk_op_sleep(c->op, POLL_MS, st) != PV_OK) return st->code;
     }
     return wk_op_fail_final(c->op, st, PV_DEADLINE_EXCEEDED,
@@ -326,7 +321,7 @@ static int uncordon_set(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
 
 /* Watches the set stay READY at the target for the settle time. */
 static int settle(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
-    int64_t until = wall_ms() + (int64_t)c->settle_s * 1000;
+    int64_t until = pv_time_now_ms() + (int64_t)c->settle_s * 1000;
     do {
         for (size_t j = 0; j < m; j++) {
             bool ok = false;
@@ -340,7 +335,7 @@ static int settle(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
                 return node_failed(c, idx[j], PV_FAILED_PRECONDITION, st, why);
             }
         }
-        if (wall_ms() >= until) break;
+        if (pv_time_now_ms() >= until) break;
         if (wk_op_sleep(c->op, POLL_MS, st) != PV_OK) return st->code;
     } while (1);
     return PV_OK;
@@ -478,7 +473,7 @@ static int load_record(up_ctx *c, pv_status *st) {
         }
         c->rec = ids && names && cordoned
                      ? pv_upgrade_new_record(wk_op_record(c->op)->id, c->cluster_id, c->from, c->to,
-                                             &c->s, ids, names, cordoned, n, wall_ms())
+                                             &c->s, ids, names, cordoned, n, pv_time_now_ms())
                      : NULL;
         free(ids);
         free(names);

@@ -28,6 +28,7 @@
  */
 #include "wk_consumer.h"
 
+#include "pv_time.h"
 #include "pv_metrics.h"
 
 #include <inttypes.h>
@@ -131,12 +132,6 @@ static void outage_note(outage *o, const char *who, int rc, const pv_status *st)
         o->down = false;
     }
     if (rc == PV_OK) o->failing = false;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static struct timespec mono_after(int64_t ms) {
@@ -488,8 +483,8 @@ static size_t take_new(struct wk_consumer *c, outage *o, int n) {
 /* Waits until a slot is free, the stop, or the deadline; returns the free slots. */
 static int wait_free_slots(struct wk_consumer *c, int64_t deadline) {
     pthread_mutex_lock(&c->mu);
-    while (!c->stopping && c->busy >= c->concurrency && mono_ms() < deadline)
-        wait_ms(c, deadline - mono_ms());
+    while (!c->stopping && c->busy >= c->concurrency && pv_time_mono_ms() < deadline)
+        wait_ms(c, deadline - pv_time_mono_ms());
     int n = c->stopping ? 0 : c->concurrency - c->busy;
     pthread_mutex_unlock(&c->mu);
     return n;
@@ -500,13 +495,13 @@ static void *reader_main(void *arg) {
     outage o = {false};
     char cursor[64] = "0-0";
     bool backlog = false; /* the last read filled every free slot: more may be waiting */
-    int64_t now = mono_ms();
+    int64_t now = pv_time_mono_ms();
     int64_t next_reclaim = now, next_promote = now, next_trim = now + FIRST_TRIM_MS;
     if (ensure_group(c, &o) == PV_OK)
         pv_info("consuming queue=%s stream=%s consumer=%s concurrency=%d lease_ms=%d", c->queue,
                 c->stream, c->consumer, c->concurrency, c->lease_ms);
     while (!is_stopping(c)) {
-        now = mono_ms();
+        now = pv_time_mono_ms();
         if (now >= next_reclaim) {
             reclaim(c, &o, cursor, sizeof cursor);
             next_reclaim = now + RECLAIM_EVERY_MS;
@@ -521,7 +516,7 @@ static void *reader_main(void *arg) {
         }
         int64_t next = next_reclaim < next_promote ? next_reclaim : next_promote;
         int n = wait_free_slots(c, next);
-        int64_t block = next - mono_ms();
+        int64_t block = next - pv_time_mono_ms();
         if (n > 0 && backlog)
             backlog = take_new(c, &o, n) == (size_t)n;
         else if (n > 0 && block > 0)
@@ -723,7 +718,7 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
     const pv_op *r = wk_op_record(op);
     slot_register(t, op);
     pv_info("op start id=%s kind=%s attempt=%d/%d", r->id, r->kind, r->attempts, r->max_attempts);
-    int64_t t0 = mono_ms();
+    int64_t t0 = pv_time_mono_ms();
 
     pv_status hst;
     pv_status_clear(&hst);
@@ -750,7 +745,7 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
         result = "FAILED(dead-letter)";
     }
     slot_unregister(t);
-    double ms = (double)(mono_ms() - t0);
+    double ms = (double)(pv_time_mono_ms() - t0);
     if (c->metrics) {
         char labels[256];
         const char *kv[] = {"kind", r->kind ? r->kind : "", "outcome", result};
@@ -880,9 +875,9 @@ static void *keeper_main(void *arg) {
     }
     pthread_mutex_lock(&c->mu);
     while (!c->keeper_stop) {
-        int64_t until = mono_ms() + every;
-        while (!c->keeper_stop && mono_ms() < until)
-            wait_on(c, &c->keeper_cv, until - mono_ms());
+        int64_t until = pv_time_mono_ms() + every;
+        while (!c->keeper_stop && pv_time_mono_ms() < until)
+            wait_on(c, &c->keeper_cv, until - pv_time_mono_ms());
         if (c->keeper_stop) break;
         int n = 0;
         for (int i = 0; i < c->concurrency; i++) {
@@ -1064,7 +1059,7 @@ static int release_stragglers(struct wk_consumer *c) {
 
 bool wk_consumer_stop(wk_consumer *c) {
     if (!c) return true;
-    int64_t deadline = mono_ms() + c->shutdown_ms;
+    int64_t deadline = pv_time_mono_ms() + c->shutdown_ms;
     pthread_mutex_lock(&c->mu);
     c->stopping = true;
     int running = 0;
@@ -1079,8 +1074,8 @@ bool wk_consumer_stop(wk_consumer *c) {
     stop_reader(c);
 
     pthread_mutex_lock(&c->mu);
-    while (c->busy > 0 && mono_ms() < deadline)
-        wait_ms(c, deadline - mono_ms());
+    while (c->busy > 0 && pv_time_mono_ms() < deadline)
+        wait_ms(c, deadline - pv_time_mono_ms());
     bool idle = c->busy == 0;
     pthread_mutex_unlock(&c->mu);
     if (!idle && release_stragglers(c) > 0) {

@@ -67,6 +67,7 @@
 
 #include <ev.h>
 
+#include "pv_time.h"
 #include "pv_log.h"
 #include "pv_json.h"
 #include "pv_strv.h"
@@ -96,18 +97,6 @@ extern char **environ;
 
 static char *xstrdup(const char *s) {
     return strdup(s ? s : "");
-}
-
-static int64_t wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -1026,7 +1015,7 @@ static void log_index_tick(struct ev_loop *loop, ev_timer *t, int revents) {
     (void)loop;
     (void)revents;
     pe *e = t->data;
-    int64_t now = wall_ms();
+    int64_t now = pv_time_now_ms();
     pthread_mutex_lock(&e->mu);
     for (pe_wl *w = e->wls; w; w = w->next) {
         struct stat sb;
@@ -1110,7 +1099,7 @@ static int wl_spawn_main(pe *e, pe_wl *w, pv_status *st) {
     proc_stat(pid, &w->pid_start, NULL);
     w->state = WK_STATE_RUNNING;
     w->exit_code = 0;
-    w->started_ms = wall_ms();
+    w->started_ms = pv_time_now_ms();
     w->finished_ms = 0;
     wl_log(w, "started %s (pid %d, restart policy %s)", w->commands.v[0], (int)pid,
            *w->restart ? w->restart : "no");
@@ -1143,7 +1132,7 @@ static void wl_exited(pe *e, pe_wl *w, int status, bool known) {
     w->pid_start = 0;
     w->state = WK_STATE_STOPPED;
     w->exit_code = code;
-    w->finished_ms = wall_ms();
+    w->finished_ms = pv_time_now_ms();
     if (known)
         wl_log(w, "main process %d exited with %d", (int)pid, code);
     else
@@ -1234,7 +1223,7 @@ static void adopt_all(pe *e, void *arg) {
         w->pid = 0;
         w->state = WK_STATE_STOPPED;
         w->exit_code = -1;
-        w->finished_ms = wall_ms();
+        w->finished_ms = pv_time_now_ms();
         wl_log(w, "main process %d is gone since the agent stopped", old);
         if (w->want_running && policy_restarts(w, -1)) {
             pv_status st;
@@ -1298,7 +1287,7 @@ static bool job_wait(pe *e, pe_job *job, int64_t deadline_ms) {
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
-        int64_t left = deadline_ms - mono_ms();
+        int64_t left = deadline_ms - pv_time_mono_ms();
         if (left <= 0) break;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1350,22 +1339,22 @@ static int job_run(pe *e, pe_job *job, int capture_fd, int timeout_ms, int *exit
         *st = job->st;
         return job->rc;
     }
-    int64_t deadline = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
+    int64_t deadline = timeout_ms > 0 ? pv_time_mono_ms() + timeout_ms : 0;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     if (capture_fd >= 0) {
         bool eof = false;
         int64_t exited_at = 0;
         while (!eof) {
-            if (deadline && mono_ms() >= deadline && !*timed_out) {
+            if (deadline && pv_time_mono_ms() >= deadline && !*timed_out) {
                 kill(-job->pid, SIGKILL);
                 *timed_out = true;
             }
             bool d = job_done(e, job);
-            if (d && !exited_at) exited_at = mono_ms();
+            if (d && !exited_at) exited_at = pv_time_mono_ms();
             /* something in the background may keep the pipe open: stop reading soon after
              * the process itself is gone */
-            if (exited_at && mono_ms() - exited_at > 100) break;
+            if (exited_at && pv_time_mono_ms() - exited_at > 100) break;
             struct pollfd pfd = {capture_fd, POLLIN, 0};
             int pr = poll(&pfd, 1, 20);
             if (pr <= 0) continue;
@@ -1584,7 +1573,7 @@ static int wl_prepare(pe *e, pe_wl *w, const char *image_path, pv_status *st) {
         return pv_status_set(st, PV_INTERNAL, "workload %s: log %s: %s", w->id, w->log_path,
                              strerror(errno));
     close(log);
-    index_append(w->home, wall_ms(), 0); /* since a time before any output: from the start */
+    index_append(w->home, pv_time_now_ms(), 0); /* since a time before any output: from the start */
     if (wl_link_volumes(w, st) != PV_OK) return st->code;
     if (w->switch_user) {
         /* the tree is its user's alone (0700): another workload's user can neither read nor
@@ -1944,7 +1933,7 @@ static int pe_create(void *impl, const wk_workload_spec *spec, wk_engine_info *o
     w->switch_user = sw;
     w->uid = uid;
     w->gid = gid;
-    w->created_ms = wall_ms();
+    w->created_ms = pv_time_now_ms();
     w->state = WK_STATE_CREATED;
     pthread_mutex_lock(&e->mu);
     if (wl_find(e, w->id) || access(w->home, F_OK) == 0) {
@@ -2037,9 +2026,9 @@ static void cancel_restart(pe *e, void *arg) {
 
 /* Waits until w's main process is no longer pid, up to ms. Caller holds e->mu. */
 static bool wl_wait_gone(pe *e, pe_wl *w, pid_t pid, int ms) {
-    int64_t deadline = mono_ms() + ms;
+    int64_t deadline = pv_time_mono_ms() + ms;
     while (w->pid == pid) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - pv_time_mono_ms();
         if (left <= 0) return false;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -2193,7 +2182,8 @@ static int pe_log_range(void *impl, const char *id, int64_t since_ms, int64_t un
             found = true;
             break;
         }
-    if (rc == PV_OK && until_ms > 0 && !found && until_ms <= wall_ms() - WK_ENGINE_LOG_INDEX_MS)
+    if (rc == PV_OK && until_ms > 0 && !found &&
+        until_ms <= pv_time_now_ms() - WK_ENGINE_LOG_INDEX_MS)
         *end = n > 0 ? size[n - 1] : 0;
     if (*end >= 0 && *end < *start) *end = *start;
     free(ms);

@@ -20,6 +20,7 @@
  * written here (domain_xml, meta_element) escapes every client value with fput_xml.
  */
 #include "wk_engine_virt.h"
+#include "pv_time.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -139,12 +140,6 @@ static void unlock(wk_virt *v) {
 }
 
 /* ---- small helpers ------------------------------------------------------------------------ */
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static char *xstrdup(const char *s) {
     return strdup(s ? s : "");
@@ -299,7 +294,7 @@ static int network_subnets(const char *xml, char ***out, size_t *n, pv_status *s
 static void random_mac(char out[18]) {
     unsigned char r[3] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        unsigned long x = (unsigned long)now_ms() ^ (unsigned long)getpid();
+        unsigned long x = (unsigned long)pv_time_now_ms() ^ (unsigned long)getpid();
         r[0] = (unsigned char)x, r[1] = (unsigned char)(x >> 8), r[2] = (unsigned char)(x >> 16);
     }
     snprintf(out, 18, "52:54:00:%02x:%02x:%02x", r[0], r[1], r[2]);
@@ -803,7 +798,7 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     }
     /* Marked started before the start, so a domain that runs is never taken for CREATED. */
     json_object_set_new(meta, "started", json_true());
-    json_object_set_new(meta, "started_ms", json_integer(now_ms()));
+    json_object_set_new(meta, "started_ms", json_integer(pv_time_now_ms()));
     json_object_set_new(meta, "finished_ms", json_integer(0));
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
     if (virDomainCreate(d) < 0) {
@@ -865,7 +860,7 @@ static int stop_domain(wk_virt *v, const char *id, virDomainPtr d, json_t *meta,
     if (!now) wait_shutoff(v, d, grace_seconds);
     if (dom_active(v, d) && virDomainDestroy(d) < 0 && dom_active(v, d))
         return lv_fail(v, st, "workload %s: virDomainDestroy %s", id, virDomainGetName(d));
-    json_object_set_new(meta, "finished_ms", json_integer(now_ms()));
+    json_object_set_new(meta, "finished_ms", json_integer(pv_time_now_ms()));
     return meta_save(v, d, meta, st);
 }
 
