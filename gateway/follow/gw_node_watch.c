@@ -23,6 +23,7 @@
 
 #include "gw_async.h"
 #include "pb/core.pb-c.h"
+#include "pv_time.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_status.h"
@@ -176,11 +177,7 @@ gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spe
         return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->synced_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&w->synced_cv);
     ev_async_init(&w->wake, on_wake);
     w->wake.data = w;
     ev_async_start(w->loop, &w->wake);

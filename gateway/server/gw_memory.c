@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pv_time.h"
 #include "pv_log.h"
 
 struct gw_memory {
@@ -92,12 +93,8 @@ int gw_memory_start(int idle_ms, gw_memory **out, pv_status *st) {
     gw_memory *m = calloc(1, sizeof *m);
     if (!m) return pv_status_set(st, PV_INTERNAL, "memory trimmer: out of memory");
     m->idle_ms = idle_ms;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&m->cv);
     int rc = pthread_create(&m->thread, NULL, trimmer_main, m);
     if (rc != 0) {
         pthread_cond_destroy(&m->cv);

@@ -16,6 +16,16 @@ int64_t pv_time_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int pv_time_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (rc != 0) return rc;
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
 int64_t pv_time_mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

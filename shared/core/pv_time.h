@@ -7,6 +7,7 @@
 #ifndef PV_TIME_H
 #define PV_TIME_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "pv_status.h"
@@ -27,5 +28,9 @@ int64_t pv_time_now_ms(void);
 /* Monotonic milliseconds (CLOCK_MONOTONIC): for timeouts and durations, which a clock step must
  * not stretch or cut. */
 int64_t pv_time_mono_ms(void);
+
+/* Initialises cv to time its waits on CLOCK_MONOTONIC (pthread_cond_timedwait then takes a
+ * monotonic deadline, which a step of the wall clock cannot move). 0, or pthread's error. */
+int pv_time_cond_init(pthread_cond_t *cv);
 
 #endif

@@ -5,6 +5,7 @@
  * so the key and the index never disagree for long. The thread sleeps on a condition variable,
  * so stop is immediate rather than waiting out an interval.
  */
+#include "pv_time.h"
 #include "pv_presence.h"
 
 #include <jansson.h>
@@ -124,11 +125,7 @@ int pv_presence_start(const pv_config *cfg, const pv_presence_opts *o, pv_presen
     pv_presence *p = calloc(1, sizeof *p);
     if (!p) return pv_status_set(st, PV_INTERNAL, "out of memory");
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&p->cv);
     p->instance = strdup(o->instance);
     p->kind = strdup(o->kind);
     p->value = make_value(o);

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -83,12 +85,35 @@ static void test_clocks(void **state) {
     assert_true(pv_time_mono_ms() >= b);
 }
 
+/* A condition variable from pv_time_cond_init times out on a monotonic deadline. */
+static void test_monotonic_cond(void **state) {
+    (void)state;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    assert_int_equal(pv_time_cond_init(&cv), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += 30 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    int64_t t0 = pv_time_mono_ms();
+    pthread_mutex_lock(&mu);
+    int rc = pthread_cond_timedwait(&cv, &mu, &until);
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rc, ETIMEDOUT);
+    int64_t waited = pv_time_mono_ms() - t0;
+    /* a wall-clock cv would read the monotonic deadline as long past and return at once */
+    assert_true(waited >= 29 && waited < 5000);
+    pthread_cond_destroy(&cv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rfc3339),
-        cmocka_unit_test(test_unix_and_durations),
-        cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_rfc3339),        cmocka_unit_test(test_unix_and_durations),
+        cmocka_unit_test(test_refused),        cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_monotonic_cond),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

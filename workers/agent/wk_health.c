@@ -332,11 +332,7 @@ wk_health *wk_health_new(const pv_config *cfg, wk_engine *engine) {
     h->interval_seconds =
         cfg->worker.status_interval_seconds > 0 ? cfg->worker.status_interval_seconds : 5;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&h->cv);
     return h;
 }
 

@@ -985,13 +985,9 @@ int wk_consumer_start(const wk_consumer_opts *o, wk_consumer **out, pv_status *s
     struct wk_consumer *c = calloc(1, sizeof *c);
     if (!c) return pv_status_set(st, PV_INTERNAL, "out of memory");
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_cond_init(&c->work_cv, &ca);
-    pthread_cond_init(&c->keeper_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&c->cv);
+    pv_time_cond_init(&c->work_cv);
+    pv_time_cond_init(&c->keeper_cv);
     if (configure(c, o, st) != PV_OK) {
         consumer_free(c);
         return st->code;

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
 #include "wk_cluster.h"
@@ -112,11 +113,7 @@ int wk_op_new(const wk_env *env, pv_op *rec, int64_t token, wk_op **out, pv_stat
     op->token = token;
     op->env = *env;
     pthread_mutex_init(&op->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&op->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&op->cv);
     op->cancel = op->rec.cancel_requested;
     *out = op;
     return PV_OK;

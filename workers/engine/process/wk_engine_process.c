@@ -1801,11 +1801,7 @@ static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_
     e->default_user = strdup(opts->default_user ? opts->default_user : "");
     e->uid_dir = strdup(opts->uid_dir && *opts->uid_dir ? opts->uid_dir : PE_DEFAULT_UID_DIR);
     pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pv_time_cond_init(&e->cv);
     if (!e->state_dir || !e->image_dir || !e->default_user || !e->uid_dir) {
         pe_free(e);
         atomic_store(&pe_is_open, 0);
