@@ -540,23 +540,38 @@ static int step_report(wk_op *op, void *arg, char **result, pv_status *st) {
     return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
-int wk_node_deploy_create(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
+/* What a node's part of a deploy or a replace starts from: this agent (with an engine), the pod
+ * and the deploy's options carried in the parameters (protobuf, base64). *o is the caller's to
+ * free (pb__deploy_options__free_unpacked). */
+static int load_deploy(wk_op *op, wk_agent **agent, const char **pod, Pb__DeployOptions **o,
+                       pv_status *st) {
+    *o = NULL;
+    *agent = wk_op_context(op);
+    if (!*agent || !wk_agent_engine(*agent))
         return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.create_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
-    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
-    if (!b64 || !pod)
+                             "this worker runs no engine: %s needs the node agent (pivirt-worker "
+                             "--set worker.node=NAME)",
+                             wk_op_record(op)->kind);
+    const char *b64 = wk_op_param(op, "deploy");
+    *pod = wk_op_param(op, "pod");
+    if (!b64 || !*pod)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
     unsigned char *bytes = NULL;
     size_t len = 0;
     if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
-    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
+    *o = pb__deploy_options__unpack(NULL, len, bytes);
     free(bytes);
-    if (!o || !o->entrypoint)
-        return (o ? pb__deploy_options__free_unpacked(o, NULL) : (void)0),
-               pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+    if (*o && (*o)->entrypoint) return PV_OK;
+    if (*o) pb__deploy_options__free_unpacked(*o, NULL);
+    *o = NULL;
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
+}
+
+int wk_node_deploy_create(wk_op *op, pv_status *st) {
+    wk_agent *agent;
+    const char *pod;
+    Pb__DeployOptions *o;
+    if (load_deploy(op, &agent, &pod, &o, st) != PV_OK) return st->code;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     json_t *allocs = json_object_get(params, "allocations");
     int rc = json_is_array(allocs)
@@ -1380,23 +1395,10 @@ static int step_report_replace(wk_op *op, void *arg, char **result, pv_status *s
 }
 
 int wk_node_deploy_replace(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.replace_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
-    const char *b64 = wk_op_param(op, "deploy"), *pod = wk_op_param(op, "pod");
-    if (!b64 || !pod)
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "params: deploy and pod are required");
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    if (pv_b64_decode("params.deploy", b64, &bytes, &len, st) != PV_OK) return st->code;
-    Pb__DeployOptions *o = pb__deploy_options__unpack(NULL, len, bytes);
-    free(bytes);
-    if (!o || !o->entrypoint) {
-        if (o) pb__deploy_options__free_unpacked(o, NULL);
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
-    }
+    wk_agent *agent;
+    const char *pod;
+    Pb__DeployOptions *o;
+    if (load_deploy(op, &agent, &pod, &o, st) != PV_OK) return st->code;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     json_t *copy = json_object_get(params, "copy");
     int rc = PV_OK;
