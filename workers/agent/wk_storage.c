@@ -524,15 +524,19 @@ static int volume_create(sctx *c, pv_status *st) {
 
 /* A volume's file, in a pool that keeps files, is checked again before the agent acts on it: a
  * pool made before storage roots were enforced, or a file swapped for a link since, must not
- * make the agent copy, resize, snapshot or unlink a host file. FAILED_PRECONDITION naming it. */
-static int confined_volume(sctx *c, json_t *vol, pv_status *st) {
+ * make the agent copy, resize, snapshot or unlink a host file. FAILED_PRECONDITION naming it.
+ * *pool_out (may be NULL) gets the pool's record, read for the check, for the caller to decref. */
+static int confined_volume(sctx *c, json_t *vol, json_t **pool_out, pv_status *st) {
     json_t *pool = NULL;
     const char *name = json_string_value(json_object_get(vol, "name"));
     if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool",
                        json_string_value(json_object_get(vol, "pool")), &pool, st) != PV_OK)
         return st->code;
     int type = (int)json_integer_value(json_object_get(pool, "type"));
-    json_decref(pool);
+    if (pool_out)
+        *pool_out = pool;
+    else
+        json_decref(pool);
     if (!file_pool(type)) return PV_OK;
     char field[200];
     snprintf(field, sizeof field, "volume %s", name ? name : "?");
@@ -551,13 +555,15 @@ static int confined_volume(sctx *c, json_t *vol, pv_status *st) {
     return st->code;
 }
 
-static int load_volume(sctx *c, const char *id, json_t **rec, pv_status *st) {
+/* A volume to act on: its record, not in use, its file confined; *pool (may be NULL) its pool's
+ * record (caller decrefs, set even on a refusal). */
+static int load_volume(sctx *c, const char *id, json_t **rec, json_t **pool, pv_status *st) {
     if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "vol", id, rec, st) != PV_OK)
         return st->code;
     if (json_integer_value(json_object_get(*rec, "status")) == PV_VOL_IN_USE)
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "volume %s is in use by a running workload", id);
-    return confined_volume(c, *rec, st);
+    return confined_volume(c, *rec, pool, st);
 }
 
 static virStorageVolPtr vol_handle(sctx *c, json_t *rec, pv_status *st) {
@@ -584,7 +590,7 @@ static int volume_resize(sctx *c, pv_status *st) {
     json_t *rec = NULL;
     long size = 0;
     int rc = wk_op_param_int(c->op, "size", 0, 1, INT64_MAX, &size, st);
-    if (rc == PV_OK) rc = load_volume(c, param(c->op, "id"), &rec, st);
+    if (rc == PV_OK) rc = load_volume(c, param(c->op, "id"), &rec, NULL, st);
     if (rc == PV_OK && size < json_integer_value(json_object_get(rec, "size")))
         rc = pv_status_set(st, PV_INVALID_ARGUMENT,
                            "new_size_bytes: %ld is smaller than the volume (%lld): volumes only "
@@ -659,7 +665,7 @@ static int volume_clone(sctx *c, pv_status *st) {
     virStoragePoolPtr p = NULL;
     int rc =
         pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", param(op, "source_id"), &src, st);
-    if (rc == PV_OK) rc = confined_volume(c, src, st);
+    if (rc == PV_OK) rc = confined_volume(c, src, NULL, st);
     if (rc == PV_OK) rc = active_pool(c, pool, &prec, &p, st);
     if (rc == PV_OK)
         rc = check_room(c, "source_id", prec, p, json_integer_value(json_object_get(src, "size")),
@@ -895,10 +901,7 @@ static int64_t allocated(const char *path) {
 static int snapshot_target(sctx *c, const char *vol_id, json_t **vol, json_t **pool, int *method,
                            pv_status *st) {
     *pool = NULL;
-    if (load_volume(c, vol_id, vol, st) != PV_OK) return st->code;
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pv_json_str(*vol, "pool"),
-                       pool, st) != PV_OK)
-        return st->code;
+    if (load_volume(c, vol_id, vol, pool, st) != PV_OK) return st->code;
     *method = pv_storage_snapshot_method((int)json_integer_value(json_object_get(*pool, "type")),
                                          (int)json_integer_value(json_object_get(*vol, "format")));
     if (*method == PV_SNAPS_NONE)
@@ -1043,15 +1046,16 @@ static int snapshot_delete(sctx *c, pv_status *st) {
  * image): removed first, with their own commands; qcow2 ones go with the file. */
 static int volume_delete(sctx *c, pv_status *st) {
     json_t *rec = NULL, *pool = NULL, *snaps = NULL;
-    int rc = load_volume(c, param(c->op, "id"), &rec, st);
-    if (rc == PV_NOT_FOUND) return PV_OK;
+    int rc = load_volume(c, param(c->op, "id"), &rec, &pool, st);
+    if (rc == PV_NOT_FOUND) {
+        json_decref(pool);
+        return PV_OK;
+    }
     if (rc == PV_OK)
         rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", pv_json_str(rec, "id"),
                              &snaps, st);
     int method = PV_SNAPS_NONE;
-    if (rc == PV_OK && json_array_size(snaps) > 0 &&
-        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pv_json_str(rec, "pool"),
-                       &pool, st) == PV_OK)
+    if (rc == PV_OK && json_array_size(snaps) > 0)
         method =
             pv_storage_snapshot_method((int)json_integer_value(json_object_get(pool, "type")),
                                        (int)json_integer_value(json_object_get(rec, "format")));
