@@ -126,19 +126,19 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
         }
         pv_op_output_free(entries, n);
         if (rc != PV_OK || (over && n == 0)) break;
-        pv_op now;
-        if ((rc = pv_op_get(r, &app->keys, op_id, &now, &st)) != PV_OK) break;
-        over = now.status == PV_OP_SUCCEEDED || now.status == PV_OP_FAILED ||
-               now.status == PV_OP_CANCELLED;
-        if (over && now.status == PV_OP_FAILED) {
+        pv_op latest;
+        if ((rc = pv_op_get(r, &app->keys, op_id, &latest, &st)) != PV_OK) break;
+        over = latest.status == PV_OP_SUCCEEDED || latest.status == PV_OP_FAILED ||
+               latest.status == PV_OP_CANCELLED;
+        if (over && latest.status == PV_OP_FAILED) {
             /* Eru reports a log's failure in the stream's own error field. */
             Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
             m.id = w.id;
-            m.error = now.error_message;
+            m.error = latest.error_message;
             m.std_stream_type = PB__STD_STREAM_TYPE__ERUERROR;
             if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
         }
-        pv_op_clear(&now);
+        pv_op_clear(&latest);
     }
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);

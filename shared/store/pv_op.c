@@ -68,7 +68,7 @@ static const struct {
     field_type type;
     size_t off;
     const char *dflt; /* F_STR: the value when the field is absent */
-} fields[] = {
+} op_fields[] = {
     {"id", F_ID, offsetof(pv_op, id), NULL},
     {"kind", F_STR, offsetof(pv_op, kind), ""},
     {"target", F_STR, offsetof(pv_op, target), ""},
@@ -93,13 +93,13 @@ static const struct {
     {"unjournaled", F_BOOL, offsetof(pv_op, unjournaled), NULL},
 };
 
-#define N_FIELDS (sizeof fields / sizeof fields[0])
-#define FIELD(op, i, T) ((T *)((char *)(op) + fields[i].off))
+#define N_FIELDS (sizeof op_fields / sizeof op_fields[0])
+#define FIELD(op, i, T) ((T *)((char *)(op) + op_fields[i].off))
 
 void pv_op_clear(pv_op *op) {
     if (!op) return;
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (fields[i].type == F_STR) free(*FIELD(op, i, char *));
+        if (op_fields[i].type == F_STR) free(*FIELD(op, i, char *));
     memset(op, 0, sizeof *op);
 }
 
@@ -120,7 +120,7 @@ static int parse_i64(const char *s, int64_t *out) {
 
 static int set_field(pv_op *op, size_t i, const char *v) {
     int64_t n = 0;
-    switch (fields[i].type) {
+    switch (op_fields[i].type) {
     case F_ID:
         if (strlen(v) >= PV_ID_MAX) return -1;
         strcpy(op->id, v);
@@ -138,9 +138,9 @@ static int set_field(pv_op *op, size_t i, const char *v) {
     case F_BOOL:
     case F_I64:
         if (parse_i64(v, &n) != 0) return -1;
-        if (fields[i].type == F_I64)
+        if (op_fields[i].type == F_I64)
             *FIELD(op, i, int64_t) = n;
-        else if (fields[i].type == F_INT)
+        else if (op_fields[i].type == F_INT)
             *FIELD(op, i, int) = (int)n;
         else
             *FIELD(op, i, bool) = n != 0;
@@ -152,8 +152,8 @@ static int set_field(pv_op *op, size_t i, const char *v) {
 /* Gives every absent string field its default, so readers never meet NULL. */
 static int fill_defaults(pv_op *op) {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (fields[i].type == F_STR && !*FIELD(op, i, char *) &&
-            set_field(op, i, fields[i].dflt) != 0)
+        if (op_fields[i].type == F_STR && !*FIELD(op, i, char *) &&
+            set_field(op, i, op_fields[i].dflt) != 0)
             return -1;
     return 0;
 }
@@ -169,7 +169,7 @@ static int parse_record(const redisReply *a, pv_op *out, pv_status *st) {
         const redisReply *name = a->element[e], *val = a->element[e + 1];
         if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING) continue;
         for (size_t i = 0; i < N_FIELDS; i++) {
-            if (strcmp(name->str, fields[i].name) != 0) continue;
+            if (strcmp(name->str, op_fields[i].name) != 0) continue;
             if (set_field(out, i, val->str) != 0) {
                 pv_op_clear(out);
                 return pv_status_set(st, PV_INTERNAL,

@@ -26,14 +26,14 @@
 
 typedef enum { F_ID, F_STR, F_INT, F_LONG, F_I64, F_BOOL } field_type;
 
-typedef struct field {
+typedef struct field_def {
     const char *name;
     field_type type;
     size_t off;
     const char *dflt; /* F_STR: the value when the field is absent */
-} field;
+} field_def;
 
-static const field pod_fields[] = {
+static const field_def pod_fields[] = {
     {"id", F_ID, offsetof(pv_pod, id), NULL},
     {"name", F_STR, offsetof(pv_pod, name), ""},
     {"desc", F_STR, offsetof(pv_pod, desc), ""},
@@ -48,7 +48,7 @@ static const field pod_fields[] = {
     {"n_nodes", F_LONG, offsetof(pv_pod, n_nodes), NULL},
 };
 
-static const field node_fields[] = {
+static const field_def node_fields[] = {
     {"id", F_ID, offsetof(pv_node, id), NULL},
     {"name", F_STR, offsetof(pv_node, name), ""},
     {"pod_id", F_STR, offsetof(pv_node, pod_id), ""},
@@ -74,7 +74,7 @@ static const field node_fields[] = {
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 #define AT(rec, f, T) ((T *)((char *)(rec) + (f)->off))
 
-static void record_clear(void *rec, const field *fs, size_t nf, size_t size) {
+static void record_clear(void *rec, const field_def *fs, size_t nf, size_t size) {
     if (!rec) return;
     for (size_t i = 0; i < nf; i++)
         if (fs[i].type == F_STR) free(*AT(rec, &fs[i], char *));
@@ -111,7 +111,7 @@ bool pv_node_down(const pv_node *n) {
     return n->bypass || !n->alive;
 }
 
-static int set_field(void *rec, const field *f, const char *v) {
+static int set_field(void *rec, const field_def *f, const char *v) {
     char *end = NULL;
     errno = 0;
     switch (f->type) {
@@ -143,7 +143,7 @@ static int set_field(void *rec, const field *f, const char *v) {
 }
 
 /* Fills rec from a flat field/value array; absent strings get their defaults. */
-static int decode(const redisReply *rep, void *rec, const field *fs, size_t nf, pv_status *st) {
+static int decode(const redisReply *rep, void *rec, const field_def *fs, size_t nf, pv_status *st) {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0)
         return pv_status_set(st, PV_INTERNAL, "registry: unexpected record reply (type %d)",
                              rep->type);

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -20,9 +21,12 @@
 
 #define SLICE_MS 500
 
-static int key_fmt(char *buf, size_t len, pv_status *st, const char *fmt, const char *prefix,
-                   const char *id) {
-    int w = snprintf(buf, len, fmt, prefix, id);
+__attribute__((format(printf, 4, 5))) static int key_fmt(char *buf, size_t len, pv_status *st,
+                                                         const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
     if (w < 0 || (size_t)w >= len) return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
     return PV_OK;
 }

@@ -335,9 +335,12 @@ static int64_t wait_running_on(fixture *f, const char *id, const worker *w, int 
     return now_ms() - t0;
 }
 
-static long long counter(fixture *f, const char *fmt, const char *name) {
+__attribute__((format(printf, 2, 3))) static long long counter(fixture *f, const char *fmt, ...) {
     char key[PV_KEY_MAX], suffix[200];
-    snprintf(suffix, sizeof suffix, fmt, name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(suffix, sizeof suffix, fmt, ap);
+    va_end(ap);
     snprintf(key, sizeof key, "%s%s", PREFIX, suffix);
     redisReply *reply = NULL;
     pv_status st;

@@ -772,11 +772,30 @@ static void test_property_storage(void **state) {
 }
 
 /* Random volume sets and usage, random mixes of normal, exclusive, unlimited and plain mounts. */
+/* One of the five kinds of volume binding the property test draws, for volume i. */
+static void bind_of(char *one, size_t len, unsigned kind, unsigned i, int gigs) {
+    switch (kind) {
+    case 0:
+        snprintf(one, len, "AUTO:/n%u:rw:%dG", i, gigs);
+        break;
+    case 1:
+        snprintf(one, len, "AUTO:/m%u:rwm:%dG", i, gigs);
+        break;
+    case 2:
+        snprintf(one, len, "AUTO:/u%u", i);
+        break;
+    case 3:
+        snprintf(one, len, "/host%u:/in%u", i, i);
+        break;
+    default:
+        snprintf(one, len, "AUTO:/n%u:ro:%dG", i, gigs);
+        break;
+    }
+}
+
 static void test_property_storage_random(void **state) {
     (void)state;
     static const int k_gigs[] = {4, 8, 10, 16, 20, 30, 50};
-    static const char *const k_kinds[] = {"AUTO:/n%u:rw:%dG", "AUTO:/m%u:rwm:%dG", "AUTO:/u%u",
-                                          "/host%u:/in%u", "AUTO:/n%u:ro:%dG"};
     for (int round = 0; round < 400; round++) {
         char res[512], vols[400] = "", req_json[400], binds[300] = "";
         unsigned nvol = rnd(6);
@@ -803,11 +822,7 @@ static void test_property_storage_random(void **state) {
         pv_res_node_free(&node);
         for (unsigned b = 1 + rnd(3), i = 0; i < b; i++) {
             char one[64];
-            const char *kind = k_kinds[rnd(5)];
-            if (strstr(kind, "%d"))
-                snprintf(one, sizeof one, kind, i, k_gigs[rnd(5)]);
-            else
-                snprintf(one, sizeof one, kind, i, i);
+            bind_of(one, sizeof one, rnd(5), i, k_gigs[rnd(5)]);
             blen +=
                 (size_t)snprintf(binds + blen, sizeof binds - blen, "%s\"%s\"", i ? "," : "", one);
         }

@@ -14,6 +14,7 @@
 #include <libvirt/virterror.h>
 #include <linux/fs.h>
 #include <openssl/sha.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +53,14 @@ typedef struct sctx {
     pv_roots roots;
 } sctx;
 
-static int vir_fail(pv_status *st, int code, const char *fmt, const char *arg) {
+__attribute__((format(printf, 3, 4))) static int vir_fail(pv_status *st, int code, const char *fmt,
+                                                          ...) {
     const char *why = virGetLastErrorMessage();
     char what[256];
-    snprintf(what, sizeof what, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     return pv_status_set(st, code, "%s: %s", what, why ? why : "unknown libvirt error");
 }
 
