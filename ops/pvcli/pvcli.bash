@@ -23,7 +23,7 @@ _pvcli() {
         esac
     done
     if [[ $cur == -* ]]; then
-        mapfile -t COMPREPLY < <(compgen -W "--endpoint -o --detach --timeout --tls-ca --tls-cert --tls-key --user --password --help" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "--endpoint -o -q --quiet --detach --timeout --tls-ca --tls-cert --tls-key --user --password --help" -- "$cur")
     elif [[ ${COMP_WORDS[COMP_CWORD - 1]} == -o || ${COMP_WORDS[COMP_CWORD - 1]} == --output ]]; then
         mapfile -t COMPREPLY < <(compgen -W "table json" -- "$cur")
     elif [[ -z $noun ]]; then

@@ -1,7 +1,7 @@
 /*
  * pvcli: the operator's command line for pivirt's APIs.
  *
- *   pvcli [--endpoint HOST:PORT] [-o table|json] [--detach] [--timeout S] NOUN VERB [ARGS]
+ *   pvcli [--endpoint HOST:PORT] [-o table|json] [-q] [--detach] [--timeout S] NOUN VERB [ARGS]
  *         [--FIELD VALUE]...
  *
  * Every command is one RPC. Its request is built from the command's positional arguments and
@@ -10,8 +10,9 @@
  * accept 100G or 512MiB on *_bytes fields, enums their value names or a short suffix (qcow2),
  * maps KEY=VALUE (repeatable), repeated fields repeat. The answer prints as a table (lists), as
  * "field: value" lines (one resource), or with -o json as the protobuf JSON mapping (one object
- * per line for lists). Calls that start an operation wait for it with a live progress line,
- * unless --detach; Ctrl-C while waiting only detaches.
+ * per line for lists); -q prints a list's first column alone (the ids a later command takes:
+ * pvcli workload logs $(pvcli -q workload list APP | head -n 1)). Calls that start an operation
+ * wait for it with a live progress line, unless --detach; Ctrl-C while waiting only detaches.
  *
  * Exit codes: 0 done; 1 the server said no (its status and message printed), the operation
  * failed, or any item of a stream failed (a deploy's instance, an image on a node: its message
@@ -178,7 +179,7 @@ static const command k_commands[] = {
 
 typedef struct opts {
     const char *endpoint, *output, *tls_ca, *tls_cert, *tls_key, *user, *password;
-    bool detach;
+    bool detach, quiet;
     int timeout_s;
 } opts;
 
@@ -192,12 +193,13 @@ static void on_sigint(int sig) {
 static void usage(FILE *f, const char *noun) {
     if (!noun)
         fprintf(
-            f, "usage: pvcli [--endpoint HOST:PORT] [-o table|json] [--detach] [--timeout S]\n"
+            f, "usage: pvcli [--endpoint HOST:PORT] [-o table|json] [-q] [--detach] [--timeout S]\n"
                "             NOUN VERB [ARGS] [--FIELD VALUE]...\n\n"
                "Endpoint: --endpoint or PIVIRT_ENDPOINT (localhost:8443). Auth: --user/--password\n"
                "or PIVIRT_USER/PIVIRT_PASSWORD. TLS: --tls-ca FILE or PIVIRT_TLS_CA; a client\n"
                "certificate (mutual TLS): --tls-cert FILE --tls-key FILE or PIVIRT_TLS_CERT,\n"
                "PIVIRT_TLS_KEY.\n"
+               "Output: tables, or -o json; -q prints a list's first column alone (its ids).\n"
                "Exit codes: 0 done, 1 the server said no (or the operation failed, or an item\n"
                "of a stream did), 2 usage; workload exec: the command's own.\n\n"
                "Nouns: cluster, node, pool, volume, snapshot, op, pod, workload, image, capacity\n"
@@ -649,6 +651,22 @@ static void print_table(const char *columns, json_t *rows) {
     free(cells);
 }
 
+/* -q: the first column of a table alone, one value a line and no header, for a shell to take
+ * (the ids of workloads, volumes, operations; the names of clusters, nodes, pools). */
+static void print_first_column(const char *columns, json_t *rows) {
+    char first[64];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(columns, ","), columns);
+    size_t r;
+    json_t *row;
+    json_array_foreach(rows, r, row) {
+        char buf[512];
+        json_t *v = json_object_get(row, first);
+        if (!v) continue;
+        human(first, v, buf, sizeof buf);
+        printf("%s\n", buf);
+    }
+}
+
 static void print_one(const opts *o, json_t *j) {
     if (strcmp(o->output, "json") == 0) {
         char *t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -785,6 +803,10 @@ static bool global_option(opts *o, int argc, char **argv, int *i) {
     const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--detach")) {
         o->detach = true;
+        return true;
+    }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+        o->quiet = true;
         return true;
     }
     static const char *const valued[] = {"--endpoint", "-o",       "--output",
@@ -945,7 +967,10 @@ static int run_command(const command *cmd, const opts *o, const uint8_t *bytes, 
             fprintf(stderr, "pvcli: status %d: %s\n", code, details);
         rc = 1;
     } else if (cmd->columns && !cmd->live) {
-        if (strcmp(o->output, "table") == 0) print_table(cmd->columns, p.rows);
+        if (strcmp(o->output, "table") == 0 && o->quiet)
+            print_first_column(cmd->columns, p.rows);
+        else if (strcmp(o->output, "table") == 0)
+            print_table(cmd->columns, p.rows);
     } else if (cmd->live || cmd->raw_field) {
         /* printed as it came */
     } else if (cmd->waits && !o->detach && p.last) {
