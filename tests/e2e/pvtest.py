@@ -1061,3 +1061,142 @@ def make_tls_cert(directory=None):
                     "-keyout", key, "-out", crt], check=True, capture_output=True)
     with open(crt, "rb") as f:
         return key, crt, f.read()
+
+
+# ---------------------------------------------------------------------------------------------
+# stacks that ./ops/pivirt itself starts
+
+def free_port_block(n):
+    """The first of N consecutive ports all free on 127.0.0.1 (up's metrics ports: the gateway's
+    and the next three)."""
+    for _ in range(50):
+        base = free_port()
+        taken = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                taken.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in taken:
+                s.close()
+        _handed_out.update(range(base, base + n))
+        return base
+    raise RuntimeError("no %d consecutive free ports on 127.0.0.1" % n)
+
+
+def libvirt_pool_name(prefix, name):
+    """The libvirt name a node agent gives pool NAME of a system with Redis key PREFIX (every
+    character but letters and digits a '-', one '-' before the name: pv: -> pv-default)."""
+    base = "".join(c if c.isalnum() else "-" for c in prefix)
+    return (base if base.endswith("-") else base + "-") + name
+
+
+def virsh(*args, check=True):
+    """virsh on the system libvirtd: its stdout (a failure raises with CHECK, else None)."""
+    r = subprocess.run(["virsh", "-c", "qemu:///system"] + list(args), capture_output=True,
+                       text=True, timeout=60)
+    if r.returncode != 0:
+        if check:
+            raise AssertionError("virsh %s: %s" % (" ".join(args), r.stderr.strip()))
+        return None
+    return r.stdout
+
+
+class OpsStack:
+    """A whole local stack as an operator gets it: `./ops/pivirt up` in a data directory of its
+    own (temporary, 0711 so the workloads' uids reach their trees), every port moved through
+    the environment (PIVIRT_REDIS_PORT, PIVIRT_GATEWAY_LISTEN, PIVIRT_METRICS_PORT), a key
+    prefix of its own (PIVIRT_KEY_PREFIX: the libvirt pools are named after it), and the test
+    build's programs (PIVIRT_BIN_DIR, so up builds nothing). PIVIRT_ENDPOINT points pvcli at it.
+
+        st = OpsStack("a")
+        st.pivirt("up")          # a CompletedProcess (text); st.up() asserts it succeeded
+        st.storage.ListPools(...)
+        st.close()               # down, the libvirt pools of its prefix undefined, files gone
+
+    ROOT is the tree whose ops/pivirt runs (the repository's by default)."""
+
+    def __init__(self, tag, root=None):
+        self.tmp = tempfile.mkdtemp(prefix="pvtest-ops-%s-" % tag)
+        os.chmod(self.tmp, 0o711)
+        self.root = root or SOURCE_DIR
+        self.data = os.path.join(self.tmp, "data")
+        self.addr = "127.0.0.1:%d" % free_port()
+        self.prefix = "pvt%d%s:" % (os.getpid(), tag)
+        self.redis_port = free_port()
+        self.env = _clean_env({
+            "PIVIRT_DATA_DIR": self.data, "PIVIRT_REDIS_PORT": str(self.redis_port),
+            "PIVIRT_GATEWAY_LISTEN": self.addr, "PIVIRT_METRICS_PORT": str(free_port_block(4)),
+            "PIVIRT_KEY_PREFIX": self.prefix, "PIVIRT_BIN_DIR": BIN_DIR,
+            "PIVIRT_ENDPOINT": self.addr})
+        self.failed = False
+        self._channel = None
+
+    def pivirt(self, *args, timeout=300):
+        """./ops/pivirt ARGS with the stack's environment, from the root of its tree."""
+        return subprocess.run([os.path.join(self.root, "ops", "pivirt")] + list(args),
+                              cwd=self.root, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def up(self):
+        r = self.pivirt("up")
+        if r.returncode != 0:
+            self.failed = True
+            raise AssertionError("./ops/pivirt up exited %d:\n%s\n%s" %
+                                 (r.returncode, r.stdout, r.stderr[-4000:]))
+        return r
+
+    @property
+    def storage(self):
+        """A StorageService stub on the stack's gateway."""
+        from pivirt.storage.v1 import storage_pb2_grpc
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.addr)
+        return storage_pb2_grpc.StorageServiceStub(self._channel)
+
+    def libvirt_pool(self, name):
+        """The libvirt name of the stack's pool NAME."""
+        return libvirt_pool_name(self.prefix, name)
+
+    def pids(self):
+        """{process name: pid} from up's pid files."""
+        out = {}
+        run = os.path.join(self.data, "run")
+        for f in os.listdir(run) if os.path.isdir(run) else []:
+            if f.endswith(".pid"):
+                with open(os.path.join(run, f)) as fh:
+                    out[f[:-4]] = int(fh.read().strip())
+        return out
+
+    def logs_with_sanitizer_reports(self):
+        """The names of the logs under the data directory that hold a sanitizer report."""
+        logdir = os.path.join(self.data, "logs")
+        found = []
+        for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                text = f.read()
+            if any(m in text for m in SANITIZER_MARKS):
+                found.append(name)
+        return found
+
+    def close(self):
+        """down, then the libvirt definitions of the stack's pools (the system libvirtd
+        outlives it), then its files unless a test failed (then they are kept and named)."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        down = self.pivirt("down", timeout=120)
+        lv_prefix = self.libvirt_pool("")
+        for name in (virsh("pool-list", "--all", "--name", check=False) or "").split():
+            if name.startswith(lv_prefix):
+                virsh("pool-destroy", name, check=False)
+                virsh("pool-undefine", name, check=False)
+        if self.failed or down.returncode != 0:
+            print("pvtest: kept %s (down exited %d: %s)" % (self.tmp, down.returncode,
+                                                            down.stderr[-2000:]), file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return down
