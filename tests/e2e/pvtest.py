@@ -1171,6 +1171,22 @@ class OpsStack:
                     out[f[:-4]] = int(fh.read().strip())
         return out
 
+    def processes(self):
+        """["pid command line"] of every process that runs from the stack's files: its
+        daemons (their arguments name the data directory) and its workloads (their working
+        directory is in it)."""
+        found = []
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    argv = f.read().decode("utf-8", "replace").replace("\0", " ").strip()
+                cwd = os.readlink("/proc/%s/cwd" % pid)
+            except OSError:
+                continue  # gone meanwhile, or a kernel thread
+            if self.data in argv or (cwd + "/").startswith(self.data + "/"):
+                found.append("%s %s" % (pid, argv))
+        return found
+
     def logs_with_sanitizer_reports(self):
         """The names of the logs under the data directory that hold a sanitizer report."""
         logdir = os.path.join(self.data, "logs")
