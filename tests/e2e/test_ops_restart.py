@@ -35,25 +35,6 @@ PIVIRT = os.path.join(pvtest.SOURCE_DIR, "ops", "pivirt")
 NAMES = ["redis", "gateway", "scheduler", "worker-1", "worker-2", "agent"]
 
 
-def free_port_run(n):
-    """The first of n consecutive ports free on 127.0.0.1 (the metrics ports of up)."""
-    for _ in range(50):
-        base = pvtest.free_port()
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no %d consecutive free ports" % n)
-
-
 class Load:
     """Clients calling the gateway without pause (Info and Health) on a few channels, counting
     answers; failures while a part restarts are expected and only counted."""
@@ -112,7 +93,7 @@ class OpsRestart(unittest.TestCase):
         cls.env = dict(pvtest._clean_env(), PIVIRT_DATA_DIR=cls.data,
                        PIVIRT_REDIS_PORT=str(pvtest.free_port()),
                        PIVIRT_GATEWAY_LISTEN=",".join(cls.listen),
-                       PIVIRT_METRICS_PORT=str(free_port_run(4)),
+                       PIVIRT_METRICS_PORT=str(pvtest.free_port_block(4)),
                        PIVIRT_KEY_PREFIX=cls.prefix, PIVIRT_BIN_DIR=pvtest.BIN_DIR,
                        PIVIRT_LOG_LEVEL="info")
         cls.failed = False
