@@ -287,7 +287,10 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
 
 /* Whether every id names a workload; else st names the first that does not. */
 static bool all_known(pv_redis *r, const pv_keys *k, char **ids, size_t n, pv_status *st) {
-    if (n == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "IDs: no workload ids given"), false;
+    if (n == 0) {
+        pv_status_set(st, PV_INVALID_ARGUMENT, "IDs: no workload ids given");
+        return false;
+    }
     for (size_t i = 0; i < n; i++) {
         pv_workload w;
         if (pv_workload_get(r, k, ids[i], &w, st) != PV_OK) return false;

@@ -270,10 +270,11 @@ static int send_failed_creates(gw_call *call, json_t *failures, bool async, pv_s
     json_array_foreach(failures, i, f) {
         char *line = NULL;
         int len = asprintf(&line, "Create workload failed %s", json_string_value(f));
-        int sent = len < 0 ? -1 : 0;
-        if (sent == 0 && async)
+        if (len < 0) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        int sent = 0;
+        if (async)
             pv_info("RunAndWait async: %s", line);
-        else if (sent == 0)
+        else
             sent = attach_send(call, "", line, (size_t)len, PB__STD_STREAM_TYPE__ERUERROR);
         free(line);
         if (sent != 0) return pv_status_set(st, PV_CANCELLED, "client gone");
@@ -363,7 +364,8 @@ static void lambda_free(void *p) {
 }
 
 /* The first message carries the options; later ones would be stdin, which the process engine
- * does not take (open_stdin), so they are read and dropped. */
+ * does not take (open_stdin), so they are read and dropped.
+ * Follows Eru's calcium.RunAndWait: only bad options fail the call (lambda_run). */
 static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
     if (gw_call_user(call)) return; /* started: stdin or the half-close */
     if (!msg) {
@@ -679,7 +681,8 @@ static void session_input(gw_call *call, exec_call *x, const ProtobufCBinaryData
 /* The first message names the workload and the command. Without open_stdin the command runs at
  * once; with it, the session is interactive: the repl_cmd of the first and later messages is
  * its standard input as it comes, the half-close its end, and its output streams back as it
- * comes (no terminal: a program that insists on a tty sees pipes). */
+ * comes (no terminal: a program that insists on a tty sees pipes).
+ * Follows Eru's calcium.ExecuteWorkload: an unknown workload is its one message (finish_exec). */
 static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
     exec_call *x = gw_call_user(call);
     const Pb__ExecuteWorkloadOptions *o = (const Pb__ExecuteWorkloadOptions *)msg;
