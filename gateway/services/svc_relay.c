@@ -107,6 +107,7 @@ static int send_lost(svc_relay *rl, const child *c, const char *why) {
     m.error = (char *)why;
     rl->sent++;
     rl->failed++;
+    if (rl->quiet) json_array_append_new(rl->failures, json_string(why)); /* as send_instance */
     return relay_send(rl, &m.base);
 }
 
