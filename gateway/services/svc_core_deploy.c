@@ -39,6 +39,9 @@ void svc_core_deploy_free(svc_core_deploy *s) {
     free(s);
 }
 
+/* Follows Eru's calcium.doCreateWorkloads: once the options are valid, a deploy that fails
+ * before any node is asked (no plan fits, no node, ...) is the stream's one message, success
+ * false and the error (no other field), and the call ends OK. */
 static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DeployOptions *o = (const Pb__DeployOptions *)req;
     pv_status st;
@@ -51,6 +54,12 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     svc_relay_init(&rl, call, r, o->podname);
     int rc = svc_relay_submit_deploy(call, o, rl.parent, &st);
     if (rc == PV_OK) rc = svc_relay_run(&rl, &st);
+    if (rc == PV_FAILED_PRECONDITION && rl.n == 0) { /* svc_relay_run: failed before any node */
+        Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;
+        m.error = st.msg;
+        rl.sent = rl.failed = 1;
+        rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
+    }
     if (rc == PV_OK) {
         pv_info("CreateWorkload operation=%s: %zu instance(s) answered, %zu failed", rl.parent,
                 rl.sent, rl.failed);
@@ -61,8 +70,9 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     svc_relay_free(&rl);
 }
 
-/* RemoveWorkload and ControlWorkload: the ids grouped by node (an unknown id fails the call
- * first), one operation of kind per node, one answer per id. type NULL: a removal. */
+/* RemoveWorkload and ControlWorkload: the ids grouped by node, one operation of kind per node,
+ * one answer per id. type NULL: a removal, which an unknown id fails first; a control answers
+ * it in the stream, {id, error}, and goes on with the others. */
 static void ids_on_nodes(gw_call *call, char **ids, size_t n_ids, const char *kind,
                          const char *type, bool force, int eru, const char *what) {
     if (n_ids == 0) {
@@ -72,9 +82,22 @@ static void ids_on_nodes(gw_call *call, char **ids, size_t n_ids, const char *ki
     pv_redis *r = gw_app_redis(call);
     svc_relay rl;
     svc_relay_init(&rl, call, r, NULL);
-    json_t *by_node = NULL;
+    json_t *by_node = NULL, *unknown = type ? json_array() : NULL;
     pv_status st;
-    int rc = svc_relay_group_by_node(&rl, ids, n_ids, &by_node, &st);
+    int rc = type && !unknown ? pv_status_set(&st, PV_INTERNAL, "out of memory")
+                              : svc_relay_group_by_node(&rl, ids, n_ids, &by_node, unknown, &st);
+    size_t i;
+    json_t *u;
+    json_array_foreach(unknown, i, u) {
+        Pb__ControlWorkloadMessage m = PB__CONTROL_WORKLOAD_MESSAGE__INIT;
+        m.id = (char *)json_string_value(json_array_get(u, 0));
+        m.error = (char *)json_string_value(json_array_get(u, 1));
+        rl.sent++;
+        rl.failed++;
+        if (rc == PV_OK && gw_call_send(call, &m.base) != 0)
+            rc = pv_status_set(&st, PV_CANCELLED, "client gone");
+    }
+    json_decref(unknown);
     const char *node;
     json_t *node_ids;
     json_object_foreach(by_node, node, node_ids) {
@@ -85,6 +108,7 @@ static void ids_on_nodes(gw_call *call, char **ids, size_t n_ids, const char *ki
     svc_relay_finish(call, &rl, rc, &st, eru, what);
 }
 
+/* Follows Eru's calcium.ControlWorkload: each id is looked up on its own (withWorkloadLocked). */
 static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ControlWorkloadOptions *o = (const Pb__ControlWorkloadOptions *)req;
     static const char *const types[] = {"start", "stop", "restart", "suspend", "resume"};
@@ -101,6 +125,7 @@ static void on_control_workload(gw_call *call, const ProtobufCMessage *req) {
                  ERU_CONTROL_WORKLOAD, "ControlWorkload");
 }
 
+/* Follows Eru's calcium.RemoveWorkload: every id is looked up first (groupWorkloadsByNode). */
 static void on_remove_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RemoveWorkloadOptions *o = (const Pb__RemoveWorkloadOptions *)req;
     ids_on_nodes(call, o->ids, o->n_ids, PV_KIND_REMOVE_NODE, NULL, o->force, ERU_REMOVE_WORKLOAD,
@@ -239,7 +264,7 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
     }
     d->count = count;
     json_t *by_node = NULL;
-    if (rc == PV_OK) rc = svc_relay_group_by_node(&rl, ids, n, &by_node, &st);
+    if (rc == PV_OK) rc = svc_relay_group_by_node(&rl, ids, n, &by_node, NULL, &st);
     const char *node;
     json_t *node_ids;
     json_object_foreach(by_node, node, node_ids) {
@@ -260,12 +285,34 @@ static void on_replace_workload(gw_call *call, const ProtobufCMessage *req) {
     svc_relay_finish(call, &rl, rc, &st, ERU_REPLACE_WORKLOAD, "ReplaceWorkload");
 }
 
+/* Whether every id names a workload; else st names the first that does not. */
+static bool all_known(pv_redis *r, const pv_keys *k, char **ids, size_t n, pv_status *st) {
+    if (n == 0) {
+        pv_status_set(st, PV_INVALID_ARGUMENT, "IDs: no workload ids given");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pv_workload w;
+        if (pv_workload_get(r, k, ids[i], &w, st) != PV_OK) return false;
+        pv_workload_clear(&w);
+    }
+    return true;
+}
+
 /* DissociateWorkload: the control plane forgets the workload and takes its resources back; the
- * engine's workload is left as it is (Eru's meaning), so no node is asked anything. */
+ * engine's workload is left as it is (Eru's meaning), so no node is asked anything.
+ * Follows Eru's calcium.DissociateWorkload: every id is looked up first (groupWorkloadsByNode),
+ * so one that names no workload fails the call (1077) before any is let go; what goes wrong
+ * for one of them afterwards is its message's error. */
 static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DissociateWorkloadOptions *o = (const Pb__DissociateWorkloadOptions *)req;
     pv_redis *r = gw_app_redis(call);
     const pv_keys *k = &((gw_app *)gw_call_app(call))->keys;
+    pv_status kst;
+    if (!all_known(r, k, o->ids, o->n_ids, &kst)) {
+        gw_call_finishf(call, ERU_DISSOCIATE_WORKLOAD, "%s", kst.msg);
+        return;
+    }
     for (size_t i = 0; i < o->n_ids; i++) {
         pv_status st;
         Pb__DissociateWorkloadMessage m = PB__DISSOCIATE_WORKLOAD_MESSAGE__INIT;

@@ -68,8 +68,14 @@ static int submit_log(gw_call *call, unsigned flags, const char *node, json_t *p
     return svc_nodeop_submit_req(call, &q, op_id, st);
 }
 
+/* Whether a lookup's failure says the id names no workload (not that the lookup failed). */
+static bool names_none(const pv_status *st) {
+    return st->code == PV_NOT_FOUND || st->code == PV_INVALID_ARGUMENT;
+}
+
 /* LogStream: one operation on the workload's node; its output lines are relayed as they come,
- * and the operation is cancelled when the client goes (a followed log never ends otherwise). */
+ * and the operation is cancelled when the client goes (a followed log never ends otherwise).
+ * Follows Eru's calcium.LogStream: a workload it cannot get is the one message {id, error}. */
 static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
     const Pb__LogStreamOptions *o = (const Pb__LogStreamOptions *)req;
     int64_t since_ms = 0, until_ms = 0, now = pv_time_now_ms();
@@ -90,7 +96,15 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
     gw_app *app = ((gw_app *)gw_call_app(call));
     pv_workload w;
     pv_status st;
-    if (pv_workload_get(r, &app->keys, o->id, &w, &st) != PV_OK) {
+    int rc = pv_workload_get(r, &app->keys, o->id, &w, &st);
+    if (rc != PV_OK && names_none(&st)) {
+        Pb__LogStreamMessage m = PB__LOG_STREAM_MESSAGE__INIT;
+        m.id = o->id;
+        m.error = st.msg;
+        if (gw_call_send(call, &m.base) == 0) gw_call_finish(call, PV_OK, NULL);
+        return;
+    }
+    if (rc != PV_OK) {
         gw_call_finishf(call, ERU_LOG_STREAM, "%s", st.msg);
         return;
     }
@@ -98,7 +112,7 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
                                o->tail && *o->tail ? o->tail : "all", "follow", o->follow,
                                "since_ms", (json_int_t)since_ms, "until_ms", (json_int_t)until_ms);
     char op_id[PV_ID_MAX] = "", after[32] = "0";
-    int rc = submit_log(call, 0, w.node, params, op_id, &st);
+    rc = submit_log(call, 0, w.node, params, op_id, &st);
     json_decref(params);
     pv_op_opts oo = gw_app_op_opts(app);
     for (bool over = false; rc == PV_OK;) {
@@ -243,19 +257,45 @@ static int submit_log_part(gw_call *call, const char *id, const char *node, char
     return rc;
 }
 
-/* Creates, follows to the end, reports "[exitcode] N" and removes the workloads. */
+/* The instances that could not be created, after the IDs of those that were: each an empty
+ * id, then "Create workload failed ERR" (ERUERROR), as Eru's RunAndWait tells them; detached
+ * (async), those lines go to the gateway's log as the output does. */
+static int send_failed_creates(gw_call *call, json_t *failures, bool async, pv_status *st) {
+    size_t i;
+    json_t *f;
+    json_array_foreach(failures, i, f) {
+        if (attach_send(call, "", "", 0, PB__STD_STREAM_TYPE__TYPEWORKLOADID) != 0)
+            return pv_status_set(st, PV_CANCELLED, "client gone");
+    }
+    json_array_foreach(failures, i, f) {
+        char *line = NULL;
+        int len = asprintf(&line, "Create workload failed %s", json_string_value(f));
+        if (len < 0) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        int sent = 0;
+        if (async)
+            pv_info("RunAndWait async: %s", line);
+        else
+            sent = attach_send(call, "", line, (size_t)len, PB__STD_STREAM_TYPE__ERUERROR);
+        free(line);
+        if (sent != 0) return pv_status_set(st, PV_CANCELLED, "client gone");
+    }
+    return PV_OK;
+}
+
+/* Creates, follows to the end, reports "[exitcode] N" and removes the workloads.
+ * Follows Eru's calcium.RunAndWait: an instance that could not be created (all of them when no
+ * plan fits) is told in the stream, and the call ends OK. */
 static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, bool async,
                       int async_timeout_s, pv_status *st) {
     int rc = svc_relay_submit_deploy(call, o, rl->parent, st);
     if (rc == PV_OK) rc = svc_relay_run(rl, st);
+    /* svc_relay_run: the deploy failed before asking any node (Eru: its create's one message) */
+    if (rc == PV_FAILED_PRECONDITION && rl->n == 0 &&
+        json_array_append_new(rl->failures, json_string(st->msg)) == 0)
+        rc = PV_OK;
     size_t n = json_array_size(rl->created);
-    if (rc == PV_OK && n == 0)
-        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "no workload was created: %s",
-                           json_string_value(json_array_get(rl->failures, 0))
-                               ? json_string_value(json_array_get(rl->failures, 0))
-                               : "deploy failed");
     lambda_log *logs = n ? calloc(n, sizeof *logs) : NULL;
-    if (rc == PV_OK && !logs) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && n && !logs) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         json_t *c = json_array_get(rl->created, i);
         logs[i].id = json_string_value(json_object_get(c, "id"));
@@ -267,6 +307,7 @@ static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, 
             rc = submit_log_part(call, logs[i].id, json_string_value(json_object_get(c, "node")),
                                  logs[i].op, st);
     }
+    if (rc == PV_OK) rc = send_failed_creates(call, rl->failures, async, st);
     int64_t deadline = 0;
     if (rc == PV_OK && async) {
         /* Detached: the client has its IDs; the gateway follows the output into its log for at
@@ -323,7 +364,8 @@ static void lambda_free(void *p) {
 }
 
 /* The first message carries the options; later ones would be stdin, which the process engine
- * does not take (open_stdin), so they are read and dropped. */
+ * does not take (open_stdin), so they are read and dropped.
+ * Follows Eru's calcium.RunAndWait: only bad options fail the call (lambda_run). */
 static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
     if (gw_call_user(call)) return; /* started: stdin or the half-close */
     if (!msg) {
@@ -380,14 +422,19 @@ static void on_run_and_wait(gw_call *call, const ProtobufCMessage *msg) {
 /* ---- ExecuteWorkload ------------------------------------------------------------------------ */
 
 /* Submits the exec of o on its workload's node: op_id (PV_ID_MAX) names it; *w is the workload
- * (pv_workload_clear). interactive: the command's input and output stream while it runs. */
+ * (pv_workload_clear); *unknown: the id names no workload. interactive: the command's input
+ * and output stream while it runs. */
 static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool interactive,
-                       char *op_id, pv_workload *w, pv_status *st) {
+                       char *op_id, pv_workload *w, bool *unknown, pv_status *st) {
     memset(w, 0, sizeof *w);
+    *unknown = false;
     if (o->n_commands == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "commands: required");
     pv_redis *r = gw_app_redis(call);
     gw_app *app = ((gw_app *)gw_call_app(call));
-    if (pv_workload_get(r, &app->keys, o->workload_id, w, st) != PV_OK) return st->code;
+    if (pv_workload_get(r, &app->keys, o->workload_id, w, st) != PV_OK) {
+        *unknown = names_none(st);
+        return st->code;
+    }
     json_t *cmds = json_array(), *envs = json_array();
     for (size_t i = 0; cmds && i < o->n_commands; i++)
         json_array_append_new(cmds, json_string(o->commands[i]));
@@ -409,12 +456,13 @@ static int submit_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool 
 }
 
 /* A command without input: submitted, waited for, its output and exit code sent. */
-static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, pv_status *st) {
+static int execute(gw_call *call, const Pb__ExecuteWorkloadOptions *o, bool *unknown,
+                   pv_status *st) {
     gw_app *app = ((gw_app *)gw_call_app(call));
     pv_workload w;
     char op_id[PV_ID_MAX] = "";
     pv_op rec = {0};
-    int rc = submit_exec(call, o, false, op_id, &w, st);
+    int rc = submit_exec(call, o, false, op_id, &w, unknown, st);
     pv_redis *r = gw_app_redis(call);
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, st);
     if (rc == PV_OK && rec.status != PV_OP_SUCCEEDED)
@@ -458,13 +506,27 @@ static void exec_call_free(void *p) {
     free(p);
 }
 
-static void exec_now(gw_call *call, const Pb__ExecuteWorkloadOptions *o) {
-    pv_status st;
-    int rc = execute(call, o, &st);
+/* Ends the call as rc says. Follows Eru's calcium.ExecuteWorkload: a workload it cannot get
+ * (unknown) is the stream's one message, the error as its data (stdout), and the call OK. */
+static void finish_exec(gw_call *call, const Pb__ExecuteWorkloadOptions *o, int rc, bool unknown,
+                        const pv_status *st) {
+    if (rc != PV_OK && unknown) {
+        if (attach_send(call, o->workload_id, st->msg, strlen(st->msg),
+                        PB__STD_STREAM_TYPE__STDOUT) != 0)
+            return; /* the client has gone */
+        rc = PV_OK;
+    }
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
-        gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+        gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st->msg);
+}
+
+static void exec_now(gw_call *call, const Pb__ExecuteWorkloadOptions *o) {
+    pv_status st;
+    bool unknown;
+    int rc = execute(call, o, &unknown, &st);
+    finish_exec(call, o, rc, unknown, &st);
 }
 
 /* ---- interactive exec: a relay thread per session ----
@@ -560,7 +622,8 @@ static void *exec_relay_main(void *arg) {
 
 /* Submits the interactive exec and starts its relay. */
 static int start_session(gw_call *call, const Pb__ExecuteWorkloadOptions *o, exec_call *x,
-                         pv_status *st) {
+                         bool *unknown, pv_status *st) {
+    *unknown = false;
     svc_core_exec *svc = gw_call_method_data(call);
     if (atomic_fetch_add(&svc->sessions, 1) >= MAX_SESSIONS) {
         atomic_fetch_sub(&svc->sessions, 1);
@@ -569,8 +632,8 @@ static int start_session(gw_call *call, const Pb__ExecuteWorkloadOptions *o, exe
                              MAX_SESSIONS);
     }
     exec_relay *er = calloc(1, sizeof *er);
-    pv_workload w;
-    int rc = er ? submit_exec(call, o, true, x->op_id, &w, st)
+    pv_workload w = {0};
+    int rc = er ? submit_exec(call, o, true, x->op_id, &w, unknown, st)
                 : pv_status_set(st, PV_INTERNAL, "out of memory");
     if (rc == PV_OK) {
         er->call = call;
@@ -618,7 +681,8 @@ static void session_input(gw_call *call, exec_call *x, const ProtobufCBinaryData
 /* The first message names the workload and the command. Without open_stdin the command runs at
  * once; with it, the session is interactive: the repl_cmd of the first and later messages is
  * its standard input as it comes, the half-close its end, and its output streams back as it
- * comes (no terminal: a program that insists on a tty sees pipes). */
+ * comes (no terminal: a program that insists on a tty sees pipes).
+ * Follows Eru's calcium.ExecuteWorkload: an unknown workload is its one message (finish_exec). */
 static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
     exec_call *x = gw_call_user(call);
     const Pb__ExecuteWorkloadOptions *o = (const Pb__ExecuteWorkloadOptions *)msg;
@@ -636,8 +700,10 @@ static void on_execute_workload(gw_call *call, const ProtobufCMessage *msg) {
         gw_call_set_user(call, x, exec_call_free);
         x->open_stdin = true;
         pv_status st;
-        if (start_session(call, o, x, &st) != PV_OK) {
-            gw_call_finishf(call, ERU_EXECUTE_WORKLOAD, "%s", st.msg);
+        bool unknown;
+        int rc = start_session(call, o, x, &unknown, &st);
+        if (rc != PV_OK) {
+            finish_exec(call, o, rc, unknown, &st);
             return;
         }
         if (o->repl_cmd.len) session_input(call, x, &o->repl_cmd, false);

@@ -33,12 +33,57 @@ void svc_core_files_free(svc_core_files *s) {
     free(s);
 }
 
+/* One failure of the stream's own, counted as the relay counts its failures. */
+static int send_failure(gw_call *call, svc_relay *rl, const ProtobufCMessage *m, int rc,
+                        pv_status *st) {
+    rl->sent++;
+    rl->failed++;
+    if (rc == PV_OK && gw_call_send(call, m) != 0)
+        rc = pv_status_set(st, PV_CANCELLED, "client gone");
+    return rc;
+}
+
+/* Answers each [id, why] of unknown (an id that names no workload) as Eru's per-workload
+ * lookup does: a Send's one message {id, error}, without a path; a Copy's (copy: its request,
+ * NULL for a Send) one {id, path, error} per path asked. */
+static int answer_unknown(gw_call *call, svc_relay *rl, json_t *unknown,
+                          const Pb__CopyOptions *copy, int rc, pv_status *st) {
+    size_t i;
+    json_t *u;
+    json_array_foreach(unknown, i, u) {
+        char *id = (char *)json_string_value(json_array_get(u, 0));
+        char *why = (char *)json_string_value(json_array_get(u, 1));
+        if (!copy) {
+            Pb__SendMessage m = PB__SEND_MESSAGE__INIT;
+            m.id = id;
+            m.error = why;
+            rc = send_failure(call, rl, &m.base, rc, st);
+            continue;
+        }
+        size_t t = 0;
+        while (t < copy->n_targets && strcmp(copy->targets[t]->key, id) != 0)
+            t++;
+        for (size_t p = 0; t < copy->n_targets && p < copy->targets[t]->value->n_paths; p++) {
+            Pb__CopyMessage m = PB__COPY_MESSAGE__INIT;
+            m.id = id;
+            m.path = copy->targets[t]->value->paths[p];
+            m.error = why;
+            rc = send_failure(call, rl, &m.base, rc, st);
+        }
+    }
+    return rc;
+}
+
 /* Sends files (borrowed: [{path, data (base64), mode, uid, gid}]) into the workloads ids, one
- * operation per node, relaying one SendMessage per workload and file; finishes the call. */
+ * operation per node, relaying one SendMessage per workload and file (an unknown workload: one
+ * with its error); finishes the call. */
 static void send_files(gw_call *call, svc_relay *rl, int rc, pv_status *st, char **ids,
                        size_t n_ids, json_t *files, int eru) {
-    json_t *by_node = NULL;
-    if (rc == PV_OK) rc = svc_relay_group_by_node(rl, ids, n_ids, &by_node, st);
+    json_t *by_node = NULL, *unknown = json_array();
+    if (rc == PV_OK && !unknown) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) rc = svc_relay_group_by_node(rl, ids, n_ids, &by_node, unknown, st);
+    if (rc == PV_OK) rc = answer_unknown(call, rl, unknown, NULL, rc, st);
+    json_decref(unknown);
     const char *node;
     json_t *node_ids;
     json_object_foreach(by_node, node, node_ids) {
@@ -53,7 +98,8 @@ static void send_files(gw_call *call, svc_relay *rl, int rc, pv_status *st, char
     svc_relay_finish(call, rl, rc, st, eru, "Send");
 }
 
-/* Send: every file into every workload; a file without a mode is written 0755 (Eru's). */
+/* Send: every file into every workload; a file without a mode is written 0755 (Eru's).
+ * Follows Eru's calcium.Send: a workload it cannot get is its message's error, the call OK. */
 static void on_send(gw_call *call, const ProtobufCMessage *req) {
     const Pb__SendOptions *o = (const Pb__SendOptions *)req;
     if (o->n_ids == 0 || o->n_data == 0) {
@@ -162,6 +208,7 @@ static int large_file(large_send *ls, const char *dst) {
     return (int)ls->n++;
 }
 
+/* Follows Eru's calcium.SendLargeFile: a workload it cannot get is its message's error. */
 static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
     large_send *ls = gw_call_user(call);
     if (!ls) {
@@ -245,7 +292,8 @@ static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
     json_decref(files);
 }
 
-/* Copy: a tar archive of each path of each workload, relayed in the node's 4 KiB chunks. */
+/* Copy: a tar archive of each path of each workload, relayed in the node's 4 KiB chunks.
+ * Follows Eru's calcium.Copy: a workload it cannot get is an error message per path asked. */
 static void on_copy(gw_call *call, const ProtobufCMessage *req) {
     const Pb__CopyOptions *o = (const Pb__CopyOptions *)req;
     if (o->n_targets == 0) {
@@ -264,7 +312,11 @@ static void on_copy(gw_call *call, const ProtobufCMessage *req) {
         if (!o->targets[i]->value || o->targets[i]->value->n_paths == 0)
             rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "targets[%s]: no paths to copy", ids[i]);
     }
-    if (rc == PV_OK) rc = svc_relay_group_by_node(&rl, ids, o->n_targets, &by_node, &st);
+    json_t *unknown = json_array();
+    if (rc == PV_OK && !unknown) rc = pv_status_set(&st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) rc = svc_relay_group_by_node(&rl, ids, o->n_targets, &by_node, unknown, &st);
+    if (rc == PV_OK) rc = answer_unknown(call, &rl, unknown, o, rc, &st);
+    json_decref(unknown);
     const char *node;
     json_t *node_ids;
     json_object_foreach(by_node, node, node_ids) {

@@ -78,16 +78,29 @@ static void fail(gw_call *call, const pv_status *st, int eru) {
     gw_call_finishf(call, st->code == PV_UNIMPLEMENTED ? PV_UNIMPLEMENTED : eru, "%s", st->msg);
 }
 
-/* Runs kind with params (borrowed) on the virt node of workload id (run's *out and *n). */
+/* What a workload's node answered (out, got: answer_free) or why it did not (st). */
+typedef struct answer {
+    pv_op_output *out;
+    size_t got;
+    pv_status st;
+} answer;
+
+static void answer_free(answer *a) {
+    pv_op_output_free(a->out, a->got);
+}
+
+/* Runs kind with params (taken: NULL is out of memory) on the virt node of workload id. */
 static int run_on_workload(gw_call *call, const char *id, const char *kind, json_t *params,
-                           pv_op_output **out, size_t *n, pv_status *st) {
+                           answer *a) {
     pv_redis *r = gw_app_redis(call);
     char *node = NULL;
-    *out = NULL;
-    *n = 0;
-    int rc = virt_node_of(r, &app_of(call)->keys, id, &node, st);
-    if (rc == PV_OK) rc = run(call, r, node, kind, params, out, n, st);
+    a->out = NULL;
+    a->got = 0;
+    int rc = params ? virt_node_of(r, &app_of(call)->keys, id, &node, &a->st)
+                    : pv_status_set(&a->st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) rc = run(call, r, node, kind, params, &a->out, &a->got, &a->st);
     free(node);
+    json_decref(params);
     return rc;
 }
 
@@ -161,69 +174,63 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
 
 static void on_connect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ConnectNetworkOptions *o = (const Pb__ConnectNetworkOptions *)req;
-    pv_status st;
-    pv_op_output *out = NULL;
-    size_t got = 0;
-    json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
-                               "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : "");
-    int rc = run_on_workload(call, o->target, PV_KIND_NET_CONNECT_NODE, params, &out, &got, &st);
-    json_decref(params);
-    if (rc == PV_OK && got > 0) {
+    answer a;
+    int rc =
+        run_on_workload(call, o->target, PV_KIND_NET_CONNECT_NODE,
+                        json_pack("{s:s, s:s, s:s, s:s}", "id", o->target, "network", o->network,
+                                  "ipv4", o->ipv4 ? o->ipv4 : "", "ipv6", o->ipv6 ? o->ipv6 : ""),
+                        &a);
+    if (rc == PV_OK && a.got > 0) {
         Pb__Network m;
         json_t *keep = NULL;
         char **subs = NULL;
-        if (fill_network(&m, &out[0], &keep, &subs) == 0) gw_call_reply(call, &m.base);
+        if (fill_network(&m, &a.out[0], &keep, &subs) == 0) gw_call_reply(call, &m.base);
         json_decref(keep);
         free(subs);
     } else if (rc == PV_OK) {
         gw_call_finish(call, ERU_CONNECT_NETWORK, "the node answered nothing");
     } else if (rc != PV_CANCELLED) {
-        fail(call, &st, ERU_CONNECT_NETWORK);
+        fail(call, &a.st, ERU_CONNECT_NETWORK);
     }
-    pv_op_output_free(out, got);
+    answer_free(&a);
 }
 
 static void on_disconnect_network(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DisconnectNetworkOptions *o = (const Pb__DisconnectNetworkOptions *)req;
-    pv_status st;
-    pv_op_output *out = NULL;
-    size_t got = 0;
-    json_t *params =
-        json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force);
-    int rc = run_on_workload(call, o->target, PV_KIND_NET_DISCONNECT_NODE, params, &out, &got, &st);
-    json_decref(params);
-    if (rc == PV_OK) {
-        Pb__Empty e = PB__EMPTY__INIT;
+    answer a;
+    Pb__Empty e = PB__EMPTY__INIT;
+    int rc = run_on_workload(
+        call, o->target, PV_KIND_NET_DISCONNECT_NODE,
+        json_pack("{s:s, s:s, s:b}", "id", o->target, "network", o->network, "force", o->force),
+        &a);
+    if (rc == PV_OK)
         gw_call_reply(call, &e.base);
-    } else if (rc != PV_CANCELLED) {
-        fail(call, &st, ERU_DISCONNECT_NETWORK);
-    }
-    pv_op_output_free(out, got);
+    else if (rc != PV_CANCELLED)
+        fail(call, &a.st, ERU_DISCONNECT_NETWORK);
+    answer_free(&a);
 }
 
 static void on_raw_engine(gw_call *call, const ProtobufCMessage *req) {
     const Pb__RawEngineOptions *o = (const Pb__RawEngineOptions *)req;
-    pv_status st;
     char *params_text =
         o->params.len ? strndup((const char *)o->params.data, o->params.len) : strdup("");
-    pv_op_output *out = NULL;
-    size_t got = 0;
-    json_t *params = json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "", "params",
-                               params_text ? params_text : "");
-    int rc = run_on_workload(call, o->id, PV_KIND_RAW_NODE, params, &out, &got, &st);
-    json_decref(params);
+    answer a;
+    int rc = run_on_workload(call, o->id, PV_KIND_RAW_NODE,
+                             json_pack("{s:s, s:s, s:s}", "id", o->id, "op", o->op ? o->op : "",
+                                       "params", params_text ? params_text : ""),
+                             &a);
+    free(params_text);
     if (rc == PV_OK) {
         Pb__RawEngineMessage m = PB__RAW_ENGINE_MESSAGE__INIT;
-        const char *data = got ? svc_nodeop_value(&out[0], "data") : "";
+        const char *data = a.got ? svc_nodeop_value(&a.out[0], "data") : "";
         m.id = o->id;
         m.data.data = (uint8_t *)data;
         m.data.len = strlen(data);
         gw_call_reply(call, &m.base);
     } else if (rc != PV_CANCELLED) {
-        fail(call, &st, ERU_RAW_ENGINE);
+        fail(call, &a.st, ERU_RAW_ENGINE);
     }
-    pv_op_output_free(out, got);
-    free(params_text);
+    answer_free(&a);
 }
 
 static const svc_eru_method k_methods[N_METHODS] = {

@@ -316,59 +316,62 @@ static void on_get_workloads(gw_call *call, const ProtobufCMessage *req) {
     pv_workload_array_free(ws, got);
 }
 
+/* One listing: its workloads (pv_workload_array_free) and, when it failed, why. */
+typedef struct listing {
+    pv_workload *ws;
+    size_t n;
+    pv_status st;
+} listing;
+
 /* The workloads of app, entrypoint and node ("" for any) that carry every label of the map
- * field labels (*ws: pv_workload_array_free). */
-static int list_labelled(pv_redis *r, const pv_keys *k, const char *app, const char *entrypoint,
-                         const char *node, void *const *labels, size_t n_labels, pv_workload **ws,
-                         size_t *n, pv_status *st) {
+ * field labels, into *l. */
+static int list_labelled(gw_call *call, const char *app, const char *entrypoint, const char *node,
+                         void *const *labels, size_t n_labels, listing *l) {
     char *json = NULL;
-    int rc = svc_eru_labels_json("labels", labels, n_labels, &json, st);
-    if (rc == PV_OK) rc = pv_workload_list(r, k, app, entrypoint, node, json, ws, n, st);
+    l->ws = NULL;
+    l->n = 0;
+    int rc = svc_eru_labels_json("labels", labels, n_labels, &json, &l->st);
+    if (rc == PV_OK)
+        rc = pv_workload_list(gw_app_redis(call), &svc_of(call)->app->keys, app, entrypoint, node,
+                              json, &l->ws, &l->n, &l->st);
     free(json);
     return rc;
 }
 
 static void on_list_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__ListWorkloadsOptions *o = (const Pb__ListWorkloadsOptions *)req;
-    pv_redis *r = gw_app_redis(call);
-    pv_workload *ws = NULL;
-    size_t n = 0;
-    pv_status st;
-    const pv_keys *k = &svc_of(call)->app->keys;
-    int rc = list_labelled(r, k, o->appname, o->entrypoint, o->nodename, (void *const *)o->labels,
-                           o->n_labels, &ws, &n, &st);
-    for (size_t i = 0; rc == PV_OK && i < n && (o->limit <= 0 || (int64_t)i < o->limit); i++) {
+    listing l;
+    int rc = list_labelled(call, o->appname, o->entrypoint, o->nodename, (void *const *)o->labels,
+                           o->n_labels, &l);
+    for (size_t i = 0; rc == PV_OK && i < l.n && (o->limit <= 0 || (int64_t)i < o->limit); i++) {
         full_msg f;
-        rc = full_fill(&f, r, k, &ws[i], &st);
+        rc = full_fill(&f, gw_app_redis(call), &svc_of(call)->app->keys, &l.ws[i], &l.st);
         if (rc == PV_OK && gw_call_send(call, &f.w.msg.base) != 0)
-            rc = pv_status_set(&st, PV_CANCELLED, "client gone");
+            rc = pv_status_set(&l.st, PV_CANCELLED, "client gone");
         full_free(&f);
     }
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
-        gw_call_finishf(call, ERU_LIST_WORKLOADS, "%s", st.msg);
-    pv_workload_array_free(ws, n);
+        gw_call_finishf(call, ERU_LIST_WORKLOADS, "%s", l.st.msg);
+    pv_workload_array_free(l.ws, l.n);
 }
 
+/* The node must exist (Eru's GetNode first); its workloads answer as one pb.Workloads. */
 static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
-    pv_redis *r = gw_app_redis(call);
-    pv_workload *ws = NULL;
-    size_t n = 0;
-    pv_status st;
+    listing l = {0};
     pv_node node;
-    const pv_keys *k = &svc_of(call)->app->keys;
-    int rc = pv_registry_get_node(r, k, o->nodename, &node, &st);
+    int rc = pv_registry_get_node(gw_app_redis(call), &svc_of(call)->app->keys, o->nodename, &node,
+                                  &l.st);
     if (rc == PV_OK) pv_node_clear(&node);
     if (rc == PV_OK)
-        rc = list_labelled(r, k, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &ws,
-                           &n, &st);
+        rc = list_labelled(call, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &l);
     if (rc == PV_OK)
-        reply_workloads(call, r, ws, n, ERU_LIST_NODE_WORKLOADS);
+        reply_workloads(call, gw_app_redis(call), l.ws, l.n, ERU_LIST_NODE_WORKLOADS);
     else
-        gw_call_finishf(call, ERU_LIST_NODE_WORKLOADS, "%s", st.msg);
-    pv_workload_array_free(ws, n);
+        gw_call_finishf(call, ERU_LIST_NODE_WORKLOADS, "%s", l.st.msg);
+    pv_workload_array_free(l.ws, l.n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -885,12 +888,12 @@ int svc_core_wl_register(svc_core_wl *s, gw_server *server) {
         pv_error("WorkloadStatusStream: %s", st.msg);
         return -1;
     }
-    gw_node_watch_keys spec = {.what = "WorkloadStatusStream",
-                               .pattern = pattern,
-                               .prefix = prefix,
-                               .resync = on_status_resync,
-                               .event = on_status_event,
-                               .arg = s};
+    /* the follower: every status key's changes, read back with on_status_resync */
+    gw_node_watch_keys spec = {.what = "WorkloadStatusStream", .arg = s};
+    spec.pattern = pattern;
+    spec.prefix = prefix;
+    spec.resync = on_status_resync;
+    spec.event = on_status_event;
     if (!(s->watch = gw_node_watch_new_keys(s->app, &spec))) return -1;
     if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
     return gw_server_on_shutdown(server, on_shutdown, s);

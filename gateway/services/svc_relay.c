@@ -107,6 +107,7 @@ static int send_lost(svc_relay *rl, const child *c, const char *why) {
     m.error = (char *)why;
     rl->sent++;
     rl->failed++;
+    if (rl->quiet) json_array_append_new(rl->failures, json_string(why)); /* as send_instance */
     return relay_send(rl, &m.base);
 }
 
@@ -564,14 +565,22 @@ int svc_relay_submit_node_op(gw_call *call, svc_relay *rl, const char *kind, con
     return rc;
 }
 
-/* Eru looks every workload up first: an unknown id fails the call before anything changes.
+/* Every workload looked up first; an unknown one fails the call, or goes to unknown.
  * *by_node: node name -> array of the ids there. */
-int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_node, pv_status *st) {
+int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_node, json_t *unknown,
+                            pv_status *st) {
     *by_node = json_object();
     int rc = *by_node ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         pv_workload w;
-        if ((rc = pv_workload_get(rl->r, rl->k, ids[i], &w, st)) != PV_OK) break;
+        rc = pv_workload_get(rl->r, rl->k, ids[i], &w, st);
+        if (unknown && (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)) {
+            rc = json_array_append_new(unknown, json_pack("[s, s]", ids[i], st->msg)) == 0
+                     ? PV_OK
+                     : pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        if (rc != PV_OK) break;
         json_t *list = json_object_get(*by_node, w.node);
         if (!list) json_object_set_new(*by_node, w.node, list = json_array());
         json_array_append_new(list, json_string(w.id));

@@ -83,9 +83,13 @@ int svc_relay_submit_child(gw_call *call, svc_relay *rl, const char *kind, const
 int svc_relay_submit_node_op(gw_call *call, svc_relay *rl, const char *kind, const char *node,
                              json_t *ids, const char *type, bool force, pv_status *st);
 
-/* Eru looks every workload up first: an unknown id fails the call before anything changes.
+/* Looks every workload up first. unknown NULL: an id that names no workload fails the call
+ * before anything changes (Eru's groupWorkloadsByNode, as RemoveWorkload does); else
+ * each such id is appended to unknown (borrowed array) as [id, why] and the others go on (Eru's
+ * per-workload lookup: ControlWorkload, Send, Copy), the caller answering those per item.
  * *by_node (the caller's: json_decref): node name -> array of the ids there. */
-int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_node, pv_status *st);
+int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_node, json_t *unknown,
+                            pv_status *st);
 
 /* Finishes a per-node call after its children are submitted (rc: how submitting went): relays
  * them, ends the call (eru: the error code of a failure; what: the call's name in the log) and

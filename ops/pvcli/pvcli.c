@@ -16,8 +16,9 @@
  *
  * Exit codes: 0 done; 1 the server said no (its status and message printed), the operation
  * failed, or any item of a stream failed (a deploy's instance, an image on a node: its message
- * says success false or carries an error); 2 usage. `workload exec` exits with the command's own
- * status.
+ * says success false or carries an error, a workload's output an error in place of its lines);
+ * 2 usage. `workload exec` exits with the command's own status, 1 when none came (it did not
+ * run: an unknown workload, say, whose error is the stream's data).
  */
 #include <ctype.h>
 #include <jansson.h>
@@ -526,7 +527,7 @@ static void print_raw(printer *p, const ProtobufCMessage *m) {
             p->exit_code = atoi(code) & 0xff;
             continue;
         }
-        fwrite(b->data, 1, b->len, stdout);
+        if (b->len) fwrite(b->data, 1, b->len, stdout);
         /* LogStream sends lines without their newline; exec sends the output as it comes */
         if (p->cmd->resp == E(log_stream_message) && b->len && b->data[b->len - 1] != '\n')
             putchar('\n');
@@ -559,6 +560,24 @@ static void add_list_rows(printer *p, json_t *j) {
         json_array_append(p->rows, j); /* a node that answered only an error */
 }
 
+/* A raw stream's message that carries an error instead of output (LogStream of an unknown
+ * workload): a failed item, told on stderr. */
+static void raw_error(printer *p, const ProtobufCMessage *m) {
+    const ProtobufCFieldDescriptor *e =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, "error");
+    const ProtobufCFieldDescriptor *id =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, "id");
+    if (!e || e->type != PROTOBUF_C_TYPE_STRING) return;
+    const char *text = *(char *const *)(const void *)((const char *)m + e->offset);
+    if (!text || !*text) return;
+    const char *who = id && id->type == PROTOBUF_C_TYPE_STRING
+                          ? *(char *const *)(const void *)((const char *)m + id->offset)
+                          : NULL;
+    fprintf(stderr, "pvcli: %s: %s\n", who && *who ? who : "error", text);
+    p->n++;
+    p->failed++;
+}
+
 static int on_message(void *arg, const uint8_t *data, size_t len) {
     printer *p = arg;
     if (!p->cmd->resp) return 0;
@@ -569,6 +588,7 @@ static int on_message(void *arg, const uint8_t *data, size_t len) {
     }
     if (p->cmd->raw_field) { /* the bytes as they are: a workload's output */
         print_raw(p, m);
+        raw_error(p, m);
         protobuf_c_message_free_unpacked(m, NULL);
         return 0;
     }
@@ -985,6 +1005,10 @@ static int run_command(const command *cmd, const opts *o, const uint8_t *bytes, 
         rc = 1;
     }
     if (rc == 0 && p.exit_code >= 0) rc = p.exit_code;
+    if (rc == 0 && cmd->resp == E(attach_workload_message) && p.exit_code < 0) {
+        fprintf(stderr, "pvcli: no exit code came: the command did not run\n");
+        rc = 1;
+    }
     json_decref(p.rows);
     json_decref(p.last);
     cli_conn_close(c);
