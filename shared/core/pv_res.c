@@ -19,6 +19,7 @@
  * objects keyed by plugin, allocation as the first plan of the count, and SetNode deltas.
  */
 #include "pv_res.h"
+#include "pv_json.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -1255,13 +1256,13 @@ fail:
 /* A plugin's document as text for the plugin parsers: *text NULL when the plugin is absent. */
 static int plugin_text(const json_t *doc, const char *plugin, char **text, pv_status *st) {
     const json_t *v = json_object_get(doc, plugin);
-    *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    *text = v ? pv_json_dumps(v, 0) : NULL;
     if (v && !*text) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: out of memory", plugin);
     return PV_OK;
 }
 
 static int dump_doc(json_t *doc, char **out, pv_status *st) {
-    *out = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    *out = doc ? pv_json_dumps(doc, 0) : NULL;
     json_decref(doc);
     if (!*out) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
     return PV_OK;
