@@ -1952,6 +1952,124 @@ void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out) {
     out->volume = ratio((double)vol_used, (double)vol_total);
 }
 
+/* ---- a whole node: Eru's documents ---- */
+
+/* A number as Go's encoding/json writes a float64: whole values without a fraction. */
+static json_t *eru_number(double d) {
+    if (d == (double)(int64_t)d && d > -9007199254740992.0 && d < 9007199254740992.0)
+        return json_integer((json_int_t)d);
+    return json_real(d);
+}
+
+static int key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* map into doc under key with its members in string order (as Go writes a map); map is taken. */
+static int set_sorted(json_t *doc, const char *key, json_t *map, pv_status *st) {
+    size_t n = json_object_size(map), i = 0;
+    const char **keys = map ? malloc((n ? n : 1) * sizeof *keys) : NULL;
+    json_t *sorted = keys ? json_object() : NULL;
+    const char *k;
+    json_t *v;
+    if (sorted) {
+        json_object_foreach(map, k, v) keys[i++] = k;
+        qsort(keys, n, sizeof *keys, key_cmp);
+    }
+    int rc = sorted ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    for (i = 0; rc == PV_OK && i < n; i++)
+        rc = set_new(sorted, keys[i], json_incref(json_object_get(map, keys[i])), st);
+    free(keys);
+    json_decref(map);
+    if (rc != PV_OK) {
+        json_decref(sorted);
+        return rc;
+    }
+    return set_new(doc, key, sorted, st);
+}
+
+/* Eru's cpumem NodeResource: capacity (used = 0) or usage (used = 1), the same fields. */
+static json_t *cpumem_eru(const pv_res_cpumem *c, int used, pv_status *st) {
+    json_t *doc = json_object(), *map = json_object(), *numa_mem = json_object(),
+           *numa = json_object();
+    int rc = doc && map && numa_mem && numa
+                 ? PV_OK
+                 : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    char id[24], idx[24];
+    for (size_t i = 0; rc == PV_OK && i < c->ncores; i++) {
+        snprintf(id, sizeof id, "%d", c->cores[i].id);
+        rc = set_new(map, id, json_integer(used ? c->cores[i].used : c->cores[i].pieces), st);
+        snprintf(idx, sizeof idx, "%d", c->cores[i].numa);
+        if (rc == PV_OK && c->cores[i].numa >= 0) rc = set_new(numa, id, json_string(idx), st);
+    }
+    for (size_t i = 0; rc == PV_OK && i < c->nnuma; i++) {
+        snprintf(idx, sizeof idx, "%zu", i);
+        rc = set_new(numa_mem, idx, json_integer(used ? c->numa_memory_used[i] : c->numa_memory[i]),
+                     st);
+    }
+    if (rc == PV_OK)
+        rc = set_new(doc, "cpu", eru_number(used ? c->cpu_used : (double)c->ncores), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "cpu_map", map, st), map = NULL;
+    if (rc == PV_OK)
+        rc = set_new(doc, "memory", json_integer(used ? c->memory_used : c->memory), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "numa_memory", numa_mem, st), numa_mem = NULL;
+    if (rc == PV_OK) rc = set_sorted(doc, "numa", numa, st), numa = NULL;
+    json_decref(map);
+    json_decref(numa_mem);
+    json_decref(numa);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+/* Eru's storage NodeResource (no disk IOPS limits here: "disks" is empty). */
+static json_t *storage_eru(const pv_res_storage *s, int used, pv_status *st) {
+    json_t *doc = json_object(), *vols = json_object();
+    int rc =
+        doc && vols ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    for (size_t i = 0; rc == PV_OK && i < s->nvolumes; i++)
+        rc = set_new(vols, s->volumes[i].path,
+                     json_integer(used ? s->volumes[i].used : s->volumes[i].size), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "volumes", vols, st), vols = NULL;
+    if (rc == PV_OK) rc = set_new(doc, "disks", json_array(), st);
+    if (rc == PV_OK)
+        rc = set_new(doc, "storage", json_integer(used ? s->storage_used : s->storage), st);
+    json_decref(vols);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+static int eru_doc(const pv_res_node *node, int used, char **out, pv_status *st) {
+    json_t *doc = json_object();
+    int rc = doc ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    if (rc == PV_OK) rc = set_new(doc, CPUMEM, cpumem_eru(&node->cpumem, used, st), st);
+    if (rc == PV_OK) rc = set_new(doc, STORAGE, storage_eru(&node->storage, used, st), st);
+    if (rc == PV_OK) return dump_doc(doc, out, st);
+    json_decref(doc);
+    return rc;
+}
+
+int pv_res_node_eru_dump(const pv_res_node *node, char **capacity_json, char **usage_json,
+                         pv_status *st) {
+    *capacity_json = *usage_json = NULL;
+    if (eru_doc(node, 0, capacity_json, st) == PV_OK && eru_doc(node, 1, usage_json, st) == PV_OK)
+        return PV_OK;
+    free(*capacity_json);
+    *capacity_json = NULL;
+    return st->code;
+}
+
+int pv_res_eru_docs(const char *resources_json, const char *usage_json, char **capacity_out,
+                    char **usage_out, pv_status *st) {
+    *capacity_out = *usage_out = NULL;
+    pv_res_node node;
+    int rc = pv_res_node_parse(resources_json, usage_json, NULL, &node, st);
+    if (rc == PV_OK) rc = pv_res_node_eru_dump(&node, capacity_out, usage_out, st);
+    pv_res_node_free(&node);
+    return rc;
+}
+
 /* ---- a whole node: SetNode deltas ---- */
 
 /* A size that may be negative: an integer, or a human size with an optional '-'. */

@@ -49,6 +49,13 @@ def tearDownModule():
     _stack.stop()
 
 
+def eru_docs(cpu_map, memory, cpu=None):
+    """Eru's cpumem and storage documents of a node without NUMA layout, volumes or storage."""
+    return {"cpumem": {"cpu": len(cpu_map) if cpu is None else cpu, "cpu_map": cpu_map,
+                       "memory": memory, "numa_memory": {}, "numa": {}},
+            "storage": {"volumes": {}, "disks": [], "storage": 0}}
+
+
 def mem(req):
     return {"cpumem": json.dumps({"memory-request": req}).encode()}
 
@@ -208,9 +215,10 @@ class Resources(Base):
             opts=core_pb2.GetNodeOptions(nodename=n["a"])), timeout=10)
         self.assertEqual(got.name, n["a"])
         self.assertEqual(list(got.diffs), [])
-        cap = json.loads(got.resource_capacity)
-        self.assertIn("cpumem", cap)
-        self.assertEqual(json.loads(got.resource_usage), {})
+        self.assertEqual(json.loads(got.resource_capacity), eru_docs(
+            {str(i): 100 for i in range(4)}, 4 << 30))
+        self.assertEqual(json.loads(got.resource_usage), eru_docs(
+            {str(i): 0 for i in range(4)}, 0, cpu=0))
 
     def test_drifted_usage_shows_diffs_and_fix_rewrites_it(self):
         pod, n = self.pod({"a": (4, "4G")})
@@ -226,7 +234,8 @@ class Resources(Base):
         req.fix = True
         got = self.core.GetNodeResource(req, timeout=10)
         self.assertEqual(len(got.diffs), 1)
-        self.assertEqual(json.loads(got.resource_usage), {})
+        self.assertEqual(json.loads(got.resource_usage), eru_docs(
+            {str(i): 0 for i in range(4)}, 0, cpu=0))
         req.fix = False
         self.assertEqual(list(self.core.GetNodeResource(req, timeout=10).diffs), [])
         self.assertEqual(self.core.CalculateCapacity(self.opts(pod), timeout=10).total, 4)
