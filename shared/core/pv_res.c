@@ -1512,88 +1512,88 @@ static int use_cores_value(const char *where, const json_t *v, double *out, pv_s
     return PV_OK;
 }
 
-/* label: "usage" or "allocation" (only allocations say where they sit: numa_node, volume_plan). */
-static int parse_cpumem_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
-                            pv_status *st) {
-    static const char *const k_usage[] = {"cpu_request",  "cpu_limit", "memory_request",
-                                          "memory_limit", "cpu_map",   "numa_memory",
-                                          "numa_node",    NULL};
+/* One field of a plugin's usage or allocation document into ctx->u; where names it. */
+typedef int (*use_field_fn)(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
+                            pv_status *st);
+
+/* Reads every field of doc (one plugin's usage or allocation document) with field: unknown keys,
+ * and alloc_only among usage documents (label "usage"; only allocations say where they sit),
+ * fail naming the label, the plugin and the key. */
+static int parse_use(const char *label, const char *plugin, const json_t *doc,
+                     const char *const *known, const char *alloc_only, use_field_fn field,
+                     slot_ctx *ctx, pv_status *st) {
     int alloc = strcmp(label, "allocation") == 0;
     char prefix[64], where[128];
-    snprintf(prefix, sizeof prefix, "%s: " CPUMEM, label);
+    snprintf(prefix, sizeof prefix, "%s: %s", label, plugin);
     const char *key;
     const json_t *v;
-    slot_ctx ctx = {node, u};
     json_object_foreach((json_t *)doc, key, v) {
         size_t i = 0;
-        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
+        while (known[i] && strcmp(known[i], key) != 0)
             i++;
-        if (!k_usage[i] || (!alloc && strcmp(key, "numa_node") == 0))
+        if (!known[i] || (!alloc && strcmp(key, alloc_only) == 0))
             return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
         snprintf(where, sizeof where, "%s: %s", prefix, key);
-        int rc = PV_OK;
-        if (strcmp(key, "cpu_request") == 0)
-            rc = use_cores_value(where, v, &u->cpu_request, st);
-        else if (strcmp(key, "cpu_limit") == 0)
-            rc = use_cores_value(where, v, &u->cpu_limit, st);
-        else if (strcmp(key, "memory_request") == 0)
-            rc = use_int(where, v, &u->memory_request, st);
-        else if (strcmp(key, "memory_limit") == 0)
-            rc = use_int(where, v, &u->memory_limit, st);
-        else if (strcmp(key, "cpu_map") == 0)
-            rc = use_map(where, v, core_slot, &ctx, st);
-        else if (strcmp(key, "numa_memory") == 0)
-            rc = use_map(where, v, numa_slot, &ctx, st);
-        else if (!json_is_string(v))
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a string", where);
-        else if (*json_string_value(v)) { /* "": across NUMA nodes */
-            size_t idx;
-            rc = numa_index(where, json_string_value(v), node, &idx, st);
-        }
+        int rc = field(where, key, v, ctx, st);
         if (rc != PV_OK) return rc;
     }
     return PV_OK;
 }
 
-static int parse_storage_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+static int cpumem_use_field(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
+                            pv_status *st) {
+    use *u = ctx->u;
+    if (strcmp(key, "cpu_request") == 0) return use_cores_value(where, v, &u->cpu_request, st);
+    if (strcmp(key, "cpu_limit") == 0) return use_cores_value(where, v, &u->cpu_limit, st);
+    if (strcmp(key, "memory_request") == 0) return use_int(where, v, &u->memory_request, st);
+    if (strcmp(key, "memory_limit") == 0) return use_int(where, v, &u->memory_limit, st);
+    if (strcmp(key, "cpu_map") == 0) return use_map(where, v, core_slot, ctx, st);
+    if (strcmp(key, "numa_memory") == 0) return use_map(where, v, numa_slot, ctx, st);
+    /* numa_node */
+    if (!json_is_string(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a string", where);
+    size_t idx;
+    if (!*json_string_value(v)) return PV_OK; /* "": across NUMA nodes */
+    return numa_index(where, json_string_value(v), ctx->node, &idx, st);
+}
+
+static int storage_use_field(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
                              pv_status *st) {
-    static const char *const k_usage[] = {"storage_request", "storage_limit", "volumes",
-                                          "volume_plan", NULL};
-    int alloc = strcmp(label, "allocation") == 0;
-    char prefix[64], where[128];
-    snprintf(prefix, sizeof prefix, "%s: " STORAGE, label);
-    const char *key;
-    const json_t *v;
-    slot_ctx ctx = {node, u};
-    json_object_foreach((json_t *)doc, key, v) {
-        size_t i = 0;
-        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
-            i++;
-        if (!k_usage[i] || (!alloc && strcmp(key, "volume_plan") == 0))
-            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
-        snprintf(where, sizeof where, "%s: %s", prefix, key);
-        int rc = PV_OK;
-        if (strcmp(key, "storage_request") == 0)
-            rc = use_int(where, v, &u->storage_request, st);
-        else if (strcmp(key, "storage_limit") == 0)
-            rc = use_int(where, v, &u->storage_limit, st);
-        else if (strcmp(key, "volumes") == 0)
-            rc = use_map(where, v, volume_slot, &ctx, st);
-        else if (!json_is_object(v))
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
-        else {
-            const char *binding;
-            const json_t *plan;
-            json_object_foreach((json_t *)v, binding, plan) {
-                char at[256];
-                int64_t sink = 0; /* checked for shape only */
-                snprintf(at, sizeof at, "%.150s: %.80s", where, binding);
-                if ((rc = use_map(at, plan, plan_slot, &sink, st)) != PV_OK) break;
-            }
-        }
+    use *u = ctx->u;
+    if (strcmp(key, "storage_request") == 0) return use_int(where, v, &u->storage_request, st);
+    if (strcmp(key, "storage_limit") == 0) return use_int(where, v, &u->storage_limit, st);
+    if (strcmp(key, "volumes") == 0) return use_map(where, v, volume_slot, ctx, st);
+    /* volume_plan */
+    if (!json_is_object(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
+    const char *binding;
+    const json_t *plan;
+    json_object_foreach((json_t *)v, binding, plan) {
+        char at[256];
+        int64_t sink = 0; /* checked for shape only */
+        snprintf(at, sizeof at, "%.150s: %.80s", where, binding);
+        int rc = use_map(at, plan, plan_slot, &sink, st);
         if (rc != PV_OK) return rc;
     }
     return PV_OK;
+}
+
+/* label: "usage" or "allocation" (only allocations say where they sit: numa_node, volume_plan). */
+static int parse_cpumem_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                            pv_status *st) {
+    static const char *const k_fields[] = {"cpu_request",  "cpu_limit", "memory_request",
+                                           "memory_limit", "cpu_map",   "numa_memory",
+                                           "numa_node",    NULL};
+    slot_ctx ctx = {node, u};
+    return parse_use(label, CPUMEM, doc, k_fields, "numa_node", cpumem_use_field, &ctx, st);
+}
+
+static int parse_storage_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                             pv_status *st) {
+    static const char *const k_fields[] = {"storage_request", "storage_limit", "volumes",
+                                           "volume_plan", NULL};
+    slot_ctx ctx = {node, u};
+    return parse_use(label, STORAGE, doc, k_fields, "volume_plan", storage_use_field, &ctx, st);
 }
 
 /* Adds (sign +1) or removes (-1) a usage or allocation object; node unchanged on failure. */
