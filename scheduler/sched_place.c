@@ -269,6 +269,7 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     free(names);
     free(counts);
     if (rc == PV_OK) snapshot_keep_fitting(s);
+    if (rc == PV_OK) sched_ties_seed(s->sn, s->n, req->seed);
     return rc;
 }
 

@@ -12,6 +12,8 @@ Classes:
           and usage in one shape (cpu a number, cpu_map, memory in bytes, numa_memory, numa;
           volumes, disks, storage), the right numbers each time, zeros when idle; the deploy's
           messages print a cpu-request of 0.1 as 0.1.
+  Ties    deploys of one instance over three nodes that tie land on more than one node (Eru's
+          strategies break ties in an order that changes from call to call).
 """
 import itertools
 import json
@@ -26,7 +28,7 @@ from pb import core_pb2, core_pb2_grpc
 
 _stack = None
 _counter = itertools.count(1)
-NODES = ("era", "erb", "erc", "erd")  # era: Shapes
+NODES = ("era", "erb", "erc", "erd")  # era: Shapes; the rest: Ties
 G = 1 << 30
 M = 1 << 20
 
@@ -158,6 +160,26 @@ class Shapes(Base):
         self.remove([m.id for m in msgs])
         self.assertEqual(self.views(pod, node), (cap, idle))
         self.core.RemoveNode(core_pb2.RemoveNodeOptions(nodename=node), timeout=10)
+
+
+class Ties(Base):
+    def test_tied_nodes_share_the_deploys(self):
+        pod = self.add_pod()
+        nodes = NODES[1:]
+        for node in nodes:
+            self.add_node(pod, node, {"cpumem": {"cpu": 2, "memory": "1G"},
+                                      "storage": {"storage": "1G"}})
+        # Nothing requested: every node fits without bound, and each deploy is a new app, so
+        # no node has instances of it: every node ties in every plan.
+        landed, ids = [], []
+        for _ in range(12):
+            msgs = list(self.core.CreateWorkload(self.deploy(pod, 1, {}), timeout=60))
+            self.assertEqual([m.success for m in msgs], [True], msgs)
+            self.assertIn(msgs[0].nodename, nodes)
+            landed.append(msgs[0].nodename)
+            ids.append(msgs[0].id)
+        self.assertGreater(len(set(landed)), 1, landed)
+        self.remove(ids)
 
 
 if __name__ == "__main__":
