@@ -17,9 +17,6 @@ Classes:
 """
 import itertools
 import json
-import os
-import tarfile
-import tempfile
 import time
 import unittest
 
@@ -38,15 +35,7 @@ def setUpModule():
     _stack = pvtest.Stack(workers=1, schedulers=1,
                           agents=[{"node": n, "pod": ""} for n in NODES])
     _stack.start()
-    path = os.path.join(_stack.data_dir, "images", "demo", "1.tar")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tempfile.TemporaryDirectory() as root:
-        script = os.path.join(root, "run.sh")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\nsleep 60\n")
-        os.chmod(script, 0o755)
-        with tarfile.open(path, "w") as t:
-            t.add(script, arcname="run.sh")
+    pvtest.write_script_image(_stack.data_dir, "demo", "1", "sleep 60\n")
 
 
 def tearDownModule():
