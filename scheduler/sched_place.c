@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "pv_log.h"
+#include "pv_json.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_resv.h"
@@ -126,7 +127,7 @@ static int parse_fields(json_t *j, sched_request *req, pv_status *st) {
         return rc;
     req->strategy = (int)strategy;
     req->all = (int)all;
-    req->resources = res ? json_dumps(res, JSON_COMPACT) : strdup("{}");
+    req->resources = res ? pv_json_dumps(res, 0) : strdup("{}");
     if (!req->resources) return pv_status_set(st, PV_INTERNAL, "out of memory");
     /* The request's documents are checked here too, so a bad one never reaches the plugins'
      * capacity code with half its fields. */
@@ -268,6 +269,7 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     free(names);
     free(counts);
     if (rc == PV_OK) snapshot_keep_fitting(s);
+    if (rc == PV_OK) sched_ties_seed(s->sn, s->n, req->seed);
     return rc;
 }
 
@@ -392,7 +394,7 @@ static int reserve_once(sched_cache *cache, pv_redis *r, const pv_keys *k, const
     if (rc == PV_OK) {
         json_t *j = json_pack("{s:s, s:I, s:O, s:O}", "reservation", resv_id, "total",
                               (json_int_t)plan.total, "plan", plan_j, "allocations", allocs_j);
-        body = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        body = j ? pv_json_dumps(j, JSON_SORT_KEYS) : NULL;
         json_decref(j);
         if (!body) rc = set_err(err, (pv_status_set(&st, PV_INTERNAL, "out of memory"), &st));
     }

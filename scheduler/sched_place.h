@@ -47,6 +47,8 @@ typedef struct sched_request {
     int64_t count, nodes_limit;
     char *app, *entry, *owner;
     int64_t ttl_seconds; /* reservations: how long they are held before the reaper frees them */
+    uint64_t seed;       /* not in the body: the server's sched_seed_of(request id); ties between
+                          * nodes go by it (sched_strategy.h), 0 = input (name) order */
 } sched_request;
 
 /* INVALID_ARGUMENT naming the field (in *st) for a malformed body or a bad resource request. */

@@ -79,6 +79,10 @@ static void run_request(sched_server *s, const char *id, const char *kind, const
         return;
     }
     if (req.ttl_seconds <= 0) req.ttl_seconds = s->reservation_ttl_s;
+    /* Ties between nodes change from request to request, as Eru's map order does, and stay as
+     * they were for the same request: a redelivered deploy (its operation's plan id) plans the
+     * same. */
+    req.seed = sched_seed_of(id);
     char *reply = NULL;
     int rc;
     if (strcmp(kind, "capacity") == 0) {

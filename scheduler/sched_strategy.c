@@ -4,9 +4,10 @@
  * Each strategy is the algorithm of the public Eru core (its strategy package), rewritten so that a
  * plan costs O(n log n) at most: AUTO and GLOBAL pop a binary min-heap once per instance (O(n) to
  * build, O(log n) per instance), FILL, EACH and DRAINED sort once. Eru's Go sorts and heaps are
- * not stable, so equal nodes could come out in any order there; here every comparison ends with
- * the input position, which makes each order total and each plan deterministic (the same as a
- * stable sort of the input). Messages follow Eru's wrapping: "<detail>: <error text>".
+ * not stable and its nodes come from a map, so equal nodes come out in any order there; here every
+ * comparison ends with the tie keys and then the input position, which makes each order total and
+ * each plan the plan of a stable sort of the input taken in (tie, position) order. Messages follow
+ * Eru's wrapping: "<detail>: <error text>".
  */
 #include "sched_strategy.h"
 
@@ -165,6 +166,28 @@ int sched_strategy_parse(const char *name) {
     return -1;
 }
 
+/* ---- ties ---- */
+
+uint64_t sched_seed_of(const char *request_id) {
+    uint64_t h = 14695981039346656037u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)(request_id ? request_id : ""); *p; p++)
+        h = (h ^ *p) * 1099511628211u;
+    return h ? h : 1;
+}
+
+/* splitmix64's finaliser: every bit of x moves every bit of the result. */
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15u;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
+    return x ^ (x >> 31);
+}
+
+void sched_ties_seed(sched_node *nodes, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++)
+        nodes[i].tie = seed ? mix(seed ^ mix(sched_seed_of(nodes[i].name))) : 0;
+}
+
 /* ---- a binary min-heap of work items, ordered by a total "less" ---- */
 
 typedef struct item {
@@ -172,8 +195,15 @@ typedef struct item {
     int64_t capacity;
     double usage;
     double rate;
-    size_t idx; /* input position: the last tie-break */
+    uint64_t tie; /* then the tie key */
+    size_t idx;   /* and the input position: the last tie-break */
 } item;
+
+/* The order of items that compare equal otherwise: -1, 1 (never 0 for two items). */
+static int tie_cmp(const item *a, const item *b) {
+    if (a->tie != b->tie) return a->tie < b->tie ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
 
 typedef int (*item_less)(const item *a, const item *b);
 
@@ -199,14 +229,14 @@ static void heap_build(item *h, size_t m, item_less less) {
 static int auto_less(const item *a, const item *b) {
     if (a->count != b->count) return a->count < b->count;
     if (a->capacity != b->capacity) return a->capacity > b->capacity;
-    return a->idx < b->idx;
+    return tie_cmp(a, b) < 0;
 }
 
 /* Eru's GlobalPlan: the lowest usage after one more instance first. */
 static int global_less(const item *a, const item *b) {
     double ka = a->usage + a->rate, kb = b->usage + b->rate;
     if (ka != kb) return ka < kb;
-    return a->idx < b->idx;
+    return tie_cmp(a, b) < 0;
 }
 
 /* ---- AUTO ---- */
@@ -223,7 +253,8 @@ int sched_auto(const sched_node *nodes, size_t n, int64_t need, int64_t total, i
     if (!h) return PV_RESOURCE_EXHAUSTED;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        item it = {.count = nodes[i].count, .capacity = nodes[i].capacity, .idx = i};
+        item it = {
+            .count = nodes[i].count, .capacity = nodes[i].capacity, .tie = nodes[i].tie, .idx = i};
         if (auto_admits(&it, limit)) h[m++] = it;
     }
     int rc = plan_alloc(plan, n, err);
@@ -270,6 +301,7 @@ int sched_global(const sched_node *nodes, size_t n, int64_t need, int64_t total,
             h[m++] = (item){.capacity = nodes[i].capacity,
                             .usage = nodes[i].usage,
                             .rate = nodes[i].rate,
+                            .tie = nodes[i].tie,
                             .idx = i};
     int rc = plan_alloc(plan, n, err);
     if (rc != PV_OK) {
@@ -300,20 +332,20 @@ static int fill_cmp(const void *pa, const void *pb) {
     const item *a = pa, *b = pb;
     if (a->count != b->count) return a->count > b->count ? -1 : 1;             /* count desc */
     if (a->capacity != b->capacity) return a->capacity > b->capacity ? -1 : 1; /* capacity desc */
-    return a->idx < b->idx ? -1 : a->idx > b->idx;
+    return tie_cmp(a, b);
 }
 
 static int each_cmp(const void *pa, const void *pb) {
     const item *a = pa, *b = pb;
     if (a->capacity != b->capacity) return a->capacity > b->capacity ? -1 : 1; /* capacity desc */
-    return a->idx < b->idx ? -1 : a->idx > b->idx;
+    return tie_cmp(a, b);
 }
 
 static int drained_cmp(const void *pa, const void *pb) {
     const item *a = pa, *b = pb;
     if (a->capacity != b->capacity) return a->capacity < b->capacity ? -1 : 1; /* capacity asc */
     if (a->usage != b->usage) return a->usage > b->usage ? -1 : 1;             /* usage desc */
-    return a->idx < b->idx ? -1 : a->idx > b->idx;
+    return tie_cmp(a, b);
 }
 
 /* Copies the nodes into work items sorted by cmp; NULL (err set) when out of memory. */
@@ -326,6 +358,7 @@ static item *sorted_items(const sched_node *nodes, size_t n, int (*cmp)(const vo
                       .capacity = nodes[i].capacity,
                       .usage = nodes[i].usage,
                       .rate = nodes[i].rate,
+                      .tie = nodes[i].tie,
                       .idx = i};
     if (n > 1) qsort(v, n, sizeof *v, cmp);
     return v;

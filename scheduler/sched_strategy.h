@@ -1,7 +1,16 @@
 /*
  * sched_strategy: Eru's deploy strategies (AUTO, FILL, EACH, GLOBAL, DRAINED) and DUMMY, as pure
  * functions over an array of nodes. No Redis, no globals, no logging: the same input always gives
- * the same plan, because every order used (sorts and heaps) breaks ties by the input position.
+ * the same plan, because every order used (sorts and heaps) is total: nodes that compare equal
+ * go by their tie keys, then by input position.
+ *
+ * Ties: Eru ranges over a Go map, so nodes that tie come out in an order that changes from call
+ * to call and repeated deploys spread over them. Here a request seeds the tie keys
+ * (sched_ties_seed): different requests break ties in different orders, the same request (a
+ * redelivery) in the same one. With every tie key 0 the input order decides, which is what the
+ * reference cases and the plan CLI use. Either way a plan is the plan of the input taken in one
+ * order (by tie key, then position), so it is always one Eru's algorithm gives for some order of
+ * the nodes.
  *
  * Ownership: the nodes (and their names) are borrowed, read only, never kept. On PV_OK *plan owns
  * one allocation the caller releases with sched_plan_free(). On failure *plan is left empty
@@ -13,17 +22,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pb/core.pb-c.h"
 #include "pv_status.h"
 
-/* The numbers of pb DeployOptions.Strategy. */
-enum {
-    SCHED_AUTO = 0,
-    SCHED_FILL = 1,
-    SCHED_EACH = 2,
-    SCHED_GLOBAL = 3,
-    SCHED_DRAINED = 4,
-    SCHED_DUMMY = 99,
-};
+/* The numbers of pb DeployOptions.Strategy, as the generated code names them. */
+#define SCHED_AUTO PB__DEPLOY_OPTIONS__STRATEGY__AUTO
+#define SCHED_FILL PB__DEPLOY_OPTIONS__STRATEGY__FILL
+#define SCHED_EACH PB__DEPLOY_OPTIONS__STRATEGY__EACH
+#define SCHED_GLOBAL PB__DEPLOY_OPTIONS__STRATEGY__GLOBAL
+#define SCHED_DRAINED PB__DEPLOY_OPTIONS__STRATEGY__DRAINED
+#define SCHED_DUMMY PB__DEPLOY_OPTIONS__STRATEGY__DUMMY
 
 typedef struct sched_node {
     const char *name; /* borrowed */
@@ -31,6 +39,7 @@ typedef struct sched_node {
     int64_t count;    /* instances already there */
     double usage;     /* GLOBAL and DRAINED: share of the main resource in use */
     double rate;      /* GLOBAL: share one more instance takes */
+    uint64_t tie;     /* among nodes that compare equal the lower goes first (then position) */
 } sched_node;
 
 /* Eru's error kinds (names as Eru spells them, typos included). */
@@ -61,6 +70,13 @@ int sched_strategy_parse(const char *name);
 
 /* "ErrInsufficientResource", ...; "" for SCHED_KIND_NONE. Static storage. */
 const char *sched_kind_name(sched_kind kind);
+
+/* A request's seed: FNV-1a of its id (never 0, which means "input order"). */
+uint64_t sched_seed_of(const char *request_id);
+
+/* Sets every node's tie key from seed and its name (a keyed hash: the same node gets the same
+ * key for the same seed whichever other nodes take part); seed 0 sets them all to 0. */
+void sched_ties_seed(sched_node *nodes, size_t n, uint64_t seed);
 
 /* Sum of the positive capacities, saturating at INT64_MAX: the `total` Eru's callers pass. */
 int64_t sched_total(const sched_node *nodes, size_t n);

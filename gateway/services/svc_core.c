@@ -216,6 +216,7 @@ typedef struct node_msg {
     Pb__Node__LabelsEntry **ptrs;
     json_t *labels;
     char *info;
+    char *capacity, *usage; /* Eru's documents (pv_res_node_eru_dump) */
 } node_msg;
 
 static void node_msg_free(node_msg *m) {
@@ -223,6 +224,8 @@ static void node_msg_free(node_msg *m) {
     free(m->ptrs);
     json_decref(m->labels);
     free(m->info);
+    free(m->capacity);
+    free(m->usage);
     memset(m, 0, sizeof *m);
 }
 
@@ -249,6 +252,23 @@ static char *node_info(const pv_node *n) {
     return text;
 }
 
+/* Node.resource_capacity and resource_usage in the shape Eru's plugins answer, whatever form the
+ * record holds (given documents, defaults materialised, internal usage). A record the plugins
+ * cannot read is shown as it is (the record is the truth; GetNodeResource names the fault). */
+static int node_resource_docs(node_msg *m, const pv_node *n, pv_status *st) {
+    pv_status pst;
+    if (pv_res_eru_docs(n->resources, n->usage, &m->capacity, &m->usage, &pst) == PV_OK) {
+        m->msg.resource_capacity = m->capacity;
+        m->msg.resource_usage = m->usage;
+        return PV_OK;
+    }
+    if (pst.code == PV_RESOURCE_EXHAUSTED) return fail_oom(st);
+    pv_warn("node %s: resources shown as recorded: %s", n->name, pst.msg);
+    m->msg.resource_capacity = n->resources;
+    m->msg.resource_usage = n->usage;
+    return PV_OK;
+}
+
 static int node_msg_fill(node_msg *m, const pv_node *n, bool with_info, pv_status *st) {
     memset(m, 0, sizeof *m);
     pb__node__init(&m->msg);
@@ -257,8 +277,7 @@ static int node_msg_fill(node_msg *m, const pv_node *n, bool with_info, pv_statu
     m->msg.podname = n->pod_name;
     m->msg.available = n->alive;
     m->msg.bypass = n->bypass;
-    m->msg.resource_capacity = n->resources;
-    m->msg.resource_usage = n->usage;
+    if (node_resource_docs(m, n, st) != PV_OK) return st->code;
     if (with_info && !(m->info = node_info(n))) return fail_oom(st);
     if (m->info) m->msg.info = m->info;
     m->labels = json_loads(n->labels, 0, NULL);

@@ -136,17 +136,24 @@ static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int 
                               pv_status *st) {
     pv_resv_check c;
     if (pv_resv_check_node(r, &app_of(call)->keys, name, fix, &c, st) != PV_OK) return st->code;
-    Pb__NodeResource m = PB__NODE_RESOURCE__INIT;
-    m.name = (char *)name;
-    m.diffs = c.diffs;
-    m.n_diffs = c.ndiffs;
-    m.resource_capacity = c.resources;
-    m.resource_usage = c.usage;
     if (fix && c.ndiffs > 0)
         pv_info("GetNodeResource node=%s fix: usage rewritten from its allocations (%zu diffs)",
                 name, c.ndiffs);
-    int rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
-    if (rc != PV_OK) pv_status_set(st, PV_CANCELLED, "client gone");
+    /* The check's documents are the registry's forms; clients read Eru's (pv_res.h). */
+    char *capacity = NULL, *usage = NULL;
+    int rc = pv_res_eru_docs(c.resources, c.usage, &capacity, &usage, st);
+    if (rc == PV_OK) {
+        Pb__NodeResource m = PB__NODE_RESOURCE__INIT;
+        m.name = (char *)name;
+        m.diffs = c.diffs;
+        m.n_diffs = c.ndiffs;
+        m.resource_capacity = capacity;
+        m.resource_usage = usage;
+        rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
+        if (rc != PV_OK) pv_status_set(st, PV_CANCELLED, "client gone");
+    }
+    free(capacity);
+    free(usage);
     pv_resv_check_clear(&c);
     return rc;
 }

@@ -7,6 +7,7 @@
  */
 #include "svc_eru.h"
 
+#include "pv_json.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,7 @@ int svc_eru_resources_json(const char *field, void *const *entries, size_t n, ch
             return rc;
         }
     }
-    *out = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    *out = pv_json_dumps(j, JSON_SORT_KEYS);
     json_decref(j);
     return *out ? PV_OK : fail_oom(st);
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "pv_image.h"
+#include "pv_json.h"
 #include "pv_res.h"
 #include "pv_validate.h"
 
@@ -51,7 +52,7 @@ static int resources_object(const Pb__DeployOptions *o, json_t **out, pv_status 
             return rc;
         }
     }
-    char *text = json_dumps(j, JSON_COMPACT);
+    char *text = pv_json_dumps(j, 0);
     pv_res_req check = {0};
     int rc =
         text ? pv_res_req_parse(text, &check, st) : pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -311,7 +312,7 @@ int pv_deploy_plan_body(const Pb__DeployOptions *o, const char *owner, char **bo
                         (int)o->nodes_limit, "app", o->name ? o->name : "", "entrypoint",
                         o->entrypoint && o->entrypoint->name ? o->entrypoint->name : "", "owner",
                         owner ? owner : "");
-    *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    *body = j ? pv_json_dumps(j, 0) : NULL;
     json_decref(j);
     json_decref(res);
     json_decref(includes);

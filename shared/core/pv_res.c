@@ -19,6 +19,7 @@
  * objects keyed by plugin, allocation as the first plan of the count, and SetNode deltas.
  */
 #include "pv_res.h"
+#include "pv_json.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -1255,13 +1256,13 @@ fail:
 /* A plugin's document as text for the plugin parsers: *text NULL when the plugin is absent. */
 static int plugin_text(const json_t *doc, const char *plugin, char **text, pv_status *st) {
     const json_t *v = json_object_get(doc, plugin);
-    *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    *text = v ? pv_json_dumps(v, 0) : NULL;
     if (v && !*text) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: out of memory", plugin);
     return PV_OK;
 }
 
 static int dump_doc(json_t *doc, char **out, pv_status *st) {
-    *out = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    *out = doc ? pv_json_dumps(doc, 0) : NULL;
     json_decref(doc);
     if (!*out) return pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
     return PV_OK;
@@ -1511,88 +1512,88 @@ static int use_cores_value(const char *where, const json_t *v, double *out, pv_s
     return PV_OK;
 }
 
-/* label: "usage" or "allocation" (only allocations say where they sit: numa_node, volume_plan). */
-static int parse_cpumem_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
-                            pv_status *st) {
-    static const char *const k_usage[] = {"cpu_request",  "cpu_limit", "memory_request",
-                                          "memory_limit", "cpu_map",   "numa_memory",
-                                          "numa_node",    NULL};
+/* One field of a plugin's usage or allocation document into ctx->u; where names it. */
+typedef int (*use_field_fn)(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
+                            pv_status *st);
+
+/* Reads every field of doc (one plugin's usage or allocation document) with field: unknown keys,
+ * and alloc_only among usage documents (label "usage"; only allocations say where they sit),
+ * fail naming the label, the plugin and the key. */
+static int parse_use(const char *label, const char *plugin, const json_t *doc,
+                     const char *const *known, const char *alloc_only, use_field_fn field,
+                     slot_ctx *ctx, pv_status *st) {
     int alloc = strcmp(label, "allocation") == 0;
     char prefix[64], where[128];
-    snprintf(prefix, sizeof prefix, "%s: " CPUMEM, label);
+    snprintf(prefix, sizeof prefix, "%s: %s", label, plugin);
     const char *key;
     const json_t *v;
-    slot_ctx ctx = {node, u};
     json_object_foreach((json_t *)doc, key, v) {
         size_t i = 0;
-        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
+        while (known[i] && strcmp(known[i], key) != 0)
             i++;
-        if (!k_usage[i] || (!alloc && strcmp(key, "numa_node") == 0))
+        if (!known[i] || (!alloc && strcmp(key, alloc_only) == 0))
             return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
         snprintf(where, sizeof where, "%s: %s", prefix, key);
-        int rc = PV_OK;
-        if (strcmp(key, "cpu_request") == 0)
-            rc = use_cores_value(where, v, &u->cpu_request, st);
-        else if (strcmp(key, "cpu_limit") == 0)
-            rc = use_cores_value(where, v, &u->cpu_limit, st);
-        else if (strcmp(key, "memory_request") == 0)
-            rc = use_int(where, v, &u->memory_request, st);
-        else if (strcmp(key, "memory_limit") == 0)
-            rc = use_int(where, v, &u->memory_limit, st);
-        else if (strcmp(key, "cpu_map") == 0)
-            rc = use_map(where, v, core_slot, &ctx, st);
-        else if (strcmp(key, "numa_memory") == 0)
-            rc = use_map(where, v, numa_slot, &ctx, st);
-        else if (!json_is_string(v))
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a string", where);
-        else if (*json_string_value(v)) { /* "": across NUMA nodes */
-            size_t idx;
-            rc = numa_index(where, json_string_value(v), node, &idx, st);
-        }
+        int rc = field(where, key, v, ctx, st);
         if (rc != PV_OK) return rc;
     }
     return PV_OK;
 }
 
-static int parse_storage_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+static int cpumem_use_field(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
+                            pv_status *st) {
+    use *u = ctx->u;
+    if (strcmp(key, "cpu_request") == 0) return use_cores_value(where, v, &u->cpu_request, st);
+    if (strcmp(key, "cpu_limit") == 0) return use_cores_value(where, v, &u->cpu_limit, st);
+    if (strcmp(key, "memory_request") == 0) return use_int(where, v, &u->memory_request, st);
+    if (strcmp(key, "memory_limit") == 0) return use_int(where, v, &u->memory_limit, st);
+    if (strcmp(key, "cpu_map") == 0) return use_map(where, v, core_slot, ctx, st);
+    if (strcmp(key, "numa_memory") == 0) return use_map(where, v, numa_slot, ctx, st);
+    /* numa_node */
+    if (!json_is_string(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a string", where);
+    size_t idx;
+    if (!*json_string_value(v)) return PV_OK; /* "": across NUMA nodes */
+    return numa_index(where, json_string_value(v), ctx->node, &idx, st);
+}
+
+static int storage_use_field(const char *where, const char *key, const json_t *v, slot_ctx *ctx,
                              pv_status *st) {
-    static const char *const k_usage[] = {"storage_request", "storage_limit", "volumes",
-                                          "volume_plan", NULL};
-    int alloc = strcmp(label, "allocation") == 0;
-    char prefix[64], where[128];
-    snprintf(prefix, sizeof prefix, "%s: " STORAGE, label);
-    const char *key;
-    const json_t *v;
-    slot_ctx ctx = {node, u};
-    json_object_foreach((json_t *)doc, key, v) {
-        size_t i = 0;
-        while (k_usage[i] && strcmp(k_usage[i], key) != 0)
-            i++;
-        if (!k_usage[i] || (!alloc && strcmp(key, "volume_plan") == 0))
-            return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: %.80s: unknown field", prefix, key);
-        snprintf(where, sizeof where, "%s: %s", prefix, key);
-        int rc = PV_OK;
-        if (strcmp(key, "storage_request") == 0)
-            rc = use_int(where, v, &u->storage_request, st);
-        else if (strcmp(key, "storage_limit") == 0)
-            rc = use_int(where, v, &u->storage_limit, st);
-        else if (strcmp(key, "volumes") == 0)
-            rc = use_map(where, v, volume_slot, &ctx, st);
-        else if (!json_is_object(v))
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
-        else {
-            const char *binding;
-            const json_t *plan;
-            json_object_foreach((json_t *)v, binding, plan) {
-                char at[256];
-                int64_t sink = 0; /* checked for shape only */
-                snprintf(at, sizeof at, "%.150s: %.80s", where, binding);
-                if ((rc = use_map(at, plan, plan_slot, &sink, st)) != PV_OK) break;
-            }
-        }
+    use *u = ctx->u;
+    if (strcmp(key, "storage_request") == 0) return use_int(where, v, &u->storage_request, st);
+    if (strcmp(key, "storage_limit") == 0) return use_int(where, v, &u->storage_limit, st);
+    if (strcmp(key, "volumes") == 0) return use_map(where, v, volume_slot, ctx, st);
+    /* volume_plan */
+    if (!json_is_object(v))
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: must be a JSON object", where);
+    const char *binding;
+    const json_t *plan;
+    json_object_foreach((json_t *)v, binding, plan) {
+        char at[256];
+        int64_t sink = 0; /* checked for shape only */
+        snprintf(at, sizeof at, "%.150s: %.80s", where, binding);
+        int rc = use_map(at, plan, plan_slot, &sink, st);
         if (rc != PV_OK) return rc;
     }
     return PV_OK;
+}
+
+/* label: "usage" or "allocation" (only allocations say where they sit: numa_node, volume_plan). */
+static int parse_cpumem_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                            pv_status *st) {
+    static const char *const k_fields[] = {"cpu_request",  "cpu_limit", "memory_request",
+                                           "memory_limit", "cpu_map",   "numa_memory",
+                                           "numa_node",    NULL};
+    slot_ctx ctx = {node, u};
+    return parse_use(label, CPUMEM, doc, k_fields, "numa_node", cpumem_use_field, &ctx, st);
+}
+
+static int parse_storage_use(const char *label, const json_t *doc, const pv_res_node *node, use *u,
+                             pv_status *st) {
+    static const char *const k_fields[] = {"storage_request", "storage_limit", "volumes",
+                                           "volume_plan", NULL};
+    slot_ctx ctx = {node, u};
+    return parse_use(label, STORAGE, doc, k_fields, "volume_plan", storage_use_field, &ctx, st);
 }
 
 /* Adds (sign +1) or removes (-1) a usage or allocation object; node unchanged on failure. */
@@ -1949,6 +1950,124 @@ void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out) {
     out->memory = ratio((double)c->memory_used, (double)c->memory);
     out->storage = ratio((double)s->storage_used, (double)s->storage);
     out->volume = ratio((double)vol_used, (double)vol_total);
+}
+
+/* ---- a whole node: Eru's documents ---- */
+
+/* A number as Go's encoding/json writes a float64: whole values without a fraction. */
+static json_t *eru_number(double d) {
+    if (d == (double)(int64_t)d && d > -9007199254740992.0 && d < 9007199254740992.0)
+        return json_integer((json_int_t)d);
+    return json_real(d);
+}
+
+static int key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* map into doc under key with its members in string order (as Go writes a map); map is taken. */
+static int set_sorted(json_t *doc, const char *key, json_t *map, pv_status *st) {
+    size_t n = json_object_size(map), i = 0;
+    const char **keys = map ? malloc((n ? n : 1) * sizeof *keys) : NULL;
+    json_t *sorted = keys ? json_object() : NULL;
+    const char *k;
+    json_t *v;
+    if (sorted) {
+        json_object_foreach(map, k, v) keys[i++] = k;
+        qsort(keys, n, sizeof *keys, key_cmp);
+    }
+    int rc = sorted ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    for (i = 0; rc == PV_OK && i < n; i++)
+        rc = set_new(sorted, keys[i], json_incref(json_object_get(map, keys[i])), st);
+    free(keys);
+    json_decref(map);
+    if (rc != PV_OK) {
+        json_decref(sorted);
+        return rc;
+    }
+    return set_new(doc, key, sorted, st);
+}
+
+/* Eru's cpumem NodeResource: capacity (used = 0) or usage (used = 1), the same fields. */
+static json_t *cpumem_eru(const pv_res_cpumem *c, int used, pv_status *st) {
+    json_t *doc = json_object(), *map = json_object(), *numa_mem = json_object(),
+           *numa = json_object();
+    int rc = doc && map && numa_mem && numa
+                 ? PV_OK
+                 : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    char id[24], idx[24];
+    for (size_t i = 0; rc == PV_OK && i < c->ncores; i++) {
+        snprintf(id, sizeof id, "%d", c->cores[i].id);
+        rc = set_new(map, id, json_integer(used ? c->cores[i].used : c->cores[i].pieces), st);
+        snprintf(idx, sizeof idx, "%d", c->cores[i].numa);
+        if (rc == PV_OK && c->cores[i].numa >= 0) rc = set_new(numa, id, json_string(idx), st);
+    }
+    for (size_t i = 0; rc == PV_OK && i < c->nnuma; i++) {
+        snprintf(idx, sizeof idx, "%zu", i);
+        rc = set_new(numa_mem, idx, json_integer(used ? c->numa_memory_used[i] : c->numa_memory[i]),
+                     st);
+    }
+    if (rc == PV_OK)
+        rc = set_new(doc, "cpu", eru_number(used ? c->cpu_used : (double)c->ncores), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "cpu_map", map, st), map = NULL;
+    if (rc == PV_OK)
+        rc = set_new(doc, "memory", json_integer(used ? c->memory_used : c->memory), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "numa_memory", numa_mem, st), numa_mem = NULL;
+    if (rc == PV_OK) rc = set_sorted(doc, "numa", numa, st), numa = NULL;
+    json_decref(map);
+    json_decref(numa_mem);
+    json_decref(numa);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+/* Eru's storage NodeResource (no disk IOPS limits here: "disks" is empty). */
+static json_t *storage_eru(const pv_res_storage *s, int used, pv_status *st) {
+    json_t *doc = json_object(), *vols = json_object();
+    int rc =
+        doc && vols ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    for (size_t i = 0; rc == PV_OK && i < s->nvolumes; i++)
+        rc = set_new(vols, s->volumes[i].path,
+                     json_integer(used ? s->volumes[i].used : s->volumes[i].size), st);
+    if (rc == PV_OK) rc = set_sorted(doc, "volumes", vols, st), vols = NULL;
+    if (rc == PV_OK) rc = set_new(doc, "disks", json_array(), st);
+    if (rc == PV_OK)
+        rc = set_new(doc, "storage", json_integer(used ? s->storage_used : s->storage), st);
+    json_decref(vols);
+    if (rc == PV_OK) return doc;
+    json_decref(doc);
+    return NULL;
+}
+
+static int eru_doc(const pv_res_node *node, int used, char **out, pv_status *st) {
+    json_t *doc = json_object();
+    int rc = doc ? PV_OK : pv_status_set(st, PV_RESOURCE_EXHAUSTED, "resources: out of memory");
+    if (rc == PV_OK) rc = set_new(doc, CPUMEM, cpumem_eru(&node->cpumem, used, st), st);
+    if (rc == PV_OK) rc = set_new(doc, STORAGE, storage_eru(&node->storage, used, st), st);
+    if (rc == PV_OK) return dump_doc(doc, out, st);
+    json_decref(doc);
+    return rc;
+}
+
+int pv_res_node_eru_dump(const pv_res_node *node, char **capacity_json, char **usage_json,
+                         pv_status *st) {
+    *capacity_json = *usage_json = NULL;
+    if (eru_doc(node, 0, capacity_json, st) == PV_OK && eru_doc(node, 1, usage_json, st) == PV_OK)
+        return PV_OK;
+    free(*capacity_json);
+    *capacity_json = NULL;
+    return st->code;
+}
+
+int pv_res_eru_docs(const char *resources_json, const char *usage_json, char **capacity_out,
+                    char **usage_out, pv_status *st) {
+    *capacity_out = *usage_out = NULL;
+    pv_res_node node;
+    int rc = pv_res_node_parse(resources_json, usage_json, NULL, &node, st);
+    if (rc == PV_OK) rc = pv_res_node_eru_dump(&node, capacity_out, usage_out, st);
+    pv_res_node_free(&node);
+    return rc;
 }
 
 /* ---- a whole node: SetNode deltas ---- */

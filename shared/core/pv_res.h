@@ -274,6 +274,32 @@ typedef struct pv_res_percent {
 } pv_res_percent;
 void pv_res_node_percent(const pv_res_node *node, pv_res_percent *out);
 
+/*
+ * Eru's view of a node: what its cpumem and storage plugins answer for it (GetNodeResourceInfo),
+ * the documents Node.resource_capacity / resource_usage and NodeResource carry. Capacity and
+ * usage have one shape, whatever the node was given and whether anything is used:
+ *   {"cpumem": {"cpu": 4, "cpu_map": {"0": 100, "1": 100, "2": 100, "3": 100},
+ *               "memory": 8589934592, "numa_memory": {"0": 4294967296, "1": 4294967296},
+ *               "numa": {"0": "0", "1": "0", "2": "1", "3": "1"}},
+ *    "storage": {"volumes": {"/data0": 1099511627776}, "disks": [], "storage": 1209462790553}}
+ * Capacity: cpu = the number of cores, cpu_map = pieces per core, memory and numa_memory in
+ * bytes, numa = each core's NUMA node (empty without a layout); storage in bytes with the
+ * volumes, volumes = bytes per volume, disks empty (no IOPS limits here). Usage: cpu = cores
+ * requested, cpu_map = pieces bound per core, memory = bytes requested, numa_memory = bytes
+ * requested per NUMA node, numa = the node's layout (as Eru copies it), storage = bytes
+ * requested (volumes included), volumes = bytes held per volume. Every plugin, core, NUMA node
+ * and volume is listed, zeros included; limits are not part of Eru's documents. Fields come in
+ * Eru's order, map members in string order and whole cpu values as integers, as Go writes them,
+ * so the text is the text Eru sends. Caller frees both; on failure both are NULL.
+ */
+int pv_res_node_eru_dump(const pv_res_node *node, char **capacity_json, char **usage_json,
+                         pv_status *st);
+
+/* pv_res_node_parse(resources_json, usage_json, NULL, ...) then pv_res_node_eru_dump: the
+ * documents of a registry record (its resources object and usage object). */
+int pv_res_eru_docs(const char *resources_json, const char *usage_json, char **capacity_json,
+                    char **usage_json_out, pv_status *st);
+
 /* SetNode with delta=true (Eru's semantics): adds delta_json (a resources object in node-document
  * form) to base_json and writes the new resources object (caller frees). cpumem: cpu is added per
  * core id ("id:pieces" entries; an integer N stands for cores 0..|N|-1 at 100 pieces each, with

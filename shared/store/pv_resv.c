@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "pv_log.h"
+#include "pv_json.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 
@@ -582,7 +583,7 @@ static int realloc_doc(const char *old_alloc, const char *delta_json, char **out
             json_integer_value(json_object_get(cm, "memory_request")))
             json_object_set(cm, "memory_limit", json_object_get(cm, "memory_request"));
     }
-    *out = rc == PV_OK ? json_dumps(alloc, JSON_COMPACT) : NULL;
+    *out = rc == PV_OK ? pv_json_dumps(alloc, 0) : NULL;
     if (rc == PV_OK && !*out) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     json_decref(alloc);
     json_decref(delta);
@@ -705,8 +706,8 @@ void pv_resv_check_clear(pv_resv_check *c) {
 
 static int add_diff(pv_resv_check *c, const char *plugin, const char *field, const json_t *have,
                     const json_t *want, pv_status *st) {
-    char *h = have ? json_dumps(have, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
-    char *w = want ? json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    char *h = have ? pv_json_dumps(have, JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    char *w = want ? pv_json_dumps(want, JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
     char *line = NULL;
     int len = asprintf(&line, "%s.%s: recorded %s, allocations add up to %s", plugin, field,
                        h ? h : "0", w ? w : "0");

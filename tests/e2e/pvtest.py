@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -1049,6 +1050,21 @@ def ensure_libvirtd(timeout=20.0):
             return None
         time.sleep(0.2)
     return "libvirtd did not answer within %.0f s" % timeout
+
+
+def write_script_image(data_dir, name, tag, script):
+    """An image the process engine runs: a tar archive holding run.sh (SCRIPT, the text after
+    its #!/bin/sh line), written into the agents' image store as <data_dir>/images/NAME/TAG.tar."""
+    path = os.path.join(data_dir, "images", name, tag + ".tar")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory() as root:
+        run = os.path.join(root, "run.sh")
+        with open(run, "w") as f:
+            f.write("#!/bin/sh\n" + script)
+        os.chmod(run, 0o755)
+        with tarfile.open(path, "w") as t:
+            t.add(run, arcname="run.sh")
+    return path
 
 
 def make_tls_cert(directory=None):

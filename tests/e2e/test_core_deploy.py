@@ -201,8 +201,7 @@ class Deploy(Base):
         for node in NODES:
             r = self.usage(node)
             self.assertEqual(list(r.diffs), [])
-        total = sum(json.loads(self.usage(n).resource_usage).get("cpumem", {})
-                    .get("memory_request", 0) for n in NODES)
+        total = sum(json.loads(self.usage(n).resource_usage)["cpumem"]["memory"] for n in NODES)
         self.assertGreaterEqual(total, 3 * 64 * 2**20)
 
     def find_log(self, node, wid):
@@ -735,7 +734,7 @@ class Remove(Base):
                     if l.startswith("Max address space")][0]
 
         def used():
-            return json.loads(self.usage(m.nodename).resource_usage)["cpumem"]["memory_request"]
+            return json.loads(self.usage(m.nodename).resource_usage)["cpumem"]["memory"]
 
         # Lowering applies in place (the running process's RLIMIT_AS).
         before = used()

@@ -88,7 +88,7 @@ class AgentKilled(unittest.TestCase):
             opts=core_pb2.GetNodeOptions(nodename="fa")), timeout=30)
         self.assertEqual(list(res.diffs), [])
         usage = json.loads(res.resource_usage)["cpumem"]
-        self.assertEqual(usage["memory_request"], COUNT * 16 * 2**20)
+        self.assertEqual(usage["memory"], COUNT * 16 * 2**20)
         # the audit of the whole state (records, streams, reservations, the engine's processes)
         # finds nothing the kill left behind
         self.assertEqual(self.stack.check(), [])

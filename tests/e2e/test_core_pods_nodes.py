@@ -136,8 +136,11 @@ class Nodes(Base):
         self.assertFalse(n1.available)
         self.assertFalse(n1.bypass)
         self.assertEqual(dict(n1.labels), {"zone": "a"})
-        self.assertEqual(json.loads(n1.resource_capacity),
-                         {"cpumem": {"cpu": 4, "memory": "8G"}})
+        # Eru's documents, whatever form AddNode was given (4 cores, "8G")
+        self.assertEqual(json.loads(n1.resource_capacity), eru_docs(
+            {str(i): 100 for i in range(4)}, 8 << 30, 0))
+        self.assertEqual(json.loads(n1.resource_usage), eru_docs(
+            {str(i): 0 for i in range(4)}, 0, 0, cpu=0))
         self.assertEqual(json.loads(n1.info)["engine"], "process")
         self.add_node(pod, "n2-" + pod, labels={"zone": "a"})
         self.add_node(pod, "n3-" + pod, labels={"zone": "b"})
@@ -191,7 +194,7 @@ class Nodes(Base):
             resources={"storage": b'{"storage": "1T"}'}, workloads_down=True), timeout=10)
         self.assertEqual(dict(n.labels), {"disk": "ssd"})
         self.assertEqual(n.endpoint, "virt://qemu:///system")
-        self.assertEqual(json.loads(n.resource_capacity), {"storage": {"storage": "1T"}})
+        self.assertEqual(json.loads(n.resource_capacity), eru_docs({}, 0, 1 << 40))
         eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=names[2]), timeout=10)
         self.assertEqual(eng.type, "virt")
         n = self.core.SetNode(core_pb2.SetNodeOptions(nodename=names[2]), timeout=10)
@@ -440,9 +443,18 @@ def mem_total():
 
 
 def cores(resources):
-    """{core id: pieces} of a stored resources object ("id:pieces,..." as the plugins dump it)."""
-    cpu = resources["cpumem"]["cpu"]
-    return {int(i): int(p) for i, p in (c.split(":") for c in cpu.split(","))}
+    """{core id: pieces} of Eru's cpumem document (its cpu_map), checking that its cpu counts
+    them."""
+    cpu_map = resources["cpumem"]["cpu_map"]
+    assert resources["cpumem"]["cpu"] == len(cpu_map), resources
+    return {int(i): p for i, p in cpu_map.items()}
+
+
+def eru_docs(cpu_map, memory, storage, cpu=None):
+    """Eru's cpumem and storage documents of a node without NUMA layout or volumes."""
+    return {"cpumem": {"cpu": len(cpu_map) if cpu is None else cpu, "cpu_map": cpu_map,
+                       "memory": memory, "numa_memory": {}, "numa": {}},
+            "storage": {"volumes": {}, "disks": [], "storage": storage}}
 
 
 class AgentEngine(Base):
@@ -520,7 +532,8 @@ class AgentEngine(Base):
         got = json.loads(n.info)
         self.assertEqual((got["type"], got["cpu_count"], got["hostname"], got["engine"]),
                          ("process", cpus, socket.gethostname(), "process"))
-        self.assertEqual(json.loads(n.resource_usage), {})
+        self.assertEqual(json.loads(n.resource_usage), eru_docs(
+            {str(i): 0 for i in range(cpus)}, 0, 0, cpu=0))
         # The agent's next beat makes it alive.
         self.assertTrue(wait_for(lambda: self.core.GetNode(core_pb2.GetNodeOptions(
             nodename=node), timeout=10).available, 5 * SLACK))
@@ -588,9 +601,11 @@ class AgentEngine(Base):
         # Above the usage both go through; the usage is shown as the record holds it.
         n = self.set_node(node, {"cpumem": {"memory": "-512M"}}, delta=True)
         self.assertEqual(json.loads(n.resource_capacity)["cpumem"]["memory"], base_mem)
-        self.assertEqual(json.loads(n.resource_usage), usage)
+        self.assertEqual(json.loads(n.resource_usage), eru_docs(
+            {"0": 100, "1": 100}, 1 << 30, 0, cpu=2))
         n = self.set_node(node, {"cpumem": {"cpu": 2, "memory": "2G"}}, delta=False)
-        self.assertEqual(json.loads(n.resource_capacity), {"cpumem": {"cpu": 2, "memory": "2G"}})
+        self.assertEqual(json.loads(n.resource_capacity),
+                         eru_docs({"0": 100, "1": 100}, 2 << 30, 0))
 
         # A clean stop deletes the report and the alive key; the engine type then comes from
         # the endpoint, and Node.info keeps only what the registry knows.

@@ -79,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (nodes[i].count < 0) nodes[i].count = 0; /* instances already there: never negative */
         nodes[i].usage = byte(&r) / 128.0;
         nodes[i].rate = byte(&r) / 256.0;
+        nodes[i].tie = byte(&r) % 4; /* ties of their own, and equal ones (then position) */
     }
     sched_plan plan;
     sched_error err;

@@ -2,8 +2,8 @@
  * Unit tests of pv_res's whole-node functions: node and request objects (every plugin together,
  * engine defaults, usage applied), capacities, allocations (which cores, NUMA node and volumes
  * they take, and that allocating k times succeeds exactly min(k, capacity) times on many node
- * shapes), usage added and removed, the usage and resources documents written back, percentages
- * and SetNode deltas.
+ * shapes), usage added and removed, the usage and resources documents written back, Eru's
+ * capacity and usage documents, percentages and SetNode deltas.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -413,6 +413,101 @@ static void test_dumps(void **state) {
     free(res);
     pv_res_node_free(&again);
     pv_res_node_free(&node);
+}
+
+static void expect_eru(const char *res, const char *usage, const char *want_cap,
+                       const char *want_use) {
+    char *cap = NULL, *use = NULL;
+    pv_status st;
+    if (pv_res_eru_docs(res, usage, &cap, &use, &st) != PV_OK)
+        fail_msg("%s / %s: %s", res, usage ? usage : "-", st.msg);
+    assert_string_equal(cap, want_cap);
+    assert_string_equal(use, want_use);
+    free(cap);
+    free(use);
+}
+
+#define ERU_IDLE_4                                                                                 \
+    "{\"cpumem\":{\"cpu\":0,\"cpu_map\":{\"0\":0,\"1\":0,\"2\":0,\"3\":0},\"memory\":0,"           \
+    "\"numa_memory\":{},\"numa\":{}},\"storage\":{\"volumes\":{},\"disks\":[],\"storage\":0}}"
+
+/* Eru's documents: one shape for capacity and usage, whatever form the record holds. */
+static void test_eru_documents(void **state) {
+    (void)state;
+    const char *cap4 =
+        "{\"cpumem\":{\"cpu\":4,\"cpu_map\":{\"0\":100,\"1\":100,\"2\":100,\"3\":100},"
+        "\"memory\":8589934592,\"numa_memory\":{},\"numa\":{}},\"storage\":{"
+        "\"volumes\":{},\"disks\":[],\"storage\":0}}";
+    /* AddNode's given form, SetNode's materialised form and an empty usage: the same text */
+    expect_eru("{\"cpumem\":{\"cpu\":4,\"memory\":\"8G\"}}", NULL, cap4, ERU_IDLE_4);
+    expect_eru("{\"cpumem\":{\"cpu\":\"0:100,1:100,2:100,3:100\",\"memory\":8589934592},"
+               "\"storage\":{\"storage\":0}}",
+               "{}", cap4, ERU_IDLE_4);
+    /* usage in the same shape: cores requested (a fraction stays one), pieces bound, bytes */
+    expect_eru("{\"cpumem\":{\"cpu\":4,\"memory\":\"8G\"}}",
+               "{\"cpumem\":{\"cpu_request\":1.1,\"cpu_limit\":2,\"memory_request\":1073741824,"
+               "\"memory_limit\":2147483648,\"cpu_map\":{\"2\":100}}}",
+               cap4,
+               "{\"cpumem\":{\"cpu\":1.1,\"cpu_map\":{\"0\":0,\"1\":0,\"2\":100,\"3\":0},"
+               "\"memory\":1073741824,\"numa_memory\":{},\"numa\":{}},\"storage\":{\"volumes\":{},"
+               "\"disks\":[],\"storage\":0}}");
+    /* NUMA, twelve cores (members in string order: 10 before 2, as Go writes maps), volumes */
+    expect_eru(
+        "{\"cpumem\":{\"cpu\":12,\"memory\":\"12G\",\"numa-cpu\":[\"0,1,2,3,4,5\","
+        "\"6,7,8,9,10,11\"]},\"storage\":{\"storage\":\"10G\",\"volumes\":[\"/data1:2G\","
+        "\"/data0:1G\"]}}",
+        "{\"cpumem\":{\"cpu_request\":2,\"cpu_map\":{\"10\":100,\"11\":100},\"numa_memory\":{"
+        "\"1\":1073741824},\"memory_request\":1073741824},\"storage\":{\"storage_request\":"
+        "1073741824,\"volumes\":{\"/data1\":1073741824}}}",
+        "{\"cpumem\":{\"cpu\":12,\"cpu_map\":{\"0\":100,\"1\":100,\"10\":100,\"11\":100,\"2\":100,"
+        "\"3\":100,\"4\":100,\"5\":100,\"6\":100,\"7\":100,\"8\":100,\"9\":100},\"memory\":"
+        "12884901888,\"numa_memory\":{\"0\":6442450944,\"1\":6442450944},\"numa\":{\"0\":\"0\","
+        "\"1\":\"0\",\"10\":\"1\",\"11\":\"1\",\"2\":\"0\",\"3\":\"0\",\"4\":\"0\",\"5\":\"0\","
+        "\"6\":\"1\",\"7\":\"1\",\"8\":\"1\",\"9\":\"1\"}},\"storage\":{\"volumes\":{\"/data0\":"
+        "1073741824,\"/data1\":2147483648},\"disks\":[],\"storage\":13958643712}}",
+        "{\"cpumem\":{\"cpu\":2,\"cpu_map\":{\"0\":0,\"1\":0,\"10\":100,\"11\":100,\"2\":0,\"3\":0,"
+        "\"4\":0,\"5\":0,\"6\":0,\"7\":0,\"8\":0,\"9\":0},\"memory\":1073741824,\"numa_memory\":{"
+        "\"0\":0,\"1\":1073741824},\"numa\":{\"0\":\"0\",\"1\":\"0\",\"10\":\"1\",\"11\":\"1\","
+        "\"2\":\"0\",\"3\":\"0\",\"4\":\"0\",\"5\":\"0\",\"6\":\"1\",\"7\":\"1\",\"8\":\"1\","
+        "\"9\":\"1\"}},\"storage\":{\"volumes\":{\"/data0\":0,\"/data1\":1073741824},\"disks\":[],"
+        "\"storage\":1073741824}}");
+    /* a node without cpumem still answers both plugins */
+    expect_eru("{\"storage\":{\"storage\":\"1T\"}}", NULL,
+               "{\"cpumem\":{\"cpu\":0,\"cpu_map\":{},\"memory\":0,\"numa_memory\":{},\"numa\":{}},"
+               "\"storage\":{\"volumes\":{},\"disks\":[],\"storage\":1099511627776}}",
+               "{\"cpumem\":{\"cpu\":0,\"cpu_map\":{},\"memory\":0,\"numa_memory\":{},\"numa\":{}},"
+               "\"storage\":{\"volumes\":{},\"disks\":[],\"storage\":0}}");
+    /* what allocations add shows, and removing them gives the idle text back */
+    pv_res_node node;
+    pv_res_req req;
+    pv_status st;
+    node_ok("{\"cpumem\":{\"cpu\":4,\"memory\":\"8G\"}}", NULL, NULL, &node);
+    req_ok("{\"cpumem\":{\"cpu-request\":0.1,\"memory-request\":\"512M\"}}", &req);
+    char *a1 = NULL, *a2 = NULL, *cap = NULL, *use = NULL;
+    assert_int_equal(pv_res_node_alloc(&node, &req, &a1, &st), PV_OK);
+    assert_int_equal(pv_res_node_alloc(&node, &req, &a2, &st), PV_OK);
+    assert_int_equal(pv_res_node_eru_dump(&node, &cap, &use, &st), PV_OK);
+    assert_string_equal(cap, cap4);
+    assert_string_equal(use,
+                        "{\"cpumem\":{\"cpu\":0.2,\"cpu_map\":{\"0\":0,\"1\":0,\"2\":0,\"3\":0},"
+                        "\"memory\":1073741824,\"numa_memory\":{},\"numa\":{}},\"storage\":{"
+                        "\"volumes\":{},\"disks\":[],\"storage\":0}}");
+    free(cap);
+    free(use);
+    assert_int_equal(pv_res_node_usage_add(&node, a1, -1, &st), PV_OK);
+    assert_int_equal(pv_res_node_usage_add(&node, a2, -1, &st), PV_OK);
+    assert_int_equal(pv_res_node_eru_dump(&node, &cap, &use, &st), PV_OK);
+    assert_string_equal(use, ERU_IDLE_4);
+    free(cap);
+    free(use);
+    free(a1);
+    free(a2);
+    pv_res_req_free(&req);
+    pv_res_node_free(&node);
+    /* a record the plugins cannot read fails as the parse does */
+    assert_int_equal(pv_res_eru_docs("{\"gpu\":{}}", NULL, &cap, &use, &st), PV_INVALID_ARGUMENT);
+    assert_null(cap);
+    assert_null(use);
 }
 
 static void test_percent(void **state) {
@@ -868,6 +963,7 @@ int main(void) {
         cmocka_unit_test(test_alloc_documents),
         cmocka_unit_test(test_usage_add),
         cmocka_unit_test(test_dumps),
+        cmocka_unit_test(test_eru_documents),
         cmocka_unit_test(test_percent),
         cmocka_unit_test(test_delta),
         cmocka_unit_test(test_property_cpumem),

@@ -24,6 +24,7 @@
 #include "pb/core.pb-c.h"
 #include "pv_b64.h"
 #include "pv_id.h"
+#include "pv_json.h"
 #include "pv_log.h"
 #include "pv_strv.h"
 #include "pv_res.h"
@@ -328,7 +329,7 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
     const Pb__DeployOptions *o = in->o;
     const Pb__EntrypointOptions *e = o->entrypoint;
     b->labels = build_labels(in);
-    b->res_text = resources ? json_dumps(resources, JSON_COMPACT) : strdup("{}");
+    b->res_text = resources ? pv_json_dumps(resources, 0) : strdup("{}");
     if (!b->labels || !b->res_text || build_commands(o, &b->argv) != 0 || build_env(in, b) != 0)
         return -1;
     for (size_t i = 0; i < e->n_sysctls; i++) {
@@ -511,7 +512,7 @@ static int report(wk_op *op, const instance *in, const char *answer, pv_status *
     const char *err = json_string_value(json_object_get(a, "error"));
     json_t *pub = json_object_get(a, "publish"), *res = json_object_get(in->alloc, "resources");
     char *publish = pub ? json_dumps(pub, JSON_COMPACT) : NULL;
-    char *resources = res ? json_dumps(res, JSON_COMPACT) : NULL;
+    char *resources = res ? pv_json_dumps(res, 0) : NULL;
     const char *alloc = json_string_value(json_object_get(in->alloc, "id"));
     /* alloc: which instance this is, so a reader drops the repeat a redelivery may write */
     const char *fields[] = {"type",    "id",      "name",  "nodename",  "podname",

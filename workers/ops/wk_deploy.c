@@ -19,6 +19,7 @@
 #include "pv_time.h"
 #include "pv_kinds.h"
 #include "pv_deploy.h"
+#include "pv_json.h"
 #include "pv_log.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
@@ -65,7 +66,7 @@ static int reply_from_reservation(wk_op *op, const char *resv_id, char **result,
     json_t *j =
         json_pack("{s:s, s:o, s:o}", "reservation", resv_id, "plan", plan, "allocations", allocs);
     pv_resv_clear(&rv);
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *text = j ? pv_json_dumps(j, JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return dup_out(text, result, st);
 }
@@ -95,7 +96,7 @@ static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
     json_t *params =
         json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", c->node, "pod",
                   c->opts->podname, "reservation", c->reservation, "allocations", c->allocs);
-    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    char *text = params ? pv_json_dumps(params, 0) : NULL;
     json_decref(params);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     const pv_op *rec = wk_op_record(op);
