@@ -19,7 +19,6 @@
 #include "pv_time.h"
 #include "pv_validate.h"
 
-#define REG "{reg}:"
 #define ARGS_MAX 12
 
 /* ---- records ---- */
@@ -181,8 +180,9 @@ static int decode_node(const redisReply *rep, pv_node *out, pv_status *st) {
 
 /* ---- calls ---- */
 
-/* One FCALL: keys are index names (suffixes after the base), args[0] is always the base. */
+/* One FCALL: keys are the registry's indexes, args[0] is always the base <p>{reg}:. */
 typedef struct call {
+    const pv_keys *k;
     char base[PV_KEY_MAX];
     char keys[2][PV_KEY_MAX];
     const char *keyv[2];
@@ -193,23 +193,15 @@ typedef struct call {
 
 static int call_init(call *c, const pv_keys *k, pv_status *st) {
     memset(c, 0, sizeof *c);
-    int n = snprintf(c->base, sizeof c->base, "%s" REG, k->prefix);
-    if (n < 0 || (size_t)n >= sizeof c->base)
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
+    c->k = k;
+    if (pv_key(k, PV_KEY_REG, NULL, c->base, sizeof c->base, st) != PV_OK) return st->code;
     c->argv[c->nargs++] = c->base;
     return PV_OK;
 }
 
-static void call_key(call *c, const char *index) {
-    /* Plain copies: snprintf from one member into another of the same struct trips GCC's
-     * overlap check at -O2, and the lengths are known anyway (a key longer than PV_KEY_MAX is
-     * cut, which only a prefix near its own limit could cause). */
-    char *dst = c->keys[c->nkeys];
-    size_t b = strnlen(c->base, PV_KEY_MAX - 1), i = strlen(index);
-    if (b + i > PV_KEY_MAX - 1) i = PV_KEY_MAX - 1 - b;
-    memcpy(dst, c->base, b);
-    memcpy(dst + b, index, i);
-    dst[b + i] = '\0';
+/* index: a fixed key (pods, nodes), which fits whenever the base did. */
+static void call_key(call *c, pv_key_kind index) {
+    pv_key(c->k, index, NULL, c->keys[c->nkeys], PV_KEY_MAX, NULL);
     c->keyv[c->nkeys] = c->keys[c->nkeys];
     c->nkeys++;
 }
@@ -371,7 +363,7 @@ int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, 
     snprintf(workers, sizeof workers, "%d", spec->worker_nodes);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, id);
     call_arg(&c, spec->name);
     call_arg(&c, spec->desc);
@@ -396,7 +388,7 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
     if (u->worker_nodes >= 0) snprintf(workers, sizeof workers, "%d", u->worker_nodes);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, u->name);
     call_arg(&c, u->labels ? u->labels : "");
     call_arg(&c, u->annotations ? u->annotations : "");
@@ -413,7 +405,7 @@ int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_s
     if (pv_validate_name("name", name, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, name);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_remove_pod", &rep, st);
@@ -425,7 +417,7 @@ static int get_pod(pv_redis *r, const pv_keys *k, const char *by, const char *va
                    pv_status *st) {
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, by);
     call_arg(&c, value);
     redisReply *rep = NULL;
@@ -491,7 +483,7 @@ int pv_registry_list_pods(pv_redis *r, const pv_keys *k, pv_pod **pods, size_t *
     *n = 0;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_list_pods", &rep, st);
     if (rc == PV_OK)
@@ -528,8 +520,8 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
         return pv_status_set(st, PV_INTERNAL, "cannot make a node id");
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_NODES);
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, id);
     call_arg(&c, spec->name);
     call_arg(&c, spec->pod_name);
@@ -548,7 +540,7 @@ int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_
     if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, name);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_remove_node", &rep, st);
@@ -560,7 +552,7 @@ static int get_node(pv_redis *r, const pv_keys *k, const char *by, const char *v
                     pv_status *st) {
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, by);
     call_arg(&c, value);
     redisReply *rep = NULL;
@@ -588,8 +580,8 @@ int pv_registry_list_nodes(pv_redis *r, const pv_keys *k, const char *pod_name, 
         return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_NODES);
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, pod_name ? pod_name : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_list_nodes", &rep, st);
@@ -611,7 +603,7 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
         return pv_status_set(st, PV_INVALID_ARGUMENT, "bypass: unknown value %d", (int)u->bypass);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, u->name);
     call_arg(&c, u->endpoint && *u->endpoint ? u->endpoint : "");
     call_arg(&c, engine);
@@ -645,7 +637,7 @@ int pv_registry_set_alive(pv_redis *r, const pv_keys *k, const char *node, long 
     snprintf(ttl, sizeof ttl, "%lld", ttl_seconds);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, node);
     call_arg(&c, ttl);
     call_arg(&c, value && *value ? value : "1");
@@ -662,7 +654,7 @@ int pv_registry_get_alive(pv_redis *r, const pv_keys *k, const char *node, bool 
     if (pv_validate_name("nodename", node, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, node);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_get_alive", &rep, st);
@@ -705,7 +697,7 @@ int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t
     *n = 0;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_alive_nodes", &rep, st);
     if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
@@ -719,8 +711,7 @@ int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t
 
 static int engine_info_key(const pv_keys *k, const char *node, char *buf, size_t len,
                            pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "engine-info:%s", k->prefix, node);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ENGINE_INFO, node, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info key of node %s is too long",
                              node);
     return PV_OK;
@@ -798,30 +789,19 @@ int pv_registry_engine_facts(const char *json, pv_res_engine_info *out, pv_statu
 
 int pv_registry_alive_key(const pv_keys *k, const char *node, char *buf, size_t len,
                           pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "alive:%s", k->prefix, node);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ALIVE, node, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "alive key of node %s is too long", node);
     return PV_OK;
 }
 
 int pv_registry_alive_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "alive:", k->prefix);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ALIVE, "", buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
 
 int pv_registry_alive_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st) {
-    char prefix[PV_KEY_MAX], esc[2 * PV_KEY_MAX];
-    if (pv_registry_alive_prefix(k, prefix, sizeof prefix, st) != PV_OK) return st->code;
-    size_t j = 0;
-    for (const char *p = prefix; *p; p++) {
-        if (strchr("*?[]\\", *p)) esc[j++] = '\\';
-        esc[j++] = *p;
-    }
-    esc[j] = '\0';
-    int n = snprintf(buf, len, "__keyspace@%d__:%s*", db, esc);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key_keyspace_pattern(k, PV_KEY_ALIVE, db, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }

@@ -130,11 +130,9 @@ typedef struct fargs {
 
 static int fargs_init(fargs *a, const pv_keys *k, pv_status *st) {
     memset(a, 0, sizeof *a);
-    int n = snprintf(a->base, sizeof a->base, "%s{reg}:", k->prefix);
-    if (n < 0 || (size_t)n >= sizeof a->base - sizeof "nodes")
+    if (pv_key(k, PV_KEY_REG, NULL, a->base, sizeof a->base, NULL) != PV_OK ||
+        pv_key(k, PV_KEY_NODES, NULL, a->nodes, sizeof a->nodes, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
-    memcpy(a->nodes, a->base, (size_t)n);
-    memcpy(a->nodes + n, "nodes", sizeof "nodes");
     return PV_OK;
 }
 
@@ -667,11 +665,19 @@ int pv_workload_status_page(pv_redis *r, const pv_keys *k, const char *after, si
     return rc;
 }
 
+int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_DISSOCIATED, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "SET %s 1", key);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
 /* ---- key names ---- */
 
 int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    int n = snprintf(buf, len, "%s{reg}:wl-status:", k->prefix);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_WL_STATUS, "", buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
@@ -680,27 +686,13 @@ int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t l
     if (pv_workload_check_id("id", id, st) != PV_OK ||
         pv_workload_status_prefix(k, buf, len, st) != PV_OK)
         return st->code;
-    size_t used = strlen(buf);
-    if (used + strlen(id) >= len)
+    if (pv_key(k, PV_KEY_WL_STATUS, id, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "status key of workload %s is too long", id);
-    strcpy(buf + used, id);
     return PV_OK;
 }
 
 int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st) {
-    char prefix[PV_KEY_MAX];
-    if (pv_workload_status_prefix(k, prefix, sizeof prefix, st) != PV_OK) return st->code;
-    /* The prefix is matched literally: its glob characters ({reg}'s braces are not among
-     * them) get a backslash. */
-    char escaped[2 * PV_KEY_MAX];
-    size_t at = 0;
-    for (const char *p = prefix; *p; p++) {
-        if (strchr("*?[]\\", *p)) escaped[at++] = '\\';
-        escaped[at++] = *p;
-    }
-    escaped[at] = '\0';
-    int n = snprintf(buf, len, "__keyspace@%d__:%s*", db, escaped);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key_keyspace_pattern(k, PV_KEY_WL_STATUS, db, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
@@ -724,7 +716,10 @@ int pv_workload_inventory_put(pv_redis *r, const pv_keys *k, const char *node,
     json_decref(doc);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     char key[PV_KEY_MAX], ex[24];
-    snprintf(key, sizeof key, "%s{reg}:engine-inv:%s", k->prefix, node);
+    if (pv_key(k, PV_KEY_ENGINE_INV, node, key, sizeof key, st) != PV_OK) {
+        free(text);
+        return st->code;
+    }
     snprintf(ex, sizeof ex, "%d", ttl > 0 ? ttl : 15);
     const char *argv[] = {"SET", key, text, "EX", ex};
     redisReply *rep = NULL;
@@ -738,9 +733,10 @@ int pv_workload_inventory_get(pv_redis *r, const pv_keys *k, const char *node, j
                               int64_t *at_ms, pv_status *st) {
     *ids = NULL;
     *at_ms = 0;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_ENGINE_INV, node, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "GET %s{reg}:engine-inv:%s", k->prefix, node) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     int rc = PV_OK;
     json_t *doc = rep->type == REDIS_REPLY_STRING ? json_loads(rep->str, 0, NULL) : NULL;
     json_t *list = json_object_get(doc, "ids");

@@ -187,6 +187,10 @@ int pv_workload_check_id(const char *field, const char *id, pv_status *st);
 
 /* Key names: the status key of an id, the prefix of every status key (the id follows it), and
  * the PSUBSCRIBE pattern of their keyspace notifications on database db. */
+/* Marks workload id as let go by DissociateWorkload (<b>dissociated:<id>), so the audit does not
+ * report the engine's workload without a record as an orphan. */
+int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, pv_status *st);
+
 int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st);
 int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st);
 int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st);
