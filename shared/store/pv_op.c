@@ -34,11 +34,12 @@
 
 /* ---- statuses ---- */
 
-static const char *const status_names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
-                                           "SUCCEEDED",   "FAILED",  "CANCELLED"};
+/* NULL-terminated for the record's field table (PV_FIELD_ENUM). */
+static const char *const status_names[] = {"UNSPECIFIED", "PENDING",   "RUNNING", "SUCCEEDED",
+                                           "FAILED",      "CANCELLED", NULL};
 
 const char *pv_op_status_name(pv_op_status s) {
-    if ((int)s < 0 || (size_t)s >= sizeof status_names / sizeof status_names[0])
+    if ((int)s < 0 || (size_t)s >= sizeof status_names / sizeof status_names[0] - 1)
         return status_names[0];
     return status_names[s];
 }
@@ -59,53 +60,48 @@ bool pv_op_done(const pv_op *op) {
 
 /* ---- records ---- */
 
-typedef enum { F_ID, F_STR, F_INT, F_I64, F_BOOL, F_STATUS } field_type;
-
 /* The record fields a pv_op carries; the others (token, lease, holds, ...) stay in Redis. */
-static const struct {
-    const char *name;
-    field_type type;
-    size_t off;
-    const char *dflt; /* F_STR: the value when the field is absent */
-} op_fields[] = {
-    {"id", F_ID, offsetof(pv_op, id), NULL},
-    {"kind", F_STR, offsetof(pv_op, kind), ""},
-    {"target", F_STR, offsetof(pv_op, target), ""},
-    {"queue", F_STR, offsetof(pv_op, queue), ""},
-    {"status", F_STATUS, offsetof(pv_op, status), NULL},
-    {"progress", F_INT, offsetof(pv_op, progress), NULL},
-    {"message", F_STR, offsetof(pv_op, message), ""},
-    {"error_code", F_INT, offsetof(pv_op, error_code), NULL},
-    {"error_message", F_STR, offsetof(pv_op, error_message), ""},
-    {"created_ms", F_I64, offsetof(pv_op, created_ms), NULL},
-    {"updated_ms", F_I64, offsetof(pv_op, updated_ms), NULL},
-    {"started_ms", F_I64, offsetof(pv_op, started_ms), NULL},
-    {"finished_ms", F_I64, offsetof(pv_op, finished_ms), NULL},
-    {"attempts", F_INT, offsetof(pv_op, attempts), NULL},
-    {"max_attempts", F_INT, offsetof(pv_op, max_attempts), NULL},
-    {"worker", F_STR, offsetof(pv_op, worker), ""},
-    {"request_id", F_STR, offsetof(pv_op, request_id), ""},
-    {"cancel_requested", F_BOOL, offsetof(pv_op, cancel_requested), NULL},
-    {"params", F_STR, offsetof(pv_op, params), "{}"},
-    {"metadata", F_STR, offsetof(pv_op, metadata), "{}"},
-    {"entry", F_STR, offsetof(pv_op, entry), ""},
-    {"unjournaled", F_BOOL, offsetof(pv_op, unjournaled), NULL},
+static const pv_field k_op_fields[] = {
+    {.name = "id",
+     .type = PV_FIELD_CHARS,
+     .off = offsetof(pv_op, id),
+     .cap = PV_ID_MAX,
+     .required = true},
+    {.name = "kind", .type = PV_FIELD_STR, .off = offsetof(pv_op, kind)},
+    {.name = "target", .type = PV_FIELD_STR, .off = offsetof(pv_op, target)},
+    {.name = "queue", .type = PV_FIELD_STR, .off = offsetof(pv_op, queue)},
+    {.name = "status",
+     .type = PV_FIELD_ENUM,
+     .off = offsetof(pv_op, status),
+     .names = status_names},
+    {.name = "progress", .type = PV_FIELD_INT, .off = offsetof(pv_op, progress)},
+    {.name = "message", .type = PV_FIELD_STR, .off = offsetof(pv_op, message)},
+    {.name = "error_code", .type = PV_FIELD_INT, .off = offsetof(pv_op, error_code)},
+    {.name = "error_message", .type = PV_FIELD_STR, .off = offsetof(pv_op, error_message)},
+    {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, created_ms)},
+    {.name = "updated_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, updated_ms)},
+    {.name = "started_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, started_ms)},
+    {.name = "finished_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, finished_ms)},
+    {.name = "attempts", .type = PV_FIELD_INT, .off = offsetof(pv_op, attempts)},
+    {.name = "max_attempts", .type = PV_FIELD_INT, .off = offsetof(pv_op, max_attempts)},
+    {.name = "worker", .type = PV_FIELD_STR, .off = offsetof(pv_op, worker)},
+    {.name = "request_id", .type = PV_FIELD_STR, .off = offsetof(pv_op, request_id)},
+    {.name = "cancel_requested", .type = PV_FIELD_BOOL, .off = offsetof(pv_op, cancel_requested)},
+    {.name = "params", .type = PV_FIELD_STR, .off = offsetof(pv_op, params), .dflt = "{}"},
+    {.name = "metadata", .type = PV_FIELD_STR, .off = offsetof(pv_op, metadata), .dflt = "{}"},
+    {.name = "entry", .type = PV_FIELD_STR, .off = offsetof(pv_op, entry)},
+    {.name = "unjournaled", .type = PV_FIELD_BOOL, .off = offsetof(pv_op, unjournaled)},
 };
 
-#define N_FIELDS (sizeof op_fields / sizeof op_fields[0])
-#define FIELD(op, i, T) ((T *)((char *)(op) + op_fields[i].off))
+const pv_record_schema pv_op_schema = {"operation", k_op_fields, PV_RECORD_NFIELDS(k_op_fields),
+                                       sizeof(pv_op), 0};
 
 void pv_op_clear(pv_op *op) {
-    if (!op) return;
-    for (size_t i = 0; i < N_FIELDS; i++)
-        if (op_fields[i].type == F_STR) free(*FIELD(op, i, char *));
-    memset(op, 0, sizeof *op);
+    pv_record_free(&pv_op_schema, op);
 }
 
 void pv_op_array_free(pv_op *ops, size_t n) {
-    for (size_t i = 0; ops && i < n; i++)
-        pv_op_clear(&ops[i]);
-    free(ops);
+    pv_record_array_free(&pv_op_schema, ops, n);
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -117,76 +113,13 @@ static int parse_i64(const char *s, int64_t *out) {
     return 0;
 }
 
-static int set_field(pv_op *op, size_t i, const char *v) {
-    int64_t n = 0;
-    switch (op_fields[i].type) {
-    case F_ID:
-        if (strlen(v) >= PV_ID_MAX) return -1;
-        strcpy(op->id, v);
-        return 0;
-    case F_STR: {
-        char *copy = strdup(v);
-        if (!copy) return -1;
-        free(*FIELD(op, i, char *));
-        *FIELD(op, i, char *) = copy;
-        return 0;
-    }
-    case F_STATUS:
-        return pv_op_status_parse(v, FIELD(op, i, pv_op_status));
-    case F_INT:
-    case F_BOOL:
-    case F_I64:
-        if (parse_i64(v, &n) != 0) return -1;
-        if (op_fields[i].type == F_I64)
-            *FIELD(op, i, int64_t) = n;
-        else if (op_fields[i].type == F_INT)
-            *FIELD(op, i, int) = (int)n;
-        else
-            *FIELD(op, i, bool) = n != 0;
-        return 0;
-    }
-    return -1;
-}
-
-/* Gives every absent string field its default, so readers never meet NULL. */
-static int fill_defaults(pv_op *op) {
-    for (size_t i = 0; i < N_FIELDS; i++)
-        if (op_fields[i].type == F_STR && !*FIELD(op, i, char *) &&
-            set_field(op, i, op_fields[i].dflt) != 0)
-            return -1;
-    return 0;
-}
-
-/* Fills *out (zeroed first) from a flat field/value array. Unknown fields (journal "j:<step>",
- * the lease, the token, ...) are skipped. */
-static int parse_record(const redisReply *a, pv_op *out, pv_status *st) {
-    memset(out, 0, sizeof *out);
-    if (a->type != REDIS_REPLY_ARRAY || a->elements % 2 != 0)
-        return pv_status_set(st, PV_INTERNAL, "operation record: malformed reply (type %d)",
-                             a->type);
-    for (size_t e = 0; e < a->elements; e += 2) {
-        const redisReply *name = a->element[e], *val = a->element[e + 1];
-        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING) continue;
-        for (size_t i = 0; i < N_FIELDS; i++) {
-            if (strcmp(name->str, op_fields[i].name) != 0) continue;
-            if (set_field(out, i, val->str) != 0) {
-                pv_op_clear(out);
-                return pv_status_set(st, PV_INTERNAL,
-                                     "operation record: field %s: bad value \"%s\"", name->str,
-                                     val->str);
-            }
-            break;
-        }
-    }
-    if (fill_defaults(out) != 0) {
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "operation record: out of memory");
-    }
-    if (out->id[0] == '\0') {
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "operation record: no id field");
-    }
-    return PV_OK;
+/* Fills *out from a flat field/value array (the record of operation id, named in messages).
+ * Unknown fields (journal "j:<step>", the lease, the token, ...) are skipped. */
+static int parse_record(const pv_keys *k, const char *id, const redisReply *a, pv_op *out,
+                        pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_OP, id, key, sizeof key, NULL) != PV_OK) snprintf(key, sizeof key, "?");
+    return pv_record_decode(&pv_op_schema, key, a, out, st);
 }
 
 /* ---- the keys and arguments of one call (pv_strv: an add that fails sets oom) ---- */
@@ -429,7 +362,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     if (!tag)
         rc = pv_status_set(st, PV_INTERNAL, "pv_op_submit: unexpected reply");
     else
-        rc = parse_record(rep->element[1], out, st);
+        rc = parse_record(k, id, rep->element[1], out, st);
     if (rc == PV_OK) *existed = strcmp(tag, "existed") == 0;
     freeReplyObject(rep);
     if (rc == PV_OK) rc = pv_redis_confirm_durable(r, st);
@@ -472,7 +405,7 @@ int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_stat
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 0)
         rc = pv_status_set(st, PV_NOT_FOUND, "operation %s not found", id);
     else
-        rc = parse_record(rep, out, st);
+        rc = parse_record(k, id, rep, out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -528,7 +461,7 @@ static int list_page(pv_redis *r, const pv_keys *k, const char *index, const pv_
         if (rec->elements == 0) {
             pv_strv_add(gone, page->element[2 * i]->str);
         } else if (*n < (size_t)limit) {
-            rc = parse_record(rec, &ops[*n], st);
+            rc = parse_record(k, page->element[2 * i]->str, rec, &ops[*n], st);
             if (rc == PV_OK && filter_match(f, &ops[*n]))
                 (*n)++;
             else
@@ -619,7 +552,7 @@ int pv_op_cancel(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char 
     if (!reply_tag(rep, 2))
         rc = pv_status_set(st, PV_INTERNAL, "pv_op_cancel: unexpected reply");
     else
-        rc = parse_record(rep->element[1], out, st);
+        rc = parse_record(k, id, rep->element[1], out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -634,8 +567,8 @@ static const struct {
     {"DEAD", PV_OP_ACQ_DEAD}, {"BUSY", PV_OP_ACQ_BUSY}, {"GONE", PV_OP_ACQ_GONE},
 };
 
-static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, int64_t *token,
-                         pv_op_acquire_result *res, pv_status *st) {
+static int parse_acquire(const pv_keys *k, const redisReply *rep, const char *op_id, pv_op *out,
+                         int64_t *token, pv_op_acquire_result *res, pv_status *st) {
     const char *tag = reply_tag(rep, 3);
     size_t i = 0, n = sizeof acquire_results / sizeof acquire_results[0];
     while (tag && i < n && strcmp(tag, acquire_results[i].name) != 0)
@@ -644,13 +577,14 @@ static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, i
         parse_i64(rep->element[1]->str, token) != 0)
         return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: unexpected reply", op_id);
     *res = acquire_results[i].res;
-    if (*res == PV_OP_ACQ_GONE) {
-        snprintf(out->id, sizeof out->id, "%s", op_id);
-        if (fill_defaults(out) == 0) return PV_OK;
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: out of memory", op_id);
+    if (*res == PV_OP_ACQ_GONE) { /* no record: the id alone, every other field its default */
+        json_t *gone = json_pack("{s:s}", "id", op_id);
+        int rc = gone ? pv_record_decode_json(&pv_op_schema, op_id, gone, out, st)
+                      : pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: out of memory", op_id);
+        json_decref(gone);
+        return rc;
     }
-    return parse_record(rep->element[2], out, st);
+    return parse_record(k, op_id, rep->element[2], out, st);
 }
 
 /* The keys and arguments of one pv_op_acquire call (the lock keys come later, if needed). */
@@ -693,7 +627,7 @@ int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char
     pv_strv_free(&keys);
     pv_strv_free(&args);
     if (rc != PV_OK) return rc;
-    rc = parse_acquire(rep, op_id, out, token, res, st);
+    rc = parse_acquire(k, rep, op_id, out, token, res, st);
     freeReplyObject(rep);
     if (rc != PV_OK) *token = 0;
     return rc;
@@ -747,7 +681,8 @@ int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, cons
         rcs[i] = pv_redis_get_reply(r, &rep, &sts[i]);
         if (rcs[i] != PV_OK) continue;
         sent[i] = is_need_locks(rep); /* answered later, alone, with its lock keys */
-        if (!sent[i]) rcs[i] = parse_acquire(rep, op_ids[i], &out[i], &tokens[i], &res[i], &sts[i]);
+        if (!sent[i])
+            rcs[i] = parse_acquire(k, rep, op_ids[i], &out[i], &tokens[i], &res[i], &sts[i]);
         if (rcs[i] != PV_OK) tokens[i] = 0;
         freeReplyObject(rep);
     }
@@ -763,7 +698,7 @@ int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, cons
 
 /* One element {entry, op id, acquire reply} of a pv_op_take reply into *t; *again = the
  * acquisition asks for lock keys and must run alone. */
-static void parse_taken(const redisReply *e, pv_op_taken *t, bool *again) {
+static void parse_taken(const pv_keys *k, const redisReply *e, pv_op_taken *t, bool *again) {
     *again = false;
     t->rc = PV_OK;
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
@@ -779,7 +714,7 @@ static void parse_taken(const redisReply *e, pv_op_taken *t, bool *again) {
         *again = true;
         return;
     }
-    t->rc = parse_acquire(e->element[2], t->op_id, &t->rec, &t->token, &t->res, &t->st);
+    t->rc = parse_acquire(k, e->element[2], t->op_id, &t->rec, &t->token, &t->res, &t->st);
     if (t->rc != PV_OK) t->token = 0;
 }
 
@@ -820,7 +755,7 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
     }
     for (size_t i = 0; i < rep->elements; i++) {
         memset(&out[i], 0, sizeof out[i]);
-        parse_taken(rep->element[i], &out[i], &again[i]);
+        parse_taken(k, rep->element[i], &out[i], &again[i]);
     }
     *n = rep->elements;
     freeReplyObject(rep);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "pv_keys.h"
+#include "pv_op.h"
 #include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_test_redis.h"
@@ -252,11 +253,83 @@ static void test_damaged_fields(void **state) {
     freeReplyObject(str);
 }
 
+/* ---- each record kind ---- */
+
+/* Stores rec under key through the codec's encoding and decodes it back into out. */
+static void codec_round_trip(fixture *f, const pv_record_schema *s, const void *rec,
+                             const char *key, void *out) {
+    pv_strv argv = {0};
+    pv_strv_add(&argv, "HSET");
+    pv_strv_add(&argv, key);
+    assert_int_equal(pv_record_encode(s, rec, &argv), 0);
+    redisReply *rep = redisCommandArgv(f->c, (int)argv.n, (const char **)argv.v, NULL);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(rep);
+    pv_strv_free(&argv);
+    rep = hgetall(f, key);
+    pv_status st = {0};
+    assert_int_equal(pv_record_decode(s, key, rep, out, &st), PV_OK);
+    freeReplyObject(rep);
+}
+
+/* The message a kind's reader gives for field = value in the record at key. */
+static void damage(fixture *f, const char *what, const char *key, const char *field,
+                   const char *value, const char *want, char *msg, size_t len) {
+    exec_cmd(f, "HSET %s %s %s", key, field, value);
+    snprintf(msg, len, "%s record %s: field %s: bad value \"%s\" (want %s)", what, key, field,
+             value, want);
+}
+
+static void test_op_records(void **state) {
+    fixture *f = *state;
+    pv_op_opts o = {.retention_seconds = 3600, .events_maxlen = 100};
+    pv_op_submit_req req = {.kind = "test.sleep",
+                            .target = "node-1",
+                            .queue = "ops",
+                            .params_json = "{\"ms\":5}",
+                            .request_id = "rid-1"};
+    pv_op op, got, back;
+    bool existed;
+    pv_status st = {0};
+    assert_int_equal(pv_op_submit(f->r, &f->keys, &o, &req, &op, &existed, &st), PV_OK);
+    assert_int_equal(pv_op_get(f->r, &f->keys, op.id, &got, &st), PV_OK);
+    assert_string_equal(got.kind, "test.sleep");
+    assert_string_equal(got.params, "{\"ms\":5}");
+    assert_string_equal(got.request_id, "rid-1");
+    assert_int_equal(got.status, PV_OP_PENDING);
+    assert_int_equal(got.max_attempts, PV_OP_DEFAULT_MAX_ATTEMPTS);
+    assert_true(got.created_ms > 0);
+    codec_round_trip(f, &pv_op_schema, &got, "t:copy:op", &back);
+    assert_string_equal(back.id, got.id);
+    assert_string_equal(back.target, got.target);
+    assert_int_equal(back.status, got.status);
+    assert_true(back.created_ms == got.created_ms);
+    assert_string_equal(back.metadata, got.metadata);
+    pv_op_clear(&back);
+
+    char key[PV_KEY_MAX], msg[512];
+    snprintf(key, sizeof key, "t:{ops}:op:%s", op.id);
+    damage(f, "operation", key, "attempts", "1e3", "a whole number in range", msg, sizeof msg);
+    assert_int_equal(pv_op_get(f->r, &f->keys, op.id, &back, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    exec_cmd(f, "HSET %s attempts 0", key);
+    damage(f, "operation", key, "status", "FINISHED", "a known name", msg, sizeof msg);
+    pv_op *list = NULL;
+    size_t n = 0;
+    pv_op_filter all = {.status = PV_OP_ANY};
+    assert_int_equal(pv_op_list(f->r, &f->keys, &all, &list, &n, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    pv_op_clear(&got);
+    pv_op_clear(&op);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hash_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_fields, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_op_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
