@@ -19,6 +19,7 @@
 
 #include "pv_keys.h"
 #include "pv_op.h"
+#include "pv_registry.h"
 #include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_test_redis.h"
@@ -324,12 +325,75 @@ static void test_op_records(void **state) {
     pv_op_clear(&op);
 }
 
+static void test_pod_and_node_records(void **state) {
+    fixture *f = *state;
+    pv_status st = {0};
+    pv_pod_spec ps = {.name = "web",
+                      .desc = "the pod",
+                      .cp_nodes = 1,
+                      .worker_nodes = 2,
+                      .labels = "{\"tier\":\"a\"}"};
+    pv_pod pod, back_pod;
+    assert_int_equal(pv_registry_add_pod(f->r, &f->keys, &ps, &pod, &st), PV_OK);
+    assert_int_equal(pod.cp_nodes, 1);
+    assert_int_equal(pod.worker_nodes, 2);
+    assert_string_equal(pod.labels, "{\"tier\":\"a\"}");
+    assert_string_equal(pod.annotations, "{}");
+    codec_round_trip(f, &pv_pod_schema, &pod, "t:copy:pod", &back_pod);
+    assert_string_equal(back_pod.id, pod.id);
+    assert_string_equal(back_pod.desc, "the pod");
+    assert_int_equal(back_pod.worker_nodes, 2);
+    assert_true(back_pod.created_ms == pod.created_ms);
+    pv_pod_clear(&back_pod);
+
+    pv_node_spec ns = {.name = "n1",
+                       .pod_name = "web",
+                       .endpoint = "process://",
+                       .resources = "{\"cpumem\":{\"cpu\":4,\"memory\":\"8G\"}}"};
+    pv_node node, back_node;
+    assert_int_equal(pv_registry_add_node(f->r, &f->keys, &ns, &node, &st), PV_OK);
+    assert_string_equal(node.role, "worker");
+    assert_string_equal(node.engine, "process");
+    assert_false(node.bypass);
+    assert_false(node.alive);
+    codec_round_trip(f, &pv_node_schema, &node, "t:copy:node", &back_node);
+    assert_string_equal(back_node.id, node.id);
+    assert_string_equal(back_node.resources, node.resources);
+    assert_string_equal(back_node.pod_id, pod.id);
+    assert_int_equal(back_node.bypass, node.bypass);
+    pv_node_clear(&back_node);
+
+    /* damage: each reader names the record's key (made from its id) and the field */
+    char key[PV_KEY_MAX], msg[512];
+    snprintf(key, sizeof key, "t:{reg}:pod:%s", pod.id);
+    damage(f, "pod", key, "cp_nodes", "one", "a whole number in range", msg, sizeof msg);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &back_pod, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    pv_pod *pods = NULL;
+    size_t n = 0;
+    assert_int_equal(pv_registry_list_pods(f->r, &f->keys, &pods, &n, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    snprintf(key, sizeof key, "t:{reg}:node:%s", node.id);
+    damage(f, "node", key, "bypass", "yes", "0 or 1", msg, sizeof msg);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &back_node, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    exec_cmd(f, "HSET %s bypass 0", key);
+    damage(f, "node", key, "usage_rev", "99999999999999999999", "a whole number in range", msg,
+           sizeof msg);
+    pv_node *nodes = NULL;
+    assert_int_equal(pv_registry_list_nodes(f->r, &f->keys, "web", &nodes, &n, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    pv_node_clear(&node);
+    pv_pod_clear(&pod);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hash_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_op_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pod_and_node_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
