@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "pv_keys.h"
+#include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_status.h"
 
@@ -59,6 +60,9 @@ typedef struct pv_workload {
                            record (pv_workload_deploy) so listings do not carry its files */
     int64_t created_ms;
 } pv_workload;
+
+/* The record's fields (pv_record.h): the table every reader of a workload decodes by. */
+extern const pv_record_schema pv_workload_schema;
 
 void pv_workload_clear(pv_workload *w);
 void pv_workload_array_free(pv_workload *w, size_t n);

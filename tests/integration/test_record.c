@@ -20,6 +20,7 @@
 #include "pv_keys.h"
 #include "pv_op.h"
 #include "pv_registry.h"
+#include "pv_workload.h"
 #include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_test_redis.h"
@@ -387,6 +388,47 @@ static void test_pod_and_node_records(void **state) {
     pv_pod_clear(&pod);
 }
 
+static void test_workload_records(void **state) {
+    fixture *f = *state;
+    pv_status st = {0};
+    pv_workload w = {0}, got, copy;
+    assert_int_equal(pv_workload_new_id(w.id, &st), PV_OK);
+    w.name = strdup("app_web_abcdef");
+    w.app = strdup("app");
+    w.entry = strdup("web");
+    w.node = strdup("n1");
+    w.privileged = true;
+    w.env = strdup("[\"A=1\"]");
+    w.created_ms = 1700000000000;
+    /* stored through the codec at its key, read by the kind's own reader */
+    char key[PV_KEY_MAX], msg[512];
+    snprintf(key, sizeof key, "t:{reg}:wl:%s", w.id);
+    codec_round_trip(f, &pv_workload_schema, &w, key, &copy);
+    pv_workload_clear(&copy);
+    exec_cmd(f, "SADD t:{reg}:app-workloads:app %s", w.id);
+    assert_int_equal(pv_workload_get(f->r, &f->keys, w.id, &got, &st), PV_OK);
+    assert_string_equal(got.id, w.id);
+    assert_string_equal(got.name, "app_web_abcdef");
+    assert_true(got.privileged);
+    assert_string_equal(got.env, "[\"A=1\"]");
+    assert_string_equal(got.labels, "{}"); /* written as its default */
+    assert_string_equal(got.pod, "");
+    assert_true(got.created_ms == 1700000000000);
+    pv_workload_clear(&got);
+
+    damage(f, "workload", key, "created_ms", "soon", "a whole number in range", msg, sizeof msg);
+    assert_int_equal(pv_workload_get(f->r, &f->keys, w.id, &got, &st), PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    exec_cmd(f, "HSET %s created_ms 1", key);
+    damage(f, "workload", key, "privileged", "2", "0 or 1", msg, sizeof msg);
+    pv_workload *list = NULL;
+    size_t n = 0;
+    assert_int_equal(pv_workload_list(f->r, &f->keys, "app", NULL, NULL, NULL, &list, &n, &st),
+                     PV_DATA_LOSS);
+    assert_string_equal(st.msg, msg);
+    pv_workload_clear(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hash_round_trip, setup, teardown),
@@ -394,6 +436,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_damaged_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_op_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_and_node_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workload_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
