@@ -450,21 +450,29 @@ static int usage_without(const pv_node *node, const char *resources, char **usag
     return rc;
 }
 
+/* Where workload id runs and what it holds (its record's node_id and resources): *node_id NULL
+ * when the record is gone, *resources NULL when it has none. */
+static int wl_placement(pv_redis *r, const pv_keys *k, const char *id, char **node_id,
+                        char **resources, pv_status *st) {
+    *node_id = *resources = NULL;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_WL, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HMGET %s node_id resources", key) != PV_OK) return st->code;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        if (rep->element[0]->type == REDIS_REPLY_STRING) *node_id = strdup(rep->element[0]->str);
+        if (rep->element[1]->type == REDIS_REPLY_STRING) *resources = strdup(rep->element[1]->str);
+    }
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
-        redisReply *rep = NULL;
-        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
-            PV_OK)
-            return st->code;
         char *node_id = NULL, *resources = NULL;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-            if (rep->element[0]->type == REDIS_REPLY_STRING) node_id = strdup(rep->element[0]->str);
-            if (rep->element[1]->type == REDIS_REPLY_STRING)
-                resources = strdup(rep->element[1]->str);
-        }
-        freeReplyObject(rep);
+        if (wl_placement(r, k, workload_id, &node_id, &resources, st) != PV_OK) return st->code;
         pv_node node = {0};
         char *usage = NULL, rev[24] = "0";
         int rc = PV_OK;
@@ -484,7 +492,7 @@ int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_
             return rc;
         }
         const char *args[] = {base, workload_id, rev, usage ? usage : "{}"};
-        rep = NULL;
+        redisReply *rep = NULL;
         rc = pv_redis_fcall(r, "pv_wl_remove_release", 0, NULL, 4, args, &rep, st);
         free(usage);
         bool conflict =
@@ -597,17 +605,9 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
-        redisReply *rep = NULL;
-        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
-            PV_OK)
-            return st->code;
         char *node_id = NULL, *old = NULL;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-            rep->element[0]->type == REDIS_REPLY_STRING) {
-            node_id = strdup(rep->element[0]->str);
-            old = strdup(rep->element[1]->type == REDIS_REPLY_STRING ? rep->element[1]->str : "{}");
-        }
-        freeReplyObject(rep);
+        if (wl_placement(r, k, workload_id, &node_id, &old, st) != PV_OK) return st->code;
+        if (node_id && !old) old = strdup("{}");
         pv_node node = {0};
         pv_res_node res = {0};
         char *fresh = NULL, *usage = NULL, *check = NULL, rev[24];
@@ -626,7 +626,7 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
         bool conflict = false;
         if (rc == PV_OK) {
             const char *args[] = {base, workload_id, rev, usage, fresh};
-            rep = NULL;
+            redisReply *rep = NULL;
             rc = pv_redis_fcall(r, "pv_wl_realloc", 0, NULL, 5, args, &rep, st);
             conflict =
                 rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0;
