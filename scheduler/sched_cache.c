@@ -126,9 +126,10 @@ typedef struct view_row {
 static int read_view(pv_redis *r, const pv_keys *k, const char *pod, redisReply **rep,
                      pv_status *st) {
     char nodes[PV_KEY_MAX], pods[PV_KEY_MAX], base[PV_KEY_MAX];
-    snprintf(nodes, sizeof nodes, "%s{reg}:nodes", k->prefix);
-    snprintf(pods, sizeof pods, "%s{reg}:pods", k->prefix);
-    snprintf(base, sizeof base, "%s{reg}:", k->prefix);
+    if (pv_key(k, PV_KEY_NODES, NULL, nodes, sizeof nodes, st) != PV_OK ||
+        pv_key(k, PV_KEY_PODS, NULL, pods, sizeof pods, st) != PV_OK ||
+        pv_key(k, PV_KEY_REG, NULL, base, sizeof base, st) != PV_OK)
+        return st->code;
     const char *keys[] = {nodes, pods}, *args[] = {base, pod};
     if (pv_redis_fcall(r, "pv_sched_view", 2, keys, 2, args, rep, st) != PV_OK) return st->code;
     if ((*rep)->type != REDIS_REPLY_ARRAY || (*rep)->elements % 4 != 0) {

@@ -322,11 +322,8 @@ static void on_dissociate_workload(gw_call *call, const ProtobufCMessage *req) {
             pv_info("DissociateWorkload id=%s", o->ids[i]);
             /* marked so the audit (pivirt-check) knows the engine's workload without a record
              * was let go on purpose; best effort: unmarked, the audit reports an orphan */
-            redisReply *rep = NULL;
-            if (pv_redis_command(r, &rep, &st, "SET %s{reg}:dissociated:%s 1", k->prefix,
-                                 o->ids[i]) != PV_OK)
+            if (pv_workload_mark_dissociated(r, k, o->ids[i], &st) != PV_OK)
                 pv_warn("DissociateWorkload id=%s: not marked dissociated: %s", o->ids[i], st.msg);
-            if (rep) freeReplyObject(rep);
         }
         if (gw_call_send(call, &m.base) != 0) return; /* the client has gone */
     }

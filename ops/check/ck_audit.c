@@ -80,6 +80,30 @@ typedef struct ck_ctx {
     bool *local; /* per node: its engine keeps its state on this machine */
 } ck_ctx;
 
+/* Runs "<cmd> <the key of kind named name> <args...>" (args NULL-terminated): every key the
+ * audit reads is named by pv_keys. */
+static int key_cmd(ck_ctx *c, redisReply **rep, pv_status *st, const char *cmd, pv_key_kind kind,
+                   const char *name, const char *const *args) {
+    char key[2 * PV_KEY_MAX];
+    if (pv_key(c->k, kind, name, key, sizeof key, st) != PV_OK) return st->code;
+    const char *argv[8] = {cmd, key};
+    int argc = 2;
+    for (; args && *args && argc < 8; args++)
+        argv[argc++] = *args;
+    return pv_redis_commandv(c->r, rep, st, argc, argv, NULL);
+}
+
+#define KEY_CMD(c, rep, st, cmd, kind, ...)                                                        \
+    key_cmd(c, rep, st, cmd, kind, (const char *[]){__VA_ARGS__, NULL}[0],                         \
+            (const char *[]){__VA_ARGS__, NULL} + 1)
+
+/* The names of every key of kind (SCAN of its "<key>*" pattern), sorted into out. */
+static int scan_kind(ck_ctx *c, pv_key_kind kind, pv_strv *out, pv_status *st) {
+    char pattern[PV_KEY_MAX];
+    if (pv_key(c->k, kind, "*", pattern, sizeof pattern, st) != PV_OK) return st->code;
+    return scan_keys(c->r, pattern, strlen(pattern) - 1, out, st);
+}
+
 static const pv_node *node_by_id(const ck_ctx *c, const char *id) {
     for (size_t i = 0; id && i < c->nnodes; i++)
         if (strcmp(c->nodes[i].id, id) == 0) return &c->nodes[i];
@@ -169,7 +193,7 @@ static int add_entry(ops_state *s, const char *queue, const char *id, const char
  * last-delivered-id). A stream without the group has every entry waiting. */
 static int read_queue(ck_ctx *c, ops_state *s, const char *queue, pv_status *st) {
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%s{ops}:q:%s", c->k->prefix, queue);
+    if (pv_key(c->k, PV_KEY_OP_QUEUE, queue, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *groups = NULL;
     char last[64] = "0-0";
     int rc = pv_redis_command(c->r, &groups, st, "XINFO GROUPS %s", key);
@@ -254,7 +278,7 @@ static int read_ops(ck_ctx *c, ops_state *s, const pv_strv *ids, pv_status *st) 
     if (!s->ops) return pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; i < ids->n; i++) {
         char key[PV_KEY_MAX];
-        snprintf(key, sizeof key, "%s{ops}:op:%s", c->k->prefix, ids->v[i]);
+        if (pv_key(c->k, PV_KEY_OP, ids->v[i], key, sizeof key, st) != PV_OK) return st->code;
         const char *argv[] = {"HMGET", key, "queue", "status", "entry", "kind"};
         if (pv_redis_append(c->r, 6, argv, NULL, st) != PV_OK) return st->code;
     }
@@ -288,12 +312,9 @@ static int read_ops(ck_ctx *c, ops_state *s, const pv_strv *ids, pv_status *st) 
 static int check_ops(ck_ctx *c, pv_status *st) {
     ops_state s = {0};
     pv_strv ids = {0}, queues = {0}, locks = {0};
-    char pattern[PV_KEY_MAX];
-    snprintf(pattern, sizeof pattern, "%s{ops}:op:*", c->k->prefix);
-    int rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &ids, st);
+    int rc = scan_kind(c, PV_KEY_OP, &ids, st);
     if (rc == PV_OK) rc = read_ops(c, &s, &ids, st);
-    snprintf(pattern, sizeof pattern, "%s{ops}:q:*", c->k->prefix);
-    if (rc == PV_OK) rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &queues, st);
+    if (rc == PV_OK) rc = scan_kind(c, PV_KEY_OP_QUEUE, &queues, st);
     for (size_t i = 0; rc == PV_OK && i < queues.n; i++)
         rc = read_queue(c, &s, queues.v[i], st);
     if (s.nentries > 1) qsort(s.entries, s.nentries, sizeof *s.entries, cmp_entry);
@@ -308,8 +329,7 @@ static int check_ops(ck_ctx *c, pv_status *st) {
         snprintf(subject, sizeof subject, "op %s", o->id);
         if (!*o->entry) {
             redisReply *score = NULL;
-            rc = pv_redis_command(c->r, &score, st, "ZSCORE %s{ops}:delayed %s", c->k->prefix,
-                                  o->id);
+            rc = KEY_CMD(c, &score, st, "ZSCORE", PV_KEY_OP_DELAYED, NULL, o->id);
             bool waits = rc == PV_OK && score->type == REDIS_REPLY_STRING;
             if (score) freeReplyObject(score);
             if (rc == PV_OK && !waits)
@@ -342,11 +362,10 @@ static int check_ops(ck_ctx *c, pv_status *st) {
                 o->id, o->status, e->idle_ms);
     }
     /* locks: held by an unfinished operation (finishing releases them) */
-    snprintf(pattern, sizeof pattern, "%s{ops}:lock:*", c->k->prefix);
-    if (rc == PV_OK) rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &locks, st);
+    if (rc == PV_OK) rc = scan_kind(c, PV_KEY_OP_LOCK, &locks, st);
     for (size_t i = 0; rc == PV_OK && i < locks.n; i++) {
         redisReply *holder = NULL;
-        rc = pv_redis_command(c->r, &holder, st, "GET %s{ops}:lock:%s", c->k->prefix, locks.v[i]);
+        rc = KEY_CMD(c, &holder, st, "GET", PV_KEY_OP_LOCK, locks.v[i]);
         if (rc == PV_OK && holder->type == REDIS_REPLY_STRING) {
             const op_rec *o = op_find(&s, holder->str);
             char subject[PV_KEY_MAX];
@@ -394,9 +413,7 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
         /* every reserved allocation belongs to a reservation that will take it over or give
          * it back; one without is held for ever */
         redisReply *allocs = NULL;
-        if (rc == PV_OK)
-            rc = pv_redis_command(c->r, &allocs, st, "HKEYS %s{reg}:node-allocs:%s", c->k->prefix,
-                                  n->id);
+        if (rc == PV_OK) rc = KEY_CMD(c, &allocs, st, "HKEYS", PV_KEY_NODE_ALLOCS, n->id);
         for (size_t a = 0; rc == PV_OK && allocs->type == REDIS_REPLY_ARRAY && a < allocs->elements;
              a++) {
             const char *aid = allocs->element[a]->str;
@@ -404,7 +421,7 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
             char resv[PV_ID_MAX];
             snprintf(resv, sizeof resv, "%.*s", dot ? (int)(dot - aid) : (int)strlen(aid), aid);
             redisReply *ex = NULL;
-            rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:resv:%s", c->k->prefix, resv);
+            rc = KEY_CMD(c, &ex, st, "EXISTS", PV_KEY_RESV, resv);
             if (rc == PV_OK && ex->integer == 0) {
                 char asub[PV_KEY_MAX];
                 snprintf(asub, sizeof asub, "allocation %s", aid);
@@ -422,8 +439,7 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
         const pv_workload *w = &c->wls[i];
         if (!w->alloc_id || !*w->alloc_id || !w->node_id) continue;
         redisReply *ex = NULL;
-        rc = pv_redis_command(c->r, &ex, st, "HEXISTS %s{reg}:node-allocs:%s %s", c->k->prefix,
-                              w->node_id, w->alloc_id);
+        rc = KEY_CMD(c, &ex, st, "HEXISTS", PV_KEY_NODE_ALLOCS, w->node_id, w->alloc_id);
         if (rc == PV_OK && ex->integer == 1) {
             char subject[PV_KEY_MAX];
             snprintf(subject, sizeof subject, "workload %s", w->id);
@@ -435,14 +451,13 @@ static int check_reservations(ck_ctx *c, pv_status *st) {
     }
     /* reservations the reaper should have released by now */
     redisReply *all = NULL, *late = NULL;
-    if (rc == PV_OK) rc = pv_redis_command(c->r, &all, st, "ZCARD %s{reg}:resvs", c->k->prefix);
+    if (rc == PV_OK) rc = KEY_CMD(c, &all, st, "ZCARD", PV_KEY_RESVS, NULL);
     if (rc == PV_OK) c->rep->reservations = (long)all->integer;
     char upto[32];
     int64_t now = pv_time_now_ms();
     snprintf(upto, sizeof upto, "%lld", (long long)(now - c->o->grace_ms));
     if (rc == PV_OK)
-        rc = pv_redis_command(c->r, &late, st, "ZRANGEBYSCORE %s{reg}:resvs -inf %s WITHSCORES",
-                              c->k->prefix, upto);
+        rc = KEY_CMD(c, &late, st, "ZRANGEBYSCORE", PV_KEY_RESVS, NULL, "-inf", upto, "WITHSCORES");
     for (size_t i = 0; rc == PV_OK && late->type == REDIS_REPLY_ARRAY && i + 1 < late->elements;
          i += 2) {
         char subject[PV_KEY_MAX];
@@ -543,8 +558,7 @@ static int report_orphans(ck_ctx *c, const char *name, const char *node_id, cons
         if (w && node_id && w->node_id && strcmp(w->node_id, node_id) == 0) continue;
         if (!w) { /* DissociateWorkload lets the engine's workload go on without a record */
             redisReply *ex = NULL;
-            rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:dissociated:%s", c->k->prefix,
-                                  eng[j].id);
+            rc = KEY_CMD(c, &ex, st, "EXISTS", PV_KEY_DISSOCIATED, eng[j].id);
             bool let_go = rc == PV_OK && ex->integer == 1;
             if (ex) freeReplyObject(ex);
             if (rc != PV_OK) break;
@@ -659,8 +673,7 @@ static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
         if (w && w->node_id && strcmp(w->node_id, n->id) == 0) continue;
         if (!w) { /* DissociateWorkload lets the engine's workload go on without a record */
             redisReply *ex = NULL;
-            rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:dissociated:%s", c->k->prefix,
-                                  have.v[j]);
+            rc = KEY_CMD(c, &ex, st, "EXISTS", PV_KEY_DISSOCIATED, have.v[j]);
             bool let_go = rc == PV_OK && ex->integer == 1;
             if (ex) freeReplyObject(ex);
             if (rc != PV_OK || let_go) continue;
@@ -715,8 +728,7 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
             continue;
         }
         redisReply *in = NULL;
-        rc = pv_redis_command(c->r, &in, st, "SISMEMBER %s{reg}:node-workloads:%s %s", c->k->prefix,
-                              w->node_id, w->id);
+        rc = KEY_CMD(c, &in, st, "SISMEMBER", PV_KEY_NODE_WORKLOADS, w->node_id, w->id);
         if (rc == PV_OK && in->integer == 0)
             ADD(c->rep, CK_AREA_WORKLOADS, "WL_INDEX", subject,
                 "recorded on node %s but missing from that node's workload set", w->node);
@@ -725,8 +737,7 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
     /* the indexes name only workloads that exist */
     for (size_t i = 0; rc == PV_OK && i < c->nnodes; i++) {
         redisReply *members = NULL;
-        rc = pv_redis_command(c->r, &members, st, "SMEMBERS %s{reg}:node-workloads:%s",
-                              c->k->prefix, c->nodes[i].id);
+        rc = KEY_CMD(c, &members, st, "SMEMBERS", PV_KEY_NODE_WORKLOADS, c->nodes[i].id);
         for (size_t m = 0;
              rc == PV_OK && members->type == REDIS_REPLY_ARRAY && m < members->elements; m++) {
             if (pv_strv_has(&c->wl_ids, members->element[m]->str)) continue;
@@ -738,9 +749,7 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
         if (members) freeReplyObject(members);
     }
     pv_strv recs = {0};
-    char pattern[PV_KEY_MAX];
-    snprintf(pattern, sizeof pattern, "%s{reg}:wl:*", c->k->prefix);
-    if (rc == PV_OK) rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &recs, st);
+    if (rc == PV_OK) rc = scan_kind(c, PV_KEY_WL, &recs, st);
     for (size_t i = 0; rc == PV_OK && i < recs.n; i++) {
         if (pv_strv_has(&c->wl_ids, recs.v[i])) continue;
         char subject[PV_KEY_MAX];
@@ -751,22 +760,25 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
     pv_strv_free(&recs);
     /* keys kept per workload, removed with its record */
     static const struct {
-        const char *pattern, *what;
+        pv_key_kind kind;
+        const char *what;
         ck_area area;
-    } per_wl[] = {{"{reg}:wl-status:*", "its status", CK_AREA_WORKLOADS},
-                  {"{reg}:wl-deploy:*", "its deploy options", CK_AREA_WORKLOADS},
-                  {"{sto}:wl-vols:*", "its volume set", CK_AREA_STORAGE}};
+    } per_wl[] = {{PV_KEY_WL_STATUS, "its status", CK_AREA_WORKLOADS},
+                  {PV_KEY_WL_DEPLOY, "its deploy options", CK_AREA_WORKLOADS},
+                  {PV_KEY_WL_VOLS, "its volume set", CK_AREA_STORAGE}};
     for (size_t p = 0; rc == PV_OK && p < sizeof per_wl / sizeof per_wl[0]; p++) {
         pv_strv left = {0};
-        snprintf(pattern, sizeof pattern, "%s%s", c->k->prefix, per_wl[p].pattern);
-        rc = scan_keys(c->r, pattern, strlen(pattern) - 1, &left, st);
+        rc = scan_kind(c, per_wl[p].kind, &left, st);
         for (size_t i = 0; rc == PV_OK && i < left.n; i++) {
             if (pv_strv_has(&c->wl_ids, left.v[i])) continue;
-            char subject[PV_KEY_MAX];
+            char subject[PV_KEY_MAX], key[2 * PV_KEY_MAX];
             snprintf(subject, sizeof subject, "workload %s", left.v[i]);
+            if (pv_key(c->k, per_wl[p].kind, left.v[i], key, sizeof key, st) != PV_OK) {
+                rc = st->code;
+                break;
+            }
             ADD(c->rep, per_wl[p].area, "WL_LEFTOVER", subject,
-                "%s remains (%.*s%s) but the workload has no record", per_wl[p].what,
-                (int)(strlen(pattern) - 1), pattern, left.v[i]);
+                "%s remains (%s) but the workload has no record", per_wl[p].what, key);
         }
         pv_strv_free(&left);
     }
@@ -863,8 +875,7 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     }
     /* the holder key (what attach claims first) and the record agree */
     redisReply *user = NULL;
-    if (rc == PV_OK)
-        rc = pv_redis_command(c->r, &user, st, "GET %s{sto}:vol-user:%s", c->k->prefix, id);
+    if (rc == PV_OK) rc = KEY_CMD(c, &user, st, "GET", PV_KEY_VOL_USER, id);
     if (rc == PV_OK) {
         const char *held = user->type == REDIS_REPLY_STRING ? user->str : "";
         const char *recorded = status == PV_VOL_IN_USE ? pv_json_str(vol, "in_use_by") : "";
@@ -1040,7 +1051,7 @@ static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_
 
 static int check_clusters(ck_ctx *c, pv_status *st) {
     redisReply *pods = NULL;
-    int rc = pv_redis_command(c->r, &pods, st, "HGETALL %s{reg}:pods", c->k->prefix);
+    int rc = KEY_CMD(c, &pods, st, "HGETALL", PV_KEY_PODS, NULL);
     pv_strv pod_ids = {0};
     for (size_t i = 0; rc == PV_OK && pods->type == REDIS_REPLY_ARRAY && i + 1 < pods->elements;
          i += 2) {
@@ -1053,13 +1064,11 @@ static int check_clusters(ck_ctx *c, pv_status *st) {
             break;
         }
         redisReply *ex = NULL, *members = NULL;
-        rc = pv_redis_command(c->r, &ex, st, "EXISTS %s{reg}:pod:%s", c->k->prefix, id);
+        rc = KEY_CMD(c, &ex, st, "EXISTS", PV_KEY_POD, id);
         if (rc == PV_OK && ex->integer == 0)
             ADD(c->rep, CK_AREA_CLUSTERS, "CLUSTER_INDEX", subject,
                 "indexed as %s, which has no record", id);
-        if (rc == PV_OK)
-            rc = pv_redis_command(c->r, &members, st, "SMEMBERS %s{reg}:pod-nodes:%s", c->k->prefix,
-                                  id);
+        if (rc == PV_OK) rc = KEY_CMD(c, &members, st, "SMEMBERS", PV_KEY_POD_NODES, id);
         for (size_t m = 0;
              rc == PV_OK && members->type == REDIS_REPLY_ARRAY && m < members->elements; m++)
             if (!pv_strv_has(&c->node_ids, members->element[m]->str))

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OPS "{ops}:" /* the hash tag shared by every key of the pipeline */
 #define DEFAULT_RETENTION_SECONDS (7 * 24 * 3600)
 #define DEFAULT_EVENTS_MAXLEN 100000
 #define LIST_PAGE 100
@@ -35,11 +34,12 @@
 
 /* ---- statuses ---- */
 
-static const char *const status_names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
-                                           "SUCCEEDED",   "FAILED",  "CANCELLED"};
+/* NULL-terminated for the record's field table (PV_FIELD_ENUM). */
+static const char *const status_names[] = {"UNSPECIFIED", "PENDING",   "RUNNING", "SUCCEEDED",
+                                           "FAILED",      "CANCELLED", NULL};
 
 const char *pv_op_status_name(pv_op_status s) {
-    if ((int)s < 0 || (size_t)s >= sizeof status_names / sizeof status_names[0])
+    if ((int)s < 0 || (size_t)s >= sizeof status_names / sizeof status_names[0] - 1)
         return status_names[0];
     return status_names[s];
 }
@@ -60,53 +60,48 @@ bool pv_op_done(const pv_op *op) {
 
 /* ---- records ---- */
 
-typedef enum { F_ID, F_STR, F_INT, F_I64, F_BOOL, F_STATUS } field_type;
-
 /* The record fields a pv_op carries; the others (token, lease, holds, ...) stay in Redis. */
-static const struct {
-    const char *name;
-    field_type type;
-    size_t off;
-    const char *dflt; /* F_STR: the value when the field is absent */
-} op_fields[] = {
-    {"id", F_ID, offsetof(pv_op, id), NULL},
-    {"kind", F_STR, offsetof(pv_op, kind), ""},
-    {"target", F_STR, offsetof(pv_op, target), ""},
-    {"queue", F_STR, offsetof(pv_op, queue), ""},
-    {"status", F_STATUS, offsetof(pv_op, status), NULL},
-    {"progress", F_INT, offsetof(pv_op, progress), NULL},
-    {"message", F_STR, offsetof(pv_op, message), ""},
-    {"error_code", F_INT, offsetof(pv_op, error_code), NULL},
-    {"error_message", F_STR, offsetof(pv_op, error_message), ""},
-    {"created_ms", F_I64, offsetof(pv_op, created_ms), NULL},
-    {"updated_ms", F_I64, offsetof(pv_op, updated_ms), NULL},
-    {"started_ms", F_I64, offsetof(pv_op, started_ms), NULL},
-    {"finished_ms", F_I64, offsetof(pv_op, finished_ms), NULL},
-    {"attempts", F_INT, offsetof(pv_op, attempts), NULL},
-    {"max_attempts", F_INT, offsetof(pv_op, max_attempts), NULL},
-    {"worker", F_STR, offsetof(pv_op, worker), ""},
-    {"request_id", F_STR, offsetof(pv_op, request_id), ""},
-    {"cancel_requested", F_BOOL, offsetof(pv_op, cancel_requested), NULL},
-    {"params", F_STR, offsetof(pv_op, params), "{}"},
-    {"metadata", F_STR, offsetof(pv_op, metadata), "{}"},
-    {"entry", F_STR, offsetof(pv_op, entry), ""},
-    {"unjournaled", F_BOOL, offsetof(pv_op, unjournaled), NULL},
+static const pv_field k_op_fields[] = {
+    {.name = "id",
+     .type = PV_FIELD_CHARS,
+     .off = offsetof(pv_op, id),
+     .cap = PV_ID_MAX,
+     .required = true},
+    {.name = "kind", .type = PV_FIELD_STR, .off = offsetof(pv_op, kind)},
+    {.name = "target", .type = PV_FIELD_STR, .off = offsetof(pv_op, target)},
+    {.name = "queue", .type = PV_FIELD_STR, .off = offsetof(pv_op, queue)},
+    {.name = "status",
+     .type = PV_FIELD_ENUM,
+     .off = offsetof(pv_op, status),
+     .names = status_names},
+    {.name = "progress", .type = PV_FIELD_INT, .off = offsetof(pv_op, progress)},
+    {.name = "message", .type = PV_FIELD_STR, .off = offsetof(pv_op, message)},
+    {.name = "error_code", .type = PV_FIELD_INT, .off = offsetof(pv_op, error_code)},
+    {.name = "error_message", .type = PV_FIELD_STR, .off = offsetof(pv_op, error_message)},
+    {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, created_ms)},
+    {.name = "updated_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, updated_ms)},
+    {.name = "started_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, started_ms)},
+    {.name = "finished_ms", .type = PV_FIELD_I64, .off = offsetof(pv_op, finished_ms)},
+    {.name = "attempts", .type = PV_FIELD_INT, .off = offsetof(pv_op, attempts)},
+    {.name = "max_attempts", .type = PV_FIELD_INT, .off = offsetof(pv_op, max_attempts)},
+    {.name = "worker", .type = PV_FIELD_STR, .off = offsetof(pv_op, worker)},
+    {.name = "request_id", .type = PV_FIELD_STR, .off = offsetof(pv_op, request_id)},
+    {.name = "cancel_requested", .type = PV_FIELD_BOOL, .off = offsetof(pv_op, cancel_requested)},
+    {.name = "params", .type = PV_FIELD_STR, .off = offsetof(pv_op, params), .dflt = "{}"},
+    {.name = "metadata", .type = PV_FIELD_STR, .off = offsetof(pv_op, metadata), .dflt = "{}"},
+    {.name = "entry", .type = PV_FIELD_STR, .off = offsetof(pv_op, entry)},
+    {.name = "unjournaled", .type = PV_FIELD_BOOL, .off = offsetof(pv_op, unjournaled)},
 };
 
-#define N_FIELDS (sizeof op_fields / sizeof op_fields[0])
-#define FIELD(op, i, T) ((T *)((char *)(op) + op_fields[i].off))
+const pv_record_schema pv_op_schema = {"operation", k_op_fields, PV_RECORD_NFIELDS(k_op_fields),
+                                       sizeof(pv_op), 0};
 
 void pv_op_clear(pv_op *op) {
-    if (!op) return;
-    for (size_t i = 0; i < N_FIELDS; i++)
-        if (op_fields[i].type == F_STR) free(*FIELD(op, i, char *));
-    memset(op, 0, sizeof *op);
+    pv_record_free(&pv_op_schema, op);
 }
 
 void pv_op_array_free(pv_op *ops, size_t n) {
-    for (size_t i = 0; ops && i < n; i++)
-        pv_op_clear(&ops[i]);
-    free(ops);
+    pv_record_array_free(&pv_op_schema, ops, n);
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -118,124 +113,19 @@ static int parse_i64(const char *s, int64_t *out) {
     return 0;
 }
 
-static int set_field(pv_op *op, size_t i, const char *v) {
-    int64_t n = 0;
-    switch (op_fields[i].type) {
-    case F_ID:
-        if (strlen(v) >= PV_ID_MAX) return -1;
-        strcpy(op->id, v);
-        return 0;
-    case F_STR: {
-        char *copy = strdup(v);
-        if (!copy) return -1;
-        free(*FIELD(op, i, char *));
-        *FIELD(op, i, char *) = copy;
-        return 0;
-    }
-    case F_STATUS:
-        return pv_op_status_parse(v, FIELD(op, i, pv_op_status));
-    case F_INT:
-    case F_BOOL:
-    case F_I64:
-        if (parse_i64(v, &n) != 0) return -1;
-        if (op_fields[i].type == F_I64)
-            *FIELD(op, i, int64_t) = n;
-        else if (op_fields[i].type == F_INT)
-            *FIELD(op, i, int) = (int)n;
-        else
-            *FIELD(op, i, bool) = n != 0;
-        return 0;
-    }
-    return -1;
+/* Fills *out from a flat field/value array (the record of operation id, named in messages).
+ * Unknown fields (journal "j:<step>", the lease, the token, ...) are skipped. */
+static int parse_record(const pv_keys *k, const char *id, const redisReply *a, pv_op *out,
+                        pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_OP, id, key, sizeof key, NULL) != PV_OK) snprintf(key, sizeof key, "?");
+    return pv_record_decode(&pv_op_schema, key, a, out, st);
 }
 
-/* Gives every absent string field its default, so readers never meet NULL. */
-static int fill_defaults(pv_op *op) {
-    for (size_t i = 0; i < N_FIELDS; i++)
-        if (op_fields[i].type == F_STR && !*FIELD(op, i, char *) &&
-            set_field(op, i, op_fields[i].dflt) != 0)
-            return -1;
-    return 0;
-}
+/* ---- the keys and arguments of one call (pv_strv: an add that fails sets oom) ---- */
 
-/* Fills *out (zeroed first) from a flat field/value array. Unknown fields (journal "j:<step>",
- * the lease, the token, ...) are skipped. */
-static int parse_record(const redisReply *a, pv_op *out, pv_status *st) {
-    memset(out, 0, sizeof *out);
-    if (a->type != REDIS_REPLY_ARRAY || a->elements % 2 != 0)
-        return pv_status_set(st, PV_INTERNAL, "operation record: malformed reply (type %d)",
-                             a->type);
-    for (size_t e = 0; e < a->elements; e += 2) {
-        const redisReply *name = a->element[e], *val = a->element[e + 1];
-        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING) continue;
-        for (size_t i = 0; i < N_FIELDS; i++) {
-            if (strcmp(name->str, op_fields[i].name) != 0) continue;
-            if (set_field(out, i, val->str) != 0) {
-                pv_op_clear(out);
-                return pv_status_set(st, PV_INTERNAL,
-                                     "operation record: field %s: bad value \"%s\"", name->str,
-                                     val->str);
-            }
-            break;
-        }
-    }
-    if (fill_defaults(out) != 0) {
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "operation record: out of memory");
-    }
-    if (out->id[0] == '\0') {
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "operation record: no id field");
-    }
-    return PV_OK;
-}
-
-/* ---- string vectors: the keys and arguments of one call ---- */
-
-typedef struct strv {
-    char **v;
-    size_t n, cap;
-    bool oom; /* an add failed: the call reports it once, instead of every add checking */
-} strv;
-
-static void strv_addf(strv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void strv_addf(strv *s, const char *fmt, ...) {
-    if (s->oom) return;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        char **v = realloc(s->v, cap * sizeof *v);
-        if (!v) {
-            s->oom = true;
-            return;
-        }
-        s->v = v;
-        s->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *str = NULL;
-    if (vasprintf(&str, fmt, ap) < 0) str = NULL;
-    va_end(ap);
-    if (!str) {
-        s->oom = true;
-        return;
-    }
-    s->v[s->n++] = str;
-}
-
-static void strv_truncate(strv *s, size_t n) {
-    while (s->n > n)
-        free(s->v[--s->n]);
-}
-
-static void strv_free(strv *s) {
-    strv_truncate(s, 0);
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
-
-static bool strv_has(const strv *s, size_t from, const char *str) {
+/* Whether s holds str past index from (lock keys are few: a linear look). */
+static bool strv_has(const pv_strv *s, size_t from, const char *str) {
     for (size_t i = from; i < s->n; i++)
         if (strcmp(s->v[i], str) == 0) return true;
     return false;
@@ -251,7 +141,7 @@ static int opts_maxlen(const pv_op_opts *o) {
     return o && o->events_maxlen > 0 ? o->events_maxlen : DEFAULT_EVENTS_MAXLEN;
 }
 
-static int fcall(pv_redis *r, const char *fn, strv *keys, strv *args, redisReply **reply,
+static int fcall(pv_redis *r, const char *fn, pv_strv *keys, pv_strv *args, redisReply **reply,
                  pv_status *st) {
     *reply = NULL;
     if (keys->oom || args->oom) return pv_status_set(st, PV_INTERNAL, "%s: out of memory", fn);
@@ -259,17 +149,21 @@ static int fcall(pv_redis *r, const char *fn, strv *keys, strv *args, redisReply
                           (const char **)args->v, reply, st);
 }
 
+/* Appends the lock key of res unless keys from index `from` on already hold it. */
+static void add_lock(pv_strv *keys, size_t from, const pv_keys *k, const char *res) {
+    size_t n = keys->n;
+    if (pv_key_add(k, PV_KEY_OP_LOCK, res, keys) != 0) return;
+    keys->n = n; /* looked up among the keys before it */
+    bool repeat = strv_has(keys, from, keys->v[n]);
+    keys->n = n + 1;
+    if (repeat) pv_strv_truncate(keys, n);
+}
+
 /* Appends the lock key of the target and of each resource of holds_json (a JSON array of
  * strings; NULL = none), without repeats among the keys from index `from`. */
-static int add_locks(strv *keys, size_t from, const pv_keys *k, const char *target,
+static int add_locks(pv_strv *keys, size_t from, const pv_keys *k, const char *target,
                      const char *holds_json, pv_status *st) {
-    char *key = NULL;
-    if (target && target[0]) {
-        if (asprintf(&key, "%s" OPS "lock:%s", k->prefix, target) < 0)
-            return pv_status_set(st, PV_INTERNAL, "lock keys: out of memory");
-        if (!strv_has(keys, from, key)) strv_addf(keys, "%s", key);
-        free(key);
-    }
+    if (target && target[0]) add_lock(keys, from, k, target);
     if (!holds_json || !holds_json[0] || strcmp(holds_json, "[]") == 0) return PV_OK;
     json_error_t jerr;
     json_t *holds = json_loads(holds_json, 0, &jerr);
@@ -280,15 +174,11 @@ static int add_locks(strv *keys, size_t from, const pv_keys *k, const char *targ
     size_t i;
     json_t *h;
     json_array_foreach(holds, i, h) {
-        if (!json_is_string(h) || json_string_length(h) == 0) continue;
-        if (asprintf(&key, "%s" OPS "lock:%s", k->prefix, json_string_value(h)) < 0) {
-            json_decref(holds);
-            return pv_status_set(st, PV_INTERNAL, "lock keys: out of memory");
-        }
-        if (!strv_has(keys, from, key)) strv_addf(keys, "%s", key);
-        free(key);
+        if (json_is_string(h) && json_string_length(h) > 0)
+            add_lock(keys, from, k, json_string_value(h));
     }
     json_decref(holds);
+    if (keys->oom) return pv_status_set(st, PV_INTERNAL, "lock keys: out of memory");
     return PV_OK;
 }
 
@@ -302,13 +192,13 @@ static bool is_need_locks(const redisReply *rep) {
 
 /* Calls fn with keys + the lock keys of `target` (NULL when unknown); when the function asks
  * for lock keys it was not given, calls once more with the ones it named. */
-static int fcall_locked(pv_redis *r, const pv_keys *k, const char *fn, strv *keys, strv *args,
+static int fcall_locked(pv_redis *r, const pv_keys *k, const char *fn, pv_strv *keys, pv_strv *args,
                         const char *target, redisReply **reply, pv_status *st) {
     size_t nfixed = keys->n;
     char *t = target ? strdup(target) : NULL, *h = NULL;
     int rc = PV_OK;
     for (int round = 0;; round++) {
-        strv_truncate(keys, nfixed);
+        pv_strv_truncate(keys, nfixed);
         rc = add_locks(keys, nfixed, k, t, h, st);
         if (rc == PV_OK) rc = fcall(r, fn, keys, args, reply, st);
         if (rc != PV_OK || !is_need_locks(*reply)) break;
@@ -432,46 +322,47 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     if (holds_json(req, &holds, st) != PV_OK) return st->code;
     const char *rid = req->request_id ? req->request_id : "";
 
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, id);
-    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, req->queue);
-    strv_addf(&keys, "%s" OPS "index", k->prefix);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, id, &keys);
+    pv_key_add(k, PV_KEY_OP_QUEUE, req->queue, &keys);
+    pv_key_add(k, PV_KEY_OP_INDEX, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
     int rc = add_locks(&keys, 4, k, req->target, holds, st);
     size_t nlocks = keys.n - 4;
-    if (rid[0]) strv_addf(&keys, "%s" OPS "idem:%s", k->prefix, rid);
+    if (rid[0]) pv_key_add(k, PV_KEY_OP_IDEM, rid, &keys);
     const char *client = req->client ? req->client : "";
-    if (client[0]) strv_addf(&keys, "%s" OPS "pending-by:%s", k->prefix, client);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", id);
-    strv_addf(&args, "%s", req->kind);
-    strv_addf(&args, "%s", req->target);
-    strv_addf(&args, "%s", req->queue);
-    strv_addf(&args, "%s", req->params_json ? req->params_json : "{}");
-    strv_addf(&args, "%s", req->metadata_json ? req->metadata_json : "{}");
-    strv_addf(&args, "%s", rid);
-    strv_addf(&args, "%d", req->max_attempts > 0 ? req->max_attempts : PV_OP_DEFAULT_MAX_ATTEMPTS);
-    strv_addf(&args, "%s", holds);
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%zu", nlocks);
-    strv_addf(&args, "%d", PV_OP_IDEMPOTENCY_SECONDS);
-    strv_addf(&args, "%s", client);
-    strv_addf(&args, "%d", req->client_max_pending > 0 ? req->client_max_pending : 0);
-    strv_addf(&args, "%s", req->limit_name ? req->limit_name : "limit");
-    strv_addf(&args, "%d", req->notify_end ? 1 : 0);
-    strv_addf(&args, "%d", opts_retention(o));
+    if (client[0]) pv_key_add(k, PV_KEY_OP_PENDING_BY, client, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, id);
+    pv_strv_add(&args, req->kind);
+    pv_strv_add(&args, req->target);
+    pv_strv_add(&args, req->queue);
+    pv_strv_add(&args, req->params_json ? req->params_json : "{}");
+    pv_strv_add(&args, req->metadata_json ? req->metadata_json : "{}");
+    pv_strv_add(&args, rid);
+    pv_strv_addf(&args, "%d",
+                 req->max_attempts > 0 ? req->max_attempts : PV_OP_DEFAULT_MAX_ATTEMPTS);
+    pv_strv_add(&args, holds);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%zu", nlocks);
+    pv_strv_addf(&args, "%d", PV_OP_IDEMPOTENCY_SECONDS);
+    pv_strv_add(&args, client);
+    pv_strv_addf(&args, "%d", req->client_max_pending > 0 ? req->client_max_pending : 0);
+    pv_strv_add(&args, req->limit_name ? req->limit_name : "limit");
+    pv_strv_addf(&args, "%d", req->notify_end ? 1 : 0);
+    pv_strv_addf(&args, "%d", opts_retention(o));
     free(holds);
 
     redisReply *rep = NULL;
     if (rc == PV_OK) rc = fcall(r, "pv_op_submit", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     const char *tag = reply_tag(rep, 2);
     if (!tag)
         rc = pv_status_set(st, PV_INTERNAL, "pv_op_submit: unexpected reply");
     else
-        rc = parse_record(rep->element[1], out, st);
+        rc = parse_record(k, id, rep->element[1], out, st);
     if (rc == PV_OK) *existed = strcmp(tag, "existed") == 0;
     freeReplyObject(rep);
     if (rc == PV_OK) rc = pv_redis_confirm_durable(r, st);
@@ -482,7 +373,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
 int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st) {
     holder[0] = '\0';
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%s" OPS "lock:%s", k->prefix, res);
+    if (pv_key(k, PV_KEY_OP_LOCK, res, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
     if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     if (rep->type == REDIS_REPLY_STRING) snprintf(holder, PV_ID_MAX, "%s", rep->str);
@@ -495,7 +386,7 @@ int pv_op_find_request(pv_redis *r, const pv_keys *k, const char *request_id, ch
     id[0] = '\0';
     if (!request_id || !request_id[0]) return PV_OK;
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%s" OPS "idem:%s", k->prefix, request_id);
+    if (pv_key(k, PV_KEY_OP_IDEM, request_id, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
     if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     if (rep->type == REDIS_REPLY_STRING) snprintf(id, PV_ID_MAX, "%s", rep->str);
@@ -506,13 +397,15 @@ int pv_op_find_request(pv_redis *r, const pv_keys *k, const char *request_id, ch
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st) {
     memset(out, 0, sizeof *out);
     if (check_id(id, st) != PV_OK) return st->code;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_OP, id, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    int rc = pv_redis_command(r, &rep, st, "HGETALL %s" OPS "op:%s", k->prefix, id);
+    int rc = pv_redis_command(r, &rep, st, "HGETALL %s", key);
     if (rc != PV_OK) return rc;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 0)
         rc = pv_status_set(st, PV_NOT_FOUND, "operation %s not found", id);
     else
-        rc = parse_record(rep, out, st);
+        rc = parse_record(k, id, rep, out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -528,15 +421,9 @@ static bool filter_match(const pv_op_filter *f, const pv_op *op) {
  * The functions keep each in step with the records, so a filtered page reads only what may
  * match. The key is malloc'd (NULL: out of memory). */
 static char *list_index(const pv_keys *k, const pv_op_filter *f) {
-    char *key = NULL;
-    int rc;
-    if (f->target && f->target[0])
-        rc = asprintf(&key, "%s" OPS "by-target:%s", k->prefix, f->target);
-    else if (f->kind && f->kind[0])
-        rc = asprintf(&key, "%s" OPS "by-kind:%s", k->prefix, f->kind);
-    else
-        rc = asprintf(&key, "%s" OPS "index", k->prefix);
-    return rc < 0 ? NULL : key;
+    if (f->target && f->target[0]) return pv_key_new(k, PV_KEY_OP_BY_TARGET, f->target);
+    if (f->kind && f->kind[0]) return pv_key_new(k, PV_KEY_OP_BY_KIND, f->kind);
+    return pv_key_new(k, PV_KEY_OP_INDEX, NULL);
 }
 
 /* One page of `want` members of index below (or at) score *max, skipping the *offset members
@@ -545,7 +432,7 @@ static char *list_index(const pv_keys *k, const pv_op_filter *f) {
  * page was read. */
 static int list_page(pv_redis *r, const pv_keys *k, const char *index, const pv_op_filter *f,
                      int limit, long want, char *max, size_t maxlen, long *offset, pv_op *ops,
-                     size_t *n, strv *gone, bool *more, pv_status *st) {
+                     size_t *n, pv_strv *gone, bool *more, pv_status *st) {
     *more = false;
     redisReply *page = NULL;
     int rc = pv_redis_command(r, &page, st, "ZREVRANGEBYSCORE %s %s -inf WITHSCORES LIMIT %ld %ld",
@@ -553,14 +440,13 @@ static int list_page(pv_redis *r, const pv_keys *k, const char *index, const pv_
     if (rc != PV_OK) return rc;
     size_t m = page->type == REDIS_REPLY_ARRAY ? page->elements / 2 : 0, sent = 0;
     for (; sent < m && rc == PV_OK; sent++) {
-        char *key = NULL;
-        if (asprintf(&key, "%s" OPS "op:%s", k->prefix, page->element[2 * sent]->str) < 0) {
-            rc = pv_status_set(st, PV_INTERNAL, "list operations: out of memory");
+        char key[PV_KEY_MAX];
+        if (pv_key(k, PV_KEY_OP, page->element[2 * sent]->str, key, sizeof key, st) != PV_OK) {
+            rc = st->code;
             break;
         }
         const char *argv[] = {"HGETALL", key};
         rc = pv_redis_append(r, 2, argv, NULL, st);
-        free(key);
         if (rc != PV_OK) break;
     }
     for (size_t i = 0; i < sent; i++) {
@@ -573,9 +459,9 @@ static int list_page(pv_redis *r, const pv_keys *k, const char *index, const pv_
             continue;
         }
         if (rec->elements == 0) {
-            strv_addf(gone, "%s", page->element[2 * i]->str);
+            pv_strv_add(gone, page->element[2 * i]->str);
         } else if (*n < (size_t)limit) {
-            rc = parse_record(rec, &ops[*n], st);
+            rc = parse_record(k, page->element[2 * i]->str, rec, &ops[*n], st);
             if (rc == PV_OK && filter_match(f, &ops[*n]))
                 (*n)++;
             else
@@ -607,7 +493,7 @@ int pv_op_list(pv_redis *r, const pv_keys *k, const pv_op_filter *f, pv_op **ops
     char max[64] = "+inf";
     long offset = 0;
     size_t count = 0;
-    strv gone = {0};
+    pv_strv gone = {0};
     bool more = true;
     int rc = PV_OK;
     char *index = list_index(k, f);
@@ -627,15 +513,15 @@ int pv_op_list(pv_redis *r, const pv_keys *k, const pv_op_filter *f, pv_op **ops
     if (rc == PV_OK && gone.n > 0 && !gone.oom) {
         /* Records expire on their own; the submits trim their index members, and the ones a
          * listing meets first are removed here. */
-        strv cmd = {0};
-        strv_addf(&cmd, "ZREM");
-        strv_addf(&cmd, "%s", index);
+        pv_strv cmd = {0};
+        pv_strv_add(&cmd, "ZREM");
+        pv_strv_add(&cmd, index);
         for (size_t i = 0; i < gone.n; i++)
-            strv_addf(&cmd, "%s", gone.v[i]);
+            pv_strv_add(&cmd, gone.v[i]);
         if (!cmd.oom) pv_redis_commandv(r, NULL, NULL, (int)cmd.n, (const char **)cmd.v, NULL);
-        strv_free(&cmd);
+        pv_strv_free(&cmd);
     }
-    strv_free(&gone);
+    pv_strv_free(&gone);
     free(index);
     if (rc != PV_OK) {
         pv_op_array_free(out, count);
@@ -650,23 +536,23 @@ int pv_op_cancel(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char 
                  pv_status *st) {
     memset(out, 0, sizeof *out);
     if (check_id(id, st) != PV_OK) return st->code;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, id);
-    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", id);
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%d", opts_retention(o));
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, id, &keys);
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, id);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
     int rc = fcall_locked(r, k, "pv_op_cancel", &keys, &args, NULL, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     if (!reply_tag(rep, 2))
         rc = pv_status_set(st, PV_INTERNAL, "pv_op_cancel: unexpected reply");
     else
-        rc = parse_record(rep->element[1], out, st);
+        rc = parse_record(k, id, rep->element[1], out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -681,8 +567,8 @@ static const struct {
     {"DEAD", PV_OP_ACQ_DEAD}, {"BUSY", PV_OP_ACQ_BUSY}, {"GONE", PV_OP_ACQ_GONE},
 };
 
-static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, int64_t *token,
-                         pv_op_acquire_result *res, pv_status *st) {
+static int parse_acquire(const pv_keys *k, const redisReply *rep, const char *op_id, pv_op *out,
+                         int64_t *token, pv_op_acquire_result *res, pv_status *st) {
     const char *tag = reply_tag(rep, 3);
     size_t i = 0, n = sizeof acquire_results / sizeof acquire_results[0];
     while (tag && i < n && strcmp(tag, acquire_results[i].name) != 0)
@@ -691,19 +577,20 @@ static int parse_acquire(const redisReply *rep, const char *op_id, pv_op *out, i
         parse_i64(rep->element[1]->str, token) != 0)
         return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: unexpected reply", op_id);
     *res = acquire_results[i].res;
-    if (*res == PV_OP_ACQ_GONE) {
-        snprintf(out->id, sizeof out->id, "%s", op_id);
-        if (fill_defaults(out) == 0) return PV_OK;
-        pv_op_clear(out);
-        return pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: out of memory", op_id);
+    if (*res == PV_OP_ACQ_GONE) { /* no record: the id alone, every other field its default */
+        json_t *gone = json_pack("{s:s}", "id", op_id);
+        int rc = gone ? pv_record_decode_json(&pv_op_schema, op_id, gone, out, st)
+                      : pv_status_set(st, PV_INTERNAL, "pv_op_acquire %s: out of memory", op_id);
+        json_decref(gone);
+        return rc;
     }
-    return parse_record(rep->element[2], out, st);
+    return parse_record(k, op_id, rep->element[2], out, st);
 }
 
 /* The keys and arguments of one pv_op_acquire call (the lock keys come later, if needed). */
 static int acquire_call(const pv_keys *k, const pv_op_opts *o, const char *queue,
                         const char *consumer, const char *entry, const char *op_id, int lease_ms,
-                        strv *keys, strv *args, pv_status *st) {
+                        pv_strv *keys, pv_strv *args, pv_status *st) {
     if (check_id(op_id, st) != PV_OK || check_text("queue", queue, st) != PV_OK ||
         check_text("consumer", consumer, st) != PV_OK ||
         check_text("stream entry", entry, st) != PV_OK)
@@ -711,18 +598,18 @@ static int acquire_call(const pv_keys *k, const pv_op_opts *o, const char *queue
     if (lease_ms <= 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "lease_ms: must be positive, got %d",
                              lease_ms);
-    strv_addf(keys, "%s" OPS "op:%s", k->prefix, op_id);
-    strv_addf(keys, "%s" OPS "q:%s", k->prefix, queue);
-    strv_addf(keys, "%s" OPS "events", k->prefix);
-    strv_addf(keys, "%s" OPS "dead", k->prefix);
-    strv_addf(keys, "%s" OPS "fence", k->prefix);
-    strv_addf(args, "%s" OPS, k->prefix);
-    strv_addf(args, "%s", op_id);
-    strv_addf(args, "%s", entry);
-    strv_addf(args, "%s", consumer);
-    strv_addf(args, "%d", lease_ms);
-    strv_addf(args, "%d", opts_maxlen(o));
-    strv_addf(args, "%d", opts_retention(o));
+    pv_key_add(k, PV_KEY_OP, op_id, keys);
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, keys);
+    pv_key_add(k, PV_KEY_OP_DEAD, NULL, keys);
+    pv_key_add(k, PV_KEY_OP_FENCE, NULL, keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, args);
+    pv_strv_add(args, op_id);
+    pv_strv_add(args, entry);
+    pv_strv_add(args, consumer);
+    pv_strv_addf(args, "%d", lease_ms);
+    pv_strv_addf(args, "%d", opts_maxlen(o));
+    pv_strv_addf(args, "%d", opts_retention(o));
     if (keys->oom || args->oom) return pv_status_set(st, PV_INTERNAL, "acquire: out of memory");
     return PV_OK;
 }
@@ -733,21 +620,21 @@ int pv_op_acquire(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char
     memset(out, 0, sizeof *out);
     *token = 0;
     *res = PV_OP_ACQ_GONE;
-    strv keys = {0}, args = {0};
+    pv_strv keys = {0}, args = {0};
     redisReply *rep = NULL;
     int rc = acquire_call(k, o, queue, consumer, entry, op_id, lease_ms, &keys, &args, st);
     if (rc == PV_OK) rc = fcall_locked(r, k, "pv_op_acquire", &keys, &args, NULL, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
-    rc = parse_acquire(rep, op_id, out, token, res, st);
+    rc = parse_acquire(k, rep, op_id, out, token, res, st);
     freeReplyObject(rep);
     if (rc != PV_OK) *token = 0;
     return rc;
 }
 
 /* Queues FCALL fn on r's pipeline. */
-static int fcall_append(pv_redis *r, const char *fn, const strv *keys, const strv *args,
+static int fcall_append(pv_redis *r, const char *fn, const pv_strv *keys, const pv_strv *args,
                         pv_status *st) {
     size_t argc = 3 + keys->n + args->n;
     const char **argv = malloc(argc * sizeof *argv);
@@ -778,13 +665,13 @@ int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, cons
     for (size_t i = 0; i < n; i++) {
         tokens[i] = 0;
         res[i] = PV_OP_ACQ_GONE;
-        strv keys = {0}, args = {0};
+        pv_strv keys = {0}, args = {0};
         rcs[i] = acquire_call(k, o, queue, consumer, entries[i], op_ids[i], lease_ms, &keys, &args,
                               &sts[i]);
         if (rcs[i] == PV_OK) rcs[i] = fcall_append(r, "pv_op_acquire", &keys, &args, &sts[i]);
         sent[i] = rcs[i] == PV_OK;
-        strv_free(&keys);
-        strv_free(&args);
+        pv_strv_free(&keys);
+        pv_strv_free(&args);
     }
     /* Every queued call is read, in order, even after a failure, so the pipeline stays in step
      * (a dropped connection fails the remaining reads without touching the network). */
@@ -794,7 +681,8 @@ int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, cons
         rcs[i] = pv_redis_get_reply(r, &rep, &sts[i]);
         if (rcs[i] != PV_OK) continue;
         sent[i] = is_need_locks(rep); /* answered later, alone, with its lock keys */
-        if (!sent[i]) rcs[i] = parse_acquire(rep, op_ids[i], &out[i], &tokens[i], &res[i], &sts[i]);
+        if (!sent[i])
+            rcs[i] = parse_acquire(k, rep, op_ids[i], &out[i], &tokens[i], &res[i], &sts[i]);
         if (rcs[i] != PV_OK) tokens[i] = 0;
         freeReplyObject(rep);
     }
@@ -810,7 +698,7 @@ int pv_op_acquire_batch(pv_redis *r, const pv_keys *k, const pv_op_opts *o, cons
 
 /* One element {entry, op id, acquire reply} of a pv_op_take reply into *t; *again = the
  * acquisition asks for lock keys and must run alone. */
-static void parse_taken(const redisReply *e, pv_op_taken *t, bool *again) {
+static void parse_taken(const pv_keys *k, const redisReply *e, pv_op_taken *t, bool *again) {
     *again = false;
     t->rc = PV_OK;
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
@@ -826,7 +714,7 @@ static void parse_taken(const redisReply *e, pv_op_taken *t, bool *again) {
         *again = true;
         return;
     }
-    t->rc = parse_acquire(e->element[2], t->op_id, &t->rec, &t->token, &t->res, &t->st);
+    t->rc = parse_acquire(k, e->element[2], t->op_id, &t->rec, &t->token, &t->res, &t->st);
     if (t->rc != PV_OK) t->token = 0;
 }
 
@@ -840,21 +728,21 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "count and lease_ms: must be positive, got %d and %d", count,
                              lease_ms);
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&keys, "%s" OPS "dead", k->prefix);
-    strv_addf(&keys, "%s" OPS "fence", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", consumer);
-    strv_addf(&args, "%d", count);
-    strv_addf(&args, "%d", lease_ms);
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%d", opts_retention(o));
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_DEAD, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_FENCE, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, consumer);
+    pv_strv_addf(&args, "%d", count);
+    pv_strv_addf(&args, "%d", lease_ms);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_take", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements > (size_t)count) {
         freeReplyObject(rep);
@@ -867,7 +755,7 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
     }
     for (size_t i = 0; i < rep->elements; i++) {
         memset(&out[i], 0, sizeof out[i]);
-        parse_taken(rep->element[i], &out[i], &again[i]);
+        parse_taken(k, rep->element[i], &out[i], &again[i]);
     }
     *n = rep->elements;
     freeReplyObject(rep);
@@ -882,12 +770,13 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
 }
 
 /* The keys and arguments every fenced call starts with: record + queue, base + id + token. */
-static void fenced_start(const pv_keys *k, const pv_op *op, int64_t token, strv *keys, strv *args) {
-    strv_addf(keys, "%s" OPS "op:%s", k->prefix, op->id);
-    strv_addf(keys, "%s" OPS "q:%s", k->prefix, op->queue);
-    strv_addf(args, "%s" OPS, k->prefix);
-    strv_addf(args, "%s", op->id);
-    strv_addf(args, "%" PRId64, token);
+static void fenced_start(const pv_keys *k, const pv_op *op, int64_t token, pv_strv *keys,
+                         pv_strv *args) {
+    pv_key_add(k, PV_KEY_OP, op->id, keys);
+    pv_key_add(k, PV_KEY_OP_QUEUE, op->queue, keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, args);
+    pv_strv_add(args, op->id);
+    pv_strv_addf(args, "%" PRId64, token);
 }
 
 int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *consumer, int64_t token,
@@ -898,14 +787,14 @@ int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *cons
     if (lease_ms <= 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "lease_ms: must be positive, got %d",
                              lease_ms);
-    strv keys = {0}, args = {0};
+    pv_strv keys = {0}, args = {0};
     fenced_start(k, op, token, &keys, &args);
-    strv_addf(&args, "%s", consumer);
-    strv_addf(&args, "%d", lease_ms);
+    pv_strv_add(&args, consumer);
+    pv_strv_addf(&args, "%d", lease_ms);
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_renew", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     if (rep->type == REDIS_REPLY_INTEGER)
         *cancel_requested = rep->integer != 0;
@@ -920,19 +809,19 @@ int pv_op_progress(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_
     if (check_leased(op, token, st) != PV_OK) return st->code;
     if (percent < 0) percent = 0;
     if (percent > 100) percent = 100;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", op->id);
-    strv_addf(&args, "%" PRId64, token);
-    strv_addf(&args, "%d", percent);
-    strv_addf(&args, "%s", message ? message : "");
-    strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, op->id, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, op->id);
+    pv_strv_addf(&args, "%" PRId64, token);
+    pv_strv_addf(&args, "%d", percent);
+    pv_strv_add(&args, message ? message : "");
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_progress", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -942,8 +831,10 @@ int pv_op_journal_get(pv_redis *r, const pv_keys *k, const char *op_id, const ch
     *value = NULL;
     if (check_id(op_id, st) != PV_OK || check_text("journal step", step, st) != PV_OK)
         return st->code;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_OP, op_id, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    int rc = pv_redis_command(r, &rep, st, "HMGET %s" OPS "op:%s id j:%s", k->prefix, op_id, step);
+    int rc = pv_redis_command(r, &rep, st, "HMGET %s id j:%s", key, step);
     if (rc != PV_OK) return rc;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
         rc = pv_status_set(st, PV_INTERNAL, "journal of %s: unexpected reply", op_id);
@@ -960,17 +851,17 @@ int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t to
                       const char *step, const char *value, pv_status *st) {
     if (check_leased(op, token, st) != PV_OK || check_text("journal step", step, st) != PV_OK)
         return st->code;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", op->id);
-    strv_addf(&args, "%" PRId64, token);
-    strv_addf(&args, "%s", step);
-    strv_addf(&args, "%s", value ? value : "");
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, op->id, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, op->id);
+    pv_strv_addf(&args, "%" PRId64, token);
+    pv_strv_add(&args, step);
+    pv_strv_add(&args, value ? value : "");
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_journal_put", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -980,23 +871,23 @@ int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t tok
                      pv_status *st) {
     if (check_leased(op, token, st) != PV_OK) return st->code;
     if (n == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "output of %s: no fields", op->id);
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "op:%s", k->prefix, op->id);
-    strv_addf(&keys, "%s" OPS "out:%s", k->prefix, op->id);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%s", op->id);
-    strv_addf(&args, "%" PRId64, token);
-    strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, op->id, &keys);
+    pv_key_add(k, PV_KEY_OP_OUT, op->id, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, op->id);
+    pv_strv_addf(&args, "%" PRId64, token);
+    pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
     for (size_t i = 0; i < n; i++) {
-        strv_addf(&args, "%s", fields[i]);
-        strv_addf(&args, "%s", values[i] ? values[i] : "");
+        pv_strv_add(&args, fields[i]);
+        pv_strv_add(&args, values[i] ? values[i] : "");
     }
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_output", &keys, &args, &rep, st);
     if (rc == PV_OK && entry_id)
         snprintf(entry_id, 32, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -1108,7 +999,7 @@ int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const cha
     argv[4] = blk;
     argv[5] = "STREAMS";
     for (size_t i = 0; i < n; i++) {
-        snprintf(keys[i], PV_KEY_MAX, "%s" OPS "out:%s", k->prefix, op_ids[i]);
+        pv_key(k, PV_KEY_OP_OUT, op_ids[i], keys[i], PV_KEY_MAX, NULL); /* checked ids fit */
         argv[6 + i] = keys[i];
         argv[6 + n + i] = cursors[i][0] ? cursors[i] : "0";
     }
@@ -1193,7 +1084,7 @@ int pv_op_output_read(pv_redis *r, const pv_keys *k, const char *op_id, const ch
     *n = 0;
     if (check_id(op_id, st) != PV_OK) return st->code;
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%s" OPS "out:%s", k->prefix, op_id);
+    if (pv_key(k, PV_KEY_OP_OUT, op_id, key, sizeof key, st) != PV_OK) return st->code;
     return read_stream(r, key, after, count, block_ms, entries, n, st);
 }
 
@@ -1201,7 +1092,7 @@ int pv_op_input_add(pv_redis *r, const pv_keys *k, const char *op_id, const char
                     bool eof, int ttl_seconds, pv_status *st) {
     if (check_id(op_id, st) != PV_OK) return st->code;
     char key[PV_KEY_MAX], ttl[24];
-    snprintf(key, sizeof key, "%s" OPS "in:%s", k->prefix, op_id);
+    if (pv_key(k, PV_KEY_OP_IN, op_id, key, sizeof key, st) != PV_OK) return st->code;
     snprintf(ttl, sizeof ttl, "%d", ttl_seconds > 0 ? ttl_seconds : 86400);
     const char *add[] = {"XADD", key, "*", eof ? "eof" : "data", eof ? "1" : data_b64};
     const char *expire[] = {"EXPIRE", key, ttl};
@@ -1227,7 +1118,7 @@ int pv_op_input_read(pv_redis *r, const pv_keys *k, const char *op_id, const cha
     *n = 0;
     if (check_id(op_id, st) != PV_OK) return st->code;
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%s" OPS "in:%s", k->prefix, op_id);
+    if (pv_key(k, PV_KEY_OP_IN, op_id, key, sizeof key, st) != PV_OK) return st->code;
     return read_stream(r, key, after, count, block_ms, entries, n, st);
 }
 
@@ -1243,18 +1134,18 @@ int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     if (status == PV_OP_FAILED && error_code == PV_OK) error_code = PV_UNKNOWN;
     const char *msg = error_message ? error_message : "";
     if (status == PV_OP_CANCELLED && !msg[0]) msg = "cancelled";
-    strv keys = {0}, args = {0};
+    pv_strv keys = {0}, args = {0};
     fenced_start(k, op, token, &keys, &args);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&args, "%s", pv_op_status_name(status));
-    strv_addf(&args, "%d", error_code);
-    strv_addf(&args, "%s", msg);
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%d", opts_retention(o));
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_strv_add(&args, pv_op_status_name(status));
+    pv_strv_addf(&args, "%d", error_code);
+    pv_strv_add(&args, msg);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
     int rc = fcall_locked(r, k, "pv_op_finish", &keys, &args, op->target, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -1266,20 +1157,20 @@ int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const 
     if (check_leased(op, token, st) != PV_OK) return st->code;
     if (delay_ms < 0) delay_ms = 0;
     if (error_code == PV_OK) error_code = PV_UNKNOWN;
-    strv keys = {0}, args = {0};
+    pv_strv keys = {0}, args = {0};
     fenced_start(k, op, token, &keys, &args);
-    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&keys, "%s" OPS "dead", k->prefix);
-    strv_addf(&args, "%d", delay_ms);
-    strv_addf(&args, "%d", error_code);
-    strv_addf(&args, "%s", error_message ? error_message : "");
-    strv_addf(&args, "%d", opts_maxlen(o));
-    strv_addf(&args, "%d", opts_retention(o));
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_DEAD, NULL, &keys);
+    pv_strv_addf(&args, "%d", delay_ms);
+    pv_strv_addf(&args, "%d", error_code);
+    pv_strv_add(&args, error_message ? error_message : "");
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
     int rc = fcall_locked(r, k, "pv_op_retry_later", &keys, &args, op->target, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     const char *tag = reply_tag(rep, 2);
     if (!tag)
@@ -1293,14 +1184,14 @@ int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const 
 int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
                   int64_t token, pv_status *st) {
     if (check_leased(op, token, st) != PV_OK) return st->code;
-    strv keys = {0}, args = {0};
+    pv_strv keys = {0}, args = {0};
     fenced_start(k, op, token, &keys, &args);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&args, "%d", opts_maxlen(o));
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_release", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -1308,12 +1199,12 @@ int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_o
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
                       pv_status *st) {
     *moved = 0;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
-    strv_addf(&keys, "%s" OPS "events", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
-    strv_addf(&args, "%d", PROMOTE_BATCH);
-    strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_addf(&args, "%d", PROMOTE_BATCH);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
     int rc = PV_OK;
     /* Batches keep each call short (Redis runs nothing else meanwhile); a full batch means
      * more may be due. */
@@ -1326,15 +1217,16 @@ int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *m
         *moved += (int)n;
         if (n < PROMOTE_BATCH) break;
     }
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     return rc;
 }
 
 int pv_op_ensure_group(pv_redis *r, const pv_keys *k, const char *queue, pv_status *st) {
     if (check_text("queue", queue, st) != PV_OK) return st->code;
-    int rc = pv_redis_command(r, NULL, st, "XGROUP CREATE %s" OPS "q:%s %s 0 MKSTREAM", k->prefix,
-                              queue, PV_OP_GROUP);
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_OP_QUEUE, queue, key, sizeof key, st) != PV_OK) return st->code;
+    int rc = pv_redis_command(r, NULL, st, "XGROUP CREATE %s %s 0 MKSTREAM", key, PV_OP_GROUP);
     if (rc != PV_OK && strstr(st->msg, "BUSYGROUP")) {
         pv_status_clear(st);
         rc = PV_OK;
@@ -1346,12 +1238,12 @@ int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trim
                pv_status *st) {
     *trimmed = 0;
     if (check_text("queue", queue, st) != PV_OK) return st->code;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "q:%s", k->prefix, queue);
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_trim", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     if (rep->type == REDIS_REPLY_INTEGER)
         *trimmed = rep->integer;
@@ -1364,14 +1256,14 @@ int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trim
 int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_status *st) {
     *report = NULL;
     *problems = 0;
-    strv keys = {0}, args = {0};
-    strv_addf(&keys, "%s" OPS "index", k->prefix);
-    strv_addf(&keys, "%s" OPS "delayed", k->prefix);
-    strv_addf(&args, "%s" OPS, k->prefix);
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP_INDEX, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
     redisReply *rep = NULL;
     int rc = fcall(r, "pv_op_check", &keys, &args, &rep, st);
-    strv_free(&keys);
-    strv_free(&args);
+    pv_strv_free(&keys);
+    pv_strv_free(&args);
     if (rc != PV_OK) return rc;
     if (rep->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(rep);
@@ -1399,25 +1291,16 @@ int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_
 
 /* ---- key names for consumers, operators and tests ---- */
 
-static int key_into(char *buf, size_t len, pv_status *st, const char *prefix, const char *what,
-                    const char *name) {
-    int n = snprintf(buf, len, "%s" OPS "%s%s", prefix, what, name);
-    if (n < 0 || (size_t)n >= len)
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "key %s%s: longer than %zu bytes", what, name,
-                             len - 1);
-    return PV_OK;
-}
-
 int pv_op_queue_key(const pv_keys *k, const char *queue, char *buf, size_t len, pv_status *st) {
     if (check_text("queue", queue, st) != PV_OK) return st->code;
-    return key_into(buf, len, st, k->prefix, "q:", queue);
+    return pv_key(k, PV_KEY_OP_QUEUE, queue, buf, len, st);
 }
 
 int pv_op_events_key(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    return key_into(buf, len, st, k->prefix, "events", "");
+    return pv_key(k, PV_KEY_OP_EVENTS, NULL, buf, len, st);
 }
 
 int pv_op_channel(const pv_keys *k, const char *op_id, char *buf, size_t len, pv_status *st) {
     if (check_id(op_id, st) != PV_OK) return st->code;
-    return key_into(buf, len, st, k->prefix, "chan:", op_id);
+    return pv_key(k, PV_KEY_OP_CHAN, op_id, buf, len, st);
 }

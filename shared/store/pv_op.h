@@ -56,6 +56,7 @@
 
 #include "pv_id.h"
 #include "pv_keys.h"
+#include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_status.h"
 
@@ -96,6 +97,9 @@ typedef struct pv_op {
      * false: unknown (read the journal). */
     bool unjournaled;
 } pv_op;
+
+/* The record's fields (pv_record.h): the one table every reader of an operation decodes by. */
+extern const pv_record_schema pv_op_schema;
 
 void pv_op_clear(pv_op *op);
 void pv_op_array_free(pv_op *ops, size_t n);

@@ -19,86 +19,70 @@
 #include "pv_time.h"
 #include "pv_validate.h"
 
-#define REG "{reg}:"
 #define ARGS_MAX 12
 
-/* ---- records ---- */
+/* ---- records (pv_record.h: one table per kind) ---- */
 
-typedef enum { F_ID, F_STR, F_INT, F_LONG, F_I64, F_BOOL } field_type;
-
-typedef struct field_def {
-    const char *name;
-    field_type type;
-    size_t off;
-    const char *dflt; /* F_STR: the value when the field is absent */
-} field_def;
-
-static const field_def pod_fields[] = {
-    {"id", F_ID, offsetof(pv_pod, id), NULL},
-    {"name", F_STR, offsetof(pv_pod, name), ""},
-    {"desc", F_STR, offsetof(pv_pod, desc), ""},
-    {"version", F_STR, offsetof(pv_pod, version), ""},
-    {"cp_nodes", F_INT, offsetof(pv_pod, cp_nodes), NULL},
-    {"worker_nodes", F_INT, offsetof(pv_pod, worker_nodes), NULL},
-    {"labels", F_STR, offsetof(pv_pod, labels), "{}"},
-    {"annotations", F_STR, offsetof(pv_pod, annotations), "{}"},
-    {"created_ms", F_I64, offsetof(pv_pod, created_ms), NULL},
-    {"updated_ms", F_I64, offsetof(pv_pod, updated_ms), NULL},
-    {"formed_ms", F_I64, offsetof(pv_pod, formed_ms), NULL},
-    {"n_nodes", F_LONG, offsetof(pv_pod, n_nodes), NULL},
+static const pv_field k_pod_fields[] = {
+    {.name = "id", .type = PV_FIELD_CHARS, .off = offsetof(pv_pod, id), .cap = PV_ID_MAX},
+    {.name = "name", .type = PV_FIELD_STR, .off = offsetof(pv_pod, name)},
+    {.name = "desc", .type = PV_FIELD_STR, .off = offsetof(pv_pod, desc)},
+    {.name = "version", .type = PV_FIELD_STR, .off = offsetof(pv_pod, version)},
+    {.name = "cp_nodes", .type = PV_FIELD_INT, .off = offsetof(pv_pod, cp_nodes)},
+    {.name = "worker_nodes", .type = PV_FIELD_INT, .off = offsetof(pv_pod, worker_nodes)},
+    {.name = "labels", .type = PV_FIELD_STR, .off = offsetof(pv_pod, labels), .dflt = "{}"},
+    {.name = "annotations",
+     .type = PV_FIELD_STR,
+     .off = offsetof(pv_pod, annotations),
+     .dflt = "{}"},
+    {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_pod, created_ms)},
+    {.name = "updated_ms", .type = PV_FIELD_I64, .off = offsetof(pv_pod, updated_ms)},
+    {.name = "formed_ms", .type = PV_FIELD_I64, .off = offsetof(pv_pod, formed_ms)},
+    {.name = "n_nodes", .type = PV_FIELD_LONG, .off = offsetof(pv_pod, n_nodes)},
 };
 
-static const field_def node_fields[] = {
-    {"id", F_ID, offsetof(pv_node, id), NULL},
-    {"name", F_STR, offsetof(pv_node, name), ""},
-    {"pod_id", F_STR, offsetof(pv_node, pod_id), ""},
-    {"pod_name", F_STR, offsetof(pv_node, pod_name), ""},
-    {"role", F_STR, offsetof(pv_node, role), "worker"},
-    {"ip", F_STR, offsetof(pv_node, ip), ""},
-    {"endpoint", F_STR, offsetof(pv_node, endpoint), ""},
-    {"engine", F_STR, offsetof(pv_node, engine), ""},
-    {"labels", F_STR, offsetof(pv_node, labels), "{}"},
-    {"resources", F_STR, offsetof(pv_node, resources), "{}"},
-    {"bypass", F_BOOL, offsetof(pv_node, bypass), NULL},
-    {"usage", F_STR, offsetof(pv_node, usage), "{}"},
-    {"usage_rev", F_I64, offsetof(pv_node, usage_rev), NULL},
-    {"rev", F_I64, offsetof(pv_node, rev), NULL},
-    {"created_ms", F_I64, offsetof(pv_node, created_ms), NULL},
-    {"updated_ms", F_I64, offsetof(pv_node, updated_ms), NULL},
-    {"alive", F_BOOL, offsetof(pv_node, alive), NULL},
-    {"workloads", F_LONG, offsetof(pv_node, workloads), NULL},
-    {"allocs", F_LONG, offsetof(pv_node, allocs), NULL},
-    {"engine_info", F_STR, offsetof(pv_node, engine_info), ""},
+static const pv_field k_node_fields[] = {
+    {.name = "id", .type = PV_FIELD_CHARS, .off = offsetof(pv_node, id), .cap = PV_ID_MAX},
+    {.name = "name", .type = PV_FIELD_STR, .off = offsetof(pv_node, name)},
+    {.name = "pod_id", .type = PV_FIELD_STR, .off = offsetof(pv_node, pod_id)},
+    {.name = "pod_name", .type = PV_FIELD_STR, .off = offsetof(pv_node, pod_name)},
+    {.name = "role", .type = PV_FIELD_STR, .off = offsetof(pv_node, role), .dflt = "worker"},
+    {.name = "ip", .type = PV_FIELD_STR, .off = offsetof(pv_node, ip)},
+    {.name = "endpoint", .type = PV_FIELD_STR, .off = offsetof(pv_node, endpoint)},
+    {.name = "engine", .type = PV_FIELD_STR, .off = offsetof(pv_node, engine)},
+    {.name = "labels", .type = PV_FIELD_STR, .off = offsetof(pv_node, labels), .dflt = "{}"},
+    {.name = "resources", .type = PV_FIELD_STR, .off = offsetof(pv_node, resources), .dflt = "{}"},
+    {.name = "bypass", .type = PV_FIELD_BOOL, .off = offsetof(pv_node, bypass)},
+    {.name = "usage", .type = PV_FIELD_STR, .off = offsetof(pv_node, usage), .dflt = "{}"},
+    {.name = "usage_rev", .type = PV_FIELD_I64, .off = offsetof(pv_node, usage_rev)},
+    {.name = "rev", .type = PV_FIELD_I64, .off = offsetof(pv_node, rev)},
+    {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_node, created_ms)},
+    {.name = "updated_ms", .type = PV_FIELD_I64, .off = offsetof(pv_node, updated_ms)},
+    {.name = "alive", .type = PV_FIELD_BOOL, .off = offsetof(pv_node, alive)},
+    {.name = "workloads", .type = PV_FIELD_LONG, .off = offsetof(pv_node, workloads)},
+    {.name = "allocs", .type = PV_FIELD_LONG, .off = offsetof(pv_node, allocs)},
+    {.name = "engine_info", .type = PV_FIELD_STR, .off = offsetof(pv_node, engine_info)},
 };
 
-#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
-#define AT(rec, f, T) ((T *)((char *)(rec) + (f)->off))
-
-static void record_clear(void *rec, const field_def *fs, size_t nf, size_t size) {
-    if (!rec) return;
-    for (size_t i = 0; i < nf; i++)
-        if (fs[i].type == F_STR) free(*AT(rec, &fs[i], char *));
-    memset(rec, 0, size);
-}
+const pv_record_schema pv_pod_schema = {"pod", k_pod_fields, PV_RECORD_NFIELDS(k_pod_fields),
+                                        sizeof(pv_pod), 0};
+const pv_record_schema pv_node_schema = {"node", k_node_fields, PV_RECORD_NFIELDS(k_node_fields),
+                                         sizeof(pv_node), 0};
 
 void pv_pod_clear(pv_pod *p) {
-    record_clear(p, pod_fields, NFIELDS(pod_fields), sizeof *p);
+    pv_record_free(&pv_pod_schema, p);
 }
 
 void pv_node_clear(pv_node *n) {
-    record_clear(n, node_fields, NFIELDS(node_fields), sizeof *n);
+    pv_record_free(&pv_node_schema, n);
 }
 
 void pv_pod_array_free(pv_pod *pods, size_t n) {
-    for (size_t i = 0; pods && i < n; i++)
-        pv_pod_clear(&pods[i]);
-    free(pods);
+    pv_record_array_free(&pv_pod_schema, pods, n);
 }
 
 void pv_node_array_free(pv_node *nodes, size_t n) {
-    for (size_t i = 0; nodes && i < n; i++)
-        pv_node_clear(&nodes[i]);
-    free(nodes);
+    pv_record_array_free(&pv_node_schema, nodes, n);
 }
 
 void pv_registry_names_free(char **names, size_t n) {
@@ -111,78 +95,33 @@ bool pv_node_down(const pv_node *n) {
     return n->bypass || !n->alive;
 }
 
-static int set_field(void *rec, const field_def *f, const char *v) {
-    char *end = NULL;
-    errno = 0;
-    switch (f->type) {
-    case F_ID:
-        snprintf(AT(rec, f, char), PV_ID_MAX, "%s", v);
-        return 0;
-    case F_STR: {
-        char *copy = strdup(v);
-        if (!copy) return -1;
-        free(*AT(rec, f, char *));
-        *AT(rec, f, char *) = copy;
-        return 0;
-    }
-    case F_BOOL:
-        *AT(rec, f, bool) = strcmp(v, "1") == 0;
-        return 0;
-    default:
-        break;
-    }
-    long long n = strtoll(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0') n = 0; /* a damaged number reads as 0 */
-    if (f->type == F_INT)
-        *AT(rec, f, int) = (int)n;
-    else if (f->type == F_LONG)
-        *AT(rec, f, long) = (long)n;
-    else
-        *AT(rec, f, int64_t) = (int64_t)n;
-    return 0;
+/* Decodes a record of kind s from a function's reply; its key (for messages) is made from the
+ * reply's id field, as the reply names no key. */
+static int decode_rec(const pv_keys *k, pv_key_kind kind, const pv_record_schema *s,
+                      const redisReply *rep, void *out, pv_status *st) {
+    char key[PV_KEY_MAX] = "?";
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(rep->element[i]->str, "id") == 0 &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING &&
+            pv_key(k, kind, rep->element[i + 1]->str, key, sizeof key, NULL) != PV_OK)
+            snprintf(key, sizeof key, "?");
+    return pv_record_decode(s, key, rep, out, st);
 }
 
-/* Fills rec from a flat field/value array; absent strings get their defaults. */
-static int decode(const redisReply *rep, void *rec, const field_def *fs, size_t nf, pv_status *st) {
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0)
-        return pv_status_set(st, PV_INTERNAL, "registry: unexpected record reply (type %d)",
-                             rep->type);
-    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-        const redisReply *k = rep->element[i], *v = rep->element[i + 1];
-        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
-        for (size_t j = 0; j < nf; j++) {
-            if (strcmp(fs[j].name, k->str) != 0) continue;
-            if (set_field(rec, &fs[j], v->str) != 0)
-                return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
-            break;
-        }
-    }
-    for (size_t j = 0; j < nf; j++) {
-        if (fs[j].type != F_STR || *AT(rec, &fs[j], char *)) continue;
-        if (set_field(rec, &fs[j], fs[j].dflt) != 0)
-            return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
-    }
-    return PV_OK;
+static int decode_pod(const pv_keys *k, const redisReply *rep, pv_pod *out, pv_status *st) {
+    return decode_rec(k, PV_KEY_POD, &pv_pod_schema, rep, out, st);
 }
 
-static int decode_pod(const redisReply *rep, pv_pod *out, pv_status *st) {
-    memset(out, 0, sizeof *out);
-    int rc = decode(rep, out, pod_fields, NFIELDS(pod_fields), st);
-    if (rc != PV_OK) pv_pod_clear(out);
-    return rc;
-}
-
-static int decode_node(const redisReply *rep, pv_node *out, pv_status *st) {
-    memset(out, 0, sizeof *out);
-    int rc = decode(rep, out, node_fields, NFIELDS(node_fields), st);
-    if (rc != PV_OK) pv_node_clear(out);
-    return rc;
+static int decode_node(const pv_keys *k, const redisReply *rep, pv_node *out, pv_status *st) {
+    return decode_rec(k, PV_KEY_NODE, &pv_node_schema, rep, out, st);
 }
 
 /* ---- calls ---- */
 
-/* One FCALL: keys are index names (suffixes after the base), args[0] is always the base. */
+/* One FCALL: keys are the registry's indexes, args[0] is always the base <p>{reg}:. */
 typedef struct call {
+    const pv_keys *k;
     char base[PV_KEY_MAX];
     char keys[2][PV_KEY_MAX];
     const char *keyv[2];
@@ -193,23 +132,15 @@ typedef struct call {
 
 static int call_init(call *c, const pv_keys *k, pv_status *st) {
     memset(c, 0, sizeof *c);
-    int n = snprintf(c->base, sizeof c->base, "%s" REG, k->prefix);
-    if (n < 0 || (size_t)n >= sizeof c->base)
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
+    c->k = k;
+    if (pv_key(k, PV_KEY_REG, NULL, c->base, sizeof c->base, st) != PV_OK) return st->code;
     c->argv[c->nargs++] = c->base;
     return PV_OK;
 }
 
-static void call_key(call *c, const char *index) {
-    /* Plain copies: snprintf from one member into another of the same struct trips GCC's
-     * overlap check at -O2, and the lengths are known anyway (a key longer than PV_KEY_MAX is
-     * cut, which only a prefix near its own limit could cause). */
-    char *dst = c->keys[c->nkeys];
-    size_t b = strnlen(c->base, PV_KEY_MAX - 1), i = strlen(index);
-    if (b + i > PV_KEY_MAX - 1) i = PV_KEY_MAX - 1 - b;
-    memcpy(dst, c->base, b);
-    memcpy(dst + b, index, i);
-    dst[b + i] = '\0';
+/* index: a fixed key (pods, nodes), which fits whenever the base did. */
+static void call_key(call *c, pv_key_kind index) {
+    pv_key(c->k, index, NULL, c->keys[c->nkeys], PV_KEY_MAX, NULL);
     c->keyv[c->nkeys] = c->keys[c->nkeys];
     c->nkeys++;
 }
@@ -346,8 +277,8 @@ bool pv_registry_resources_complete(const char *text) {
 
 /* ---- pods ---- */
 
-static int pod_reply(int rc, redisReply *rep, pv_pod *out, pv_status *st) {
-    if (rc == PV_OK && out) rc = decode_pod(rep, out, st);
+static int pod_reply(const pv_keys *k, int rc, redisReply *rep, pv_pod *out, pv_status *st) {
+    if (rc == PV_OK && out) rc = decode_pod(k, rep, out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -371,7 +302,7 @@ int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, 
     snprintf(workers, sizeof workers, "%d", spec->worker_nodes);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, id);
     call_arg(&c, spec->name);
     call_arg(&c, spec->desc);
@@ -382,7 +313,7 @@ int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, 
     call_arg(&c, spec->annotations ? spec->annotations : "{}");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_pod", &rep, st);
-    return pod_reply(rc, rep, out, st);
+    return pod_reply(k, rc, rep, out, st);
 }
 
 int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
@@ -396,7 +327,7 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
     if (u->worker_nodes >= 0) snprintf(workers, sizeof workers, "%d", u->worker_nodes);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, u->name);
     call_arg(&c, u->labels ? u->labels : "");
     call_arg(&c, u->annotations ? u->annotations : "");
@@ -406,14 +337,14 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
     call_arg(&c, u->version ? u->version : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_update_pod", &rep, st);
-    return pod_reply(rc, rep, out, st);
+    return pod_reply(k, rc, rep, out, st);
 }
 
 int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
     if (pv_validate_name("name", name, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, name);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_remove_pod", &rep, st);
@@ -425,12 +356,12 @@ static int get_pod(pv_redis *r, const pv_keys *k, const char *by, const char *va
                    pv_status *st) {
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, by);
     call_arg(&c, value);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_get_pod", &rep, st);
-    return pod_reply(rc, rep, out, st);
+    return pod_reply(k, rc, rep, out, st);
 }
 
 int pv_registry_get_pod(pv_redis *r, const pv_keys *k, const char *name, pv_pod *out,
@@ -445,23 +376,20 @@ int pv_registry_get_pod_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_
     return get_pod(r, k, "id", id, out, st);
 }
 
-/* Decodes an array of records into a new array of `size`-byte records. */
-static int decode_list(redisReply *rep, size_t size,
-                       int (*dec)(const redisReply *, void *, pv_status *), void (*clear)(void *),
-                       void **out, size_t *n, pv_status *st) {
+/* Decodes an array of records of kind s into a new array. */
+static int decode_list(const pv_keys *k, pv_key_kind kind, const pv_record_schema *s,
+                       redisReply *rep, void **out, size_t *n, pv_status *st) {
     *out = NULL;
     *n = 0;
     if (rep->type != REDIS_REPLY_ARRAY)
         return pv_status_set(st, PV_INTERNAL, "registry: unexpected list reply (type %d)",
                              rep->type);
     if (rep->elements == 0) return PV_OK;
-    char *arr = calloc(rep->elements, size);
+    char *arr = calloc(rep->elements, s->size);
     if (!arr) return pv_status_set(st, PV_INTERNAL, "registry: out of memory");
     for (size_t i = 0; i < rep->elements; i++) {
-        if (dec(rep->element[i], arr + i * size, st) != PV_OK) {
-            for (size_t j = 0; j < i; j++)
-                clear(arr + j * size);
-            free(arr);
+        if (decode_rec(k, kind, s, rep->element[i], arr + i * s->size, st) != PV_OK) {
+            pv_record_array_free(s, arr, i);
             return st->code;
         }
     }
@@ -470,40 +398,23 @@ static int decode_list(redisReply *rep, size_t size,
     return PV_OK;
 }
 
-static int dec_pod(const redisReply *rep, void *rec, pv_status *st) {
-    return decode_pod(rep, rec, st);
-}
-
-static int dec_node(const redisReply *rep, void *rec, pv_status *st) {
-    return decode_node(rep, rec, st);
-}
-
-static void clear_pod(void *rec) {
-    pv_pod_clear(rec);
-}
-
-static void clear_node(void *rec) {
-    pv_node_clear(rec);
-}
-
 int pv_registry_list_pods(pv_redis *r, const pv_keys *k, pv_pod **pods, size_t *n, pv_status *st) {
     *pods = NULL;
     *n = 0;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_PODS);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_list_pods", &rep, st);
-    if (rc == PV_OK)
-        rc = decode_list(rep, sizeof(pv_pod), dec_pod, clear_pod, (void **)pods, n, st);
+    if (rc == PV_OK) rc = decode_list(k, PV_KEY_POD, &pv_pod_schema, rep, (void **)pods, n, st);
     freeReplyObject(rep);
     return rc;
 }
 
 /* ---- nodes ---- */
 
-static int node_reply(int rc, redisReply *rep, pv_node *out, pv_status *st) {
-    if (rc == PV_OK && out) rc = decode_node(rep, out, st);
+static int node_reply(const pv_keys *k, int rc, redisReply *rep, pv_node *out, pv_status *st) {
+    if (rc == PV_OK && out) rc = decode_node(k, rep, out, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -528,8 +439,8 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
         return pv_status_set(st, PV_INTERNAL, "cannot make a node id");
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_NODES);
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, id);
     call_arg(&c, spec->name);
     call_arg(&c, spec->pod_name);
@@ -541,14 +452,14 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
     call_arg(&c, spec->resources ? spec->resources : "{}");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_node", &rep, st);
-    return node_reply(rc, rep, out, st);
+    return node_reply(k, rc, rep, out, st);
 }
 
 int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
     if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, name);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_remove_node", &rep, st);
@@ -560,12 +471,12 @@ static int get_node(pv_redis *r, const pv_keys *k, const char *by, const char *v
                     pv_status *st) {
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, by);
     call_arg(&c, value);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_get_node", &rep, st);
-    return node_reply(rc, rep, out, st);
+    return node_reply(k, rc, rep, out, st);
 }
 
 int pv_registry_get_node(pv_redis *r, const pv_keys *k, const char *name, pv_node *out,
@@ -588,13 +499,12 @@ int pv_registry_list_nodes(pv_redis *r, const pv_keys *k, const char *pod_name, 
         return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
-    call_key(&c, "pods");
+    call_key(&c, PV_KEY_NODES);
+    call_key(&c, PV_KEY_PODS);
     call_arg(&c, pod_name ? pod_name : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_list_nodes", &rep, st);
-    if (rc == PV_OK)
-        rc = decode_list(rep, sizeof(pv_node), dec_node, clear_node, (void **)nodes, n, st);
+    if (rc == PV_OK) rc = decode_list(k, PV_KEY_NODE, &pv_node_schema, rep, (void **)nodes, n, st);
     freeReplyObject(rep);
     return rc;
 }
@@ -611,7 +521,7 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
         return pv_status_set(st, PV_INVALID_ARGUMENT, "bypass: unknown value %d", (int)u->bypass);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, u->name);
     call_arg(&c, u->endpoint && *u->endpoint ? u->endpoint : "");
     call_arg(&c, engine);
@@ -626,7 +536,7 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
     call_arg(&c, rev);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_set_node", &rep, st);
-    return node_reply(rc, rep, out, st);
+    return node_reply(k, rc, rep, out, st);
 }
 
 /* ---- liveness ---- */
@@ -645,7 +555,7 @@ int pv_registry_set_alive(pv_redis *r, const pv_keys *k, const char *node, long 
     snprintf(ttl, sizeof ttl, "%lld", ttl_seconds);
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, node);
     call_arg(&c, ttl);
     call_arg(&c, value && *value ? value : "1");
@@ -662,7 +572,7 @@ int pv_registry_get_alive(pv_redis *r, const pv_keys *k, const char *node, bool 
     if (pv_validate_name("nodename", node, st) != PV_OK) return st->code;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     call_arg(&c, node);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_get_alive", &rep, st);
@@ -705,7 +615,7 @@ int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t
     *n = 0;
     call c;
     if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, "nodes");
+    call_key(&c, PV_KEY_NODES);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_alive_nodes", &rep, st);
     if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
@@ -719,8 +629,7 @@ int pv_registry_alive_nodes(pv_redis *r, const pv_keys *k, char ***names, size_t
 
 static int engine_info_key(const pv_keys *k, const char *node, char *buf, size_t len,
                            pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "engine-info:%s", k->prefix, node);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ENGINE_INFO, node, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "engine info key of node %s is too long",
                              node);
     return PV_OK;
@@ -798,30 +707,19 @@ int pv_registry_engine_facts(const char *json, pv_res_engine_info *out, pv_statu
 
 int pv_registry_alive_key(const pv_keys *k, const char *node, char *buf, size_t len,
                           pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "alive:%s", k->prefix, node);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ALIVE, node, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "alive key of node %s is too long", node);
     return PV_OK;
 }
 
 int pv_registry_alive_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    int n = snprintf(buf, len, "%s" REG "alive:", k->prefix);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_ALIVE, "", buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
 
 int pv_registry_alive_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st) {
-    char prefix[PV_KEY_MAX], esc[2 * PV_KEY_MAX];
-    if (pv_registry_alive_prefix(k, prefix, sizeof prefix, st) != PV_OK) return st->code;
-    size_t j = 0;
-    for (const char *p = prefix; *p; p++) {
-        if (strchr("*?[]\\", *p)) esc[j++] = '\\';
-        esc[j++] = *p;
-    }
-    esc[j] = '\0';
-    int n = snprintf(buf, len, "__keyspace@%d__:%s*", db, esc);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key_keyspace_pattern(k, PV_KEY_ALIVE, db, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }

@@ -62,6 +62,7 @@
 
 #include "pv_id.h"
 #include "pv_keys.h"
+#include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_res.h"
 #include "pv_status.h"
@@ -104,6 +105,10 @@ typedef struct pv_node {
     long allocs;       /* filled by the readers: number of reserved allocations */
     char *engine_info; /* filled by the readers: the agent's report (JSON), "" when none */
 } pv_node;
+
+/* The records' fields (pv_record.h): the tables every reader of a pod or a node decodes by. */
+extern const pv_record_schema pv_pod_schema;
+extern const pv_record_schema pv_node_schema;
 
 void pv_pod_clear(pv_pod *p);
 void pv_pod_array_free(pv_pod *pods, size_t n);

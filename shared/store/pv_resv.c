@@ -156,14 +156,13 @@ static void argv_push_nodes(argv_buf *a, const pv_resv *rv, int with_bodies) {
 }
 
 static int key_base(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    int w = snprintf(buf, len, "%s{reg}:", k->prefix);
-    if (w < 0 || (size_t)w >= len) return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
+    if (pv_key(k, PV_KEY_REG, NULL, buf, len, NULL) != PV_OK)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
     return PV_OK;
 }
 
 static int resv_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
-    int w = snprintf(buf, len, "%s{reg}:resv:%s", k->prefix, id);
-    if (w < 0 || (size_t)w >= len)
+    if (pv_key(k, PV_KEY_RESV, id, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "reservation id %s: too long", id);
     return PV_OK;
 }
@@ -318,10 +317,11 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
     int rc = resv_load(r, k, resv_id, out, st);
     for (size_t i = 0; rc == PV_OK && i < out->nnodes; i++) {
         pv_resv_node *n = &out->nodes[i];
+        char allocs[PV_KEY_MAX];
+        rc = pv_key(k, PV_KEY_NODE_ALLOCS, n->id, allocs, sizeof allocs, st);
         for (size_t j = 0; rc == PV_OK && j < n->nallocs; j++) {
             redisReply *rep = NULL;
-            rc = pv_redis_command(r, &rep, st, "HGET %s{reg}:node-allocs:%s %s", k->prefix, n->id,
-                                  n->alloc_ids[j]);
+            rc = pv_redis_command(r, &rep, st, "HGET %s %s", allocs, n->alloc_ids[j]);
             if (rc == PV_OK && rep->type == REDIS_REPLY_STRING &&
                 !(n->allocs[j] = strdup(rep->str)))
                 rc = pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -341,7 +341,8 @@ static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_
     rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
     n->rev = rec.usage_rev;
     char allocs_key[PV_KEY_MAX];
-    snprintf(allocs_key, sizeof allocs_key, "%s{reg}:node-allocs:%s", k->prefix, n->id);
+    if (pv_key(k, PV_KEY_NODE_ALLOCS, n->id, allocs_key, sizeof allocs_key, st) != PV_OK)
+        return st->code;
     for (size_t i = 0; rc == PV_OK && i < n->nallocs; i++) {
         redisReply *rep = NULL;
         rc = pv_redis_command(r, &rep, st, "HGET %s %s", allocs_key, n->alloc_ids[i]);
@@ -366,7 +367,8 @@ static int allocs_left(pv_redis *r, const pv_keys *k, const pv_resv_node *n, boo
     *any = false;
     if (n->nallocs == 0) return PV_OK;
     char allocs_key[PV_KEY_MAX];
-    snprintf(allocs_key, sizeof allocs_key, "%s{reg}:node-allocs:%s", k->prefix, n->id);
+    if (pv_key(k, PV_KEY_NODE_ALLOCS, n->id, allocs_key, sizeof allocs_key, st) != PV_OK)
+        return st->code;
     const char **argv = calloc(n->nallocs + 2, sizeof *argv);
     if (!argv) return pv_status_set(st, PV_INTERNAL, "out of memory");
     argv[0] = "HMGET";
@@ -449,21 +451,29 @@ static int usage_without(const pv_node *node, const char *resources, char **usag
     return rc;
 }
 
+/* Where workload id runs and what it holds (its record's node_id and resources): *node_id NULL
+ * when the record is gone, *resources NULL when it has none. */
+static int wl_placement(pv_redis *r, const pv_keys *k, const char *id, char **node_id,
+                        char **resources, pv_status *st) {
+    *node_id = *resources = NULL;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_WL, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HMGET %s node_id resources", key) != PV_OK) return st->code;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        if (rep->element[0]->type == REDIS_REPLY_STRING) *node_id = strdup(rep->element[0]->str);
+        if (rep->element[1]->type == REDIS_REPLY_STRING) *resources = strdup(rep->element[1]->str);
+    }
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
-        redisReply *rep = NULL;
-        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
-            PV_OK)
-            return st->code;
         char *node_id = NULL, *resources = NULL;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-            if (rep->element[0]->type == REDIS_REPLY_STRING) node_id = strdup(rep->element[0]->str);
-            if (rep->element[1]->type == REDIS_REPLY_STRING)
-                resources = strdup(rep->element[1]->str);
-        }
-        freeReplyObject(rep);
+        if (wl_placement(r, k, workload_id, &node_id, &resources, st) != PV_OK) return st->code;
         pv_node node = {0};
         char *usage = NULL, rev[24] = "0";
         int rc = PV_OK;
@@ -483,7 +493,7 @@ int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_
             return rc;
         }
         const char *args[] = {base, workload_id, rev, usage ? usage : "{}"};
-        rep = NULL;
+        redisReply *rep = NULL;
         rc = pv_redis_fcall(r, "pv_wl_remove_release", 0, NULL, 4, args, &rep, st);
         free(usage);
         bool conflict =
@@ -596,17 +606,9 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
-        redisReply *rep = NULL;
-        if (pv_redis_command(r, &rep, st, "HMGET %swl:%s node_id resources", base, workload_id) !=
-            PV_OK)
-            return st->code;
         char *node_id = NULL, *old = NULL;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-            rep->element[0]->type == REDIS_REPLY_STRING) {
-            node_id = strdup(rep->element[0]->str);
-            old = strdup(rep->element[1]->type == REDIS_REPLY_STRING ? rep->element[1]->str : "{}");
-        }
-        freeReplyObject(rep);
+        if (wl_placement(r, k, workload_id, &node_id, &old, st) != PV_OK) return st->code;
+        if (node_id && !old) old = strdup("{}");
         pv_node node = {0};
         pv_res_node res = {0};
         char *fresh = NULL, *usage = NULL, *check = NULL, rev[24];
@@ -625,7 +627,7 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
         bool conflict = false;
         if (rc == PV_OK) {
             const char *args[] = {base, workload_id, rev, usage, fresh};
-            rep = NULL;
+            redisReply *rep = NULL;
             rc = pv_redis_fcall(r, "pv_wl_realloc", 0, NULL, 5, args, &rep, st);
             conflict =
                 rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0;
@@ -654,8 +656,10 @@ int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, c
                     size_t *n, pv_status *st) {
     *ids = NULL;
     *n = 0;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_RESVS, NULL, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "ZRANGEBYSCORE %s{reg}:resvs 1 %lld LIMIT 0 %lld", k->prefix,
+    if (pv_redis_command(r, &rep, st, "ZRANGEBYSCORE %s 1 %lld LIMIT 0 %lld", key,
                          (long long)now_ms, (long long)max) != PV_OK)
         return st->code;
     int rc = PV_OK;
@@ -681,10 +685,10 @@ int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const 
     for (size_t i = 0; i < n; i++)
         counts[i] = 0;
     if (!app || !*app || n == 0) return PV_OK;
+    char key[PV_KEY_MAX];
+    if (pv_key2(k, PV_KEY_DEPLOY_COUNT, app, entry, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "HGETALL %s{reg}:deploy-count:%s:%s", k->prefix, app,
-                         entry ? entry : "") != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s", key) != PV_OK) return st->code;
     for (size_t j = 0; rep->type == REDIS_REPLY_ARRAY && j + 1 < rep->elements; j += 2)
         for (size_t i = 0; i < n; i++)
             if (strcmp(names[i], rep->element[j]->str) == 0)
@@ -770,18 +774,18 @@ static int summed_usage(pv_redis *r, const pv_keys *k, const pv_node *rec, char 
     pv_res_node sum = {0};
     int rc = pv_res_node_parse(rec->resources, NULL, NULL, &sum, st);
     redisReply *rep = NULL;
-    if (rc == PV_OK)
-        rc = pv_redis_command(r, &rep, st, "HVALS %s{reg}:node-allocs:%s", k->prefix, rec->id);
+    char key[PV_KEY_MAX];
+    if (rc == PV_OK) rc = pv_key(k, PV_KEY_NODE_ALLOCS, rec->id, key, sizeof key, st);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "HVALS %s", key);
     if (rc == PV_OK) rc = add_docs(&sum, rep, st);
     if (rep) freeReplyObject(rep);
     rep = NULL;
-    if (rc == PV_OK)
-        rc =
-            pv_redis_command(r, &rep, st, "SMEMBERS %s{reg}:node-workloads:%s", k->prefix, rec->id);
+    if (rc == PV_OK) rc = pv_key(k, PV_KEY_NODE_WORKLOADS, rec->id, key, sizeof key, st);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "SMEMBERS %s", key);
     for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
         redisReply *res = NULL;
-        rc = pv_redis_command(r, &res, st, "HGET %s{reg}:wl:%s resources", k->prefix,
-                              rep->element[i]->str);
+        rc = pv_key(k, PV_KEY_WL, rep->element[i]->str, key, sizeof key, st);
+        if (rc == PV_OK) rc = pv_redis_command(r, &res, st, "HGET %s resources", key);
         if (rc == PV_OK && res->type == REDIS_REPLY_STRING && strcmp(res->str, "{}") != 0)
             rc = pv_res_node_usage_add(&sum, res->str, 1, st);
         if (res) freeReplyObject(res);
@@ -809,11 +813,12 @@ int pv_resv_check_node(pv_redis *r, const pv_keys *k, const char *node_name, int
         int moved = 0;
         if (rc == PV_OK && fix && out->ndiffs > 0) {
             char key[PV_KEY_MAX], rev[24];
-            snprintf(key, sizeof key, "%s{reg}:node:%s", k->prefix, rec.id);
+            rc = pv_key(k, PV_KEY_NODE, rec.id, key, sizeof key, st);
             snprintf(rev, sizeof rev, "%lld", (long long)rec.usage_rev);
             const char *keys[] = {key}, *args[] = {rev, summed};
             redisReply *rep = NULL;
-            rc = pv_redis_fcall(r, "pv_sched_set_usage", 1, keys, 2, args, &rep, st);
+            if (rc == PV_OK)
+                rc = pv_redis_fcall(r, "pv_sched_set_usage", 1, keys, 2, args, &rep, st);
             moved = rc == PV_OK && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
             if (rep) freeReplyObject(rep);
             if (rc == PV_OK && !moved) {

@@ -12,7 +12,6 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdarg.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -21,26 +20,16 @@
 
 #define SLICE_MS 500
 
-__attribute__((format(printf, 4, 5))) static int key_fmt(char *buf, size_t len, pv_status *st,
-                                                         const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    if (w < 0 || (size_t)w >= len) return pv_status_set(st, PV_INVALID_ARGUMENT, "key too long");
-    return PV_OK;
-}
-
 int pv_sched_key_requests(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    return key_fmt(buf, len, st, "%s{reg}:sched:requests%s", k->prefix, "");
+    return pv_key(k, PV_KEY_SCHED_REQUESTS, NULL, buf, len, st);
 }
 
 int pv_sched_key_reply(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
-    return key_fmt(buf, len, st, "%s{reg}:sched:reply:%s", k->prefix, id);
+    return pv_key(k, PV_KEY_SCHED_REPLY, id, buf, len, st);
 }
 
 int pv_sched_key_gone(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st) {
-    return key_fmt(buf, len, st, "%s{reg}:sched:gone:%s", k->prefix, id);
+    return pv_key(k, PV_KEY_SCHED_GONE, id, buf, len, st);
 }
 
 char *pv_sched_error_body(const pv_status *err, const char *kind) {

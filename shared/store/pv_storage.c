@@ -16,8 +16,6 @@
 #include "pv_path.h"
 #include "pv_json.h"
 
-#define STO "{sto}:"
-
 int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
     if (!name || !*name) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
     size_t n = strlen(name);
@@ -495,13 +493,27 @@ static const char *id_field(const char *kind) {
     return strcmp(kind, "pool") == 0 ? "name" : "id";
 }
 
+/* The record key of kind "pool", "vol" or "snap". */
+static pv_key_kind record_kind(const char *kind) {
+    return strcmp(kind, "vol") == 0    ? PV_KEY_VOL
+           : strcmp(kind, "snap") == 0 ? PV_KEY_SNAP
+                                       : PV_KEY_POOL;
+}
+
+/* A key whose name came from a record or a checked request, into buf (PV_KEY_MAX * 2 bytes:
+ * room for any plain name). */
+static int sto_key(const pv_keys *k, pv_key_kind kind, const char *name, char *buf, pv_status *st) {
+    return pv_key(k, kind, name, buf, 2 * PV_KEY_MAX, st);
+}
+
 int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *id, json_t **out,
                    pv_status *st) {
     *out = NULL;
     if (!id || !*id) return pv_status_set(st, PV_NOT_FOUND, "%s \"\" not found", what_of(kind));
+    char key[2 * PV_KEY_MAX];
+    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "GET %s" STO "%s:%s", k->prefix, kind, id) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     int rc = PV_OK;
     if (rep->type != REDIS_REPLY_STRING)
         rc = pv_status_set(st, PV_NOT_FOUND, "%s %.128s not found", what_of(kind), id);
@@ -511,25 +523,58 @@ int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *
     return rc;
 }
 
+/* The index of a record kind (pools, pool-vols:<pool>, vol-snaps:<volume>) and its owner's
+ * field in the record (NULL for pools). */
+static pv_key_kind index_of(const char *kind, const char **owner_field) {
+    if (strcmp(kind, "vol") == 0) {
+        *owner_field = "pool";
+        return PV_KEY_POOL_VOLS;
+    }
+    if (strcmp(kind, "snap") == 0) {
+        *owner_field = "volume_id";
+        return PV_KEY_VOL_SNAPS;
+    }
+    *owner_field = NULL;
+    return PV_KEY_POOLS;
+}
+
+static const char *rec_str(json_t *rec, const char *field) {
+    return field ? json_string_value(json_object_get(rec, field)) : NULL;
+}
+
+/* The commands of one MULTI/EXEC, their replies dropped; the first failure stays in rc. */
+typedef struct multi {
+    pv_redis *r;
+    pv_status *st;
+    int rc;
+} multi;
+
+#define MULTI_RUN(m, ...)                                                                          \
+    multi_run(m, sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *),                     \
+              (const char *[]){__VA_ARGS__})
+
+static void multi_run(multi *m, int argc, const char **argv) {
+    if (m->rc != PV_OK) return;
+    redisReply *rep = NULL;
+    m->rc = pv_redis_commandv(m->r, &rep, m->st, argc, argv, NULL);
+    if (rep) freeReplyObject(rep);
+}
+
 int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
     const char *id = json_string_value(json_object_get(rec, id_field(kind)));
     if (!id) return pv_status_set(st, PV_INTERNAL, "%s record without id", what_of(kind));
     json_object_set_new(rec, "updated_ms", json_integer(pv_time_now_ms()));
+    const char *owner_field = NULL;
+    pv_key_kind index_kind = index_of(kind, &owner_field);
+    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], member[PV_KEY_MAX] = "";
+    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK ||
+        sto_key(k, index_kind, rec_str(rec, owner_field), index, st) != PV_OK)
+        return st->code;
     char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
-    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], member[PV_KEY_MAX] = "";
     double score = 0;
-    snprintf(key, sizeof key, "%s" STO "%s:%s", k->prefix, kind, id);
-    if (strcmp(kind, "pool") == 0) {
-        snprintf(index, sizeof index, "%s" STO "pools", k->prefix);
-    } else if (strcmp(kind, "vol") == 0) {
-        snprintf(index, sizeof index, "%s" STO "pool-vols:%s", k->prefix,
-                 json_string_value(json_object_get(rec, "pool")));
-    } else {
-        snprintf(index, sizeof index, "%s" STO "vol-snaps:%s", k->prefix,
-                 json_string_value(json_object_get(rec, "volume_id")));
+    if (index_kind == PV_KEY_VOL_SNAPS)
         score = (double)json_integer_value(json_object_get(rec, "created_ms"));
-    }
     snprintf(member, sizeof member, "%s", id);
     const char *argv_set[] = {"SET", key, text};
     char sc[32];
@@ -556,44 +601,38 @@ int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec,
 int pv_storage_del(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
     const char *id = json_string_value(json_object_get(rec, id_field(kind)));
     if (!id) return PV_OK;
-    redisReply *rep = NULL;
-    int rc = pv_redis_command(r, &rep, st, "MULTI");
-    if (rep) freeReplyObject(rep);
-#define RUN(...)                                                                                   \
-    do {                                                                                           \
-        rep = NULL;                                                                                \
-        if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, __VA_ARGS__);                          \
-        if (rep) freeReplyObject(rep);                                                             \
-    } while (0)
-    RUN("DEL %s" STO "%s:%s", k->prefix, kind, id);
-    if (strcmp(kind, "pool") == 0) {
-        RUN("ZREM %s" STO "pools %s", k->prefix, id);
-        RUN("DEL %s" STO "pool-names:%s", k->prefix, id);
-    } else if (strcmp(kind, "vol") == 0) {
-        const char *pool = json_string_value(json_object_get(rec, "pool"));
-        const char *name = json_string_value(json_object_get(rec, "name"));
-        RUN("ZREM %s" STO "pool-vols:%s %s", k->prefix, pool ? pool : "", id);
-        RUN("HDEL %s" STO "pool-names:%s %s", k->prefix, pool ? pool : "", name ? name : "");
-        RUN("DEL %s" STO "vol-snaps:%s", k->prefix, id);
-    } else {
-        const char *vol = json_string_value(json_object_get(rec, "volume_id"));
-        RUN("ZREM %s" STO "vol-snaps:%s %s", k->prefix, vol ? vol : "", id);
+    const char *owner_field = NULL, *name = json_string_value(json_object_get(rec, "name"));
+    pv_key_kind index_kind = index_of(kind, &owner_field);
+    const char *owner = rec_str(rec, owner_field);
+    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], names[PV_KEY_MAX * 2], snaps[PV_KEY_MAX * 2];
+    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK ||
+        sto_key(k, index_kind, owner, index, st) != PV_OK ||
+        sto_key(k, PV_KEY_POOL_NAMES, index_kind == PV_KEY_POOLS ? id : owner, names, st) !=
+            PV_OK ||
+        sto_key(k, PV_KEY_VOL_SNAPS, id, snaps, st) != PV_OK)
+        return st->code;
+    multi m = {r, st, PV_OK};
+    MULTI_RUN(&m, "MULTI");
+    MULTI_RUN(&m, "DEL", key);
+    MULTI_RUN(&m, "ZREM", index, id);
+    if (index_kind == PV_KEY_POOLS) {
+        MULTI_RUN(&m, "DEL", names);
+    } else if (index_kind == PV_KEY_POOL_VOLS) {
+        MULTI_RUN(&m, "HDEL", names, name ? name : "");
+        MULTI_RUN(&m, "DEL", snaps);
     }
-    RUN("EXEC");
-#undef RUN
-    return rc;
+    MULTI_RUN(&m, "EXEC");
+    return m.rc;
 }
 
 int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
                           const char *id, pv_status *st) {
+    char names[PV_KEY_MAX * 2];
+    if (sto_key(k, PV_KEY_POOL_NAMES, pool, names, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "HSETNX %s" STO "pool-names:%s %s %s", k->prefix, pool, name,
-                         id) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "HSETNX %s %s %s", names, name, id) != PV_OK) return st->code;
     freeReplyObject(rep);
-    if (pv_redis_command(r, &rep, st, "HGET %s" STO "pool-names:%s %s", k->prefix, pool, name) !=
-        PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "HGET %s %s", names, name) != PV_OK) return st->code;
     int rc = rep->type == REDIS_REPLY_STRING && strcmp(rep->str, id) == 0
                  ? PV_OK
                  : pv_status_set(st, PV_ALREADY_EXISTS,
@@ -605,9 +644,10 @@ int pv_storage_claim_name(pv_redis *r, const pv_keys *k, const char *pool, const
 int pv_storage_claimed_names(pv_redis *r, const pv_keys *k, const char *pool, json_t **names,
                              pv_status *st) {
     *names = NULL;
+    char key[PV_KEY_MAX * 2];
+    if (sto_key(k, PV_KEY_POOL_NAMES, pool, key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "HGETALL %s" STO "pool-names:%s", k->prefix, pool) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s", key) != PV_OK) return st->code;
     json_t *o = json_object();
     for (size_t i = 0; o && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2)
         if (rep->element[i]->str && rep->element[i + 1]->str)
@@ -620,10 +660,10 @@ int pv_storage_claimed_names(pv_redis *r, const pv_keys *k, const char *pool, js
 
 int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, const char *name,
                             pv_status *st) {
+    char key[PV_KEY_MAX * 2];
+    if (sto_key(k, PV_KEY_POOL_NAMES, pool, key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "HDEL %s" STO "pool-names:%s %s", k->prefix, pool, name) !=
-        PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "HDEL %s %s", key, name) != PV_OK) return st->code;
     freeReplyObject(rep);
     return PV_OK;
 }
@@ -633,13 +673,10 @@ int pv_storage_list(pv_redis *r, const pv_keys *k, const char *kind, const char 
     *out = json_array();
     if (!*out) return pv_status_set(st, PV_INTERNAL, "out of memory");
     redisReply *rep = NULL;
-    int rc;
-    if (strcmp(kind, "pool") == 0)
-        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "pools 0 -1", k->prefix);
-    else if (strcmp(kind, "vol") == 0)
-        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "pool-vols:%s 0 -1", k->prefix, owner);
-    else
-        rc = pv_redis_command(r, &rep, st, "ZRANGE %s" STO "vol-snaps:%s 0 -1", k->prefix, owner);
+    const char *owner_field = NULL;
+    char index[PV_KEY_MAX * 2];
+    int rc = sto_key(k, index_of(kind, &owner_field), owner, index, st);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "ZRANGE %s 0 -1", index);
     for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
         json_t *rec = NULL;
         int grc = pv_storage_get(r, k, kind, rep->element[i]->str, &rec, st);
@@ -661,15 +698,16 @@ int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_
                            pv_status *st) {
     int rc = pv_storage_get(r, k, "vol", ref, out, st);
     if (rc != PV_NOT_FOUND) return rc;
+    char key[PV_KEY_MAX * 2];
+    if (sto_key(k, PV_KEY_POOLS, NULL, key, st) != PV_OK) return st->code;
     redisReply *pools = NULL;
-    if (pv_redis_command(r, &pools, st, "ZRANGE %s" STO "pools 0 -1", k->prefix) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &pools, st, "ZRANGE %s 0 -1", key) != PV_OK) return st->code;
     char found[PV_KEY_MAX] = "";
     size_t hits = 0;
     for (size_t i = 0; rc == PV_NOT_FOUND && i < pools->elements; i++) {
         redisReply *id = NULL;
-        if (pv_redis_command(r, &id, st, "HGET %s" STO "pool-names:%s %s", k->prefix,
-                             pools->element[i]->str, ref) != PV_OK) {
+        if (sto_key(k, PV_KEY_POOL_NAMES, pools->element[i]->str, key, st) != PV_OK ||
+            pv_redis_command(r, &id, st, "HGET %s %s", key, ref) != PV_OK) {
             rc = st->code;
             break;
         }
@@ -702,12 +740,13 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
         return st->code;
     }
     redisReply *rep = NULL;
-    int rc =
-        pv_redis_command(r, &rep, st, "SET %s" STO "vol-user:%s %s NX", k->prefix, vol_id, wl_id);
+    char user[PV_KEY_MAX * 2], vols[PV_KEY_MAX * 2];
+    int rc = sto_key(k, PV_KEY_VOL_USER, vol_id, user, st);
+    if (rc == PV_OK) rc = sto_key(k, PV_KEY_WL_VOLS, wl_id, vols, st);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "SET %s %s NX", user, wl_id);
     if (rep) freeReplyObject(rep);
     rep = NULL;
-    if (rc == PV_OK)
-        rc = pv_redis_command(r, &rep, st, "GET %s" STO "vol-user:%s", k->prefix, vol_id);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "GET %s", user);
     if (rc == PV_OK && (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, wl_id) != 0))
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by workload %.64s",
                            json_string_value(json_object_get(vol, "name")),
@@ -719,17 +758,17 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
         json_object_set_new(vol, "in_use_by", json_string(wl_id));
         rc = pv_storage_put(r, k, "vol", vol, st);
     }
-    if (rc == PV_OK)
-        rc = pv_redis_command(r, &rep, st, "SADD %s" STO "wl-vols:%s %s", k->prefix, wl_id, vol_id);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "SADD %s %s", vols, vol_id);
     if (rep) freeReplyObject(rep);
     json_decref(vol);
     return rc;
 }
 
 int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_status *st) {
+    char vols[PV_KEY_MAX * 2], user[PV_KEY_MAX * 2];
+    if (sto_key(k, PV_KEY_WL_VOLS, wl_id, vols, st) != PV_OK) return st->code;
     redisReply *ids = NULL;
-    if (pv_redis_command(r, &ids, st, "SMEMBERS %s" STO "wl-vols:%s", k->prefix, wl_id) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &ids, st, "SMEMBERS %s", vols) != PV_OK) return st->code;
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < ids->elements; i++) {
         const char *vid = ids->element[i]->str;
@@ -745,17 +784,17 @@ int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_s
         }
         json_decref(vol);
         redisReply *rep = NULL;
-        if (rc == PV_OK && pv_redis_command(r, &rep, st, "EVAL %s 1 %s" STO "vol-user:%s %s",
+        if (rc == PV_OK) rc = sto_key(k, PV_KEY_VOL_USER, vid, user, st);
+        if (rc == PV_OK && pv_redis_command(r, &rep, st, "EVAL %s 1 %s %s",
                                             "if redis.call('GET', KEYS[1]) == ARGV[1] then "
                                             "return redis.call('DEL', KEYS[1]) end return 0",
-                                            k->prefix, vid, wl_id) != PV_OK)
+                                            user, wl_id) != PV_OK)
             rc = st->code;
         if (rep) freeReplyObject(rep);
     }
     freeReplyObject(ids);
     redisReply *rep = NULL;
-    if (rc == PV_OK)
-        rc = pv_redis_command(r, &rep, st, "DEL %s" STO "wl-vols:%s", k->prefix, wl_id);
+    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "DEL %s", vols);
     if (rep) freeReplyObject(rep);
     return rc;
 }

@@ -112,7 +112,7 @@ json_t *pv_upgrade_new_record(const char *op_id, const char *cluster_id, const c
 
 static int record_key(const pv_keys *k, const char *cluster_id, char *key, size_t cap,
                       pv_status *st) {
-    if ((size_t)snprintf(key, cap, "%s{reg}:upgrade:%s", k->prefix, cluster_id) >= cap)
+    if (pv_key(k, PV_KEY_UPGRADE, cluster_id, key, cap, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "cluster id too long");
     return PV_OK;
 }

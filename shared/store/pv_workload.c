@@ -33,88 +33,55 @@ static int bad_reply(const char *what, pv_status *st) {
 
 /* ---- records ---- */
 
-typedef struct str_field {
-    const char *name;
-    size_t off;
-    const char *dflt; /* the value when the record lacks the field */
-} str_field;
-
-static const str_field k_strings[] = {
-    {"name", offsetof(pv_workload, name), ""},
-    {"app", offsetof(pv_workload, app), ""},
-    {"entry", offsetof(pv_workload, entry), ""},
-    {"pod", offsetof(pv_workload, pod), ""},
-    {"node", offsetof(pv_workload, node), ""},
-    {"node_id", offsetof(pv_workload, node_id), ""},
-    {"image", offsetof(pv_workload, image), ""},
-    {"labels", offsetof(pv_workload, labels), "{}"},
-    {"env", offsetof(pv_workload, env), "[]"},
-    {"publish", offsetof(pv_workload, publish), "{}"},
-    {"resources", offsetof(pv_workload, resources), "{}"},
-    {"alloc_id", offsetof(pv_workload, alloc_id), ""},
-    {"engine_id", offsetof(pv_workload, engine_id), ""},
+static const pv_field k_wl_fields[] = {
+    {.name = "id",
+     .type = PV_FIELD_CHARS,
+     .off = offsetof(pv_workload, id),
+     .cap = PV_WORKLOAD_ID_LEN + 1},
+    {.name = "name", .type = PV_FIELD_STR, .off = offsetof(pv_workload, name)},
+    {.name = "app", .type = PV_FIELD_STR, .off = offsetof(pv_workload, app)},
+    {.name = "entry", .type = PV_FIELD_STR, .off = offsetof(pv_workload, entry)},
+    {.name = "pod", .type = PV_FIELD_STR, .off = offsetof(pv_workload, pod)},
+    {.name = "node", .type = PV_FIELD_STR, .off = offsetof(pv_workload, node)},
+    {.name = "node_id", .type = PV_FIELD_STR, .off = offsetof(pv_workload, node_id)},
+    {.name = "image", .type = PV_FIELD_STR, .off = offsetof(pv_workload, image)},
+    {.name = "privileged", .type = PV_FIELD_BOOL, .off = offsetof(pv_workload, privileged)},
+    {.name = "labels", .type = PV_FIELD_STR, .off = offsetof(pv_workload, labels), .dflt = "{}"},
+    {.name = "env", .type = PV_FIELD_STR, .off = offsetof(pv_workload, env), .dflt = "[]"},
+    {.name = "publish", .type = PV_FIELD_STR, .off = offsetof(pv_workload, publish), .dflt = "{}"},
+    {.name = "resources",
+     .type = PV_FIELD_STR,
+     .off = offsetof(pv_workload, resources),
+     .dflt = "{}"},
+    {.name = "alloc_id", .type = PV_FIELD_STR, .off = offsetof(pv_workload, alloc_id)},
+    {.name = "engine_id", .type = PV_FIELD_STR, .off = offsetof(pv_workload, engine_id)},
+    {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_workload, created_ms)},
 };
 
-#define N_STRINGS (sizeof k_strings / sizeof k_strings[0])
-
-static char **slot(pv_workload *w, const str_field *f) {
-    return (char **)((char *)w + f->off);
-}
+const pv_record_schema pv_workload_schema = {
+    "workload", k_wl_fields, PV_RECORD_NFIELDS(k_wl_fields), sizeof(pv_workload), 0};
 
 void pv_workload_clear(pv_workload *w) {
-    if (!w) return;
-    for (size_t i = 0; i < N_STRINGS; i++)
-        free(*slot(w, &k_strings[i]));
-    memset(w, 0, sizeof *w);
+    pv_record_free(&pv_workload_schema, w);
 }
 
 void pv_workload_array_free(pv_workload *w, size_t n) {
-    for (size_t i = 0; w && i < n; i++)
-        pv_workload_clear(&w[i]);
-    free(w);
+    pv_record_array_free(&pv_workload_schema, w, n);
 }
 
-/* One field of a record; fields this build does not know are skipped. -1 when out of memory. */
-static int take_field(pv_workload *w, const char *name, const char *value) {
-    if (strcmp(name, "id") == 0) {
-        snprintf(w->id, sizeof w->id, "%s", value);
-        return 0;
-    }
-    if (strcmp(name, "privileged") == 0) {
-        w->privileged = strcmp(value, "1") == 0;
-        return 0;
-    }
-    if (strcmp(name, "created_ms") == 0) {
-        w->created_ms = strtoll(value, NULL, 10);
-        return 0;
-    }
-    for (size_t i = 0; i < N_STRINGS; i++) {
-        if (strcmp(name, k_strings[i].name) != 0) continue;
-        char *copy = strdup(value);
-        if (!copy) return -1;
-        free(*slot(w, &k_strings[i]));
-        *slot(w, &k_strings[i]) = copy;
-        return 0;
-    }
-    return 0;
-}
-
-static int decode_record(const redisReply *rep, pv_workload *w, pv_status *st) {
-    memset(w, 0, sizeof *w);
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0)
-        return bad_reply("a workload record", st);
-    int failed = 0;
-    for (size_t i = 0; !failed && i + 1 < rep->elements; i += 2) {
-        const redisReply *name = rep->element[i], *value = rep->element[i + 1];
-        if (name->type == REDIS_REPLY_STRING && value->type == REDIS_REPLY_STRING)
-            failed = take_field(w, name->str, value->str);
-    }
-    for (size_t i = 0; !failed && i < N_STRINGS; i++)
-        if (!*slot(w, &k_strings[i]) && !(*slot(w, &k_strings[i]) = strdup(k_strings[i].dflt)))
-            failed = -1;
-    if (!failed) return PV_OK;
-    pv_workload_clear(w);
-    return oom(st);
+/* Decodes a record from a function's reply, named by its key (made from the id it was asked
+ * for, or the one the reply carries). */
+static int decode_record(const pv_keys *k, const char *id, const redisReply *rep, pv_workload *w,
+                         pv_status *st) {
+    char key[PV_KEY_MAX] = "?";
+    for (size_t i = 0; !id && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(rep->element[i]->str, "id") == 0 &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING)
+            id = rep->element[i + 1]->str;
+    if (id && pv_key(k, PV_KEY_WL, id, key, sizeof key, NULL) != PV_OK)
+        snprintf(key, sizeof key, "?");
+    return pv_record_decode(&pv_workload_schema, key, rep, w, st);
 }
 
 /* ---- calls ---- */
@@ -130,11 +97,9 @@ typedef struct fargs {
 
 static int fargs_init(fargs *a, const pv_keys *k, pv_status *st) {
     memset(a, 0, sizeof *a);
-    int n = snprintf(a->base, sizeof a->base, "%s{reg}:", k->prefix);
-    if (n < 0 || (size_t)n >= sizeof a->base - sizeof "nodes")
+    if (pv_key(k, PV_KEY_REG, NULL, a->base, sizeof a->base, NULL) != PV_OK ||
+        pv_key(k, PV_KEY_NODES, NULL, a->nodes, sizeof a->nodes, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
-    memcpy(a->nodes, a->base, (size_t)n);
-    memcpy(a->nodes + n, "nodes", sizeof "nodes");
     return PV_OK;
 }
 
@@ -289,7 +254,7 @@ int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *
     memset(out, 0, sizeof *out);
     redisReply *rep = NULL;
     int rc = by_id(r, k, "pv_wl_get", id, &rep, st);
-    if (rc == PV_OK) rc = decode_record(rep, out, st);
+    if (rc == PV_OK) rc = decode_record(k, id, rep, out, st);
     if (rep) freeReplyObject(rep);
     return rc;
 }
@@ -329,7 +294,7 @@ int pv_workload_list(pv_redis *r, const pv_keys *k, const char *app, const char 
         size_t got = 0;
         if (!v) rc = oom(st);
         while (rc == PV_OK && got < rep->elements) {
-            rc = decode_record(rep->element[got], &v[got], st);
+            rc = decode_record(k, NULL, rep->element[got], &v[got], st);
             if (rc == PV_OK) got++;
         }
         if (rc == PV_OK) {
@@ -580,7 +545,7 @@ int pv_workload_status_view(pv_redis *r, const pv_keys *k, const char *id,
         rc = bad_reply("pv_wl_status_view", st);
     const redisReply *rec = rc == PV_OK ? rep->element[1] : NULL;
     if (rc == PV_OK && rec->elements > 0) {
-        rc = decode_record(rec, out_rec, st);
+        rc = decode_record(k, id, rec, out_rec, st);
         *has_record = rc == PV_OK;
     }
     if (rc == PV_OK && rep->element[0]->len > 0) {
@@ -667,11 +632,19 @@ int pv_workload_status_page(pv_redis *r, const pv_keys *k, const char *after, si
     return rc;
 }
 
+int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, pv_status *st) {
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_DISSOCIATED, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc = pv_redis_command(r, &rep, st, "SET %s 1", key);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
 /* ---- key names ---- */
 
 int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st) {
-    int n = snprintf(buf, len, "%s{reg}:wl-status:", k->prefix);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key(k, PV_KEY_WL_STATUS, "", buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
@@ -680,27 +653,13 @@ int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t l
     if (pv_workload_check_id("id", id, st) != PV_OK ||
         pv_workload_status_prefix(k, buf, len, st) != PV_OK)
         return st->code;
-    size_t used = strlen(buf);
-    if (used + strlen(id) >= len)
+    if (pv_key(k, PV_KEY_WL_STATUS, id, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "status key of workload %s is too long", id);
-    strcpy(buf + used, id);
     return PV_OK;
 }
 
 int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st) {
-    char prefix[PV_KEY_MAX];
-    if (pv_workload_status_prefix(k, prefix, sizeof prefix, st) != PV_OK) return st->code;
-    /* The prefix is matched literally: its glob characters ({reg}'s braces are not among
-     * them) get a backslash. */
-    char escaped[2 * PV_KEY_MAX];
-    size_t at = 0;
-    for (const char *p = prefix; *p; p++) {
-        if (strchr("*?[]\\", *p)) escaped[at++] = '\\';
-        escaped[at++] = *p;
-    }
-    escaped[at] = '\0';
-    int n = snprintf(buf, len, "__keyspace@%d__:%s*", db, escaped);
-    if (n < 0 || (size_t)n >= len)
+    if (pv_key_keyspace_pattern(k, PV_KEY_WL_STATUS, db, buf, len, NULL) != PV_OK)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "redis.prefix %s is too long", k->prefix);
     return PV_OK;
 }
@@ -724,7 +683,10 @@ int pv_workload_inventory_put(pv_redis *r, const pv_keys *k, const char *node,
     json_decref(doc);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     char key[PV_KEY_MAX], ex[24];
-    snprintf(key, sizeof key, "%s{reg}:engine-inv:%s", k->prefix, node);
+    if (pv_key(k, PV_KEY_ENGINE_INV, node, key, sizeof key, st) != PV_OK) {
+        free(text);
+        return st->code;
+    }
     snprintf(ex, sizeof ex, "%d", ttl > 0 ? ttl : 15);
     const char *argv[] = {"SET", key, text, "EX", ex};
     redisReply *rep = NULL;
@@ -738,9 +700,10 @@ int pv_workload_inventory_get(pv_redis *r, const pv_keys *k, const char *node, j
                               int64_t *at_ms, pv_status *st) {
     *ids = NULL;
     *at_ms = 0;
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_ENGINE_INV, node, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "GET %s{reg}:engine-inv:%s", k->prefix, node) != PV_OK)
-        return st->code;
+    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     int rc = PV_OK;
     json_t *doc = rep->type == REDIS_REPLY_STRING ? json_loads(rep->str, 0, NULL) : NULL;
     json_t *list = json_object_get(doc, "ids");

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "pv_keys.h"
+#include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_status.h"
 
@@ -59,6 +60,9 @@ typedef struct pv_workload {
                            record (pv_workload_deploy) so listings do not carry its files */
     int64_t created_ms;
 } pv_workload;
+
+/* The record's fields (pv_record.h): the table every reader of a workload decodes by. */
+extern const pv_record_schema pv_workload_schema;
 
 void pv_workload_clear(pv_workload *w);
 void pv_workload_array_free(pv_workload *w, size_t n);
@@ -187,6 +191,10 @@ int pv_workload_check_id(const char *field, const char *id, pv_status *st);
 
 /* Key names: the status key of an id, the prefix of every status key (the id follows it), and
  * the PSUBSCRIBE pattern of their keyspace notifications on database db. */
+/* Marks workload id as let go by DissociateWorkload (<b>dissociated:<id>), so the audit does not
+ * report the engine's workload without a record as an orphan. */
+int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, pv_status *st);
+
 int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st);
 int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st);
 int pv_workload_status_pattern(const pv_keys *k, int db, char *buf, size_t len, pv_status *st);
