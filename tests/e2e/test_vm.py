@@ -22,11 +22,15 @@ At most two guests run at once, 192 MiB each. The cases of VM share one guest, i
   test_03  Send writes a file into the guest (read back with exec cat, mode applied),
            SendLargeFile one of 3 MiB in chunks (its checksum in the guest), Copy gives a tar
            archive of a guest path;
-  test_04  LogStream tail N gives the last N lines of the console;
+  test_04  LogStream tail N gives the last N lines of the console; since and until split it
+           around a time between two lines the guest wrote there (the console's time index);
+           follow brings a line the guest writes while the stream is open;
   test_05  RemoveImage refuses the image the VM's disk is based on, naming the workload;
   test_06  ControlWorkload suspend/resume (libvirt's state follows), stop (an ACPI shutdown:
            the domain shuts off, not destroyed), start (it boots again, the console log keeps
            the first boot), exec works again;
+  test_07  the node agent restarted: the guest runs on, its console log (and the lines
+           written before) and its guest agent are found again, new lines come in;
   test_09  RemoveWorkload: no domain left (virsh list --all), the overlay and the log gone.
 NoAgent: a guest without a guest agent (the same image told not to start it) fails exec with an
 error naming the workload within the bounded wait, never hanging.
@@ -37,11 +41,13 @@ import hashlib
 import io
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import unittest
 import xml.etree.ElementTree as ET
@@ -280,11 +286,58 @@ class VM(Base):
         self.assertEqual(len(got), 1)
         self.assertIn("/no/such/path", got[0].error)
 
-    def test_04_log_tail(self):
+    def console(self, text):
+        """Writes a line on the guest's serial console (its log), from inside the guest."""
+        self.assertEqual(self.execute(VM.wid, ["/bin/sh", "-c", "echo %s > /dev/console" % text]),
+                         ("", "[exitcode] 0"))
+
+    def ranged(self, since="", until=""):
+        got = list(self.core.LogStream(core_pb2.LogStreamOptions(
+            id=VM.wid, tail="all", since=since, until=until), timeout=30))
+        return "\n".join(m.data.decode(errors="replace") for m in got if not m.error)
+
+    def test_04_logs(self):
         self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
         everything = self.log_lines(VM.wid)
         self.assertGreater(len(everything), 20)
         self.assertEqual(self.log_lines(VM.wid, tail="3"), everything[-3:])
+        # since and until, to the second of the console's time index
+        self.console("PIVIRT-MARK-ONE")
+        time.sleep(2.5)
+        between = time.time()
+        time.sleep(2.5)
+        self.console("PIVIRT-MARK-TWO")
+        time.sleep(1.5)  # one tick of the index
+        after = self.ranged(since="%.3f" % between)
+        self.assertIn("PIVIRT-MARK-TWO", after)
+        self.assertNotIn("PIVIRT-MARK-ONE", after)
+        before = self.ranged(until="%.3f" % between)
+        self.assertIn("PIVIRT-MARK-ONE", before)
+        self.assertNotIn("PIVIRT-MARK-TWO", before)
+        self.assertIn(marker("ready-marker"), before)
+        # follow: a line the guest writes now comes down the open stream
+        stream = self.core.LogStream(core_pb2.LogStreamOptions(id=VM.wid, tail="1", follow=True),
+                                     timeout=60)
+        seen = queue.Queue()
+        def read():
+            try:
+                for m in stream:
+                    seen.put(m.data)
+            except pvtest.grpc.RpcError:
+                pass  # cancelled below
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        time.sleep(1)
+        self.console("PIVIRT-MARK-FOLLOWED")
+        deadline = time.monotonic() + 20
+        got = b""
+        while b"PIVIRT-MARK-FOLLOWED" not in got and time.monotonic() < deadline:
+            try:
+                got += seen.get(timeout=1) + b"\n"
+            except queue.Empty:
+                pass
+        stream.cancel()
+        self.assertIn(b"PIVIRT-MARK-FOLLOWED", got)
 
     def test_05_image_in_use(self):
         self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
@@ -332,6 +385,22 @@ class VM(Base):
         out, code = self.execute(VM.wid, ["/bin/sh", "-c", "dd if=/dev/vda bs=512 skip=100"
                                           " count=1 2>/dev/null | head -c 16"])
         self.assertEqual((out, code), ("WRITTEN-IN-GUEST", "[exitcode] 0"), probe)
+
+    def test_07_agent_restart(self):
+        self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
+        agent = self.stack.agents[0]
+        agent.restart()
+        self.stack.wait_ready([agent])
+        # the guest ran on; its console log, its index and its agent are found again
+        self.assertTrue(self.domstate(VM.name).startswith("running"), self.domstate(VM.name))
+        self.assertIn("PIVIRT-MARK-FOLLOWED", "\n".join(self.log_lines(VM.wid)))
+        self.wait_agent(VM.wid)
+        self.console("PIVIRT-MARK-AFTER-RESTART")
+        deadline = time.monotonic() + 10
+        while ("PIVIRT-MARK-AFTER-RESTART" not in "\n".join(self.log_lines(VM.wid)) and
+               time.monotonic() < deadline):
+            time.sleep(0.3)
+        self.assertIn("PIVIRT-MARK-AFTER-RESTART", "\n".join(self.log_lines(VM.wid)))
 
     def test_09_remove(self):
         self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")

@@ -45,6 +45,7 @@
 #include "wk_engine_impl.h"
 #include "wk_files.h"
 #include "wk_guest.h"
+#include "wk_log_index.h"
 #include "wk_virt_vm.h"
 #include "wk_xml.h"
 
@@ -63,6 +64,11 @@ struct wk_virt {
     char state_dir[PATH_MAX], image_dir[PATH_MAX], qemu_img[PATH_MAX];
     pthread_mutex_t image_mu; /* unpacking and collecting VM images (wk_virt_vm.h) */
     wk_guest *guest;          /* engine handles on QEMU: the guest agents' connection */
+    /* engine handles on QEMU: the thread that keeps the console logs' time index */
+    pthread_t indexer;
+    bool indexing, stopping; /* stopping under index_mu */
+    pthread_mutex_t index_mu;
+    pthread_cond_t index_cv;
     /* The last error libvirt reported on this connection (on_conn_error), under mu. */
     int err_code;
     char err_msg[PV_STATUS_MSG_MAX];
@@ -574,8 +580,11 @@ int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_
     return PV_OK;
 }
 
+static void stop_indexer(wk_virt *v);
+
 void wk_virt_close(wk_virt *v) {
     if (!v) return;
+    stop_indexer(v);
     wk_guest_close(v->guest);
     virConnSetErrorFunc(v->conn, NULL, NULL);
     virConnectClose(v->conn);
@@ -848,6 +857,8 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     json_object_set_new(meta, "started_ms", json_integer(pv_time_now_ms()));
     json_object_set_new(meta, "finished_ms", json_integer(0));
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
+    const char *log = json_string_value(json_object_get(meta, "log"));
+    if (log && *log) wk_virt_vm_index_now(log, pv_time_now_ms());
     if (virDomainCreate(d) < 0) {
         rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
         pv_status keep;
@@ -1201,13 +1212,82 @@ static int virt_get_tar(void *impl, const char *id, const char *path, char **tar
     return rc;
 }
 
-/* The engine's handle: on QEMU also a connection for the guest agents, and the unpacked images
- * the domains no longer use are collected. */
+/* The console logs' time index, one tick per WK_ENGINE_LOG_INDEX_MS until close. */
+static void *index_thread(void *arg) {
+    wk_virt *v = arg;
+    json_t *sizes = json_object();
+    pthread_mutex_lock(&v->index_mu);
+    while (!v->stopping) {
+        pthread_mutex_unlock(&v->index_mu);
+        wk_virt_vm_index_tick(v->state_dir, sizes, pv_time_now_ms());
+        int64_t at = pv_time_mono_ms() + WK_ENGINE_LOG_INDEX_MS;
+        struct timespec until = {(time_t)(at / 1000), (long)(at % 1000) * 1000000L};
+        pthread_mutex_lock(&v->index_mu);
+        while (!v->stopping && pthread_cond_timedwait(&v->index_cv, &v->index_mu, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&v->index_mu);
+    json_decref(sizes);
+    return NULL;
+}
+
+static int start_indexer(wk_virt *v, pv_status *st) {
+    pthread_mutex_init(&v->index_mu, NULL);
+    if (pv_time_cond_init(&v->index_cv) != 0 ||
+        pthread_create(&v->indexer, NULL, index_thread, v) != 0) {
+        pthread_mutex_destroy(&v->index_mu);
+        return pv_status_set(st, PV_INTERNAL, "the console logs' index thread: %s",
+                             strerror(errno));
+    }
+    v->indexing = true;
+    return PV_OK;
+}
+
+static void stop_indexer(wk_virt *v) {
+    if (!v->indexing) return;
+    pthread_mutex_lock(&v->index_mu);
+    v->stopping = true;
+    pthread_cond_signal(&v->index_cv);
+    pthread_mutex_unlock(&v->index_mu);
+    pthread_join(v->indexer, NULL);
+    pthread_cond_destroy(&v->index_cv);
+    pthread_mutex_destroy(&v->index_mu);
+    v->indexing = false;
+}
+
+static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
+                          int64_t *start, int64_t *end, pv_status *st) {
+    wk_virt *v = impl;
+    *start = 0;
+    *end = -1;
+    lock(v);
+    virDomainPtr d = NULL;
+    json_t *meta = NULL;
+    int rc = find_domain(v, id, &d, &meta, st);
+    char idx[PATH_MAX] = "";
+    const char *log = json_string_value(json_object_get(meta, "log"));
+    if (log && *log) wk_virt_vm_index_path(log, idx, sizeof idx);
+    json_decref(meta);
+    if (d) virDomainFree(d);
+    unlock(v);
+    if (rc == PV_OK && !idx[0])
+        rc = pv_status_set(st, PV_UNIMPLEMENTED, "workload %s has no console log", id);
+    if (rc == PV_OK && wk_log_index_range(idx, since_ms, until_ms, start, end, st) != PV_OK)
+        rc = pv_status_prefix(st, "workload %s", id);
+    return rc;
+}
+
+/* The engine's handle: on QEMU also a connection for the guest agents and the console logs'
+ * index, and the unpacked images the domains no longer use are collected. */
 static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
     wk_virt *v = NULL;
     *impl = NULL;
     int rc = wk_virt_open(uri, opts, &v, st);
     if (rc == PV_OK && v->qemu && (rc = wk_guest_open(uri, &v->guest, st)) != PV_OK) {
+        wk_virt_close(v);
+        return rc;
+    }
+    if (rc == PV_OK && v->qemu && v->state_dir[0] && (rc = start_indexer(v, st)) != PV_OK) {
         wk_virt_close(v);
         return rc;
     }
@@ -1235,6 +1315,7 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .exec = virt_exec,
     .put_file = virt_put_file,
     .get_tar = virt_get_tar,
+    .log_range = virt_log_range,
 };
 
 /* ---- networks ------------------------------------------------------------------------------ */

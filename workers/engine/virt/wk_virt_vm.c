@@ -3,8 +3,10 @@
  */
 #include "wk_virt_vm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "wk_files.h"
+#include "wk_log_index.h"
 #include "wk_xml.h"
 
 #define QEMU_IMG_OUTPUT_MAX 2048
@@ -165,4 +168,33 @@ void wk_virt_vm_remove_files(const char *overlay, const char *log) {
             unlink(old);
         }
     }
+}
+
+void wk_virt_vm_index_now(const char *log_path, int64_t now_ms) {
+    struct stat sb;
+    char idx[PATH_MAX];
+    wk_virt_vm_index_path(log_path, idx, sizeof idx);
+    wk_log_index_append(idx, now_ms, stat(log_path, &sb) == 0 ? (int64_t)sb.st_size : 0);
+}
+
+void wk_virt_vm_index_tick(const char *state_dir, json_t *sizes, int64_t now_ms) {
+    char logs[PATH_MAX];
+    if ((size_t)snprintf(logs, sizeof logs, "%s/logs", state_dir) >= sizeof logs) return;
+    DIR *d = opendir(logs);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        char log[PATH_MAX], idx[PATH_MAX];
+        struct stat sb;
+        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0 ||
+            (size_t)snprintf(log, sizeof log, "%s/%s", logs, e->d_name) >= sizeof log ||
+            stat(log, &sb) != 0)
+            continue;
+        wk_virt_vm_index_path(log, idx, sizeof idx);
+        json_t *known = json_object_get(sizes, e->d_name);
+        int64_t last = known ? json_integer_value(known) : wk_log_index_last_size(idx);
+        if ((int64_t)sb.st_size != last) wk_log_index_append(idx, now_ms, (int64_t)sb.st_size);
+        json_object_set_new(sizes, e->d_name, json_integer((json_int_t)sb.st_size));
+    }
+    closedir(d);
 }

@@ -25,6 +25,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "pv_status.h"
@@ -57,6 +58,15 @@ void wk_virt_vm_index_path(const char *log_path, char *out, size_t cap);
 /* The <os> children after <type> and the devices of vm for its domain XML (values escaped). */
 void wk_virt_vm_os_xml(FILE *f, const wk_virt_vm *vm);
 void wk_virt_vm_devices_xml(FILE *f, const wk_virt_vm *vm);
+
+/* One tick of the console logs' time index (wk_log_index.h): each log under <state_dir>/logs
+ * that grew since the last tick gets an entry now. sizes (a JSON object the caller keeps
+ * between ticks, log name -> size) remembers what each log held. */
+struct json_t;
+void wk_virt_vm_index_tick(const char *state_dir, struct json_t *sizes, int64_t now_ms);
+
+/* Notes the log's size now in its index: a start, so that since finds where this boot began. */
+void wk_virt_vm_index_now(const char *log_path, int64_t now_ms);
 
 /* Deletes a VM's files: its overlay and its log with its index (NULL or "": none). */
 void wk_virt_vm_remove_files(const char *overlay, const char *log);
