@@ -28,7 +28,8 @@ At most two guests run at once, 192 MiB each. The cases of VM share one guest, i
   test_05  RemoveImage refuses the image the VM's disk is based on, naming the workload;
   test_06  ControlWorkload suspend/resume (libvirt's state follows), stop (an ACPI shutdown:
            the domain shuts off, not destroyed), start (it boots again, the console log keeps
-           the first boot), exec works again;
+           the first boot), exec works again, what the guest wrote on its disk is still there;
+           restart boots it a third time;
   test_07  the node agent restarted: the guest runs on, its console log (and the lines
            written before) and its guest agent are found again, new lines come in;
   test_09  RemoveWorkload: no domain left (virsh list --all), the overlay and the log gone.
@@ -385,6 +386,16 @@ class VM(Base):
         out, code = self.execute(VM.wid, ["/bin/sh", "-c", "dd if=/dev/vda bs=512 skip=100"
                                           " count=1 2>/dev/null | head -c 16"])
         self.assertEqual((out, code), ("WRITTEN-IN-GUEST", "[exitcode] 0"), probe)
+        # restart: a stop and a start, a third boot
+        self.control("restart")
+        self.assertTrue(self.domstate(VM.name).startswith("running"), self.domstate(VM.name))
+        deadline = time.monotonic() + 60
+        while (sum(marker("ready-marker") in l for l in self.log_lines(VM.wid)) <= boots + 1 and
+               time.monotonic() < deadline):
+            time.sleep(0.3)
+        self.assertEqual(sum(marker("ready-marker") in l for l in self.log_lines(VM.wid)),
+                         boots + 2)
+        self.wait_agent(VM.wid)
 
     def test_07_agent_restart(self):
         self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
