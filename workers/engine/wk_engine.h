@@ -8,10 +8,10 @@
  * A workload is created (prepared, not running), started, stopped, and removed; the engine keeps
  * what it needs to find a workload again under its state directory, so an agent that restarts
  * finds the workloads it created (wk_engine_list) and, for the process engine, adopts or restarts
- * them according to their restart policy. The virt engine keeps nothing on disk of its own: each
- * domain carries its workload id, image, labels and "ever started" flag in its libvirt <metadata>
- * (wk_engine_virt.h), so libvirt alone is enough to find workloads again; domains without that
- * metadata (another tool's) are never listed nor touched.
+ * them according to their restart policy. The virt engine needs no record of its own to find
+ * them: each domain carries its workload id, image, labels and "ever started" flag in its
+ * libvirt <metadata> (wk_engine_virt.h), so libvirt alone is enough to find workloads again;
+ * domains without that metadata (another tool's) are never listed nor touched.
  *
  * The virt engine keeps a workload's root disk (a qcow2 overlay on its image's disk), its serial
  * console log and that log's time index under its state directory, and the VM images it
@@ -43,8 +43,8 @@ typedef struct wk_engine wk_engine;
 
 typedef struct wk_engine_opts {
     const char *state_dir;  /* the engine's own files (workload dirs, logs, records); created;
-                               the virt engine has none (libvirt holds its state) */
-    const char *image_dir;  /* process engine: the node's image store (tar archives) */
+                               virt on QEMU: VM images, root disks, console logs */
+    const char *image_dir;  /* the node's image store (tar archives; VM images for virt) */
     const char *uri;        /* virt engine: the libvirt URI ("test:///default", ...) */
     int stop_grace_seconds; /* default grace between SIGTERM (or shutdown) and SIGKILL (destroy);
                                virt: <= 0 means 10 s */
