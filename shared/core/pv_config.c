@@ -111,6 +111,7 @@ static const key_def keys[] = {
     INT("worker.disk_pressure_percent", worker.disk_pressure_percent, "90", 1, 100),
     INT("worker.pid_pressure_percent", worker.pid_pressure_percent, "90", 1, 100),
     INT("worker.stop_grace_seconds", worker.stop_grace_seconds, "10", 1, 3600),
+    STR("worker.virt_domain_type", worker.virt_domain_type, "qemu", 0),
     STR("worker.default_user", worker.default_user, "dynamic", 0),
     STR("worker.dynamic_uids", worker.dynamic_uids, "1879048192-1879113727", 0),
     STR("worker.uid_dir", worker.uid_dir, "/run/pivirt/uids", 0),

@@ -131,6 +131,8 @@ typedef struct pv_config {
         int stop_grace_seconds; /* worker.stop_grace_seconds: a stop that names no grace
                                    (RemoveWorkload, RemoveNode, DeleteCluster) waits this long
                                    between SIGTERM (a domain's shutdown) and SIGKILL (10) */
+        char *virt_domain_type; /* worker.virt_domain_type: <domain type> of a virt node on QEMU:
+                                   "qemu" (TCG, works everywhere) or "kvm" ("qemu") */
     } worker;
 
     struct {

@@ -90,7 +90,9 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
                         .stop_grace_seconds = cfg->worker.stop_grace_seconds,
                         .default_user = cfg->worker.default_user,
                         .dynamic_uids = cfg->worker.dynamic_uids,
-                        .uid_dir = cfg->worker.uid_dir};
+                        .uid_dir = cfg->worker.uid_dir,
+                        .virt_domain_type = cfg->worker.virt_domain_type,
+                        .qemu_img = cfg->storage.qemu_img};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
         snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);

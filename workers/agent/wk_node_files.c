@@ -6,6 +6,7 @@
 #include "wk_node_files.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +16,22 @@
 #include "wk_engine.h"
 #include "wk_files.h"
 
-/* The workload's root on this machine, or the reason there is none (in *why, caller frees). */
+/* A workload's files are in a guest (the engine reaches them: wk_engine_put_file), not here. */
+#define IN_GUEST ""
+
+/* The workload's root on this machine (IN_GUEST for an engine that reaches its files itself),
+ * or the reason there is none (in *why, caller frees). */
 static char *root_of(wk_agent *agent, const char *id, char **name, char **why) {
     *why = NULL;
     wk_engine_info info = {0};
     pv_status st;
     char *root = NULL;
+    bool virt = strcmp(wk_engine_type(wk_agent_engine(agent)), "virt") == 0;
     if (wk_engine_inspect(wk_agent_engine(agent), id, &info, &st) != PV_OK) {
         *why = strdup(st.msg);
+    } else if (!info.root && virt) {
+        root = strdup(IN_GUEST);
+        if (name) *name = strdup(info.name ? info.name : "");
     } else if (!info.root) {
         if (asprintf(why, "workload %s: the %s engine has no files on this machine", id,
                      wk_engine_type(wk_agent_engine(agent))) < 0)
@@ -66,10 +75,14 @@ static int send_one(wk_op *op, const char *root, const char *id, json_t *file, p
     int rc = path && b64
                  ? pv_b64_decode("data", b64, &data, &len, &fst)
                  : pv_status_set(&fst, PV_INVALID_ARGUMENT, "files: path and data required");
-    if (rc == PV_OK)
-        rc = wk_files_put(root, path, data, len, mode ? (int)json_integer_value(mode) : 0755,
-                          uid ? (int)json_integer_value(uid) : -1,
-                          (int)json_integer_value(json_object_get(file, "gid")), &fst);
+    int m = mode ? (int)json_integer_value(mode) : 0755,
+        u = uid ? (int)json_integer_value(uid) : -1;
+    int g = (int)json_integer_value(json_object_get(file, "gid"));
+    if (rc == PV_OK && strcmp(root, IN_GUEST) == 0)
+        rc = wk_engine_put_file(wk_agent_engine(wk_op_context(op)), id, path, data, len, m, u, g,
+                                &fst);
+    else if (rc == PV_OK)
+        rc = wk_files_put(root, path, data, len, m, u, g, &fst);
     free(data);
     sent s = {id, path ? path : "", rc == PV_OK ? "" : fst.msg};
     char step[600];
@@ -121,8 +134,10 @@ static int copy_path(wk_op *op, const char *root, const char *id, const char *na
     char *tar = NULL;
     size_t len = 0;
     pv_status fst;
-    if (wk_files_tar(root, path, &tar, &len, &fst) != PV_OK)
-        return copied(op, id, name, path, fst.msg, "", st);
+    int trc = strcmp(root, IN_GUEST) == 0 ? wk_engine_get_tar(wk_agent_engine(wk_op_context(op)),
+                                                              id, path, &tar, &len, &fst)
+                                          : wk_files_tar(root, path, &tar, &len, &fst);
+    if (trc != PV_OK) return copied(op, id, name, path, fst.msg, "", st);
     int rc = PV_OK;
     for (size_t off = 0; rc == PV_OK && off < len; off += WK_COPY_CHUNK) {
         size_t n = len - off < WK_COPY_CHUNK ? len - off : WK_COPY_CHUNK;

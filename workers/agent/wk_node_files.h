@@ -8,7 +8,8 @@
  *                          path, in 4 KiB chunks: {type=copied, id, name, path, error, data
  *                          (base64 chunk)}; a path that cannot be read gives one entry with its
  *                          error.
- * Engines without a root on this machine (virt) answer each item UNIMPLEMENTED in its error.
+ * On a virt node the files are in the guest: the engine writes and archives them through its
+ * guest agent (wk_engine_put_file, wk_engine_get_tar).
  */
 #ifndef WK_NODE_FILES_H
 #define WK_NODE_FILES_H

@@ -24,6 +24,7 @@
 #include "wk_image.h"
 #include "wk_uids.h"
 #include "wk_untar.h"
+#include "wk_vm_image.h"
 #include "pv_log.h"
 
 static wk_agent *agent_of(wk_op *op, pv_status *st) {
@@ -115,6 +116,35 @@ static void prune(const char *root, const char *path) {
     }
 }
 
+/* Why ref may not be removed from a virt node's store: the workloads whose domains boot from it
+ * (their root disks are overlays on it); NULL when none does (malloc'd message otherwise). */
+static char *vm_users(wk_agent *a, const char *ref) {
+    wk_engine *e = wk_agent_engine(a);
+    wk_engine_info *infos = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (!e || strcmp(wk_engine_type(e), "virt") != 0 || wk_engine_list(e, &infos, &n, &st) != PV_OK)
+        return NULL;
+    char *msg = NULL;
+    size_t len = 0, users = 0;
+    FILE *f = open_memstream(&msg, &len);
+    for (size_t i = 0; f && i < n; i++)
+        if (infos[i].image && strcmp(infos[i].image, ref) == 0)
+            fprintf(f, "%s%s", users++ ? ", " : "", infos[i].id);
+    if (f) fclose(f);
+    wk_engine_info_array_free(infos, n);
+    if (users == 0 || !msg) {
+        free(msg);
+        return NULL;
+    }
+    char *out = NULL;
+    if (asprintf(&out, "image %s is in use: the root disks of workload%s %s are based on it", ref,
+                 users > 1 ? "s" : "", msg) < 0)
+        out = NULL;
+    free(msg);
+    return out;
+}
+
 int wk_node_image_remove(wk_op *op, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
@@ -126,10 +156,13 @@ int wk_node_image_remove(wk_op *op, pv_status *st) {
     json_array_foreach(json_object_get(params, "images"), i, v) {
         if (rc != PV_OK) break;
         const char *ref = json_string_value(v) ? json_string_value(v) : "";
-        char *path = NULL;
+        char *path = NULL, *users = NULL;
         pv_status ist;
         if (wk_image_find(wk_agent_image_dir(a), ref, &path, &ist) != PV_OK) {
             rc = report(op, "image_removed", ref, 0, ist.msg, st);
+        } else if ((users = vm_users(a, ref))) {
+            rc = report(op, "image_removed", ref, 0, users, st);
+            free(users);
         } else if (unlink(path) != 0) {
             char msg[PV_STATUS_MSG_MAX];
             snprintf(msg, sizeof msg, "remove %s: %s", ref, strerror(errno));
@@ -515,8 +548,8 @@ static int build_scm(wk_op *op, wk_agent *a, json_t *builds, char **tar, size_t 
 /* A RAW build's archive must be an image the engine would unpack: checked in
  * <data_dir>/build/<op> before anything is stored, so a refused archive leaves no image behind.
  * wk_untar_check reads every archive libarchive reads, compressed or not. A file that is no
- * archive at all is refused on the process engine; other engines do not unpack images (a virt
- * image is a disk), so there it is stored as it is. */
+ * archive at all is refused on the process engine; a virt node takes VM images only
+ * (wk_vm_image.h: an archive with vm.json and/or a disk, or a bare qcow2 disk). */
 static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t len, pv_status *st) {
     build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
     char archive[PATH_MAX + 16], msg[PV_STATUS_MSG_MAX];
@@ -524,7 +557,10 @@ static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t le
     snprintf(archive, sizeof archive, "%s/raw.tar", b.work);
     if (!write_file(archive, tar, len, msg, sizeof msg))
         return pv_status_set(st, PV_INTERNAL, "%s", msg);
-    int rc = wk_untar_check(archive, b.work, st);
+    bool virt = b.engine && strcmp(wk_engine_type(b.engine), "virt") == 0;
+    int rc = virt ? wk_vm_image_check(archive, st) : wk_untar_check(archive, b.work, st);
+    if (rc == PV_OK && virt) rc = wk_untar_check(archive, b.work, st);
+    if (rc == PV_UNIMPLEMENTED && virt) rc = PV_OK; /* a bare qcow2 disk */
     if (rc == PV_UNIMPLEMENTED) {
         bool unpacks = b.engine && strcmp(wk_engine_type(b.engine), "process") == 0;
         rc = unpacks ? (st->code = PV_FAILED_PRECONDITION) : PV_OK;

@@ -152,3 +152,23 @@ int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char
                              e->v->type);
     return e->v->run(e->impl, argv, argc, env, cwd, timeout_ms, exit_code, output, output_len, st);
 }
+
+int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const void *data, size_t len,
+                       int mode, int uid, int gid, pv_status *st) {
+    if (!e->v->put_file)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "workload %s: the %s engine's files are in its root on this machine",
+                             id, e->v->type);
+    return e->v->put_file(e->impl, id, path, data, len, mode, uid, gid, st);
+}
+
+int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar, size_t *len,
+                      pv_status *st) {
+    *tar = NULL;
+    *len = 0;
+    if (!e->v->get_tar)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "workload %s: the %s engine's files are in its root on this machine",
+                             id, e->v->type);
+    return e->v->get_tar(e->impl, id, path, tar, len, st);
+}

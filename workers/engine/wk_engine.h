@@ -8,16 +8,19 @@
  * A workload is created (prepared, not running), started, stopped, and removed; the engine keeps
  * what it needs to find a workload again under its state directory, so an agent that restarts
  * finds the workloads it created (wk_engine_list) and, for the process engine, adopts or restarts
- * them according to their restart policy. The virt engine keeps nothing on disk of its own: each
- * domain carries its workload id, image, labels and "ever started" flag in its libvirt <metadata>
- * (wk_engine_virt.h), so libvirt alone is enough to find workloads again; domains without that
- * metadata (another tool's) are never listed nor touched.
+ * them according to their restart policy. The virt engine needs no record of its own to find
+ * them: each domain carries its workload id, image, labels and "ever started" flag in its
+ * libvirt <metadata> (wk_engine_virt.h), so libvirt alone is enough to find workloads again;
+ * domains without that metadata (another tool's) are never listed nor touched.
+ *
+ * The virt engine keeps a workload's root disk (a qcow2 overlay on its image's disk), its serial
+ * console log and that log's time index under its state directory, and the VM images it
+ * unpacked from the node's image store (wk_vm_image.h); libvirt keeps everything else.
  *
  * Errors: PV_NOT_FOUND (no such workload), PV_ALREADY_EXISTS (create with a used id),
  * PV_FAILED_PRECONDITION (wrong state: start of a running workload, remove of a running one
  * without force), PV_INVALID_ARGUMENT naming the field for what this engine cannot do (e.g.
- * sysctls on either engine), PV_UNIMPLEMENTED for an operation the engine does not have (exec
- * on the virt engine: it would need a guest agent),
+ * sysctls on either engine), PV_UNIMPLEMENTED for an operation the engine does not have,
  * PV_INTERNAL/PV_UNAVAILABLE for the machine's failures, the message saying which call failed.
  *
  * Threads: every function may be called from any thread; an engine serialises what must be.
@@ -40,8 +43,8 @@ typedef struct wk_engine wk_engine;
 
 typedef struct wk_engine_opts {
     const char *state_dir;  /* the engine's own files (workload dirs, logs, records); created;
-                               the virt engine has none (libvirt holds its state) */
-    const char *image_dir;  /* process engine: the node's image store (tar archives) */
+                               virt on QEMU: VM images, root disks, console logs */
+    const char *image_dir;  /* the node's image store (tar archives; VM images for virt) */
     const char *uri;        /* virt engine: the libvirt URI ("test:///default", ...) */
     int stop_grace_seconds; /* default grace between SIGTERM (or shutdown) and SIGKILL (destroy);
                                virt: <= 0 means 10 s */
@@ -52,6 +55,10 @@ typedef struct wk_engine_opts {
     const char *default_user;
     const char *dynamic_uids;
     const char *uid_dir;
+    /* virt engine on QEMU: <domain type=...>, "qemu" (TCG, the default: works everywhere) or
+     * "kvm" (hardware virtualisation where it works); drivers other than QEMU's use their own */
+    const char *virt_domain_type;
+    const char *qemu_img; /* virt engine: the qemu-img that makes root disk overlays (PATH's) */
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
@@ -83,8 +90,9 @@ typedef struct wk_workload_spec {
     int64_t memory_limit; /* bytes; 0 = none (virt: the domain's memory, 512 MiB when 0) */
     const int *cpuset;    /* bound cores (cpu_map keys), NULL/0 = not bound (virt: vcpu cpuset) */
     size_t ncpuset;
-    /* virt: absolute disk image paths, attached as virtio disks vda, vdb, ... (qcow2 when the
-     * file has qcow2's magic, else raw); process: "src:dst[:ro]" */
+    /* virt: absolute disk image paths, attached as virtio disks vda, vdb, ... (after the
+     * image's root disk, when it has one: vdb, ...; qcow2 when the file has qcow2's magic,
+     * else raw); process: "src:dst[:ro]" */
     const char *const *volumes;
     size_t nvolumes;
     const char *labels_json; /* JSON object of strings kept with the workload */
@@ -150,8 +158,12 @@ int wk_engine_list(wk_engine *e, wk_engine_info **out, size_t *n, pv_status *st)
  * engine runs it in the workload's working directory (root/dir), within its limits, in a process
  * group of its own, and needs the workload RUNNING (else FAILED_PRECONDITION). timeout_ms <= 0:
  * no limit; past it the group is killed and the call answers DEADLINE_EXCEEDED, still giving the
- * output so far and *exit_code 137 (caller frees *output in that case too). The virt engine
- * answers UNIMPLEMENTED: exec needs a guest agent, which it does not use. */
+ * output so far and *exit_code 137 (caller frees *output in that case too). The virt engine runs
+ * it through the guest's QEMU guest agent (guest-exec): stdout then stderr, not interleaved; a
+ * guest whose agent does not answer within WK_ENGINE_AGENT_WAIT_MS fails UNAVAILABLE naming the
+ * workload; past timeout_ms the command is left running in the guest (DEADLINE_EXCEEDED, no
+ * output: the agent gives none before the command exits). */
+#define WK_ENGINE_AGENT_WAIT_MS 15000
 int wk_engine_exec(wk_engine *e, const char *id, const char *const *argv, size_t argc,
                    int timeout_ms, int *exit_code, char **output, size_t *output_len,
                    pv_status *st);
@@ -180,6 +192,19 @@ int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char
 #define WK_ENGINE_LOG_INDEX_MS 1000
 int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t until_ms,
                         int64_t *start, int64_t *end, pv_status *st);
+
+/* Send's part in engines whose workloads have no root on this machine (virt: through the guest
+ * agent's guest-file-*): writes data to the absolute path inside the workload, created or
+ * truncated, then sets mode (and owner, uid/gid >= 0). Engines with a root on the machine write
+ * there themselves (wk_files.h): UNIMPLEMENTED here. */
+int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const void *data, size_t len,
+                       int mode, int uid, int gid, pv_status *st);
+
+/* Copy's part in the same engines: a tar archive of path (a file or a directory) inside the
+ * workload, as tar(1) in the guest makes it (*tar malloc'd, caller frees). UNIMPLEMENTED where
+ * the workload's root is on the machine. */
+int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar, size_t *len,
+                      pv_status *st);
 
 /* ReallocResource in place: new limits for a workload (cpu_limit in cores, memory_limit in
  * bytes; 0 = none), applied now and at later starts. UNIMPLEMENTED for engines that cannot. */

@@ -33,6 +33,11 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine keeps no timed log */
     int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms, int64_t *start,
                      int64_t *end, pv_status *st);
+    /* may be NULL: the workloads' files are on this machine (info.root) */
+    int (*put_file)(void *impl, const char *id, const char *path, const void *data, size_t len,
+                    int mode, int uid, int gid, pv_status *st);
+    int (*get_tar)(void *impl, const char *id, const char *path, char **tar, size_t *len,
+                   pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

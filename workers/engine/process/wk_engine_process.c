@@ -72,6 +72,7 @@
 #include "pv_json.h"
 #include "pv_strv.h"
 #include "wk_engine_impl.h"
+#include "wk_log_index.h"
 #include "wk_image.h"
 #include "wk_files.h"
 #include "wk_untar.h"
@@ -953,62 +954,16 @@ static void wl_stop_watchers(pe *e, pe_wl *w) {
     ev_timer_stop(e->loop, &w->poll_timer);
 }
 
-/* --- the logs' time index --------------------------------------------------------------------
- * A workload's output goes straight from its processes to its log file, so nothing knows when a
- * line was written. Once a second the loop notes each log that grew: "<wall ms> <size>" in
- * <home>/log.idx, meaning "by then the log held this many bytes". LogStream's since and until
- * become byte ranges from it, to the second. */
+/* --- the logs' time index (wk_log_index.h): <home>/log.idx --------------------------------- */
+
+static void index_path(const char *home, char *out, size_t cap) {
+    snprintf(out, cap, "%s/log.idx", home);
+}
 
 static void index_append(const char *home, int64_t ms, int64_t size) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/log.idx", home);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-    if (fd < 0) return;
-    char line[64];
-    int n = snprintf(line, sizeof line, "%" PRId64 " %" PRId64 "\n", ms, size);
-    ssize_t w = write(fd, line, (size_t)n);
-    (void)w;
-    close(fd);
-}
-
-/* The index's entries, oldest first: *ms and *size are malloc'd arrays of *n. */
-static int index_read(const char *home, int64_t **ms, int64_t **size, size_t *n) {
-    *ms = *size = NULL;
-    *n = 0;
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/log.idx", home);
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : -1;
-    size_t cap = 0;
-    long long a, b;
-    while (fscanf(f, "%lld %lld", &a, &b) == 2) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            int64_t *m2 = realloc(*ms, cap * sizeof **ms),
-                    *s2 = m2 ? realloc(*size, cap * sizeof **size) : NULL;
-            if (m2) *ms = m2;
-            if (!m2 || !s2) {
-                fclose(f);
-                return -1;
-            }
-            *size = s2;
-        }
-        (*ms)[*n] = a;
-        (*size)[(*n)++] = b;
-    }
-    fclose(f);
-    return 0;
-}
-
-/* The size at the index's last entry; -1 when it has none. */
-static int64_t index_last_size(const char *home) {
-    int64_t *ms, *size;
-    size_t n;
-    int64_t last = -1;
-    if (index_read(home, &ms, &size, &n) == 0 && n > 0) last = size[n - 1];
-    free(ms);
-    free(size);
-    return last;
+    index_path(home, path, sizeof path);
+    wk_log_index_append(path, ms, size);
 }
 
 static void log_index_tick(struct ev_loop *loop, ev_timer *t, int revents) {
@@ -1020,7 +975,11 @@ static void log_index_tick(struct ev_loop *loop, ev_timer *t, int revents) {
     for (pe_wl *w = e->wls; w; w = w->next) {
         struct stat sb;
         if (!w->log_path || stat(w->log_path, &sb) != 0) continue;
-        if (w->indexed_size < 0) w->indexed_size = index_last_size(w->home);
+        if (w->indexed_size < 0) {
+            char idx[PATH_MAX];
+            index_path(w->home, idx, sizeof idx);
+            w->indexed_size = wk_log_index_last_size(idx);
+        }
         if ((int64_t)sb.st_size == w->indexed_size) continue;
         index_append(w->home, now, (int64_t)sb.st_size);
         w->indexed_size = (int64_t)sb.st_size;
@@ -2156,34 +2115,10 @@ static int pe_log_range(void *impl, const char *id, int64_t since_ms, int64_t un
     pthread_mutex_unlock(&e->mu);
     if (!w) return pv_status_set(st, PV_NOT_FOUND, "workload %s not found", id);
     if (!home) return pv_status_set(st, PV_INTERNAL, "out of memory");
-    int64_t *ms = NULL, *size = NULL;
-    size_t n = 0;
-    int rc =
-        index_read(home, &ms, &size, &n) == 0
-            ? PV_OK
-            : pv_status_set(st, PV_INTERNAL, "workload %s: its log index: %s", id, strerror(errno));
-    /* The bytes an entry adds were written in the tick before it: (ms - tick, ms]. since: from
-     * the size at the last entry no later than since (what follows may be up to a tick older
-     * than since); until: to the size at the first entry no earlier than until, or at the one
-     * before when that entry's whole tick came after until. With no such entry, what the log
-     * holds past the last entry came in the tick under way: after until when until is older
-     * than a tick, else it may not be (kept). */
-    for (size_t i = 0; rc == PV_OK && since_ms > 0 && i < n && ms[i] <= since_ms; i++)
-        *start = size[i];
-    bool found = false;
-    for (size_t i = 0; rc == PV_OK && until_ms > 0 && i < n; i++)
-        if (ms[i] >= until_ms) {
-            bool after = ms[i] - WK_ENGINE_LOG_INDEX_MS >= until_ms;
-            *end = !after ? size[i] : i > 0 ? size[i - 1] : 0;
-            found = true;
-            break;
-        }
-    if (rc == PV_OK && until_ms > 0 && !found &&
-        until_ms <= pv_time_now_ms() - WK_ENGINE_LOG_INDEX_MS)
-        *end = n > 0 ? size[n - 1] : 0;
-    if (*end >= 0 && *end < *start) *end = *start;
-    free(ms);
-    free(size);
+    char idx[PATH_MAX];
+    index_path(home, idx, sizeof idx);
+    int rc = wk_log_index_range(idx, since_ms, until_ms, start, end, st);
+    if (rc != PV_OK) pv_status_prefix(st, "workload %s", id);
     free(home);
     return rc;
 }

@@ -17,7 +17,7 @@
  *
  * The XML libvirt hands back is read with libxml2 through wk_xml (XPath, no entities, no
  * network): it holds client text, so no reading of it relies on libvirt's formatting. The XML
- * written here (domain_xml, meta_element) escapes every client value with fput_xml.
+ * written here (domain_xml, meta_element) escapes every client value with wk_xml_put_escaped.
  */
 #include "wk_engine_virt.h"
 #include "pv_time.h"
@@ -27,6 +27,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <math.h>
@@ -41,6 +43,10 @@
 #include <unistd.h>
 
 #include "wk_engine_impl.h"
+#include "wk_files.h"
+#include "wk_guest.h"
+#include "wk_log_index.h"
+#include "wk_virt_vm.h"
 #include "wk_xml.h"
 
 #define DEFAULT_GRACE_SECONDS 10
@@ -53,7 +59,16 @@ struct wk_virt {
     pthread_mutex_t mu;
     virConnectPtr conn;
     char dom_type[16]; /* <domain type=...>: "test", "kvm", "qemu", ... */
+    bool qemu;         /* QEMU's driver: real guests (images, root disks, consoles, agent) */
     int grace_seconds;
+    char state_dir[PATH_MAX], image_dir[PATH_MAX], qemu_img[PATH_MAX];
+    pthread_mutex_t image_mu; /* unpacking and collecting VM images (wk_virt_vm.h) */
+    wk_guest *guest;          /* engine handles on QEMU: the guest agents' connection */
+    /* engine handles on QEMU: the thread that keeps the console logs' time index */
+    pthread_t indexer;
+    bool indexing, stopping; /* stopping under index_mu */
+    pthread_mutex_t index_mu;
+    pthread_cond_t index_cv;
     /* The last error libvirt reported on this connection (on_conn_error), under mu. */
     int err_code;
     char err_msg[PV_STATUS_MSG_MAX];
@@ -143,30 +158,6 @@ static void unlock(wk_virt *v) {
 
 static char *xstrdup(const char *s) {
     return strdup(s ? s : "");
-}
-
-static void fput_xml(FILE *f, const char *s) {
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '\'':
-            fputs("&apos;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        default:
-            fputc(*s, f);
-        }
-    }
 }
 
 /* One <interface> of a domain's devices. */
@@ -340,7 +331,7 @@ static char *meta_element(const json_t *meta, bool with_ns) {
                 WK_VIRT_XMLNS);
     else
         fputs("<workload>", f);
-    fput_xml(f, text);
+    wk_xml_put_escaped(f, text);
     fputs(with_ns ? "</" WK_VIRT_XMLNS_PREFIX ":workload>" : "</workload>", f);
     free(text);
     if (fclose(f) != 0) {
@@ -515,7 +506,7 @@ static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_in
     bool active = out->state == WK_STATE_RUNNING || out->state == WK_STATE_PAUSED;
     out->networks_json = networks_json(v, d, active);
     out->publish_json = xstrdup("{}");
-    out->log_path = xstrdup("");
+    out->log_path = xstrdup(json_string_value(json_object_get(meta, "log")));
     json_t *labels = json_object_get(meta, "labels");
     out->labels_json =
         json_is_object(labels) ? json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup("{}");
@@ -531,8 +522,10 @@ static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_in
 
 /* ---- open / close --------------------------------------------------------------------------- */
 
-/* <domain type=...> for the connection's driver: kvm on QEMU when the machine has it. */
-static void pick_dom_type(wk_virt *v) {
+/* <domain type=...> for the connection's driver: on QEMU's, worker.virt_domain_type ("qemu",
+ * TCG, by default: it works on every machine, including those where libvirt advertises a KVM
+ * that cannot run a guest; "kvm" where KVM works); other drivers their own name. */
+static int pick_dom_type(wk_virt *v, const wk_engine_opts *opts, pv_status *st) {
     const char *t = virConnectGetType(v->conn);
     if (!t) {
         err_reset(v);
@@ -542,8 +535,15 @@ static void pick_dom_type(wk_virt *v) {
     for (i = 0; t[i] && i + 1 < sizeof v->dom_type; i++)
         v->dom_type[i] = (char)tolower((unsigned char)t[i]);
     v->dom_type[i] = '\0';
-    if (strcmp(v->dom_type, "qemu") == 0 && access("/dev/kvm", R_OK | W_OK) == 0)
-        snprintf(v->dom_type, sizeof v->dom_type, "kvm");
+    v->qemu = strcmp(v->dom_type, "qemu") == 0;
+    if (!v->qemu) return PV_OK;
+    const char *want =
+        opts && opts->virt_domain_type && *opts->virt_domain_type ? opts->virt_domain_type : "qemu";
+    if (strcmp(want, "qemu") != 0 && strcmp(want, "kvm") != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "worker.virt_domain_type: \"%s\" is not qemu (TCG) or kvm", want);
+    snprintf(v->dom_type, sizeof v->dom_type, "%s", want);
+    return PV_OK;
 }
 
 int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_status *st) {
@@ -564,18 +564,32 @@ int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_
     }
     virConnSetErrorFunc(v->conn, v, on_conn_error);
     pthread_mutex_init(&v->mu, NULL);
+    pthread_mutex_init(&v->image_mu, NULL);
     v->grace_seconds =
         opts && opts->stop_grace_seconds > 0 ? opts->stop_grace_seconds : DEFAULT_GRACE_SECONDS;
-    pick_dom_type(v);
+    snprintf(v->state_dir, sizeof v->state_dir, "%s",
+             opts && opts->state_dir ? opts->state_dir : "");
+    snprintf(v->image_dir, sizeof v->image_dir, "%s",
+             opts && opts->image_dir ? opts->image_dir : "");
+    snprintf(v->qemu_img, sizeof v->qemu_img, "%s", opts && opts->qemu_img ? opts->qemu_img : "");
+    if (pick_dom_type(v, opts, st) != PV_OK) {
+        wk_virt_close(v);
+        return st->code;
+    }
     *out = v;
     return PV_OK;
 }
 
+static void stop_indexer(wk_virt *v);
+
 void wk_virt_close(wk_virt *v) {
     if (!v) return;
+    stop_indexer(v);
+    wk_guest_close(v->guest);
     virConnSetErrorFunc(v->conn, NULL, NULL);
     virConnectClose(v->conn);
     pthread_mutex_destroy(&v->mu);
+    pthread_mutex_destroy(&v->image_mu);
     free(v);
 }
 
@@ -647,8 +661,10 @@ static const char *disk_format(const char *path) {
     return n == 4 && memcmp(magic, "QFI\xfb", 4) == 0 ? "qcow2" : "raw";
 }
 
+/* The domain of spec s; vm (NULL on drivers without real guests) adds what a real guest boots
+ * from and talks through (wk_virt_vm.h). */
 static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_t *meta,
-                        bool with_network) {
+                        bool with_network, const wk_virt_vm *vm) {
     char *el = meta_element(meta, true);
     if (!el) return NULL;
     char *buf = NULL;
@@ -661,7 +677,7 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
     int vcpus = s->cpu_limit > 0 ? (int)ceil(s->cpu_limit) : 1;
     int64_t mem = s->memory_limit > 0 ? s->memory_limit : DEFAULT_MEMORY_BYTES;
     fprintf(f, "<domain type='%s'>\n  <name>", v->dom_type);
-    fput_xml(f, s->name);
+    wk_xml_put_escaped(f, s->name);
     fprintf(f, "</name>\n  <metadata>%s</metadata>\n", el);
     fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)((mem + 1023) / 1024));
     fputs("  <vcpu placement='static'", f);
@@ -672,18 +688,27 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
         fputc('\'', f);
     }
     fprintf(f, ">%d</vcpu>\n", vcpus);
-    fputs("  <os><type>hvm</type><boot dev='hd'/></os>\n"
-          "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n"
+    fputs("  <os><type>hvm</type>", f);
+    if (vm)
+        wk_virt_vm_os_xml(f, vm);
+    else
+        fputs("<boot dev='hd'/>", f);
+    fputs("</os>\n", f);
+    if (vm) fputs("  <features><acpi/></features>\n", f); /* a shutdown is an ACPI event */
+    fputs("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n"
           "  <on_crash>destroy</on_crash>\n  <devices>\n",
           f);
+    size_t first = vm && vm->overlay[0] ? 1 : 0; /* vda is the root disk */
     for (size_t i = 0; i < s->nvolumes; i++) {
         fprintf(f,
                 "    <disk type='file' device='disk'><driver name='qemu' type='%s'/><source file='",
                 disk_format(s->volumes[i]));
-        fput_xml(f, s->volumes[i]);
-        fprintf(f, "'/><target dev='vd%c' bus='virtio'/></disk>\n", (char)('a' + i));
+        wk_xml_put_escaped(f, s->volumes[i]);
+        fprintf(f, "'/><target dev='vd%c' bus='virtio'/></disk>\n", (char)('a' + first + i));
     }
-    if (with_network)
+    if (vm)
+        wk_virt_vm_devices_xml(f, vm);
+    else if (with_network)
         fputs("    <interface type='network'><source network='" DEFAULT_NETWORK
               "'/><model type='virtio'/></interface>\n",
               f);
@@ -729,16 +754,41 @@ static bool has_network(wk_virt *v, const char *name) {
 }
 
 static int create_locked(wk_virt *v, const wk_workload_spec *s, const json_t *meta,
-                         wk_engine_info *out, pv_status *st) {
+                         const wk_virt_vm *vm, wk_engine_info *out, pv_status *st) {
     int rc = ensure_unused(v, s, st);
     if (rc != PV_OK) return rc;
-    char *xml = domain_xml(v, s, meta, has_network(v, DEFAULT_NETWORK));
+    char *xml = domain_xml(v, s, meta, !vm && has_network(v, DEFAULT_NETWORK), vm);
     if (!xml) return no_memory(st);
     virDomainPtr d = virDomainDefineXML(v->conn, xml);
     free(xml);
     if (!d) return lv_fail(v, st, "workload %s: virDomainDefineXML %s", s->id, s->name);
     rc = dom_info(v, d, meta, out, st);
     virDomainFree(d);
+    return rc;
+}
+
+/* A real guest's image, root disk and console (wk_virt_vm.h), recorded in meta. Checked for an
+ * unused id first, so a repeated create never unpacks nor makes an overlay for nothing. */
+static int prepare_vm(wk_virt *v, const wk_workload_spec *s, json_t *meta, wk_virt_vm *vm,
+                      pv_status *st) {
+    lock(v);
+    int rc = ensure_unused(v, s, st);
+    unlock(v);
+    if (rc != PV_OK) return rc;
+    if (!v->state_dir[0])
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "workload %s: the virt engine has no state directory for its disks",
+                             s->id);
+    wk_virt_dirs dirs = {v->state_dir, v->image_dir, v->qemu_img, &v->image_mu};
+    if ((rc = wk_virt_vm_prepare(&dirs, s->id, s->image, vm, st)) != PV_OK)
+        return pv_status_prefix(st, "workload %s", s->id);
+    if (vm->overlay[0] && s->nvolumes >= MAX_DISKS)
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                           "volumes: %zu disks beside the image's root disk, at most %d",
+                           s->nvolumes, MAX_DISKS - 1);
+    json_object_set_new(meta, "image_dir", json_string(vm->image.dir ? vm->image.dir : ""));
+    json_object_set_new(meta, "overlay", json_string(vm->overlay));
+    json_object_set_new(meta, "log", json_string(vm->log));
     return rc;
 }
 
@@ -752,9 +802,15 @@ static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *ou
                              s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
                              (json_int_t)0, "finished_ms", (json_int_t)0);
     if (!meta) return no_memory(st);
-    lock(v);
-    rc = create_locked(v, s, meta, out, st);
-    unlock(v);
+    wk_virt_vm vm = {0};
+    if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
+    if (rc == PV_OK) {
+        lock(v);
+        rc = create_locked(v, s, meta, v->qemu ? &vm : NULL, out, st);
+        unlock(v);
+    }
+    if (rc != PV_OK) wk_virt_vm_remove_files(vm.overlay, NULL); /* ours alone: its nonce */
+    wk_virt_vm_clear(&vm);
     json_decref(meta);
     return rc;
 }
@@ -801,6 +857,8 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     json_object_set_new(meta, "started_ms", json_integer(pv_time_now_ms()));
     json_object_set_new(meta, "finished_ms", json_integer(0));
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
+    const char *log = json_string_value(json_object_get(meta, "log"));
+    if (log && *log) wk_virt_vm_index_now(log, pv_time_now_ms());
     if (virDomainCreate(d) < 0) {
         rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
         pv_status keep;
@@ -929,6 +987,36 @@ static int undefine(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
     return PV_OK;
 }
 
+/* Whether an unpacked image (dir) is some domain's (wk_vm_image_collect's question). */
+static bool image_in_use(const char *dir, void *arg) {
+    return json_object_get(arg, dir) != NULL;
+}
+
+/* Deletes the unpacked images no domain uses any longer and the store has replaced or lost. */
+static void collect_images(wk_virt *v) {
+    char cache[PATH_MAX + 8];
+    snprintf(cache, sizeof cache, "%s/images", v->state_dir);
+    json_t *used = json_object();
+    lock(v);
+    virDomainPtr *doms = NULL;
+    int n = used ? virConnectListAllDomains(v->conn, &doms, 0) : -1;
+    for (int i = 0; i < n; i++) {
+        json_t *m = meta_load(v, doms[i], 0);
+        const char *dir = json_string_value(json_object_get(m, "image_dir"));
+        if (dir && *dir) json_object_set_new(used, dir, json_true());
+        json_decref(m);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    unlock(v);
+    if (n >= 0) {
+        pthread_mutex_lock(&v->image_mu);
+        wk_vm_image_collect(v->image_dir, cache, image_in_use, used);
+        pthread_mutex_unlock(&v->image_mu);
+    }
+    json_decref(used);
+}
+
 static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
     wk_virt *v = impl;
     lock(v);
@@ -945,10 +1033,15 @@ static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
         else if (active && virDomainDestroy(d) < 0 && dom_active(v, d))
             rc = lv_fail(v, st, "workload %s: virDomainDestroy %s", id, virDomainGetName(d));
         if (rc == PV_OK) rc = undefine(v, id, d, st);
+        /* the domain is gone: what it had on the node goes too */
+        if (rc == PV_OK)
+            wk_virt_vm_remove_files(json_string_value(json_object_get(meta, "overlay")),
+                                    json_string_value(json_object_get(meta, "log")));
         json_decref(meta);
         virDomainFree(d);
     }
     unlock(v);
+    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v);
     return rc;
 }
 
@@ -1008,22 +1101,197 @@ static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st)
     return rc;
 }
 
+/* The running guest of workload id, for its agent: domain UUID and how long an agent that is
+ * not connected yet is waited for (until WK_ENGINE_AGENT_WAIT_MS after the start, at least a
+ * second: a guest that booted long ago and has no agent fails fast). */
+static int guest_target(wk_virt *v, const char *id, char uuid[VIR_UUID_STRING_BUFLEN],
+                        wk_guest_target *t, pv_status *st) {
+    if (!v->guest)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "workload %s: the %s driver's domains have no guest agent", id,
+                             v->dom_type);
+    lock(v);
+    virDomainPtr d = NULL;
+    json_t *meta = NULL;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc == PV_OK && ws != WK_STATE_RUNNING)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                           "workload %s is %s: its guest agent answers only while it runs", id,
+                           state_name(ws));
+    if (rc == PV_OK && virDomainGetUUIDString(d, uuid) < 0)
+        rc = lv_fail(v, st, "workload %s: virDomainGetUUIDString", id);
+    if (rc == PV_OK) {
+        int64_t started = json_integer_value(json_object_get(meta, "started_ms"));
+        int64_t left = started + WK_ENGINE_AGENT_WAIT_MS - pv_time_now_ms();
+        if (left > WK_ENGINE_AGENT_WAIT_MS) left = WK_ENGINE_AGENT_WAIT_MS;
+        if (left < 1000) left = 1000;
+        *t = (wk_guest_target){
+            .id = id, .uuid = uuid, .agent_deadline_ms = pv_time_mono_ms() + left};
+    }
+    json_decref(meta);
+    if (d) virDomainFree(d);
+    unlock(v);
+    return rc;
+}
+
 static int virt_exec(void *impl, const char *id, const char *const *argv, size_t argc,
                      int timeout_ms, int *exit_code, char **output, size_t *output_len,
                      pv_status *st) {
-    (void)impl, (void)argv, (void)argc, (void)timeout_ms;
-    if (exit_code) *exit_code = -1;
-    if (output) *output = NULL;
-    if (output_len) *output_len = 0;
-    return pv_status_set(st, PV_UNIMPLEMENTED,
-                         "workload %s: exec needs a guest agent, which the virt engine does not "
-                         "use",
-                         id ? id : "");
+    wk_virt *v = impl;
+    *exit_code = -1;
+    *output = NULL;
+    *output_len = 0;
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    wk_guest_target t;
+    if (guest_target(v, id, uuid, &t, st) != PV_OK) return st->code;
+    return wk_guest_exec(v->guest, &t, argv, argc, NULL, 0, timeout_ms, exit_code, output,
+                         output_len, st);
 }
 
+/* Runs argv in the guest; a non-zero exit fails with code and the command's output. */
+static int guest_run(wk_virt *v, const wk_guest_target *t, const char *const *argv, size_t argc,
+                     int code_on_failure, pv_status *st) {
+    int exit_code = -1;
+    char *out = NULL;
+    size_t len = 0;
+    int rc = wk_guest_exec(v->guest, t, argv, argc, NULL, 0, WK_ENGINE_AGENT_WAIT_MS, &exit_code,
+                           &out, &len, st);
+    if (rc == PV_OK && exit_code != 0) {
+        if (out) out[strcspn(out, "\n")] = '\0';
+        rc = pv_status_set(st, code_on_failure, "workload %s: %s exited with %d: %.300s", t->id,
+                           argv[0], exit_code, out ? out : "");
+    }
+    free(out);
+    return rc;
+}
+
+static int virt_put_file(void *impl, const char *id, const char *path, const void *data, size_t len,
+                         int mode, int uid, int gid, pv_status *st) {
+    wk_virt *v = impl;
+    if (!path || path[0] != '/')
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "path \"%s\": a file in a guest is named by its absolute path",
+                             path ? path : "");
+    char uuid[VIR_UUID_STRING_BUFLEN], octal[16], owner[40];
+    wk_guest_target t;
+    if (guest_target(v, id, uuid, &t, st) != PV_OK) return st->code;
+    int rc = wk_guest_write_file(v->guest, &t, path, data, len, st);
+    snprintf(octal, sizeof octal, "%o", (unsigned)mode & 07777);
+    const char *chmod_argv[] = {"chmod", octal, path};
+    if (rc == PV_OK) rc = guest_run(v, &t, chmod_argv, 3, PV_INTERNAL, st);
+    snprintf(owner, sizeof owner, "%d:%d", uid, gid < 0 ? uid : gid);
+    const char *chown_argv[] = {"chown", owner, path};
+    if (rc == PV_OK && uid >= 0) rc = guest_run(v, &t, chown_argv, 3, PV_INTERNAL, st);
+    return rc;
+}
+
+/* Copy: tar(1) in the guest into a scratch file there, read back in chunks, then removed. */
+static int virt_get_tar(void *impl, const char *id, const char *path, char **tar, size_t *len,
+                        pv_status *st) {
+    wk_virt *v = impl;
+    if (!path || path[0] != '/' || strcmp(path, "/") == 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "path \"%s\": a file or directory in a guest is named by its "
+                             "absolute path",
+                             path ? path : "");
+    char uuid[VIR_UUID_STRING_BUFLEN], scratch[64], dir[PATH_MAX], base[PATH_MAX];
+    wk_guest_target t;
+    if (guest_target(v, id, uuid, &t, st) != PV_OK) return st->code;
+    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(base, sizeof base, "%s", path);
+    unsigned int nonce = (unsigned int)pv_time_now_ms() ^ (unsigned int)getpid();
+    snprintf(scratch, sizeof scratch, "/tmp/.pivirt-copy-%08x.tar", nonce);
+    const char *tar_argv[] = {"tar", "-c", "-f", scratch, "-C", dirname(dir), basename(base)};
+    int rc = guest_run(v, &t, tar_argv, 7, PV_NOT_FOUND, st);
+    if (rc == PV_NOT_FOUND) pv_status_prefix(st, "path %s", path);
+    if (rc == PV_OK) rc = wk_guest_read_file(v->guest, &t, scratch, WK_FILES_TAR_MAX, tar, len, st);
+    const char *rm_argv[] = {"rm", "-f", scratch};
+    pv_status rst;
+    guest_run(v, &t, rm_argv, 3, PV_INTERNAL, &rst);
+    return rc;
+}
+
+/* The console logs' time index, one tick per WK_ENGINE_LOG_INDEX_MS until close. */
+static void *index_thread(void *arg) {
+    wk_virt *v = arg;
+    json_t *sizes = json_object();
+    pthread_mutex_lock(&v->index_mu);
+    while (!v->stopping) {
+        pthread_mutex_unlock(&v->index_mu);
+        wk_virt_vm_index_tick(v->state_dir, sizes, pv_time_now_ms());
+        int64_t at = pv_time_mono_ms() + WK_ENGINE_LOG_INDEX_MS;
+        struct timespec until = {(time_t)(at / 1000), (long)(at % 1000) * 1000000L};
+        pthread_mutex_lock(&v->index_mu);
+        while (!v->stopping && pthread_cond_timedwait(&v->index_cv, &v->index_mu, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&v->index_mu);
+    json_decref(sizes);
+    return NULL;
+}
+
+static int start_indexer(wk_virt *v, pv_status *st) {
+    pthread_mutex_init(&v->index_mu, NULL);
+    if (pv_time_cond_init(&v->index_cv) != 0 ||
+        pthread_create(&v->indexer, NULL, index_thread, v) != 0) {
+        pthread_mutex_destroy(&v->index_mu);
+        return pv_status_set(st, PV_INTERNAL, "the console logs' index thread: %s",
+                             strerror(errno));
+    }
+    v->indexing = true;
+    return PV_OK;
+}
+
+static void stop_indexer(wk_virt *v) {
+    if (!v->indexing) return;
+    pthread_mutex_lock(&v->index_mu);
+    v->stopping = true;
+    pthread_cond_signal(&v->index_cv);
+    pthread_mutex_unlock(&v->index_mu);
+    pthread_join(v->indexer, NULL);
+    pthread_cond_destroy(&v->index_cv);
+    pthread_mutex_destroy(&v->index_mu);
+    v->indexing = false;
+}
+
+static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
+                          int64_t *start, int64_t *end, pv_status *st) {
+    wk_virt *v = impl;
+    *start = 0;
+    *end = -1;
+    lock(v);
+    virDomainPtr d = NULL;
+    json_t *meta = NULL;
+    int rc = find_domain(v, id, &d, &meta, st);
+    char idx[PATH_MAX] = "";
+    const char *log = json_string_value(json_object_get(meta, "log"));
+    if (log && *log) wk_virt_vm_index_path(log, idx, sizeof idx);
+    json_decref(meta);
+    if (d) virDomainFree(d);
+    unlock(v);
+    if (rc == PV_OK && !idx[0])
+        rc = pv_status_set(st, PV_UNIMPLEMENTED, "workload %s has no console log", id);
+    if (rc == PV_OK && wk_log_index_range(idx, since_ms, until_ms, start, end, st) != PV_OK)
+        rc = pv_status_prefix(st, "workload %s", id);
+    return rc;
+}
+
+/* The engine's handle: on QEMU also a connection for the guest agents and the console logs'
+ * index, and the unpacked images the domains no longer use are collected. */
 static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
     wk_virt *v = NULL;
+    *impl = NULL;
     int rc = wk_virt_open(uri, opts, &v, st);
+    if (rc == PV_OK && v->qemu && (rc = wk_guest_open(uri, &v->guest, st)) != PV_OK) {
+        wk_virt_close(v);
+        return rc;
+    }
+    if (rc == PV_OK && v->qemu && v->state_dir[0] && (rc = start_indexer(v, st)) != PV_OK) {
+        wk_virt_close(v);
+        return rc;
+    }
+    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v);
     *impl = v;
     return rc;
 }
@@ -1045,6 +1313,9 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .inspect = virt_inspect,
     .list = virt_list,
     .exec = virt_exec,
+    .put_file = virt_put_file,
+    .get_tar = virt_get_tar,
+    .log_range = virt_log_range,
 };
 
 /* ---- networks ------------------------------------------------------------------------------ */

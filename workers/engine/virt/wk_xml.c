@@ -196,3 +196,15 @@ char *wk_xml_dump(wk_xml *x, const wk_xml_node *node) {
     xmlBufferFree(buf);
     return out;
 }
+
+void wk_xml_put_escaped(FILE *f, const char *s) {
+    static const char *const entity[] = {
+        ['&'] = "&amp;", ['<'] = "&lt;", ['>'] = "&gt;", ['\''] = "&apos;", ['"'] = "&quot;"};
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < sizeof entity / sizeof entity[0] && entity[c])
+            fputs(entity[c], f);
+        else
+            fputc(c, f);
+    }
+}

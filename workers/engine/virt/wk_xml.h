@@ -22,6 +22,7 @@
 #define WK_XML_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "pv_status.h"
 
@@ -63,5 +64,9 @@ void wk_xml_remove(wk_xml_node *node);
 /* node (NULL: the root element) and what it holds as XML text in UTF-8, without an XML
  * declaration; NULL when out of memory. */
 char *wk_xml_dump(wk_xml *x, const wk_xml_node *node);
+
+/* Writes s to f with the five XML special characters escaped: a client value inside an
+ * attribute (either quote) or an element's text. */
+void wk_xml_put_escaped(FILE *f, const char *s);
 
 #endif
