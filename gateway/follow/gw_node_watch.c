@@ -192,14 +192,7 @@ int gw_node_watch_start(gw_node_watch *w) {
 }
 
 int gw_node_watch_wait_synced(gw_node_watch *w, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pv_time_mono_after(timeout_ms);
     pthread_mutex_lock(&w->mu);
     int rc = 0;
     while (!w->synced && rc != ETIMEDOUT)

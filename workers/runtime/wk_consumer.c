@@ -134,22 +134,10 @@ static void outage_note(outage *o, const char *who, int rc, const pv_status *st)
     if (rc == PV_OK) o->failing = false;
 }
 
-static struct timespec mono_after(int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Waits on cv for at most ms; called with c->mu held. */
 static void wait_on(struct wk_consumer *c, pthread_cond_t *cv, int64_t ms) {
     if (ms <= 0) return;
-    struct timespec until = mono_after(ms);
+    struct timespec until = pv_time_mono_after(ms);
     pthread_cond_timedwait(cv, &c->mu, &until);
 }
 

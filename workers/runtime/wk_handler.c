@@ -238,14 +238,7 @@ bool wk_op_should_stop(wk_op *op) {
 }
 
 int wk_op_sleep(wk_op *op, int ms, pv_status *st) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pv_time_mono_after(ms);
     pthread_mutex_lock(&op->mu);
     int rc;
     while ((rc = stop_code_locked(op, st)) == PV_OK &&

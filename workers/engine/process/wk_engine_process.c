@@ -1289,11 +1289,7 @@ static bool job_wait(pe *e, pe_job *job, int64_t deadline_ms) {
         }
         int64_t left = deadline_ms - pv_time_mono_ms();
         if (left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = pv_time_mono_after(left);
         pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     bool d = job->done;
@@ -2026,11 +2022,7 @@ static bool wl_wait_gone(pe *e, pe_wl *w, pid_t pid, int ms) {
     while (w->pid == pid) {
         int64_t left = deadline - pv_time_mono_ms();
         if (left <= 0) return false;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = pv_time_mono_after(left);
         pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     return true;
