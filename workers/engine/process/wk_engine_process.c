@@ -67,6 +67,7 @@
 
 #include <ev.h>
 
+#include "pv_mem.h"
 #include "pv_time.h"
 #include "pv_log.h"
 #include "pv_json.h"
@@ -306,27 +307,14 @@ static void wl_unlink(pe *e, pe_wl *w) {
 
 static void wl_free(pe_wl *w) {
     if (!w) return;
-    free(w->id);
-    free(w->name);
-    free(w->image);
-    free(w->dir);
-    free(w->user);
-    free(w->restart);
-    free(w->labels_json);
     pv_strv_free(&w->commands);
     pv_strv_free(&w->env);
     pv_strv_free(&w->publish);
     pv_strv_free(&w->after_start);
     pv_strv_free(&w->before_stop);
     pv_strv_free(&w->volumes);
-    free(w->cpuset);
-    free(w->home);
-    free(w->root);
-    free(w->cwd);
-    free(w->log_path);
-    free(w->record_path);
-    free(w->cgroup);
-    free(w);
+    PV_FREE(w->id, w->name, w->image, w->dir, w->user, w->restart, w->labels_json, w->cpuset,
+            w->home, w->root, w->cwd, w->log_path, w->record_path, w->cgroup, w);
 }
 
 /* Appends one "<time> pivirt: ..." line to the workload's log. */
@@ -1689,13 +1677,7 @@ static pe_wl *wl_load(pe *e, const char *path) {
         w->want_running = json_is_true(json_object_get(o, "want_running"));
         if (e->cg_base && asprintf(&w->cgroup, "%s/%s", e->cg_base, w->id) < 0) w->cgroup = NULL;
     }
-    free(cmds);
-    free(env);
-    free(pub);
-    free(as);
-    free(bs);
-    free(vol);
-    free(cpuset);
+    PV_FREE(cmds, env, pub, as, bs, vol, cpuset);
     json_decref(o);
     return w;
 }
@@ -1766,12 +1748,7 @@ static void pe_free(pe *e) {
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
-    free(e->state_dir);
-    free(e->image_dir);
-    free(e->default_user);
-    free(e->uid_dir);
-    free(e->cg_base);
-    free(e);
+    PV_FREE(e->state_dir, e->image_dir, e->default_user, e->uid_dir, e->cg_base, e);
 }
 
 static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
