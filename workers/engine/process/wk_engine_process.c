@@ -2379,17 +2379,7 @@ static int pe_run(void *impl, const char *const *argv, size_t argc, const char *
 
 const wk_engine_vtbl wk_engine_process_vtbl = {
     .type = "process",
-    .open = pe_open,
-    .close = pe_close,
-    .create = pe_create,
-    .start = pe_start,
-    .stop = pe_stop,
-    .pause = pe_pause,
-    .resume = pe_resume,
-    .remove = pe_remove,
-    .inspect = pe_inspect,
-    .list = pe_list,
-    .exec = pe_exec,
+    WK_ENGINE_OPS(pe),
     .set_limits = pe_set_limits,
     .log_range = pe_log_range,
     .run = pe_run,
