@@ -297,6 +297,14 @@ static pe_wl *wl_find(pe *e, const char *id) {
     return NULL;
 }
 
+/* With e->mu held: the workload id names, or NULL with NOT_FOUND in st. */
+static pe_wl *wl_lookup(pe *e, const char *id, pv_status *st) {
+    pe_wl *w = id ? wl_find(e, id) : NULL;
+    if (!w)
+        pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node", id ? id : "(null)");
+    return w;
+}
+
 static void wl_unlink(pe *e, pe_wl *w) {
     for (pe_wl **pp = &e->wls; *pp; pp = &(*pp)->next)
         if (*pp == w) {
@@ -1580,9 +1588,15 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     out->id = xstrdup(w->id);
     out->name = xstrdup(w->name);
     out->image = xstrdup(w->image);
+    out->log_path = xstrdup(w->log_path);
+    out->root = xstrdup(w->root);
+    out->labels_json = xstrdup(w->labels_json);
     out->state = w->state;
     out->exit_code = w->exit_code;
     out->pid = w->pid;
+    out->started_ms = w->started_ms;
+    out->finished_ms = w->finished_ms;
+    out->restarts = w->restarts;
     char pid[24] = "";
     if (w->pid > 0) snprintf(pid, sizeof pid, "%d", (int)w->pid);
     out->engine_id = xstrdup(pid);
@@ -1597,12 +1611,6 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     }
     out->publish_json = pub ? json_dumps(pub, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(pub);
-    out->log_path = xstrdup(w->log_path);
-    out->root = xstrdup(w->root);
-    out->labels_json = xstrdup(w->labels_json);
-    out->started_ms = w->started_ms;
-    out->finished_ms = w->finished_ms;
-    out->restarts = w->restarts;
     if (!out->id || !out->name || !out->image || !out->engine_id || !out->networks_json ||
         !out->publish_json || !out->log_path || !out->labels_json) {
         wk_engine_info_clear(out);
@@ -1848,11 +1856,10 @@ static void pe_close(void *impl) {
 static int wl_acquire(pe *e, const char *id, pe_wl **out, pv_status *st) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        pe_wl *w = id ? wl_find(e, id) : NULL;
+        pe_wl *w = wl_lookup(e, id, st);
         if (!w) {
             pthread_mutex_unlock(&e->mu);
-            return pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                                 id ? id : "(null)");
+            return PV_NOT_FOUND;
         }
         if (!w->busy) {
             w->busy = true;
@@ -2264,13 +2271,9 @@ static int pe_inspect(void *impl, const char *id, wk_engine_info *out, pv_status
     pe *e = impl;
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->mu);
-    pe_wl *w = id ? wl_find(e, id) : NULL;
-    int rc = PV_OK;
-    if (!w)
-        rc = pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                           id ? id : "(null)");
-    else if (wl_info(e, w, out) != 0)
-        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    pe_wl *w = wl_lookup(e, id, st);
+    int rc = w ? PV_OK : PV_NOT_FOUND;
+    if (w && wl_info(e, w, out) != 0) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
@@ -2314,15 +2317,12 @@ static int pe_exec(void *impl, const char *id, const char *const *argv, size_t a
     pe_job job;
     memset(&job, 0, sizeof job);
     pthread_mutex_lock(&e->mu);
-    pe_wl *w = id ? wl_find(e, id) : NULL;
-    int rc = PV_OK;
-    if (!w)
-        rc = pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                           id ? id : "(null)");
-    else if (w->state != WK_STATE_RUNNING)
+    pe_wl *w = wl_lookup(e, id, st);
+    int rc = w ? PV_OK : PV_NOT_FOUND;
+    if (w && w->state != WK_STATE_RUNNING)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "exec in %s: workload is %s, not running",
                            id, state_name(w->state));
-    else if (wl_spawn_init(w, &job.sp, argv, argc, w->cwd) != 0)
+    else if (w && wl_spawn_init(w, &job.sp, argv, argc, w->cwd) != 0)
         rc = pv_status_set(st, PV_INTERNAL, "exec in %s: out of memory", id);
     pthread_mutex_unlock(&e->mu);
     if (rc != PV_OK) return rc;
