@@ -25,6 +25,7 @@
 #include "pv_b64.h"
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_strv.h"
 #include "pv_res.h"
 #include "pv_storage.h"
@@ -1260,9 +1261,7 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
         const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
         rc = wk_op_output(op, 3, fields, values, st);
     }
-    free(b64);
-    free(output);
-    free(argv);
+    PV_FREE(b64, output, argv);
     json_decref(params);
     return rc;
 }
