@@ -1594,9 +1594,6 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     out->state = w->state;
     out->exit_code = w->exit_code;
     out->pid = w->pid;
-    out->started_ms = w->started_ms;
-    out->finished_ms = w->finished_ms;
-    out->restarts = w->restarts;
     char pid[24] = "";
     if (w->pid > 0) snprintf(pid, sizeof pid, "%d", (int)w->pid);
     out->engine_id = xstrdup(pid);
@@ -1611,6 +1608,9 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     }
     out->publish_json = pub ? json_dumps(pub, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(pub);
+    out->started_ms = w->started_ms;
+    out->finished_ms = w->finished_ms;
+    out->restarts = w->restarts;
     if (!out->id || !out->name || !out->image || !out->engine_id || !out->networks_json ||
         !out->publish_json || !out->log_path || !out->labels_json) {
         wk_engine_info_clear(out);
