@@ -959,24 +959,10 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
             .max_surge = (int)json_integer_value(json_object_get(js, "max_surge")),
             .max_unavailable = (int)json_integer_value(json_object_get(js, "max_unavailable")),
             .partition = (int)json_integer_value(json_object_get(js, "partition"))};
-        const char **ids = calloc(nn ? nn : 1, sizeof *ids),
-                   **names = calloc(nn ? nn : 1, sizeof *names);
-        bool *cordoned = calloc(nn ? nn : 1, sizeof *cordoned);
-        for (size_t i = 0; ids && names && cordoned && i < nn; i++) {
-            ids[i] = nodes[i].id;
-            names[i] = nodes[i].name;
-            cordoned[i] = nodes[i].bypass;
-        }
         const char *from = json_string_value(json_object_get(params, "from"));
         const char *to = json_string_value(json_object_get(params, "to"));
-        json_t *pending =
-            ids && names && cordoned
-                ? pv_upgrade_new_record(ops[0].id, p->id, from ? from : "", to ? to : "", &us, ids,
-                                        names, cordoned, nn, ops[0].created_ms)
-                : NULL;
-        free(ids);
-        free(names);
-        free(cordoned);
+        json_t *pending = pv_upgrade_new_record_of(ops[0].id, p->id, from ? from : "", to ? to : "",
+                                                   &us, nodes, nn, ops[0].created_ms);
         json_decref(params);
         if (pending) {
             json_decref(*out);
