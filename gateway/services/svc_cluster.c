@@ -14,6 +14,7 @@
 #include "op_convert.h"
 #include "pv_cluster.h"
 #include "pv_id.h"
+#include "pv_pbmap.h"
 #include "pv_json.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
@@ -49,20 +50,10 @@ static void finish_status(gw_call *call, const pv_status *st) {
 
 /* ---- maps ---- */
 
-/* Every map<string, string> entry of the generated code is laid out as base, key, value. */
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
 /* A request's map as a JSON object text (caller frees). */
 static char *map_json(void *const *entries, size_t n) {
     json_t *o = json_object();
-    for (size_t i = 0; o && i < n; i++) {
-        const str_entry *e = entries[i];
-        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
-    }
+    if (o) pv_pbmap_add(o, entries, n);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return text;
@@ -81,7 +72,7 @@ static void **map_entries(const char *json, const ProtobufCMessageDescriptor *d,
     json_t *v;
     json_object_foreach(*keep, key, v) {
         if (!out || !json_is_string(v)) continue;
-        str_entry *e = calloc(1, d->sizeof_message);
+        pv_pbmap_entry *e = calloc(1, d->sizeof_message);
         if (!e) continue;
         protobuf_c_message_init(d, e);
         e->key = (char *)key;

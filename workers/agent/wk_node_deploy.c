@@ -26,6 +26,7 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_mem.h"
+#include "pv_pbmap.h"
 #include "pv_strv.h"
 #include "pv_res.h"
 #include "pv_storage.h"
@@ -71,19 +72,10 @@ static int build_commands(const Pb__DeployOptions *o, pv_strv *argv) {
     return 0;
 }
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
 /* Labels: the deploy's, then Eru's own. */
 static char *build_labels(const instance *in) {
     json_t *l = json_object();
-    for (size_t i = 0; l && i < in->o->n_labels; i++) {
-        const str_entry *e = (const str_entry *)in->o->labels[i];
-        json_object_set_new(l, e->key, json_string(e->value));
-    }
+    if (l) pv_pbmap_add(l, (void *const *)in->o->labels, in->o->n_labels);
     json_t *publish = json_array();
     for (size_t i = 0; publish && i < in->o->entrypoint->n_publish; i++)
         json_array_append_new(publish, json_string(in->o->entrypoint->publish[i]));
@@ -333,7 +325,7 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
     if (!b->labels || !b->res_text || build_commands(o, &b->argv) != 0 || build_env(in, b) != 0)
         return -1;
     for (size_t i = 0; i < e->n_sysctls; i++) {
-        const str_entry *kv = (const str_entry *)e->sysctls[i];
+        const pv_pbmap_entry *kv = (const pv_pbmap_entry *)e->sysctls[i];
         if (pv_strv_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
     }
     bool hooks = !o->ignore_hook && e->hook;
