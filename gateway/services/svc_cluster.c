@@ -18,6 +18,7 @@
 #include "pv_json.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_validate.h"
@@ -612,11 +613,7 @@ static void on_get_health(gw_call *call, const ProtobufCMessage *msg) {
         m.nodes = nps;
         gw_call_reply(call, &m.base);
     }
-    free(cs);
-    free(cps);
-    free(ns);
-    free(nps);
-    free(ts);
+    PV_FREE(cs, cps, ns, nps, ts);
     pv_health_free(&h);
     pv_pod_clear(&p);
 }
@@ -1052,10 +1049,7 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     gw_call_reply(call, &m.base);
     for (size_t i = 0; infos && i < n; i++)
         json_decref(infos[i]);
-    free(infos);
-    free(ns);
-    free(np);
-    free(ts);
+    PV_FREE(infos, ns, np, ts);
     json_decref(rec);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);

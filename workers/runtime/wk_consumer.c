@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_op.h"
 #include "wk_handler.h"
 
@@ -246,13 +247,7 @@ static void acquire_and_queue(struct wk_consumer *c, pv_redis *r, job **jobs, si
         }
         queue_job(c, j);
     }
-    free(entries);
-    free(ids);
-    free(recs);
-    free(tokens);
-    free(res);
-    free(rcs);
-    free(sts);
+    PV_FREE(entries, ids, recs, tokens, res, rcs, sts);
 }
 
 /* Queues (or logs) what pv_op_take gave; the records move into the jobs. */
