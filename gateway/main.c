@@ -80,20 +80,21 @@ static void compute_identifier(gw_app *app) {
     pv_sha256_hex(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, app->identifier);
 }
 
+/* The services that need only the app: each svc_<name> made by svc_<name>_new(app), registered
+ * by svc_<name>_register and freed by svc_<name>_free, in this order. */
+/* clang-format off */
+#define APP_SERVICES(X)                                                                            \
+    X(core) X(core_res) X(core_deploy) X(core_files) X(core_exec) X(core_image) X(core_net)        \
+    X(core_wl) X(cluster) X(storage)
+/* clang-format on */
+
 typedef struct gateway {
     gw_app app;
     gw_reflection *reflection;
     gw_health *health;
-    svc_core *core;
-    svc_core_res *core_res;
-    svc_core_deploy *core_deploy;
-    svc_core_files *core_files;
-    svc_core_exec *core_exec;
-    svc_core_image *core_image;
-    svc_core_net *core_net;
-    svc_core_wl *core_wl;
-    svc_cluster *cluster;
-    svc_storage *storage;
+#define FIELD(name) svc_##name *name;
+    APP_SERVICES(FIELD)
+#undef FIELD
     gw_metrics *metrics;
     gw_waiter *waiter;
     svc_operations *ops;
@@ -107,16 +108,9 @@ static void gateway_free(gateway *g) {
     gw_server_free(g->server);
     svc_operations_free(g->ops);
     gw_waiter_free(g->waiter); /* after the server: every waiting call is gone by then */
-    svc_core_free(g->core);
-    svc_core_res_free(g->core_res);
-    svc_core_deploy_free(g->core_deploy);
-    svc_core_files_free(g->core_files);
-    svc_core_exec_free(g->core_exec);
-    svc_core_image_free(g->core_image);
-    svc_core_net_free(g->core_net);
-    svc_core_wl_free(g->core_wl);
-    svc_cluster_free(g->cluster);
-    svc_storage_free(g->storage);
+#define FREE(name) svc_##name##_free(g->name);
+    APP_SERVICES(FREE)
+#undef FREE
     gw_metrics_free(g->metrics); /* after the server: its calls report their end */
     gw_memory_stop(g->memory);   /* after the server too: its calls note their start */
     gw_health_free(g->health);
@@ -137,6 +131,15 @@ static void observe_call_end(void *arg, const char *path, int code, double secon
     gw_metrics_on_call_end(((gateway *)arg)->metrics, path, code, seconds);
 }
 
+/* Registers the app services in order: 0, or -1 when one fails (the rest are not tried). */
+static int register_app_services(gateway *g) {
+#define REGISTER(name)                                                                             \
+    if (svc_##name##_register(g->name, g->server) != 0) return -1;
+    APP_SERVICES(REGISTER)
+#undef REGISTER
+    return 0;
+}
+
 static int build_server(gateway *g) {
     char err[512];
     gw_app *app = &g->app;
@@ -151,23 +154,14 @@ static int build_server(gateway *g) {
     for (size_t i = 0; i < n; i++)
         g->services[i] = gw_reflection_service(g->reflection, i);
     g->health = gw_health_new(g->services, n);
-    g->core = svc_core_new(app);
-    g->core_res = svc_core_res_new(app);
-    g->core_deploy = svc_core_deploy_new(app);
-    g->core_files = svc_core_files_new(app);
-    g->core_exec = svc_core_exec_new(app);
-    g->core_image = svc_core_image_new(app);
-    g->core_net = svc_core_net_new(app);
-    g->core_wl = svc_core_wl_new(app);
-    g->cluster = svc_cluster_new(app);
-    g->storage = svc_storage_new(app);
+    bool made = g->health != NULL;
+#define NEW(name) made = (g->name = svc_##name##_new(app)) != NULL && made;
+    APP_SERVICES(NEW)
+#undef NEW
     g->metrics = gw_metrics_new(app);
     g->waiter = gw_waiter_new(app);
     g->ops = g->waiter ? svc_operations_new(app, g->waiter) : NULL;
-    if (!g->health || !g->core || !g->core_res || !g->core_deploy || !g->core_files ||
-        !g->core_exec || !g->core_image || !g->core_net || !g->core_wl || !g->cluster ||
-        !g->storage || !g->metrics || !g->ops)
-        return -1;
+    if (!made || !g->metrics || !g->ops) return -1;
 
     gw_server_opts o = {
         .listen = (const char *const *)app->cfg.gateway.listen,
@@ -199,17 +193,7 @@ static int build_server(gateway *g) {
     }
     if (gw_health_register(g->health, g->server, app->cfg.auth.exempt_health) != 0 ||
         gw_reflection_register(g->reflection, g->server, app->cfg.auth.exempt_reflection) != 0 ||
-        svc_core_register(g->core, g->server) != 0 ||
-        svc_core_res_register(g->core_res, g->server) != 0 ||
-        svc_core_deploy_register(g->core_deploy, g->server) != 0 ||
-        svc_core_files_register(g->core_files, g->server) != 0 ||
-        svc_core_exec_register(g->core_exec, g->server) != 0 ||
-        svc_core_image_register(g->core_image, g->server) != 0 ||
-        svc_core_net_register(g->core_net, g->server) != 0 ||
-        svc_core_wl_register(g->core_wl, g->server) != 0 ||
-        svc_cluster_register(g->cluster, g->server) != 0 ||
-        svc_storage_register(g->storage, g->server) != 0 ||
-        svc_operations_register(g->ops, g->server) != 0 ||
+        register_app_services(g) != 0 || svc_operations_register(g->ops, g->server) != 0 ||
         gw_waiter_register(g->waiter, g->server) != 0 || gw_waiter_start(g->waiter) != 0) {
         pv_error("registering the services failed");
         return -1;

@@ -34,12 +34,12 @@ static void lost(gw_async *a, const char *why) {
     ev_timer_stop(a->loop, &a->reconnect);
     ev_timer_set(&a->reconnect, a->backoff_ms / 1000.0, 0.);
     ev_timer_start(a->loop, &a->reconnect);
-    a->backoff_ms =
-        a->backoff_ms * 2 > a->spec.max_backoff_ms ? a->spec.max_backoff_ms : a->backoff_ms * 2;
+    int max = a->spec.backoff_ms.max ? a->spec.backoff_ms.max : a->spec.backoff_ms.min;
+    a->backoff_ms = a->backoff_ms * 2 > max ? max : a->backoff_ms * 2;
 }
 
 static void ready(gw_async *a) {
-    a->backoff_ms = a->spec.min_backoff_ms;
+    a->backoff_ms = a->spec.backoff_ms.min;
     a->spec.ready(a->spec.arg, a->ac);
 }
 
@@ -165,7 +165,7 @@ gw_async *gw_async_new(const pv_config *cfg, struct ev_loop *loop, const gw_asyn
         free(a);
         return NULL;
     }
-    a->backoff_ms = spec->min_backoff_ms;
+    a->backoff_ms = spec->backoff_ms.min;
     ev_init(&a->reconnect, on_reconnect);
     a->reconnect.data = a;
     ev_init(&a->connect_timeout, on_connect_timeout);
@@ -175,4 +175,27 @@ gw_async *gw_async_new(const pv_config *cfg, struct ev_loop *loop, const gw_asyn
 
 void gw_async_free(gw_async *a) {
     free(a);
+}
+
+int gw_async_open_follower(const pv_config *cfg, const gw_async_spec *spec, struct ev_loop **loop,
+                           gw_async **async, pv_redis **redis) {
+    pv_redis_opts o;
+    pv_redis_opts_from_config(cfg, &o);
+    pv_status st;
+    *async = NULL;
+    *redis = NULL;
+    *loop = ev_loop_new(EVFLAG_AUTO);
+    if (*loop && (*async = gw_async_new(cfg, *loop, spec)) && pv_redis_new(&o, redis, &st) == PV_OK)
+        return 0;
+    gw_async_close_follower(*loop, *async, *redis);
+    *loop = NULL;
+    *async = NULL;
+    *redis = NULL;
+    return -1;
+}
+
+void gw_async_close_follower(struct ev_loop *loop, gw_async *async, pv_redis *redis) {
+    pv_redis_free(redis);
+    gw_async_free(async);
+    if (loop) ev_loop_destroy(loop);
 }

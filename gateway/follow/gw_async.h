@@ -21,13 +21,17 @@
 #include <hiredis/async.h>
 
 #include "pv_config.h"
+#include "pv_redis.h"
 
 typedef struct gw_async gw_async;
 
 typedef struct gw_async_spec {
     const char *what; /* names the follower in log lines ("waiter") */
-    /* first wait before a reconnect, doubled after each failure up to max_backoff_ms */
-    int min_backoff_ms, max_backoff_ms;
+    /* the wait before a reconnect: min first, doubled after each failure up to max (left 0:
+     * every wait is min) */
+    struct {
+        int min, max;
+    } backoff_ms;
     void (*ready)(void *arg, redisAsyncContext *ac);
     void (*lost)(void *arg, const char *why); /* not after gw_async_close */
     void *arg;
@@ -46,5 +50,13 @@ void *gw_async_arg(const redisAsyncContext *ac);
 void gw_async_close(gw_async *a);
 
 void gw_async_free(gw_async *a);
+
+/* What a follower runs on: a loop of its own, the connection on it (spec) and a synchronous
+ * handle for the reads its callbacks make. 0, or -1 with nothing left open. */
+int gw_async_open_follower(const pv_config *cfg, const gw_async_spec *spec, struct ev_loop **loop,
+                           gw_async **async, pv_redis **redis);
+
+/* Frees what gw_async_open_follower opened, once the loop has stopped. */
+void gw_async_close_follower(struct ev_loop *loop, gw_async *async, pv_redis *redis);
 
 #endif

@@ -151,7 +151,6 @@ gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spe
     w->event = spec->event;
     w->arg = spec->arg;
     copy(w->what, sizeof w->what, spec->what);
-    pv_status st;
     int n = snprintf(w->channel_prefix, sizeof w->channel_prefix, "__keyspace@%d__:%s",
                      app->cfg.redis.db, spec->prefix);
     if (!copy(w->pattern, sizeof w->pattern, spec->pattern) || n < 0 ||
@@ -161,18 +160,11 @@ gw_node_watch *gw_node_watch_new_keys(gw_app *app, const gw_node_watch_keys *spe
         return NULL;
     }
     gw_async_spec as = {.what = w->what,
-                        .min_backoff_ms = RECONNECT_MS,
-                        .max_backoff_ms = RECONNECT_MS,
+                        .backoff_ms.min = RECONNECT_MS,
                         .ready = on_ready,
                         .lost = on_lost,
                         .arg = w};
-    pv_redis_opts o;
-    pv_redis_opts_from_config(&app->cfg, &o);
-    w->loop = ev_loop_new(EVFLAG_AUTO);
-    if (!w->loop || !(w->async = gw_async_new(&app->cfg, w->loop, &as)) ||
-        pv_redis_new(&o, &w->redis, &st) != PV_OK) {
-        gw_async_free(w->async);
-        if (w->loop) ev_loop_destroy(w->loop);
+    if (gw_async_open_follower(&app->cfg, &as, &w->loop, &w->async, &w->redis) != 0) {
         free(w);
         return NULL;
     }
@@ -192,14 +184,7 @@ int gw_node_watch_start(gw_node_watch *w) {
 }
 
 int gw_node_watch_wait_synced(gw_node_watch *w, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pv_time_mono_after(timeout_ms);
     pthread_mutex_lock(&w->mu);
     int rc = 0;
     while (!w->synced && rc != ETIMEDOUT)
@@ -223,9 +208,7 @@ void gw_node_watch_free(gw_node_watch *w) {
     if (!w) return;
     gw_node_watch_stop(w);
     if (w->free_arg) w->free_arg(w->arg);
-    pv_redis_free(w->redis);
-    gw_async_free(w->async);
-    ev_loop_destroy(w->loop);
+    gw_async_close_follower(w->loop, w->async, w->redis);
     pthread_cond_destroy(&w->synced_cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -605,20 +605,13 @@ gw_waiter *gw_waiter_new(gw_app *app) {
     w->app = app;
     w->n_buckets = TABLE_MIN_BUCKETS;
     w->buckets = calloc(w->n_buckets, sizeof *w->buckets);
-    w->loop = ev_loop_new(EVFLAG_AUTO);
     gw_async_spec spec = {.what = "waiter",
-                          .min_backoff_ms = RECONNECT_MIN_MS,
-                          .max_backoff_ms = RECONNECT_MAX_MS,
+                          .backoff_ms = {RECONNECT_MIN_MS, RECONNECT_MAX_MS},
                           .ready = on_ready,
                           .lost = on_lost,
                           .arg = w};
-    pv_redis_opts o;
-    pv_redis_opts_from_config(&app->cfg, &o);
-    pv_status st;
-    if (!w->buckets || !w->loop || !(w->async = gw_async_new(&app->cfg, w->loop, &spec)) ||
-        pv_redis_new(&o, &w->redis, &st) != PV_OK) {
-        gw_async_free(w->async);
-        if (w->loop) ev_loop_destroy(w->loop);
+    if (!w->buckets ||
+        gw_async_open_follower(&app->cfg, &spec, &w->loop, &w->async, &w->redis) != 0) {
         free(w->buckets);
         free(w);
         return NULL;
@@ -688,9 +681,7 @@ void gw_waiter_free(gw_waiter *w) {
         }
     }
     free(w->buckets);
-    pv_redis_free(w->redis);
-    gw_async_free(w->async);
-    ev_loop_destroy(w->loop);
+    gw_async_close_follower(w->loop, w->async, w->redis);
     pthread_mutex_destroy(&w->mu);
     free(w);
 }

@@ -45,20 +45,9 @@ unsigned long gw_memory_trims(const gw_memory *m) {
     return m ? atomic_load(&m->trims) : 0;
 }
 
-static void deadline_after(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Sleeps one period; false once stopping. */
 static bool wait_period(gw_memory *m) {
-    struct timespec until;
-    deadline_after(&until, m->idle_ms);
+    struct timespec until = pv_time_mono_after(m->idle_ms);
     pthread_mutex_lock(&m->mu);
     int rc = 0;
     while (!m->stopping && rc != ETIMEDOUT)

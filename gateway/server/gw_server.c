@@ -34,6 +34,7 @@
 
 #include "pv_id.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_status.h"
 #include "pv_validate.h"
 
@@ -1107,12 +1108,7 @@ void gw_server_free(gw_server *s) {
     if (s->cq) grpc_completion_queue_destroy(s->cq);
     for (size_t i = 0; i < s->n_listen; i++)
         free(s->listen[i]);
-    free(s->listen);
-    free(s->ports);
-    free(s->threads);
-    free(s->auth_username);
-    free(s->auth_password);
-    free(s->state_missing);
+    PV_FREE(s->listen, s->ports, s->threads, s->auth_username, s->auth_password, s->state_missing);
     for (size_t b = 0; b < GW_STREAM_BUCKETS; b++)
         while (s->streams[b]) {
             client_streams *e = s->streams[b];

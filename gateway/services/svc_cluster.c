@@ -14,9 +14,11 @@
 #include "op_convert.h"
 #include "pv_cluster.h"
 #include "pv_id.h"
+#include "pv_pbmap.h"
 #include "pv_json.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_validate.h"
@@ -49,20 +51,10 @@ static void finish_status(gw_call *call, const pv_status *st) {
 
 /* ---- maps ---- */
 
-/* Every map<string, string> entry of the generated code is laid out as base, key, value. */
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
 /* A request's map as a JSON object text (caller frees). */
 static char *map_json(void *const *entries, size_t n) {
     json_t *o = json_object();
-    for (size_t i = 0; o && i < n; i++) {
-        const str_entry *e = entries[i];
-        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
-    }
+    if (o) pv_pbmap_add(o, entries, n);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return text;
@@ -81,7 +73,7 @@ static void **map_entries(const char *json, const ProtobufCMessageDescriptor *d,
     json_t *v;
     json_object_foreach(*keep, key, v) {
         if (!out || !json_is_string(v)) continue;
-        str_entry *e = calloc(1, d->sizeof_message);
+        pv_pbmap_entry *e = calloc(1, d->sizeof_message);
         if (!e) continue;
         protobuf_c_message_init(d, e);
         e->key = (char *)key;
@@ -621,11 +613,7 @@ static void on_get_health(gw_call *call, const ProtobufCMessage *msg) {
         m.nodes = nps;
         gw_call_reply(call, &m.base);
     }
-    free(cs);
-    free(cps);
-    free(ns);
-    free(nps);
-    free(ts);
+    PV_FREE(cs, cps, ns, nps, ts);
     pv_health_free(&h);
     pv_pod_clear(&p);
 }
@@ -959,24 +947,10 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
             .max_surge = (int)json_integer_value(json_object_get(js, "max_surge")),
             .max_unavailable = (int)json_integer_value(json_object_get(js, "max_unavailable")),
             .partition = (int)json_integer_value(json_object_get(js, "partition"))};
-        const char **ids = calloc(nn ? nn : 1, sizeof *ids),
-                   **names = calloc(nn ? nn : 1, sizeof *names);
-        bool *cordoned = calloc(nn ? nn : 1, sizeof *cordoned);
-        for (size_t i = 0; ids && names && cordoned && i < nn; i++) {
-            ids[i] = nodes[i].id;
-            names[i] = nodes[i].name;
-            cordoned[i] = nodes[i].bypass;
-        }
         const char *from = json_string_value(json_object_get(params, "from"));
         const char *to = json_string_value(json_object_get(params, "to"));
-        json_t *pending =
-            ids && names && cordoned
-                ? pv_upgrade_new_record(ops[0].id, p->id, from ? from : "", to ? to : "", &us, ids,
-                                        names, cordoned, nn, ops[0].created_ms)
-                : NULL;
-        free(ids);
-        free(names);
-        free(cordoned);
+        json_t *pending = pv_upgrade_new_record_of(ops[0].id, p->id, from ? from : "", to ? to : "",
+                                                   &us, nodes, nn, ops[0].created_ms);
         json_decref(params);
         if (pending) {
             json_decref(*out);
@@ -1075,10 +1049,7 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     gw_call_reply(call, &m.base);
     for (size_t i = 0; infos && i < n; i++)
         json_decref(infos[i]);
-    free(infos);
-    free(ns);
-    free(np);
-    free(ts);
+    PV_FREE(infos, ns, np, ts);
     json_decref(rec);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);

@@ -33,7 +33,8 @@ struct svc_operations {
     gw_app *app;
     gw_waiter *waiter;
     pv_op_opts opts;
-    gw_method m_get, m_list, m_wait, m_cancel, m_watch, m_create;
+    gw_method methods[6];
+    char paths[6][GW_PATH_MAX];
 };
 
 svc_operations *svc_operations_new(gw_app *app, gw_waiter *waiter) {
@@ -303,29 +304,20 @@ static void on_create_test(gw_call *call, const ProtobufCMessage *msg) {
 /* ---------------------------------------------------------------------------------------- */
 
 int svc_operations_register(svc_operations *s, gw_server *server) {
-#define OPS_METHOD(field, name, kind_, desc, fn)                                                   \
-    s->field = (gw_method){                                                                        \
-        .path = "/pivirt.operations.v1.OperationService/" name,                                    \
-        .kind = kind_,                                                                             \
-        .request = &desc,                                                                          \
-        .handler = fn,                                                                             \
-        .needs_state = true,                                                                       \
-        .data = s,                                                                                 \
-    };                                                                                             \
-    if (gw_server_add_method(server, &s->field) != 0) return -1;
-
-    OPS_METHOD(m_get, "GetOperation", GW_UNARY,
-               pivirt__operations__v1__get_operation_request__descriptor, on_get)
-    OPS_METHOD(m_list, "ListOperations", GW_SERVER_STREAM,
-               pivirt__operations__v1__list_operations_request__descriptor, on_list)
-    OPS_METHOD(m_wait, "WaitOperation", GW_UNARY,
-               pivirt__operations__v1__wait_operation_request__descriptor, on_wait)
-    OPS_METHOD(m_cancel, "CancelOperation", GW_UNARY,
-               pivirt__operations__v1__cancel_operation_request__descriptor, on_cancel)
-    OPS_METHOD(m_watch, "WatchOperation", GW_SERVER_STREAM,
-               pivirt__operations__v1__watch_operation_request__descriptor, on_watch)
-    OPS_METHOD(m_create, "CreateTestOperation", GW_UNARY,
-               pivirt__operations__v1__create_test_operation_request__descriptor, on_create_test)
-#undef OPS_METHOD
-    return 0;
+    /* every OperationService method reads Redis */
+#define M(name, kind, req, fn)                                                                     \
+    { name, kind, &pivirt__operations__v1__##req##__descriptor, fn, true }
+    static const gw_method_spec k[] = {
+        M("GetOperation", GW_UNARY, get_operation_request, on_get),
+        M("ListOperations", GW_SERVER_STREAM, list_operations_request, on_list),
+        M("WaitOperation", GW_UNARY, wait_operation_request, on_wait),
+        M("CancelOperation", GW_UNARY, cancel_operation_request, on_cancel),
+        M("WatchOperation", GW_SERVER_STREAM, watch_operation_request, on_watch),
+        M("CreateTestOperation", GW_UNARY, create_test_operation_request, on_create_test),
+    };
+#undef M
+    _Static_assert(sizeof k / sizeof k[0] == sizeof s->methods / sizeof s->methods[0],
+                   "one gw_method a method");
+    return gw_server_add_service(server, "pivirt.operations.v1.OperationService", k,
+                                 sizeof k / sizeof k[0], s, s->methods, s->paths);
 }

@@ -18,6 +18,7 @@
 #include "pv_id.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_workload.h"
 #include "svc_nodeop.h"
 
@@ -426,12 +427,7 @@ static int wait_news(svc_relay *rl, bool with_parent, bool *woke, pv_status *st)
     for (size_t j = 0; j < n; j++)
         pv_op_output_free(got[j], ngot[j]);
 out:
-    free(got);
-    free(ngot);
-    free(ids);
-    free(cursors);
-    free(ended);
-    free(idx);
+    PV_FREE(got, ngot, ids, cursors, ended, idx);
     return rc;
 }
 

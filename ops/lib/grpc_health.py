@@ -20,7 +20,8 @@ METHOD = "/grpc.health.v1.Health/Check"
 STATUS_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
-def _varint(n):
+def varint(n):
+    """n as a protobuf varint."""
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -37,7 +38,7 @@ def encode_request(service):
     if not service:
         return b""
     raw = service.encode()
-    return b"\x0a" + _varint(len(raw)) + raw
+    return b"\x0a" + varint(len(raw)) + raw
 
 
 def decode_status(reply):

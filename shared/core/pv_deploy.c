@@ -20,6 +20,7 @@
 
 #include "pv_image.h"
 #include "pv_json.h"
+#include "pv_pbmap.h"
 #include "pv_res.h"
 #include "pv_validate.h"
 
@@ -276,21 +277,6 @@ static int add_strings(json_t *arr, char **v, size_t n) {
     return 0;
 }
 
-/* Every map<string,string> entry of core.proto is laid out as base, key, value. */
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
-static int add_labels(json_t *obj, void *const *entries, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const str_entry *e = entries[i];
-        if (json_object_set_new(obj, e->key, json_string(e->value)) != 0) return -1;
-    }
-    return 0;
-}
-
 int pv_deploy_plan_body(const Pb__DeployOptions *o, const char *owner, char **body, pv_status *st) {
     *body = NULL;
     json_t *res = NULL;
@@ -301,8 +287,8 @@ int pv_deploy_plan_body(const Pb__DeployOptions *o, const char *owner, char **bo
               add_strings(includes, o->nodenames, o->n_nodenames) != 0 ||
               (f && add_strings(includes, f->includes, f->n_includes) != 0) ||
               (f && add_strings(excludes, f->excludes, f->n_excludes) != 0) ||
-              add_labels(labels, (void *const *)o->nodelabels, o->n_nodelabels) != 0 ||
-              (f && add_labels(labels, (void *const *)f->labels, f->n_labels) != 0);
+              pv_pbmap_add(labels, (void *const *)o->nodelabels, o->n_nodelabels) != 0 ||
+              (f && pv_pbmap_add(labels, (void *const *)f->labels, f->n_labels) != 0);
     json_t *j =
         bad ? NULL
             : json_pack("{s:s, s:O, s:O, s:O, s:b, s:O, s:i, s:i, s:i, s:s, s:s, s:s}", "pod",

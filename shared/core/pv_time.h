@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "pv_status.h"
 
@@ -28,6 +29,10 @@ int64_t pv_time_now_ms(void);
 /* Monotonic milliseconds (CLOCK_MONOTONIC): for timeouts and durations, which a clock step must
  * not stretch or cut. */
 int64_t pv_time_mono_ms(void);
+
+/* The CLOCK_MONOTONIC time ms milliseconds from now, as the deadline of a timed wait on a cv
+ * from pv_time_cond_init (pthread_cond_timedwait). */
+struct timespec pv_time_mono_after(int64_t ms);
 
 /* Initialises cv to time its waits on CLOCK_MONOTONIC (pthread_cond_timedwait then takes a
  * monotonic deadline, which a step of the wall clock cannot move). 0, or pthread's error. */

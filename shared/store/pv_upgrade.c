@@ -110,6 +110,25 @@ json_t *pv_upgrade_new_record(const char *op_id, const char *cluster_id, const c
     return rec;
 }
 
+json_t *pv_upgrade_new_record_of(const char *op_id, const char *cluster_id, const char *from,
+                                 const char *to, const pv_upgrade_strategy *s, const pv_node *nodes,
+                                 size_t n, int64_t now_ms) {
+    const char **ids = calloc(n ? n : 1, sizeof *ids), **names = calloc(n ? n : 1, sizeof *names);
+    bool *cordoned = calloc(n ? n : 1, sizeof *cordoned);
+    for (size_t i = 0; ids && names && cordoned && i < n; i++) {
+        ids[i] = nodes[i].id;
+        names[i] = nodes[i].name;
+        cordoned[i] = nodes[i].bypass;
+    }
+    json_t *rec = ids && names && cordoned ? pv_upgrade_new_record(op_id, cluster_id, from, to, s,
+                                                                   ids, names, cordoned, n, now_ms)
+                                           : NULL;
+    free(ids);
+    free(names);
+    free(cordoned);
+    return rec;
+}
+
 static int record_key(const pv_keys *k, const char *cluster_id, char *key, size_t cap,
                       pv_status *st) {
     if (pv_key(k, PV_KEY_UPGRADE, cluster_id, key, cap, NULL) != PV_OK)

@@ -25,6 +25,7 @@
 
 #include "pv_keys.h"
 #include "pv_redis.h"
+#include "pv_registry.h"
 #include "pv_status.h"
 
 typedef enum {
@@ -87,6 +88,12 @@ json_t *pv_upgrade_new_record(const char *op_id, const char *cluster_id, const c
                               const char *to, const pv_upgrade_strategy *s, const char *const *ids,
                               const char *const *names, const bool *cordoned, size_t n,
                               int64_t now_ms);
+
+/* pv_upgrade_new_record for the cluster's nodes as the registry lists them (name order; a node
+ * cordoned has bypass set). NULL when out of memory. */
+json_t *pv_upgrade_new_record_of(const char *op_id, const char *cluster_id, const char *from,
+                                 const char *to, const pv_upgrade_strategy *s, const pv_node *nodes,
+                                 size_t n, int64_t now_ms);
 
 /* NOT_FOUND "cluster <id> has never been upgraded" when there is no record. */
 int pv_upgrade_get(pv_redis *r, const pv_keys *k, const char *cluster_id, json_t **out,

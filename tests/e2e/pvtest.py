@@ -25,7 +25,7 @@ codes and logs); buf_curl(); health_status(); unary_raw(); main().
 Environment (set by ctest and ops/pivirt): PV_BUILD_DIR (programs in bin/), PV_SOURCE_DIR,
 PV_REDIS_SERVER, PV_BUF. Without them the defaults are <repo>/build, the repository of this file,
 redis-server from PATH and <repo>/.tools/node_modules/.bin/buf. Runs with /usr/bin/python3
-(Debian's grpc only imports there); stdlib and grpc only.
+(Debian's grpc only imports there); stdlib, grpc and ops/lib/grpc_health.py only.
 """
 
 import atexit
@@ -59,6 +59,12 @@ _GRPC_KEEPALIVE = grpc.insecure_channel("127.0.0.1:9")
 
 SOURCE_DIR = os.environ.get("PV_SOURCE_DIR") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The health check's wire form is the operators' script's (ops/lib/grpc_health.py), not a copy.
+sys.path.insert(0, os.path.join(SOURCE_DIR, "ops", "lib"))
+import grpc_health  # noqa: E402
+
+_varint = grpc_health.varint
 BUILD_DIR = os.environ.get("PV_BUILD_DIR") or os.path.join(SOURCE_DIR, "build")
 BIN_DIR = os.path.join(BUILD_DIR, "bin")
 REDIS_SERVER = os.environ.get("PV_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -520,16 +526,6 @@ class Redis:
 # ---------------------------------------------------------------------------------------------
 # gRPC helpers (raw bytes: no generated stubs needed)
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
 def unary_raw(channel_or_addr, method, body=b"", timeout=CALL_TIMEOUT, metadata=None):
     """Calls METHOD ('/pkg.Service/Method') with BODY (message bytes); returns the reply bytes.
     Raises grpc.RpcError (.code(), .details()) on a non-OK status."""
@@ -541,35 +537,22 @@ def unary_raw(channel_or_addr, method, body=b"", timeout=CALL_TIMEOUT, metadata=
 
 def health_status(addr, service="", timeout=5.0):
     """grpc.health.v1.Health/Check on ADDR; the ServingStatus number (SERVING = 1)."""
-    req = b""
-    if service:
-        raw = service.encode()
-        req = b"\x0a" + _varint(len(raw)) + raw
-    return _decode_health(unary_raw(addr, "/grpc.health.v1.Health/Check", req, timeout=timeout))
+    return _decode_health(unary_raw(addr, grpc_health.METHOD, grpc_health.encode_request(service),
+                                    timeout=timeout))
 
 
 def _decode_health(reply):
-    if not reply:
-        return UNKNOWN
-    if reply[0] != 0x08:
-        raise AssertionError("health reply is not a HealthCheckResponse: %r" % reply)
-    value, shift = 0, 0
-    for b in reply[1:]:
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            break
-    return value
+    try:
+        return grpc_health.decode_status(reply)
+    except ValueError:
+        raise AssertionError("health reply is not a HealthCheckResponse: %r" % reply) from None
 
 
 def health_status_on(channel, service="", timeout=5.0, metadata=None):
     """Like health_status, on an open channel (TLS, auth metadata)."""
-    req = b""
-    if service:
-        raw = service.encode()
-        req = b"\x0a" + _varint(len(raw)) + raw
-    return _decode_health(unary_raw(channel, "/grpc.health.v1.Health/Check", req,
-                                    timeout=timeout, metadata=metadata))
+    return _decode_health(unary_raw(channel, grpc_health.METHOD,
+                                    grpc_health.encode_request(service), timeout=timeout,
+                                    metadata=metadata))
 
 
 def grpc_trailers(addr, path, message, timeout=20):

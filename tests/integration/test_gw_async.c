@@ -45,12 +45,8 @@ static bool run_until(struct ev_loop *loop, const int *counter, int want) {
 }
 
 static gw_async *start(pv_config *cfg, struct ev_loop *loop, seen *s) {
-    gw_async_spec spec = {.what = "test",
-                          .min_backoff_ms = 20,
-                          .max_backoff_ms = 100,
-                          .ready = on_ready,
-                          .lost = on_lost,
-                          .arg = s};
+    gw_async_spec spec = {
+        .what = "test", .backoff_ms = {20, 100}, .ready = on_ready, .lost = on_lost, .arg = s};
     gw_async *a = gw_async_new(cfg, loop, &spec);
     assert_non_null(a);
     gw_async_connect(a);

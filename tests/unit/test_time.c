@@ -85,20 +85,32 @@ static void test_clocks(void **state) {
     assert_true(pv_time_mono_ms() >= b);
 }
 
+/* pv_time_mono_after: now on the monotonic clock plus ms, the nanoseconds carried into
+ * seconds. */
+static void test_mono_after(void **state) {
+    (void)state;
+    for (int64_t ms = 0; ms <= 2999; ms += 137) {
+        struct timespec before;
+        clock_gettime(CLOCK_MONOTONIC, &before);
+        struct timespec t = pv_time_mono_after(ms);
+        struct timespec after;
+        clock_gettime(CLOCK_MONOTONIC, &after);
+        assert_true(t.tv_nsec >= 0 && t.tv_nsec < 1000000000L);
+        int64_t ns = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+        int64_t lo = (int64_t)before.tv_sec * 1000000000LL + before.tv_nsec + ms * 1000000LL;
+        int64_t hi = (int64_t)after.tv_sec * 1000000000LL + after.tv_nsec + ms * 1000000LL;
+        assert_true(ns >= lo && ns <= hi);
+    }
+}
+
 /* A condition variable from pv_time_cond_init times out on a monotonic deadline. */
 static void test_monotonic_cond(void **state) {
     (void)state;
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t cv;
     assert_int_equal(pv_time_cond_init(&cv), 0);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += 30 * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
     int64_t t0 = pv_time_mono_ms();
+    struct timespec until = pv_time_mono_after(30);
     pthread_mutex_lock(&mu);
     int rc = pthread_cond_timedwait(&cv, &mu, &until);
     pthread_mutex_unlock(&mu);
@@ -111,9 +123,9 @@ static void test_monotonic_cond(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rfc3339),        cmocka_unit_test(test_unix_and_durations),
-        cmocka_unit_test(test_refused),        cmocka_unit_test(test_clocks),
-        cmocka_unit_test(test_monotonic_cond),
+        cmocka_unit_test(test_rfc3339),    cmocka_unit_test(test_unix_and_durations),
+        cmocka_unit_test(test_refused),    cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_mono_after), cmocka_unit_test(test_monotonic_cond),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,34 @@ static void test_new_record(void **state) {
     json_decref(r);
 }
 
+/* The record for the registry's nodes: ids and names from the records, a node's bypass as its
+ * cordon. */
+static void test_new_record_of_nodes(void **state) {
+    (void)state;
+    pv_upgrade_strategy s = {PV_UPGRADE_ROLLING, 1, 1, 0};
+    pv_node nodes[3] = {{.id = "id-a", .name = "a"},
+                        {.id = "id-b", .name = "b", .bypass = true},
+                        {.id = "id-c", .name = "c"}};
+    json_t *r = pv_upgrade_new_record_of("op-2", "cluster-2", "v1.0.0", "v1.1.0", &s, nodes, 3, 7);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "operation_id")), "op-2");
+    assert_int_equal(json_integer_value(json_object_get(r, "started_ms")), 7);
+    json_t *got = json_object_get(r, "nodes");
+    assert_int_equal(json_array_size(got), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *n = json_array_get(got, i);
+        assert_string_equal(json_string_value(json_object_get(n, "id")), nodes[i].id);
+        assert_string_equal(json_string_value(json_object_get(n, "name")), nodes[i].name);
+        assert_int_equal(json_is_true(json_object_get(n, "was_cordoned")), nodes[i].bypass);
+        assert_int_equal(json_integer_value(json_object_get(n, "batch")), (int)i + 1);
+    }
+    json_decref(r);
+    json_t *empty = pv_upgrade_new_record_of("op-3", "cluster-2", "v1", "v2", &s, NULL, 0, 7);
+    assert_non_null(empty);
+    assert_int_equal(json_array_size(json_object_get(empty, "nodes")), 0);
+    json_decref(empty);
+}
+
 /* Strategy counts are bounded by the cluster's nodes: all of them is allowed (partition n keeps
  * every node, which the gateway answers FAILED_PRECONDITION), one more is not. */
 static void test_check_strategy(void **state) {
@@ -105,9 +133,13 @@ static void test_check_strategy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_check_strategy), cmocka_unit_test(test_rolling),
-        cmocka_unit_test(test_canary),         cmocka_unit_test(test_blue_green),
-        cmocka_unit_test(test_versions),       cmocka_unit_test(test_new_record),
+        cmocka_unit_test(test_check_strategy),
+        cmocka_unit_test(test_rolling),
+        cmocka_unit_test(test_canary),
+        cmocka_unit_test(test_blue_green),
+        cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_new_record),
+        cmocka_unit_test(test_new_record_of_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,8 @@
 #include "pv_id.h"
 #include "pv_json.h"
 #include "pv_log.h"
+#include "pv_mem.h"
+#include "pv_pbmap.h"
 #include "pv_strv.h"
 #include "pv_res.h"
 #include "pv_storage.h"
@@ -71,19 +73,10 @@ static int build_commands(const Pb__DeployOptions *o, pv_strv *argv) {
     return 0;
 }
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
 /* Labels: the deploy's, then Eru's own. */
 static char *build_labels(const instance *in) {
     json_t *l = json_object();
-    for (size_t i = 0; l && i < in->o->n_labels; i++) {
-        const str_entry *e = (const str_entry *)in->o->labels[i];
-        json_object_set_new(l, e->key, json_string(e->value));
-    }
+    if (l) pv_pbmap_add(l, (void *const *)in->o->labels, in->o->n_labels);
     json_t *publish = json_array();
     for (size_t i = 0; publish && i < in->o->entrypoint->n_publish; i++)
         json_array_append_new(publish, json_string(in->o->entrypoint->publish[i]));
@@ -333,7 +326,7 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
     if (!b->labels || !b->res_text || build_commands(o, &b->argv) != 0 || build_env(in, b) != 0)
         return -1;
     for (size_t i = 0; i < e->n_sysctls; i++) {
-        const str_entry *kv = (const str_entry *)e->sysctls[i];
+        const pv_pbmap_entry *kv = (const pv_pbmap_entry *)e->sysctls[i];
         if (pv_strv_addf(&b->sysctls, "%s=%s", kv->key, kv->value) != 0) return -1;
     }
     bool hooks = !o->ignore_hook && e->hook;
@@ -541,18 +534,25 @@ static int step_report(wk_op *op, void *arg, char **result, pv_status *st) {
     return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
+/* The node agent this op runs on, with its engine; else NULL with FAILED_PRECONDITION naming
+ * the op's kind. */
+static wk_agent *engine_agent(wk_op *op, pv_status *st) {
+    wk_agent *agent = wk_op_context(op);
+    if (agent && wk_agent_engine(agent)) return agent;
+    pv_status_set(st, PV_FAILED_PRECONDITION,
+                  "this worker runs no engine: %s needs the node agent (pivirt-worker --set "
+                  "worker.node=NAME)",
+                  wk_op_record(op)->kind);
+    return NULL;
+}
+
 /* What a node's part of a deploy or a replace starts from: this agent (with an engine), the pod
  * and the deploy's options carried in the parameters (protobuf, base64). *o is the caller's to
  * free (pb__deploy_options__free_unpacked). */
 static int load_deploy(wk_op *op, wk_agent **agent, const char **pod, Pb__DeployOptions **o,
                        pv_status *st) {
     *o = NULL;
-    *agent = wk_op_context(op);
-    if (!*agent || !wk_agent_engine(*agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: %s needs the node agent (pivirt-worker "
-                             "--set worker.node=NAME)",
-                             wk_op_record(op)->kind);
+    if (!(*agent = engine_agent(op, st))) return PV_FAILED_PRECONDITION;
     const char *b64 = wk_op_param(op, "deploy");
     *pod = wk_op_param(op, "pod");
     if (!b64 || !*pod)
@@ -647,6 +647,22 @@ typedef struct removal_report {
     const char *id, *answer;
 } removal_report;
 
+/* The journaled step "<prefix>:<id>" (do_step with job), then its journaled report
+ * ("reported:<id>", report_step with a removal_report of id and the step's answer). */
+static int step_and_report(wk_op *op, const char *prefix, const char *id, wk_step_fn do_step,
+                           void *job, wk_step_fn report_step, pv_status *st) {
+    char step[160], *answer = NULL;
+    snprintf(step, sizeof step, "%s:%s", prefix, id);
+    int rc = wk_op_step(op, step, do_step, job, &answer, st);
+    if (rc == PV_OK) {
+        removal_report rr = {id, answer};
+        snprintf(step, sizeof step, "reported:%s", id);
+        rc = wk_op_step(op, step, report_step, &rr, NULL, st);
+    }
+    free(answer);
+    return rc;
+}
+
 static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *st) {
     const removal_report *rr = arg;
     json_t *a = json_loads(rr->answer, 0, NULL);
@@ -664,12 +680,8 @@ static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *s
  * report (`report_step`, "reported:<id>"). */
 static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn report_step,
                    pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: %s needs the node agent (pivirt-worker "
-                             "--set worker.node=NAME)",
-                             wk_op_record(op)->kind);
+    wk_agent *agent = engine_agent(op, st);
+    if (!agent) return PV_FAILED_PRECONDITION;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     json_t *ids = json_object_get(params, "ids");
     const char *type = json_string_value(json_object_get(params, "type"));
@@ -693,15 +705,7 @@ static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn
         }
         if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
         id_job job = {agent, id, type ? type : "", force, grace_seconds};
-        char step[128], *answer = NULL;
-        snprintf(step, sizeof step, "%s:%s", prefix, id);
-        rc = wk_op_step(op, step, do_step, &job, &answer, st);
-        if (rc == PV_OK) {
-            removal_report rr = {id, answer};
-            snprintf(step, sizeof step, "reported:%s", id);
-            rc = wk_op_step(op, step, report_step, &rr, NULL, st);
-        }
-        free(answer);
+        rc = step_and_report(op, prefix, id, do_step, &job, report_step, st);
     }
     json_decref(params);
     return rc;
@@ -816,11 +820,8 @@ static void seek_line(FILE *f, int64_t start, char *buf, size_t len) {
 }
 
 int wk_node_deploy_log(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.log_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
+    wk_agent *agent = engine_agent(op, st);
+    if (!agent) return PV_FAILED_PRECONDITION;
     const char *id = wk_op_param(op, "id"), *tail_text = wk_op_param(op, "tail");
     const char *follow_text = wk_op_param(op, "follow");
     bool follow = follow_text && strcmp(follow_text, "true") == 0;
@@ -1132,6 +1133,14 @@ static int ix_pump(wk_op *op, ix_exec *x, int out_fd, const char *in_proc, pv_st
     return rc;
 }
 
+/* Closes the fifos' holding ends that are open and removes the fifos. */
+static void ix_drop_fifos(int in_ref, int out_ref, const char *in_path, const char *out_path) {
+    if (in_ref >= 0) close(in_ref);
+    if (out_ref >= 0) close(out_ref);
+    unlink(in_path);
+    unlink(out_path);
+}
+
 static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const char **argv,
                             size_t argc, int timeout_ms, pv_status *st) {
     wk_engine_info info = {0};
@@ -1150,17 +1159,12 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     char in_proc[64], out_proc[64];
     if (ix_make_fifo(in_path, &in_ref, in_proc, sizeof in_proc, st) != PV_OK ||
         ix_make_fifo(out_path, &out_ref, out_proc, sizeof out_proc, st) != PV_OK) {
-        if (in_ref >= 0) close(in_ref);
-        unlink(in_path);
-        unlink(out_path);
+        ix_drop_fifos(in_ref, out_ref, in_path, out_path);
         return st->code;
     }
     const char **wrapped = calloc(argc + 6, sizeof *wrapped);
     if (!wrapped) {
-        close(in_ref);
-        close(out_ref);
-        unlink(in_path);
-        unlink(out_path);
+        ix_drop_fifos(in_ref, out_ref, in_path, out_path);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
     wrapped[0] = "/bin/sh";
@@ -1193,10 +1197,7 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     if (started && rc != PV_OK) ix_kill(&x, pid_path);
     if (started) pthread_join(th, NULL);
     unlink(pid_path);
-    unlink(in_path);
-    unlink(out_path);
-    close(in_ref);
-    close(out_ref);
+    ix_drop_fifos(in_ref, out_ref, in_path, out_path);
     free(wrapped);
     pthread_mutex_destroy(&x.mu);
     if (rc == PV_OK && x.rc != PV_OK) rc = pv_status_set(st, x.st.code, "%s", x.st.msg);
@@ -1210,11 +1211,8 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
 }
 
 int wk_node_deploy_exec(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.exec_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
+    wk_agent *agent = engine_agent(op, st);
+    if (!agent) return PV_FAILED_PRECONDITION;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     const char *id = json_string_value(json_object_get(params, "id"));
     const char *workdir = json_string_value(json_object_get(params, "workdir"));
@@ -1261,9 +1259,7 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
         const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
         rc = wk_op_output(op, 3, fields, values, st);
     }
-    free(b64);
-    free(output);
-    free(argv);
+    PV_FREE(b64, output, argv);
     json_decref(params);
     return rc;
 }
@@ -1271,11 +1267,8 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
 /* ---- realloc ---- */
 
 int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
-    wk_agent *agent = wk_op_context(op);
-    if (!agent || !wk_agent_engine(agent))
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "this worker runs no engine: workload.realloc_on_node needs the node "
-                             "agent (pivirt-worker --set worker.node=NAME)");
+    wk_agent *agent = engine_agent(op, st);
+    if (!agent) return PV_FAILED_PRECONDITION;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     const char *id = json_string_value(json_object_get(params, "id"));
     int rc = id ? wk_engine_set_limits(
@@ -1410,15 +1403,7 @@ int wk_node_deploy_replace(wk_op *op, pv_status *st) {
         const char *old_id = json_string_value(v);
         if (!old_id) continue;
         replace_job rj = {agent, o, pod, old_id, json_object_size(copy) ? copy : NULL};
-        char step[160], *answer = NULL;
-        snprintf(step, sizeof step, "replace:%s", old_id);
-        rc = wk_op_step(op, step, step_replace, &rj, &answer, st);
-        if (rc == PV_OK) {
-            removal_report rr = {old_id, answer};
-            snprintf(step, sizeof step, "reported:%s", old_id);
-            rc = wk_op_step(op, step, step_report_replace, &rr, NULL, st);
-        }
-        free(answer);
+        rc = step_and_report(op, "replace", old_id, step_replace, &rj, step_report_replace, st);
     }
     json_decref(params);
     pb__deploy_options__free_unpacked(o, NULL);

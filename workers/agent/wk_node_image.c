@@ -145,36 +145,51 @@ static char *vm_users(wk_agent *a, const char *ref) {
     return out;
 }
 
-int wk_node_image_remove(wk_op *op, pv_status *st) {
+/* What image.remove_on_node and image.cache_on_node do to one image of params.images (ref ""
+ * for an entry that is not a string); a failure the entry reports is not one of the op's. */
+typedef int (*image_step)(wk_op *op, wk_agent *a, const json_t *params, const char *ref,
+                          pv_status *st);
+
+/* Runs step for each of params.images in order, until one fails: PV_OK or its code. */
+static int each_image(wk_op *op, image_step step, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
-    bool prune_dirs = json_is_true(json_object_get(params, "prune"));
     size_t i;
     json_t *v;
     int rc = PV_OK;
     json_array_foreach(json_object_get(params, "images"), i, v) {
         if (rc != PV_OK) break;
-        const char *ref = json_string_value(v) ? json_string_value(v) : "";
-        char *path = NULL, *users = NULL;
-        pv_status ist;
-        if (wk_image_find(wk_agent_image_dir(a), ref, &path, &ist) != PV_OK) {
-            rc = report(op, "image_removed", ref, 0, ist.msg, st);
-        } else if ((users = vm_users(a, ref))) {
-            rc = report(op, "image_removed", ref, 0, users, st);
-            free(users);
-        } else if (unlink(path) != 0) {
-            char msg[PV_STATUS_MSG_MAX];
-            snprintf(msg, sizeof msg, "remove %s: %s", ref, strerror(errno));
-            rc = report(op, "image_removed", ref, 0, msg, st);
-        } else {
-            if (prune_dirs) prune(wk_agent_image_dir(a), path);
-            rc = report(op, "image_removed", ref, 1, "removed", st);
-        }
-        free(path);
+        rc = step(op, a, params, json_string_value(v) ? json_string_value(v) : "", st);
     }
     json_decref(params);
     return rc;
+}
+
+static int remove_image(wk_op *op, wk_agent *a, const json_t *params, const char *ref,
+                        pv_status *st) {
+    char *path = NULL, *users = NULL;
+    pv_status ist;
+    int rc;
+    if (wk_image_find(wk_agent_image_dir(a), ref, &path, &ist) != PV_OK) {
+        rc = report(op, "image_removed", ref, 0, ist.msg, st);
+    } else if ((users = vm_users(a, ref))) {
+        rc = report(op, "image_removed", ref, 0, users, st);
+        free(users);
+    } else if (unlink(path) != 0) {
+        char msg[PV_STATUS_MSG_MAX];
+        snprintf(msg, sizeof msg, "remove %s: %s", ref, strerror(errno));
+        rc = report(op, "image_removed", ref, 0, msg, st);
+    } else {
+        if (json_is_true(json_object_get(params, "prune"))) prune(wk_agent_image_dir(a), path);
+        rc = report(op, "image_removed", ref, 1, "removed", st);
+    }
+    free(path);
+    return rc;
+}
+
+int wk_node_image_remove(wk_op *op, pv_status *st) {
+    return each_image(op, remove_image, st);
 }
 
 /* mkdir -p of path's directory. */
@@ -188,6 +203,22 @@ static int make_parents(const char *path) {
         *p = '/';
     }
     return 0;
+}
+
+/* Ends a write of tmp that is to replace dst: renamed in place when ok, else removed, with
+ * "<verb> <dst>: <strerror(err)>" in msg (err: the errno of the step that failed). Returns
+ * whether dst now has the new content. */
+static int replace_with(const char *tmp, const char *dst, int ok, int err, const char *verb,
+                        char *msg, size_t len) {
+    if (ok && rename(tmp, dst) != 0) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        snprintf(msg, len, "%s %s: %s", verb, dst, strerror(err));
+    }
+    return ok;
 }
 
 static int copy_file(const char *src, const char *dst, char *msg, size_t len) {
@@ -209,41 +240,29 @@ static int copy_file(const char *src, const char *dst, char *msg, size_t len) {
     int err = errno;
     if (out >= 0) close(out);
     if (in >= 0) close(in);
-    if (ok && rename(tmp, dst) != 0) {
-        ok = 0;
-        err = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        snprintf(msg, len, "copy to %s: %s", dst, strerror(err));
-    }
-    return ok;
+    return replace_with(tmp, dst, ok, err, "copy to", msg, len);
+}
+
+static int cache_image(wk_op *op, wk_agent *a, const json_t *params, const char *ref,
+                       pv_status *st) {
+    (void)params;
+    char *src = NULL, *dst = NULL, msg[PV_STATUS_MSG_MAX];
+    pv_status ist;
+    int rc;
+    if (wk_image_find(wk_agent_registry_dir(a), ref, &src, &ist) != PV_OK ||
+        wk_image_path(wk_agent_image_dir(a), ref, &dst, &ist) != PV_OK)
+        rc = report(op, "image_cached", ref, 0, ist.msg, st);
+    else if (!copy_file(src, dst, msg, sizeof msg))
+        rc = report(op, "image_cached", ref, 0, msg, st);
+    else
+        rc = report(op, "image_cached", ref, 1, "cached", st);
+    free(src);
+    free(dst);
+    return rc;
 }
 
 int wk_node_image_cache(wk_op *op, pv_status *st) {
-    wk_agent *a = agent_of(op, st);
-    if (!a) return st->code;
-    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
-    size_t i;
-    json_t *v;
-    int rc = PV_OK;
-    json_array_foreach(json_object_get(params, "images"), i, v) {
-        if (rc != PV_OK) break;
-        const char *ref = json_string_value(v) ? json_string_value(v) : "";
-        char *src = NULL, *dst = NULL, msg[PV_STATUS_MSG_MAX];
-        pv_status ist;
-        if (wk_image_find(wk_agent_registry_dir(a), ref, &src, &ist) != PV_OK ||
-            wk_image_path(wk_agent_image_dir(a), ref, &dst, &ist) != PV_OK)
-            rc = report(op, "image_cached", ref, 0, ist.msg, st);
-        else if (!copy_file(src, dst, msg, sizeof msg))
-            rc = report(op, "image_cached", ref, 0, msg, st);
-        else
-            rc = report(op, "image_cached", ref, 1, "cached", st);
-        free(src);
-        free(dst);
-    }
-    json_decref(params);
-    return rc;
+    return each_image(op, cache_image, st);
 }
 
 /* Writes data to path atomically (a temporary file renamed in place). */
@@ -255,15 +274,7 @@ static int write_file(const char *path, const void *data, size_t len, char *msg,
     int ok = fd >= 0 && write(fd, data, len) == (ssize_t)len && fsync(fd) == 0;
     int err = errno;
     if (fd >= 0) close(fd);
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        err = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        snprintf(msg, mlen, "write %s: %s", path, strerror(err));
-    }
-    return ok;
+    return replace_with(tmp, path, ok, err, "write", msg, mlen);
 }
 
 /* ---- SCM builds ----

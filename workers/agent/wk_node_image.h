@@ -18,13 +18,11 @@
 #include "pv_status.h"
 #include "wk_handler.h"
 
-int wk_node_image_list(wk_op *op, pv_status *st);
-int wk_node_image_remove(wk_op *op, pv_status *st);
-int wk_node_image_cache(wk_op *op, pv_status *st);
+wk_op_handler wk_node_image_list, wk_node_image_remove, wk_node_image_cache;
 
 /* image.build_on_node  params {"refs": ["name:tag", ...], "tar": base64 (RAW) | "exist_id":
  * workload id (EXIST: its root as it is now)}: the archive is stored under every ref in the
  * node's store and pushed to the registry directory; {type=built, ref, id (SHA-256), stream}. */
-int wk_node_image_build(wk_op *op, pv_status *st);
+wk_op_handler wk_node_image_build;
 
 #endif

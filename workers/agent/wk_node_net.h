@@ -13,9 +13,6 @@
 #include "pv_status.h"
 #include "wk_handler.h"
 
-int wk_node_net_list(wk_op *op, pv_status *st);
-int wk_node_net_connect(wk_op *op, pv_status *st);
-int wk_node_net_disconnect(wk_op *op, pv_status *st);
-int wk_node_net_raw(wk_op *op, pv_status *st);
+wk_op_handler wk_node_net_list, wk_node_net_connect, wk_node_net_disconnect, wk_node_net_raw;
 
 #endif

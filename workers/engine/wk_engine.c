@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "wk_engine_impl.h"
+#include "pv_mem.h"
 
 struct wk_engine {
     const wk_engine_vtbl *v;
@@ -16,15 +17,8 @@ struct wk_engine {
 
 void wk_engine_info_clear(wk_engine_info *info) {
     if (!info) return;
-    free(info->id);
-    free(info->name);
-    free(info->image);
-    free(info->engine_id);
-    free(info->networks_json);
-    free(info->publish_json);
-    free(info->log_path);
-    free(info->root);
-    free(info->labels_json);
+    PV_FREE(info->id, info->name, info->image, info->engine_id, info->networks_json,
+            info->publish_json, info->log_path, info->root, info->labels_json);
     memset(info, 0, sizeof *info);
 }
 

@@ -40,6 +40,13 @@ typedef struct wk_engine_vtbl {
                    pv_status *st);
 } wk_engine_vtbl;
 
+/* The entries every engine fills, for one whose functions are named <p>_open, <p>_close, ...
+ * <p>_exec: `WK_ENGINE_OPS(p),` in its vtbl's initialiser, the optional ones after it. */
+#define WK_ENGINE_OPS(p)                                                                           \
+    .open = p##_open, .close = p##_close, .create = p##_create, .start = p##_start,                \
+    .stop = p##_stop, .pause = p##_pause, .resume = p##_resume, .remove = p##_remove,              \
+    .inspect = p##_inspect, .list = p##_list, .exec = p##_exec
+
 extern const wk_engine_vtbl wk_engine_process_vtbl;
 extern const wk_engine_vtbl wk_engine_virt_vtbl;
 

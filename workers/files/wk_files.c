@@ -106,29 +106,56 @@ static int walk_parent(const char *root, char **parts, size_t n, int create, con
     return PV_OK;
 }
 
+/* A path under a root, split, with the directory that holds its last component open. */
+typedef struct leaf {
+    char copy[4096], *parts[256];
+    size_t n;
+    const char *name; /* the last component */
+    int dir;          /* its directory; the caller closes it */
+} leaf;
+
+/* Splits path and opens the directory of its last component, walked from root (created when
+ * create, as walk_parent). */
+static int open_leaf(const char *root, const char *path, int create, leaf *l, pv_status *st) {
+    l->n = 0;
+    l->dir = -1;
+    if (split(path, l->copy, sizeof l->copy, l->parts, 256, &l->n, st) != PV_OK) return st->code;
+    if (walk_parent(root, l->parts, l->n, create, path, &l->dir, st) != PV_OK) return st->code;
+    l->name = l->parts[l->n - 1];
+    return PV_OK;
+}
+
+/* INVALID_ARGUMENT "<verb> <path>: <kind> <refusal>", with the leaf's directory closed, when
+ * the leaf is there as neither a regular file nor a symbolic link (nor, with dirs, a
+ * directory); else PV_OK. */
+static int refuse_special(leaf *l, int dirs, const char *verb, const char *path,
+                          const char *refusal, pv_status *st) {
+    struct stat sb;
+    if (fstatat(l->dir, l->name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(sb.st_mode) ||
+        S_ISLNK(sb.st_mode) || (dirs && S_ISDIR(sb.st_mode)))
+        return PV_OK;
+    close(l->dir);
+    l->dir = -1;
+    return pv_status_set(st, PV_INVALID_ARGUMENT, "%s %s: %s %s", verb, path, kind_of(sb.st_mode),
+                         refusal);
+}
+
 int wk_files_put(const char *root, const char *path, const void *data, size_t len, int mode,
                  int uid, int gid, pv_status *st) {
-    char copy[4096], *parts[256];
-    size_t n = 0;
-    if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
-    int dir = -1;
-    if (walk_parent(root, parts, n, 1, path, &dir, st) != PV_OK) return st->code;
+    leaf l;
+    if (open_leaf(root, path, 1, &l, st) != PV_OK) return st->code;
     /* Only a regular file is replaced: opening a fifo for writing would block the agent until
      * a reader came, and writing a device node would write the host's hardware. O_NONBLOCK
      * (no effect on regular files) and the fstat below cover one swapped in after this check. */
-    struct stat sb;
-    if (fstatat(dir, parts[n - 1], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
-        !S_ISLNK(sb.st_mode)) {
-        close(dir);
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "write %s: %s is there, not a regular file",
-                             path, kind_of(sb.st_mode));
-    }
+    if (refuse_special(&l, 0, "write", path, "is there, not a regular file", st) != PV_OK)
+        return st->code;
     int fd =
-        openat(dir, parts[n - 1],
-               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode & 07777);
+        openat(l.dir, l.name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+               mode & 07777);
     int err = errno;
-    close(dir);
+    close(l.dir);
     if (fd < 0) return io_error(st, "write", path, err);
+    struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
         return pv_status_set(st, PV_INVALID_ARGUMENT, "write %s: not a regular file", path);
@@ -305,37 +332,34 @@ full:
                                name);
 }
 
+/* Ends archive t (rc: how adding its entries went; name: what it is of, for messages) with its
+ * two zero blocks and hands it over in *tar and *len; frees it on failure. */
+static int tb_finish(tarbuf *t, int rc, const char *name, char **tar, size_t *len, pv_status *st) {
+    if (rc == PV_OK && tb_reserve(t, 2 * BLOCK) != 0)
+        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: the archive is too large", name);
+    if (rc != PV_OK) {
+        free(t->data);
+        return rc;
+    }
+    memset(t->data + t->len, 0, 2 * BLOCK);
+    t->len += 2 * BLOCK;
+    *tar = t->data;
+    *len = t->len;
+    return PV_OK;
+}
+
 int wk_files_tar(const char *root, const char *path, char **tar, size_t *len, pv_status *st) {
     *tar = NULL;
     *len = 0;
-    char copy[4096], *parts[256];
-    size_t n = 0;
-    if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
-    int dir = -1;
-    if (walk_parent(root, parts, n, 0, path, &dir, st) != PV_OK) return st->code;
+    leaf l;
+    if (open_leaf(root, path, 0, &l, st) != PV_OK) return st->code;
     /* inside a directory they are left out; asked for by name they are refused, not answered
      * with an empty archive */
-    struct stat sb;
-    if (fstatat(dir, parts[n - 1], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
-        !S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
-        close(dir);
-        return pv_status_set(st, PV_INVALID_ARGUMENT, "copy %s: %s is not copied", path,
-                             kind_of(sb.st_mode));
-    }
+    if (refuse_special(&l, 1, "copy", path, "is not copied", st) != PV_OK) return st->code;
     tarbuf t = {0};
-    int rc = tb_add(&t, dir, parts[n - 1], parts[n - 1], st);
-    close(dir);
-    if (rc == PV_OK && (tb_reserve(&t, 2 * BLOCK) != 0))
-        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: the archive is too large", path);
-    if (rc != PV_OK) {
-        free(t.data);
-        return rc;
-    }
-    memset(t.data + t.len, 0, 2 * BLOCK);
-    t.len += 2 * BLOCK;
-    *tar = t.data;
-    *len = t.len;
-    return PV_OK;
+    int rc = tb_add(&t, l.dir, l.name, l.name, st);
+    close(l.dir);
+    return tb_finish(&t, rc, path, tar, len, st);
 }
 
 int wk_files_tar_root(const char *root, char **tar, size_t *len, pv_status *st) {
@@ -355,32 +379,19 @@ int wk_files_tar_root(const char *root, char **tar, size_t *len, pv_status *st) 
         rc = tb_add(&t, dirfd(d), e->d_name, e->d_name, st);
     }
     closedir(d);
-    if (rc == PV_OK && tb_reserve(&t, 2 * BLOCK) != 0)
-        rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED, "%s: the archive is too large", root);
-    if (rc != PV_OK) {
-        free(t.data);
-        return rc;
-    }
-    memset(t.data + t.len, 0, 2 * BLOCK);
-    t.len += 2 * BLOCK;
-    *tar = t.data;
-    *len = t.len;
-    return PV_OK;
+    return tb_finish(&t, rc, root, tar, len, st);
 }
 
 int wk_files_get(const char *root, const char *path, char **data, size_t *len, int *mode,
                  pv_status *st) {
     *data = NULL;
     *len = 0;
-    char copy[4096], *parts[256];
-    size_t n = 0;
-    if (split(path, copy, sizeof copy, parts, 256, &n, st) != PV_OK) return st->code;
-    int dir = -1;
-    if (walk_parent(root, parts, n, 0, path, &dir, st) != PV_OK) return st->code;
+    leaf l;
+    if (open_leaf(root, path, 0, &l, st) != PV_OK) return st->code;
     /* O_NONBLOCK: opening a fifo must not block the agent (it is refused below) */
-    int fd = openat(dir, parts[n - 1], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = openat(l.dir, l.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int err = errno;
-    close(dir);
+    close(l.dir);
     if (fd < 0) return io_error(st, "read", path, err);
     struct stat sb;
     int rc = PV_OK;

@@ -463,21 +463,8 @@ static int load_record(up_ctx *c, pv_status *st) {
         if (pv_registry_list_nodes(wk_op_redis(c->op), wk_op_keys(c->op), c->cluster, &nodes, &n,
                                    st) != PV_OK)
             return st->code;
-        const char **ids = calloc(n ? n : 1, sizeof *ids),
-                   **names = calloc(n ? n : 1, sizeof *names);
-        bool *cordoned = calloc(n ? n : 1, sizeof *cordoned);
-        for (size_t i = 0; ids && names && cordoned && i < n; i++) {
-            ids[i] = nodes[i].id;
-            names[i] = nodes[i].name;
-            cordoned[i] = nodes[i].bypass;
-        }
-        c->rec = ids && names && cordoned
-                     ? pv_upgrade_new_record(wk_op_record(c->op)->id, c->cluster_id, c->from, c->to,
-                                             &c->s, ids, names, cordoned, n, pv_time_now_ms())
-                     : NULL;
-        free(ids);
-        free(names);
-        free(cordoned);
+        c->rec = pv_upgrade_new_record_of(wk_op_record(c->op)->id, c->cluster_id, c->from, c->to,
+                                          &c->s, nodes, n, pv_time_now_ms());
         pv_node_array_free(nodes, n);
         if (!c->rec) return pv_status_set(st, PV_INTERNAL, "out of memory");
     }

@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_op.h"
 #include "wk_handler.h"
 
@@ -134,22 +135,10 @@ static void outage_note(outage *o, const char *who, int rc, const pv_status *st)
     if (rc == PV_OK) o->failing = false;
 }
 
-static struct timespec mono_after(int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Waits on cv for at most ms; called with c->mu held. */
 static void wait_on(struct wk_consumer *c, pthread_cond_t *cv, int64_t ms) {
     if (ms <= 0) return;
-    struct timespec until = mono_after(ms);
+    struct timespec until = pv_time_mono_after(ms);
     pthread_cond_timedwait(cv, &c->mu, &until);
 }
 
@@ -258,13 +247,7 @@ static void acquire_and_queue(struct wk_consumer *c, pv_redis *r, job **jobs, si
         }
         queue_job(c, j);
     }
-    free(entries);
-    free(ids);
-    free(recs);
-    free(tokens);
-    free(res);
-    free(rcs);
-    free(sts);
+    PV_FREE(entries, ids, recs, tokens, res, rcs, sts);
 }
 
 /* Queues (or logs) what pv_op_take gave; the records move into the jobs. */

@@ -180,6 +180,13 @@ static void set_flag(wk_op *op, bool *flag) {
     pthread_mutex_unlock(&op->mu);
 }
 
+static bool get_flag(wk_op *op, const bool *flag) {
+    pthread_mutex_lock(&op->mu);
+    bool v = *flag;
+    pthread_mutex_unlock(&op->mu);
+    return v;
+}
+
 void wk_op_set_cancel(wk_op *op) {
     set_flag(op, &op->cancel);
 }
@@ -197,17 +204,11 @@ void wk_op_set_lost(wk_op *op, const char *why) {
 }
 
 bool wk_op_is_lost(wk_op *op) {
-    pthread_mutex_lock(&op->mu);
-    bool v = op->lost;
-    pthread_mutex_unlock(&op->mu);
-    return v;
+    return get_flag(op, &op->lost);
 }
 
 bool wk_op_is_cancelled(wk_op *op) {
-    pthread_mutex_lock(&op->mu);
-    bool v = op->cancel;
-    pthread_mutex_unlock(&op->mu);
-    return v;
+    return get_flag(op, &op->cancel);
 }
 
 /* Called with op->mu held. A lost lease wins over a cancel: a worker without the lease must not
@@ -238,14 +239,7 @@ bool wk_op_should_stop(wk_op *op) {
 }
 
 int wk_op_sleep(wk_op *op, int ms, pv_status *st) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pv_time_mono_after(ms);
     pthread_mutex_lock(&op->mu);
     int rc;
     while ((rc = stop_code_locked(op, st)) == PV_OK &&
@@ -317,14 +311,14 @@ int wk_op_param_int(wk_op *op, const char *key, long def, long min, long max, lo
 /* --- fenced writes --------------------------------------------------------------------------- */
 
 int wk_op_progress(wk_op *op, int percent, const char *fmt, ...) {
+    int rc = wk_op_stop_code(op, NULL);
+    if (rc != PV_OK) return rc; /* nothing to format: the op stops */
     char msg[PV_STATUS_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     pv_status st;
-    int rc = wk_op_stop_code(op, NULL);
-    if (rc != PV_OK) return rc;
     rc = pv_op_progress(op->env.redis, op->env.keys, op->env.opts, &op->rec, op->token, percent,
                         msg, &st);
     if (rc == PV_ABORTED)

@@ -35,8 +35,10 @@
 
 typedef struct wk_op wk_op;
 
-/* A handler: PV_OK when the operation succeeded, else a code with its message in st. */
-typedef int (*wk_handler_fn)(wk_op *op, pv_status *st);
+/* A handler: PV_OK when the operation succeeded, else a code with its message in st. The
+ * function type declares a module's handlers in one line (`wk_op_handler wk_x_list, wk_x_add;`). */
+typedef int wk_op_handler(wk_op *op, pv_status *st);
+typedef wk_op_handler *wk_handler_fn;
 
 /* One journaled step: does its work (idempotently) and returns its result as a malloc'd string
  * in *result (never NULL on PV_OK; "" is fine), which the journal keeps. */

@@ -6,11 +6,6 @@
   code name first; pv_redis maps them back to codes.
 ]]
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- pv_heartbeat(KEYS[1]=presence key, [KEYS[2]=index zset], ARGV[1]=ttl ms, ARGV[2]=value,
 -- [ARGV[3]=member]): one TTL'd presence key of a process (gateway, worker, scheduler, node
 -- agent). With an index, the member is also kept in a sorted set scored by its expiry time, and

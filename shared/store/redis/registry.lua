@@ -15,15 +15,6 @@
     Redis can know (existence, uniqueness, emptiness).
 ]]
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function err(code, msg)
-  return redis.error_reply(code .. ' ' .. msg)
-end
-
 local function pod_reply(base, id)
   local rec = redis.call('HGETALL', base .. 'pod:' .. id)
   if #rec == 0 then return nil end
@@ -59,6 +50,26 @@ local function sorted_names(index)
   return names
 end
 
+-- pv_reg_get_pod and pv_reg_get_node: the record of the pod or node that value names ('name',
+-- through index) or is ('id'), made by reply; else NOT_FOUND.
+local function get_record(index, base, by, value, kind, reply)
+  local id = value
+  if by == 'name' then id = redis.call('HGET', index, value) end
+  local rec = id and reply(base, id)
+  if not rec then return err('NOT_FOUND', kind .. ' ' .. value .. ' not found') end
+  return rec
+end
+
+-- The records of every name of index, name order.
+local function list_records(index, base, reply)
+  local out = {}
+  for _, name in ipairs(sorted_names(index)) do
+    local rec = reply(base, redis.call('HGET', index, name))
+    if rec then out[#out + 1] = rec end
+  end
+  return out
+end
+
 --[[ pods ------------------------------------------------------------------------------------- ]]
 
 -- pv_reg_add_pod(KEYS[1]=pods index, ARGV: base id name desc version cp_nodes worker_nodes
@@ -79,10 +90,8 @@ end)
 -- pv_reg_update_pod(KEYS[1]=pods index, ARGV: base name labels annotations cp_nodes
 -- worker_nodes formed version) -> the record. An empty string leaves that field as it is; formed '1'
 -- records the first time the cluster had its nodes (kept once set).
-redis.register_function('pv_reg_update_pod', function(keys, args)
-  local base, name = args[1], args[2]
-  local id = redis.call('HGET', keys[1], name)
-  if not id then return err('NOT_FOUND', 'pod ' .. name .. ' not found') end
+redis.register_function('pv_reg_update_pod', with_id(1, 'pod', function(keys, args, id)
+  local base = args[1]
   local key, changes = base .. 'pod:' .. id, {}
   local fields = {'labels', 'annotations', 'cp_nodes', 'worker_nodes'}
   for i, f in ipairs(fields) do
@@ -102,44 +111,28 @@ redis.register_function('pv_reg_update_pod', function(keys, args)
   end
   if args[7] == '1' then redis.call('HSETNX', key, 'formed_ms', tostring(now_ms())) end
   return pod_reply(base, id)
-end)
+end))
 
 -- pv_reg_remove_pod(KEYS[1]=pods index, ARGV: base name): refuses while the pod has nodes.
-redis.register_function('pv_reg_remove_pod', function(keys, args)
+redis.register_function('pv_reg_remove_pod', with_id(1, 'pod', function(keys, args, id)
   local base, name = args[1], args[2]
-  local id = redis.call('HGET', keys[1], name)
-  if not id then return err('NOT_FOUND', 'pod ' .. name .. ' not found') end
-  local n = redis.call('SCARD', base .. 'pod-nodes:' .. id)
-  if n > 0 then
-    return err('FAILED_PRECONDITION', 'pod ' .. name .. ' still has ' .. n ..
-      ' node(s): remove them first')
-  end
+  local busy = still('pod ' .. name, 'has', redis.call('SCARD', base .. 'pod-nodes:' .. id),
+    'node(s): remove them first')
+  if busy then return busy end
   redis.call('DEL', base .. 'pod:' .. id, base .. 'pod-nodes:' .. id)
   redis.call('HDEL', keys[1], name)
   return 1
-end)
+end))
 
 -- pv_reg_get_pod(KEYS[1]=pods index, ARGV: base 'name'|'id' value) -> the record.
 redis.register_function{function_name = 'pv_reg_get_pod', flags = {'no-writes'},
   callback = function(keys, args)
-    local base, by, value = args[1], args[2], args[3]
-    local id = value
-    if by == 'name' then id = redis.call('HGET', keys[1], value) end
-    local rec = id and pod_reply(base, id)
-    if not rec then return err('NOT_FOUND', 'pod ' .. value .. ' not found') end
-    return rec
+    return get_record(keys[1], args[1], args[2], args[3], 'pod', pod_reply)
   end}
 
 -- pv_reg_list_pods(KEYS[1]=pods index, ARGV: base) -> every record, name order.
 redis.register_function{function_name = 'pv_reg_list_pods', flags = {'no-writes'},
-  callback = function(keys, args)
-    local out = {}
-    for _, name in ipairs(sorted_names(keys[1])) do
-      local rec = pod_reply(args[1], redis.call('HGET', keys[1], name))
-      if rec then out[#out + 1] = rec end
-    end
-    return out
-  end}
+  callback = function(keys, args) return list_records(keys[1], args[1], pod_reply) end}
 
 --[[ nodes ------------------------------------------------------------------------------------ ]]
 
@@ -147,8 +140,8 @@ redis.register_function{function_name = 'pv_reg_list_pods', flags = {'no-writes'
 -- endpoint engine labels resources) -> the record.
 redis.register_function('pv_reg_add_node', function(keys, args)
   local base, id, name, pod_name = args[1], args[2], args[3], args[4]
-  local pod_id = redis.call('HGET', keys[2], pod_name)
-  if not pod_id then return err('NOT_FOUND', 'pod ' .. pod_name .. ' not found') end
+  local pod_id, missing = find_id(keys[2], 'pod', pod_name)
+  if not pod_id then return missing end
   if redis.call('HEXISTS', keys[1], name) == 1 then
     return err('ALREADY_EXISTS', 'node ' .. name .. ' already exists')
   end
@@ -164,20 +157,13 @@ redis.register_function('pv_reg_add_node', function(keys, args)
 end)
 
 -- pv_reg_remove_node(KEYS[1]=nodes index, ARGV: base name): refuses while it hosts workloads.
-redis.register_function('pv_reg_remove_node', function(keys, args)
+redis.register_function('pv_reg_remove_node', with_id(1, 'node', function(keys, args, id)
   local base, name = args[1], args[2]
-  local id = redis.call('HGET', keys[1], name)
-  if not id then return err('NOT_FOUND', 'node ' .. name .. ' not found') end
-  local n = redis.call('SCARD', base .. 'node-workloads:' .. id)
-  if n > 0 then
-    return err('FAILED_PRECONDITION', 'node ' .. name .. ' still hosts ' .. n ..
-      ' workload(s): remove them first')
-  end
-  local held = redis.call('HLEN', base .. 'node-allocs:' .. id)
-  if held > 0 then
-    return err('FAILED_PRECONDITION', 'node ' .. name .. ' still holds ' .. held ..
-      ' reserved allocation(s): let their deploys finish or release them first')
-  end
+  local busy = still('node ' .. name, 'hosts',
+      redis.call('SCARD', base .. 'node-workloads:' .. id), 'workload(s): remove them first') or
+    still('node ' .. name, 'holds', redis.call('HLEN', base .. 'node-allocs:' .. id),
+      'reserved allocation(s): let their deploys finish or release them first')
+  if busy then return busy end
   local pod_id = redis.call('HGET', base .. 'node:' .. id, 'pod_id')
   redis.call('DEL', base .. 'node:' .. id, base .. 'node-workloads:' .. id,
     base .. 'alive:' .. name)
@@ -189,17 +175,12 @@ redis.register_function('pv_reg_remove_node', function(keys, args)
     end
   end
   return 1
-end)
+end))
 
 -- pv_reg_get_node(KEYS[1]=nodes index, ARGV: base 'name'|'id' value) -> the record.
 redis.register_function{function_name = 'pv_reg_get_node', flags = {'no-writes'},
   callback = function(keys, args)
-    local base, by, value = args[1], args[2], args[3]
-    local id = value
-    if by == 'name' then id = redis.call('HGET', keys[1], value) end
-    local rec = id and node_reply(base, id)
-    if not rec then return err('NOT_FOUND', 'node ' .. value .. ' not found') end
-    return rec
+    return get_record(keys[1], args[1], args[2], args[3], 'node', node_reply)
   end}
 
 -- pv_reg_list_nodes(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base pod_name) -> the
@@ -207,17 +188,10 @@ redis.register_function{function_name = 'pv_reg_get_node', flags = {'no-writes'}
 redis.register_function{function_name = 'pv_reg_list_nodes', flags = {'no-writes'},
   callback = function(keys, args)
     local base, pod_name = args[1], args[2]
-    local out = {}
-    if pod_name == '' then
-      for _, name in ipairs(sorted_names(keys[1])) do
-        local rec = node_reply(base, redis.call('HGET', keys[1], name))
-        if rec then out[#out + 1] = rec end
-      end
-      return out
-    end
-    local pod_id = redis.call('HGET', keys[2], pod_name)
-    if not pod_id then return err('NOT_FOUND', 'pod ' .. pod_name .. ' not found') end
-    local by_name, names = {}, {}
+    if pod_name == '' then return list_records(keys[1], base, node_reply) end
+    local pod_id, missing = find_id(keys[2], 'pod', pod_name)
+    if not pod_id then return missing end
+    local out, by_name, names = {}, {}, {}
     for _, id in ipairs(redis.call('SMEMBERS', base .. 'pod-nodes:' .. pod_id)) do
       local name = redis.call('HGET', base .. 'node:' .. id, 'name')
       if name then
@@ -236,10 +210,8 @@ redis.register_function{function_name = 'pv_reg_list_nodes', flags = {'no-writes
 -- expected_usage_rev '' = unconditional, else nothing is written unless the node's usage_rev
 -- still has that value (ABORTED): resources computed from a usage that a reservation has
 -- changed since are never stored.
-redis.register_function('pv_reg_set_node', function(keys, args)
+redis.register_function('pv_reg_set_node', with_id(1, 'node', function(keys, args, id)
   local base, name = args[1], args[2]
-  local id = redis.call('HGET', keys[1], name)
-  if not id then return err('NOT_FOUND', 'node ' .. name .. ' not found') end
   local key = base .. 'node:' .. id
   local want = args[10] or ''
   if want ~= '' then
@@ -265,7 +237,7 @@ redis.register_function('pv_reg_set_node', function(keys, args)
   redis.call('HSET', key, 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', key, 'rev', 1)
   return node_reply(base, id)
-end)
+end))
 
 --[[ liveness --------------------------------------------------------------------------------- ]]
 
@@ -292,13 +264,11 @@ end)
 
 -- pv_reg_get_alive(KEYS[1]=nodes index, ARGV: base name) -> {alive 0|1, pod name}.
 redis.register_function{function_name = 'pv_reg_get_alive', flags = {'no-writes'},
-  callback = function(keys, args)
+  callback = with_id(1, 'node', function(keys, args, id)
     local base, name = args[1], args[2]
-    local id = redis.call('HGET', keys[1], name)
-    if not id then return err('NOT_FOUND', 'node ' .. name .. ' not found') end
     local pod = redis.call('HGET', base .. 'node:' .. id, 'pod_name') or ''
     return {redis.call('EXISTS', base .. 'alive:' .. name), pod}
-  end}
+  end)}
 
 -- pv_reg_alive_nodes(KEYS[1]=nodes index, ARGV: base) -> names of the alive nodes, name order.
 redis.register_function{function_name = 'pv_reg_alive_nodes', flags = {'no-writes'},

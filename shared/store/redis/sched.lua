@@ -15,11 +15,6 @@
   deploy-count:<app>:<entry>, the plan reply and abandon keys) are derived from ARGV.
 ]]
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Checks that each node still exists and has the expected usage revision. The node list starts
 -- at args[i]: n, then for each node: id, name, expected_rev, new_usage, count, then count pairs
 -- (alloc id, alloc json or '') . Returns nil or the name of the first node that moved.
@@ -120,7 +115,7 @@ end)
 -- moved. GetNodeResource's fix rewrites a node's usage from its allocations with it.
 redis.register_function('pv_sched_set_usage', function(keys, args)
   if redis.call('EXISTS', keys[1]) == 0 then
-    return redis.error_reply('NOT_FOUND node record ' .. keys[1] .. ' is gone')
+    return err('NOT_FOUND', 'node record ' .. keys[1] .. ' is gone')
   end
   if (redis.call('HGET', keys[1], 'usage_rev') or '0') ~= args[1] then return 0 end
   redis.call('HSET', keys[1], 'usage', args[2], 'updated_ms', tostring(now_ms()))
@@ -152,12 +147,8 @@ end)
 -- {id, name, rev, alive, ...} for the pod's nodes in name order. A scheduler keeps the records it
 -- parsed and re-reads only the nodes whose rev moved: every write of a node record bumps it.
 redis.register_function{function_name = 'pv_sched_view', flags = {'no-writes'},
-  callback = function(keys, args)
-    local base, pod_name = args[1], args[2]
-    local pod_id = redis.call('HGET', keys[2], pod_name)
-    if not pod_id then
-      return redis.error_reply('NOT_FOUND pod ' .. pod_name .. ' not found')
-    end
+  callback = with_id(2, 'pod', function(keys, args, pod_id)
+    local base = args[1]
     local rows, names = {}, {}
     for _, id in ipairs(redis.call('SMEMBERS', base .. 'pod-nodes:' .. pod_id)) do
       local f = redis.call('HMGET', base .. 'node:' .. id, 'name', 'rev')
@@ -176,7 +167,7 @@ redis.register_function{function_name = 'pv_sched_view', flags = {'no-writes'},
       out[#out + 1] = tostring(redis.call('EXISTS', base .. 'alive:' .. name))
     end
     return out
-  end}
+  end)}
 
 redis.register_function{function_name = 'pv_sched_version', flags = {'no-writes'},
   callback = function(keys, args) return 1 end}

@@ -14,15 +14,6 @@
     writer agrees). It lives in <base>wl-status:<id>, with the entry's TTL when it has one.
 ]]
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function err(code, msg)
-  return redis.error_reply(code .. ' ' .. msg)
-end
-
 local function record_key(base, id) return base .. 'wl:' .. id end
 local function status_key(base, id) return base .. 'wl-status:' .. id end
 
@@ -55,8 +46,8 @@ end
 -- '' = the allocation taken over (alloc_id), else "{}".
 redis.register_function('pv_wl_add', function(keys, args)
   local base, id, node = args[1], args[2], args[7]
-  local node_id = redis.call('HGET', keys[1], node)
-  if not node_id then return err('NOT_FOUND', 'node ' .. node .. ' not found') end
+  local node_id, missing = find_id(keys[1], 'node', node)
+  if not node_id then return missing end
   if redis.call('EXISTS', record_key(base, id)) == 1 then
     return err('ALREADY_EXISTS', 'workload ' .. id .. ' already exists')
   end
@@ -282,10 +273,8 @@ redis.register_function{function_name = 'pv_wl_status_page', flags = {'no-writes
 -- pv_wl_mark_node_down(KEYS[1]=nodes index, ARGV: base node) -> how many workloads were marked.
 -- Each workload of the node gets running = healthy = false; an existing status keeps its other
 -- fields and its TTL, a workload without one gets a status without expiry (as Eru writes it).
-redis.register_function('pv_wl_mark_node_down', function(keys, args)
-  local base, node = args[1], args[2]
-  local node_id = redis.call('HGET', keys[1], node)
-  if not node_id then return err('NOT_FOUND', 'node ' .. node .. ' not found') end
+redis.register_function('pv_wl_mark_node_down', with_id(1, 'node', function(keys, args, node_id)
+  local base = args[1]
   local ids = redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)
   table.sort(ids)
   for _, id in ipairs(ids) do
@@ -300,7 +289,7 @@ redis.register_function('pv_wl_mark_node_down', function(keys, args)
     end
   end
   return #ids
-end)
+end))
 
 -- pv_wl_mark_dead_nodes(KEYS[1]=nodes index, ARGV: base) -> how many workloads were marked.
 -- What Eru's self-monitor does when a node's liveness ends: every workload of a node whose alive

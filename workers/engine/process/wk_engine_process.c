@@ -67,6 +67,7 @@
 
 #include <ev.h>
 
+#include "pv_mem.h"
 #include "pv_time.h"
 #include "pv_log.h"
 #include "pv_json.h"
@@ -297,6 +298,14 @@ static pe_wl *wl_find(pe *e, const char *id) {
     return NULL;
 }
 
+/* With e->mu held: the workload id names, or NULL with NOT_FOUND in st. */
+static pe_wl *wl_lookup(pe *e, const char *id, pv_status *st) {
+    pe_wl *w = id ? wl_find(e, id) : NULL;
+    if (!w)
+        pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node", id ? id : "(null)");
+    return w;
+}
+
 static void wl_unlink(pe *e, pe_wl *w) {
     for (pe_wl **pp = &e->wls; *pp; pp = &(*pp)->next)
         if (*pp == w) {
@@ -307,27 +316,14 @@ static void wl_unlink(pe *e, pe_wl *w) {
 
 static void wl_free(pe_wl *w) {
     if (!w) return;
-    free(w->id);
-    free(w->name);
-    free(w->image);
-    free(w->dir);
-    free(w->user);
-    free(w->restart);
-    free(w->labels_json);
     pv_strv_free(&w->commands);
     pv_strv_free(&w->env);
     pv_strv_free(&w->publish);
     pv_strv_free(&w->after_start);
     pv_strv_free(&w->before_stop);
     pv_strv_free(&w->volumes);
-    free(w->cpuset);
-    free(w->home);
-    free(w->root);
-    free(w->cwd);
-    free(w->log_path);
-    free(w->record_path);
-    free(w->cgroup);
-    free(w);
+    PV_FREE(w->id, w->name, w->image, w->dir, w->user, w->restart, w->labels_json, w->cpuset,
+            w->home, w->root, w->cwd, w->log_path, w->record_path, w->cgroup, w);
 }
 
 /* Appends one "<time> pivirt: ..." line to the workload's log. */
@@ -1248,11 +1244,7 @@ static bool job_wait(pe *e, pe_job *job, int64_t deadline_ms) {
         }
         int64_t left = deadline_ms - pv_time_mono_ms();
         if (left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = pv_time_mono_after(left);
         pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     bool d = job->done;
@@ -1555,6 +1547,9 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     out->id = xstrdup(w->id);
     out->name = xstrdup(w->name);
     out->image = xstrdup(w->image);
+    out->log_path = xstrdup(w->log_path);
+    out->root = xstrdup(w->root);
+    out->labels_json = xstrdup(w->labels_json);
     out->state = w->state;
     out->exit_code = w->exit_code;
     out->pid = w->pid;
@@ -1572,9 +1567,6 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     }
     out->publish_json = pub ? json_dumps(pub, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(pub);
-    out->log_path = xstrdup(w->log_path);
-    out->root = xstrdup(w->root);
-    out->labels_json = xstrdup(w->labels_json);
     out->started_ms = w->started_ms;
     out->finished_ms = w->finished_ms;
     out->restarts = w->restarts;
@@ -1652,13 +1644,7 @@ static pe_wl *wl_load(pe *e, const char *path) {
         w->want_running = json_is_true(json_object_get(o, "want_running"));
         if (e->cg_base && asprintf(&w->cgroup, "%s/%s", e->cg_base, w->id) < 0) w->cgroup = NULL;
     }
-    free(cmds);
-    free(env);
-    free(pub);
-    free(as);
-    free(bs);
-    free(vol);
-    free(cpuset);
+    PV_FREE(cmds, env, pub, as, bs, vol, cpuset);
     json_decref(o);
     return w;
 }
@@ -1729,12 +1715,7 @@ static void pe_free(pe *e) {
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
-    free(e->state_dir);
-    free(e->image_dir);
-    free(e->default_user);
-    free(e->uid_dir);
-    free(e->cg_base);
-    free(e);
+    PV_FREE(e->state_dir, e->image_dir, e->default_user, e->uid_dir, e->cg_base, e);
 }
 
 static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
@@ -1834,11 +1815,10 @@ static void pe_close(void *impl) {
 static int wl_acquire(pe *e, const char *id, pe_wl **out, pv_status *st) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        pe_wl *w = id ? wl_find(e, id) : NULL;
+        pe_wl *w = wl_lookup(e, id, st);
         if (!w) {
             pthread_mutex_unlock(&e->mu);
-            return pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                                 id ? id : "(null)");
+            return PV_NOT_FOUND;
         }
         if (!w->busy) {
             w->busy = true;
@@ -1985,11 +1965,7 @@ static bool wl_wait_gone(pe *e, pe_wl *w, pid_t pid, int ms) {
     while (w->pid == pid) {
         int64_t left = deadline - pv_time_mono_ms();
         if (left <= 0) return false;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = pv_time_mono_after(left);
         pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     return true;
@@ -2230,13 +2206,9 @@ static int pe_inspect(void *impl, const char *id, wk_engine_info *out, pv_status
     pe *e = impl;
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->mu);
-    pe_wl *w = id ? wl_find(e, id) : NULL;
-    int rc = PV_OK;
-    if (!w)
-        rc = pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                           id ? id : "(null)");
-    else if (wl_info(e, w, out) != 0)
-        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    pe_wl *w = wl_lookup(e, id, st);
+    int rc = w ? PV_OK : PV_NOT_FOUND;
+    if (w && wl_info(e, w, out) != 0) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
@@ -2280,15 +2252,12 @@ static int pe_exec(void *impl, const char *id, const char *const *argv, size_t a
     pe_job job;
     memset(&job, 0, sizeof job);
     pthread_mutex_lock(&e->mu);
-    pe_wl *w = id ? wl_find(e, id) : NULL;
-    int rc = PV_OK;
-    if (!w)
-        rc = pv_status_set(st, PV_NOT_FOUND, "workload %s: not found on this node",
-                           id ? id : "(null)");
-    else if (w->state != WK_STATE_RUNNING)
+    pe_wl *w = wl_lookup(e, id, st);
+    int rc = w ? PV_OK : PV_NOT_FOUND;
+    if (w && w->state != WK_STATE_RUNNING)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "exec in %s: workload is %s, not running",
                            id, state_name(w->state));
-    else if (wl_spawn_init(w, &job.sp, argv, argc, w->cwd) != 0)
+    else if (w && wl_spawn_init(w, &job.sp, argv, argc, w->cwd) != 0)
         rc = pv_status_set(st, PV_INTERNAL, "exec in %s: out of memory", id);
     pthread_mutex_unlock(&e->mu);
     if (rc != PV_OK) return rc;
@@ -2345,17 +2314,7 @@ static int pe_run(void *impl, const char *const *argv, size_t argc, const char *
 
 const wk_engine_vtbl wk_engine_process_vtbl = {
     .type = "process",
-    .open = pe_open,
-    .close = pe_close,
-    .create = pe_create,
-    .start = pe_start,
-    .stop = pe_stop,
-    .pause = pe_pause,
-    .resume = pe_resume,
-    .remove = pe_remove,
-    .inspect = pe_inspect,
-    .list = pe_list,
-    .exec = pe_exec,
+    WK_ENGINE_OPS(pe),
     .set_limits = pe_set_limits,
     .log_range = pe_log_range,
     .run = pe_run,

@@ -1,0 +1,42 @@
+--[[
+  The helpers every pivirt Redis function library shares. Redis keeps each library apart (one
+  cannot call another's local functions), so the build puts this text into each of them, right
+  after its "#!lua name=..." line (shared/cmake/embed.cmake): these locals are in scope in
+  every library's functions, and a library does not define them again.
+]]
+
+-- Redis's clock in milliseconds, so every writer agrees.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The error reply '<CODE> <message>' that pv_redis maps back to a status code.
+local function err(code, msg)
+  return redis.error_reply(code .. ' ' .. msg)
+end
+
+-- The id a name index (a hash name -> id) holds for name, or nil and the NOT_FOUND reply
+-- '<kind> <name> not found'.
+local function find_id(index, kind, name)
+  local id = redis.call('HGET', index, name)
+  if not id then return nil, err('NOT_FOUND', kind .. ' ' .. name .. ' not found') end
+  return id
+end
+
+-- A function whose ARGV[2] names a <kind> of the name index KEYS[at]: fn(keys, args, id) with
+-- that one's id, or the NOT_FOUND reply when there is none.
+local function with_id(at, kind, fn)
+  return function(keys, args)
+    local id, missing = find_id(keys[at], kind, args[2])
+    if not id then return missing end
+    return fn(keys, args, id)
+  end
+end
+
+-- The FAILED_PRECONDITION reply '<subject> still <verb> <n> <what>' when n > 0, else nil.
+local function still(subject, verb, n, what)
+  if n > 0 then
+    return err('FAILED_PRECONDITION', subject .. ' still ' .. verb .. ' ' .. n .. ' ' .. what)
+  end
+end
