@@ -1215,3 +1215,28 @@ class OpsStack:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return down
+
+
+def proc_state(pid):
+    """The state letter of /proc/PID/stat, or "" when there is no such process."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def proc_stopped(pid):
+    """Whether pid has taken a SIGSTOP, as the process engine judges it (wk_proc.h): state T,
+    or D over a child of its own in T (a vfork parent whose child stopped before its exec)."""
+    s = proc_state(pid)
+    if s in ("", "T", "t"):
+        return True
+    if s != "D":
+        return False
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return False
+    return any(proc_state(c) in ("T", "t") for c in children)

@@ -542,8 +542,7 @@ class Remove(Base):
 
         pid = json.load(open(record))["pid"]
         control("suspend")
-        with open("/proc/%d/stat" % pid) as f:
-            self.assertEqual(f.read().split()[2], "T")
+        self.assertTrue(pvtest.proc_stopped(pid), pvtest.proc_state(pid))
         control("resume")
         control("stop", force=True)
         self.assertFalse(pid_alive(pid))

@@ -32,6 +32,7 @@
  * children of its own in that time.
  */
 #include "wk_engine.h"
+#include "wk_proc.h"
 #include "wk_uids.h"
 
 #include <arpa/inet.h>
@@ -2019,23 +2020,11 @@ static int pe_stop(void *impl, const char *id, int grace_seconds, bool force, pv
     return rc;
 }
 
-/* Whether process pid is stopped (its /proc state T), as a SIGSTOP leaves it once delivered. */
-static bool proc_stopped(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return true; /* gone: nothing left running */
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *close = strrchr(buf, ')');
-    return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
-}
-
 /* kill() only queues a SIGSTOP: the process stops when it next runs, which on a busy machine
- * comes after the caller was told "paused". Waits (up to a second) until it has. */
+ * comes after the caller was told "paused". Waits (up to five seconds: a process in D takes the
+ * signal only when it wakes) until it has. */
 static void wait_stopped(pid_t pid) {
-    for (int i = 0; i < 200 && !proc_stopped(pid); i++)
+    for (int i = 0; i < 1000 && !wk_proc_stopped(pid); i++)
         usleep(5000);
 }
 
