@@ -1005,39 +1005,34 @@ static int check_storage(ck_ctx *c, pv_status *st) {
 
 static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_name,
                          pv_status *st) {
-    json_t *up = NULL;
+    pv_upgrade_rec up;
     int rc = pv_upgrade_get(c->r, c->k, cluster_id, &up, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
     if (rc != PV_OK) return rc;
-    int phase = (int)json_integer_value(json_object_get(up, "phase"));
     /* a finished upgrade is history: its nodes may have been removed since */
-    if (!pv_upgrade_phase_done(phase)) {
+    if (!pv_upgrade_phase_done(up.phase)) {
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "cluster %s", cluster_name);
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(up, "nodes"), i, n) {
-            if (rc != PV_OK) break;
-            if (!pv_strv_has(&c->node_ids, pv_json_str(n, "id")))
+        for (size_t i = 0; rc == PV_OK && i < up.n_nodes; i++) {
+            const pv_upgrade_node *n = &up.nodes[i];
+            if (!pv_strv_has(&c->node_ids, n->id))
                 ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_NODE", subject,
                     "its upgrade %s (batch %lld) names node %s (%s), which does not exist",
-                    pv_json_str(up, "operation_id"),
-                    (long long)json_integer_value(json_object_get(n, "batch")),
-                    pv_json_str(n, "name"), pv_json_str(n, "id"));
+                    up.operation_id, (long long)n->batch, n->name, n->id);
         }
         pv_op op = {0};
         pv_status ost = {0};
-        int orc = pv_op_get(c->r, c->k, pv_json_str(up, "operation_id"), &op, &ost);
+        int orc = pv_op_get(c->r, c->k, up.operation_id, &op, &ost);
         if (rc == PV_OK && (orc == PV_NOT_FOUND || (orc == PV_OK && pv_op_done(&op))))
             ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_STALE", subject,
-                "its upgrade is still in phase %d but its operation %s %s%s", phase,
-                pv_json_str(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
+                "its upgrade is still in phase %d but its operation %s %s%s", up.phase,
+                up.operation_id, orc == PV_OK ? "ended " : "has no record",
                 orc == PV_OK ? pv_op_status_name(op.status) : "");
         else if (rc == PV_OK && orc != PV_OK)
             rc = pv_status_set(st, orc, "%s", ost.msg);
         pv_op_clear(&op);
     }
-    json_decref(up);
+    pv_upgrade_rec_free(&up);
     return rc;
 }
 
