@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "pv_buf.h"
 #include "pv_json.h"
 #include "pv_path.h"
 #include "pv_time.h"
@@ -144,65 +145,62 @@ static bool iqn(const char *v) {
     return true;
 }
 
-static int check_value(const key_rule *r, const char *v, pv_status *st) {
-    bool ok;
+static bool host_list(const char *v) {
+    return each_item(v, host_port);
+}
+
+static bool dev_list(const char *v) {
+    return each_item(v, dev_path);
+}
+
+static bool percent(const char *v) {
+    char *end;
+    long p = strtol(v, &end, 10);
+    return *v && *end == '\0' && p >= 1 && p <= 100;
+}
+
+static bool ratio(const char *v) {
+    char *end;
+    double d = strtod(v, &end);
+    return *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
+}
+
+static bool any_text(const char *v) {
+    return *v && safe_text(v);
+}
+
+/* What each kind of key_rule takes, and how a refusal names it. */
+static const struct value_kind {
+    char kind;
+    bool (*ok)(const char *);
     const char *want;
+} k_value_kinds[] = {
+    {'p', safe_text, "a path without <>&'\" or control characters"},
+    {'h', host_port, "a host or host:port"},
+    {'l', host_list, "a comma-separated list of host or host:port"},
+    {'L', dev_list, "a comma-separated list of device paths under /dev"},
+    {'n', plain, "a plain name (letters, digits, '.', '_', '-')"},
+    {'q', iqn, "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')"},
+    {'u', is_uuid, "a UUID"},
+    {'%', percent, "a whole percentage from 1 to 100"},
+    {'r', ratio, "a ratio from 1 to 1000"},
+    {'s', any_text, "a non-empty value without <>&'\" or control characters"},
+};
+
+static int check_value(const key_rule *r, const char *v, pv_status *st) {
     if (strlen(v) > PV_PATH_MAX)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: %zu bytes, longer than %d",
                              r->key, strlen(v), PV_PATH_MAX);
     char field[80];
     snprintf(field, sizeof field, "config.%s", r->key);
-    switch (r->kind) {
-    case 'p':
-        if (pv_path_check_abs(field, v, st) != PV_OK) return st->code;
-        ok = safe_text(v);
-        want = "a path without <>&'\" or control characters";
-        break;
-    case 'h':
-        ok = host_port(v);
-        want = "a host or host:port";
-        break;
-    case 'l':
-        ok = each_item(v, host_port);
-        want = "a comma-separated list of host or host:port";
-        break;
-    case 'L':
-        ok = each_item(v, dev_path);
-        want = "a comma-separated list of device paths under /dev";
-        break;
-    case 'n':
-        ok = plain(v);
-        want = "a plain name (letters, digits, '.', '_', '-')";
-        break;
-    case 'q':
-        ok = iqn(v);
-        want = "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')";
-        break;
-    case 'u':
-        ok = is_uuid(v);
-        want = "a UUID";
-        break;
-    case '%': {
-        char *end;
-        long p = strtol(v, &end, 10);
-        ok = *v && *end == '\0' && p >= 1 && p <= 100;
-        want = "a whole percentage from 1 to 100";
-        break;
-    }
-    case 'r': {
-        char *end;
-        double d = strtod(v, &end);
-        ok = *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
-        want = "a ratio from 1 to 1000";
-        break;
-    }
-    default:
-        ok = *v && safe_text(v);
-        want = "a non-empty value without <>&'\" or control characters";
-    }
-    if (ok) return PV_OK;
+    /* a path is canonical and absolute first (pv_path's own message), then free of XML */
+    if (r->kind == 'p' && pv_path_check_abs(field, v, st) != PV_OK) return st->code;
+    const struct value_kind *k = &k_value_kinds[sizeof k_value_kinds / sizeof k_value_kinds[0] - 1];
+    for (size_t i = 0; i < sizeof k_value_kinds / sizeof k_value_kinds[0]; i++)
+        if (k_value_kinds[i].kind == r->kind) k = &k_value_kinds[i];
+    if (k->ok(v)) return PV_OK;
     return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: \"%.100s\" is not %s", r->key, v,
-                         want);
+                         k->want);
 }
 
 static const key_rule *find_rule(const key_rule *rules, size_t n, const char *key) {
@@ -244,50 +242,21 @@ int pv_storage_check_pool(int type, json_t *config, pv_status *st) {
 
 /* ---- pool XML ---- */
 
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 512) + (size_t)(n > 0 ? n : 0);
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 static const char *cfg(json_t *config, const char *key) {
     const char *v = json_string_value(json_object_get(config, key));
     return v ? v : "";
 }
 
 /* host[:port] split into <host name='' port=''/>. */
-static void sb_host(sbuf *b, const char *hp) {
+static void sb_host(pv_buf *b, const char *hp) {
     char host[256];
     snprintf(host, sizeof host, "%s", hp);
     char *colon = host[0] != '[' ? strrchr(host, ':') : NULL;
     if (colon) {
         *colon = '\0';
-        sb_add(b, "<host name='%s' port='%s'/>", host, colon + 1);
+        pv_buf_addf(b, "<host name='%s' port='%s'/>", host, colon + 1);
     } else {
-        sb_add(b, "<host name='%s'/>", host);
+        pv_buf_addf(b, "<host name='%s'/>", host);
     }
 }
 
@@ -298,49 +267,49 @@ int pv_storage_pool_xml(const char *name, const char *uuid, int type, json_t *co
         pv_storage_check_pool(type, config, st) != PV_OK)
         return st->code;
     static const char *const kinds[] = {"", "dir", "logical", "iscsi", "netfs", "rbd"};
-    sbuf b = {0};
-    sb_add(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
-    if (uuid && is_uuid(uuid)) sb_add(&b, "<uuid>%s</uuid>", uuid);
+    pv_buf b = {0};
+    pv_buf_addf(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
+    if (uuid && is_uuid(uuid)) pv_buf_addf(&b, "<uuid>%s</uuid>", uuid);
     char list[PV_PATH_MAX + 1];
     switch (type) {
     case PV_POOL_DIR:
-        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        pv_buf_addf(&b, "<target><path>%s</path></target>", cfg(config, "path"));
         break;
     case PV_POOL_LVM:
-        sb_add(&b, "<source><name>%s</name>", cfg(config, "volume_group"));
+        pv_buf_addf(&b, "<source><name>%s</name>", cfg(config, "volume_group"));
         snprintf(list, sizeof list, "%s", cfg(config, "devices"));
         for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save))
-            sb_add(&b, "<device path='%s'/>", d);
-        sb_add(&b, "<format type='lvm2'/></source><target><path>/dev/%s</path></target>",
-               cfg(config, "volume_group"));
+            pv_buf_addf(&b, "<device path='%s'/>", d);
+        pv_buf_addf(&b, "<format type='lvm2'/></source><target><path>/dev/%s</path></target>",
+                    cfg(config, "volume_group"));
         break;
     case PV_POOL_NFS:
-        sb_add(&b, "<source>");
+        pv_buf_addf(&b, "<source>");
         sb_host(&b, cfg(config, "server"));
-        sb_add(&b, "<dir path='%s'/><format type='nfs'/></source>", cfg(config, "export"));
-        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        pv_buf_addf(&b, "<dir path='%s'/><format type='nfs'/></source>", cfg(config, "export"));
+        pv_buf_addf(&b, "<target><path>%s</path></target>", cfg(config, "path"));
         break;
     case PV_POOL_ISCSI:
-        sb_add(&b, "<source>");
+        pv_buf_addf(&b, "<source>");
         sb_host(&b, cfg(config, "portal"));
-        sb_add(&b, "<device path='%s'/>", cfg(config, "target"));
+        pv_buf_addf(&b, "<device path='%s'/>", cfg(config, "target"));
         if (*cfg(config, "chap_username"))
-            sb_add(&b, "<auth type='chap' username='%s'><secret usage='%s'/></auth>",
-                   cfg(config, "chap_username"), cfg(config, "chap_secret"));
-        sb_add(&b, "</source><target><path>/dev/disk/by-path</path></target>");
+            pv_buf_addf(&b, "<auth type='chap' username='%s'><secret usage='%s'/></auth>",
+                        cfg(config, "chap_username"), cfg(config, "chap_secret"));
+        pv_buf_addf(&b, "</source><target><path>/dev/disk/by-path</path></target>");
         break;
     case PV_POOL_RBD:
-        sb_add(&b, "<source><name>%s</name>", cfg(config, "pool"));
+        pv_buf_addf(&b, "<source><name>%s</name>", cfg(config, "pool"));
         snprintf(list, sizeof list, "%s", cfg(config, "monitors"));
         for (char *save = NULL, *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save))
             sb_host(&b, m);
-        sb_add(&b, "<auth type='ceph' username='%s'><secret uuid='%s'/></auth></source>",
-               cfg(config, "user"), cfg(config, "secret_uuid"));
+        pv_buf_addf(&b, "<auth type='ceph' username='%s'><secret uuid='%s'/></auth></source>",
+                    cfg(config, "user"), cfg(config, "secret_uuid"));
         break;
     }
-    sb_add(&b, "</pool>");
+    pv_buf_addf(&b, "</pool>");
     if (b.oom) {
-        free(b.s);
+        pv_buf_free(&b);
         return pv_status_set(st, PV_INTERNAL, "pool XML: out of memory");
     }
     *xml = b.s;
