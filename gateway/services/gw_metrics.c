@@ -178,26 +178,25 @@ static void nodes_and_queues(gw_metrics *g, pv_metrics_text *t, pv_redis *r) {
 }
 
 static void pools(gw_metrics *g, pv_metrics_text *t, pv_redis *r) {
-    json_t *all = NULL;
+    pv_pool *all = NULL;
+    size_t n = 0;
     pv_status st;
-    if (pv_storage_list(r, &g->app->keys, "pool", NULL, &all, &st) != PV_OK) return;
+    if (pv_storage_list(r, &g->app->keys, PV_STO_POOL, NULL, (void **)&all, &n, &st) != PV_OK)
+        return;
     static const char *const names[] = {"pivirt_pool_capacity_bytes", "pivirt_pool_used_bytes"};
-    static const char *const fields[] = {"capacity", "used"};
     static const char *const helps[] = {"A storage pool's capacity.",
                                         "What a storage pool's space holds."};
     for (size_t f = 0; f < 2; f++) {
         pv_metrics_text_family(t, names[f], "gauge", helps[f]);
-        size_t i;
-        json_t *p;
-        json_array_foreach(all, i, p) {
+        for (size_t i = 0; i < n; i++) {
             char labels[300];
-            const char *kv[] = {"pool", json_string_value(json_object_get(p, "name"))};
+            const char *kv[] = {"pool", all[i].name};
             pv_metrics_labels(labels, sizeof labels, 1, kv);
             pv_metrics_text_value(t, names[f], labels,
-                                  (double)json_integer_value(json_object_get(p, fields[f])));
+                                  (double)(f == 0 ? all[i].capacity : all[i].used));
         }
     }
-    json_decref(all);
+    pv_storage_array_free(PV_STO_POOL, all, n);
 }
 
 static void collect(void *arg, pv_metrics_text *t) {

@@ -202,42 +202,41 @@ static int node_fill(const pv_node *n, pv_node_state state, node_msg *m) {
     return PV_OK;
 }
 
-/* The upgrade record of the node's cluster, read once per cluster and kept in cache (a JSON
- * object: cluster id -> record, or null when it has none). Borrowed from the cache. */
-static json_t *upgrade_record_of(gw_call *call, json_t *cache, const char *pod_id) {
-    json_t *rec = json_object_get(cache, pod_id);
-    if (rec) return json_is_null(rec) ? NULL : rec;
+/* The nodes the last upgrade of the node's cluster failed to roll back (when that upgrade
+ * FAILED), read once per cluster and kept in cache (a JSON object: cluster id -> an object of
+ * those node ids, empty when none). Borrowed from the cache. A failed read counts as none. */
+static json_t *upgrade_failures_of(gw_call *call, json_t *cache, const char *pod_id) {
+    json_t *failed = json_object_get(cache, pod_id);
+    if (failed) return failed;
+    failed = json_object();
     pv_status st;
-    if (pv_upgrade_get(gw_app_redis(call), keys_of(call), pod_id, &rec, &st) != PV_OK) rec = NULL;
-    json_object_set_new(cache, pod_id, rec ? rec : json_null());
-    return rec;
+    pv_upgrade_rec rec;
+    if (pv_upgrade_get(gw_app_redis(call), keys_of(call), pod_id, &rec, &st) == PV_OK &&
+        rec.phase == PV_UPGRADE_FAILED)
+        for (size_t i = 0; failed && i < rec.n_nodes; i++)
+            if (rec.nodes[i].state == PV_NODE_UPGRADE_FAILED)
+                json_object_set_new(failed, rec.nodes[i].id, json_true());
+    pv_upgrade_rec_free(&rec);
+    json_object_set_new(cache, pod_id, failed);
+    return failed;
 }
 
 /* DRAINING while an operation drains n; ERROR when the cluster's last upgrade failed to roll
- * it back (upgrade: its cluster's upgrade record, may be NULL); else 0. A failed read shows the
- * node as its record says. */
-static pv_node_state node_state_now(gw_call *call, const pv_node *n, json_t *upgrade) {
+ * it back (failed: upgrade_failures_of its cluster); else 0. A failed read shows the node as
+ * its record says. */
+static pv_node_state node_state_now(gw_call *call, const pv_node *n, json_t *failed) {
     bool draining = false;
     pv_status st;
     if (pv_cluster_node_draining(gw_app_redis(call), keys_of(call), n, &draining, &st) != PV_OK)
         pv_warn("node %s: drain state not read: %s", n->name, st.msg);
     if (draining) return PV_NODE_DRAINING;
-    if (json_integer_value(json_object_get(upgrade, "phase")) != PV_UPGRADE_FAILED) return 0;
-    size_t i;
-    json_t *x;
-    json_array_foreach(json_object_get(upgrade, "nodes"), i, x) {
-        const char *id = json_string_value(json_object_get(x, "id"));
-        if (id && strcmp(id, n->id) == 0 &&
-            json_integer_value(json_object_get(x, "state")) == PV_NODE_UPGRADE_FAILED)
-            return PV_NODE_ERROR;
-    }
-    return 0;
+    return json_object_get(failed, n->id) ? PV_NODE_ERROR : 0;
 }
 
 static int send_node(gw_call *call, const pv_node *n) {
     node_msg m;
     json_t *cache = json_object();
-    node_fill(n, node_state_now(call, n, upgrade_record_of(call, cache, n->pod_id)), &m);
+    node_fill(n, node_state_now(call, n, upgrade_failures_of(call, cache, n->pod_id)), &m);
     json_decref(cache);
     int rc = gw_call_send(call, &m.msg.base);
     node_msg_free(&m);
@@ -246,13 +245,13 @@ static int send_node(gw_call *call, const pv_node *n) {
 
 /* The phase of the cluster's current or last upgrade, 0 when it has none (or it is unread). */
 static int upgrade_phase(gw_call *call, pv_redis *r, const char *cluster_id) {
-    json_t *rec = NULL;
+    pv_upgrade_rec rec;
     pv_status st;
     int rc = pv_upgrade_get(r, keys_of(call), cluster_id, &rec, &st);
     if (rc != PV_OK && rc != PV_NOT_FOUND)
         pv_warn("cluster %s: upgrade record: %s", cluster_id, st.msg);
-    int phase = rec ? (int)json_integer_value(json_object_get(rec, "phase")) : 0;
-    json_decref(rec);
+    int phase = rc == PV_OK ? rec.phase : 0;
+    pv_upgrade_rec_free(&rec);
     return phase;
 }
 
@@ -537,10 +536,10 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
     pv_node *nodes = NULL;
     size_t n = 0;
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &n, &st);
-    json_t *upgrades = json_object(); /* each cluster's upgrade record, read once */
+    json_t *upgrades = json_object(); /* each cluster's upgrade failures, read once */
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         node_msg m;
-        json_t *up = upgrade_record_of(call, upgrades, nodes[i].pod_id);
+        json_t *up = upgrade_failures_of(call, upgrades, nodes[i].pod_id);
         node_fill(&nodes[i], node_state_now(call, &nodes[i], up), &m);
         bool keep = pv_cluster_labels_match(nodes[i].labels, want) &&
                     (req->role == PIVIRT__CLUSTER__V1__NODE_ROLE__NODE_ROLE_UNSPECIFIED ||
@@ -924,21 +923,20 @@ static void on_upgrade_cluster(gw_call *call, const ProtobufCMessage *msg) {
 }
 
 /* The record GetUpgradeStatus answers: the worker's, or, while the newest upgrade operation has
- * not written one yet, a PENDING one made from its parameters. *out NULL: never upgraded. */
+ * not written one yet, a PENDING one made from its parameters. NOT_FOUND: never upgraded. */
 static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_node *nodes,
-                          size_t nn, json_t **out, pv_status *st) {
-    *out = NULL;
+                          size_t nn, pv_upgrade_rec *out, pv_status *st) {
     int rc = pv_upgrade_get(r, keys_of(call), p->id, out, st);
     if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
+    bool found = rc == PV_OK;
     pv_op_filter f = {.kind = PV_KIND_UPGRADE, .target = p->id, .status = PV_OP_ANY, .limit = 1};
     pv_op *ops = NULL;
     size_t n = 0;
     if (pv_op_list(r, keys_of(call), &f, &ops, &n, st) != PV_OK) {
-        json_decref(*out);
-        *out = NULL;
+        pv_upgrade_rec_free(out);
         return st->code;
     }
-    const char *owner = json_string_value(json_object_get(*out, "operation_id"));
+    const char *owner = out->operation_id;
     if (n == 1 && !pv_op_done(&ops[0]) && (!owner || strcmp(owner, ops[0].id) != 0)) {
         json_t *params = json_loads(ops[0].params, 0, NULL),
                *js = json_object_get(params, "strategy");
@@ -949,16 +947,18 @@ static int upgrade_record(gw_call *call, pv_redis *r, const pv_pod *p, const pv_
             .partition = (int)json_integer_value(json_object_get(js, "partition"))};
         const char *from = json_string_value(json_object_get(params, "from"));
         const char *to = json_string_value(json_object_get(params, "to"));
-        json_t *pending = pv_upgrade_new_record_of(ops[0].id, p->id, from ? from : "", to ? to : "",
-                                                   &us, nodes, nn, ops[0].created_ms);
-        json_decref(params);
-        if (pending) {
-            json_decref(*out);
+        pv_upgrade_rec pending;
+        if (pv_upgrade_new_record_of(ops[0].id, p->id, from ? from : "", to ? to : "", &us, nodes,
+                                     nn, ops[0].created_ms, &pending) == 0) {
+            pv_upgrade_rec_free(out);
             *out = pending;
+            found = true;
         }
+        json_decref(params);
     }
     pv_op_array_free(ops, n);
-    return PV_OK;
+    return found ? PV_OK
+                 : pv_status_set(st, PV_NOT_FOUND, "cluster %s has never been upgraded", p->name);
 }
 
 /* What a node reports as its version now ("" when nothing). */
@@ -979,12 +979,10 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     pv_pod p = {0};
     pv_node *nodes = NULL;
     size_t nn = 0;
-    json_t *rec = NULL;
+    pv_upgrade_rec rec = {0};
     int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, keys_of(call), p.name, &nodes, &nn, &st);
     if (rc == PV_OK) rc = upgrade_record(call, r, &p, nodes, nn, &rec, &st);
-    if (rc == PV_OK && !rec)
-        rc = pv_status_set(&st, PV_NOT_FOUND, "cluster %s has never been upgraded", p.name);
     if (rc != PV_OK) {
         finish_status(call, &st);
         pv_node_array_free(nodes, nn);
@@ -994,40 +992,39 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     Pivirt__Cluster__V1__UpgradeStatus m = PIVIRT__CLUSTER__V1__UPGRADE_STATUS__INIT;
     Pivirt__Cluster__V1__UpgradeStrategy strat = PIVIRT__CLUSTER__V1__UPGRADE_STRATEGY__INIT;
     Google__Protobuf__Timestamp started, updated, finished;
-    json_t *js = json_object_get(rec, "strategy"), *jn = json_object_get(rec, "nodes");
-    m.cluster_id = (char *)pv_json_str(rec, "cluster_id");
-    m.operation_id = (char *)pv_json_str(rec, "operation_id");
-    m.phase = (Pivirt__Cluster__V1__UpgradePhase)pv_json_int(rec, "phase");
-    m.from_version = (char *)pv_json_str(rec, "from");
-    m.to_version = (char *)pv_json_str(rec, "to");
-    strat.type = (Pivirt__Cluster__V1__UpgradeType)pv_json_int(js, "type");
-    strat.max_surge = (int32_t)pv_json_int(js, "max_surge");
-    strat.max_unavailable = (int32_t)pv_json_int(js, "max_unavailable");
-    strat.partition = (int32_t)pv_json_int(js, "partition");
+    m.cluster_id = rec.cluster_id;
+    m.operation_id = rec.operation_id;
+    m.phase = (Pivirt__Cluster__V1__UpgradePhase)rec.phase;
+    m.from_version = rec.from;
+    m.to_version = rec.to;
+    strat.type = (Pivirt__Cluster__V1__UpgradeType)rec.strategy.type;
+    strat.max_surge = rec.strategy.max_surge;
+    strat.max_unavailable = rec.strategy.max_unavailable;
+    strat.partition = rec.strategy.partition;
     m.strategy = &strat;
-    m.message = (char *)pv_json_str(rec, "message");
-    m.downgrade = json_is_true(json_object_get(rec, "downgrade"));
-    size_t n = json_array_size(jn);
+    m.message = rec.message;
+    m.downgrade = rec.downgrade;
+    size_t n = rec.n_nodes;
     Pivirt__Cluster__V1__NodeUpgradeStatus *ns = calloc(n ? n : 1, sizeof *ns);
     Pivirt__Cluster__V1__NodeUpgradeStatus **np = calloc(n ? n : 1, sizeof *np);
     Google__Protobuf__Timestamp *ts = calloc(2 * (n ? n : 1), sizeof *ts);
     json_t **infos = calloc(n ? n : 1, sizeof *infos);
     if (!ns || !np || !ts || !infos) n = 0;
     for (size_t i = 0; i < n; i++) {
-        json_t *x = json_array_get(jn, i);
+        const pv_upgrade_node *x = &rec.nodes[i];
         pivirt__cluster__v1__node_upgrade_status__init(&ns[i]);
-        ns[i].node_id = (char *)pv_json_str(x, "id");
-        ns[i].node_name = (char *)pv_json_str(x, "name");
-        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)pv_json_int(x, "state");
-        ns[i].message = (char *)pv_json_str(x, "message");
-        ns[i].batch = (int32_t)pv_json_int(x, "batch");
+        ns[i].node_id = x->id;
+        ns[i].node_name = x->name;
+        ns[i].state = (Pivirt__Cluster__V1__NodeUpgradeState)x->state;
+        ns[i].message = x->message;
+        ns[i].batch = x->batch;
         ns[i].version = (char *)reported_version(nodes, nn, ns[i].node_name, &infos[i]);
-        if (pv_json_int(x, "started_ms")) {
-            timestamp(&ts[2 * i], pv_json_int(x, "started_ms"));
+        if (x->started_ms) {
+            timestamp(&ts[2 * i], x->started_ms);
             ns[i].started_at = &ts[2 * i];
         }
-        if (pv_json_int(x, "finished_ms")) {
-            timestamp(&ts[2 * i + 1], pv_json_int(x, "finished_ms"));
+        if (x->finished_ms) {
+            timestamp(&ts[2 * i + 1], x->finished_ms);
             ns[i].finished_at = &ts[2 * i + 1];
         }
         np[i] = &ns[i];
@@ -1038,19 +1035,19 @@ static void on_get_upgrade_status(gw_call *call, const ProtobufCMessage *msg) {
     }
     m.nodes = np;
     m.n_nodes = n;
-    timestamp(&started, pv_json_int(rec, "started_ms"));
-    timestamp(&updated, pv_json_int(rec, "updated_ms"));
+    timestamp(&started, rec.started_ms);
+    timestamp(&updated, rec.updated_ms);
     m.started_at = &started;
     m.updated_at = &updated;
-    if (pv_json_int(rec, "finished_ms")) {
-        timestamp(&finished, pv_json_int(rec, "finished_ms"));
+    if (rec.finished_ms) {
+        timestamp(&finished, rec.finished_ms);
         m.finished_at = &finished;
     }
     gw_call_reply(call, &m.base);
     for (size_t i = 0; infos && i < n; i++)
         json_decref(infos[i]);
     PV_FREE(infos, ns, np, ts);
-    json_decref(rec);
+    pv_upgrade_rec_free(&rec);
     pv_node_array_free(nodes, nn);
     pv_pod_clear(&p);
 }

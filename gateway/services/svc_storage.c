@@ -55,7 +55,14 @@ static void finish_status(gw_call *call, const pv_status *st) {
 }
 
 static bool answer_retry(gw_call *call, const char *kind);
-static void answer_pool(gw_call *call, const char *name, json_t *fallback, bool pending);
+static void answer_pool(gw_call *call, const char *name, const pv_pool *fallback, bool pending);
+
+/* A record of any storage kind, as pv_storage_get fills it. */
+typedef union sto_rec {
+    pv_pool pool;
+    pv_volume vol;
+    pv_snapshot snap;
+} sto_rec;
 
 /* ---- maps and timestamps ---- */
 
@@ -110,71 +117,64 @@ static void ts_of(Google__Protobuf__Timestamp *ts, int64_t ms) {
 
 /* ---- messages ---- */
 
-static int send_pool(gw_call *call, json_t *rec, bool reply) {
+/* Sends m (a unary call's reply or a stream's next message): 0, or -1 when the stream is gone. */
+static int send_msg(gw_call *call, ProtobufCMessage *m, bool reply) {
+    if (!reply) return gw_call_send(call, m);
+    gw_call_reply(call, m);
+    return 0;
+}
+
+static int send_pool(gw_call *call, const pv_pool *rec, bool reply) {
     Pivirt__Storage__V1__StoragePool m = PIVIRT__STORAGE__V1__STORAGE_POOL__INIT;
     Google__Protobuf__Timestamp created;
-    m.name = (char *)pv_json_str(rec, "name");
-    m.type = (Pivirt__Storage__V1__PoolType)pv_json_int(rec, "type");
-    m.status = (Pivirt__Storage__V1__PoolStatus)pv_json_int(rec, "status");
-    m.capacity_bytes = pv_json_int(rec, "capacity");
-    m.used_bytes = pv_json_int(rec, "used");
-    m.available_bytes = pv_json_int(rec, "available");
-    json_t *config = json_object_get(rec, "config");
+    m.name = rec->name ? rec->name : "";
+    m.type = (Pivirt__Storage__V1__PoolType)rec->type;
+    m.status = (Pivirt__Storage__V1__PoolStatus)rec->status;
+    m.capacity_bytes = rec->capacity;
+    m.used_bytes = rec->used;
+    m.available_bytes = rec->available;
     m.config = (Pivirt__Storage__V1__StoragePool__ConfigEntry **)map_entries(
-        config, &pivirt__storage__v1__storage_pool__config_entry__descriptor, &m.n_config);
-    ts_of(&created, pv_json_int(rec, "created_ms"));
+        rec->config, &pivirt__storage__v1__storage_pool__config_entry__descriptor, &m.n_config);
+    ts_of(&created, rec->created_ms);
     m.created_at = &created;
-    int rc = 0;
-    if (reply)
-        gw_call_reply(call, &m.base);
-    else
-        rc = gw_call_send(call, &m.base);
+    int rc = send_msg(call, &m.base, reply);
     map_free((void **)m.config);
     return rc;
 }
 
-static int send_volume(gw_call *call, json_t *rec, bool reply) {
+static int send_volume(gw_call *call, const pv_volume *rec, bool reply) {
     Pivirt__Storage__V1__Volume m = PIVIRT__STORAGE__V1__VOLUME__INIT;
     Google__Protobuf__Timestamp created, updated;
-    m.id = (char *)pv_json_str(rec, "id");
-    m.name = (char *)pv_json_str(rec, "name");
-    m.pool = (char *)pv_json_str(rec, "pool");
-    m.size_bytes = pv_json_int(rec, "size");
-    m.used_bytes = pv_json_int(rec, "used");
-    m.format = (Pivirt__Storage__V1__VolumeFormat)pv_json_int(rec, "format");
-    m.status = (Pivirt__Storage__V1__VolumeStatus)pv_json_int(rec, "status");
+    m.id = rec->id ? rec->id : "";
+    m.name = rec->name ? rec->name : "";
+    m.pool = rec->pool ? rec->pool : "";
+    m.size_bytes = rec->size;
+    m.used_bytes = rec->used;
+    m.format = (Pivirt__Storage__V1__VolumeFormat)rec->format;
+    m.status = (Pivirt__Storage__V1__VolumeStatus)rec->status;
     m.labels = (Pivirt__Storage__V1__Volume__LabelsEntry **)map_entries(
-        json_object_get(rec, "labels"), &pivirt__storage__v1__volume__labels_entry__descriptor,
-        &m.n_labels);
-    ts_of(&created, pv_json_int(rec, "created_ms"));
-    ts_of(&updated, pv_json_int(rec, "updated_ms"));
+        rec->labels, &pivirt__storage__v1__volume__labels_entry__descriptor, &m.n_labels);
+    ts_of(&created, rec->created_ms);
+    ts_of(&updated, rec->updated_ms);
     m.created_at = &created;
     m.updated_at = &updated;
-    int rc = 0;
-    if (reply)
-        gw_call_reply(call, &m.base);
-    else
-        rc = gw_call_send(call, &m.base);
+    int rc = send_msg(call, &m.base, reply);
     map_free((void **)m.labels);
     return rc;
 }
 
-static int send_snapshot(gw_call *call, json_t *rec, bool reply) {
+static int send_snapshot(gw_call *call, const pv_snapshot *rec, bool reply) {
     Pivirt__Storage__V1__Snapshot m = PIVIRT__STORAGE__V1__SNAPSHOT__INIT;
     Google__Protobuf__Timestamp created;
-    m.id = (char *)pv_json_str(rec, "id");
-    m.name = (char *)pv_json_str(rec, "name");
-    m.volume_id = (char *)pv_json_str(rec, "volume_id");
-    m.size_bytes = pv_json_int(rec, "size");
-    m.status = (Pivirt__Storage__V1__SnapshotStatus)pv_json_int(rec, "status");
-    m.parent_snapshot_id = (char *)pv_json_str(rec, "parent");
-    ts_of(&created, pv_json_int(rec, "created_ms"));
+    m.id = rec->id ? rec->id : "";
+    m.name = rec->name ? rec->name : "";
+    m.volume_id = rec->volume_id ? rec->volume_id : "";
+    m.size_bytes = rec->size;
+    m.status = (Pivirt__Storage__V1__SnapshotStatus)rec->status;
+    m.parent_snapshot_id = rec->parent ? rec->parent : "";
+    ts_of(&created, rec->created_ms);
     m.created_at = &created;
-    if (reply) {
-        gw_call_reply(call, &m.base);
-        return 0;
-    }
-    return gw_call_send(call, &m.base);
+    return send_msg(call, &m.base, reply);
 }
 
 static void reply_empty(gw_call *call) {
@@ -262,27 +262,27 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     return rc;
 }
 
-static int node_of_pool(json_t *pool, char *out, size_t cap) {
-    snprintf(out, cap, "%s", pv_json_str(pool, "node"));
+static int node_of_pool(const pv_pool *pool, char *out, size_t cap) {
+    snprintf(out, cap, "%s", pool->node ? pool->node : "");
     return PV_OK;
 }
 
 /* The pool a request names in field: a plain name, else INVALID_ARGUMENT naming the field (a
  * malformed name is no name of a pool: not NOT_FOUND echoing it). */
-static int get_pool(gw_call *call, const char *field, const char *name, json_t **rec,
+static int get_pool(gw_call *call, const char *field, const char *name, pv_pool *rec,
                     pv_status *st) {
-    *rec = NULL;
+    memset(rec, 0, sizeof *rec);
     if (pv_storage_check_name(field, name, st) != PV_OK) return st->code;
-    return pv_storage_get(gw_app_redis(call), keys_of(call), "pool", name, rec, st);
+    return pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_POOL, name, rec, st);
 }
 
 /* The volume ("vol": by id, or by a name one pool holds) or snapshot ("snap") a request names in
  * field, checked as a reference first (pv_id_check). */
-static int get_ref(gw_call *call, const char *kind, const char *field, const char *ref,
-                   json_t **rec, pv_status *st) {
-    *rec = NULL;
+static int get_ref(gw_call *call, pv_sto_kind kind, const char *field, const char *ref, void *rec,
+                   pv_status *st) {
+    memset(rec, 0, kind == PV_STO_VOL ? sizeof(pv_volume) : sizeof(pv_snapshot));
     if (pv_id_check(field, ref, st) != PV_OK) return st->code;
-    if (strcmp(kind, "vol") == 0)
+    if (kind == PV_STO_VOL)
         return pv_storage_find_volume(gw_app_redis(call), keys_of(call), ref, rec, st);
     return pv_storage_get(gw_app_redis(call), keys_of(call), kind, ref, rec, st);
 }
@@ -295,7 +295,7 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     pv_redis *r = gw_app_redis(call);
     pv_status st;
     json_t *config = map_json((void *const *)req->config, req->n_config);
-    json_t *rec = NULL;
+    pv_pool rec = {0};
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     if (rc == PV_OK && req->type == PIVIRT__STORAGE__V1__POOL_TYPE__POOL_TYPE_UNSPECIFIED)
@@ -305,14 +305,13 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
                            "config.status_message: set by pivirt, not by the caller");
     if (rc == PV_OK) rc = pv_storage_check_pool((int)req->type, config, &st);
     if (rc == PV_OK) {
-        rc = pv_storage_get(r, keys_of(call), "pool", req->name, &rec, &st);
+        rc = pv_storage_get(r, keys_of(call), PV_STO_POOL, req->name, &rec, &st);
         if (rc == PV_OK)
             rc = pv_status_set(&st, PV_ALREADY_EXISTS, "name: a pool named %s already exists",
                                req->name);
         else if (rc == PV_NOT_FOUND)
             rc = PV_OK;
-        json_decref(rec);
-        rec = NULL;
+        pv_storage_free(PV_STO_POOL, &rec);
     }
     char node[256];
     if (json_object_get(config, "node"))
@@ -330,41 +329,35 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
         json_decref(params);
     }
     if (rc == PV_OK) {
-        json_t *asked =
-            json_pack("{s:i, s:O, s:s}", "type", (int)req->type, "config", config, "node", node);
-        answer_pool(call, req->name, asked, pending);
-        json_decref(asked);
+        pv_pool asked = {.name = req->name, .type = (int)req->type, .config = config, .node = node};
+        answer_pool(call, req->name, &asked, pending);
     } else {
         finish_status(call, &st);
     }
-    json_decref(rec);
     json_decref(config);
 }
 
 static void on_get_pool(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetPoolRequest *req = (const void *)msg;
     pv_status st;
-    json_t *rec = NULL;
+    pv_pool rec;
     if (get_pool(call, "name", req->name, &rec, &st) != PV_OK) return finish_status(call, &st);
-    send_pool(call, rec, true);
-    json_decref(rec);
+    send_pool(call, &rec, true);
+    pv_storage_free(PV_STO_POOL, &rec);
 }
 
 static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListPoolsRequest *req = (const void *)msg;
     pv_status st;
-    json_t *all = NULL;
-    int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
-    if (rc == PV_OK)
-        rc = pv_storage_list(gw_app_redis(call), keys_of(call), "pool", NULL, &all, &st);
-    size_t i;
-    json_t *p;
-    json_array_foreach(all, i, p) {
-        if (rc != PV_OK) break;
-        if (req->type && pv_json_int(p, "type") != (int64_t)req->type) continue;
-        if (send_pool(call, p, false) != 0) rc = PV_CANCELLED;
+    pv_pool *all = NULL;
+    size_t n = 0;
+    int rc = pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_POOL, NULL, (void **)&all,
+                             &n, &st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (req->type && all[i].type != (int)req->type) continue;
+        if (send_pool(call, &all[i], false) != 0) rc = PV_CANCELLED;
     }
-    json_decref(all);
+    pv_storage_array_free(PV_STO_POOL, all, n);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
@@ -376,18 +369,20 @@ static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeletePoolRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
-    json_t *rec = NULL, *vols = NULL;
+    pv_pool rec;
+    pv_volume *vols = NULL;
+    size_t nv = 0;
     int rc = get_pool(call, "name", req->name, &rec, &st);
-    if (rc == PV_OK) rc = pv_storage_list(r, keys_of(call), "vol", req->name, &vols, &st);
-    if (rc == PV_OK && json_array_size(vols) > 0)
+    if (rc == PV_OK)
+        rc = pv_storage_list(r, keys_of(call), PV_STO_VOL, req->name, (void **)&vols, &nv, &st);
+    if (rc == PV_OK && nv > 0)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "pool %s still holds %zu volume(s) (%s%s): delete them first", req->name,
-                           json_array_size(vols), pv_json_str(json_array_get(vols, 0), "name"),
-                           json_array_size(vols) > 1 ? ", ..." : "");
+                           nv, vols[0].name, nv > 1 ? ", ..." : "");
     bool pending = false;
     char node[256] = "", target[300];
     if (rc == PV_OK) {
-        node_of_pool(rec, node, sizeof node);
+        node_of_pool(&rec, node, sizeof node);
         snprintf(target, sizeof target, "pool:%s", req->name);
         json_t *params = json_pack("{s:s}", "name", req->name);
         rc = run_op(call, PV_KIND_POOL_DELETE, node, target, NULL, 0, params, true, &pending, NULL,
@@ -398,41 +393,42 @@ static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
         reply_empty(call);
     else
         finish_status(call, &st);
-    json_decref(rec);
-    json_decref(vols);
+    pv_storage_free(PV_STO_POOL, &rec);
+    pv_storage_array_free(PV_STO_VOL, vols, nv);
 }
 
 static void on_get_pool_stats(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetPoolStatsRequest *req = (const void *)msg;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
-    json_t *rec = NULL, *vols = NULL;
+    pv_pool rec;
+    pv_volume *vols = NULL;
+    size_t nv = 0;
     int rc = get_pool(call, "name", req->name, &rec, &st);
-    if (rc == PV_OK) rc = pv_storage_list(r, keys_of(call), "vol", req->name, &vols, &st);
+    if (rc == PV_OK)
+        rc = pv_storage_list(r, keys_of(call), PV_STO_VOL, req->name, (void **)&vols, &nv, &st);
     Pivirt__Storage__V1__PoolStats m = PIVIRT__STORAGE__V1__POOL_STATS__INIT;
-    size_t i;
-    json_t *v;
-    json_array_foreach(vols, i, v) {
-        if (rc != PV_OK) break;
-        json_t *snaps = NULL;
-        rc = pv_storage_list(r, keys_of(call), "snap", pv_json_str(v, "id"), &snaps, &st);
-        m.snapshot_count += (int32_t)json_array_size(snaps);
-        json_decref(snaps);
+    for (size_t i = 0; rc == PV_OK && i < nv; i++) {
+        void *snaps = NULL;
+        size_t ns = 0;
+        rc = pv_storage_list(r, keys_of(call), PV_STO_SNAP, vols[i].id, &snaps, &ns, &st);
+        m.snapshot_count += (int32_t)ns;
+        pv_storage_array_free(PV_STO_SNAP, snaps, ns);
     }
     if (rc == PV_OK) {
-        m.name = (char *)pv_json_str(rec, "name");
-        m.capacity_bytes = pv_json_int(rec, "capacity");
-        m.used_bytes = pv_json_int(rec, "used");
-        m.available_bytes = pv_json_int(rec, "available");
-        m.volume_count = (int32_t)json_array_size(vols);
+        m.name = rec.name;
+        m.capacity_bytes = rec.capacity;
+        m.used_bytes = rec.used;
+        m.available_bytes = rec.available;
+        m.volume_count = (int32_t)nv;
         m.usage_percent =
             m.capacity_bytes > 0 ? 100.0 * (double)m.used_bytes / (double)m.capacity_bytes : 0;
         gw_call_reply(call, &m.base);
     } else {
         finish_status(call, &st);
     }
-    json_decref(rec);
-    json_decref(vols);
+    pv_storage_free(PV_STO_POOL, &rec);
+    pv_storage_array_free(PV_STO_VOL, vols, nv);
 }
 
 /* ---- volumes ---- */
@@ -447,60 +443,85 @@ static bool labels_match(json_t *have, json_t *want) {
     return true;
 }
 
-/* Answers the volume id after a mutation: the record, or CREATING when its agent has not
- * written it yet (pending). */
-static void answer_volume(gw_call *call, const char *id, json_t *fallback, bool pending) {
+/* Answers the volume id after a mutation: the record, or the fallback (CREATING) when its agent
+ * has not written it yet (pending). */
+static void answer_volume(gw_call *call, const char *id, const pv_volume *fallback, bool pending) {
     pv_status st;
-    json_t *rec = NULL;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), "vol", id, &rec, &st);
-    if (rc == PV_NOT_FOUND && pending && fallback) {
+    pv_volume rec;
+    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_VOL, id, &rec, &st);
+    if (rc == PV_NOT_FOUND && pending && fallback)
         send_volume(call, fallback, true);
-        return;
-    }
-    if (rc == PV_OK) {
-        send_volume(call, rec, true);
-        json_decref(rec);
-    } else {
+    else if (rc == PV_OK)
+        send_volume(call, &rec, true);
+    else
         finish_status(call, &st);
-    }
+    pv_storage_free(PV_STO_VOL, &rec);
 }
 
 /* Answers pool `name` after its creation: the record, or INACTIVE from what was asked
- * (fallback: name, type, config, node) while its agent has not made it (pending). */
-static void answer_pool(gw_call *call, const char *name, json_t *fallback, bool pending) {
+ * (fallback: type, config, node) while its agent has not made it (pending). */
+static void answer_pool(gw_call *call, const char *name, const pv_pool *fallback, bool pending) {
     pv_status st;
-    json_t *rec = NULL;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", name, &rec, &st);
+    pv_pool rec;
+    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_POOL, name, &rec, &st);
     if (rc == PV_NOT_FOUND && pending && fallback) {
-        rec = json_pack("{s:s, s:O, s:i, s:O, s:O}", "name", name, "type",
-                        json_object_get(fallback, "type"), "status", 2 /* INACTIVE */, "config",
-                        json_object_get(fallback, "config"), "node",
-                        json_object_get(fallback, "node"));
-        rc = rec ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
-    }
-    if (rc == PV_OK)
-        send_pool(call, rec, true);
-    else
+        pv_pool asked = {.name = (char *)name,
+                         .type = fallback->type,
+                         .status = PV_POOL_INACTIVE,
+                         .config = fallback->config,
+                         .node = fallback->node};
+        send_pool(call, &asked, true);
+    } else if (rc == PV_OK) {
+        send_pool(call, &rec, true);
+    } else {
         finish_status(call, &st);
-    json_decref(rec);
+    }
+    pv_storage_free(PV_STO_POOL, &rec);
 }
 
-/* Answers snapshot id after its creation: the record, or CREATING while pending. */
-static void answer_snapshot(gw_call *call, const char *id, json_t *fallback, bool pending) {
+/* Answers snapshot id after its creation: the record, or CREATING from what was asked
+ * (fallback: name, volume_id) while pending. */
+static void answer_snapshot(gw_call *call, const char *id, const pv_snapshot *fallback,
+                            bool pending) {
     pv_status st;
-    json_t *rec = NULL;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), "snap", id, &rec, &st);
+    pv_snapshot rec;
+    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_SNAP, id, &rec, &st);
     if (rc == PV_NOT_FOUND && pending && fallback) {
-        rec = json_pack("{s:s, s:O, s:O, s:i}", "id", id, "name", json_object_get(fallback, "name"),
-                        "volume_id", json_object_get(fallback, "volume_id"), "status",
-                        PV_SNAP_CREATING);
-        rc = rec ? PV_OK : pv_status_set(&st, PV_INTERNAL, "out of memory");
-    }
-    if (rc == PV_OK)
-        send_snapshot(call, rec, true);
-    else
+        pv_snapshot asked = {.id = (char *)id,
+                             .name = fallback->name,
+                             .volume_id = fallback->volume_id,
+                             .status = PV_SNAP_CREATING};
+        send_snapshot(call, &asked, true);
+    } else if (rc == PV_OK) {
+        send_snapshot(call, &rec, true);
+    } else {
         finish_status(call, &st);
-    json_decref(rec);
+    }
+    pv_storage_free(PV_STO_SNAP, &rec);
+}
+
+/* Answers a retried call from its operation's params, read as the record they describe (a
+ * pool's, a snapshot's, a volume's: the fields they share are named alike). */
+static void answer_from_params(gw_call *call, const char *kind, json_t *params, bool pending) {
+    pv_status st;
+    sto_rec asked;
+    pv_sto_kind sk = strcmp(kind, PV_KIND_POOL_CREATE) == 0       ? PV_STO_POOL
+                     : strcmp(kind, PV_KIND_SNAPSHOT_CREATE) == 0 ? PV_STO_SNAP
+                                                                  : PV_STO_VOL;
+    const pv_record_schema *schema = sk == PV_STO_POOL   ? &pv_pool_schema
+                                     : sk == PV_STO_SNAP ? &pv_snapshot_schema
+                                                         : &pv_volume_schema;
+    if (pv_record_decode_json(schema, "params", params, &asked, &st) != PV_OK)
+        return finish_status(call, &st);
+    if (sk == PV_STO_POOL) {
+        answer_pool(call, asked.pool.name, &asked.pool, pending);
+    } else if (sk == PV_STO_SNAP) {
+        answer_snapshot(call, asked.snap.id, &asked.snap, pending);
+    } else { /* volume_create, volume_clone, volume_resize: params.id is the volume */
+        if (!asked.vol.status) asked.vol.status = PV_VOL_CREATING;
+        answer_volume(call, asked.vol.id, &asked.vol, pending);
+    }
+    pv_storage_free(sk, &asked);
 }
 
 /* A call retried with the x-request-id of an earlier one (its answer lost with a gateway or a
@@ -529,19 +550,12 @@ static bool answer_retry(gw_call *call, const char *kind) {
     if (rc == PV_OK) rc = op_outcome(&rec, &pending, &st);
     if (rc == PV_OK && !(params = json_loads(rec.params ? rec.params : "", 0, NULL)))
         rc = pv_status_set(&st, PV_INTERNAL, "operation %s: its params are not JSON", rec.id);
-    if (rc != PV_OK) {
+    if (rc != PV_OK)
         finish_status(call, &st);
-    } else if (strstr(kind, "_delete")) {
+    else if (strstr(kind, "_delete"))
         reply_empty(call);
-    } else if (strcmp(kind, PV_KIND_POOL_CREATE) == 0) {
-        answer_pool(call, pv_json_str(params, "name"), params, pending);
-    } else if (strcmp(kind, PV_KIND_SNAPSHOT_CREATE) == 0) {
-        answer_snapshot(call, pv_json_str(params, "id"), params, pending);
-    } else { /* volume_create, volume_clone, volume_resize: params.id is the volume */
-        if (!json_object_get(params, "status"))
-            json_object_set_new(params, "status", json_integer(PV_VOL_CREATING));
-        answer_volume(call, pv_json_str(params, "id"), params, pending);
-    }
+    else
+        answer_from_params(call, kind, params, pending);
     pv_info("a retried call (x-request-id %.100s) answered from operation %s (%s)",
             gw_call_request_id(call), op_id, kind);
     json_decref(params);
@@ -553,7 +567,8 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_VOLUME_CREATE)) return;
     pv_status st;
-    json_t *pool = NULL, *labels = map_json((void *const *)req->labels, req->n_labels);
+    pv_pool pool = {0};
+    json_t *labels = map_json((void *const *)req->labels, req->n_labels);
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     if (rc == PV_OK && req->size_bytes <= 0)
@@ -569,105 +584,112 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     char id[PV_ID_MAX], node[256];
     pv_id_new("vol", id, sizeof id);
     bool pending = false;
-    json_t *params = NULL;
     if (rc == PV_OK) {
-        node_of_pool(pool, node, sizeof node);
-        params = json_pack("{s:s, s:s, s:s, s:I, s:i, s:O}", "id", id, "name", req->name, "pool",
-                           req->pool, "size", (json_int_t)req->size_bytes, "format",
-                           (int)req->format, "labels", labels);
+        node_of_pool(&pool, node, sizeof node);
+        json_t *params = json_pack("{s:s, s:s, s:s, s:I, s:i, s:O}", "id", id, "name", req->name,
+                                   "pool", req->pool, "size", (json_int_t)req->size_bytes, "format",
+                                   (int)req->format, "labels", labels);
         rc = run_op(call, PV_KIND_VOLUME_CREATE, node, id, NULL, 0, params, true, &pending, NULL,
                     &st);
+        json_decref(params);
     }
     if (rc == PV_OK) {
-        json_object_set_new(params, "status", json_integer(PV_VOL_CREATING));
-        answer_volume(call, id, params, pending);
+        pv_volume asked = {.id = id,
+                           .name = req->name,
+                           .pool = req->pool,
+                           .size = req->size_bytes,
+                           .format = (int)req->format,
+                           .status = PV_VOL_CREATING,
+                           .labels = labels};
+        answer_volume(call, id, &asked, pending);
     } else {
         finish_status(call, &st);
     }
-    json_decref(params);
-    json_decref(pool);
+    pv_storage_free(PV_STO_POOL, &pool);
     json_decref(labels);
 }
 
-/* Get by id: the record of kind named by id, answered by send. */
-static void answer_ref(gw_call *call, const char *kind, const char *id,
-                       int (*send)(gw_call *, json_t *, bool)) {
+/* Get by id: the volume or snapshot named by id. */
+static void answer_ref(gw_call *call, pv_sto_kind kind, const char *id) {
     pv_status st;
-    json_t *rec = NULL;
-    if (get_ref(call, kind, "id", id, &rec, &st) == PV_OK)
-        send(call, rec, true);
-    else
+    sto_rec rec;
+    if (get_ref(call, kind, "id", id, &rec, &st) != PV_OK)
         finish_status(call, &st);
-    json_decref(rec);
+    else if (kind == PV_STO_VOL)
+        send_volume(call, &rec.vol, true);
+    else
+        send_snapshot(call, &rec.snap, true);
+    pv_storage_free(kind, &rec);
 }
 
 static void on_get_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetVolumeRequest *req = (const void *)msg;
-    answer_ref(call, "vol", req->id, send_volume);
+    answer_ref(call, PV_STO_VOL, req->id);
+}
+
+/* Sends the volumes of pool whose labels hold want: PV_CANCELLED when the stream went. */
+static int send_pool_volumes(gw_call *call, const char *pool, json_t *want, pv_status *st) {
+    pv_volume *vols = NULL;
+    size_t n = 0;
+    int rc = pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_VOL, pool, (void **)&vols,
+                             &n, st);
+    for (size_t j = 0; rc == PV_OK && j < n; j++) {
+        if (!labels_match(vols[j].labels, want)) continue;
+        if (send_volume(call, &vols[j], false) != 0) rc = PV_CANCELLED;
+    }
+    pv_storage_array_free(PV_STO_VOL, vols, n);
+    return rc;
 }
 
 static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListVolumesRequest *req = (const void *)msg;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
-    json_t *want = map_json((void *const *)req->labels, req->n_labels), *pools = NULL;
+    json_t *want = map_json((void *const *)req->labels, req->n_labels);
+    pv_pool *pools = NULL;
+    size_t n = 0;
     int rc = PV_OK;
     if (req->pool && *req->pool) {
-        json_t *p = NULL;
-        rc = get_pool(call, "pool", req->pool, &p, &st);
-        pools = json_array();
-        if (rc == PV_OK) json_array_append_new(pools, p);
+        pools = calloc(1, sizeof *pools);
+        rc = pools ? get_pool(call, "pool", req->pool, pools, &st)
+                   : pv_status_set(&st, PV_INTERNAL, "out of memory");
+        n = pools ? 1 : 0;
     } else {
-        rc = pv_storage_list(r, keys_of(call), "pool", NULL, &pools, &st);
+        rc = pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_POOL, NULL, (void **)&pools,
+                             &n, &st);
     }
-    size_t i;
-    json_t *p;
-    json_array_foreach(pools, i, p) {
-        if (rc != PV_OK) break;
-        json_t *vols = NULL;
-        rc = pv_storage_list(r, keys_of(call), "vol", pv_json_str(p, "name"), &vols, &st);
-        size_t j;
-        json_t *v;
-        json_array_foreach(vols, j, v) {
-            if (rc != PV_OK) break;
-            if (!labels_match(json_object_get(v, "labels"), want)) continue;
-            if (send_volume(call, v, false) != 0) rc = PV_CANCELLED;
-        }
-        json_decref(vols);
-    }
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        rc = send_pool_volumes(call, pools[i].name, want, &st);
     if (rc == PV_OK)
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
         finish_status(call, &st);
-    json_decref(pools);
+    pv_storage_array_free(PV_STO_POOL, pools, n);
     json_decref(want);
 }
 
 /* The volume ref names and its pool's node. */
-static int volume_and_node(gw_call *call, const char *field, const char *ref, json_t **vol,
+static int volume_and_node(gw_call *call, const char *field, const char *ref, pv_volume *vol,
                            char *node, size_t cap, pv_status *st) {
     pv_redis *r = gw_app_redis(call);
-    if (get_ref(call, "vol", field, ref, vol, st) != PV_OK) return st->code;
-    json_t *pool = NULL;
-    if (pv_storage_get(r, keys_of(call), "pool", pv_json_str(*vol, "pool"), &pool, st) != PV_OK) {
-        json_decref(*vol);
-        *vol = NULL;
+    if (get_ref(call, PV_STO_VOL, field, ref, vol, st) != PV_OK) return st->code;
+    pv_pool pool;
+    if (pv_storage_get(r, keys_of(call), PV_STO_POOL, vol->pool, &pool, st) != PV_OK) {
+        pv_storage_free(PV_STO_VOL, vol);
         return st->code;
     }
-    node_of_pool(pool, node, cap);
-    json_decref(pool);
+    node_of_pool(&pool, node, cap);
+    pv_storage_free(PV_STO_POOL, &pool);
     return PV_OK;
 }
 
-/* Deletes record rec (its "id") of volume vol on node with the operation kind, waited for, and
- * answers Empty; or, rc not PV_OK, the failure st so far. */
+/* Deletes record id of volume vol_id on node with the operation kind, waited for, and answers
+ * Empty; or, rc not PV_OK, the failure st so far. */
 static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind, const char *node,
-                          json_t *vol, json_t *rec) {
+                          const char *vol_id, const char *id) {
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", pv_json_str(rec, "id"));
-        rc = run_op(call, kind, node, pv_json_str(vol, "id"), NULL, 0, params, true, &pending, NULL,
-                    st);
+        json_t *params = json_pack("{s:s}", "id", id);
+        rc = run_op(call, kind, node, vol_id, NULL, 0, params, true, &pending, NULL, st);
         json_decref(params);
     }
     if (rc == PV_OK)
@@ -676,66 +698,70 @@ static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind
         finish_status(call, st);
 }
 
+/* FAILED_PRECONDITION when vol is held by a running workload (`what` ends the message). */
+static int check_not_in_use(const pv_volume *vol, const char *what, pv_status *st) {
+    if (vol->status != PV_VOL_IN_USE) return PV_OK;
+    return pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload%s",
+                         vol->name, what);
+}
+
 static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_VOLUME_DELETE)) return;
     pv_status st;
-    json_t *vol = NULL;
+    pv_volume vol;
     char node[256];
     int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
-    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
-                           pv_json_str(vol, "name"));
-    answer_delete(call, rc, &st, PV_KIND_VOLUME_DELETE, node, vol, vol);
-    json_decref(vol);
+    if (rc == PV_OK) rc = check_not_in_use(&vol, "", &st);
+    answer_delete(call, rc, &st, PV_KIND_VOLUME_DELETE, node, vol.id, vol.id);
+    pv_storage_free(PV_STO_VOL, &vol);
 }
 
 static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ResizeVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_VOLUME_RESIZE)) return;
     pv_status st;
-    json_t *vol = NULL;
+    pv_volume vol;
     char node[256];
     int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
-    if (rc == PV_OK && req->new_size_bytes < pv_json_int(vol, "size"))
+    if (rc == PV_OK && req->new_size_bytes < vol.size)
         rc = pv_status_set(&st, PV_INVALID_ARGUMENT,
                            "new_size_bytes: %lld is smaller than the volume's %lld: volumes only "
                            "grow",
-                           (long long)req->new_size_bytes, (long long)pv_json_int(vol, "size"));
-    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION, "volume %s is in use by a running workload",
-                           pv_json_str(vol, "name"));
+                           (long long)req->new_size_bytes, (long long)vol.size);
+    if (rc == PV_OK) rc = check_not_in_use(&vol, "", &st);
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s, s:I}", "id", pv_json_str(vol, "id"), "size",
-                                   (json_int_t)req->new_size_bytes);
-        rc = run_op(call, PV_KIND_VOLUME_RESIZE, node, pv_json_str(vol, "id"), NULL, 0, params,
-                    true, &pending, NULL, &st);
+        json_t *params =
+            json_pack("{s:s, s:I}", "id", vol.id, "size", (json_int_t)req->new_size_bytes);
+        rc = run_op(call, PV_KIND_VOLUME_RESIZE, node, vol.id, NULL, 0, params, true, &pending,
+                    NULL, &st);
         json_decref(params);
     }
     if (rc == PV_OK)
-        answer_volume(call, pv_json_str(vol, "id"), NULL, false);
+        answer_volume(call, vol.id, NULL, false);
     else
         finish_status(call, &st);
-    json_decref(vol);
+    pv_storage_free(PV_STO_VOL, &vol);
 }
 
 static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CloneVolumeRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_VOLUME_CLONE)) return;
     pv_status st;
-    json_t *src = NULL, *pool = NULL, *params = NULL;
+    pv_volume src;
+    pv_pool pool = {0};
     char src_node[256], node[256], id[PV_ID_MAX];
     int rc =
         volume_and_node(call, "source_id", req->source_id, &src, src_node, sizeof src_node, &st);
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
-    const char *pool_name = req->pool && *req->pool ? req->pool : pv_json_str(src, "pool");
+    const char *pool_name = req->pool && *req->pool ? req->pool : src.pool ? src.pool : "";
     if (rc == PV_OK) {
         rc = get_pool(call, "pool", pool_name, &pool, &st);
         if (rc == PV_NOT_FOUND) pv_status_prefix(&st, "pool");
     }
     if (rc == PV_OK) {
-        node_of_pool(pool, node, sizeof node);
+        node_of_pool(&pool, node, sizeof node);
         if (strcmp(node, src_node) != 0)
             rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                                "pool: %s is on node %s, the source on %s: clones stay on the "
@@ -745,23 +771,26 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     pv_id_new("vol", id, sizeof id);
     bool pending = false;
     if (rc == PV_OK) {
-        params = json_pack("{s:s, s:s, s:s, s:s}", "source_id", pv_json_str(src, "id"), "id", id,
-                           "name", req->name, "pool", pool_name);
-        const char *holds[] = {pv_json_str(src, "id")};
+        json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "source_id", src.id, "id", id, "name",
+                                   req->name, "pool", pool_name);
+        const char *holds[] = {src.id};
         rc = run_op(call, PV_KIND_VOLUME_CLONE, node, id, holds, 1, params, true, &pending, NULL,
                     &st);
+        json_decref(params);
     }
     if (rc == PV_OK) {
-        json_object_set_new(params, "status", json_integer(PV_VOL_CREATING));
-        json_object_set(params, "size", json_object_get(src, "size"));
-        json_object_set(params, "format", json_object_get(src, "format"));
-        answer_volume(call, id, params, pending);
+        pv_volume asked = {.id = id,
+                           .name = req->name,
+                           .pool = (char *)pool_name,
+                           .size = src.size,
+                           .format = src.format,
+                           .status = PV_VOL_CREATING};
+        answer_volume(call, id, &asked, pending);
     } else {
         finish_status(call, &st);
     }
-    json_decref(params);
-    json_decref(src);
-    json_decref(pool);
+    pv_storage_free(PV_STO_VOL, &src);
+    pv_storage_free(PV_STO_POOL, &pool);
 }
 
 /* ---- snapshots ---- */
@@ -770,46 +799,49 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__CreateSnapshotRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_SNAPSHOT_CREATE)) return;
     pv_status st;
-    json_t *vol = NULL;
+    pv_volume vol;
+    pv_pool pool = {0};
     char node[256], id[PV_ID_MAX];
     int rc = volume_and_node(call, "volume_id", req->volume_id, &vol, node, sizeof node, &st);
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
-    json_t *pool = NULL;
     if (rc == PV_OK)
-        rc = pv_storage_get(gw_app_redis(call), keys_of(call), "pool", pv_json_str(vol, "pool"),
-                            &pool, &st);
+        rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_POOL, vol.pool, &pool, &st);
     /* LVM and RBD pools snapshot with their own commands; elsewhere only qcow2 can */
-    if (rc == PV_OK && pv_storage_snapshot_method((int)pv_json_int(pool, "type"),
-                                                  (int)pv_json_int(vol, "format")) == PV_SNAPS_NONE)
+    if (rc == PV_OK && pv_storage_snapshot_method(pool.type, vol.format) == PV_SNAPS_NONE)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
                            "snapshots, or LVM and RBD snapshots in those pools",
-                           pv_json_str(vol, "name"));
-    json_decref(pool);
+                           vol.name);
+    pv_storage_free(PV_STO_POOL, &pool);
     pv_id_new("snap", id, sizeof id);
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", pv_json_str(vol, "id"),
-                                   "name", req->name);
+        json_t *params =
+            json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", vol.id, "name", req->name);
         /* snapshots of one volume go one at a time: the volume is the operation's target */
-        rc = run_op(call, PV_KIND_SNAPSHOT_CREATE, node, pv_json_str(vol, "id"), NULL, 0, params,
-                    true, &pending, NULL, &st);
+        rc = run_op(call, PV_KIND_SNAPSHOT_CREATE, node, vol.id, NULL, 0, params, true, &pending,
+                    NULL, &st);
         json_decref(params);
     }
     if (rc == PV_OK) {
-        json_t *asked =
-            json_pack("{s:s, s:s}", "name", req->name, "volume_id", pv_json_str(vol, "id"));
-        answer_snapshot(call, id, asked, pending);
-        json_decref(asked);
+        pv_snapshot asked = {.name = req->name, .volume_id = vol.id};
+        answer_snapshot(call, id, &asked, pending);
     } else {
         finish_status(call, &st);
     }
-    json_decref(vol);
+    pv_storage_free(PV_STO_VOL, &vol);
 }
 
 static void on_get_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetSnapshotRequest *req = (const void *)msg;
-    answer_ref(call, "snap", req->id, send_snapshot);
+    answer_ref(call, PV_STO_SNAP, req->id);
+}
+
+/* Whether snapshot id is one of all[0..n). */
+static bool snapshot_listed(const pv_snapshot *all, size_t n, const char *id) {
+    for (size_t j = 0; j < n; j++)
+        if (strcmp(all[j].id, id) == 0) return true;
+    return false;
 }
 
 /* Parents before children: each snapshot after the one it branches from (creation order breaks
@@ -817,27 +849,25 @@ static void on_get_snapshot(gw_call *call, const ProtobufCMessage *msg) {
 static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListSnapshotsRequest *req = (const void *)msg;
     pv_status st;
-    json_t *vol = NULL, *all = NULL;
-    int rc = get_ref(call, "vol", "volume_id", req->volume_id, &vol, &st);
+    pv_volume vol;
+    pv_snapshot *all = NULL;
+    size_t n = 0, sent = 0;
+    int rc = get_ref(call, PV_STO_VOL, "volume_id", req->volume_id, &vol, &st);
     if (rc == PV_OK)
-        rc = pv_storage_list(gw_app_redis(call), keys_of(call), "snap", pv_json_str(vol, "id"),
-                             &all, &st);
-    size_t n = json_array_size(all), sent = 0;
+        rc = pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_SNAP, vol.id, (void **)&all,
+                             &n, &st);
     bool *done = calloc(n ? n : 1, sizeof *done);
     json_t *emitted = json_object();
     /* repeated passes: a snapshot goes once its parent went (or its parent is gone) */
     while (rc == PV_OK && done && sent < n) {
         size_t before = sent;
         for (size_t i = 0; rc == PV_OK && i < n; i++) {
-            json_t *s = json_array_get(all, i);
-            const char *parent = pv_json_str(s, "parent");
-            bool parent_known = false;
-            for (size_t j = 0; j < n && *parent; j++)
-                parent_known |= strcmp(pv_json_str(json_array_get(all, j), "id"), parent) == 0;
-            if (done[i] || (*parent && parent_known && !json_object_get(emitted, parent))) continue;
-            if (send_snapshot(call, s, false) != 0) rc = PV_CANCELLED;
+            const char *parent = all[i].parent;
+            bool parent_known = *parent && snapshot_listed(all, n, parent);
+            if (done[i] || (parent_known && !json_object_get(emitted, parent))) continue;
+            if (send_snapshot(call, &all[i], false) != 0) rc = PV_CANCELLED;
             done[i] = true;
-            json_object_set_new(emitted, pv_json_str(s, "id"), json_true());
+            json_object_set_new(emitted, all[i].id, json_true());
             sent++;
         }
         if (sent == before) break; /* a cycle cannot happen; stop rather than spin */
@@ -848,29 +878,34 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
         gw_call_finish(call, PV_OK, NULL);
     else if (rc != PV_CANCELLED)
         finish_status(call, &st);
-    json_decref(all);
-    json_decref(vol);
+    pv_storage_array_free(PV_STO_SNAP, all, n);
+    pv_storage_free(PV_STO_VOL, &vol);
+}
+
+/* The snapshot a request names in field, its volume and the volume's node. */
+static int snapshot_and_volume(gw_call *call, const char *field, const char *ref, pv_snapshot *snap,
+                               pv_volume *vol, char *node, size_t cap, pv_status *st) {
+    memset(vol, 0, sizeof *vol);
+    int rc = get_ref(call, PV_STO_SNAP, field, ref, snap, st);
+    if (rc == PV_OK) rc = volume_and_node(call, "volume_id", snap->volume_id, vol, node, cap, st);
+    return rc;
 }
 
 static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__RestoreSnapshotRequest *req = (const void *)msg;
     pv_status st;
-    json_t *snap = NULL, *vol = NULL;
+    pv_snapshot snap;
+    pv_volume vol;
     char node[256];
-    int rc = get_ref(call, "snap", "snapshot_id", req->snapshot_id, &snap, &st);
-    if (rc == PV_OK)
-        rc = volume_and_node(call, "volume_id", pv_json_str(snap, "volume_id"), &vol, node,
-                             sizeof node, &st);
-    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
-                           "volume %s is in use by a running workload: stop it first",
-                           pv_json_str(vol, "name"));
+    int rc = snapshot_and_volume(call, "snapshot_id", req->snapshot_id, &snap, &vol, node,
+                                 sizeof node, &st);
+    if (rc == PV_OK) rc = check_not_in_use(&vol, ": stop it first", &st);
     pv_op op = {0};
     bool pending = false;
     if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "snapshot_id", pv_json_str(snap, "id"));
-        rc = run_op(call, PV_KIND_SNAPSHOT_RESTORE, node, pv_json_str(vol, "id"), NULL, 0, params,
-                    false, &pending, &op, &st);
+        json_t *params = json_pack("{s:s}", "snapshot_id", snap.id);
+        rc = run_op(call, PV_KIND_SNAPSHOT_RESTORE, node, vol.id, NULL, 0, params, false, &pending,
+                    &op, &st);
         json_decref(params);
     }
     if (rc == PV_OK)
@@ -878,23 +913,21 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     else
         finish_status(call, &st);
     pv_op_clear(&op);
-    json_decref(snap);
-    json_decref(vol);
+    pv_storage_free(PV_STO_SNAP, &snap);
+    pv_storage_free(PV_STO_VOL, &vol);
 }
 
 static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__DeleteSnapshotRequest *req = (const void *)msg;
     if (answer_retry(call, PV_KIND_SNAPSHOT_DELETE)) return;
     pv_status st;
-    json_t *snap = NULL, *vol = NULL;
+    pv_snapshot snap;
+    pv_volume vol;
     char node[256];
-    int rc = get_ref(call, "snap", "id", req->id, &snap, &st);
-    if (rc == PV_OK)
-        rc = volume_and_node(call, "volume_id", pv_json_str(snap, "volume_id"), &vol, node,
-                             sizeof node, &st);
-    answer_delete(call, rc, &st, PV_KIND_SNAPSHOT_DELETE, node, vol, snap);
-    json_decref(snap);
-    json_decref(vol);
+    int rc = snapshot_and_volume(call, "id", req->id, &snap, &vol, node, sizeof node, &st);
+    answer_delete(call, rc, &st, PV_KIND_SNAPSHOT_DELETE, node, vol.id, snap.id);
+    pv_storage_free(PV_STO_SNAP, &snap);
+    pv_storage_free(PV_STO_VOL, &vol);
 }
 
 int svc_storage_register(svc_storage *s, gw_server *server) {

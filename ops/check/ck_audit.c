@@ -858,15 +858,14 @@ static int qcow2_tags(const char *path, pv_strv *tags, pv_status *st) {
 }
 
 /* One volume and its snapshots. on_disk: its pool is a DIR pool of a node on this machine. */
-static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *st) {
-    const char *id = pv_json_str(vol, "id"), *path = pv_json_str(vol, "path");
-    int status = (int)json_integer_value(json_object_get(vol, "status"));
-    int format = (int)json_integer_value(json_object_get(vol, "format"));
+static int check_volume(ck_ctx *c, const pv_volume *vol, bool on_disk, pv_status *st) {
+    const char *id = vol->id, *path = vol->path ? vol->path : "";
+    int status = vol->status, format = vol->format;
     char subject[PV_KEY_MAX];
     snprintf(subject, sizeof subject, "volume %s", id);
     int rc = PV_OK;
     if (status == PV_VOL_IN_USE) {
-        const char *holder = pv_json_str(vol, "in_use_by");
+        const char *holder = vol->in_use_by ? vol->in_use_by : "";
         if (!*holder)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject, "IN_USE but names no holder");
         else if (!pv_strv_has(&c->wl_ids, holder))
@@ -878,7 +877,7 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
     if (rc == PV_OK) rc = KEY_CMD(c, &user, st, "GET", PV_KEY_VOL_USER, id);
     if (rc == PV_OK) {
         const char *held = user->type == REDIS_REPLY_STRING ? user->str : "";
-        const char *recorded = status == PV_VOL_IN_USE ? pv_json_str(vol, "in_use_by") : "";
+        const char *recorded = status == PV_VOL_IN_USE && vol->in_use_by ? vol->in_use_by : "";
         if (strcmp(held, recorded) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "VOL_HOLDER", subject,
                 "its holder key names %s but its record says %s%s", *held ? held : "nobody",
@@ -892,8 +891,8 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
         struct stat sb;
         if (!*path || stat(path, &sb) != 0) {
             ADD(c->rep, CK_AREA_STORAGE, "VOL_MISSING", subject,
-                "%s in pool %s: its file %s does not exist", pv_json_str(vol, "name"),
-                pv_json_str(vol, "pool"), *path ? path : "(no path recorded)");
+                "%s in pool %s: its file %s does not exist", vol->name, vol->pool,
+                *path ? path : "(no path recorded)");
         } else {
             int have = file_format(path);
             file_ok = true;
@@ -903,18 +902,16 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
                     path, pv_storage_format_name(have) ?: "?");
         }
     }
-    json_t *snaps = NULL;
-    if (rc == PV_OK) rc = pv_storage_list(c->r, c->k, "snap", id, &snaps, st);
+    pv_snapshot *snaps = NULL;
+    size_t n = 0;
+    if (rc == PV_OK) rc = pv_storage_list(c->r, c->k, PV_STO_SNAP, id, (void **)&snaps, &n, st);
     pv_strv snap_ids = {0}, tags = {0};
-    size_t i;
-    json_t *s;
-    json_array_foreach(snaps, i, s) {
-        if (rc == PV_OK && pv_strv_add(&snap_ids, pv_json_str(s, "id")) != 0)
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        if (pv_strv_add(&snap_ids, snaps[i].id) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    }
     pv_strv_sort(&snap_ids);
     c->rep->snapshots += (long)snap_ids.n;
-    const char *cur = pv_json_str(vol, "current_snapshot");
+    const char *cur = vol->current_snapshot;
     if (rc == PV_OK && *cur && !pv_strv_has(&snap_ids, cur))
         ADD(c->rep, CK_AREA_STORAGE, "VOL_SNAPSHOT", subject,
             "its current snapshot %s does not exist", cur);
@@ -927,83 +924,78 @@ static int check_volume(ck_ctx *c, const json_t *vol, bool on_disk, pv_status *s
                  0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    json_array_foreach(snaps, i, s) {
-        if (rc != PV_OK) break;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const pv_snapshot *s = &snaps[i];
         char ssub[PV_KEY_MAX];
-        snprintf(ssub, sizeof ssub, "snapshot %s", pv_json_str(s, "id"));
-        const char *parent = pv_json_str(s, "parent");
-        if (strcmp(pv_json_str(s, "volume_id"), id) != 0)
+        snprintf(ssub, sizeof ssub, "snapshot %s", s->id);
+        if (strcmp(s->volume_id, id) != 0)
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_VOLUME", ssub,
-                "listed under volume %s but records volume %s", id, pv_json_str(s, "volume_id"));
-        if (*parent && !pv_strv_has(&snap_ids, parent))
+                "listed under volume %s but records volume %s", id, s->volume_id);
+        if (*s->parent && !pv_strv_has(&snap_ids, s->parent))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_PARENT", ssub,
-                "its parent %s does not exist in volume %s", parent, id);
-        if (have_tags && json_integer_value(json_object_get(s, "status")) == PV_SNAP_READY &&
-            !pv_strv_has(&tags, pv_json_str(s, "id")))
+                "its parent %s does not exist in volume %s", s->parent, id);
+        if (have_tags && s->status == PV_SNAP_READY && !pv_strv_has(&tags, s->id))
             ADD(c->rep, CK_AREA_STORAGE, "SNAP_TAG", ssub,
                 "volume %s's file %s has no internal snapshot of that tag", id, path);
     }
     pv_strv_free(&snap_ids);
     pv_strv_free(&tags);
-    json_decref(snaps);
+    pv_storage_array_free(PV_STO_SNAP, snaps, n);
     return rc;
 }
 
 /* A file pool (DIR, NFS) of a node on this machine whose directory is not in the storage roots
  * or is reached through a link: made before the roots were enforced, or changed on the disk
  * since. The agent refuses to act on it; the operator decides what becomes of it. */
-static int check_pool_root(ck_ctx *c, json_t *pool, const pv_roots *roots, pv_status *st) {
+static int check_pool_root(ck_ctx *c, const pv_pool *pool, const pv_roots *roots, pv_status *st) {
     int rc = PV_OK;
-    const char *path = pv_json_str(json_object_get(pool, "config"), "path");
+    const char *path = pv_json_str(pool->config, "path");
     pv_status why;
     if (pv_path_confine_dir("config.path", path, roots, 0, &why) != PV_OK)
-        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", pv_json_str(pool, "name"), "pool %s: %s",
-            pv_json_str(pool, "name"), why.msg);
+        ADD(c->rep, CK_AREA_STORAGE, "POOL_OUTSIDE_ROOTS", pool->name, "pool %s: %s", pool->name,
+            why.msg);
     return rc;
 }
 
 static int check_storage(ck_ctx *c, pv_status *st) {
-    json_t *pools = NULL;
+    pv_pool *pools = NULL;
+    size_t np = 0;
     pv_roots roots;
     if (pv_path_roots_init(&roots, c->o->cfg->storage.roots, c->o->cfg->storage.n_roots,
                            c->o->cfg->data_dir, st) != PV_OK)
         return st->code;
-    int rc = pv_storage_list(c->r, c->k, "pool", NULL, &pools, st);
-    size_t i;
-    json_t *p;
+    int rc = pv_storage_list(c->r, c->k, PV_STO_POOL, NULL, (void **)&pools, &np, st);
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     char *dot = strchr(host, '.');
     if (dot) *dot = 0;
-    json_array_foreach(pools, i, p) {
-        if (rc != PV_OK) break;
+    for (size_t i = 0; rc == PV_OK && i < np; i++) {
+        const pv_pool *p = &pools[i];
         c->rep->pools++;
-        const char *name = pv_json_str(p, "name"), *node = pv_json_str(p, "node");
+        const char *name = p->name, *node = p->node;
         if (!*node)
             node = *c->o->cfg->storage.default_node ? c->o->cfg->storage.default_node : host;
         const pv_node *n = node_by_name(c, node);
-        int type = (int)json_integer_value(json_object_get(p, "type"));
+        int type = p->type;
         bool dir = type == PV_POOL_DIR;
         bool on_disk = dir && node_local(c, n);
         if ((type == PV_POOL_DIR || type == PV_POOL_NFS) && node_local(c, n))
             rc = check_pool_root(c, p, &roots, st);
-        json_t *vols = NULL;
-        rc = pv_storage_list(c->r, c->k, "vol", name, &vols, st);
-        if (rc == PV_OK && json_array_size(vols) > 0 && !on_disk &&
+        pv_volume *vols = NULL;
+        size_t nv = 0;
+        rc = pv_storage_list(c->r, c->k, PV_STO_VOL, name, (void **)&vols, &nv, st);
+        if (rc == PV_OK && nv > 0 && !on_disk &&
             ck_report_note(c->rep, "pool %s: its volumes' files are not checked (%s)", name,
                            !dir ? "not a DIR pool" : "its node's agent is not on this machine") !=
                 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-        size_t j;
-        json_t *v;
-        json_array_foreach(vols, j, v) {
-            if (rc != PV_OK) break;
+        for (size_t j = 0; rc == PV_OK && j < nv; j++) {
             c->rep->volumes++;
-            rc = check_volume(c, v, on_disk, st);
+            rc = check_volume(c, &vols[j], on_disk, st);
         }
-        json_decref(vols);
+        pv_storage_array_free(PV_STO_VOL, vols, nv);
     }
-    json_decref(pools);
+    pv_storage_array_free(PV_STO_POOL, pools, np);
     pv_path_roots_clear(&roots);
     return rc;
 }
@@ -1013,39 +1005,34 @@ static int check_storage(ck_ctx *c, pv_status *st) {
 
 static int check_upgrade(ck_ctx *c, const char *cluster_id, const char *cluster_name,
                          pv_status *st) {
-    json_t *up = NULL;
+    pv_upgrade_rec up;
     int rc = pv_upgrade_get(c->r, c->k, cluster_id, &up, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
     if (rc != PV_OK) return rc;
-    int phase = (int)json_integer_value(json_object_get(up, "phase"));
     /* a finished upgrade is history: its nodes may have been removed since */
-    if (!pv_upgrade_phase_done(phase)) {
+    if (!pv_upgrade_phase_done(up.phase)) {
         char subject[PV_KEY_MAX];
         snprintf(subject, sizeof subject, "cluster %s", cluster_name);
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(up, "nodes"), i, n) {
-            if (rc != PV_OK) break;
-            if (!pv_strv_has(&c->node_ids, pv_json_str(n, "id")))
+        for (size_t i = 0; rc == PV_OK && i < up.n_nodes; i++) {
+            const pv_upgrade_node *n = &up.nodes[i];
+            if (!pv_strv_has(&c->node_ids, n->id))
                 ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_NODE", subject,
                     "its upgrade %s (batch %lld) names node %s (%s), which does not exist",
-                    pv_json_str(up, "operation_id"),
-                    (long long)json_integer_value(json_object_get(n, "batch")),
-                    pv_json_str(n, "name"), pv_json_str(n, "id"));
+                    up.operation_id, (long long)n->batch, n->name, n->id);
         }
         pv_op op = {0};
         pv_status ost = {0};
-        int orc = pv_op_get(c->r, c->k, pv_json_str(up, "operation_id"), &op, &ost);
+        int orc = pv_op_get(c->r, c->k, up.operation_id, &op, &ost);
         if (rc == PV_OK && (orc == PV_NOT_FOUND || (orc == PV_OK && pv_op_done(&op))))
             ADD(c->rep, CK_AREA_CLUSTERS, "UPGRADE_STALE", subject,
-                "its upgrade is still in phase %d but its operation %s %s%s", phase,
-                pv_json_str(up, "operation_id"), orc == PV_OK ? "ended " : "has no record",
+                "its upgrade is still in phase %d but its operation %s %s%s", up.phase,
+                up.operation_id, orc == PV_OK ? "ended " : "has no record",
                 orc == PV_OK ? pv_op_status_name(op.status) : "");
         else if (rc == PV_OK && orc != PV_OK)
             rc = pv_status_set(st, orc, "%s", ost.msg);
         pv_op_clear(&op);
     }
-    json_decref(up);
+    pv_upgrade_rec_free(&up);
     return rc;
 }
 

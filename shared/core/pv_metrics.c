@@ -146,56 +146,29 @@ void pv_metrics_observe(pv_metrics *m, const char *name, const char *help, const
 
 /* ---- text ---- */
 
-static void text_add(pv_metrics_text *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void text_add(pv_metrics_text *t, const char *fmt, ...) {
-    if (t->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *s = realloc(t->s, cap);
-        if (!s) {
-            t->oom = 1;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
 void pv_metrics_text_family(pv_metrics_text *t, const char *name, const char *type,
                             const char *help) {
-    text_add(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    pv_buf_addf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 void pv_metrics_text_value(pv_metrics_text *t, const char *name, const char *labels, double v) {
     if (labels && *labels)
-        text_add(t, "%s{%s} %.17g\n", name, labels, v);
+        pv_buf_addf(t, "%s{%s} %.17g\n", name, labels, v);
     else
-        text_add(t, "%s %.17g\n", name, v);
+        pv_buf_addf(t, "%s %.17g\n", name, v);
 }
 
 static void render_histogram(pv_metrics_text *t, const family *f, const series *s) {
     const char *sep = s->labels[0] ? "," : "";
     for (size_t i = 0; i < N_BUCKETS; i++)
-        text_add(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", f->name, s->labels, sep, k_buckets[i],
-                 s->buckets[i]);
-    text_add(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", f->name, s->labels, sep, s->count);
+        pv_buf_addf(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", f->name, s->labels, sep, k_buckets[i],
+                    s->buckets[i]);
+    pv_buf_addf(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", f->name, s->labels, sep, s->count);
     if (s->labels[0]) {
-        text_add(t, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", f->name, s->labels, s->sum, f->name,
-                 s->labels, s->count);
+        pv_buf_addf(t, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", f->name, s->labels, s->sum, f->name,
+                    s->labels, s->count);
     } else {
-        text_add(t, "%s_sum %.17g\n%s_count %llu\n", f->name, s->sum, f->name, s->count);
+        pv_buf_addf(t, "%s_sum %.17g\n%s_count %llu\n", f->name, s->sum, f->name, s->count);
     }
 }
 
@@ -215,7 +188,7 @@ int pv_metrics_render(pv_metrics *m, pv_metrics_collect_fn collect, void *arg, c
     }
     pthread_mutex_unlock(&m->mu);
     if (collect) collect(arg, &t);
-    text_add(&t, "%s", "");
+    pv_buf_addf(&t, "%s", "");
     if (t.oom || !t.s) {
         free(t.s);
         return pv_status_set(st, PV_INTERNAL, "metrics: out of memory");

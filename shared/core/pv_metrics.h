@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 
+#include "pv_buf.h"
 #include "pv_status.h"
 
 typedef struct pv_metrics pv_metrics;
@@ -39,11 +40,7 @@ void pv_metrics_observe(pv_metrics *m, const char *name, const char *help, const
 
 /* Appends a gauge family with its series to a text being built (for collectors): help and type
  * once, then one line per value. */
-typedef struct pv_metrics_text {
-    char *s;
-    size_t len, cap;
-    int oom;
-} pv_metrics_text;
+typedef pv_buf pv_metrics_text;
 void pv_metrics_text_family(pv_metrics_text *t, const char *name, const char *type,
                             const char *help);
 void pv_metrics_text_value(pv_metrics_text *t, const char *name, const char *labels, double v);

@@ -64,6 +64,7 @@ static const struct {
     [PV_KEY_WL_VOLS] = {"{sto}:wl-vols:", 1},
     [PV_KEY_PRESENCE] = {"presence:", 2},
     [PV_KEY_PRESENCE_INDEX] = {"presence:", 1},
+    [PV_KEY_TEST_RUNS] = {"test:runs:", 1},
 };
 
 int pv_keys_init(pv_keys *k, const char *prefix, pv_status *st) {

@@ -62,6 +62,8 @@
  *   <p>presence:<kind>:<instance>   string (JSON about the process), expires
  *   <p>presence:<kind>              zset: instance -> expiry (ms), the live index
  * kinds: gateway, worker, scheduler, agent (instance = node name for an agent).
+ * Test operation kinds (workers/runtime/wk_test_kinds.h; the tests read them):
+ *   <p>test:runs:<name>             string counter: deliveries of the test kinds that ran
  *
  * A key of a kind that takes a name with name "" is the kind's prefix (what a SCAN pattern or a
  * keyspace subscription starts from); name "*" makes the pattern itself.
@@ -139,6 +141,7 @@ typedef enum pv_key_kind {
     PV_KEY_WL_VOLS,
     PV_KEY_PRESENCE,       /* two names: <kind>:<instance> */
     PV_KEY_PRESENCE_INDEX, /* presence:<kind> */
+    PV_KEY_TEST_RUNS,
     PV_KEY_KIND_COUNT
 } pv_key_kind;
 

@@ -53,9 +53,9 @@ static int parse_ll(const char *v, long long lo, long long hi, long long *out) {
     return 0;
 }
 
-static int set_string(char **slot, const char *v) {
-    char *copy = strdup(v);
-    if (!copy) return -1;
+int pv_record_set_str(char **slot, const char *v) {
+    char *copy = v ? strdup(v) : NULL;
+    if (v && !copy) return -1;
     free(*slot);
     *slot = copy;
     return 0;
@@ -66,7 +66,7 @@ static int from_text(const pv_field *f, const char *v, void *rec) {
     long long n = 0;
     switch (f->type) {
     case PV_FIELD_STR:
-        return set_string(AT(rec, f, char *), v) == 0 ? 0 : -2;
+        return pv_record_set_str(AT(rec, f, char *), v) == 0 ? 0 : -2;
     case PV_FIELD_CHARS: {
         size_t len = strlen(v);
         if (len >= f->cap) return -1;
@@ -163,7 +163,7 @@ static int fill_absent(const pv_record_schema *s, const char *key, const bool *s
                        pv_status *st) {
     for (size_t i = 0; i < s->nfields; i++) {
         const pv_field *f = &s->fields[i];
-        if (seen[i]) continue;
+        if (seen[i] || f->optional) continue;
         if (f->required)
             return pv_status_set(st, PV_DATA_LOSS, "%s record %s: field %s: absent", s->what,
                                  key ? key : "?", f->name);
@@ -248,6 +248,31 @@ int pv_record_decode_json(const pv_record_schema *s, const char *key, json_t *ob
     return rc;
 }
 
+/* Whether an optional field holds nothing to write. */
+static bool unset(const pv_field *f, const void *rec) {
+    if (!f->optional) return false;
+    switch (f->type) {
+    case PV_FIELD_STR:
+        return !*AT(rec, f, char *const);
+    case PV_FIELD_CHARS:
+        return !*AT(rec, f, const char);
+    case PV_FIELD_INT:
+    case PV_FIELD_ENUM:
+        return *AT(rec, f, const int) == 0;
+    case PV_FIELD_LONG:
+        return *AT(rec, f, const long) == 0;
+    case PV_FIELD_I64:
+        return *AT(rec, f, const int64_t) == 0;
+    case PV_FIELD_BOOL:
+        return !*AT(rec, f, const bool);
+    case PV_FIELD_DOUBLE:
+        return *AT(rec, f, const double) == 0;
+    case PV_FIELD_JSON:
+        return !*AT(rec, f, json_t *const);
+    }
+    return false;
+}
+
 /* The stored text of one field (malloc'd), NULL when the field has none to write (a NULL
  * string or JSON value without a default) or out of memory (*oom). */
 static char *to_text(const pv_field *f, const void *rec, bool *oom) {
@@ -297,6 +322,7 @@ static char *to_text(const pv_field *f, const void *rec, bool *oom) {
 
 int pv_record_encode(const pv_record_schema *s, const void *rec, pv_strv *argv) {
     for (size_t i = 0; i < s->nfields && !argv->oom; i++) {
+        if (unset(&s->fields[i], rec)) continue;
         bool oom = false;
         char *text = to_text(&s->fields[i], rec, &oom);
         if (oom) {
@@ -365,6 +391,7 @@ json_t *pv_record_encode_json(const pv_record_schema *s, const void *rec) {
         obj = json_object();
     }
     for (size_t i = 0; obj && i < s->nfields; i++) {
+        if (unset(&s->fields[i], rec)) continue;
         bool oom = false;
         json_t *v = to_json(&s->fields[i], rec, &oom);
         if (oom || (v && json_object_set_new(obj, s->fields[i].name, v) != 0)) {

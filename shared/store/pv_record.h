@@ -53,6 +53,10 @@ typedef struct pv_field {
     bool required;    /* absent is damage */
     size_t cap;       /* PV_FIELD_CHARS: the buffer's size */
     const char *const *names; /* PV_FIELD_ENUM: NULL-terminated, names[i] is value i */
+    bool optional; /* absent is left unset (0, false, NULL: no default), and an unset value
+                      (a NULL string or JSON value, false, 0) is left out when encoding: for
+                      fields a record holds only sometimes, so that it is written back as
+                      it was */
 } pv_field;
 
 typedef struct pv_record_schema {
@@ -84,6 +88,10 @@ int pv_record_encode(const pv_record_schema *s, const void *rec, pv_strv *argv);
 json_t *pv_record_encode_json(const pv_record_schema *s, const void *rec);
 
 void pv_record_free(const pv_record_schema *s, void *rec);
+
+/* Sets a PV_FIELD_STR slot to a copy of v (NULL: no string), freeing what it held: 0, or -1
+ * out of memory (the slot unchanged). */
+int pv_record_set_str(char **slot, const char *v);
 
 /* Frees n records of an array, then the array. */
 void pv_record_array_free(const pv_record_schema *s, void *recs, size_t n);

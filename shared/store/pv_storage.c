@@ -2,19 +2,21 @@
  * pv_storage: names, pool configurations and their libvirt XML, and the storage records (see
  * pv_storage.h).
  */
-#include "pv_time.h"
 #include "pv_storage.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
-#include "pv_path.h"
+#include "pv_buf.h"
 #include "pv_json.h"
+#include "pv_path.h"
+#include "pv_time.h"
 
 int pv_storage_check_name(const char *field, const char *name, pv_status *st) {
     if (!name || !*name) return pv_status_set(st, PV_INVALID_ARGUMENT, "%s: required", field);
@@ -143,65 +145,62 @@ static bool iqn(const char *v) {
     return true;
 }
 
-static int check_value(const key_rule *r, const char *v, pv_status *st) {
-    bool ok;
+static bool host_list(const char *v) {
+    return each_item(v, host_port);
+}
+
+static bool dev_list(const char *v) {
+    return each_item(v, dev_path);
+}
+
+static bool percent(const char *v) {
+    char *end;
+    long p = strtol(v, &end, 10);
+    return *v && *end == '\0' && p >= 1 && p <= 100;
+}
+
+static bool ratio(const char *v) {
+    char *end;
+    double d = strtod(v, &end);
+    return *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
+}
+
+static bool any_text(const char *v) {
+    return *v && safe_text(v);
+}
+
+/* What each kind of key_rule takes, and how a refusal names it. */
+static const struct value_kind {
+    char kind;
+    bool (*ok)(const char *);
     const char *want;
+} k_value_kinds[] = {
+    {'p', safe_text, "a path without <>&'\" or control characters"},
+    {'h', host_port, "a host or host:port"},
+    {'l', host_list, "a comma-separated list of host or host:port"},
+    {'L', dev_list, "a comma-separated list of device paths under /dev"},
+    {'n', plain, "a plain name (letters, digits, '.', '_', '-')"},
+    {'q', iqn, "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')"},
+    {'u', is_uuid, "a UUID"},
+    {'%', percent, "a whole percentage from 1 to 100"},
+    {'r', ratio, "a ratio from 1 to 1000"},
+    {'s', any_text, "a non-empty value without <>&'\" or control characters"},
+};
+
+static int check_value(const key_rule *r, const char *v, pv_status *st) {
     if (strlen(v) > PV_PATH_MAX)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: %zu bytes, longer than %d",
                              r->key, strlen(v), PV_PATH_MAX);
     char field[80];
     snprintf(field, sizeof field, "config.%s", r->key);
-    switch (r->kind) {
-    case 'p':
-        if (pv_path_check_abs(field, v, st) != PV_OK) return st->code;
-        ok = safe_text(v);
-        want = "a path without <>&'\" or control characters";
-        break;
-    case 'h':
-        ok = host_port(v);
-        want = "a host or host:port";
-        break;
-    case 'l':
-        ok = each_item(v, host_port);
-        want = "a comma-separated list of host or host:port";
-        break;
-    case 'L':
-        ok = each_item(v, dev_path);
-        want = "a comma-separated list of device paths under /dev";
-        break;
-    case 'n':
-        ok = plain(v);
-        want = "a plain name (letters, digits, '.', '_', '-')";
-        break;
-    case 'q':
-        ok = iqn(v);
-        want = "an iSCSI qualified name (letters, digits, '.', ':', '-', '_')";
-        break;
-    case 'u':
-        ok = is_uuid(v);
-        want = "a UUID";
-        break;
-    case '%': {
-        char *end;
-        long p = strtol(v, &end, 10);
-        ok = *v && *end == '\0' && p >= 1 && p <= 100;
-        want = "a whole percentage from 1 to 100";
-        break;
-    }
-    case 'r': {
-        char *end;
-        double d = strtod(v, &end);
-        ok = *v && *end == '\0' && isfinite(d) && d >= 1.0 && d <= PV_STORAGE_OVERCOMMIT_MAX;
-        want = "a ratio from 1 to 1000";
-        break;
-    }
-    default:
-        ok = *v && safe_text(v);
-        want = "a non-empty value without <>&'\" or control characters";
-    }
-    if (ok) return PV_OK;
+    /* a path is canonical and absolute first (pv_path's own message), then free of XML */
+    if (r->kind == 'p' && pv_path_check_abs(field, v, st) != PV_OK) return st->code;
+    const struct value_kind *k = &k_value_kinds[sizeof k_value_kinds / sizeof k_value_kinds[0] - 1];
+    for (size_t i = 0; i < sizeof k_value_kinds / sizeof k_value_kinds[0]; i++)
+        if (k_value_kinds[i].kind == r->kind) k = &k_value_kinds[i];
+    if (k->ok(v)) return PV_OK;
     return pv_status_set(st, PV_INVALID_ARGUMENT, "config.%s: \"%.100s\" is not %s", r->key, v,
-                         want);
+                         k->want);
 }
 
 static const key_rule *find_rule(const key_rule *rules, size_t n, const char *key) {
@@ -243,50 +242,21 @@ int pv_storage_check_pool(int type, json_t *config, pv_status *st) {
 
 /* ---- pool XML ---- */
 
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 512) + (size_t)(n > 0 ? n : 0);
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 static const char *cfg(json_t *config, const char *key) {
     const char *v = json_string_value(json_object_get(config, key));
     return v ? v : "";
 }
 
 /* host[:port] split into <host name='' port=''/>. */
-static void sb_host(sbuf *b, const char *hp) {
+static void sb_host(pv_buf *b, const char *hp) {
     char host[256];
     snprintf(host, sizeof host, "%s", hp);
     char *colon = host[0] != '[' ? strrchr(host, ':') : NULL;
     if (colon) {
         *colon = '\0';
-        sb_add(b, "<host name='%s' port='%s'/>", host, colon + 1);
+        pv_buf_addf(b, "<host name='%s' port='%s'/>", host, colon + 1);
     } else {
-        sb_add(b, "<host name='%s'/>", host);
+        pv_buf_addf(b, "<host name='%s'/>", host);
     }
 }
 
@@ -297,49 +267,49 @@ int pv_storage_pool_xml(const char *name, const char *uuid, int type, json_t *co
         pv_storage_check_pool(type, config, st) != PV_OK)
         return st->code;
     static const char *const kinds[] = {"", "dir", "logical", "iscsi", "netfs", "rbd"};
-    sbuf b = {0};
-    sb_add(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
-    if (uuid && is_uuid(uuid)) sb_add(&b, "<uuid>%s</uuid>", uuid);
+    pv_buf b = {0};
+    pv_buf_addf(&b, "<pool type='%s'><name>%s</name>", kinds[type], name);
+    if (uuid && is_uuid(uuid)) pv_buf_addf(&b, "<uuid>%s</uuid>", uuid);
     char list[PV_PATH_MAX + 1];
     switch (type) {
     case PV_POOL_DIR:
-        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        pv_buf_addf(&b, "<target><path>%s</path></target>", cfg(config, "path"));
         break;
     case PV_POOL_LVM:
-        sb_add(&b, "<source><name>%s</name>", cfg(config, "volume_group"));
+        pv_buf_addf(&b, "<source><name>%s</name>", cfg(config, "volume_group"));
         snprintf(list, sizeof list, "%s", cfg(config, "devices"));
         for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save))
-            sb_add(&b, "<device path='%s'/>", d);
-        sb_add(&b, "<format type='lvm2'/></source><target><path>/dev/%s</path></target>",
-               cfg(config, "volume_group"));
+            pv_buf_addf(&b, "<device path='%s'/>", d);
+        pv_buf_addf(&b, "<format type='lvm2'/></source><target><path>/dev/%s</path></target>",
+                    cfg(config, "volume_group"));
         break;
     case PV_POOL_NFS:
-        sb_add(&b, "<source>");
+        pv_buf_addf(&b, "<source>");
         sb_host(&b, cfg(config, "server"));
-        sb_add(&b, "<dir path='%s'/><format type='nfs'/></source>", cfg(config, "export"));
-        sb_add(&b, "<target><path>%s</path></target>", cfg(config, "path"));
+        pv_buf_addf(&b, "<dir path='%s'/><format type='nfs'/></source>", cfg(config, "export"));
+        pv_buf_addf(&b, "<target><path>%s</path></target>", cfg(config, "path"));
         break;
     case PV_POOL_ISCSI:
-        sb_add(&b, "<source>");
+        pv_buf_addf(&b, "<source>");
         sb_host(&b, cfg(config, "portal"));
-        sb_add(&b, "<device path='%s'/>", cfg(config, "target"));
+        pv_buf_addf(&b, "<device path='%s'/>", cfg(config, "target"));
         if (*cfg(config, "chap_username"))
-            sb_add(&b, "<auth type='chap' username='%s'><secret usage='%s'/></auth>",
-                   cfg(config, "chap_username"), cfg(config, "chap_secret"));
-        sb_add(&b, "</source><target><path>/dev/disk/by-path</path></target>");
+            pv_buf_addf(&b, "<auth type='chap' username='%s'><secret usage='%s'/></auth>",
+                        cfg(config, "chap_username"), cfg(config, "chap_secret"));
+        pv_buf_addf(&b, "</source><target><path>/dev/disk/by-path</path></target>");
         break;
     case PV_POOL_RBD:
-        sb_add(&b, "<source><name>%s</name>", cfg(config, "pool"));
+        pv_buf_addf(&b, "<source><name>%s</name>", cfg(config, "pool"));
         snprintf(list, sizeof list, "%s", cfg(config, "monitors"));
         for (char *save = NULL, *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save))
             sb_host(&b, m);
-        sb_add(&b, "<auth type='ceph' username='%s'><secret uuid='%s'/></auth></source>",
-               cfg(config, "user"), cfg(config, "secret_uuid"));
+        pv_buf_addf(&b, "<auth type='ceph' username='%s'><secret uuid='%s'/></auth></source>",
+                    cfg(config, "user"), cfg(config, "secret_uuid"));
         break;
     }
-    sb_add(&b, "</pool>");
+    pv_buf_addf(&b, "</pool>");
     if (b.oom) {
-        free(b.s);
+        pv_buf_free(&b);
         return pv_status_set(st, PV_INTERNAL, "pool XML: out of memory");
     }
     *xml = b.s;
@@ -397,12 +367,12 @@ static int arg_name(const char *what, const char *v, pv_status *st) {
                          v ? v : "");
 }
 
-int pv_storage_snapshot_argv(int what, json_t *pool, json_t *vol, const char *snap_id, pv_argv *out,
-                             pv_status *st) {
+int pv_storage_snapshot_argv(int what, const pv_pool *pool, const pv_volume *vol,
+                             const char *snap_id, pv_argv *out, pv_status *st) {
     memset(out, 0, sizeof *out);
-    json_t *config = json_object_get(pool, "config");
-    int type = (int)json_integer_value(json_object_get(pool, "type"));
-    const char *image = pv_json_str_or(vol, "name", "");
+    json_t *config = pool->config;
+    int type = pool->type;
+    const char *image = vol->name ? vol->name : "";
     if (what < PV_SNAP_CREATE || what > PV_SNAP_DELETE)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "snapshot command %d: unknown", what);
     if (arg_name("volume", image, st) != PV_OK || arg_name("snapshot", snap_id, st) != PV_OK)
@@ -485,19 +455,116 @@ bool pv_storage_snapshot_done_before(int method, int what, const char *output) {
 
 /* ---- records ---- */
 
-static const char *what_of(const char *kind) {
-    return strcmp(kind, "vol") == 0 ? "volume" : strcmp(kind, "snap") == 0 ? "snapshot" : "pool";
+#define STR(T, f)                                                                                  \
+    { .name = #f, .type = PV_FIELD_STR, .off = offsetof(T, f) }
+#define OPT_STR(T, f)                                                                              \
+    { .name = #f, .type = PV_FIELD_STR, .off = offsetof(T, f), .optional = true }
+#define INT(T, f)                                                                                  \
+    { .name = #f, .type = PV_FIELD_INT, .off = offsetof(T, f) }
+#define I64(T, f)                                                                                  \
+    { .name = #f, .type = PV_FIELD_I64, .off = offsetof(T, f) }
+#define JSON(T, f)                                                                                 \
+    { .name = #f, .type = PV_FIELD_JSON, .off = offsetof(T, f) }
+
+static const pv_field k_pool_fields[] = {
+    STR(pv_pool, name),
+    INT(pv_pool, type),
+    INT(pv_pool, status),
+    JSON(pv_pool, config),
+    STR(pv_pool, node),
+    I64(pv_pool, capacity),
+    I64(pv_pool, used),
+    I64(pv_pool, available),
+    I64(pv_pool, created_ms),
+    I64(pv_pool, updated_ms),
+    OPT_STR(pv_pool, libvirt_uuid),
+};
+
+static const pv_field k_volume_fields[] = {
+    STR(pv_volume, id),
+    STR(pv_volume, name),
+    STR(pv_volume, pool),
+    I64(pv_volume, size),
+    I64(pv_volume, used),
+    INT(pv_volume, format),
+    INT(pv_volume, status),
+    JSON(pv_volume, labels),
+    STR(pv_volume, current_snapshot),
+    I64(pv_volume, created_ms),
+    I64(pv_volume, updated_ms),
+    OPT_STR(pv_volume, path),
+    {.name = "imported",
+     .type = PV_FIELD_BOOL,
+     .off = offsetof(pv_volume, imported),
+     .optional = true},
+    OPT_STR(pv_volume, cloned_from),
+    OPT_STR(pv_volume, in_use_by),
+    OPT_STR(pv_volume, restoring),
+    OPT_STR(pv_volume, restore_op),
+};
+
+static const pv_field k_snapshot_fields[] = {
+    STR(pv_snapshot, id),         STR(pv_snapshot, name),       STR(pv_snapshot, volume_id),
+    I64(pv_snapshot, size),       INT(pv_snapshot, status),     STR(pv_snapshot, parent),
+    I64(pv_snapshot, created_ms), I64(pv_snapshot, updated_ms),
+};
+
+#define SCHEMA(what_, T, table)                                                                    \
+    {                                                                                              \
+        .what = what_, .fields = table, .nfields = PV_RECORD_NFIELDS(table), .size = sizeof(T),    \
+        .extra_off = offsetof(T, extra)                                                            \
+    }
+
+const pv_record_schema pv_pool_schema = SCHEMA("pool", pv_pool, k_pool_fields);
+const pv_record_schema pv_volume_schema = SCHEMA("volume", pv_volume, k_volume_fields);
+const pv_record_schema pv_snapshot_schema = SCHEMA("snapshot", pv_snapshot, k_snapshot_fields);
+
+/* What the code below needs of a kind: its schema, its key, its index (pools, pool-vols:<pool>,
+ * vol-snaps:<volume>) and where its id and its owner in that index live in the struct. */
+typedef struct sto_kind {
+    const pv_record_schema *schema;
+    pv_key_kind key, index;
+    size_t id_off, owner_off, name_off, created_off, updated_off;
+    bool has_owner;
+} sto_kind;
+
+static const sto_kind k_kinds[] = {
+    [PV_STO_POOL] = {&pv_pool_schema, PV_KEY_POOL, PV_KEY_POOLS, offsetof(pv_pool, name), 0,
+                     offsetof(pv_pool, name), offsetof(pv_pool, created_ms),
+                     offsetof(pv_pool, updated_ms), false},
+    [PV_STO_VOL] = {&pv_volume_schema, PV_KEY_VOL, PV_KEY_POOL_VOLS, offsetof(pv_volume, id),
+                    offsetof(pv_volume, pool), offsetof(pv_volume, name),
+                    offsetof(pv_volume, created_ms), offsetof(pv_volume, updated_ms), true},
+    [PV_STO_SNAP] = {&pv_snapshot_schema, PV_KEY_SNAP, PV_KEY_VOL_SNAPS, offsetof(pv_snapshot, id),
+                     offsetof(pv_snapshot, volume_id), offsetof(pv_snapshot, name),
+                     offsetof(pv_snapshot, created_ms), offsetof(pv_snapshot, updated_ms), true},
+};
+
+static const sto_kind *kind_of(pv_sto_kind kind) {
+    return &k_kinds[kind <= PV_STO_SNAP ? kind : PV_STO_POOL];
 }
 
-static const char *id_field(const char *kind) {
-    return strcmp(kind, "pool") == 0 ? "name" : "id";
+static const char *str_at(const void *rec, size_t off) {
+    return *(char *const *)((const char *)rec + off);
 }
 
-/* The record key of kind "pool", "vol" or "snap". */
-static pv_key_kind record_kind(const char *kind) {
-    return strcmp(kind, "vol") == 0    ? PV_KEY_VOL
-           : strcmp(kind, "snap") == 0 ? PV_KEY_SNAP
-                                       : PV_KEY_POOL;
+static int64_t *i64_at(void *rec, size_t off) {
+    return (int64_t *)((char *)rec + off);
+}
+
+void pv_storage_free(pv_sto_kind kind, void *rec) {
+    pv_record_free(kind_of(kind)->schema, rec);
+}
+
+void pv_storage_array_free(pv_sto_kind kind, void *recs, size_t n) {
+    pv_record_array_free(kind_of(kind)->schema, recs, n);
+}
+
+char *pv_storage_dumps(pv_sto_kind kind, const void *rec) {
+    json_t *doc = pv_record_encode_json(kind_of(kind)->schema, rec);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    return text;
 }
 
 /* A key whose name came from a record or a checked request, into buf (PV_KEY_MAX * 2 bytes:
@@ -506,40 +573,27 @@ static int sto_key(const pv_keys *k, pv_key_kind kind, const char *name, char *b
     return pv_key(k, kind, name, buf, 2 * PV_KEY_MAX, st);
 }
 
-int pv_storage_get(pv_redis *r, const pv_keys *k, const char *kind, const char *id, json_t **out,
+int pv_storage_get(pv_redis *r, const pv_keys *k, pv_sto_kind kind, const char *id, void *rec,
                    pv_status *st) {
-    *out = NULL;
-    if (!id || !*id) return pv_status_set(st, PV_NOT_FOUND, "%s \"\" not found", what_of(kind));
+    const sto_kind *sk = kind_of(kind);
+    memset(rec, 0, sk->schema->size);
+    const char *what = sk->schema->what;
+    if (!id || !*id) return pv_status_set(st, PV_NOT_FOUND, "%s \"\" not found", what);
     char key[2 * PV_KEY_MAX];
-    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK) return st->code;
+    if (sto_key(k, sk->key, id, key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
     if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
     int rc = PV_OK;
+    json_t *doc = NULL;
     if (rep->type != REDIS_REPLY_STRING)
-        rc = pv_status_set(st, PV_NOT_FOUND, "%s %.128s not found", what_of(kind), id);
-    else if (!(*out = json_loads(rep->str, 0, NULL)))
-        rc = pv_status_set(st, PV_INTERNAL, "%s %.128s: unreadable record", what_of(kind), id);
+        rc = pv_status_set(st, PV_NOT_FOUND, "%s %.128s not found", what, id);
+    else if (!(doc = json_loads(rep->str, 0, NULL)))
+        rc = pv_status_set(st, PV_DATA_LOSS, "%s record %s: not JSON", what, key);
+    else
+        rc = pv_record_decode_json(sk->schema, key, doc, rec, st);
+    json_decref(doc);
     freeReplyObject(rep);
     return rc;
-}
-
-/* The index of a record kind (pools, pool-vols:<pool>, vol-snaps:<volume>) and its owner's
- * field in the record (NULL for pools). */
-static pv_key_kind index_of(const char *kind, const char **owner_field) {
-    if (strcmp(kind, "vol") == 0) {
-        *owner_field = "pool";
-        return PV_KEY_POOL_VOLS;
-    }
-    if (strcmp(kind, "snap") == 0) {
-        *owner_field = "volume_id";
-        return PV_KEY_VOL_SNAPS;
-    }
-    *owner_field = NULL;
-    return PV_KEY_POOLS;
-}
-
-static const char *rec_str(json_t *rec, const char *field) {
-    return field ? json_string_value(json_object_get(rec, field)) : NULL;
 }
 
 /* The commands of one MULTI/EXEC, their replies dropped; the first failure stays in rc. */
@@ -560,64 +614,55 @@ static void multi_run(multi *m, int argc, const char **argv) {
     if (rep) freeReplyObject(rep);
 }
 
-int pv_storage_put(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
-    const char *id = json_string_value(json_object_get(rec, id_field(kind)));
-    if (!id) return pv_status_set(st, PV_INTERNAL, "%s record without id", what_of(kind));
-    json_object_set_new(rec, "updated_ms", json_integer(pv_time_now_ms()));
-    const char *owner_field = NULL;
-    pv_key_kind index_kind = index_of(kind, &owner_field);
-    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], member[PV_KEY_MAX] = "";
-    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK ||
-        sto_key(k, index_kind, rec_str(rec, owner_field), index, st) != PV_OK)
+int pv_storage_put(pv_redis *r, const pv_keys *k, pv_sto_kind kind, void *rec, pv_status *st) {
+    const sto_kind *sk = kind_of(kind);
+    const char *id = str_at(rec, sk->id_off);
+    if (!id || !*id)
+        return pv_status_set(st, PV_INTERNAL, "%s record without id", sk->schema->what);
+    *i64_at(rec, sk->updated_off) = pv_time_now_ms();
+    char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2];
+    if (sto_key(k, sk->key, id, key, st) != PV_OK ||
+        sto_key(k, sk->index, sk->has_owner ? str_at(rec, sk->owner_off) : NULL, index, st) !=
+            PV_OK)
         return st->code;
-    char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
+    char *text = pv_storage_dumps(kind, rec);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
-    double score = 0;
-    if (index_kind == PV_KEY_VOL_SNAPS)
-        score = (double)json_integer_value(json_object_get(rec, "created_ms"));
-    snprintf(member, sizeof member, "%s", id);
-    const char *argv_set[] = {"SET", key, text};
+    double score = kind == PV_STO_SNAP ? (double)*i64_at(rec, sk->created_off) : 0;
     char sc[32];
     snprintf(sc, sizeof sc, "%.0f", score);
-    const char *argv_z[] = {"ZADD", index, sc, member};
+    multi m = {r, st, PV_OK};
+    MULTI_RUN(&m, "MULTI");
+    MULTI_RUN(&m, "SET", key, text);
+    MULTI_RUN(&m, "ZADD", index, sc, id);
     redisReply *rep = NULL;
-    int rc = pv_redis_command(r, &rep, st, "MULTI");
-    if (rep) freeReplyObject(rep);
-    rep = NULL;
-    if (rc == PV_OK) rc = pv_redis_commandv(r, &rep, st, 3, argv_set, NULL);
-    if (rep) freeReplyObject(rep);
-    rep = NULL;
-    if (rc == PV_OK) rc = pv_redis_commandv(r, &rep, st, 4, argv_z, NULL);
-    if (rep) freeReplyObject(rep);
-    rep = NULL;
-    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "EXEC");
-    if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
-        rc = pv_status_set(st, PV_UNAVAILABLE, "%s %s: not written", what_of(kind), id);
+    if (m.rc == PV_OK) m.rc = pv_redis_command(r, &rep, st, "EXEC");
+    if (m.rc == PV_OK && rep->type != REDIS_REPLY_ARRAY)
+        m.rc = pv_status_set(st, PV_UNAVAILABLE, "%s %s: not written", sk->schema->what, id);
     if (rep) freeReplyObject(rep);
     free(text);
-    return rc;
+    return m.rc;
 }
 
-int pv_storage_del(pv_redis *r, const pv_keys *k, const char *kind, json_t *rec, pv_status *st) {
-    const char *id = json_string_value(json_object_get(rec, id_field(kind)));
-    if (!id) return PV_OK;
-    const char *owner_field = NULL, *name = json_string_value(json_object_get(rec, "name"));
-    pv_key_kind index_kind = index_of(kind, &owner_field);
-    const char *owner = rec_str(rec, owner_field);
+int pv_storage_del(pv_redis *r, const pv_keys *k, pv_sto_kind kind, const void *rec,
+                   pv_status *st) {
+    const sto_kind *sk = kind_of(kind);
+    const char *id = str_at(rec, sk->id_off);
+    if (!id || !*id) return PV_OK;
+    const char *name = str_at(rec, sk->name_off);
+    const char *owner = sk->has_owner ? str_at(rec, sk->owner_off) : NULL;
     char key[PV_KEY_MAX * 2], index[PV_KEY_MAX * 2], names[PV_KEY_MAX * 2], snaps[PV_KEY_MAX * 2];
-    if (sto_key(k, record_kind(kind), id, key, st) != PV_OK ||
-        sto_key(k, index_kind, owner, index, st) != PV_OK ||
-        sto_key(k, PV_KEY_POOL_NAMES, index_kind == PV_KEY_POOLS ? id : owner, names, st) !=
-            PV_OK ||
+    if (sto_key(k, sk->key, id, key, st) != PV_OK ||
+        sto_key(k, sk->index, owner, index, st) != PV_OK ||
+        sto_key(k, PV_KEY_POOL_NAMES, kind == PV_STO_POOL ? id : owner, names, st) != PV_OK ||
         sto_key(k, PV_KEY_VOL_SNAPS, id, snaps, st) != PV_OK)
         return st->code;
     multi m = {r, st, PV_OK};
     MULTI_RUN(&m, "MULTI");
     MULTI_RUN(&m, "DEL", key);
     MULTI_RUN(&m, "ZREM", index, id);
-    if (index_kind == PV_KEY_POOLS) {
+    if (kind == PV_STO_POOL) {
         MULTI_RUN(&m, "DEL", names);
-    } else if (index_kind == PV_KEY_POOL_VOLS) {
+    } else if (kind == PV_STO_VOL) {
         MULTI_RUN(&m, "HDEL", names, name ? name : "");
         MULTI_RUN(&m, "DEL", snaps);
     }
@@ -668,35 +713,41 @@ int pv_storage_release_name(pv_redis *r, const pv_keys *k, const char *pool, con
     return PV_OK;
 }
 
-int pv_storage_list(pv_redis *r, const pv_keys *k, const char *kind, const char *owner,
-                    json_t **out, pv_status *st) {
-    *out = json_array();
-    if (!*out) return pv_status_set(st, PV_INTERNAL, "out of memory");
+int pv_storage_list(pv_redis *r, const pv_keys *k, pv_sto_kind kind, const char *owner, void **recs,
+                    size_t *n, pv_status *st) {
+    const sto_kind *sk = kind_of(kind);
+    *recs = NULL;
+    *n = 0;
     redisReply *rep = NULL;
-    const char *owner_field = NULL;
     char index[PV_KEY_MAX * 2];
-    int rc = sto_key(k, index_of(kind, &owner_field), owner, index, st);
+    int rc = sto_key(k, sk->index, owner, index, st);
     if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "ZRANGE %s 0 -1", index);
-    for (size_t i = 0; rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-        json_t *rec = NULL;
-        int grc = pv_storage_get(r, k, kind, rep->element[i]->str, &rec, st);
-        if (grc == PV_NOT_FOUND) continue; /* removed meanwhile */
-        if (grc != PV_OK)
+    size_t cap = rc == PV_OK && rep->type == REDIS_REPLY_ARRAY ? rep->elements : 0;
+    char *out = cap ? calloc(cap, sk->schema->size) : NULL;
+    if (cap && !out) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < cap; i++) {
+        int grc = pv_storage_get(r, k, kind, rep->element[i]->str, out + *n * sk->schema->size, st);
+        if (grc == PV_OK)
+            (*n)++;
+        else if (grc != PV_NOT_FOUND) /* NOT_FOUND: removed meanwhile */
             rc = grc;
-        else
-            json_array_append_new(*out, rec);
     }
     if (rep) freeReplyObject(rep);
     if (rc != PV_OK) {
-        json_decref(*out);
-        *out = NULL;
+        pv_storage_array_free(kind, out, *n);
+        *n = 0;
+        return rc;
     }
-    return rc;
+    if (*n)
+        *recs = out;
+    else
+        free(out);
+    return PV_OK;
 }
 
-int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_t **out,
+int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, pv_volume *out,
                            pv_status *st) {
-    int rc = pv_storage_get(r, k, "vol", ref, out, st);
+    int rc = pv_storage_get(r, k, PV_STO_VOL, ref, out, st);
     if (rc != PV_NOT_FOUND) return rc;
     char key[PV_KEY_MAX * 2];
     if (sto_key(k, PV_KEY_POOLS, NULL, key, st) != PV_OK) return st->code;
@@ -722,21 +773,25 @@ int pv_storage_find_volume(pv_redis *r, const pv_keys *k, const char *ref, json_
     if (hits > 1)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "id: %zu pools hold a volume named %.128s: give its id", hits, ref);
-    if (hits == 1) return pv_storage_get(r, k, "vol", found, out, st);
+    if (hits == 1) return pv_storage_get(r, k, PV_STO_VOL, found, out, st);
     return pv_status_set(st, PV_NOT_FOUND, "volume %.128s not found", ref);
+}
+
+static int set_str(char **slot, const char *v, pv_status *st) {
+    if (pv_record_set_str(slot, v) != 0) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
 }
 
 int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const char *wl_id,
                       pv_status *st) {
-    json_t *vol = NULL;
-    if (pv_storage_get(r, k, "vol", vol_id, &vol, st) != PV_OK) return st->code;
-    const char *restoring = json_string_value(json_object_get(vol, "restoring"));
-    if (restoring && *restoring) { /* its data may be the old snapshot's or the new one's */
+    pv_volume vol;
+    if (pv_storage_get(r, k, PV_STO_VOL, vol_id, &vol, st) != PV_OK) return st->code;
+    if (vol.restoring && *vol.restoring) { /* its data may be the old snapshot's or the new one's */
         pv_status_set(st, PV_FAILED_PRECONDITION,
                       "volume %s: a restore to snapshot %s is running or did not finish (its "
                       "data may be either snapshot's): wait for it, or restore a snapshot",
-                      json_string_value(json_object_get(vol, "name")), restoring);
-        json_decref(vol);
+                      vol.name, vol.restoring);
+        pv_storage_free(PV_STO_VOL, &vol);
         return st->code;
     }
     redisReply *rep = NULL;
@@ -749,18 +804,17 @@ int pv_storage_attach(pv_redis *r, const pv_keys *k, const char *vol_id, const c
     if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "GET %s", user);
     if (rc == PV_OK && (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, wl_id) != 0))
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by workload %.64s",
-                           json_string_value(json_object_get(vol, "name")),
-                           rep->type == REDIS_REPLY_STRING ? rep->str : "?");
+                           vol.name, rep->type == REDIS_REPLY_STRING ? rep->str : "?");
     if (rep) freeReplyObject(rep);
     rep = NULL;
     if (rc == PV_OK) {
-        json_object_set_new(vol, "status", json_integer(PV_VOL_IN_USE));
-        json_object_set_new(vol, "in_use_by", json_string(wl_id));
-        rc = pv_storage_put(r, k, "vol", vol, st);
+        vol.status = PV_VOL_IN_USE;
+        rc = set_str(&vol.in_use_by, wl_id, st);
     }
+    if (rc == PV_OK) rc = pv_storage_put(r, k, PV_STO_VOL, &vol, st);
     if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "SADD %s %s", vols, vol_id);
     if (rep) freeReplyObject(rep);
-    json_decref(vol);
+    pv_storage_free(PV_STO_VOL, &vol);
     return rc;
 }
 
@@ -772,17 +826,16 @@ int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_s
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < ids->elements; i++) {
         const char *vid = ids->element[i]->str;
-        json_t *vol = NULL;
-        int grc = pv_storage_get(r, k, "vol", vid, &vol, st);
-        if (grc == PV_OK &&
-            strcmp(json_string_value(json_object_get(vol, "in_use_by")) ?: "", wl_id) == 0) {
-            json_object_set_new(vol, "status", json_integer(PV_VOL_READY));
-            json_object_del(vol, "in_use_by");
-            rc = pv_storage_put(r, k, "vol", vol, st);
+        pv_volume vol;
+        int grc = pv_storage_get(r, k, PV_STO_VOL, vid, &vol, st);
+        if (grc == PV_OK && strcmp(vol.in_use_by ? vol.in_use_by : "", wl_id) == 0) {
+            vol.status = PV_VOL_READY;
+            set_str(&vol.in_use_by, NULL, st);
+            rc = pv_storage_put(r, k, PV_STO_VOL, &vol, st);
         } else if (grc != PV_OK && grc != PV_NOT_FOUND) {
             rc = grc;
         }
-        json_decref(vol);
+        pv_storage_free(PV_STO_VOL, &vol);
         redisReply *rep = NULL;
         if (rc == PV_OK) rc = sto_key(k, PV_KEY_VOL_USER, vid, user, st);
         if (rc == PV_OK && pv_redis_command(r, &rep, st, "EVAL %s 1 %s %s",

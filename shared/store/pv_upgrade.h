@@ -11,9 +11,14 @@
  *     "max_unavailable", "partition"}, "nodes": [{"id", "name", "state" (pv_node_upgrade_state),
  *     "message", "batch", "was_cordoned", "started_ms", "finished_ms"}] in name order,
  *     "message", "started_ms", "updated_ms", "finished_ms"}
- * The numbers of phases, node states and strategy types are those of the cluster API's enums.
+ * in this order (a node may also hold "hooked": true once its pre-upgrade hook ran, and
+ * "drained": {"moved", "removed", "left"}). The numbers of phases, node states and strategy
+ * types are those of the cluster API's enums. The record is a pv_upgrade_rec, decoded and
+ * encoded by pv_record through its schemas: a damaged field is PV_DATA_LOSS naming the key and
+ * the field ("<key> nodes[2]" for a node's), and fields this build does not know are kept.
  *
- * Ownership: pv_upgrade_get hands the caller a json_t reference (json_decref it).
+ * Ownership: a pv_upgrade_rec owns its strings, nodes and JSON values; pv_upgrade_rec_free
+ * releases them.
  */
 #ifndef PV_UPGRADE_H
 #define PV_UPGRADE_H
@@ -24,6 +29,7 @@
 #include <stdint.h>
 
 #include "pv_keys.h"
+#include "pv_record.h"
 #include "pv_redis.h"
 #include "pv_registry.h"
 #include "pv_status.h"
@@ -81,26 +87,59 @@ int pv_version_compare(const char *a, const char *b);
 /* SUCCEEDED, ROLLED_BACK, CANCELLED, FAILED. */
 bool pv_upgrade_phase_done(int phase);
 
-/* A new record in phase PENDING for the nodes names[0..n) (name order; ids alongside;
- * cordoned[i]: the node was cordoned before, and stays so), every node PENDING or SKIPPED
- * with its batch. NULL when out of memory. */
-json_t *pv_upgrade_new_record(const char *op_id, const char *cluster_id, const char *from,
-                              const char *to, const pv_upgrade_strategy *s, const char *const *ids,
-                              const char *const *names, const bool *cordoned, size_t n,
-                              int64_t now_ms);
+typedef struct pv_upgrade_node {
+    char *id, *name;
+    int state; /* pv_node_upgrade_state */
+    char *message;
+    int batch; /* 0: kept at the old version by the partition */
+    bool was_cordoned;
+    int64_t started_ms, finished_ms; /* 0: not yet */
+    bool hooked;                     /* optional: its pre-upgrade hook ran */
+    json_t *drained;                 /* optional: what its drain did, NULL before */
+    json_t *extra;
+} pv_upgrade_node;
+
+typedef struct pv_upgrade_rec {
+    char *cluster_id, *operation_id;
+    int phase; /* pv_upgrade_phase */
+    char *from, *to;
+    bool downgrade;
+    pv_upgrade_strategy strategy;
+    json_t *strategy_extra; /* the strategy's fields this build does not know */
+    char *message;
+    int64_t started_ms, updated_ms, finished_ms;
+    pv_upgrade_node *nodes; /* n_nodes, in name order */
+    size_t n_nodes;
+    json_t *extra;
+} pv_upgrade_rec;
+
+void pv_upgrade_rec_free(pv_upgrade_rec *rec);
+
+/* Fills *out (zeroed first) with a new record in phase PENDING for the nodes names[0..n) (name
+ * order; ids alongside; cordoned[i]: the node was cordoned before, and stays so), every node
+ * PENDING or SKIPPED with its batch. 0, or -1 out of memory (*out left zeroed). */
+int pv_upgrade_new_record(const char *op_id, const char *cluster_id, const char *from,
+                          const char *to, const pv_upgrade_strategy *s, const char *const *ids,
+                          const char *const *names, const bool *cordoned, size_t n, int64_t now_ms,
+                          pv_upgrade_rec *out);
 
 /* pv_upgrade_new_record for the cluster's nodes as the registry lists them (name order; a node
- * cordoned has bypass set). NULL when out of memory. */
-json_t *pv_upgrade_new_record_of(const char *op_id, const char *cluster_id, const char *from,
-                                 const char *to, const pv_upgrade_strategy *s, const pv_node *nodes,
-                                 size_t n, int64_t now_ms);
+ * cordoned has bypass set). 0, or -1 out of memory (*out left zeroed). */
+int pv_upgrade_new_record_of(const char *op_id, const char *cluster_id, const char *from,
+                             const char *to, const pv_upgrade_strategy *s, const pv_node *nodes,
+                             size_t n, int64_t now_ms, pv_upgrade_rec *out);
 
-/* NOT_FOUND "cluster <id> has never been upgraded" when there is no record. */
-int pv_upgrade_get(pv_redis *r, const pv_keys *k, const char *cluster_id, json_t **out,
+/* The record's document, as pv_upgrade_put stores it (compact, its fields in the order above);
+ * the caller frees it. NULL out of memory. */
+char *pv_upgrade_dumps(const pv_upgrade_rec *rec);
+
+/* Fills *out (zeroed first). NOT_FOUND "cluster <id> has never been upgraded" when there is no
+ * record; DATA_LOSS naming the key and field of a damaged one. */
+int pv_upgrade_get(pv_redis *r, const pv_keys *k, const char *cluster_id, pv_upgrade_rec *out,
                    pv_status *st);
 
 /* Stores rec (its updated_ms set to now first). */
-int pv_upgrade_put(pv_redis *r, const pv_keys *k, const char *cluster_id, json_t *rec,
+int pv_upgrade_put(pv_redis *r, const pv_keys *k, const char *cluster_id, pv_upgrade_rec *rec,
                    pv_status *st);
 
 /* Forgets the cluster's record (DeleteCluster). Missing is fine. */

@@ -5,7 +5,8 @@
  * 0/1, unknown enum names, texts too long for their buffer, required fields absent) are
  * PV_DATA_LOSS naming the key, the field and the value. Then, for each record kind, a record
  * written by its own functions reads back through the codec, and a damaged field of it is
- * rejected by the kind's reader with the key and the field named.
+ * rejected by the kind's reader with the key and the field named. (The storage records have
+ * theirs in test_storage_records.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include "pv_keys.h"
 #include "pv_op.h"
 #include "pv_registry.h"
+#include "pv_upgrade.h"
 #include "pv_workload.h"
 #include "pv_record.h"
 #include "pv_redis.h"
@@ -429,6 +431,99 @@ static void test_workload_records(void **state) {
     pv_workload_clear(&w);
 }
 
+static char *get_text(fixture *f, const char *key) {
+    redisReply *rep = redisCommand(f->c, "GET %s", key);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    char *text = strdup(rep->str);
+    freeReplyObject(rep);
+    return text;
+}
+
+/* The upgrade record: written by pv_upgrade_put, read back the same to the byte (its nodes'
+ * optional fields and a field no build knows included); a damaged field of the record, of its
+ * strategy or of a node is DATA_LOSS naming the key and the field. */
+static void test_upgrade_records(void **state) {
+    fixture *f = *state;
+    pv_status st = {0};
+    pv_upgrade_strategy s = {PV_UPGRADE_CANARY, 0, 1, 0};
+    const char *ids[] = {"id-a", "id-b"}, *names[] = {"a", "b"};
+    bool cordoned[] = {true, false};
+    pv_upgrade_rec r, got;
+    assert_int_equal(
+        pv_upgrade_new_record("op-9", "c1", "v1.0.0", "v1.1.0", &s, ids, names, cordoned, 2, 5, &r),
+        0);
+    r.nodes[0].hooked = true;
+    r.nodes[0].drained = json_pack("{s:i, s:i, s:i}", "moved", 2, "removed", 0, "left", 1);
+    r.nodes[0].state = PV_NODE_UPGRADE_UPGRADED;
+    r.nodes[0].finished_ms = 77;
+    assert_int_equal(pv_upgrade_put(f->r, &f->keys, "c1", &r, &st), PV_OK);
+    assert_true(r.updated_ms > 5);
+    char *stored = get_text(f, "t:{reg}:upgrade:c1");
+    assert_non_null(strstr(stored, "\"finished_ms\":77,\"hooked\":true,\"drained\":{\"moved\":2,"
+                                   "\"removed\":0,\"left\":1}},{\"id\":\"id-b\""));
+    assert_null(strstr(stored, "\"hooked\":false")); /* unset optional fields stay absent */
+    assert_int_equal(pv_upgrade_get(f->r, &f->keys, "c1", &got, &st), PV_OK);
+    assert_string_equal(got.operation_id, "op-9");
+    assert_int_equal(got.strategy.type, PV_UPGRADE_CANARY);
+    assert_int_equal(got.strategy.max_unavailable, 1);
+    assert_int_equal(got.n_nodes, 2);
+    assert_true(got.nodes[0].hooked);
+    assert_int_equal(json_integer_value(json_object_get(got.nodes[0].drained, "left")), 1);
+    assert_false(got.nodes[1].hooked);
+    assert_null(got.nodes[1].drained);
+    assert_true(got.updated_ms == r.updated_ms);
+    char *again = pv_upgrade_dumps(&got);
+    assert_string_equal(again, stored);
+    free(again);
+    pv_upgrade_rec_free(&got);
+    free(stored);
+    pv_upgrade_rec_free(&r);
+
+    /* fields this build does not know, at any level, are written back */
+    const char *doc = "{\"cluster_id\":\"c2\",\"operation_id\":\"op-1\",\"phase\":2,\"later\":[1],"
+                      "\"strategy\":{\"type\":1,\"surge_pct\":5},\"nodes\":[{\"id\":\"x\","
+                      "\"state\":3,\"zone\":\"z1\"}]}";
+    exec_cmd(f, "SET t:{reg}:upgrade:c2 %s", doc);
+    assert_int_equal(pv_upgrade_get(f->r, &f->keys, "c2", &got, &st), PV_OK);
+    assert_int_equal(got.phase, PV_UPGRADE_UPGRADING);
+    assert_int_equal(got.nodes[0].state, PV_NODE_UPGRADE_UPGRADING);
+    assert_int_equal(pv_upgrade_put(f->r, &f->keys, "c2", &got, &st), PV_OK);
+    pv_upgrade_rec_free(&got);
+    stored = get_text(f, "t:{reg}:upgrade:c2");
+    json_t *back = json_loads(stored, 0, NULL);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(back, "later"), 0)), 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(back, "strategy"), "surge_pct")), 5);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(back, "nodes"), 0), "zone")),
+                        "z1");
+    json_decref(back);
+    free(stored);
+
+    static const struct {
+        const char *doc, *want;
+    } k[] = {
+        {"{\"phase\":\"done\"}",
+         "upgrade record t:{reg}:upgrade:c3: field phase: bad value \"\"done\"\" (want a whole "
+         "number in range)"},
+        {"{\"strategy\":{\"partition\":1.5}}",
+         "upgrade record t:{reg}:upgrade:c3 strategy: field partition: bad value \"1.5\""},
+        {"{\"nodes\":[{\"id\":\"a\"},{\"id\":\"b\",\"was_cordoned\":\"yes\"}]}",
+         "upgrade record t:{reg}:upgrade:c3 nodes[1]: field was_cordoned: bad value "
+         "\"\"yes\"\" (want 0 or 1)"},
+        {"{\"nodes\":{\"id\":\"a\"}}",
+         "upgrade record t:{reg}:upgrade:c3: field nodes: not an array"},
+        {"not json", "upgrade record t:{reg}:upgrade:c3: not JSON"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        exec_cmd(f, "SET t:{reg}:upgrade:c3 %s", k[i].doc);
+        assert_int_equal(pv_upgrade_get(f->r, &f->keys, "c3", &got, &st), PV_DATA_LOSS);
+        if (!strstr(st.msg, k[i].want)) fail_msg("%s: %s", k[i].doc, st.msg);
+        assert_null(got.nodes); /* nothing left to free */
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hash_round_trip, setup, teardown),
@@ -437,6 +532,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_op_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_and_node_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workload_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,7 @@ static const struct {
     {PV_KEY_WL_VOLS, "w1", NULL, "pv:{sto}:wl-vols:w1"},
     {PV_KEY_PRESENCE, "gateway", "gw-a", "pv:presence:gateway:gw-a"},
     {PV_KEY_PRESENCE_INDEX, "gateway", NULL, "pv:presence:gateway"},
+    {PV_KEY_TEST_RUNS, "r1", NULL, "pv:test:runs:r1"},
 };
 
 #define N_NAMES (sizeof k_names / sizeof k_names[0])

@@ -92,15 +92,27 @@ static void test_xml(void **state) {
     free(x);
 }
 
+/* A pool's and a volume's records from their stored JSON, decoded as pv_storage_get does. */
+static void records_of(const char *pool, const char *vol, pv_pool *p, pv_volume *v) {
+    json_t *pj = json_loads(pool, 0, NULL), *vj = json_loads(vol, 0, NULL);
+    assert_non_null(pj);
+    assert_non_null(vj);
+    pv_status st;
+    assert_int_equal(pv_record_decode_json(&pv_pool_schema, "pool", pj, p, &st), PV_OK);
+    assert_int_equal(pv_record_decode_json(&pv_volume_schema, "vol", vj, v, &st), PV_OK);
+    json_decref(pj);
+    json_decref(vj);
+}
+
 /* The command a snapshot operation runs, exactly, for records as the agent stores them. */
 static void assert_argv(int what, const char *pool, const char *vol, const char *snap,
                         const char *const *want) {
-    json_t *p = json_loads(pool, 0, NULL), *v = json_loads(vol, 0, NULL);
-    assert_non_null(p);
-    assert_non_null(v);
+    pv_pool p;
+    pv_volume v;
+    records_of(pool, vol, &p, &v);
     pv_argv a;
     pv_status st;
-    assert_int_equal(pv_storage_snapshot_argv(what, p, v, snap, &a, &st), PV_OK);
+    assert_int_equal(pv_storage_snapshot_argv(what, &p, &v, snap, &a, &st), PV_OK);
     size_t n = 0;
     while (want[n])
         n++;
@@ -110,8 +122,8 @@ static void assert_argv(int what, const char *pool, const char *vol, const char 
     assert_null(a.v[n]);
     pv_argv_clear(&a);
     assert_int_equal(a.n, 0);
-    json_decref(p);
-    json_decref(v);
+    pv_storage_free(PV_STO_POOL, &p);
+    pv_storage_free(PV_STO_VOL, &v);
 }
 
 static const char *lvm_pool = "{\"name\":\"fast-pool\",\"type\":2,\"config\":{"
@@ -170,12 +182,14 @@ static void test_rbd_snapshot_argv(void **state) {
 }
 
 static int argv_fails(const char *pool, const char *vol, const char *snap, pv_status *st) {
-    json_t *p = json_loads(pool, 0, NULL), *v = json_loads(vol, 0, NULL);
+    pv_pool p;
+    pv_volume v;
+    records_of(pool, vol, &p, &v);
     pv_argv a;
-    int rc = pv_storage_snapshot_argv(PV_SNAP_CREATE, p, v, snap, &a, st);
+    int rc = pv_storage_snapshot_argv(PV_SNAP_CREATE, &p, &v, snap, &a, st);
     assert_int_equal(a.n, 0); /* nothing left to free on failure */
-    json_decref(p);
-    json_decref(v);
+    pv_storage_free(PV_STO_POOL, &p);
+    pv_storage_free(PV_STO_VOL, &v);
     return rc;
 }
 

@@ -58,24 +58,36 @@ static void test_versions(void **state) {
     assert_false(pv_upgrade_phase_done(PV_UPGRADE_MIGRATING));
 }
 
+/* A new record, and its document exactly as the upgrade record has always been stored. */
 static void test_new_record(void **state) {
     (void)state;
     pv_upgrade_strategy s = {PV_UPGRADE_ROLLING, 1, 0, 1};
     const char *ids[] = {"node-a", "node-b"}, *names[] = {"a", "b"};
     bool cordoned[] = {false, true};
-    json_t *r = pv_upgrade_new_record("op-1", "cluster-1", "v1.1.0", "v1.0.0", &s, ids, names,
-                                      cordoned, 2, 1000);
-    assert_non_null(r);
-    assert_int_equal(json_integer_value(json_object_get(r, "phase")), PV_UPGRADE_PENDING);
-    assert_true(json_is_true(json_object_get(r, "downgrade")));
-    json_t *nodes = json_object_get(r, "nodes");
-    assert_int_equal(json_array_size(nodes), 2);
-    json_t *a = json_array_get(nodes, 0), *b = json_array_get(nodes, 1);
-    assert_int_equal(json_integer_value(json_object_get(a, "state")), PV_NODE_UPGRADE_SKIPPED);
-    assert_int_equal(json_integer_value(json_object_get(b, "state")), PV_NODE_UPGRADE_PENDING);
-    assert_int_equal(json_integer_value(json_object_get(b, "batch")), 1);
-    assert_true(json_is_true(json_object_get(b, "was_cordoned")));
-    json_decref(r);
+    pv_upgrade_rec r;
+    assert_int_equal(pv_upgrade_new_record("op-1", "cluster-1", "v1.1.0", "v1.0.0", &s, ids, names,
+                                           cordoned, 2, 1000, &r),
+                     0);
+    assert_int_equal(r.phase, PV_UPGRADE_PENDING);
+    assert_true(r.downgrade);
+    assert_int_equal(r.n_nodes, 2);
+    assert_int_equal(r.nodes[0].state, PV_NODE_UPGRADE_SKIPPED);
+    assert_int_equal(r.nodes[1].state, PV_NODE_UPGRADE_PENDING);
+    assert_int_equal(r.nodes[1].batch, 1);
+    assert_true(r.nodes[1].was_cordoned);
+    char *text = pv_upgrade_dumps(&r);
+    assert_string_equal(
+        text, "{\"cluster_id\":\"cluster-1\",\"operation_id\":\"op-1\",\"phase\":1,\"from\":"
+              "\"v1.1.0\",\"to\":\"v1.0.0\",\"downgrade\":true,\"strategy\":{\"type\":1,"
+              "\"max_surge\":1,\"max_unavailable\":0,\"partition\":1},\"message\":\"accepted; no "
+              "node touched yet\",\"started_ms\":1000,\"updated_ms\":1000,\"finished_ms\":0,"
+              "\"nodes\":[{\"id\":\"node-a\",\"name\":\"a\",\"state\":8,\"message\":\"kept by the "
+              "partition\",\"batch\":0,\"was_cordoned\":false,\"started_ms\":0,\"finished_ms\":0},"
+              "{\"id\":\"node-b\",\"name\":\"b\",\"state\":1,\"message\":\"waiting for its "
+              "batch\",\"batch\":1,\"was_cordoned\":true,\"started_ms\":0,\"finished_ms\":0}]}");
+    free(text);
+    pv_upgrade_rec_free(&r);
+    assert_null(r.nodes);
 }
 
 /* The record for the registry's nodes: ids and names from the records, a node's bypass as its
@@ -86,24 +98,24 @@ static void test_new_record_of_nodes(void **state) {
     pv_node nodes[3] = {{.id = "id-a", .name = "a"},
                         {.id = "id-b", .name = "b", .bypass = true},
                         {.id = "id-c", .name = "c"}};
-    json_t *r = pv_upgrade_new_record_of("op-2", "cluster-2", "v1.0.0", "v1.1.0", &s, nodes, 3, 7);
-    assert_non_null(r);
-    assert_string_equal(json_string_value(json_object_get(r, "operation_id")), "op-2");
-    assert_int_equal(json_integer_value(json_object_get(r, "started_ms")), 7);
-    json_t *got = json_object_get(r, "nodes");
-    assert_int_equal(json_array_size(got), 3);
+    pv_upgrade_rec r;
+    assert_int_equal(
+        pv_upgrade_new_record_of("op-2", "cluster-2", "v1.0.0", "v1.1.0", &s, nodes, 3, 7, &r), 0);
+    assert_string_equal(r.operation_id, "op-2");
+    assert_int_equal(r.started_ms, 7);
+    assert_int_equal(r.n_nodes, 3);
     for (size_t i = 0; i < 3; i++) {
-        json_t *n = json_array_get(got, i);
-        assert_string_equal(json_string_value(json_object_get(n, "id")), nodes[i].id);
-        assert_string_equal(json_string_value(json_object_get(n, "name")), nodes[i].name);
-        assert_int_equal(json_is_true(json_object_get(n, "was_cordoned")), nodes[i].bypass);
-        assert_int_equal(json_integer_value(json_object_get(n, "batch")), (int)i + 1);
+        assert_string_equal(r.nodes[i].id, nodes[i].id);
+        assert_string_equal(r.nodes[i].name, nodes[i].name);
+        assert_int_equal(r.nodes[i].was_cordoned, nodes[i].bypass);
+        assert_int_equal(r.nodes[i].batch, (int)i + 1);
     }
-    json_decref(r);
-    json_t *empty = pv_upgrade_new_record_of("op-3", "cluster-2", "v1", "v2", &s, NULL, 0, 7);
-    assert_non_null(empty);
-    assert_int_equal(json_array_size(json_object_get(empty, "nodes")), 0);
-    json_decref(empty);
+    pv_upgrade_rec_free(&r);
+    pv_upgrade_rec empty;
+    assert_int_equal(
+        pv_upgrade_new_record_of("op-3", "cluster-2", "v1", "v2", &s, NULL, 0, 7, &empty), 0);
+    assert_int_equal(empty.n_nodes, 0);
+    pv_upgrade_rec_free(&empty);
 }
 
 /* Strategy counts are bounded by the cluster's nodes: all of them is allowed (partition n keeps

@@ -235,31 +235,30 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
                      : pv_status_set(st, PV_INTERNAL, "out of memory");
             continue;
         }
-        json_t *vol = NULL, *pool = NULL;
+        pv_volume vol = {0};
+        pv_pool pool = {0};
         pv_status vst;
         int vrc = pv_storage_find_volume(wk_op_redis(in->op), wk_op_keys(in->op), src, &vol, &vst);
         if (vrc == PV_OK)
-            vrc = pv_storage_get(wk_op_redis(in->op), wk_op_keys(in->op), "pool",
-                                 json_string_value(json_object_get(vol, "pool")), &pool, &vst);
-        const char *pool_node = json_string_value(json_object_get(pool, "node"));
+            vrc = pv_storage_get(wk_op_redis(in->op), wk_op_keys(in->op), PV_STO_POOL, vol.pool,
+                                 &pool, &vst);
+        const char *pool_node = pool.node;
         if (vrc == PV_OK && (!pool_node || strcmp(pool_node, in->node) != 0))
             vrc = pv_status_set(&vst, PV_FAILED_PRECONDITION,
-                                "volume %s is in pool %s on node %s, not on %s", src,
-                                json_string_value(json_object_get(vol, "pool")),
+                                "volume %s is in pool %s on node %s, not on %s", src, vol.pool,
                                 pool_node ? pool_node : "?", in->node);
         if (vrc == PV_OK)
-            vrc = pv_storage_attach(wk_op_redis(in->op), wk_op_keys(in->op),
-                                    json_string_value(json_object_get(vol, "id")), id, &vst);
+            vrc = pv_storage_attach(wk_op_redis(in->op), wk_op_keys(in->op), vol.id, id, &vst);
         if (vrc == PV_OK)
-            rc = pv_strv_take(out, strdup(json_string_value(json_object_get(vol, "path")))) == 0
+            rc = pv_strv_take(out, strdup(vol.path ? vol.path : "")) == 0
                      ? PV_OK
                      : pv_status_set(st, PV_INTERNAL, "out of memory");
         else if (vrc == PV_UNAVAILABLE)
             rc = pv_status_set(st, vrc, "%s", vst.msg);
         else
             snprintf(why, why_cap, "volumes[%zu] %.200s: %.250s", i, src, vst.msg);
-        json_decref(vol);
-        json_decref(pool);
+        pv_storage_free(PV_STO_VOL, &vol);
+        pv_storage_free(PV_STO_POOL, &pool);
     }
     pv_res_storage_req_free(&req);
     return rc;

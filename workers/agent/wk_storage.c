@@ -85,14 +85,20 @@ static const char *param(wk_op *op, const char *key) {
 
 /* ---- pools ---- */
 
+/* Sets a record's string to a copy of v; false out of memory (a record then fails to be
+ * written: pv_storage_put refuses one without its id, and the caller checks the others). */
+static bool set_text(char **slot, const char *v) {
+    return pv_record_set_str(slot, v) == 0;
+}
+
 /* Reads the pool's figures from libvirt into its record. */
-static void pool_figures(virStoragePoolPtr p, json_t *rec) {
+static void pool_figures(virStoragePoolPtr p, pv_pool *rec) {
     virStoragePoolInfo info;
     virStoragePoolRefresh(p, 0); /* a failed refresh leaves the last figures: still worth them */
     if (virStoragePoolGetInfo(p, &info) == 0) {
-        json_object_set_new(rec, "capacity", json_integer((json_int_t)info.capacity));
-        json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
-        json_object_set_new(rec, "available", json_integer((json_int_t)info.available));
+        rec->capacity = (int64_t)info.capacity;
+        rec->used = (int64_t)info.allocation;
+        rec->available = (int64_t)info.available;
     }
 }
 
@@ -101,7 +107,7 @@ static void pool_figures(virStoragePoolPtr p, json_t *rec) {
  * a lookup in that moment fails, and a record written then would name no file. So it asks again
  * (after a refresh of its own) for up to 2 s, and fails rather than record a volume without its
  * path. */
-static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
+static int vol_figures(virStorageVolPtr v, pv_volume *rec, pv_status *st) {
     for (int tries = 0; tries < 40; tries++) {
         if (tries) {
             usleep(50 * 1000);
@@ -114,10 +120,10 @@ static int vol_figures(virStorageVolPtr v, json_t *rec, pv_status *st) {
         virStorageVolInfo info;
         char *path = virStorageVolGetPath(v);
         if (path && virStorageVolGetInfo(v, &info) == 0) {
-            json_object_set_new(rec, "size", json_integer((json_int_t)info.capacity));
-            json_object_set_new(rec, "used", json_integer((json_int_t)info.allocation));
-            json_object_set_new(rec, "path", json_string(path));
-            free(path);
+            rec->size = (int64_t)info.capacity;
+            rec->used = (int64_t)info.allocation;
+            free(rec->path);
+            rec->path = path;
             return PV_OK;
         }
         free(path);
@@ -162,6 +168,20 @@ static bool importable(sctx *c, virStorageVolPtr v, int pool_type) {
     return ok;
 }
 
+/* A new READY volume's record (labels: a new reference, or NULL for none): false out of
+ * memory. */
+static bool new_volume(pv_volume *rec, const char *id, const char *name, const char *pool,
+                       int64_t size, int format, json_t *labels) {
+    memset(rec, 0, sizeof *rec);
+    rec->size = size;
+    rec->format = format;
+    rec->status = PV_VOL_READY;
+    rec->labels = labels ? labels : json_object();
+    rec->created_ms = pv_time_now_ms();
+    return rec->labels && set_text(&rec->id, id) && set_text(&rec->name, name) &&
+           set_text(&rec->pool, pool) && set_text(&rec->current_snapshot, "");
+}
+
 /* Records one volume found in the pool (its name claimed for a new id first). */
 static void import_one(sctx *c, const char *pool, virStorageVolPtr v, const char *name) {
     pv_status st;
@@ -169,22 +189,19 @@ static void import_one(sctx *c, const char *pool, virStorageVolPtr v, const char
     pv_id_new("vol", id, sizeof id);
     if (pv_storage_claim_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, id, &st) != PV_OK)
         return;
-    json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I, s:b}", "id", id,
-                            "name", name, "pool", pool, "size", (json_int_t)0, "used",
-                            (json_int_t)0, "format", volume_format(v) ?: PV_VOL_RAW, "status",
-                            PV_VOL_READY, "labels", json_object(), "current_snapshot", "",
-                            "created_ms", (json_int_t)pv_time_now_ms(), "imported", 1);
+    pv_volume rec;
+    bool made = new_volume(&rec, id, name, pool, 0, volume_format(v) ?: PV_VOL_RAW, NULL);
+    rec.imported = true;
     /* listed before a DeleteVolume removed its file, claimed after that released its name (it
      * does so last): libvirt may still list it, the disk no longer has it */
-    int frc = vol_figures(v, rec, &st);
-    const char *path = json_string_value(json_object_get(rec, "path"));
+    int frc = made ? vol_figures(v, &rec, &st) : PV_INTERNAL;
     struct stat sb;
-    bool gone = frc != PV_OK || (path && path[0] == '/' && stat(path, &sb) != 0);
+    bool gone = frc != PV_OK || (rec.path && rec.path[0] == '/' && stat(rec.path, &sb) != 0);
     if (gone)
         pv_storage_release_name(wk_op_redis(c->op), wk_op_keys(c->op), pool, name, &st);
-    else if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, &st) == PV_OK)
+    else if (pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, &rec, &st) == PV_OK)
         pv_info("pool %s: volume %s found by libvirt, recorded as %s", pool, name, id);
-    json_decref(rec);
+    pv_storage_free(PV_STO_VOL, &rec);
 }
 
 /* Records the volumes libvirt sees in the pool that nobody made through this API: an iSCSI
@@ -204,12 +221,12 @@ static void import_unknown(sctx *c, const char *pool, int pool_type, virStorageP
     for (int i = 0; i < n; i++) {
         const char *name = virStorageVolGetName(vols[i]);
         pv_status st;
-        json_t *snap = NULL; /* an LVM pool lists our snapshot LVs (named by their ids) */
+        pv_snapshot snap = {0}; /* an LVM pool lists our snapshot LVs (named by their ids) */
         bool skip = !name || json_object_get(claimed, name) || name[0] == '.' ||
                     pv_storage_check_name("name", name, &st) != PV_OK ||
-                    pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "snap", name, &snap,
+                    pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_SNAP, name, &snap,
                                    &st) == PV_OK;
-        json_decref(snap);
+        pv_storage_free(PV_STO_SNAP, &snap);
         if (!skip && importable(c, vols[i], pool_type)) import_one(c, pool, vols[i], name);
         virStorageVolFree(vols[i]);
     }
@@ -220,8 +237,8 @@ static void import_unknown(sctx *c, const char *pool, int pool_type, virStorageP
 /* The pool's record refreshed from libvirt (after a change in it), and the volumes libvirt
  * found there that have no record yet. */
 static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
-    json_t *rec = NULL;
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pool, &rec, st) != PV_OK)
+    pv_pool rec;
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, pool, &rec, st) != PV_OK)
         return st->code;
     char lname[256];
     libvirt_name(c, pool, lname, sizeof lname);
@@ -229,12 +246,12 @@ static int refresh_pool(sctx *c, const char *pool, pv_status *st) {
         conn_of(c, st) == PV_OK ? virStoragePoolLookupByName(c->conn, lname) : NULL;
     int rc = PV_OK;
     if (p) {
-        pool_figures(p, rec);
-        import_unknown(c, pool, (int)json_integer_value(json_object_get(rec, "type")), p);
+        pool_figures(p, &rec);
+        import_unknown(c, pool, rec.type, p);
         virStoragePoolFree(p);
-        rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
+        rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, &rec, st);
     }
-    json_decref(rec);
+    pv_storage_free(PV_STO_POOL, &rec);
     return rc;
 }
 
@@ -334,42 +351,42 @@ static int pool_create(sctx *c, pv_status *st) {
         json_decref(config);
         return rc;
     }
-    json_t *rec =
-        json_pack("{s:s, s:i, s:i, s:O, s:s, s:I, s:I, s:I, s:I, s:s}", "name", name, "type", type,
-                  "status", PV_POOL_INACTIVE, "config", config, "node", param(op, "node"),
-                  "capacity", (json_int_t)0, "used", (json_int_t)0, "available", (json_int_t)0,
-                  "created_ms", (json_int_t)pv_time_now_ms(), "libvirt_uuid", uuid);
+    pv_pool rec = {.type = type, .config = config, .created_ms = pv_time_now_ms()};
+    if (!set_text(&rec.name, name) || !set_text(&rec.node, param(op, "node")) ||
+        !set_text(&rec.libvirt_uuid, uuid)) {
+        pv_storage_free(PV_STO_POOL, &rec);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
     virStoragePoolPtr p = NULL;
     char why[PV_STATUS_MSG_MAX] = "";
     define_pool(c, type, config, lname, uuid, &p, why, sizeof why);
     if (why[0]) {
-        json_object_set_new(rec, "status", json_integer(PV_POOL_ERROR));
-        json_object_set_new(json_object_get(rec, "config"), "status_message", json_string(why));
+        rec.status = PV_POOL_ERROR;
+        json_object_set_new(config, "status_message", json_string(why));
         pv_warn("pool %s (%s): %s", name, lname, why);
     } else {
-        json_object_set_new(rec, "status", json_integer(PV_POOL_ACTIVE));
-        pool_figures(p, rec);
+        rec.status = PV_POOL_ACTIVE;
+        pool_figures(p, &rec);
         import_unknown(c, name, type, p); /* an iSCSI target's LUNs, a directory's images */
         pv_info("pool %s (%s) active", name, lname);
     }
     if (p) virStoragePoolFree(p);
-    rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "pool", rec, st);
-    json_decref(rec);
-    json_decref(config);
+    rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_POOL, &rec, st);
+    pv_storage_free(PV_STO_POOL, &rec); /* config with it */
     return rc;
 }
 
 static int pool_delete(sctx *c, pv_status *st) {
     const char *name = param(c->op, "name");
-    json_t *rec = NULL;
-    int rc = pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", name, &rec, st);
+    pv_pool rec;
+    int rc = pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, name, &rec, st);
     if (rc == PV_NOT_FOUND) return PV_OK; /* an earlier delivery deleted it */
     if (rc == PV_OK) rc = conn_of(c, st);
     if (rc == PV_OK) {
         char lname[256];
         libvirt_name(c, name, lname, sizeof lname);
         virStoragePoolPtr p = virStoragePoolLookupByName(c->conn, lname);
-        const char *uuid = json_string_value(json_object_get(rec, "libvirt_uuid"));
+        const char *uuid = rec.libvirt_uuid;
         /* a definition of this name that is not the one this pool made (another stack's,
          * since): not ours to stop; records made before UUIDs were kept go by name */
         if (p && uuid && !pool_is(p, uuid)) {
@@ -386,30 +403,33 @@ static int pool_delete(sctx *c, pv_status *st) {
             virStoragePoolFree(p);
         }
     }
-    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "pool", rec, st);
-    json_decref(rec);
+    if (rc == PV_OK)
+        rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, &rec, st);
+    pv_storage_free(PV_STO_POOL, &rec);
     return rc;
 }
 
 /* ---- volumes ---- */
 
-static int active_pool(sctx *c, const char *pool, json_t **rec, virStoragePoolPtr *p,
+/* A text of the pool's config; NULL when it has none. */
+static const char *pool_cfg(const pv_pool *pool, const char *key) {
+    return json_string_value(json_object_get(pool->config, key));
+}
+
+/* The pool (its record in *rec, for the caller to free, set even on a refusal), active, its
+ * directory confined, and libvirt's handle of it in *p. */
+static int active_pool(sctx *c, const char *pool, pv_pool *rec, virStoragePoolPtr *p,
                        pv_status *st) {
     *p = NULL;
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool", pool, rec, st) != PV_OK)
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, pool, rec, st) != PV_OK)
         return st->code;
-    if (json_integer_value(json_object_get(*rec, "status")) != PV_POOL_ACTIVE)
-        return pv_status_set(
-            st, PV_FAILED_PRECONDITION, "pool: pool %s is not active (%s)", pool,
-            json_string_value(json_object_get(json_object_get(*rec, "config"), "status_message"))
-                ?: "inactive");
-    int type = (int)json_integer_value(json_object_get(*rec, "type"));
+    if (rec->status != PV_POOL_ACTIVE)
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "pool: pool %s is not active (%s)", pool,
+                             pool_cfg(rec, "status_message") ?: "inactive");
     char field[200];
     snprintf(field, sizeof field, "pool %s", pool);
-    if (file_pool(type) &&
-        pv_path_confine_dir(
-            field, json_string_value(json_object_get(json_object_get(*rec, "config"), "path")),
-            &c->roots, 0, st) != PV_OK) {
+    if (file_pool(rec->type) &&
+        pv_path_confine_dir(field, pool_cfg(rec, "path"), &c->roots, 0, st) != PV_OK) {
         pv_status keep = *st;
         return pv_status_set(st, PV_FAILED_PRECONDITION, "%s", keep.msg);
     }
@@ -422,9 +442,8 @@ static int active_pool(sctx *c, const char *pool, json_t **rec, virStoragePoolPt
     return PV_OK;
 }
 
-static double overcommit_of(json_t *pool) {
-    const char *v =
-        json_string_value(json_object_get(json_object_get(pool, "config"), "max_overcommit"));
+static double overcommit_of(const pv_pool *pool) {
+    const char *v = pool_cfg(pool, "max_overcommit");
     double d = v ? strtod(v, NULL) : 20.0;
     return d >= 1.0 ? d : 20.0;
 }
@@ -433,30 +452,30 @@ static double overcommit_of(json_t *pool) {
  * sum of the pool's volume sizes stays within max_overcommit times its capacity. Sizes come
  * from clients: every sum is checked (a size near INT64_MAX must be RESOURCE_EXHAUSTED, not a
  * sum that wraps and passes). */
-static int check_room(sctx *c, const char *field, json_t *pool, virStoragePoolPtr p, int64_t size,
-                      pv_status *st) {
+static int check_room(sctx *c, const char *field, const pv_pool *pool, virStoragePoolPtr p,
+                      int64_t size, pv_status *st) {
     virStoragePoolInfo info;
     if (virStoragePoolGetInfo(p, &info) != 0) return vir_fail(st, PV_INTERNAL, "pool %s", "info");
-    const char *name = json_string_value(json_object_get(pool, "name"));
-    if (json_integer_value(json_object_get(pool, "type")) == PV_POOL_LVM) {
+    const char *name = pool->name;
+    if (pool->type == PV_POOL_LVM) {
         if ((uint64_t)size > info.available)
             return pv_status_set(st, PV_RESOURCE_EXHAUSTED,
                                  "%s: %lld more bytes do not fit in pool %s (%llu available)",
                                  field, (long long)size, name, (unsigned long long)info.available);
         return PV_OK;
     }
-    json_t *vols = NULL;
-    if (pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "vol", name, &vols, st) != PV_OK)
+    pv_volume *vols = NULL;
+    size_t n = 0;
+    if (pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, name, (void **)&vols, &n,
+                        st) != PV_OK)
         return st->code;
     int64_t promised = 0, total = 0;
     bool wrapped = false;
-    size_t i;
-    json_t *v;
-    json_array_foreach(vols, i, v) {
-        json_int_t one = json_integer_value(json_object_get(v, "size"));
+    for (size_t i = 0; i < n; i++) {
+        int64_t one = vols[i].size;
         wrapped = wrapped || one < 0 || __builtin_add_overflow(promised, one, &promised);
     }
-    json_decref(vols);
+    pv_storage_array_free(PV_STO_VOL, vols, n);
     wrapped = wrapped || __builtin_add_overflow(promised, size, &total);
     double limit = overcommit_of(pool) * (double)info.capacity;
     if (wrapped || (double)total > limit)
@@ -468,6 +487,19 @@ static int check_room(sctx *c, const char *field, json_t *pool, virStoragePoolPt
     return PV_OK;
 }
 
+/* Whether the record of kind named id exists (made by an earlier delivery of the operation). */
+static bool record_exists(sctx *c, pv_sto_kind kind, const char *id) {
+    union {
+        pv_volume vol;
+        pv_snapshot snap;
+    } rec;
+    pv_status st;
+    bool found =
+        pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), kind, id, &rec, &st) == PV_OK;
+    pv_storage_free(kind, &rec);
+    return found;
+}
+
 static int volume_create(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *id = param(op, "id"), *name = param(op, "name"), *pool = param(op, "pool");
@@ -475,20 +507,16 @@ static int volume_create(sctx *c, pv_status *st) {
     if (wk_op_param_int(op, "size", 0, 1, INT64_MAX, &size, st) != PV_OK ||
         wk_op_param_int(op, "format", PV_VOL_QCOW2, 1, 4, &format, st) != PV_OK)
         return st->code;
-    json_t *existing = NULL;
-    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", id, &existing, st) == PV_OK) {
-        json_decref(existing); /* an earlier delivery made it */
-        return PV_OK;
-    }
-    json_t *prec = NULL;
+    if (record_exists(c, PV_STO_VOL, id)) return PV_OK; /* an earlier delivery made it */
+    pv_pool prec = {0};
     virStoragePoolPtr p = NULL;
     int rc = active_pool(c, pool, &prec, &p, st);
-    if (rc == PV_OK && json_integer_value(json_object_get(prec, "type")) == PV_POOL_ISCSI)
+    if (rc == PV_OK && prec.type == PV_POOL_ISCSI)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION,
                            "pool: %s is an iSCSI pool: its volumes are the target's LUNs, made on "
                            "the target (they appear here after a refresh)",
                            pool);
-    if (rc == PV_OK) rc = check_room(c, "size_bytes", prec, p, size, st);
+    if (rc == PV_OK) rc = check_room(c, "size_bytes", &prec, p, size, st);
     if (rc == PV_OK)
         rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
     virStorageVolPtr v = NULL;
@@ -509,20 +537,18 @@ static int volume_create(sctx *c, pv_status *st) {
     if (rc == PV_OK) {
         json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
         json_t *labels = json_object_get(params, "labels");
-        labels = json_is_object(labels) ? json_incref(labels) : json_object();
-        json_t *rec =
-            json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:o, s:s, s:I}", "id", id, "name", name,
-                      "pool", pool, "size", (json_int_t)size, "used", (json_int_t)0, "format",
-                      (int)format, "status", PV_VOL_READY, "labels", labels, "current_snapshot", "",
-                      "created_ms", (json_int_t)pv_time_now_ms());
+        pv_volume rec;
+        rc = new_volume(&rec, id, name, pool, size, (int)format,
+                        json_is_object(labels) ? json_incref(labels) : NULL)
+                 ? vol_figures(v, &rec, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
         json_decref(params);
-        rc = vol_figures(v, rec, st);
-        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
-        json_decref(rec);
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, &rec, st);
+        pv_storage_free(PV_STO_VOL, &rec);
     }
     if (v) virStorageVolFree(v);
     if (p) virStoragePoolFree(p);
-    json_decref(prec);
+    pv_storage_free(PV_STO_POOL, &prec);
     if (rc == PV_OK) refresh_pool(c, pool, st);
     return rc;
 }
@@ -531,22 +557,20 @@ static int volume_create(sctx *c, pv_status *st) {
  * pool made before storage roots were enforced, or a file swapped for a link since, must not
  * make the agent copy, resize, snapshot or unlink a host file. FAILED_PRECONDITION naming it.
  * *pool_out (may be NULL) gets the pool's record, read for the check, for the caller to decref. */
-static int confined_volume(sctx *c, json_t *vol, json_t **pool_out, pv_status *st) {
-    json_t *pool = NULL;
-    const char *name = json_string_value(json_object_get(vol, "name"));
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "pool",
-                       json_string_value(json_object_get(vol, "pool")), &pool, st) != PV_OK)
+static int confined_volume(sctx *c, const pv_volume *vol, pv_pool *pool_out, pv_status *st) {
+    pv_pool pool;
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_POOL, vol->pool, &pool, st) !=
+        PV_OK)
         return st->code;
-    int type = (int)json_integer_value(json_object_get(pool, "type"));
+    int type = pool.type;
     if (pool_out)
         *pool_out = pool;
     else
-        json_decref(pool);
+        pv_storage_free(PV_STO_POOL, &pool);
     if (!file_pool(type)) return PV_OK;
     char field[200];
-    snprintf(field, sizeof field, "volume %s", name ? name : "?");
-    int rc =
-        pv_path_confine_file(field, json_string_value(json_object_get(vol, "path")), &c->roots, st);
+    snprintf(field, sizeof field, "volume %s", vol->name);
+    int rc = pv_path_confine_file(field, vol->path, &c->roots, st);
     /* a file already gone from a confined directory (a delete redelivered after its unlink)
      * leaves nothing outside to act on: the operation goes on as before */
     if (rc == PV_OK || rc == PV_NOT_FOUND) {
@@ -561,59 +585,60 @@ static int confined_volume(sctx *c, json_t *vol, json_t **pool_out, pv_status *s
 }
 
 /* A volume to act on: its record, not in use, its file confined; *pool (may be NULL) its pool's
- * record (caller decrefs, set even on a refusal). */
-static int load_volume(sctx *c, const char *id, json_t **rec, json_t **pool, pv_status *st) {
-    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), "vol", id, rec, st) != PV_OK)
+ * record (caller frees both, set even on a refusal). */
+static int load_volume(sctx *c, const char *id, pv_volume *rec, pv_pool *pool, pv_status *st) {
+    if (pool) memset(pool, 0, sizeof *pool);
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, id, rec, st) != PV_OK)
         return st->code;
-    if (json_integer_value(json_object_get(*rec, "status")) == PV_VOL_IN_USE)
+    if (rec->status == PV_VOL_IN_USE)
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "volume %s is in use by a running workload", id);
-    return confined_volume(c, *rec, pool, st);
+    return confined_volume(c, rec, pool, st);
 }
 
-static virStorageVolPtr vol_handle(sctx *c, json_t *rec, pv_status *st) {
+static virStorageVolPtr vol_handle(sctx *c, const pv_volume *rec, pv_status *st) {
     if (conn_of(c, st) != PV_OK) return NULL;
-    const char *path = json_string_value(json_object_get(rec, "path"));
+    const char *path = rec->path;
     virStorageVolPtr v = path ? virStorageVolLookupByPath(c->conn, path) : NULL;
     if (!v) vir_fail(st, PV_INTERNAL, "volume at %s", path ? path : "?");
     return v;
 }
 
 /* A volume grows by what its pool still has room for, as a new volume of that size would. */
-static int check_growth(sctx *c, json_t *vol, int64_t size, pv_status *st) {
-    json_t *prec = NULL;
+static int check_growth(sctx *c, const pv_volume *vol, int64_t size, pv_status *st) {
+    pv_pool prec;
     virStoragePoolPtr p = NULL;
-    int rc = active_pool(c, json_string_value(json_object_get(vol, "pool")), &prec, &p, st);
-    int64_t now = json_integer_value(json_object_get(vol, "size"));
-    if (rc == PV_OK && size > now) rc = check_room(c, "new_size_bytes", prec, p, size - now, st);
+    int rc = active_pool(c, vol->pool, &prec, &p, st);
+    if (rc == PV_OK && size > vol->size)
+        rc = check_room(c, "new_size_bytes", &prec, p, size - vol->size, st);
     if (p) virStoragePoolFree(p);
-    json_decref(prec);
+    pv_storage_free(PV_STO_POOL, &prec);
     return rc;
 }
 
 static int volume_resize(sctx *c, pv_status *st) {
-    json_t *rec = NULL;
+    pv_volume rec = {0};
     long size = 0;
     int rc = wk_op_param_int(c->op, "size", 0, 1, INT64_MAX, &size, st);
     if (rc == PV_OK) rc = load_volume(c, param(c->op, "id"), &rec, NULL, st);
-    if (rc == PV_OK && size < json_integer_value(json_object_get(rec, "size")))
+    if (rc == PV_OK && size < rec.size)
         rc = pv_status_set(st, PV_INVALID_ARGUMENT,
                            "new_size_bytes: %ld is smaller than the volume (%lld): volumes only "
                            "grow",
-                           size, (long long)json_integer_value(json_object_get(rec, "size")));
-    if (rc == PV_OK) rc = check_growth(c, rec, size, st);
-    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+                           size, (long long)rec.size);
+    if (rc == PV_OK) rc = check_growth(c, &rec, size, st);
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, &rec, st) : NULL;
     if (rc == PV_OK && !v) rc = st->code;
     if (rc == PV_OK && virStorageVolResize(v, (unsigned long long)size, 0) != 0)
-        rc = vir_fail(st, PV_FAILED_PRECONDITION, "resizing volume %s",
-                      json_string_value(json_object_get(rec, "name")));
+        rc = vir_fail(st, PV_FAILED_PRECONDITION, "resizing volume %s", rec.name);
     if (rc == PV_OK) {
-        rc = vol_figures(v, rec, st);
-        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
+        rc = vol_figures(v, &rec, st);
+        if (rc == PV_OK)
+            rc = pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, &rec, st);
     }
     if (v) virStorageVolFree(v);
-    if (rc == PV_OK) refresh_pool(c, json_string_value(json_object_get(rec, "pool")), st);
-    json_decref(rec);
+    if (rc == PV_OK) refresh_pool(c, rec.pool, st);
+    pv_storage_free(PV_STO_VOL, &rec);
     return rc;
 }
 
@@ -662,31 +687,25 @@ int wk_storage_sparse_copy(const char *src, const char *dst, int64_t *copied, pv
 static int volume_clone(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *id = param(op, "id"), *name = param(op, "name"), *pool = param(op, "pool");
-    json_t *src = NULL, *prec = NULL, *existing = NULL;
-    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", id, &existing, st) == PV_OK) {
-        json_decref(existing);
-        return PV_OK;
-    }
+    if (record_exists(c, PV_STO_VOL, id)) return PV_OK;
+    pv_volume src;
+    pv_pool prec = {0};
     virStoragePoolPtr p = NULL;
-    int rc =
-        pv_storage_get(wk_op_redis(op), wk_op_keys(op), "vol", param(op, "source_id"), &src, st);
-    if (rc == PV_OK) rc = confined_volume(c, src, NULL, st);
+    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, param(op, "source_id"),
+                            &src, st);
+    if (rc == PV_OK) rc = confined_volume(c, &src, NULL, st);
     if (rc == PV_OK) rc = active_pool(c, pool, &prec, &p, st);
-    if (rc == PV_OK)
-        rc = check_room(c, "source_id", prec, p, json_integer_value(json_object_get(src, "size")),
-                        st);
+    if (rc == PV_OK) rc = check_room(c, "source_id", &prec, p, src.size, st);
     if (rc == PV_OK)
         rc = pv_storage_claim_name(wk_op_redis(op), wk_op_keys(op), pool, name, id, st);
     virStorageVolPtr v = NULL;
     int64_t copied = 0;
-    if (rc == PV_OK && json_integer_value(json_object_get(prec, "type")) == PV_POOL_DIR) {
-        const char *dir =
-            json_string_value(json_object_get(json_object_get(prec, "config"), "path"));
+    if (rc == PV_OK && prec.type == PV_POOL_DIR) {
+        const char *dir = pool_cfg(&prec, "path");
         char dst[4096], tmp[4200];
         snprintf(dst, sizeof dst, "%s/%s", dir, name);
         snprintf(tmp, sizeof tmp, "%s/.pvtmp-%s", dir, id);
-        rc = wk_storage_sparse_copy(json_string_value(json_object_get(src, "path")), tmp, &copied,
-                                    st);
+        rc = wk_storage_sparse_copy(src.path, tmp, &copied, st);
         if (rc == PV_OK && rename(tmp, dst) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "rename to %s: %s", dst, strerror(errno));
         if (rc != PV_OK) unlink(tmp);
@@ -701,41 +720,34 @@ static int volume_clone(sctx *c, pv_status *st) {
             if (!v) rc = vir_fail(st, PV_INTERNAL, "clone %s not seen by libvirt", name);
         }
     } else if (rc == PV_OK) {
-        virStorageVolPtr from = vol_handle(c, src, st);
+        virStorageVolPtr from = vol_handle(c, &src, st);
         char xml[512];
         snprintf(xml, sizeof xml,
                  "<volume><name>%s</name><capacity unit='bytes'>%lld</capacity>"
                  "<target><format type='%s'/></target></volume>",
-                 name, (long long)json_integer_value(json_object_get(src, "size")),
-                 pv_storage_format_name((int)json_integer_value(json_object_get(src, "format"))));
+                 name, (long long)src.size, pv_storage_format_name(src.format));
         v = from ? virStorageVolCreateXMLFrom(p, xml, from, 0) : NULL;
         if (!v) rc = from ? vir_fail(st, PV_INTERNAL, "cloning into %s", name) : st->code;
         if (from) virStorageVolFree(from);
     }
-    if (rc != PV_OK && json_is_object(prec))
+    if (rc != PV_OK && prec.name) /* the pool was read: the name may be this clone's */
         pv_storage_release_name(wk_op_redis(op), wk_op_keys(op), pool, name, NULL);
     if (rc == PV_OK) {
-        json_t *labels = json_object_get(src, "labels");
-        labels = json_is_object(labels) ? json_deep_copy(labels) : json_object();
-        json_t *rec = json_pack(
-            "{s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:o, s:s, s:I, s:s}", "id", id, "name", name,
-            "pool", pool, "size", json_integer_value(json_object_get(src, "size")), "used",
-            (json_int_t)0, "format", json_integer_value(json_object_get(src, "format")), "status",
-            PV_VOL_READY, "labels", labels, "current_snapshot", "", "created_ms",
-            (json_int_t)pv_time_now_ms(), "cloned_from",
-            json_string_value(json_object_get(src, "id")));
-        rc = vol_figures(v, rec, st);
-        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", rec, st);
+        pv_volume rec;
+        bool made = new_volume(&rec, id, name, pool, src.size, src.format,
+                               json_is_object(src.labels) ? json_deep_copy(src.labels) : NULL) &&
+                    set_text(&rec.cloned_from, src.id);
+        rc = made ? vol_figures(v, &rec, st) : pv_status_set(st, PV_INTERNAL, "out of memory");
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, &rec, st);
         if (rc == PV_OK)
-            pv_info("volume %s cloned from %s as %s: %lld bytes of data copied%s", name,
-                    json_string_value(json_object_get(src, "name")), id, (long long)copied,
-                    copied == 0 ? " (reflink or empty)" : "");
-        json_decref(rec);
+            pv_info("volume %s cloned from %s as %s: %lld bytes of data copied%s", name, src.name,
+                    id, (long long)copied, copied == 0 ? " (reflink or empty)" : "");
+        pv_storage_free(PV_STO_VOL, &rec);
     }
     if (v) virStorageVolFree(v);
     if (p) virStoragePoolFree(p);
-    json_decref(src);
-    json_decref(prec);
+    pv_storage_free(PV_STO_VOL, &src);
+    pv_storage_free(PV_STO_POOL, &prec);
     if (rc == PV_OK) refresh_pool(c, pool, st);
     return rc;
 }
@@ -853,7 +865,7 @@ static int qcow2_repair_leaks(sctx *c, const char *path, pv_status *st) {
 /* A snapshot command of an LVM or RBD pool (pv_storage_snapshot_argv): FAILED_PRECONDITION
  * with the command's own output when it fails, unless the failure says an earlier delivery did
  * the work already. */
-static int block_snapshot(sctx *c, int method, int what, json_t *pool, json_t *vol,
+static int block_snapshot(sctx *c, int method, int what, const pv_pool *pool, const pv_volume *vol,
                           const char *snap_id, pv_status *st) {
     pv_argv a;
     if (pv_storage_snapshot_argv(what, pool, vol, snap_id, &a, st) != PV_OK) return st->code;
@@ -876,14 +888,12 @@ static int block_snapshot(sctx *c, int method, int what, json_t *pool, json_t *v
 }
 
 /* Creates (restores, deletes) snapshot snap_id of volume vol by the method of its pool. */
-static int snapshot_cmd(sctx *c, int method, int what, json_t *pool, json_t *vol,
+static int snapshot_cmd(sctx *c, int method, int what, const pv_pool *pool, const pv_volume *vol,
                         const char *snap_id, pv_status *st) {
     if (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD)
         return block_snapshot(c, method, what, pool, vol, snap_id, st);
-    const char *path = json_string_value(json_object_get(vol, "path"));
-    if (!path)
-        return pv_status_set(st, PV_INTERNAL, "volume %s has no path",
-                             json_string_value(json_object_get(vol, "id")));
+    const char *path = vol->path;
+    if (!path) return pv_status_set(st, PV_INTERNAL, "volume %s has no path", vol->id);
     if (what == PV_SNAP_CREATE) {
         bool has = false;
         if (qcow2_has(c, snap_id, path, &has, st) != PV_OK) return st->code;
@@ -902,68 +912,68 @@ static int64_t allocated(const char *path) {
 }
 
 /* A volume (not in use), its pool's record and how its snapshots are made: FAILED_PRECONDITION
- * for a volume that takes none. */
-static int snapshot_target(sctx *c, const char *vol_id, json_t **vol, json_t **pool, int *method,
+ * for a volume that takes none. The caller frees *vol and *pool (set even on a refusal). */
+static int snapshot_target(sctx *c, const char *vol_id, pv_volume *vol, pv_pool *pool, int *method,
                            pv_status *st) {
-    *pool = NULL;
     if (load_volume(c, vol_id, vol, pool, st) != PV_OK) return st->code;
-    *method = pv_storage_snapshot_method((int)json_integer_value(json_object_get(*pool, "type")),
-                                         (int)json_integer_value(json_object_get(*vol, "format")));
+    *method = pv_storage_snapshot_method(pool->type, vol->format);
     if (*method == PV_SNAPS_NONE)
         return pv_status_set(st, PV_FAILED_PRECONDITION,
                              "volume_id: volume %s is not qcow2: snapshots are qcow2 internal "
                              "snapshots, or LVM and RBD snapshots in those pools",
-                             pv_json_str(*vol, "name"));
+                             vol->name);
     return PV_OK;
 }
 
 /* What a new snapshot holds: a qcow2 image's allocation, an LVM snapshot's copy-on-write room
  * (its share of the origin), an RBD image's data when it was taken. */
-static int64_t snapshot_bytes(int method, json_t *pool, json_t *vol) {
-    int64_t size = json_integer_value(json_object_get(vol, "size"));
-    if (method == PV_SNAPS_QCOW2) return allocated(json_string_value(json_object_get(vol, "path")));
+static int64_t snapshot_bytes(int method, const pv_pool *pool, const pv_volume *vol) {
+    if (method == PV_SNAPS_QCOW2) return allocated(vol->path);
     if (method == PV_SNAPS_LVM) {
-        const char *pct =
-            json_string_value(json_object_get(json_object_get(pool, "config"), "snapshot_percent"));
-        return size / 100 * (pct ? atoi(pct) : 100);
+        const char *pct = pool_cfg(pool, "snapshot_percent");
+        return vol->size / 100 * (pct ? atoi(pct) : 100);
     }
-    return json_integer_value(json_object_get(vol, "used"));
+    return vol->used;
+}
+
+/* Writes the new snapshot id's record (made by method from vol), then the volume's, whose
+ * current snapshot it becomes. */
+static int record_snapshot(sctx *c, const char *id, int method, const pv_pool *pool, pv_volume *vol,
+                           pv_status *st) {
+    wk_op *op = c->op;
+    pv_snapshot rec = {.size = snapshot_bytes(method, pool, vol),
+                       .status = PV_SNAP_READY,
+                       .created_ms = pv_time_now_ms()};
+    int rc = set_text(&rec.id, id) && set_text(&rec.name, param(op, "name")) &&
+                     set_text(&rec.volume_id, param(op, "volume_id")) &&
+                     set_text(&rec.parent, vol->current_snapshot)
+                 ? pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_SNAP, &rec, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+    pv_storage_free(PV_STO_SNAP, &rec);
+    if (rc == PV_OK && !set_text(&vol->current_snapshot, id))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && method == PV_SNAPS_QCOW2) vol->used = allocated(vol->path);
+    if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, vol, st);
+    return rc;
 }
 
 static int snapshot_create(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *id = param(op, "id");
-    json_t *vol = NULL, *pool = NULL, *existing = NULL;
-    if (pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", id, &existing, st) == PV_OK) {
-        json_decref(existing);
-        return PV_OK;
-    }
+    if (record_exists(c, PV_STO_SNAP, id)) return PV_OK;
+    pv_volume vol = {0};
+    pv_pool pool = {0};
     int method = PV_SNAPS_NONE;
     int rc = snapshot_target(c, param(op, "volume_id"), &vol, &pool, &method, st);
-    if (rc == PV_OK && *pv_json_str(vol, "restoring"))
+    if (rc == PV_OK && vol.restoring && *vol.restoring)
         rc = pv_status_set(st, PV_FAILED_PRECONDITION,
                            "volume %s: its restore to snapshot %s did not finish; restore a "
                            "snapshot first",
-                           pv_json_str(vol, "name"), pv_json_str(vol, "restoring"));
-    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_CREATE, pool, vol, id, st);
-    const char *path = json_string_value(json_object_get(vol, "path"));
-    if (rc == PV_OK) {
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:I}", "id", id, "name",
-                                param(op, "name"), "volume_id", param(op, "volume_id"), "size",
-                                (json_int_t)snapshot_bytes(method, pool, vol), "status",
-                                PV_SNAP_READY, "parent", pv_json_str(vol, "current_snapshot"),
-                                "created_ms", (json_int_t)pv_time_now_ms());
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", rec, st);
-        json_decref(rec);
-    }
-    if (rc == PV_OK) {
-        json_object_set_new(vol, "current_snapshot", json_string(id));
-        if (method == PV_SNAPS_QCOW2)
-            json_object_set_new(vol, "used", json_integer(allocated(path)));
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
-    }
-    json_decref(vol);
-    json_decref(pool);
+                           vol.name, vol.restoring);
+    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_CREATE, &pool, &vol, id, st);
+    if (rc == PV_OK) rc = record_snapshot(c, id, method, &pool, &vol, st);
+    pv_storage_free(PV_STO_VOL, &vol);
+    pv_storage_free(PV_STO_POOL, &pool);
     return rc;
 }
 
@@ -977,72 +987,83 @@ static int snapshot_create(sctx *c, pv_status *st) {
 static int snapshot_restore(sctx *c, pv_status *st) {
     wk_op *op = c->op;
     const char *op_id = wk_op_record(op)->id;
-    json_t *snap = NULL, *vol = NULL, *pool = NULL;
+    pv_snapshot snap;
+    pv_volume vol = {0};
+    pv_pool pool = {0};
     int method = PV_SNAPS_NONE;
-    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "snapshot_id"),
+    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), PV_STO_SNAP, param(op, "snapshot_id"),
                             &snap, st);
-    if (rc == PV_OK)
-        rc = snapshot_target(c, pv_json_str(snap, "volume_id"), &vol, &pool, &method, st);
-    const char *sid = pv_json_str(snap, "id");
-    bool done = rc == PV_OK && strcmp(pv_json_str(vol, "restore_op"), op_id) == 0 &&
-                !*pv_json_str(vol, "restoring");
-    const char *path = json_string_value(json_object_get(vol, "path"));
-    if (rc == PV_OK && !done && *pv_json_str(vol, "restoring")) {
+    if (rc == PV_OK) rc = snapshot_target(c, snap.volume_id, &vol, &pool, &method, st);
+    const char *sid = snap.id;
+    bool restoring = vol.restoring && *vol.restoring;
+    bool done = rc == PV_OK && vol.restore_op && strcmp(vol.restore_op, op_id) == 0 && !restoring;
+    if (rc == PV_OK && !done && restoring) {
         pv_warn("volume %s: the restore to snapshot %s by operation %s did not finish; "
                 "completing it now",
-                pv_json_str(vol, "name"), pv_json_str(vol, "restoring"),
-                pv_json_str(vol, "restore_op"));
-        if (method == PV_SNAPS_QCOW2) rc = qcow2_repair_leaks(c, path, st);
+                vol.name, vol.restoring, vol.restore_op ? vol.restore_op : "");
+        if (method == PV_SNAPS_QCOW2) rc = qcow2_repair_leaks(c, vol.path, st);
     }
     if (rc == PV_OK && !done) {
-        json_object_set_new(vol, "restoring", json_string(sid));
-        json_object_set_new(vol, "restore_op", json_string(op_id));
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+        if (!set_text(&vol.restoring, sid) || !set_text(&vol.restore_op, op_id))
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, &vol, st);
     }
-    if (rc == PV_OK && !done) rc = snapshot_cmd(c, method, PV_SNAP_RESTORE, pool, vol, sid, st);
+    if (rc == PV_OK && !done) rc = snapshot_cmd(c, method, PV_SNAP_RESTORE, &pool, &vol, sid, st);
     if (rc == PV_OK && !done) {
-        json_object_set_new(vol, "current_snapshot", json_string(sid));
-        json_object_del(vol, "restoring");
-        if (method == PV_SNAPS_QCOW2)
-            json_object_set_new(vol, "used", json_integer(allocated(path)));
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
+        if (!set_text(&vol.current_snapshot, sid))
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        set_text(&vol.restoring, NULL);
+        if (method == PV_SNAPS_QCOW2) vol.used = allocated(vol.path);
+        if (rc == PV_OK) rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, &vol, st);
     }
     if (rc == PV_OK)
-        wk_op_progress(op, 100, "volume %s restored to snapshot %s", pv_json_str(vol, "name"),
-                       pv_json_str(snap, "name"));
-    json_decref(snap);
-    json_decref(vol);
-    json_decref(pool);
+        wk_op_progress(op, 100, "volume %s restored to snapshot %s", vol.name, snap.name);
+    pv_storage_free(PV_STO_SNAP, &snap);
+    pv_storage_free(PV_STO_VOL, &vol);
+    pv_storage_free(PV_STO_POOL, &pool);
+    return rc;
+}
+
+/* The snapshots of volume vid that branch from snapshot id branch from its parent now. */
+static int reparent_children(sctx *c, const char *vid, const char *id, const char *parent,
+                             pv_status *st) {
+    pv_snapshot *all = NULL;
+    size_t n = 0;
+    int rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_SNAP, vid, (void **)&all,
+                             &n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (strcmp(all[i].parent, id) != 0) continue;
+        rc = set_text(&all[i].parent, parent)
+                 ? pv_storage_put(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_SNAP, &all[i], st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    pv_storage_array_free(PV_STO_SNAP, all, n);
     return rc;
 }
 
 static int snapshot_delete(sctx *c, pv_status *st) {
     wk_op *op = c->op;
-    json_t *snap = NULL, *vol = NULL, *pool = NULL, *all = NULL;
-    int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), "snap", param(op, "id"), &snap, st);
+    pv_snapshot snap;
+    pv_volume vol = {0};
+    pv_pool pool = {0};
+    int rc =
+        pv_storage_get(wk_op_redis(op), wk_op_keys(op), PV_STO_SNAP, param(op, "id"), &snap, st);
     if (rc == PV_NOT_FOUND) return PV_OK;
-    const char *vid = pv_json_str(snap, "volume_id");
+    const char *vid = snap.volume_id;
     int method = PV_SNAPS_NONE;
     if (rc == PV_OK) rc = snapshot_target(c, vid, &vol, &pool, &method, st);
-    const char *id = pv_json_str(snap, "id"), *parent = pv_json_str(snap, "parent");
-    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_DELETE, pool, vol, id, st);
-    if (rc == PV_OK) rc = pv_storage_list(wk_op_redis(op), wk_op_keys(op), "snap", vid, &all, st);
-    size_t i;
-    json_t *s;
-    json_array_foreach(all, i, s) {
-        if (rc != PV_OK || strcmp(pv_json_str(s, "parent"), id) != 0) continue;
-        json_object_set_new(s, "parent", json_string(parent));
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "snap", s, st);
+    const char *id = snap.id, *parent = snap.parent;
+    if (rc == PV_OK) rc = snapshot_cmd(c, method, PV_SNAP_DELETE, &pool, &vol, id, st);
+    if (rc == PV_OK) rc = reparent_children(c, vid, id, parent, st);
+    if (rc == PV_OK && strcmp(vol.current_snapshot, id) == 0) {
+        rc = set_text(&vol.current_snapshot, parent)
+                 ? pv_storage_put(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, &vol, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    if (rc == PV_OK && strcmp(pv_json_str(vol, "current_snapshot"), id) == 0) {
-        json_object_set_new(vol, "current_snapshot", json_string(parent));
-        rc = pv_storage_put(wk_op_redis(op), wk_op_keys(op), "vol", vol, st);
-    }
-    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(op), wk_op_keys(op), "snap", snap, st);
-    json_decref(all);
-    json_decref(snap);
-    json_decref(vol);
-    json_decref(pool);
+    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(op), wk_op_keys(op), PV_STO_SNAP, &snap, st);
+    pv_storage_free(PV_STO_SNAP, &snap);
+    pv_storage_free(PV_STO_VOL, &vol);
+    pv_storage_free(PV_STO_POOL, &pool);
     return rc;
 }
 
@@ -1050,38 +1071,35 @@ static int snapshot_delete(sctx *c, pv_status *st) {
  * things of their own (an LV; an image's snapshot, without which rbd will not remove the
  * image): removed first, with their own commands; qcow2 ones go with the file. */
 static int volume_delete(sctx *c, pv_status *st) {
-    json_t *rec = NULL, *pool = NULL, *snaps = NULL;
+    pv_volume rec;
+    pv_pool pool = {0};
+    pv_snapshot *snaps = NULL;
+    size_t n = 0;
     int rc = load_volume(c, param(c->op, "id"), &rec, &pool, st);
     if (rc == PV_NOT_FOUND) {
-        json_decref(pool);
+        pv_storage_free(PV_STO_POOL, &pool);
         return PV_OK;
     }
     if (rc == PV_OK)
-        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), "snap", pv_json_str(rec, "id"),
-                             &snaps, st);
+        rc = pv_storage_list(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_SNAP, rec.id,
+                             (void **)&snaps, &n, st);
     int method = PV_SNAPS_NONE;
-    if (rc == PV_OK && json_array_size(snaps) > 0)
-        method =
-            pv_storage_snapshot_method((int)json_integer_value(json_object_get(pool, "type")),
-                                       (int)json_integer_value(json_object_get(rec, "format")));
-    size_t i;
-    json_t *s;
-    json_array_foreach(snaps, i, s) {
-        if (rc == PV_OK && (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD))
-            rc = block_snapshot(c, method, PV_SNAP_DELETE, pool, rec, pv_json_str(s, "id"), st);
-    }
-    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, rec, st) : NULL;
+    if (rc == PV_OK && n > 0) method = pv_storage_snapshot_method(pool.type, rec.format);
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        if (method == PV_SNAPS_LVM || method == PV_SNAPS_RBD)
+            rc = block_snapshot(c, method, PV_SNAP_DELETE, &pool, &rec, snaps[i].id, st);
+    virStorageVolPtr v = rc == PV_OK ? vol_handle(c, &rec, st) : NULL;
     if (rc == PV_OK && v && virStorageVolDelete(v, 0) != 0)
-        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", pv_json_str(rec, "name"));
+        rc = vir_fail(st, PV_INTERNAL, "deleting volume %s", rec.name);
     if (v) virStorageVolFree(v);
-    json_array_foreach(snaps, i, s) {
-        if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "snap", s, st);
-    }
-    if (rc == PV_OK) rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), "vol", rec, st);
-    if (rc == PV_OK) refresh_pool(c, pv_json_str(rec, "pool"), st);
-    json_decref(snaps);
-    json_decref(pool);
-    json_decref(rec);
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_SNAP, &snaps[i], st);
+    if (rc == PV_OK)
+        rc = pv_storage_del(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, &rec, st);
+    if (rc == PV_OK) refresh_pool(c, rec.pool, st);
+    pv_storage_array_free(PV_STO_SNAP, snaps, n);
+    pv_storage_free(PV_STO_POOL, &pool);
+    pv_storage_free(PV_STO_VOL, &rec);
     return rc;
 }
 

@@ -107,31 +107,30 @@ typedef struct up_ctx {
     wk_op *op;
     const char *cluster, *cluster_id, *from, *to;
     pv_upgrade_strategy s;
-    json_t *rec;   /* the upgrade record */
-    json_t *nodes; /* rec.nodes (borrowed) */
-    size_t n;
+    pv_upgrade_rec rec; /* the upgrade record */
+    size_t n;           /* rec.n_nodes */
     int node_timeout_s, settle_s;
     bool broken; /* a rollback failed: the cluster is left in ERROR */
 } up_ctx;
 
-static json_t *node_j(up_ctx *c, size_t i) {
-    return json_array_get(c->nodes, i);
+static pv_upgrade_node *node_j(up_ctx *c, size_t i) {
+    return &c->rec.nodes[i];
 }
 
 static const char *node_name(up_ctx *c, size_t i) {
-    return json_string_value(json_object_get(node_j(c, i), "name"));
+    return node_j(c, i)->name;
 }
 
 static int node_state(up_ctx *c, size_t i) {
-    return (int)json_integer_value(json_object_get(node_j(c, i), "state"));
+    return node_j(c, i)->state;
 }
 
 static int node_batch(up_ctx *c, size_t i) {
-    return (int)json_integer_value(json_object_get(node_j(c, i), "batch"));
+    return node_j(c, i)->batch;
 }
 
 static int save(up_ctx *c, pv_status *st) {
-    return pv_upgrade_put(wk_op_redis(c->op), wk_op_keys(c->op), c->cluster_id, c->rec, st);
+    return pv_upgrade_put(wk_op_redis(c->op), wk_op_keys(c->op), c->cluster_id, &c->rec, st);
 }
 
 /* Sets node i's state and message and saves the record. */
@@ -143,15 +142,15 @@ static int set_node(up_ctx *c, size_t i, int state, pv_status *st, const char *f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *n = node_j(c, i);
-    json_object_set_new(n, "state", json_integer(state));
-    json_object_set_new(n, "message", json_string(msg));
-    if (json_integer_value(json_object_get(n, "started_ms")) == 0 &&
-        state != PV_NODE_UPGRADE_PENDING && state != PV_NODE_UPGRADE_SKIPPED)
-        json_object_set_new(n, "started_ms", json_integer(pv_time_now_ms()));
+    pv_upgrade_node *n = node_j(c, i);
+    n->state = state;
+    if (pv_record_set_str(&n->message, msg) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (n->started_ms == 0 && state != PV_NODE_UPGRADE_PENDING && state != PV_NODE_UPGRADE_SKIPPED)
+        n->started_ms = pv_time_now_ms();
     if (state == PV_NODE_UPGRADE_UPGRADED || state == PV_NODE_UPGRADE_FAILED ||
         state == PV_NODE_UPGRADE_ROLLED_BACK)
-        json_object_set_new(n, "finished_ms", json_integer(pv_time_now_ms()));
+        n->finished_ms = pv_time_now_ms();
     pv_info("upgrade %s cluster=%s node=%s state=%d: %s", wk_op_record(c->op)->id, c->cluster,
             node_name(c, i), state, msg);
     return save(c, st);
@@ -165,10 +164,10 @@ static int set_phase(up_ctx *c, int phase, pv_status *st, const char *fmt, ...) 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_object_set_new(c->rec, "phase", json_integer(phase));
-    json_object_set_new(c->rec, "message", json_string(msg));
-    if (pv_upgrade_phase_done(phase))
-        json_object_set_new(c->rec, "finished_ms", json_integer(pv_time_now_ms()));
+    c->rec.phase = phase;
+    if (pv_record_set_str(&c->rec.message, msg) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (pv_upgrade_phase_done(phase)) c->rec.finished_ms = pv_time_now_ms();
     size_t done = 0, total = 0;
     for (size_t i = 0; i < c->n; i++) {
         total += node_batch(c, i) > 0;
@@ -224,7 +223,7 @@ static int wait_ready(up_ctx *c, size_t i, const char *version, pv_status *st) {
 /* Runs the node's hook with version (a child on its queue) and waits for it READY there. */
 static int hook_node(up_ctx *c, size_t i, const char *version, bool rollback, pv_status *st) {
     const char *name = node_name(c, i);
-    json_object_set_new(node_j(c, i), "hooked", json_true());
+    node_j(c, i)->hooked = true;
     char params[256], queue[300], step[300], request_id[PV_KEY_MAX + 400];
     snprintf(params, sizeof params, "{\"version\":\"%s\"}", version);
     snprintf(queue, sizeof queue, "node:%s", name);
@@ -281,9 +280,10 @@ static int drain_set(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
             snprintf(why, sizeof why, "drain failed: %.480s", dst.msg);
             return node_failed(c, i, rc, st, why);
         }
-        json_object_set_new(node_j(c, i), "drained",
-                            json_pack("{s:I, s:I, s:I}", "moved", (json_int_t)t.moved, "removed",
-                                      (json_int_t)t.removed, "left", (json_int_t)t.left));
+        json_decref(node_j(c, i)->drained);
+        node_j(c, i)->drained =
+            json_pack("{s:I, s:I, s:I}", "moved", (json_int_t)t.moved, "removed",
+                      (json_int_t)t.removed, "left", (json_int_t)t.left);
     }
     return PV_OK;
 }
@@ -309,7 +309,7 @@ static int upgrade_set(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
 static int uncordon_set(up_ctx *c, const size_t *idx, size_t m, pv_status *st) {
     for (size_t j = 0; j < m; j++) {
         size_t i = idx[j];
-        bool keep = json_is_true(json_object_get(node_j(c, i), "was_cordoned"));
+        bool keep = node_j(c, i)->was_cordoned;
         if (!keep && wk_cluster_set_bypass(c->op, node_name(c, i), false, st) != PV_OK)
             return st->code;
         if (set_node(c, i, PV_NODE_UPGRADE_UPGRADED, st, "READY at %s%s", c->to,
@@ -425,7 +425,7 @@ static void rollback(up_ctx *c) {
         int s = node_state(c, i);
         if (s == PV_NODE_UPGRADE_PENDING || s == PV_NODE_UPGRADE_SKIPPED) continue;
         const char *name = node_name(c, i);
-        bool hooked = json_is_true(json_object_get(node_j(c, i), "hooked"));
+        bool hooked = node_j(c, i)->hooked;
         set_node(c, i, PV_NODE_UPGRADE_ROLLING_BACK, &st, "%s",
                  hooked ? "running the upgrade hook back to the old version"
                         : "never upgraded: uncordoning it");
@@ -437,7 +437,7 @@ static void rollback(up_ctx *c) {
                      hst.msg);
             continue;
         }
-        bool keep = json_is_true(json_object_get(node_j(c, i), "was_cordoned"));
+        bool keep = node_j(c, i)->was_cordoned;
         if (!keep && wk_cluster_set_bypass(c->op, name, false, &hst) != PV_OK) {
             c->broken = true;
             set_node(c, i, PV_NODE_UPGRADE_FAILED, &st, "rolled back but not uncordoned: %s",
@@ -450,37 +450,35 @@ static void rollback(up_ctx *c) {
 
 /* The record of this operation: resumed when a previous delivery wrote it, else new. */
 static int load_record(up_ctx *c, pv_status *st) {
-    json_t *rec = NULL;
+    pv_upgrade_rec rec;
     int rc = pv_upgrade_get(wk_op_redis(c->op), wk_op_keys(c->op), c->cluster_id, &rec, st);
     if (rc != PV_OK && rc != PV_NOT_FOUND) return rc;
-    const char *owner = json_string_value(json_object_get(rec, "operation_id"));
+    const char *owner = rec.operation_id;
     if (owner && strcmp(owner, wk_op_record(c->op)->id) == 0) {
         c->rec = rec;
     } else {
-        json_decref(rec);
+        pv_upgrade_rec_free(&rec);
         pv_node *nodes = NULL;
         size_t n = 0;
         if (pv_registry_list_nodes(wk_op_redis(c->op), wk_op_keys(c->op), c->cluster, &nodes, &n,
                                    st) != PV_OK)
             return st->code;
-        c->rec = pv_upgrade_new_record_of(wk_op_record(c->op)->id, c->cluster_id, c->from, c->to,
-                                          &c->s, nodes, n, pv_time_now_ms());
+        bool made = pv_upgrade_new_record_of(wk_op_record(c->op)->id, c->cluster_id, c->from, c->to,
+                                             &c->s, nodes, n, pv_time_now_ms(), &c->rec) == 0;
         pv_node_array_free(nodes, n);
-        if (!c->rec) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        if (!made) return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    c->nodes = json_object_get(c->rec, "nodes");
-    c->n = json_array_size(c->nodes);
+    c->n = c->rec.n_nodes;
     return PV_OK;
 }
 
 static int run_upgrade(up_ctx *c, pv_status *st) {
     if (load_record(c, st) != PV_OK) return st->code;
-    int phase = (int)json_integer_value(json_object_get(c->rec, "phase"));
+    int phase = c->rec.phase;
     if (pv_upgrade_phase_done(phase)) /* a redelivery after the end was written */
         return phase == PV_UPGRADE_SUCCEEDED
                    ? PV_OK
-                   : wk_op_fail_final(c->op, st, PV_FAILED_PRECONDITION, "%s",
-                                      json_string_value(json_object_get(c->rec, "message")));
+                   : wk_op_fail_final(c->op, st, PV_FAILED_PRECONDITION, "%s", c->rec.message);
     if (pv_version_compare(c->to, c->from) < 0)
         pv_warn("upgrade %s cluster=%s: a downgrade, %s -> %s", wk_op_record(c->op)->id, c->cluster,
                 c->from, c->to);
@@ -539,6 +537,6 @@ int wk_upgrade_cluster(wk_op *op, pv_status *st) {
     c.node_timeout_s = cfg ? cfg->upgrade.node_timeout_seconds : 300;
     c.settle_s = cfg ? cfg->upgrade.settle_seconds : 30;
     int rc = run_upgrade(&c, st);
-    json_decref(c.rec);
+    pv_upgrade_rec_free(&c.rec);
     return rc;
 }

@@ -37,7 +37,8 @@ static int count_run(wk_op *op, pv_status *st) {
     if (name_param(op, "runs", &name, st) != PV_OK) return st->code;
     if (!name) return PV_OK;
     char key[PV_KEY_MAX];
-    snprintf(key, sizeof key, "%stest:runs:%s", wk_op_keys(op)->prefix, name);
+    if (pv_key(wk_op_keys(op), PV_KEY_TEST_RUNS, name, key, sizeof key, st) != PV_OK)
+        return st->code;
     redisReply *reply = NULL;
     int rc = pv_redis_command(wk_op_redis(op), &reply, st, "INCR %s", key);
     if (reply) freeReplyObject(reply);
