@@ -164,14 +164,9 @@ static int read_output(wk_op *op, const char *id, pv_op_output **out, size_t *n,
     return pv_op_output_read(wk_op_redis(op), wk_op_keys(op), id, "0", 1000, 0, out, n, st);
 }
 
-/* What a finished replacement deploy made: the new workload's id and node, or why none. */
-typedef struct placed {
-    char id[PV_WORKLOAD_ID_LEN + 1];
-    char node[256];
-    char why[PV_STATUS_MSG_MAX];
-} placed;
+typedef wk_placed placed;
 
-static int placement_of(wk_op *op, const pv_op *deploy, placed *p, pv_status *st) {
+int wk_cluster_placement(wk_op *op, const pv_op *deploy, wk_placed *p, pv_status *st) {
     memset(p, 0, sizeof *p);
     if (deploy->status != PV_OP_SUCCEEDED) {
         snprintf(p->why, sizeof p->why, "%s",
@@ -212,11 +207,8 @@ static int placement_of(wk_op *op, const pv_op *deploy, placed *p, pv_status *st
 
 /* ---- the replacement's deploy options ---- */
 
-/* The workload's own DeployOptions made into a replacement's: one instance, on any node of its
- * pod but `node` (node names and include lists of the original dropped, its node labels
- * kept). *b64 is malloc'd. FAILED_PRECONDITION when the workload has none recorded. */
-static int replacement_deploy(wk_op *op, const pv_workload *w, const char *node, char **b64,
-                              pv_status *st) {
+int wk_cluster_replacement_deploy(wk_op *op, const pv_workload *w, const char *node, char **b64,
+                                  pv_status *st) {
     *b64 = NULL;
     char *orig = NULL;
     if (pv_workload_deploy(wk_op_redis(op), wk_op_keys(op), w->id, &orig, st) != PV_OK)
@@ -269,7 +261,7 @@ static int fits_elsewhere(wk_op *op, const wk_drain_opts *d, const pv_workload *
     *fits = false;
     char *b64 = NULL;
     pv_status dst;
-    int rc = replacement_deploy(op, w, d->node, &b64, &dst);
+    int rc = wk_cluster_replacement_deploy(op, w, d->node, &b64, &dst);
     if (rc == PV_FAILED_PRECONDITION) {
         snprintf(why, cap, "%s", dst.msg);
         return PV_OK;
@@ -403,7 +395,7 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     memset(p, 0, sizeof *p);
     char *b64 = NULL;
     pv_status dst;
-    int rc = replacement_deploy(op, w, d->node, &b64, &dst);
+    int rc = wk_cluster_replacement_deploy(op, w, d->node, &b64, &dst);
     if (rc == PV_FAILED_PRECONDITION) {
         snprintf(p->why, sizeof p->why, "%s", dst.msg);
         return PV_OK;
@@ -424,7 +416,7 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     pv_op done;
     rc = run_child(op, step, &c, &done, st);
     free(text);
-    if (rc == PV_OK) rc = placement_of(op, &done, p, st);
+    if (rc == PV_OK) rc = wk_cluster_placement(op, &done, p, st);
     pv_op_clear(&done);
     return rc;
 }
