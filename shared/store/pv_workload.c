@@ -448,6 +448,8 @@ int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_st
     char **texts = calloc(n, sizeof *texts);
     char(*ttls)[24] = calloc(n, sizeof *ttls);
     char(*epochs)[24] = calloc(n, sizeof *epochs);
+    /* a node agent's report (one entry) goes through the fenced function */
+    bool fenced = n == 1 && in[0].reporter && *in[0].reporter;
     char count[24];
     snprintf(count, sizeof count, "%zu", n);
     fargs a;
@@ -461,12 +463,14 @@ int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_st
         fargs_add(&a, in[i].id);
         fargs_add(&a, texts[i]);
         fargs_add(&a, ttls[i]);
-        fargs_add(&a, in[i].reporter);
-        fargs_add(&a, epochs[i]);
+        if (fenced) {
+            fargs_add(&a, in[i].reporter);
+            fargs_add(&a, epochs[i]);
+        }
     }
     redisReply *rep = NULL;
     if (rc == PV_OK)
-        rc = fargs_run(&a, r, "pv_wl_set_status", false, &rep, st);
+        rc = fargs_run(&a, r, fenced ? "pv_wl_report_status" : "pv_wl_set_status", false, &rep, st);
     else if (texts && ttls && epochs)
         free(a.v);
     if (rc == PV_OK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != n))

@@ -122,7 +122,8 @@ typedef struct pv_workload_status {
     /* writers only (never filled by readers): a node agent's report is fenced: reporter is its
      * node and epoch the incarnation its instance is of (<= 0: 1); the write is refused
      * FAILED_PRECONDITION ("stale report: ...") unless the record places that incarnation on
-     * that node. NULL/"" = unfenced (SetWorkloadsStatus from a client). */
+     * that node. NULL/"" = unfenced (SetWorkloadsStatus from a client). Only
+     * pv_workload_set_status (one entry) reads them. */
     const char *reporter;
     int64_t epoch;
 } pv_workload_status;

@@ -239,9 +239,17 @@ class HA(unittest.TestCase):
         wait_for("the stale instance removed from ha2",
                  lambda: self.engine_record("ha2", wid) is None, timeout=15)
         self.assertEqual(self.node("ha2").status, C.NODE_STATUS_READY)
-        # a stale status of the old incarnation is refused
+        # a stale status of the old incarnation is refused, and changes nothing
         rec = self.rec(wid)
         self.assertEqual((rec["node"], rec["epoch"]), (new_node, "2"))
+        before = self.status(wid)
+        with self.assertRaises(pvtest.RedisError) as e:
+            self.stack.redis.cmd("FCALL", "pv_wl_report_status", 0, self.stack.key("{reg}:"), 1,
+                                 wid, '{"running":false,"healthy":false,"networks":{},'
+                                 '"extension":"","ttl":0}', 0, "ha2", 1)
+        self.assertIn("stale report: workload %s is incarnation 2 on node %s (MOVED)"
+                      % (wid, new_node), str(e.exception))
+        self.assertEqual(self.status(wid), before)
         res = wait_for("a clean audit", lambda: (lambda r: r if r.returncode == 0 else None)(
             self.check()), timeout=20, step=1)
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)

@@ -30,6 +30,7 @@
 #include "pv_sched.h"
 #include "pv_upgrade.h"
 #include "pv_workload.h"
+#include "wk_ha.h"
 
 /* How often a drain reads the record of the child it waits for. */
 #define CHILD_POLL_MS 100
@@ -421,12 +422,40 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     return rc;
 }
 
+/* A forced drain of a node whose agent is gone (its alive key expired: it fenced itself): an HA
+ * workload is recreated elsewhere as its next incarnation at once (wk_ha.h), instead of waiting
+ * for the node's failover. *done: it was. */
+static int recover_ha(wk_op *op, const drain_opts *d, const pv_workload *w, bool gone, int pct,
+                      drain_tally *t, bool *done, pv_status *st) {
+    *done = false;
+    if (!gone || !pv_workload_is_ha(w->labels, NULL)) return PV_OK;
+    char why[PV_STATUS_MSG_MAX];
+    if (wk_ha_recover(op, d->node, w, done, why, sizeof why, st) != PV_OK) return st->code;
+    if (*done) {
+        t->moved++;
+        wk_op_progress(op, pct, "%s (%s): node %s is gone; its next incarnation runs on node %s",
+                       w->name, w->id, d->node, why);
+    } else {
+        wk_op_progress(op, pct, "%s (%s): node %s is gone and it cannot be recreated: %s", w->name,
+                       w->id, d->node, why);
+    }
+    return PV_OK;
+}
+
 /* Moves (or, per the options, removes or leaves) every workload of the node. The node must be
  * cordoned already. */
 static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, const bool *daemon,
                     int base, int span, drain_tally *t, pv_status *st) {
+    bool alive = true;
+    if (d->force &&
+        pv_registry_get_alive(wk_op_redis(op), wk_op_keys(op), d->node, &alive, NULL, st) != PV_OK)
+        return st->code;
     for (size_t i = 0; i < n; i++) {
         int pct = base + (int)((size_t)span * i / (n ? n : 1));
+        bool recovered = false;
+        if (!daemon[i] && recover_ha(op, d, &w[i], !alive, pct, t, &recovered, st) != PV_OK)
+            return st->code;
+        if (recovered) continue;
         if (daemon[i] && d->daemons == WK_DAEMONS_LEAVE) {
             t->left++;
             continue;

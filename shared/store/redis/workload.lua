@@ -222,33 +222,41 @@ redis.register_function{function_name = 'pv_wl_list', flags = {'no-writes'},
 
 --[[ statuses ---------------------------------------------------------------------------------- ]]
 
--- pv_wl_set_status(ARGV: base n, then n times: id status_json ttl reporter epoch) -> n entries
--- {id, status as stored, app, entry, node}. Every workload must exist, else nothing is written.
--- An entry with a reporter (a node agent) is a fenced write: it is refused FAILED_PRECONDITION,
--- and nothing is written, unless that node holds the workload's current incarnation (epoch).
+-- pv_wl_set_status(ARGV: base n, then n times: id status_json ttl) -> n entries {id, status
+-- as stored, app, entry, node}. Every workload must exist, else nothing is written.
 redis.register_function('pv_wl_set_status', function(keys, args)
   local base, n = args[1], tonumber(args[2])
   local owners = {}
   for i = 1, n do
-    local id, reporter = args[5 * i - 2], args[5 * i + 1]
+    local id = args[3 * i]
     owners[i] = owner(base, id)
     if not owners[i] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
-    if reporter ~= '' then
-      local verdict, rec = incarnation(base, id, reporter, tonumber(args[5 * i + 2]) or 1)
-      if verdict ~= 'OWN' then
-        return err('FAILED_PRECONDITION', 'stale report: workload ' .. id .. ' is incarnation ' ..
-          (rec.epoch or '1') .. ' on node ' .. (rec.node or '?') .. ' (' .. verdict ..
-          '), not incarnation ' .. args[5 * i + 2] .. ' on ' .. reporter)
-      end
-    end
   end
   local out = {}
   for i = 1, n do
-    local id, ttl = args[5 * i - 2], tonumber(args[5 * i])
-    local text = store_status(base, id, cjson.decode(args[5 * i - 1]), ttl)
+    local id, ttl = args[3 * i], tonumber(args[3 * i + 2])
+    local text = store_status(base, id, cjson.decode(args[3 * i + 1]), ttl)
     out[i] = {id, text, owners[i][1], owners[i][2], owners[i][3]}
   end
   return out
+end)
+
+-- pv_wl_report_status(ARGV: base 1 id status_json ttl reporter epoch) -> as pv_wl_set_status.
+-- A node agent's report is a fenced write: refused FAILED_PRECONDITION ('stale report: ...'),
+-- nothing written, unless the record places incarnation `epoch` on node `reporter` (and no
+-- failover is placing the next one).
+redis.register_function('pv_wl_report_status', function(keys, args)
+  local base, id, reporter, epoch = args[1], args[3], args[6], tonumber(args[7]) or 1
+  local who = owner(base, id)
+  if not who then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local verdict, rec = incarnation(base, id, reporter, epoch)
+  if verdict ~= 'OWN' then
+    return err('FAILED_PRECONDITION', 'stale report: workload ' .. id .. ' is incarnation ' ..
+      rec.epoch .. ' on node ' .. (rec.node or '?') .. ' (' .. verdict .. '), not incarnation ' ..
+      epoch .. ' on ' .. reporter)
+  end
+  local text = store_status(base, id, cjson.decode(args[4]), tonumber(args[5]))
+  return {{id, text, who[1], who[2], who[3]}}
 end)
 
 -- pv_wl_get_status(ARGV: base id) -> {status, app, entry, node}.
