@@ -139,11 +139,13 @@ class Cluster:
             self.stack.engine_record(victim, w) is None for w in ha_ids), 20)
         assert self.rec(plain)["node"] == victim
         assert self.stack.engine_record(victim, plain) is not None
+        # a record lost: a workload deployed that the registry no longer has
+        lost = sum(1 for w in ha_ids + [plain] if not self.rec(w))
         self.remove(ha_ids + [plain])
         audit = pvnet.wait_for("a clean audit", self.check, 30, step=1)
         assert audit.returncode == 0
         out = trial_stats(t0, seen_down, back)
-        out.update(fault=fault, overlap_ms=max(overlaps), lost=0)
+        out.update(fault=fault, overlap_ms=max(overlaps), lost=lost)
         return out
 
 
@@ -160,6 +162,7 @@ class HANetns(unittest.TestCase):
             print("\n%(fault)s: NOT_READY after %(not_ready_s).1f s, every HA workload running "
                   "again after %(recovered_s).1f s, overlap %(overlap_ms)d ms" % r)
             self.assertEqual(r["overlap_ms"], 0, r)
+            self.assertEqual(r["lost"], 0, r)
             self.assertLessEqual(r["not_ready_s"], 15, r)
             self.assertLessEqual(r["recovered_s"], 30, r)
 
