@@ -4,7 +4,8 @@ ha3) in cluster "ha", two ops workers, a scheduler, short timeouts (beat 1 s, fe
 timeout 6 s). The multi-host forms (network namespaces, partitions) are test_ha_netns.py.
 
   test_a  a deploy with an unknown HA policy is refused INVALID_ARGUMENT naming the label and
-          the value; nothing is created.
+          the value; nothing is created. A failover's claim of a workload whose node is alive is
+          refused and changes nothing.
   test_b  crash: the agent of the node holding HA workloads and its workloads are SIGKILLed.
           The node is NOT_READY (ClusterService, CoreRPC GetNodeStatus), GetHealth is DEGRADED
           naming it, node.not_ready is on the events stream; a node.failover operation
@@ -28,6 +29,7 @@ import unittest
 import grpc
 
 import pvtest
+from pvnet import wait_for
 from pb import core_pb2, core_pb2_grpc
 from pivirt.cluster.v1 import cluster_pb2, cluster_pb2_grpc
 
@@ -60,16 +62,6 @@ def proc_alive(pid):
             return f.read().split()[2] not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return False
-
-
-def wait_for(what, fn, timeout=30, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError("timed out waiting for " + what)
 
 
 class HA(unittest.TestCase):
@@ -159,6 +151,17 @@ class HA(unittest.TestCase):
         self.assertIn('labels[pivirt.io/ha]: "maybe" is not an HA policy', e.exception.details())
         self.assertEqual(list(self.core.ListWorkloads(core_pb2.ListWorkloadsOptions(
             appname="bad"), timeout=10)), [])
+        # a failover cannot take a workload from a node that is alive: it fenced nothing
+        wid = self.deploy("alive", 1, nodes=("ha3",))[0]
+        with self.assertRaises(pvtest.RedisError) as e:
+            self.stack.redis.cmd("FCALL", "pv_wl_ha_claim", 0, self.stack.key("{reg}:"), wid,
+                                 "ha3", "op-test")
+        self.assertIn("FAILED_PRECONDITION node ha3 is alive: workload %s stays there" % wid,
+                      str(e.exception))
+        self.assertEqual((self.rec(wid)["epoch"], self.rec(wid)["placing"]), ("1", ""))
+        removed = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid]),
+                                                timeout=30))
+        self.assertTrue(all(m.success for m in removed), removed)
 
     def test_b_crash(self):
         ha_ids = self.deploy("crash", 2, nodes=("ha1",))

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -445,12 +446,27 @@ bool wk_fence_guarding(wk_fence *f) {
     return f && f->pg && atomic_load(&f->pg->nslots) > 0;
 }
 
+/* A clean stop with nothing to guard takes the guard along (it would leave by itself within a
+ * poll, but a stopped stack should leave nothing behind); with HA workloads it stays: they run
+ * on without the agent. */
+static void dismiss_guard(wk_fence *f) {
+    pid_t pid = atomic_load(&f->pg->guard_pid);
+    if (atomic_load(&f->pg->nslots) > 0 || !guard_running(f->pg)) return;
+    atomic_store(&f->pg->guard_pid, 0);
+    kill(pid, SIGKILL);
+    for (int i = 0; i < 50 && waitpid(pid, NULL, WNOHANG) == 0; i++) {
+        struct timespec ts = {0, 2000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void wk_fence_stop(wk_fence *f) {
     if (!f) return;
     if (f->started) {
         atomic_store(&f->stop, true);
         pthread_join(f->thread, NULL);
     }
+    if (f->started && f->pg) dismiss_guard(f);
     if (f->pg) munmap(f->pg, sizeof *f->pg);
     json_decref(f->stopped);
     pthread_mutex_destroy(&f->mu);
