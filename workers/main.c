@@ -26,6 +26,8 @@
 #include "pv_version.h"
 #include "pv_metrics.h"
 #include "wk_consumer.h"
+#include "wk_fence.h"
+#include "wk_ha.h"
 
 static const char *k_usage =
     "usage: pivirt-worker [--config FILE] [--set key=value]... [--version] [--print-config]\n"
@@ -33,6 +35,9 @@ static const char *k_usage =
     "  makes it the node agent of NAME (queue \"node:NAME\").\n";
 
 int main(int argc, char **argv) {
+    /* the fence guard of a node agent (wk_fence.h): a process of its own, no configuration */
+    if (argc == 4 && strcmp(argv[1], "--fence-guard") == 0)
+        return wk_fence_guard_main(argv[2], argv[3]);
     pv_config cfg;
     int rc = pv_daemon_init("pivirt-worker", k_usage, &cfg, &argc, argv);
     if (rc >= 0) {
@@ -64,6 +69,8 @@ int main(int argc, char **argv) {
         pv_config_free(&cfg);
         return 1;
     }
+    if (node_agent && wk_agent_start_fence(node_agent, &cfg, &st) != PV_OK)
+        pv_error("fence: %s; this node's HA workloads are NOT fenced", st.msg);
     pv_presence_opts po = {
         .kind = agent ? "agent" : "worker",
         .instance = instance,
@@ -110,12 +117,18 @@ int main(int argc, char **argv) {
     /* The agent reports its workloads' statuses (and runs their healthchecks) on its own. */
     wk_health *health = NULL;
     if (node_agent && wk_agent_engine(node_agent) &&
-        wk_health_start(&cfg, wk_agent_engine(node_agent), &health, &st) != PV_OK)
+        wk_health_start(&cfg, wk_agent_engine(node_agent), wk_agent_fence(node_agent), &health,
+                        &st) != PV_OK)
         pv_error("status reporter: %s; workloads' statuses are not reported", st.msg);
+    /* The ops workers watch the nodes' liveness and recover HA workloads (wk_ha.h). */
+    wk_ha_watch *watch = NULL;
+    if (!agent && wk_ha_watch_start(&cfg, instance, &watch, &st) != PV_OK)
+        pv_error("HA watch: %s; lost nodes are not noticed by this worker", st.msg);
     pv_info("started role=%s instance=%s consumer=%s queue=%s version=%s redis=%s",
             agent ? "agent" : "ops", instance, consumer, queue, PV_VERSION, cfg.redis.addr);
     int sig = pv_daemon_wait_signal();
     pv_info("signal=%d shutting down", sig);
+    wk_ha_watch_stop(watch);
     wk_health_stop(health);
     bool clean = wk_consumer_stop(consumer_handle);
     pv_metrics_server_stop(metrics_srv);

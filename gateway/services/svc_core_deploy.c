@@ -45,6 +45,10 @@ void svc_core_deploy_free(svc_core_deploy *s) {
 static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     const Pb__DeployOptions *o = (const Pb__DeployOptions *)req;
     pv_status st;
+    if (pv_deploy_check_ha(o, &st) != PV_OK) { /* pivirt's own label: the standard code */
+        gw_call_finish(call, PV_INVALID_ARGUMENT, st.msg);
+        return;
+    }
     if (pv_deploy_check(o, &st) != PV_OK) {
         gw_call_finishf(call, ERU_CREATE_WORKLOAD, "%s", st.msg);
         return;

@@ -129,6 +129,8 @@ static const key_def keys[] = {
     STR("upgrade.hook", upgrade.hook, "", 0),
     INT("upgrade.node_timeout_seconds", upgrade.node_timeout_seconds, "300", 1, 86400),
     INT("upgrade.settle_seconds", upgrade.settle_seconds, "30", 0, 86400),
+    INT("ha.node_timeout_seconds", ha.node_timeout_seconds, "8", 2, 86400),
+    INT("ha.fence_seconds", ha.fence_seconds, "5", 1, 86400),
     INT("ops.retention_seconds", ops.retention_seconds, "604800", 1, INT_MAX),
     INT("ops.events_maxlen", ops.events_maxlen, "100000", 100, INT_MAX),
     INT("scheduler.heartbeat_seconds", scheduler.heartbeat_seconds, "2", 1, INT_MAX),
@@ -526,6 +528,25 @@ static int validate_auth(const pv_config *c, pv_status *st) {
     return PV_OK;
 }
 
+/* The fence must fire before the cluster may recreate what it stops, and not between two healthy
+ * beats. */
+static int validate_ha(const pv_config *c, pv_status *st) {
+    if (c->ha.fence_seconds > c->ha.node_timeout_seconds - PV_HA_FENCE_MARGIN_SECONDS)
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "ha.fence_seconds: %d must be at most ha.node_timeout_seconds (%d) "
+                             "minus a safety margin of %d s, so that a node stops its HA "
+                             "workloads before the cluster recreates them elsewhere",
+                             c->ha.fence_seconds, c->ha.node_timeout_seconds,
+                             PV_HA_FENCE_MARGIN_SECONDS);
+    if (c->ha.fence_seconds <= c->worker.heartbeat_seconds)
+        return pv_status_set(
+            st, PV_INVALID_ARGUMENT,
+            "ha.fence_seconds: %d must be more than worker.heartbeat_seconds (%d), "
+            "else a healthy node fences itself between two beats",
+            c->ha.fence_seconds, c->worker.heartbeat_seconds);
+    return PV_OK;
+}
+
 static int validate_keys(const pv_config *c, pv_status *st) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &keys[i];
@@ -605,6 +626,7 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
                              "git.scm_type: \"%.*s%s\" is not git, github or gitlab (or empty: "
                              "no SCM builds)",
                              SHOWN(scm));
+    if (validate_ha(c, st) != PV_OK) return st->code;
     return validate_auth(c, st);
 }
 

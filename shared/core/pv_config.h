@@ -167,6 +167,16 @@ typedef struct pv_config {
     } upgrade;
 
     struct {
+        int node_timeout_seconds; /* ha.node_timeout_seconds: a node whose agent has not renewed
+                                     its liveness for this long is NOT_READY, and its HA
+                                     workloads are recreated elsewhere (8) */
+        int fence_seconds;        /* ha.fence_seconds: an agent that has not renewed its
+                                     liveness for this long stops its HA workloads itself; at
+                                     most node_timeout_seconds - PV_HA_FENCE_MARGIN_SECONDS,
+                                     and more than worker.heartbeat_seconds (5) */
+    } ha;
+
+    struct {
         int retention_seconds; /* ops.retention_seconds: finished operations expire (7 d) */
         int events_maxlen;     /* ops.events_maxlen: approximate cap of the events stream
                                   (100000) */
@@ -184,6 +194,11 @@ typedef struct pv_config {
 
     bool test_operations; /* test_operations: accept test.* operation kinds (false) */
 } pv_config;
+
+/* What ha.fence_seconds must stay below ha.node_timeout_seconds by: the time an agent may need
+ * to notice its fence is due and stop its HA workloads, plus the drift of its clock against
+ * Redis's over one timeout (README "HA and node failure"). */
+#define PV_HA_FENCE_MARGIN_SECONDS 2
 
 /* Fills c with the defaults above. Returns PV_OK or PV_INTERNAL (out of memory). */
 int pv_config_init(pv_config *c, pv_status *st);

@@ -243,7 +243,22 @@ int pv_deploy_check_mode(const char *field, int64_t mode, pv_status *st) {
     return PV_OK;
 }
 
+int pv_deploy_check_ha(const Pb__DeployOptions *o, pv_status *st) {
+    for (size_t i = 0; i < o->n_labels; i++) {
+        const pv_pbmap_entry *kv = (const pv_pbmap_entry *)o->labels[i];
+        if (!kv->key || strcmp(kv->key, PV_HA_LABEL) != 0) continue;
+        if (kv->value && strcmp(kv->value, PV_HA_RESTART) == 0) return PV_OK;
+        char q[PV_QUOTE_BUF];
+        pv_quote(kv->value ? kv->value : "", q, sizeof q);
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "labels[%s]: %s is not an HA policy (the one there is: %s)",
+                             PV_HA_LABEL, q, PV_HA_RESTART);
+    }
+    return PV_OK;
+}
+
 int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st) {
+    if (pv_deploy_check_ha(o, st) != PV_OK) return st->code;
     if (empty(o->name)) return pv_status_set(st, PV_INVALID_ARGUMENT, "name: app name is empty");
     if (pv_validate_name("name", o->name, st) != PV_OK) return st->code;
     if (empty(o->podname))

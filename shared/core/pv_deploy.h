@@ -32,6 +32,15 @@
 
 int pv_deploy_check(const Pb__DeployOptions *o, pv_status *st);
 
+/* The label that asks for recovery after a node is lost (workers/ops/wk_ha.h), and its one
+ * policy; without it a lost node's workloads stay down, as in Eru. */
+#define PV_HA_LABEL "pivirt.io/ha"
+#define PV_HA_RESTART "restart"
+
+/* The deploy's HA policy (labels PV_HA_LABEL): absent or PV_HA_RESTART, else INVALID_ARGUMENT
+ * naming the label and the value. pv_deploy_check checks it too. */
+int pv_deploy_check_ha(const Pb__DeployOptions *o, pv_status *st);
+
 /* A file mode a client sends (DeployOptions.modes, Send, SendLargeFile): 0 to 07777, else
  * INVALID_ARGUMENT naming field and the value. */
 int pv_deploy_check_mode(const char *field, int64_t mode, pv_status *st);

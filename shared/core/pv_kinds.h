@@ -19,6 +19,7 @@
 #define PV_KIND_DRAIN "node.drain"
 #define PV_KIND_NODE_REMOVE "node.remove"
 #define PV_KIND_CLUSTER_DELETE "cluster.delete"
+#define PV_KIND_FAILOVER "node.failover" /* a lost node's HA workloads, recreated elsewhere */
 #define PV_KIND_UPGRADE "cluster.upgrade"
 /* ... and on a node's agent */
 #define PV_KIND_UPGRADE_NODE "node.upgrade_on_node"

@@ -218,6 +218,7 @@ int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_
                  "no scheduler is running: nothing can be placed", now);
     pv_node *nodes = NULL;
     size_t n = 0, up = 0, down = 0, cordoned_up = 0, pressed = 0;
+    char down_names[160] = ""; /* the first of them, for the cluster's message */
     if (rc == PV_OK) rc = pv_registry_list_nodes(r, k, p->name, &nodes, &n, st);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         const pv_node *nd = &nodes[i];
@@ -240,6 +241,9 @@ int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_
         }
         up += nd->alive;
         down += !nd->alive;
+        if (!nd->alive)
+            snprintf(down_names + strlen(down_names), sizeof down_names - strlen(down_names),
+                     "%s%s", down > 1 ? ", " : "", nd->name);
         cordoned_up += nd->alive && nd->bypass;
         if (add_item(&out->nodes, &out->nnodes, nd->name, nd->id, hs, why,
                      nd->alive ? now : nd->updated_ms) != 0)
@@ -259,7 +263,7 @@ int pv_cluster_health(pv_redis *r, const pv_keys *k, const pv_pod *p, pv_health_
         snprintf(why, sizeof why, n ? "none of its %zu nodes is up" : "it has no nodes", n);
     } else if (down > 0) {
         out->status = PV_DEGRADED;
-        snprintf(why, sizeof why, "%zu of its %zu nodes are down", down, n);
+        snprintf(why, sizeof why, "%zu of its %zu nodes are down: %s", down, n, down_names);
     } else if (pressed > 0) {
         out->status = PV_DEGRADED;
         snprintf(why, sizeof why, "%zu of its %zu nodes are under pressure", pressed, n);

@@ -468,7 +468,12 @@ static int wl_placement(pv_redis *r, const pv_keys *k, const char *id, char **no
     return PV_OK;
 }
 
-int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
+/* Calls fn(KEYS: key1 when not NULL; ARGV: base, id, <node's usage_rev>, <its usage without the
+ * workload's resources>, extra...) with the usage of the node the workload is on, again while the
+ * node's usage moved under it (the function answers CONFLICT). The reply is freed; NOT_FOUND when
+ * the workload is gone. */
+static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id, const char *fn,
+                         const char *key1, const char *const *extra, int nextra, pv_status *st) {
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
@@ -492,9 +497,13 @@ int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_
             free(usage);
             return rc;
         }
-        const char *args[] = {base, workload_id, rev, usage ? usage : "{}"};
+        const char *args[12] = {base, workload_id, rev, usage ? usage : "{}"};
+        for (int i = 0; i < nextra && i < 8; i++)
+            args[4 + i] = extra[i];
         redisReply *rep = NULL;
-        rc = pv_redis_fcall(r, "pv_wl_remove_release", 0, NULL, 4, args, &rep, st);
+        const char *keys[] = {key1};
+        rc = pv_redis_fcall(r, fn, key1 ? 1 : 0, keys, 4 + (nextra < 8 ? nextra : 8), args, &rep,
+                            st);
         free(usage);
         bool conflict =
             rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0;
@@ -505,6 +514,21 @@ int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_
     return pv_status_set(st, PV_ABORTED,
                          "workload %s: its node's usage kept changing; gave up after %d tries",
                          workload_id, RETRIES);
+}
+
+int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
+    return give_back_cas(r, k, workload_id, "pv_wl_remove_release", NULL, NULL, 0, st);
+}
+
+int pv_resv_reincarnate_workload(pv_redis *r, const pv_keys *k, const char *workload_id,
+                                 const char *node, int64_t epoch, const char *alloc_id,
+                                 const char *engine_id, const char *labels, pv_status *st) {
+    char e[24], nodes[PV_KEY_MAX];
+    snprintf(e, sizeof e, "%lld", (long long)epoch);
+    if (pv_key(k, PV_KEY_NODES, NULL, nodes, sizeof nodes, st) != PV_OK) return st->code;
+    const char *extra[] = {node, e, alloc_id ? alloc_id : "", engine_id ? engine_id : "",
+                           labels ? labels : ""};
+    return give_back_cas(r, k, workload_id, "pv_wl_reincarnate", nodes, extra, 5, st);
 }
 
 /* A delta value: a number, or a size string with an optional leading '-' ("-512M"). */

@@ -98,6 +98,15 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
  * (it drifted) is clamped and logged; GetNodeResource's fix repairs it. */
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st);
 
+/* A failover's replacement of workload_id, made on node at epoch (the claim's, pv_workload.h),
+ * takes the record over: it moves to node with engine_id (and labels, "" = kept), takes the
+ * reservation's allocation alloc_id, and what it held goes back to its old node, atomically
+ * (compare-and-set on the old node's usage, as above). FAILED_PRECONDITION when the record is at
+ * another epoch; done already: PV_OK. */
+int pv_resv_reincarnate_workload(pv_redis *r, const pv_keys *k, const char *workload_id,
+                                 const char *node, int64_t epoch, const char *alloc_id,
+                                 const char *engine_id, const char *labels, pv_status *st);
+
 /* ReallocResource's accounting: the workload's allocation plus delta_json (a resources object of
  * deltas: {"cpumem": {"cpu-request": 0.5, "memory-limit": "-256M", ...}, "storage":
  * {"storage-request": "1G"}}, each may be negative), checked to fit on its node and written with

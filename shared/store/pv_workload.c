@@ -56,6 +56,8 @@ static const pv_field k_wl_fields[] = {
     {.name = "alloc_id", .type = PV_FIELD_STR, .off = offsetof(pv_workload, alloc_id)},
     {.name = "engine_id", .type = PV_FIELD_STR, .off = offsetof(pv_workload, engine_id)},
     {.name = "created_ms", .type = PV_FIELD_I64, .off = offsetof(pv_workload, created_ms)},
+    {.name = "epoch", .type = PV_FIELD_I64, .off = offsetof(pv_workload, epoch), .dflt = "1"},
+    {.name = "placing", .type = PV_FIELD_STR, .off = offsetof(pv_workload, placing)},
 };
 
 const pv_record_schema pv_workload_schema = {
@@ -445,22 +447,31 @@ int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_st
     if (n == 0) return PV_OK;
     char **texts = calloc(n, sizeof *texts);
     char(*ttls)[24] = calloc(n, sizeof *ttls);
+    char(*epochs)[24] = calloc(n, sizeof *epochs);
+    /* a node agent's report (one entry) goes through the fenced function */
+    bool fenced = n == 1 && in[0].reporter && *in[0].reporter;
     char count[24];
     snprintf(count, sizeof count, "%zu", n);
     fargs a;
-    int rc = texts && ttls ? fargs_init(&a, k, st) : oom(st);
+    int rc = texts && ttls && epochs ? fargs_init(&a, k, st) : oom(st);
     if (rc == PV_OK) fargs_add(&a, count);
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         rc = status_json(&in[i], &texts[i], st);
         snprintf(ttls[i], sizeof ttls[i], "%lld", (long long)in[i].ttl);
+        snprintf(epochs[i], sizeof epochs[i], "%lld",
+                 (long long)(in[i].epoch > 0 ? in[i].epoch : 1));
         fargs_add(&a, in[i].id);
         fargs_add(&a, texts[i]);
         fargs_add(&a, ttls[i]);
+        if (fenced) {
+            fargs_add(&a, in[i].reporter);
+            fargs_add(&a, epochs[i]);
+        }
     }
     redisReply *rep = NULL;
     if (rc == PV_OK)
-        rc = fargs_run(&a, r, "pv_wl_set_status", false, &rep, st);
-    else if (texts && ttls)
+        rc = fargs_run(&a, r, fenced ? "pv_wl_report_status" : "pv_wl_set_status", false, &rep, st);
+    else if (texts && ttls && epochs)
         free(a.v);
     if (rc == PV_OK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != n))
         rc = bad_reply("pv_wl_set_status", st);
@@ -481,6 +492,7 @@ int pv_workload_set_statuses(pv_redis *r, const pv_keys *k, const pv_workload_st
         free(texts[i]);
     free(texts);
     free(ttls);
+    free(epochs);
     return rc;
 }
 
@@ -718,4 +730,133 @@ int pv_workload_inventory_get(pv_redis *r, const pv_keys *k, const char *node, j
     json_decref(doc);
     freeReplyObject(rep);
     return rc;
+}
+
+/* ---- high availability ---- */
+
+static const char *const k_verdicts[] = {"OWN", "PLACING", "MOVED", "GONE"};
+
+int pv_workload_ha_check(pv_redis *r, const pv_keys *k, const char *id, const char *node,
+                         int64_t epoch, pv_incarnation *verdict, int64_t *record_epoch,
+                         pv_status *st) {
+    *verdict = PV_INC_GONE;
+    if (record_epoch) *record_epoch = 0;
+    fargs a;
+    if (pv_workload_check_id("id", id, st) != PV_OK || fargs_init(&a, k, st) != PV_OK)
+        return st->code;
+    char e[24];
+    snprintf(e, sizeof e, "%lld", (long long)(epoch > 0 ? epoch : 1));
+    fargs_add(&a, id);
+    fargs_add(&a, node);
+    fargs_add(&a, e);
+    redisReply *rep = NULL;
+    int rc = fargs_run(&a, r, "pv_wl_ha_check", false, &rep, st);
+    if (rc == PV_OK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3))
+        rc = bad_reply("pv_wl_ha_check", st);
+    for (size_t i = 0; rc == PV_OK && i < sizeof k_verdicts / sizeof *k_verdicts; i++)
+        if (strcmp(str_of(rep->element[0]), k_verdicts[i]) == 0) *verdict = (pv_incarnation)i;
+    if (rc == PV_OK && record_epoch) *record_epoch = atoll(str_of(rep->element[2]));
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+/* Runs fn(base, id, more...) and returns its integer answer in *out. */
+static int id_call_int(pv_redis *r, const pv_keys *k, const char *fn, const char *id,
+                       const char *const *more, int nmore, int64_t *out, pv_status *st) {
+    fargs a;
+    if (pv_workload_check_id("id", id, st) != PV_OK || fargs_init(&a, k, st) != PV_OK)
+        return st->code;
+    fargs_add(&a, id);
+    for (int i = 0; i < nmore; i++)
+        fargs_add(&a, more[i]);
+    redisReply *rep = NULL;
+    int rc = fargs_run(&a, r, fn, false, &rep, st);
+    if (rc == PV_OK && rep->type != REDIS_REPLY_INTEGER) rc = bad_reply(fn, st);
+    if (rc == PV_OK && out) *out = rep->integer;
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+int pv_workload_ha_claim(pv_redis *r, const pv_keys *k, const char *id, const char *node,
+                         const char *op_id, int64_t *epoch, pv_status *st) {
+    const char *more[] = {node, op_id};
+    return id_call_int(r, k, "pv_wl_ha_claim", id, more, 2, epoch, st);
+}
+
+int pv_workload_ha_unclaim(pv_redis *r, const pv_keys *k, const char *id, const char *op_id,
+                           bool *undone, pv_status *st) {
+    const char *more[] = {op_id};
+    int64_t v = 0;
+    int rc = id_call_int(r, k, "pv_wl_ha_unclaim", id, more, 1, &v, st);
+    if (undone) *undone = rc == PV_OK && v == 1;
+    return rc;
+}
+
+void pv_ha_changes_free(pv_ha_change *c, size_t n) {
+    for (size_t i = 0; c && i < n; i++) {
+        free(c[i].node);
+        free(c[i].node_id);
+    }
+    free(c);
+}
+
+int pv_workload_ha_scan(pv_redis *r, const pv_keys *k, pv_ha_change **out, size_t *n,
+                        pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    fargs a;
+    if (fargs_init(&a, k, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    int rc = fargs_run(&a, r, "pv_ha_scan", true, &rep, st);
+    if (rc == PV_OK && rep->type != REDIS_REPLY_ARRAY) rc = bad_reply("pv_ha_scan", st);
+    pv_ha_change *c = rc == PV_OK && rep->elements ? calloc(rep->elements, sizeof *c) : NULL;
+    if (rc == PV_OK && rep->elements && !c) rc = oom(st);
+    size_t m = 0;
+    for (size_t i = 0; rc == PV_OK && i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 5) {
+            rc = bad_reply("pv_ha_scan", st);
+            break;
+        }
+        const char *what = str_of(e->element[2]);
+        c[m].change = strcmp(what, "up") == 0     ? PV_HA_UP
+                      : strcmp(what, "down") == 0 ? PV_HA_DOWN
+                                                  : PV_HA_PENDING;
+        c[m].node = strdup(str_of(e->element[0]));
+        c[m].node_id = strdup(str_of(e->element[1]));
+        c[m].ha_workloads = e->element[3]->type == REDIS_REPLY_INTEGER ? e->element[3]->integer : 0;
+        c[m].downs = e->element[4]->type == REDIS_REPLY_INTEGER ? e->element[4]->integer : 0;
+        if (!c[m].node || !c[m].node_id) rc = oom(st);
+        m++;
+    }
+    if (rep) freeReplyObject(rep);
+    if (rc != PV_OK) {
+        pv_ha_changes_free(c, m);
+        return rc;
+    }
+    *out = c;
+    *n = m;
+    return PV_OK;
+}
+
+int pv_workload_ha_ack(pv_redis *r, const pv_keys *k, const char *node_id, pv_status *st) {
+    fargs a;
+    if (fargs_init(&a, k, st) != PV_OK) return st->code;
+    fargs_add(&a, node_id);
+    redisReply *rep = NULL;
+    int rc = fargs_run(&a, r, "pv_ha_ack", false, &rep, st);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+bool pv_workload_is_ha(const char *labels_json, pv_status *st) {
+    json_t *labels = json_loads(labels_json ? labels_json : "{}", 0, NULL);
+    const char *v = json_string_value(json_object_get(labels, PV_HA_LABEL));
+    bool yes = v && strcmp(v, PV_HA_RESTART) == 0;
+    if (v && !yes && st)
+        pv_status_set(st, PV_INVALID_ARGUMENT,
+                      "labels: %s=\"%.100s\" is not an HA policy (the one there is: %s)",
+                      PV_HA_LABEL, v, PV_HA_RESTART);
+    json_decref(labels);
+    return yes;
 }

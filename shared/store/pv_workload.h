@@ -24,9 +24,13 @@
  * random [a-zA-Z]>") app entry pod node node_id image privileged (0|1) labels (JSON object of
  * strings) env (JSON array of strings) publish (JSON object) resources (JSON object: plugin ->
  * allocation, as pv_res.h) alloc_id (the reservation allocation it took over, "" if none)
- * engine_id (the engine's own handle: pid, libvirt domain uuid) created_ms.
+ * engine_id (the engine's own handle: pid, libvirt domain uuid) created_ms epoch (its
+ * incarnation, 1 at first) placing (the failover op placing the next incarnation, "" = none).
  *   <b>wl-deploy:<id>             string: base64 of the pb.DeployOptions that made it (what a
  *                                 drain places a replacement from), when known
+ *   <b>ha:ready                   hash: node id -> what the HA scans saw ("1" ready, "0" not,
+ *                                 "0p" not, its failover to submit); <b>ha:downs: node id ->
+ *                                 how many times it went down
  *   <b>dissociated:<id>           string "1": DissociateWorkload forgot workload <id> and left
  *                                 its engine's workload running on purpose (the audit,
  *                                 pivirt-check, does not call it an orphan)
@@ -42,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pv_deploy.h"
 #include "pv_keys.h"
 #include "pv_record.h"
 #include "pv_redis.h"
@@ -59,6 +64,9 @@ typedef struct pv_workload {
                            base64 of the pb.DeployOptions that made it, kept apart from the
                            record (pv_workload_deploy) so listings do not carry its files */
     int64_t created_ms;
+    int64_t epoch; /* the incarnation: 1 when created, one more each time a failover recreates
+                      it elsewhere (wk_ha.h); every fenced write names the epoch it is of */
+    char *placing; /* the failover operation placing its next incarnation ("" = none) */
 } pv_workload;
 
 /* The record's fields (pv_record.h): the table every reader of a workload decodes by. */
@@ -111,6 +119,13 @@ typedef struct pv_workload_status {
     int64_t updated_ms;
     /* filled by the readers from the workload record */
     char *app, *entry, *node;
+    /* writers only (never filled by readers): a node agent's report is fenced: reporter is its
+     * node and epoch the incarnation its instance is of (<= 0: 1); the write is refused
+     * FAILED_PRECONDITION ("stale report: ...") unless the record places that incarnation on
+     * that node. NULL/"" = unfenced (SetWorkloadsStatus from a client). Only
+     * pv_workload_set_status (one entry) reads them. */
+    const char *reporter;
+    int64_t epoch;
 } pv_workload_status;
 
 void pv_workload_status_clear(pv_workload_status *s);
@@ -194,6 +209,56 @@ int pv_workload_check_id(const char *field, const char *id, pv_status *st);
 /* Marks workload id as let go by DissociateWorkload (<b>dissociated:<id>), so the audit does not
  * report the engine's workload without a record as an orphan. */
 int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, pv_status *st);
+
+/* --- high availability (workers/ops/wk_ha.h, workers/agent/wk_fence.h) ------------------- */
+
+/* PV_HA_LABEL and PV_HA_RESTART: pv_deploy.h. */
+
+/* Whether labels (JSON object) carry PV_HA_LABEL=restart. Another value of the label is an
+ * error (st, may be NULL: INVALID_ARGUMENT naming the label and the value) and false. */
+bool pv_workload_is_ha(const char *labels_json, pv_status *st);
+
+/* What a node's instance of a workload is to the registry: its current incarnation (OWN), one
+ * a failover is replacing (PLACING), an old one (MOVED: the record is on another node or at a
+ * later epoch), or nothing (GONE: no record). */
+typedef enum { PV_INC_OWN, PV_INC_PLACING, PV_INC_MOVED, PV_INC_GONE } pv_incarnation;
+
+/* The verdict on node's instance of workload id at epoch; *record_epoch (may be NULL) the
+ * record's epoch (0 when gone). */
+int pv_workload_ha_check(pv_redis *r, const pv_keys *k, const char *id, const char *node,
+                         int64_t epoch, pv_incarnation *verdict, int64_t *record_epoch,
+                         pv_status *st);
+
+/* A failover (op_id) takes workload id from node: only while node's alive key is gone
+ * (FAILED_PRECONDITION otherwise, and when the workload is on another node; ABORTED while
+ * another failover places it). The epoch goes up (*epoch: the new one), so the node's instance
+ * is stale from then on, its status says not running, and placing = op_id. Repeated by the
+ * same op: the same epoch. */
+int pv_workload_ha_claim(pv_redis *r, const pv_keys *k, const char *id, const char *node,
+                         const char *op_id, int64_t *epoch, pv_status *st);
+
+/* Undoes op_id's claim when its replacement could not be placed (*undone: whether it held
+ * one): the old incarnation is the workload's again. */
+int pv_workload_ha_unclaim(pv_redis *r, const pv_keys *k, const char *id, const char *op_id,
+                           bool *undone, pv_status *st);
+
+/* A change of a node's readiness seen by pv_workload_ha_scan. */
+typedef enum { PV_HA_DOWN, PV_HA_UP, PV_HA_PENDING } pv_ha_change_kind;
+typedef struct pv_ha_change {
+    char *node, *node_id;
+    pv_ha_change_kind change; /* PENDING: down, its failover not submitted yet */
+    int64_t ha_workloads;     /* DOWN, PENDING: its workloads with PV_HA_LABEL */
+    int64_t downs;            /* DOWN, PENDING: how many times it went down (request ids) */
+} pv_ha_change;
+void pv_ha_changes_free(pv_ha_change *c, size_t n);
+
+/* The nodes whose readiness (alive key) changed since any caller's previous scan, each change
+ * reported to one caller only (<b>ha:ready holds what the scans saw), plus the down nodes with
+ * HA workloads whose failover was not acknowledged (pv_workload_ha_ack) yet. *out malloc'd
+ * (pv_ha_changes_free), NULL when nothing changed. */
+int pv_workload_ha_scan(pv_redis *r, const pv_keys *k, pv_ha_change **out, size_t *n,
+                        pv_status *st);
+int pv_workload_ha_ack(pv_redis *r, const pv_keys *k, const char *node_id, pv_status *st);
 
 int pv_workload_status_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_status *st);
 int pv_workload_status_prefix(const pv_keys *k, char *buf, size_t len, pv_status *st);

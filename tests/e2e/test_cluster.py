@@ -172,7 +172,7 @@ class Clusters(unittest.TestCase):
         self.assertEqual(status(), C.CLUSTER_STATUS_DEGRADED)
         h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="prod"), timeout=10)
         self.assertEqual(h.status, C.HEALTH_STATUS_DEGRADED)
-        self.assertEqual(h.message, "1 of its 2 nodes are down")
+        self.assertEqual(h.message, "1 of its 2 nodes are down: wn1")
         self.assertEqual({x.node_name: (x.status, x.message) for x in h.nodes},
                          {"cn1": (C.HEALTH_STATUS_HEALTHY, "ready"),
                           "wn1": (C.HEALTH_STATUS_UNHEALTHY, "agent heartbeat missing")})

@@ -651,6 +651,34 @@ static void test_validate_ranges_of_struct_values(void **state) {
     pv_config_free(&c);
 }
 
+/* ha.fence_seconds must leave the safety margin below ha.node_timeout_seconds and stay above
+ * the beat interval; each error names both keys and the values. */
+static void test_validate_ha_fence(void **state) {
+    (void)state;
+    pv_config c;
+    init_ok(&c);
+    pv_status st;
+    assert_int_equal(c.ha.node_timeout_seconds, 8);
+    assert_int_equal(c.ha.fence_seconds, 5);
+    assert_int_equal(pv_config_validate(&c, &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "ha.fence_seconds", "7", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_INVALID_ARGUMENT);
+    assert_contains(st.msg, "ha.fence_seconds: 7 must be at most ha.node_timeout_seconds (8)");
+    assert_contains(st.msg, "safety margin of 2 s");
+    assert_int_equal(pv_config_set(&c, "ha.fence_seconds", "8", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_INVALID_ARGUMENT);
+    assert_contains(st.msg, "ha.node_timeout_seconds");
+    /* the margin exactly: accepted */
+    assert_int_equal(pv_config_set(&c, "ha.node_timeout_seconds", "6", &st), PV_OK);
+    assert_int_equal(pv_config_set(&c, "ha.fence_seconds", "4", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_OK);
+    /* not above the beat interval */
+    assert_int_equal(pv_config_set(&c, "worker.heartbeat_seconds", "4", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_INVALID_ARGUMENT);
+    assert_contains(st.msg, "ha.fence_seconds: 4 must be more than worker.heartbeat_seconds (4)");
+    pv_config_free(&c);
+}
+
 /* ---- dump ---- */
 
 static void test_dump_masks_passwords(void **state) {
@@ -781,6 +809,7 @@ int main(void) {
         T(test_validate_auth),
         T(test_validate_tls_and_listen),
         T(test_validate_ranges_of_struct_values),
+        T(test_validate_ha_fence),
         T(test_dump_masks_passwords),
         T(test_dump_shape_round_trips),
         T(test_example_config_is_complete),

@@ -14,6 +14,7 @@
  */
 #include "wk_agent.h"
 #include "wk_engine_virt.h"
+#include "wk_fence.h"
 
 #include <limits.h>
 
@@ -48,7 +49,9 @@ struct wk_agent {
     char *node;
     char *pod; /* "" = the agent registers nothing */
     char *data_dir;
-    int ttl_seconds;
+    int ttl_seconds;       /* the engine info's: three beats */
+    int alive_ttl_seconds; /* the alive key's: ha.node_timeout_seconds */
+    wk_fence *fence;       /* NULL until wk_agent_start_fence (and without an engine) */
     bool registered;
     bool resources_checked; /* fill_resources looked at the node once it existed */
     bool alive_set;         /* an alive write succeeded: a clean stop deletes the key */
@@ -165,6 +168,7 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
     a->pod = strdup(cfg->worker.pod ? cfg->worker.pod : "");
     a->data_dir = strdup(cfg->data_dir);
     a->ttl_seconds = 3 * cfg->worker.heartbeat_seconds;
+    a->alive_ttl_seconds = cfg->ha.node_timeout_seconds;
     a->limits =
         (pv_pressure_limits){cfg->worker.memory_pressure_percent, cfg->worker.disk_pressure_percent,
                              cfg->worker.pid_pressure_percent};
@@ -187,8 +191,18 @@ wk_agent *wk_agent_new(const pv_config *cfg) {
     return a;
 }
 
+int wk_agent_start_fence(wk_agent *a, const pv_config *cfg, pv_status *st) {
+    if (!a->engine) return PV_OK; /* no workloads, nothing to fence */
+    return wk_fence_start(cfg, a->engine, &a->fence, st);
+}
+
+wk_fence *wk_agent_fence(wk_agent *a) {
+    return a ? a->fence : NULL;
+}
+
 void wk_agent_free(wk_agent *a) {
     if (!a) return;
+    wk_fence_stop(a->fence);
     wk_virt_close(a->virt);
     wk_engine_close(a->engine);
     free(a->node);
@@ -503,8 +517,15 @@ void wk_agent_beat(void *arg, pv_redis *r) {
         if (fill_resources(a, r, &fst) != PV_OK)
             pv_warn("agent node=%s: resources: %s", a->node, fst.msg);
     }
-    if (rc == PV_OK) rc = pv_registry_set_alive(r, &a->keys, a->node, a->ttl_seconds, NULL, &st);
-    if (rc == PV_OK) a->alive_set = true;
+    /* the fence first: an agent resumed past its fence time stops its HA workloads before it
+     * says it is alive again */
+    int64_t sent = wk_fence_gate(a->fence);
+    if (rc == PV_OK)
+        rc = pv_registry_set_alive(r, &a->keys, a->node, a->alive_ttl_seconds, NULL, &st);
+    if (rc == PV_OK) {
+        a->alive_set = true;
+        wk_fence_renewed(a->fence, sent);
+    }
     if (rc != PV_OK && !a->failing) {
         if (rc == PV_NOT_FOUND && !*a->pod)
             pv_info("agent node=%s: not registered yet: it is alive once AddNode adds it", a->node);
@@ -520,6 +541,13 @@ void wk_agent_leave(void *arg, pv_redis *r) {
     pv_status st;
     if (pv_registry_set_engine_info(r, &a->keys, a->node, NULL, -1, &st) != PV_OK)
         pv_warn("agent node=%s could not delete its engine info: %s", a->node, st.msg);
+    if (a->alive_set && wk_fence_guarding(a->fence)) {
+        /* HA workloads keep running without their agent: the key expires on its own, after
+         * the guard has fenced them unless an agent is back in time */
+        pv_info("agent node=%s leaves its alive key to expire: its HA workloads are guarded",
+                a->node);
+        return;
+    }
     if (a->alive_set && pv_registry_set_alive(r, &a->keys, a->node, -1, NULL, &st) != PV_OK)
         pv_warn("agent node=%s could not delete its alive key: %s", a->node, st.msg);
 }

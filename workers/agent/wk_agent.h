@@ -8,9 +8,9 @@
  * the resources the plugins' defaults give for that engine info; with worker.pod empty it
  * registers nothing and waits for an operator's AddNode, which takes the resources from the
  * report. Then it keeps the node alive: every beat refreshes the node's alive key (Eru's
- * SetNodeStatus with a TTL of three beats), so Ready = the agent's heartbeat key lives; until
- * the node exists that write fails and is logged once. A clean stop deletes both keys at once.
- * Every step is retried on the next beat until Redis answers.
+ * SetNodeStatus with a TTL of ha.node_timeout_seconds), so Ready = the agent's heartbeat key lives;
+ * until the node exists that write fails and is logged once. A clean stop deletes both keys at
+ * once. Every step is retried on the next beat until Redis answers.
  *
  * Ownership: wk_agent_new copies what it keeps; wk_agent_free releases it.
  */
@@ -28,6 +28,12 @@ typedef struct wk_agent wk_agent;
  * (its deploys then fail saying so). */
 wk_agent *wk_agent_new(const pv_config *cfg);
 void wk_agent_free(wk_agent *a);
+
+/* Starts the agent's self-fencing (wk_fence.h), with its guard process (the running program
+ * re-executed with --fence-guard: call it from pivirt-worker only). */
+int wk_agent_start_fence(wk_agent *a, const pv_config *cfg, pv_status *st);
+struct wk_fence;
+struct wk_fence *wk_agent_fence(wk_agent *a); /* NULL when not started */
 
 /* The node's engine (NULL when it could not be opened) and the node's name. */
 wk_engine *wk_agent_engine(wk_agent *a);

@@ -27,12 +27,14 @@
 #include "pv_keys.h"
 #include "pv_log.h"
 #include "pv_workload.h"
+#include "wk_fence.h"
 
 #define CHECK_TIMEOUT_MS 1000
 
 struct wk_health {
     const pv_config *cfg; /* borrowed: the process's configuration outlives the agent */
     wk_engine *engine;
+    wk_fence *fence; /* borrowed, may be NULL: reports are fenced writes when set */
     pv_keys keys;
     int interval_seconds;
     json_t *written; /* id -> signature of the status last written */
@@ -246,9 +248,64 @@ static bool still(wk_health *h, const wk_engine_info *w) {
     return same;
 }
 
+/* Removes this node's instance of id at epoch when the registry says it was replaced (recreated
+ * on another node, or at a later incarnation); true when it did. */
+static bool drop_if_replaced(wk_health *h, pv_redis *r, const char *id, int64_t epoch,
+                             const char *node) {
+    pv_incarnation v;
+    pv_status st;
+    if (pv_workload_ha_check(r, &h->keys, id, node, epoch, &v, NULL, &st) != PV_OK ||
+        v != PV_INC_MOVED)
+        return false;
+    wk_engine_stop(h->engine, id, 0, true, &st);
+    int rc = wk_engine_remove(h->engine, id, true, &st);
+    if (h->fence) wk_fence_log(h->fence, "removed", id, epoch, "replaced elsewhere");
+    if (rc == PV_OK || rc == PV_NOT_FOUND)
+        pv_info("event=workload_replaced id=%s epoch=%lld node=%s: recreated elsewhere while "
+                "this node was away; its old instance is removed",
+                id, (long long)epoch, node);
+    else
+        pv_warn("workload %s: old instance not removed: %s", id, st.msg);
+    json_object_del(h->written, id);
+    return true;
+}
+
+/* After a fence is lifted: each stopped workload is this node's again (started), replaced
+ * (removed), or still being placed by a failover (asked again next pass). */
+static void settle_fenced(wk_health *h, pv_redis *r, const char *node) {
+    json_t *ids = wk_fence_lifted(h->fence);
+    const char *id;
+    json_t *e;
+    json_object_foreach(ids, id, e) {
+        int64_t epoch = json_integer_value(e);
+        pv_incarnation v;
+        pv_status st;
+        if (pv_workload_ha_check(r, &h->keys, id, node, epoch, &v, NULL, &st) != PV_OK) continue;
+        if (v == PV_INC_PLACING) continue;
+        if (v == PV_INC_OWN) {
+            int rc = wk_engine_start(h->engine, id, &st);
+            wk_fence_log(h->fence, "resumed", id, epoch, rc == PV_OK ? "started" : st.msg);
+            pv_info("event=workload_resumed id=%s node=%s: still this node's after the fence", id,
+                    node);
+        } else if (!drop_if_replaced(h, r, id, epoch, node)) {
+            wk_fence_log(h->fence, "left", id, epoch, "no record: left stopped");
+        }
+        wk_fence_settled(h->fence, id);
+    }
+    json_decref(ids);
+}
+
 int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, pv_status *st) {
     if (written) *written = 0;
     if (renewed) *renewed = 0;
+    const char *node = h->cfg->worker.node;
+    if (h->fence && !wk_fence_current(h->fence)) {
+        /* not renewed within the fence time: this node's word may be stale; once renewed,
+         * every status is written again through the fenced path */
+        json_object_clear(h->written);
+        return PV_OK;
+    }
+    if (h->fence && node && *node) settle_fenced(h, r, node);
     wk_engine_info *infos = NULL;
     size_t n = 0;
     if (wk_engine_list(h->engine, &infos, &n, st) != PV_OK) return st->code;
@@ -278,6 +335,8 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
             s.healthy = healthy;
             s.networks = nets;
             s.ttl = ttl;
+            s.reporter = node;
+            s.epoch = wk_fence_epoch_of(w->labels_json);
             pv_status wst;
             int wrc = pv_workload_set_status(r, &h->keys, &s, NULL, &wst);
             if (wrc == PV_OK) {
@@ -288,6 +347,9 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
             } else if (wrc == PV_NOT_FOUND) {
                 /* engine's, not the registry's (half-created, or removed while the agent was
                  * away): nothing to report */
+            } else if (wrc == PV_FAILED_PRECONDITION && node && *node) {
+                /* an old incarnation: the workload was recreated elsewhere meanwhile */
+                drop_if_replaced(h, r, w->id, s.epoch, node);
             } else {
                 rc = pv_status_set(st, wst.code, "%s", wst.msg);
             }
@@ -297,7 +359,6 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
     }
     if (rc == PV_OK) rc = renew(h, r, unchanged, ttl, renewed, st);
     /* what the engine holds, for the audit (pivirt check) of engines it cannot see itself */
-    const char *node = h->cfg->worker.node;
     const char **ids = rc == PV_OK && node && *node ? calloc(n + 1, sizeof *ids) : NULL;
     for (size_t i = 0; ids && i < n; i++)
         ids[i] = infos[i].id;
@@ -375,10 +436,12 @@ static void *run(void *arg) {
     return NULL;
 }
 
-int wk_health_start(const pv_config *cfg, wk_engine *engine, wk_health **out, pv_status *st) {
+int wk_health_start(const pv_config *cfg, wk_engine *engine, wk_fence *fence, wk_health **out,
+                    pv_status *st) {
     *out = NULL;
     wk_health *h = wk_health_new(cfg, engine);
     if (!h) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    h->fence = fence;
     if (pthread_create(&h->thread, NULL, run, h) != 0) {
         wk_health_free(h);
         return pv_status_set(st, PV_INTERNAL, "status reporter: cannot start its thread");

@@ -30,8 +30,14 @@
 
 typedef struct wk_health wk_health;
 
-/* Starts the reporter for engine (which must outlive it). */
-int wk_health_start(const pv_config *cfg, wk_engine *engine, wk_health **out, pv_status *st);
+/* Starts the reporter for engine (which must outlive it). With fence (may be NULL; it must
+ * outlive the reporter) every status is a fenced write of the instance's incarnation
+ * (pv_workload_status reporter and epoch), nothing is reported while the node is past its fence
+ * time, an instance the registry says was recreated elsewhere is removed, and the workloads a
+ * fence stopped are settled once it is lifted (wk_fence.h). */
+struct wk_fence;
+int wk_health_start(const pv_config *cfg, wk_engine *engine, struct wk_fence *fence,
+                    wk_health **out, pv_status *st);
 
 /* Stops the thread (within a check's timeout) and frees. NULL is fine. */
 void wk_health_stop(wk_health *h);

@@ -36,6 +36,7 @@
 #include "pv_workload.h"
 #include "wk_agent.h"
 #include "wk_engine.h"
+#include "wk_fence.h"
 #include "wk_files.h"
 
 typedef struct instance {
@@ -50,6 +51,9 @@ typedef struct instance {
     int (*before_start)(const struct instance *in, const char *new_root, pv_status *st);
     const char *old_root;
     json_t *copy;
+    /* a failover's next incarnation (wk_ha.h): this id at this epoch, not a new workload */
+    const char *inc_id;
+    int64_t inc_epoch;
 } instance;
 
 /* The argv of the main process: entrypoint.commands, else the older single string (with
@@ -270,6 +274,7 @@ typedef struct build {
     char id[65], name[256];
     pv_strv argv, env, sysctls, vols;
     char *labels, *res_text, *env_text;
+    char *engine_labels; /* an incarnation's: labels plus its epoch (wk_fence.h) */
     int cores[1024];
     wk_workload_spec spec;
 } build;
@@ -280,6 +285,7 @@ static void build_free(build *b) {
     pv_strv_free(&b->sysctls);
     pv_strv_free(&b->vols);
     free(b->labels);
+    free(b->engine_labels);
     free(b->res_text);
     free(b->env_text);
 }
@@ -287,7 +293,10 @@ static void build_free(build *b) {
 /* The instance's id (from its allocation: a redelivery finds the same one) and its Eru name
  * app_entry_xxxxxx. */
 static void build_names(const instance *in, const char *alloc_id, build *b) {
-    pv_sha256_hex(alloc_id, strlen(alloc_id), b->id);
+    if (in->inc_id)
+        snprintf(b->id, sizeof b->id, "%s", in->inc_id);
+    else
+        pv_sha256_hex(alloc_id, strlen(alloc_id), b->id);
     char letters[7];
     for (int i = 0; i < 6; i++)
         letters[i] = (char)('a' + (b->id[i] % 26));
@@ -351,6 +360,16 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
         .nsysctls = b->sysctls.n,
         .labels_json = b->labels,
     };
+    if (in->inc_id) {
+        json_t *l = json_loads(b->labels, 0, NULL);
+        char epoch[24];
+        snprintf(epoch, sizeof epoch, "%lld", (long long)in->inc_epoch);
+        if (l) json_object_set_new(l, WK_EPOCH_LABEL, json_string(epoch));
+        b->engine_labels = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(l);
+        if (!b->engine_labels) return -1;
+        b->spec.labels_json = b->engine_labels;
+    }
     limits_of(resources, &b->spec, b->cores, sizeof b->cores / sizeof b->cores[0]);
     return 0;
 }
@@ -373,11 +392,26 @@ static char *refused_options(const instance *in, const build *b, wk_engine *engi
     return NULL;
 }
 
+/* An incarnation lands where an older one of the same workload was left (this node was lost
+ * with it, and is back): the old one goes first. */
+static void drop_stale_instance(wk_engine *engine, const char *id, int64_t epoch) {
+    wk_engine_info old = {0};
+    pv_status st;
+    if (wk_engine_inspect(engine, id, &old, &st) == PV_OK &&
+        wk_fence_epoch_of(old.labels_json) != epoch) {
+        wk_engine_stop(engine, id, 0, true, &st);
+        if (wk_engine_remove(engine, id, true, &st) == PV_OK)
+            pv_info("workload %s: an older incarnation was still here; removed", id);
+    }
+    wk_engine_info_clear(&old);
+}
+
 /* Creates (or finds, on a redelivery) and starts the instance in the engine: its files, the
  * hook before start, the after-create commands; *info as the engine sees it at the end. */
 static int start_instance(const instance *in, const build *b, wk_engine *engine,
                           wk_engine_info *info, pv_status *st) {
     const char *id = b->id;
+    if (in->inc_id) drop_stale_instance(engine, id, in->inc_epoch);
     int rc = wk_engine_create(engine, &b->spec, info, st);
     if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
@@ -411,6 +445,10 @@ static int record_instance(const instance *in, const build *b, const char *alloc
     w.alloc_id = in->keep_resources ? "" : (char *)alloc_id;
     w.engine_id = info->engine_id ? info->engine_id : "";
     w.deploy = wk_op_param(in->op, "deploy");
+    if (in->inc_id)
+        return pv_resv_reincarnate_workload(wk_op_redis(in->op), wk_op_keys(in->op), b->id,
+                                            in->node, in->inc_epoch, alloc_id, w.engine_id,
+                                            b->labels, st);
     int rc = pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
     return rc == PV_ALREADY_EXISTS ? PV_OK : rc;
 }
@@ -468,6 +506,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         wk_engine_info info = {0};
         pv_status est;
         int crc = start_instance(in, &b, engine, &info, &est);
+        if (crc == PV_OK) wk_fence_refresh(wk_agent_fence(in->agent));
         if (crc == PV_OK) crc = record_instance(in, &b, alloc_id, &info, &est);
         if (crc == PV_OK) {
             answer = created_answer(&b, &info);
@@ -586,12 +625,15 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
             rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations[%zu].id: required", i);
             break;
         }
+        json_t *inc = json_object_get(params, "incarnate");
         instance in = {.op = op,
                        .agent = agent,
                        .o = o,
                        .pod = pod,
                        .node = wk_agent_node(agent),
-                       .alloc = alloc};
+                       .alloc = alloc,
+                       .inc_id = json_string_value(json_object_get(inc, "id")),
+                       .inc_epoch = json_integer_value(json_object_get(inc, "epoch"))};
         char step[256], *answer = NULL;
         snprintf(step, sizeof step, "instance:%s", alloc_id);
         rc = wk_op_step(op, step, step_instance, &in, &answer, st);

@@ -30,6 +30,7 @@
 #include "pv_sched.h"
 #include "pv_upgrade.h"
 #include "pv_workload.h"
+#include "wk_ha.h"
 
 /* How often a drain reads the record of the child it waits for. */
 #define CHILD_POLL_MS 100
@@ -164,14 +165,9 @@ static int read_output(wk_op *op, const char *id, pv_op_output **out, size_t *n,
     return pv_op_output_read(wk_op_redis(op), wk_op_keys(op), id, "0", 1000, 0, out, n, st);
 }
 
-/* What a finished replacement deploy made: the new workload's id and node, or why none. */
-typedef struct placed {
-    char id[PV_WORKLOAD_ID_LEN + 1];
-    char node[256];
-    char why[PV_STATUS_MSG_MAX];
-} placed;
+typedef wk_placed placed;
 
-static int placement_of(wk_op *op, const pv_op *deploy, placed *p, pv_status *st) {
+int wk_cluster_placement(wk_op *op, const pv_op *deploy, wk_placed *p, pv_status *st) {
     memset(p, 0, sizeof *p);
     if (deploy->status != PV_OP_SUCCEEDED) {
         snprintf(p->why, sizeof p->why, "%s",
@@ -212,11 +208,8 @@ static int placement_of(wk_op *op, const pv_op *deploy, placed *p, pv_status *st
 
 /* ---- the replacement's deploy options ---- */
 
-/* The workload's own DeployOptions made into a replacement's: one instance, on any node of its
- * pod but `node` (node names and include lists of the original dropped, its node labels
- * kept). *b64 is malloc'd. FAILED_PRECONDITION when the workload has none recorded. */
-static int replacement_deploy(wk_op *op, const pv_workload *w, const char *node, char **b64,
-                              pv_status *st) {
+int wk_cluster_replacement_deploy(wk_op *op, const pv_workload *w, const char *node, char **b64,
+                                  pv_status *st) {
     *b64 = NULL;
     char *orig = NULL;
     if (pv_workload_deploy(wk_op_redis(op), wk_op_keys(op), w->id, &orig, st) != PV_OK)
@@ -269,7 +262,7 @@ static int fits_elsewhere(wk_op *op, const wk_drain_opts *d, const pv_workload *
     *fits = false;
     char *b64 = NULL;
     pv_status dst;
-    int rc = replacement_deploy(op, w, d->node, &b64, &dst);
+    int rc = wk_cluster_replacement_deploy(op, w, d->node, &b64, &dst);
     if (rc == PV_FAILED_PRECONDITION) {
         snprintf(why, cap, "%s", dst.msg);
         return PV_OK;
@@ -403,7 +396,7 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     memset(p, 0, sizeof *p);
     char *b64 = NULL;
     pv_status dst;
-    int rc = replacement_deploy(op, w, d->node, &b64, &dst);
+    int rc = wk_cluster_replacement_deploy(op, w, d->node, &b64, &dst);
     if (rc == PV_FAILED_PRECONDITION) {
         snprintf(p->why, sizeof p->why, "%s", dst.msg);
         return PV_OK;
@@ -424,17 +417,45 @@ static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w,
     pv_op done;
     rc = run_child(op, step, &c, &done, st);
     free(text);
-    if (rc == PV_OK) rc = placement_of(op, &done, p, st);
+    if (rc == PV_OK) rc = wk_cluster_placement(op, &done, p, st);
     pv_op_clear(&done);
     return rc;
+}
+
+/* A forced drain of a node whose agent is gone (its alive key expired: it fenced itself): an HA
+ * workload is recreated elsewhere as its next incarnation at once (wk_ha.h), instead of waiting
+ * for the node's failover. *done: it was. */
+static int recover_ha(wk_op *op, const drain_opts *d, const pv_workload *w, bool gone, int pct,
+                      drain_tally *t, bool *done, pv_status *st) {
+    *done = false;
+    if (!gone || !pv_workload_is_ha(w->labels, NULL)) return PV_OK;
+    char why[PV_STATUS_MSG_MAX];
+    if (wk_ha_recover(op, d->node, w, done, why, sizeof why, st) != PV_OK) return st->code;
+    if (*done) {
+        t->moved++;
+        wk_op_progress(op, pct, "%s (%s): node %s is gone; its next incarnation runs on node %s",
+                       w->name, w->id, d->node, why);
+    } else {
+        wk_op_progress(op, pct, "%s (%s): node %s is gone and it cannot be recreated: %s", w->name,
+                       w->id, d->node, why);
+    }
+    return PV_OK;
 }
 
 /* Moves (or, per the options, removes or leaves) every workload of the node. The node must be
  * cordoned already. */
 static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, const bool *daemon,
                     int base, int span, drain_tally *t, pv_status *st) {
+    bool alive = true;
+    if (d->force &&
+        pv_registry_get_alive(wk_op_redis(op), wk_op_keys(op), d->node, &alive, NULL, st) != PV_OK)
+        return st->code;
     for (size_t i = 0; i < n; i++) {
         int pct = base + (int)((size_t)span * i / (n ? n : 1));
+        bool recovered = false;
+        if (!daemon[i] && recover_ha(op, d, &w[i], !alive, pct, t, &recovered, st) != PV_OK)
+            return st->code;
+        if (recovered) continue;
         if (daemon[i] && d->daemons == WK_DAEMONS_LEAVE) {
             t->left++;
             continue;

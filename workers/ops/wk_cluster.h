@@ -38,6 +38,7 @@
 #include <stddef.h>
 
 #include "pv_op.h"
+#include "pv_workload.h"
 #include "pv_status.h"
 #include "wk_handler.h"
 
@@ -83,6 +84,21 @@ int wk_cluster_set_bypass(wk_op *op, const char *node, bool cordon, pv_status *s
 int wk_cluster_run_child(wk_op *op, const char *step, const char *kind, const char *queue,
                          const char *params, const char *request_id, bool ignore_cancel,
                          pv_op *done, pv_status *st);
+/* What a finished replacement deploy made: the new workload's id and node, or why none (id
+ * empty). */
+typedef struct wk_placed {
+    char id[PV_WORKLOAD_ID_LEN + 1];
+    char node[256];
+    char why[PV_STATUS_MSG_MAX];
+} wk_placed;
+int wk_cluster_placement(wk_op *op, const pv_op *deploy, wk_placed *p, pv_status *st);
+
+/* The workload's own DeployOptions made into a replacement's: one instance, on any node of its
+ * pod but `node` (node names and include lists of the original dropped, its node labels
+ * kept). *b64 is malloc'd. FAILED_PRECONDITION when the workload has none recorded. */
+int wk_cluster_replacement_deploy(wk_op *op, const pv_workload *w, const char *node, char **b64,
+                                  pv_status *st);
+
 int wk_cluster_drain(wk_op *op, pv_status *st);
 int wk_cluster_remove_node(wk_op *op, pv_status *st);
 int wk_cluster_delete(wk_op *op, pv_status *st);

@@ -96,6 +96,11 @@ static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
     json_t *params =
         json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", c->node, "pod",
                   c->opts->podname, "reservation", c->reservation, "allocations", c->allocs);
+    /* a failover's next incarnation of a workload (wk_ha.h): the node part keeps its id */
+    json_t *all = json_loads(wk_op_record(op)->params, 0, NULL);
+    json_t *inc = json_object_get(all, "incarnate");
+    if (params && json_is_object(inc)) json_object_set(params, "incarnate", inc);
+    json_decref(all);
     char *text = params ? pv_json_dumps(params, 0) : NULL;
     json_decref(params);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");

@@ -24,6 +24,7 @@
 #include "pv_kinds.h"
 #include "pv_log.h"
 #include "wk_cluster.h"
+#include "wk_ha.h"
 #include "wk_storage.h"
 #include "wk_upgrade.h"
 #include "wk_deploy.h"
@@ -88,6 +89,7 @@ static const wk_handler_entry k_handlers[] = {
     {PV_KIND_UNCORDON, wk_cluster_cordon, false},
     {PV_KIND_DRAIN, wk_cluster_drain, false},
     {PV_KIND_NODE_REMOVE, wk_cluster_remove_node, false},
+    {PV_KIND_FAILOVER, wk_ha_failover, false},
     {PV_KIND_CLUSTER_DELETE, wk_cluster_delete, false},
     {PV_KIND_UPGRADE, wk_upgrade_cluster, false},
     {PV_KIND_UPGRADE_NODE, wk_upgrade_node, false},

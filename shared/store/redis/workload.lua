@@ -39,6 +39,19 @@ local function store_status(base, id, st, ttl)
   return text
 end
 
+-- Whose incarnation of workload id a node's instance at epoch is: 'OWN' (the record places that
+-- epoch on that node, and no failover is placing it elsewhere), 'PLACING' (a failover is),
+-- 'MOVED' (the record is on another node, or at a later epoch) or 'GONE' (no record); and the
+-- record's node and epoch. A record without an epoch is at its first incarnation.
+local function incarnation(base, id, node, epoch)
+  local v = redis.call('HMGET', record_key(base, id), 'node', 'epoch', 'placing')
+  local rec = {node = v[1], epoch = v[2] or '1'}
+  if not v[1] then return 'GONE', rec end
+  if v[1] ~= node or tonumber(rec.epoch) ~= epoch then return 'MOVED', rec end
+  if v[3] and v[3] ~= '' then return 'PLACING', rec end
+  return 'OWN', rec
+end
+
 --[[ records ----------------------------------------------------------------------------------- ]]
 
 -- pv_wl_add(KEYS[1]=nodes index, ARGV: base id name app entry pod node image privileged labels
@@ -74,7 +87,8 @@ redis.register_function('pv_wl_add', function(keys, args)
   redis.call('HSET', key, 'id', id, 'name', args[3], 'app', args[4], 'entry', args[5],
     'pod', pod, 'node', node, 'node_id', node_id, 'image', args[8], 'privileged', args[9],
     'labels', args[10], 'env', args[11], 'publish', args[12], 'resources', resources,
-    'alloc_id', alloc_id, 'engine_id', args[15], 'created_ms', tostring(now_ms()))
+    'alloc_id', alloc_id, 'engine_id', args[15], 'created_ms', tostring(now_ms()), 'epoch', '1',
+    'placing', '')
   if args[16] and args[16] ~= '' then redis.call('SET', base .. 'wl-deploy:' .. id, args[16]) end
   redis.call('ZADD', base .. 'wls', 0, id)
   redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
@@ -227,6 +241,24 @@ redis.register_function('pv_wl_set_status', function(keys, args)
   return out
 end)
 
+-- pv_wl_report_status(ARGV: base 1 id status_json ttl reporter epoch) -> as pv_wl_set_status.
+-- A node agent's report is a fenced write: refused FAILED_PRECONDITION ('stale report: ...'),
+-- nothing written, unless the record places incarnation `epoch` on node `reporter` (and no
+-- failover is placing the next one).
+redis.register_function('pv_wl_report_status', function(keys, args)
+  local base, id, reporter, epoch = args[1], args[3], args[6], tonumber(args[7]) or 1
+  local who = owner(base, id)
+  if not who then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local verdict, rec = incarnation(base, id, reporter, epoch)
+  if verdict ~= 'OWN' then
+    return err('FAILED_PRECONDITION', 'stale report: workload ' .. id .. ' is incarnation ' ..
+      rec.epoch .. ' on node ' .. (rec.node or '?') .. ' (' .. verdict .. '), not incarnation ' ..
+      epoch .. ' on ' .. reporter)
+  end
+  local text = store_status(base, id, cjson.decode(args[4]), tonumber(args[5]))
+  return {{id, text, who[1], who[2], who[3]}}
+end)
+
 -- pv_wl_get_status(ARGV: base id) -> {status, app, entry, node}.
 redis.register_function{function_name = 'pv_wl_get_status', flags = {'no-writes'},
   callback = function(keys, args)
@@ -320,6 +352,166 @@ redis.register_function('pv_wl_mark_dead_nodes', function(keys, args)
     end
   end
   return marked
+end)
+
+--[[ high availability (workers/ops/wk_ha.h) ------------------------------------------------- ]]
+
+-- Whether a record's labels (JSON text) ask for recovery: pivirt.io/ha = restart.
+local function is_ha(labels)
+  local ok, l = pcall(cjson.decode, labels or '{}')
+  return ok and type(l) == 'table' and l['pivirt.io/ha'] == 'restart'
+end
+
+local function ha_count(base, node_id)
+  local n = 0
+  for _, id in ipairs(redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)) do
+    if is_ha(redis.call('HGET', record_key(base, id), 'labels')) then n = n + 1 end
+  end
+  return n
+end
+
+-- pv_ha_scan(KEYS[1]=nodes index, ARGV: base) -> {{node, node_id, change, ha workloads, downs}}:
+-- the nodes whose readiness changed since the last scan, by any ops worker ('down': its alive
+-- key is gone, 'up': it is back) and those down with a failover still to submit ('pending').
+-- The state (<base>ha:ready: node id -> '1' ready, '0' not ready, '0p' not ready with its
+-- failover not yet submitted) changes in the same call that reports it, so however many ops
+-- workers scan, each change is reported once. A node seen for the first time is recorded as it
+-- is, without a change: it never was ready as far as the scans know.
+redis.register_function('pv_ha_scan', function(keys, args)
+  local base = args[1]
+  local state_key, downs_key = base .. 'ha:ready', base .. 'ha:downs'
+  local index = redis.call('HGETALL', keys[1])
+  local known, out = {}, {}
+  for i = 1, #index, 2 do
+    local node, node_id = index[i], index[i + 1]
+    known[node_id] = true
+    local alive = redis.call('EXISTS', base .. 'alive:' .. node) == 1
+    local prev = redis.call('HGET', state_key, node_id)
+    if not prev then
+      redis.call('HSET', state_key, node_id, alive and '1' or '0')
+    elseif alive and prev ~= '1' then
+      redis.call('HSET', state_key, node_id, '1')
+      out[#out + 1] = {node, node_id, 'up', 0, 0}
+    elseif not alive and prev == '1' then
+      local n = ha_count(base, node_id)
+      local downs = redis.call('HINCRBY', downs_key, node_id, 1)
+      redis.call('HSET', state_key, node_id, n > 0 and '0p' or '0')
+      out[#out + 1] = {node, node_id, 'down', n, downs}
+    elseif not alive and prev == '0p' then
+      out[#out + 1] = {node, node_id, 'pending', ha_count(base, node_id),
+                       tonumber(redis.call('HGET', downs_key, node_id) or '1')}
+    end
+  end
+  for _, f in ipairs({state_key, downs_key}) do
+    local ids = redis.call('HKEYS', f)
+    for _, id in ipairs(ids) do
+      if not known[id] then redis.call('HDEL', f, id) end
+    end
+  end
+  return out
+end)
+
+-- pv_ha_ack(ARGV: base node_id): the failover of a down node is submitted.
+redis.register_function('pv_ha_ack', function(keys, args)
+  local key = args[1] .. 'ha:ready'
+  if redis.call('HGET', key, args[2]) == '0p' then redis.call('HSET', key, args[2], '0') end
+  return 1
+end)
+
+-- pv_wl_ha_check(ARGV: base id node epoch) -> {verdict, record's node, record's epoch}: what
+-- a node agent's instance at epoch is (incarnation above).
+redis.register_function{function_name = 'pv_wl_ha_check', flags = {'no-writes'},
+  callback = function(keys, args)
+    local verdict, rec = incarnation(args[1], args[2], args[3], tonumber(args[4]) or 1)
+    return {verdict, rec.node or '', rec.epoch}
+  end}
+
+-- pv_wl_ha_claim(ARGV: base id node op) -> the new incarnation's epoch. A failover `op` takes
+-- workload id away from `node`, whose alive key must be gone (FAILED_PRECONDITION 'node ...
+-- is alive' otherwise: it fenced nothing and keeps its workload): the epoch goes up, so from
+-- now on every write of the node's instance is stale, and `placing` says who places the next
+-- one. Its status says not running. Again by the same op: the same epoch.
+redis.register_function('pv_wl_ha_claim', function(keys, args)
+  local base, id, node, op = args[1], args[2], args[3], args[4]
+  local key = record_key(base, id)
+  local v = redis.call('HMGET', key, 'node', 'epoch', 'placing')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  local epoch = tonumber(v[2] or '1')
+  if v[3] == op then return epoch end
+  if v[1] ~= node then
+    return err('FAILED_PRECONDITION', 'workload ' .. id .. ' is on node ' .. v[1] .. ', not ' .. node)
+  end
+  if v[3] and v[3] ~= '' then
+    return err('ABORTED', 'workload ' .. id .. ' is being placed by operation ' .. v[3])
+  end
+  if redis.call('EXISTS', base .. 'alive:' .. node) == 1 then
+    return err('FAILED_PRECONDITION', 'node ' .. node .. ' is alive: workload ' .. id ..
+      ' stays there')
+  end
+  epoch = epoch + 1
+  redis.call('HSET', key, 'epoch', tostring(epoch), 'placing', op)
+  store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+  return epoch
+end)
+
+-- pv_wl_ha_unclaim(ARGV: base id op) -> 1 when op's claim was undone: its replacement could not
+-- be placed, so no newer incarnation exists and the one on the old node is the workload's
+-- again (epoch back to it, nothing placing).
+redis.register_function('pv_wl_ha_unclaim', function(keys, args)
+  local key = record_key(args[1], args[2])
+  local v = redis.call('HMGET', key, 'epoch', 'placing')
+  if v[2] ~= args[3] then return 0 end
+  redis.call('HSET', key, 'epoch', tostring(tonumber(v[1] or '2') - 1), 'placing', '')
+  return 1
+end)
+
+-- pv_wl_reincarnate(KEYS[1]=nodes index, ARGV: base id old_rev old_usage node epoch alloc_id
+-- engine_id labels) -> the record (labels '' = kept). The replacement of a claimed workload was made on `node` at
+-- `epoch`: the record moves there (sets, node, engine id), takes the reservation's allocation
+-- alloc_id over as pv_wl_add does, and gives what it held back to the old node, whose usage
+-- becomes old_usage (computed by the caller at old_rev: 'CONFLICT' when it moved). Another
+-- epoch is FAILED_PRECONDITION (a newer claim, or an undone one); done already: the record.
+redis.register_function('pv_wl_reincarnate', function(keys, args)
+  local base, id, node, epoch, alloc_id = args[1], args[2], args[5], args[6], args[7]
+  local key = record_key(base, id)
+  local v = redis.call('HMGET', key, 'node', 'node_id', 'epoch', 'placing', 'app', 'entry')
+  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
+  if (v[3] or '1') ~= epoch then
+    return err('FAILED_PRECONDITION', 'workload ' .. id .. ' is at incarnation ' .. (v[3] or '1') ..
+      ', not ' .. epoch)
+  end
+  if v[1] == node and (v[4] or '') == '' then return redis.call('HGETALL', key) end
+  local node_id, missing = find_id(keys[1], 'node', node)
+  if not node_id then return missing end
+  local old_key = base .. 'node:' .. (v[2] or '')
+  local old_exists = v[2] and redis.call('EXISTS', old_key) == 1
+  if old_exists and (redis.call('HGET', old_key, 'usage_rev') or '0') ~= args[3] then
+    return 'CONFLICT'
+  end
+  local resources = '{}'
+  if alloc_id ~= '' then
+    local held = redis.call('HGET', base .. 'node-allocs:' .. node_id, alloc_id)
+    if not held then
+      return err('FAILED_PRECONDITION', 'allocation ' .. alloc_id .. ' is not reserved on node ' ..
+        node .. ' (its reservation was released)')
+    end
+    redis.call('HDEL', base .. 'node-allocs:' .. node_id, alloc_id)
+    resources = held
+  end
+  if old_exists then
+    redis.call('HSET', old_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
+    redis.call('HINCRBY', old_key, 'usage_rev', 1)
+    redis.call('HINCRBY', old_key, 'rev', 1)
+    local counts = base .. 'deploy-count:' .. (v[5] or '') .. ':' .. (v[6] or '')
+    if redis.call('HINCRBY', counts, v[1], -1) <= 0 then redis.call('HDEL', counts, v[1]) end
+  end
+  if v[2] then redis.call('SREM', base .. 'node-workloads:' .. v[2], id) end
+  redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
+  redis.call('HSET', key, 'node', node, 'node_id', node_id, 'engine_id', args[8], 'resources',
+    resources, 'alloc_id', alloc_id, 'placing', '')
+  if args[9] and args[9] ~= '' then redis.call('HSET', key, 'labels', args[9]) end
+  redis.call('DEL', status_key(base, id))
+  return redis.call('HGETALL', key)
 end)
 
 redis.register_function{function_name = 'pv_workload_version', flags = {'no-writes'},

@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""End-to-end tests of losing a node (issue 20) on one machine: three node agents (ha1, ha2,
+ha3) in cluster "ha", two ops workers, a scheduler, short timeouts (beat 1 s, fence 3 s, node
+timeout 6 s). The multi-host forms (network namespaces, partitions) are test_ha_netns.py.
+
+  test_a  a deploy with an unknown HA policy is refused INVALID_ARGUMENT naming the label and
+          the value; nothing is created. A failover's claim of a workload whose node is alive is
+          refused and changes nothing.
+  test_b  crash: the agent of the node holding HA workloads and its workloads are SIGKILLed.
+          The node is NOT_READY (ClusterService, CoreRPC GetNodeStatus), GetHealth is DEGRADED
+          naming it, node.not_ready is on the events stream; a node.failover operation
+          recreates each HA workload on another node (same id, epoch 2, running there, its
+          resources given back to the lost node); the workload without the label stays there,
+          down. The agent started again keeps nothing replaced (its old instances are removed),
+          the node is READY (node.ready event) and `pivirt check` is clean.
+  test_c  freeze: the agent alone is SIGSTOPped while its HA workload runs; its guard kills the
+          workload at the fence time, before the node is NOT_READY; the workload is recreated
+          elsewhere and the old one stopped before the new one started (fence log against the
+          replacement's start, both in ms). After SIGCONT the node's stale instance is removed,
+          a status it writes for it is refused, and the audit is clean.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+import grpc
+
+import pvtest
+from pvnet import wait_for
+from pb import core_pb2, core_pb2_grpc
+from pivirt.cluster.v1 import cluster_pb2, cluster_pb2_grpc
+
+C = cluster_pb2
+NODES = ("ha1", "ha2", "ha3")
+FENCE, TIMEOUT = 3, 6
+_stack = None
+
+
+def setUpModule():
+    global _stack
+    _stack = pvtest.Stack(gateways=1, workers=2, schedulers=1,
+                          agents=[(n, "ha") for n in NODES],
+                          config={"worker": {"heartbeat_seconds": 1, "lease_ms": 2000,
+                                             "status_interval_seconds": 1,
+                                             "stop_grace_seconds": 1},
+                                  "ha": {"node_timeout_seconds": TIMEOUT,
+                                         "fence_seconds": FENCE}})
+    _stack.start()
+    pvtest.write_script_image(_stack.data_dir, "tick", "1", "while :; do sleep 0.2; done\n")
+
+
+def tearDownModule():
+    _stack.stop()
+
+
+def proc_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+class HA(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        ch = cls.stack.channel(0)
+        cls.cs = cluster_pb2_grpc.ClusterServiceStub(ch)
+        cls.core = core_pb2_grpc.CoreRPCStub(ch)
+        wait_for("the nodes READY", lambda: all(
+            cls.node(n).status == C.NODE_STATUS_READY for n in NODES), timeout=30)
+
+    @classmethod
+    def node(cls, name):
+        return cls.cs.GetNode(C.GetNodeRequest(cluster_id="ha", node_id=name), timeout=10)
+
+    def opts(self, name, count, nodes=(), labels=None):
+        return core_pb2.DeployOptions(
+            name=name, entrypoint=core_pb2.EntrypointOptions(name="web",
+                                                             commands=["/bin/sh", "run.sh"]),
+            podname="ha", image="tick:1", count=count, nodenames=list(nodes),
+            labels=labels or {},
+            resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
+
+    def deploy(self, name, count, nodes=(), ha=True):
+        msgs = list(self.core.CreateWorkload(
+            self.opts(name, count, nodes, {"pivirt.io/ha": "restart"} if ha else {}),
+            timeout=60))
+        self.assertTrue(all(m.success for m in msgs), msgs)
+        return [m.id for m in msgs]
+
+    def record(self, wid):
+        return self.stack.redis.cmd("HGETALL", self.stack.key("{reg}:wl:" + wid))
+
+    def rec(self, wid):
+        flat = self.record(wid)
+        return dict(zip(flat[::2], flat[1::2]))
+
+    def engine_record(self, node, wid):
+        path = os.path.join(self.stack.data_dir, "engine", node, wid, "record.json")
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+
+    def status(self, wid):
+        text = self.stack.redis.cmd("GET", self.stack.key("{reg}:wl-status:" + wid))
+        return json.loads(text) if text else None
+
+    def events(self, kind):
+        out = []
+        for _id, fields in self.stack.redis.cmd("XRANGE", self.stack.key("{ops}:events"),
+                                                "-", "+"):
+            f = dict(zip(fields[::2], fields[1::2]))
+            if f.get("kind") == kind:
+                out.append(f)
+        return out
+
+    def fence_log(self, node):
+        try:
+            with open(os.path.join(self.stack.data_dir, "node", node, "fence.log")) as f:
+                return [line.split() for line in f]
+        except FileNotFoundError:
+            return []
+
+    def check(self):
+        return subprocess.run([os.path.join(pvtest.BIN_DIR, "pivirt-check"), "--config",
+                               self.stack.config_path, "--confirm-ms", "500"],
+                              capture_output=True, text=True, timeout=60)
+
+    def wait_recovered(self, ids, lost, timeout=30):
+        def done():
+            recs = {w: self.rec(w) for w in ids}
+            return all(r.get("node") not in (None, lost) and r.get("epoch") == "2" and
+                       (self.status(w) or {}).get("running") for w, r in recs.items()) and recs
+        return wait_for("every HA workload running again elsewhere", done, timeout)
+
+    def agent(self, name):
+        return self.stack.agents[self.stack.agent_nodes.index(name)]
+
+    def test_a_unknown_policy_refused(self):
+        with self.assertRaises(grpc.RpcError) as e:
+            list(self.core.CreateWorkload(self.opts("bad", 1, labels={"pivirt.io/ha": "maybe"}),
+                                          timeout=30))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn('labels[pivirt.io/ha]: "maybe" is not an HA policy', e.exception.details())
+        self.assertEqual(list(self.core.ListWorkloads(core_pb2.ListWorkloadsOptions(
+            appname="bad"), timeout=10)), [])
+        # a failover cannot take a workload from a node that is alive: it fenced nothing
+        wid = self.deploy("alive", 1, nodes=("ha3",))[0]
+        with self.assertRaises(pvtest.RedisError) as e:
+            self.stack.redis.cmd("FCALL", "pv_wl_ha_claim", 0, self.stack.key("{reg}:"), wid,
+                                 "ha3", "op-test")
+        self.assertIn("FAILED_PRECONDITION node ha3 is alive: workload %s stays there" % wid,
+                      str(e.exception))
+        self.assertEqual((self.rec(wid)["epoch"], self.rec(wid)["placing"]), ("1", ""))
+        removed = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid]),
+                                                timeout=30))
+        self.assertTrue(all(m.success for m in removed), removed)
+
+    def test_b_crash(self):
+        ha_ids = self.deploy("crash", 2, nodes=("ha1",))
+        plain = self.deploy("plain", 1, nodes=("ha1",), ha=False)[0]
+        for w in ha_ids + [plain]:
+            self.assertEqual(self.rec(w)["epoch"], "1")
+        usage_before = self.node("ha1").resources.memory_used_bytes
+        pids = [self.engine_record("ha1", w)["pid"] for w in ha_ids + [plain]]
+        agent = self.agent("ha1")
+        t0 = time.monotonic()
+        agent.kill9()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        wait_for("ha1 NOT_READY", lambda: self.node("ha1").status == C.NODE_STATUS_NOT_READY,
+                 timeout=TIMEOUT + 5)
+        t_down = time.monotonic() - t0
+        self.assertGreaterEqual(t_down, TIMEOUT - 1.5)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.core.GetNodeStatus(core_pb2.GetNodeStatusOptions(nodename="ha1"), timeout=10)
+        self.assertIn("ha1", e.exception.details())
+        h = self.cs.GetHealth(C.GetHealthRequest(cluster_id="ha"), timeout=10)
+        self.assertEqual(h.status, C.HEALTH_STATUS_DEGRADED)
+        self.assertEqual(h.message, "1 of its 3 nodes are down: ha1")
+        wait_for("node.not_ready event", lambda: [e for e in self.events("node.not_ready")
+                                                  if e["target"] == "ha1"], timeout=5)
+        recs = self.wait_recovered(ha_ids, "ha1")
+        t_back = time.monotonic() - t0
+        self.assertLessEqual(t_back, 30)
+        for w, r in recs.items():
+            self.assertIn(r["node"], ("ha2", "ha3"))
+            self.assertEqual(r["placing"], "")
+            self.assertEqual(self.engine_record(r["node"], w)["state"], "running")
+        self.assertEqual(len([e for e in self.events("workload.recovered")
+                              if e["target"] in ha_ids]), 2)
+        # without the label: still on ha1, down
+        self.assertEqual(self.rec(plain)["node"], "ha1")
+        self.assertEqual(self.status(plain)["running"], False)
+        # the lost node's usage is what the plain workload holds
+        self.assertLess(self.node("ha1").resources.memory_used_bytes, usage_before)
+        # back: nothing replaced stays on ha1
+        agent.start()
+        wait_for("ha1 READY", lambda: self.node("ha1").status == C.NODE_STATUS_READY)
+        wait_for("the replaced instances removed from ha1", lambda: all(
+            self.engine_record("ha1", w) is None for w in ha_ids), timeout=15)
+        self.assertIsNotNone(self.engine_record("ha1", plain))
+        wait_for("node.ready event", lambda: [e for e in self.events("node.ready")
+                                              if e["target"] == "ha1"], timeout=5)
+        removed = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[plain]),
+                                                timeout=30))
+        self.assertTrue(all(m.success for m in removed), removed)
+        res = wait_for("a clean audit", lambda: (lambda r: r if r.returncode == 0 else None)(
+            self.check()), timeout=20, step=1)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        print("\ncrash: NOT_READY after %.1f s, every HA workload running again after %.1f s"
+              % (t_down, t_back))
+
+    def test_c_freeze(self):
+        wid = self.deploy("freeze", 1, nodes=("ha2",))[0]
+        agent = self.agent("ha2")
+        t0 = time.monotonic()
+        agent.send_signal(signal.SIGSTOP)
+        try:
+            pid = self.engine_record("ha2", wid)["pid"]
+            # the guard fences before the cluster may recreate it
+            wait_for("the guard's fence", lambda: not proc_alive(pid), timeout=FENCE + 2)
+            t_fenced = time.monotonic() - t0
+            self.assertLess(t_fenced, TIMEOUT)
+            recs = self.wait_recovered([wid], "ha2")
+            t_back = time.monotonic() - t0
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        new_node = recs[wid]["node"]
+        started = self.engine_record(new_node, wid)["started_ms"]
+        stops = [int(f[0]) for f in self.fence_log("ha2") if f[1] == "fence" and f[2] == wid]
+        self.assertTrue(stops, self.fence_log("ha2"))
+        self.assertLess(min(stops), started)  # zero overlap: old stopped before new started
+        # the resumed agent removes its stale instance
+        wait_for("the stale instance removed from ha2",
+                 lambda: self.engine_record("ha2", wid) is None, timeout=15)
+        self.assertEqual(self.node("ha2").status, C.NODE_STATUS_READY)
+        # a stale status of the old incarnation is refused, and changes nothing
+        rec = self.rec(wid)
+        self.assertEqual((rec["node"], rec["epoch"]), (new_node, "2"))
+        before = self.status(wid)
+        with self.assertRaises(pvtest.RedisError) as e:
+            self.stack.redis.cmd("FCALL", "pv_wl_report_status", 0, self.stack.key("{reg}:"), 1,
+                                 wid, '{"running":false,"healthy":false,"networks":{},'
+                                 '"extension":"","ttl":0}', 0, "ha2", 1)
+        self.assertIn("stale report: workload %s is incarnation 2 on node %s (MOVED)"
+                      % (wid, new_node), str(e.exception))
+        self.assertEqual(self.status(wid), before)
+        res = wait_for("a clean audit", lambda: (lambda r: r if r.returncode == 0 else None)(
+            self.check()), timeout=20, step=1)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        print("\nfreeze: fenced after %.1f s, running again after %.1f s, old stopped %d ms "
+              "before the new one started" % (t_fenced, t_back, started - min(stops)))
+
+
+if __name__ == "__main__":
+    pvtest.main()
