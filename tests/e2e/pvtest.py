@@ -1238,7 +1238,18 @@ def docker_missing():
     return None
 
 
-class DockerDaemon:
+class _StartStop:
+    """`with X() as x:` for the fixtures below: start() on the way in, stop() on the way out."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class DockerDaemon(_StartStop):
     """A dockerd of the test's own: its socket, data root, exec root and pid file in a
     temporary directory, no iptables and no default bridge, overlay2; never the system's.
 
@@ -1369,15 +1380,8 @@ class DockerDaemon:
             print("pvtest: dockerd exited %s; kept %s" % (code, self.dir), file=sys.stderr)
         return code
 
-    def __enter__(self):
-        return self.start()
 
-    def __exit__(self, *exc):
-        self.stop()
-        return False
-
-
-class Registry:
+class Registry(_StartStop):
     """Debian's docker-registry (distribution 2.8) on a free loopback port with a config and a
     storage directory of its own (deletes enabled); dockerd trusts 127.0.0.0/8 without TLS.
     auth=(user, password) turns on htpasswd (bcrypt, cost 4: dockerd authenticates every
@@ -1442,10 +1446,3 @@ class Registry:
         code = self.proc.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         return code
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False

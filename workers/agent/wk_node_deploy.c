@@ -145,7 +145,8 @@ static char *answer_error(const char *fmt, ...) {
 
 /* DeployOptions.data: files written into the new workload's root before it starts, with
  * modes (default 0755, as Send) and owners. */
-static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status *st) {
+static int deploy_files(const Pb__DeployOptions *o, wk_engine *engine, const char *id,
+                        const char *root, pv_status *st) {
     for (size_t i = 0; i < o->n_data; i++) {
         const Pb__DeployOptions__DataEntry *d = o->data[i];
         int mode = 0755, uid = -1, gid = -1;
@@ -157,9 +158,11 @@ static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status 
                 uid = o->owners[j]->value->uid;
                 gid = o->owners[j]->value->gid;
             }
-        if (wk_files_put(root, d->key, d->value.data ? (const void *)d->value.data : "",
-                         d->value.len, mode, uid, gid, st) != PV_OK)
-            return pv_status_prefix(st, "data[%s]", d->key);
+        const void *data = d->value.data ? (const void *)d->value.data : "";
+        int rc =
+            root ? wk_files_put(root, d->key, data, d->value.len, mode, uid, gid, st)
+                 : wk_engine_put_file(engine, id, d->key, data, d->value.len, mode, uid, gid, st);
+        if (rc != PV_OK) return pv_status_prefix(st, "data[%s]", d->key);
     }
     return PV_OK;
 }
@@ -276,7 +279,7 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
 typedef struct build {
     char id[65], name[256];
     pv_strv argv, env, sysctls, vols;
-    char *labels, *res_text, *env_text;
+    char *labels, *res_text, *env_text, *networks;
     int cores[1024];
     wk_workload_spec spec;
 } build;
@@ -289,6 +292,7 @@ static void build_free(build *b) {
     free(b->labels);
     free(b->res_text);
     free(b->env_text);
+    free(b->networks);
 }
 
 /* The instance's id (from its allocation: a redelivery finds the same one) and its Eru name
@@ -357,7 +361,24 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
         .sysctls = (const char *const *)b->sysctls.v,
         .nsysctls = b->sysctls.n,
         .labels_json = b->labels,
+        .raw_args = (const char *)o->raw_args.data,
+        .raw_args_len = o->raw_args.len,
+        .dns = (const char *const *)o->dns,
+        .ndns = o->n_dns,
+        .extra_hosts = (const char *const *)o->extra_hosts,
+        .nextra_hosts = o->n_extra_hosts,
     };
+    if (o->n_networks > 0) { /* the docker engine's networks to join: {"name": "ipv4"} */
+        json_t *nets = json_object();
+        for (size_t i = 0; nets && i < o->n_networks; i++) {
+            const str_entry *kv = (const str_entry *)o->networks[i];
+            json_object_set_new(nets, kv->key, json_string(kv->value ? kv->value : ""));
+        }
+        b->networks = nets ? json_dumps(nets, JSON_COMPACT) : NULL;
+        json_decref(nets);
+        if (!b->networks) return -1;
+        b->spec.networks_json = b->networks;
+    }
     limits_of(resources, &b->spec, b->cores, sizeof b->cores / sizeof b->cores[0]);
     return 0;
 }
@@ -368,11 +389,13 @@ static char *refused_options(const instance *in, const build *b, wk_engine *engi
     const Pb__DeployOptions *o = in->o;
     if (b->argv.n == 0)
         return answer_error("entrypoint %s of %s: no command to run", o->entrypoint->name, o->name);
+    bool docker = strcmp(wk_engine_type(engine), "docker") == 0;
     if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0)
         return answer_error("raw_args: the %s engine takes no raw engine arguments%s",
                             wk_engine_type(engine), "");
-    if (o->n_dns > 0 || o->n_extra_hosts > 0) /* process workloads share the host's network and
-                                                 files; a domain's resolver is its guest's own */
+    if (!docker &&
+        (o->n_dns > 0 || o->n_extra_hosts > 0)) /* process workloads share the host's network and
+                                      files; a domain's resolver is its guest's own */
         return answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
                             o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
                             o->n_dns ? "name servers" : "hosts file",
@@ -388,7 +411,8 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     int rc = wk_engine_create(engine, &b->spec, info, st);
     if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
-    if (fresh && info->root) rc = deploy_files(in->o, info->root, st);
+    if (fresh && (info->root || in->o->n_data > 0))
+        rc = deploy_files(in->o, engine, id, info->root, st);
     if (rc == PV_OK && fresh && in->before_start && info->root)
         rc = in->before_start(in, info->root, st);
     if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
@@ -814,6 +838,31 @@ static void seek_line(FILE *f, int64_t start, char *buf, size_t len) {
     }
 }
 
+/* A log line of an engine that streams its own (docker), with its stream; a tick (line NULL)
+ * notices a cancel. */
+static int engine_line(void *ctx, int stream, const char *line, size_t len, pv_status *st) {
+    wk_op *op = ctx;
+    if (!line) return wk_op_sleep(op, 0, st) == PV_OK ? 0 : 1;
+    char *text = strndup(line, len);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    const char *fields[] = {"type", "data", "stream"};
+    const char *values[] = {"log", text, stream == 2 ? "stderr" : "stdout"};
+    int rc = wk_op_output(op, 3, fields, values, st);
+    free(text);
+    return rc == PV_OK ? 0 : 1;
+}
+
+static int log_from_engine(wk_op *op, wk_engine *engine, const char *id,
+                           const wk_engine_log_opts *lo, pv_status *st) {
+    int exit_code = -1;
+    if (wk_engine_logs(engine, id, lo, engine_line, op, &exit_code, st) != PV_OK) return st->code;
+    if (!lo->follow || exit_code < 0) return PV_OK;
+    char code[16];
+    snprintf(code, sizeof code, "%d", exit_code);
+    const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+    return wk_op_output(op, 2, fields, values, st);
+}
+
 int wk_node_deploy_log(wk_op *op, pv_status *st) {
     wk_agent *agent = wk_op_context(op);
     if (!agent || !wk_agent_engine(agent))
@@ -840,6 +889,9 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
     if (!info.log_path || !*info.log_path) {
         wk_engine_info_clear(&info);
+        wk_engine_log_opts lo = {tail, since_ms, until_ms, follow};
+        if (strcmp(wk_engine_type(engine), "docker") == 0)
+            return log_from_engine(op, engine, id, &lo, st);
         return pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: the %s engine keeps no log", id,
                              wk_engine_type(engine));
     }
@@ -1208,6 +1260,45 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     return rc;
 }
 
+/* The docker engine takes the env and the working directory itself (its images need not have
+ * an env that knows -C): the output collected into one exec entry, as for the others. */
+static int exec_io_entry(wk_op *op, wk_engine *engine, const char *id, json_t *params,
+                         pv_status *st) {
+    json_t *cmds = json_object_get(params, "commands"), *envs = json_object_get(params, "envs");
+    size_t ncmd = json_array_size(cmds), nenv = json_array_size(envs);
+    const char **argv = calloc(ncmd + nenv + 1, sizeof *argv), **env = argv + ncmd;
+    if (!argv) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; i < ncmd; i++)
+        argv[i] = json_string_value(json_array_get(cmds, i)) ?: "";
+    for (size_t i = 0; i < nenv; i++)
+        env[i] = json_string_value(json_array_get(envs, i)) ?: "";
+    json_int_t timeout = json_integer_value(json_object_get(params, "timeout_ms"));
+    wk_exec_buf out = {0};
+    wk_exec_io io = {.argv = argv,
+                     .argc = ncmd,
+                     .env = env,
+                     .nenv = nenv,
+                     .workdir = json_string_value(json_object_get(params, "workdir")) ?: "",
+                     .timeout_ms = timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS,
+                     .output = wk_exec_buf_collect,
+                     .ctx = &out};
+    int code = -1;
+    pv_status est;
+    int rc = wk_engine_exec_io(engine, id, &io, &code, &est);
+    if (rc != PV_OK) rc = pv_status_set(st, est.code, "%s", est.msg);
+    char *b64 = NULL, codes[16];
+    if (rc == PV_OK) rc = pv_b64_encode(out.data ? out.data : "", out.len, &b64, st);
+    if (rc == PV_OK) {
+        snprintf(codes, sizeof codes, "%d", code);
+        const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
+        rc = wk_op_output(op, 3, fields, values, st);
+    }
+    free(b64);
+    free(out.data);
+    free(argv);
+    return rc;
+}
+
 int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     wk_agent *agent = wk_op_context(op);
     if (!agent || !wk_agent_engine(agent))
@@ -1223,6 +1314,12 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     int rc = id && ncmd > 0
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
+    if (rc == PV_OK && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0 &&
+        !json_is_true(json_object_get(params, "interactive"))) {
+        rc = exec_io_entry(op, wk_agent_engine(agent), id, params, st);
+        json_decref(params);
+        return rc;
+    }
     /* env -C workdir K=V ... cmd...: the extras without a shell in between. */
     const char **argv = calloc(ncmd + nenv + 4, sizeof *argv);
     size_t argc = 0;

@@ -15,7 +15,9 @@
 #include "wk_engine.h"
 #include "wk_files.h"
 
-/* The workload's root on this machine, or the reason there is none (in *why, caller frees). */
+/* The workload's root on this machine, or the reason there is none (in *why, caller frees).
+ * A workload of the docker engine has its files behind the daemon's archive calls: then "" (the
+ * caller frees it too), and the engine's put_file and get_tar do the work. */
 static char *root_of(wk_agent *agent, const char *id, char **name, char **why) {
     *why = NULL;
     wk_engine_info info = {0};
@@ -23,6 +25,9 @@ static char *root_of(wk_agent *agent, const char *id, char **name, char **why) {
     char *root = NULL;
     if (wk_engine_inspect(wk_agent_engine(agent), id, &info, &st) != PV_OK) {
         *why = strdup(st.msg);
+    } else if (!info.root && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0) {
+        root = strdup("");
+        if (name) *name = strdup(info.name ? info.name : "");
     } else if (!info.root) {
         if (asprintf(why, "workload %s: the %s engine has no files on this machine", id,
                      wk_engine_type(wk_agent_engine(agent))) < 0)
@@ -66,10 +71,14 @@ static int send_one(wk_op *op, const char *root, const char *id, json_t *file, p
     int rc = path && b64
                  ? pv_b64_decode("data", b64, &data, &len, &fst)
                  : pv_status_set(&fst, PV_INVALID_ARGUMENT, "files: path and data required");
-    if (rc == PV_OK)
-        rc = wk_files_put(root, path, data, len, mode ? (int)json_integer_value(mode) : 0755,
-                          uid ? (int)json_integer_value(uid) : -1,
-                          (int)json_integer_value(json_object_get(file, "gid")), &fst);
+    int fmode = mode ? (int)json_integer_value(mode) : 0755;
+    int fuid = uid ? (int)json_integer_value(uid) : -1;
+    int fgid = (int)json_integer_value(json_object_get(file, "gid"));
+    if (rc == PV_OK && *root)
+        rc = wk_files_put(root, path, data, len, fmode, fuid, fgid, &fst);
+    else if (rc == PV_OK)
+        rc = wk_engine_put_file(wk_agent_engine(wk_op_context(op)), id, path, data, len, fmode,
+                                fuid, fgid, &fst);
     free(data);
     sent s = {id, path ? path : "", rc == PV_OK ? "" : fst.msg};
     char step[600];
@@ -121,8 +130,10 @@ static int copy_path(wk_op *op, const char *root, const char *id, const char *na
     char *tar = NULL;
     size_t len = 0;
     pv_status fst;
-    if (wk_files_tar(root, path, &tar, &len, &fst) != PV_OK)
-        return copied(op, id, name, path, fst.msg, "", st);
+    int frc =
+        *root ? wk_files_tar(root, path, &tar, &len, &fst)
+              : wk_engine_get_tar(wk_agent_engine(wk_op_context(op)), id, path, &tar, &len, &fst);
+    if (frc != PV_OK) return copied(op, id, name, path, fst.msg, "", st);
     int rc = PV_OK;
     for (size_t off = 0; rc == PV_OK && off < len; off += WK_COPY_CHUNK) {
         size_t n = len - off < WK_COPY_CHUNK ? len - off : WK_COPY_CHUNK;

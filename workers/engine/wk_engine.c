@@ -51,12 +51,10 @@ int wk_engine_open(const char *endpoint, const wk_engine_opts *opts, wk_engine *
         v = &wk_engine_process_vtbl;
     else if (has_scheme(endpoint, "virt://", &rest))
         v = &wk_engine_virt_vtbl;
-    else if (has_scheme(endpoint, "tcp://", &rest) || has_scheme(endpoint, "unix://", &rest))
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "endpoint %s: the docker engine is not available on this system "
-                             "(no Docker engine runs here); use process:// or virt://",
-                             endpoint);
-    else
+    else if (has_scheme(endpoint, "tcp://", &rest) || has_scheme(endpoint, "unix://", &rest)) {
+        v = &wk_engine_docker_vtbl;
+        rest = endpoint; /* the docker engine tells unix:// from tcp:// itself */
+    } else
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "endpoint %s: unknown scheme (process://, virt://<libvirt URI>)",
                              endpoint);
@@ -151,4 +149,58 @@ int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char
                              "process:// node)",
                              e->v->type);
     return e->v->run(e->impl, argv, argc, env, cwd, timeout_ms, exit_code, output, output_len, st);
+}
+
+/* ---- the docker engine's additions (wk_engine.h: engines whose workloads have no root here) */
+
+static int lacks(const wk_engine *e, const char *what, pv_status *st) {
+    return pv_status_set(st, PV_UNIMPLEMENTED, "the %s engine has no %s", e->v->type, what);
+}
+
+int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const void *data, size_t len,
+                       int mode, int uid, int gid, pv_status *st) {
+    if (!e->v->put_file) return lacks(e, "archive upload (its files are under info.root)", st);
+    return e->v->put_file(e->impl, id, path, data, len, mode, uid, gid, st);
+}
+
+int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar, size_t *len,
+                      pv_status *st) {
+    *tar = NULL;
+    *len = 0;
+    if (!e->v->get_tar) return lacks(e, "archive download (its files are under info.root)", st);
+    return e->v->get_tar(e->impl, id, path, tar, len, st);
+}
+
+int wk_engine_logs(wk_engine *e, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                   void *ctx, int *exit_code, pv_status *st) {
+    *exit_code = -1;
+    if (!e->v->logs) return lacks(e, "log stream of its own (its log is info.log_path)", st);
+    return e->v->logs(e->impl, id, o, fn, ctx, exit_code, st);
+}
+
+int wk_exec_buf_collect(void *ctx, int stream, const char *data, size_t len, pv_status *st) {
+    (void)stream;
+    wk_exec_buf *b = ctx;
+    if (len >= WK_EXEC_BUF_MAX) {
+        data += len - WK_EXEC_BUF_MAX;
+        len = WK_EXEC_BUF_MAX;
+    }
+    if (b->len + len > WK_EXEC_BUF_MAX) { /* keep the tail */
+        size_t drop = b->len + len - WK_EXEC_BUF_MAX;
+        memmove(b->data, b->data + drop, b->len - drop);
+        b->len -= drop;
+    }
+    if (!b->data && !(b->data = malloc(WK_EXEC_BUF_MAX + 1)))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int wk_engine_exec_io(wk_engine *e, const char *id, const wk_exec_io *io, int *exit_code,
+                      pv_status *st) {
+    *exit_code = -1;
+    if (!e->v->exec_io) return lacks(e, "streaming exec", st);
+    return e->v->exec_io(e->impl, id, io, exit_code, st);
 }

@@ -33,9 +33,20 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine keeps no timed log */
     int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms, int64_t *start,
                      int64_t *end, pv_status *st);
+    /* may be NULL: the engine's workloads have a root on this machine, or no files at all */
+    int (*put_file)(void *impl, const char *id, const char *path, const void *data, size_t len,
+                    int mode, int uid, int gid, pv_status *st);
+    int (*get_tar)(void *impl, const char *id, const char *path, char **tar, size_t *len,
+                   pv_status *st);
+    /* may be NULL: the engine's log is a file (info.log_path), or there is none */
+    int (*logs)(void *impl, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                void *ctx, int *exit_code, pv_status *st);
+    /* may be NULL: exec only through exec */
+    int (*exec_io)(void *impl, const char *id, const wk_exec_io *io, int *exit_code, pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;
 extern const wk_engine_vtbl wk_engine_virt_vtbl;
+extern const wk_engine_vtbl wk_engine_docker_vtbl;
 
 #endif
