@@ -26,6 +26,8 @@ import io
 import itertools
 import json
 import os
+import queue
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -233,6 +235,140 @@ class Lifecycle(Base):
         self.assertEqual(t.get("grpc-status"), "1074")
         self.assertIn("raw_args", t.get("grpc-message", ""))
         self.assertEqual(len(self.dk.containers()), before)  # nothing was created
+
+
+class Exec(Base):
+    def test_execute_output_env_workdir_exit_code(self):
+        wid = self.create(deploy(1))[0].id
+        req = core_pb2.ExecuteWorkloadOptions(
+            workload_id=wid, commands=["/bin/sh", "-c",
+                                       "pwd; echo $GREETING $APP_NAME; echo oops >&2; exit 4"],
+            envs=["GREETING=hello"], workdir="/tmp")
+        got = list(self.core.ExecuteWorkload(iter([req]), timeout=60))
+        out = b"".join(m.data for m in got[:-1]).decode()
+        app = self.container(wid)["Config"]["Labels"]["ERU_META"] and \
+            dict(e.split("=", 1) for e in self.container(wid)["Config"]["Env"])["APP_NAME"]
+        self.assertEqual(sorted(out.splitlines()), sorted(["/tmp", "hello " + app, "oops"]))
+        self.assertEqual(got[-1].data.decode(), "[exitcode] 4")
+        self.assertTrue(all(m.workload_id == wid for m in got))
+        # the exec ran in the container: its processes are not the node's
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=["/bin/cat",
+                                                                         "/etc/passwd"])
+        out = b"".join(m.data for m in list(self.core.ExecuteWorkload(iter([req]),
+                                                                      timeout=60))[:-1])
+        self.assertEqual(out.splitlines()[0], b"root:x:0:0:root:/root:/bin/sh")
+        self.remove([wid])
+
+    def test_execute_with_stdin(self):
+        wid = self.create(deploy(1))[0].id
+        # the input's end (the client's half-close) ends the command's stdin: sort can answer
+        first = core_pb2.ExecuteWorkloadOptions(workload_id=wid, open_stdin=True,
+                                                commands=["/bin/sort", "-r"])
+        feed = [core_pb2.ExecuteWorkloadOptions(repl_cmd=w) for w in (b"b\na\n", b"c\n")]
+        got = [m.data for m in self.core.ExecuteWorkload(iter([first] + feed), timeout=60)]
+        self.assertEqual(b"".join(got[:-1]), b"c\nb\na\n")
+        self.assertEqual(got[-1], b"[exitcode] 0")
+        # interactive: each reply comes back before the next line is sent (tr uppercases it)
+        replies = queue.Queue()
+        script = "while read line; do echo \"$line\" | tr a-z A-Z; done; exit 3"
+
+        def lines_then_wait():
+            yield core_pb2.ExecuteWorkloadOptions(workload_id=wid, open_stdin=True,
+                                                  commands=["/bin/sh", "-c", script])
+            for word in ("alpha", "beta"):
+                yield core_pb2.ExecuteWorkloadOptions(repl_cmd=word.encode() + b"\n")
+                self.assertEqual(replies.get(timeout=20), word.upper().encode() + b"\n")
+
+        got = []
+        for m in self.core.ExecuteWorkload(lines_then_wait(), timeout=60):
+            got.append(m.data)
+            replies.put(m.data)
+        self.assertEqual(got, [b"ALPHA\n", b"BETA\n", b"[exitcode] 3"])
+        # a client that leaves ends the command, not just the call
+        stream = self.core.ExecuteWorkload(iter([core_pb2.ExecuteWorkloadOptions(
+            workload_id=wid, open_stdin=True,
+            commands=["/bin/sh", "-c", "echo started; exec sleep 318"])]), timeout=60)
+        self.assertEqual(next(stream).data, b"started\n")
+        stream.cancel()
+
+        def sleeping():
+            return subprocess.run(["pgrep", "-f", "^sleep 318$"],
+                                  capture_output=True).returncode == 0
+        deadline = time.monotonic() + 15
+        while sleeping() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(sleeping())
+        self.remove([wid])
+
+    def test_execute_on_a_stopped_workload_fails(self):
+        wid = self.create(deploy(1))[0].id
+        self.control(wid, "stop")
+        t = pvtest.grpc_trailers(self.stack.gateways[0].addrs[0], "/pb.CoreRPC/ExecuteWorkload",
+                                 core_pb2.ExecuteWorkloadOptions(
+                                     workload_id=wid, commands=["/bin/true"]).SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1079", t)
+        self.assertIn("not running", t.get("grpc-message", ""))
+        self.remove([wid])
+
+    def test_run_and_wait(self):
+        req = core_pb2.RunAndWaitOptions(deploy_options=deploy(1), cmd=b"/bin/echo hello there")
+        msgs = list(self.core.RunAndWait(iter([req]), timeout=90))
+        self.assertEqual(msgs[0].std_stream_type, core_pb2.TYPEWORKLOADID)
+        wid = msgs[0].workload_id
+        out = [m.data.decode() for m in msgs[1:]]
+        self.assertEqual(out, ["hello there\n", "[exitcode] 0"])  # lines, as for the others
+        self.assertIsNone(self.container(wid))  # removed at the end
+        req = core_pb2.RunAndWaitOptions(deploy_options=deploy(1), cmd=b"/bin/false")
+        msgs = list(self.core.RunAndWait(iter([req]), timeout=90))
+        self.assertEqual(msgs[-1].data.decode(), "[exitcode] 1")
+        self.assertIsNone(self.container(msgs[0].workload_id))
+
+    def test_log_stream_tail_streams_follow(self):
+        script = "echo out1; echo err1 >&2; echo out2; sleep 300"
+        wid = self.create(deploy(1, commands=("/bin/sh", "-c", script)))[0].id
+
+        def lines(**kw):
+            return [(m.data.decode(), m.std_stream_type) for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=wid, **kw), timeout=30)]
+
+        deadline = time.monotonic() + 10
+        while len(lines(tail="all")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        got = lines(tail="all")
+        self.assertEqual([d for d, t in got if t == core_pb2.STDOUT], ["out1", "out2"])
+        self.assertEqual([d for d, t in got if t == core_pb2.STDERR], ["err1"])
+        self.assertEqual(len(lines(tail="1")), 1)
+        self.remove([wid])
+        # follow: the lines as they come, to the workload's end
+        wid = self.create(deploy(1, commands=("/bin/sh", "-c",
+                                              "echo a; sleep 1; echo b; exit 3")))[0].id
+        t0 = time.monotonic()
+        got = [d for d, _ in lines(tail="all", follow=True)]
+        self.assertEqual(got, ["a", "b"])
+        self.assertGreater(time.monotonic() - t0, 0.5)
+        self.assertEqual(self.container(wid)["State"]["ExitCode"], 3)
+        self.remove([wid])
+
+    def test_log_stream_since_until(self):
+        wid = self.create(deploy(1, commands=("/bin/sh", "-c",
+                                              "echo a1; sleep 2; echo b1; sleep 300")))[0].id
+        deadline = time.monotonic() + 10
+        while [m.data for m in self.core.LogStream(core_pb2.LogStreamOptions(id=wid),
+                                                   timeout=30)] != [b"a1", b"b1"]:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        started = self.container(wid)["State"]["StartedAt"]
+        base = time.mktime(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        mid = base + float("0." + started[20:29]) + 1.0
+
+        def lines(**kw):
+            return [m.data.decode() for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=wid, **kw), timeout=30)]
+
+        self.assertEqual(lines(since="%.3f" % mid), ["b1"])
+        self.assertEqual(lines(until="%.3f" % mid), ["a1"])
+        self.assertEqual(lines(since="1h"), ["a1", "b1"])
+        self.remove([wid])
 
 
 if __name__ == "__main__":

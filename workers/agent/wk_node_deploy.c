@@ -1260,10 +1260,77 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     return rc;
 }
 
+/* An interactive exec of the docker engine: the operation's input stream is the command's
+ * stdin, its output goes out as data entries as it comes (the FIFOs above are for engines whose
+ * workloads have a root here). */
+typedef struct ix_stream {
+    wk_op *op;
+    char cursor[PV_OP_CURSOR_MAX];
+    unsigned char *pending;
+    size_t npending, at;
+    bool eof;
+} ix_stream;
+
+static int ix_stream_output(void *ctx, int stream, const char *data, size_t len, pv_status *st) {
+    (void)stream;
+    ix_stream *x = ctx;
+    char *b64 = NULL;
+    if (pv_b64_encode(data, len, &b64, st) != PV_OK) return st->code;
+    const char *fields[] = {"type", "data"}, *values[] = {"data", b64};
+    int rc = wk_op_output(x->op, 2, fields, values, st);
+    free(b64);
+    return rc;
+}
+
+/* Reads what came of the input (waiting up to wait_ms) into pending. */
+static int ix_stream_take(ix_stream *x, int wait_ms, pv_status *st) {
+    pv_op_output *in = NULL;
+    size_t n = 0;
+    if (pv_op_input_read(wk_op_redis(x->op), wk_op_keys(x->op), wk_op_record(x->op)->id, x->cursor,
+                         100, wait_ms, &in, &n, st) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    free(x->pending);
+    x->pending = NULL;
+    x->npending = x->at = 0;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        snprintf(x->cursor, sizeof x->cursor, "%s", in[i].id);
+        for (size_t f = 0; rc == PV_OK && f < in[i].n; f++) {
+            if (strcmp(in[i].fields[f], "eof") == 0) x->eof = true;
+            if (strcmp(in[i].fields[f], "data") != 0) continue;
+            unsigned char *d = NULL, *grown = NULL;
+            size_t dl = 0;
+            rc = pv_b64_decode("stdin", in[i].values[f], &d, &dl, st);
+            if (rc == PV_OK && !(grown = realloc(x->pending, x->npending + dl + 1)))
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            if (rc == PV_OK) {
+                memcpy(grown + x->npending, d, dl);
+                x->pending = grown;
+                x->npending += dl;
+            }
+            free(d);
+        }
+    }
+    pv_op_output_free(in, n);
+    return rc;
+}
+
+static long ix_stream_input(void *ctx, char *buf, size_t cap, int wait_ms, pv_status *st) {
+    ix_stream *x = ctx;
+    if (wk_op_sleep(x->op, 0, st) != PV_OK) return -2; /* cancelled: the client left */
+    if (x->at == x->npending && !x->eof && ix_stream_take(x, wait_ms, st) != PV_OK) return -2;
+    if (x->at == x->npending) return x->eof ? -1 : 0;
+    size_t n = x->npending - x->at < cap ? x->npending - x->at : cap;
+    memcpy(buf, x->pending + x->at, n);
+    x->at += n;
+    return (long)n;
+}
+
 /* The docker engine takes the env and the working directory itself (its images need not have
- * an env that knows -C): the output collected into one exec entry, as for the others. */
+ * an env that knows -C): the output collected into one exec entry, as for the others, or with
+ * interactive streamed as data entries and ended with an exit entry. */
 static int exec_io_entry(wk_op *op, wk_engine *engine, const char *id, json_t *params,
-                         pv_status *st) {
+                         bool interactive, pv_status *st) {
     json_t *cmds = json_object_get(params, "commands"), *envs = json_object_get(params, "envs");
     size_t ncmd = json_array_size(cmds), nenv = json_array_size(envs);
     const char **argv = calloc(ncmd + nenv + 1, sizeof *argv), **env = argv + ncmd;
@@ -1282,14 +1349,26 @@ static int exec_io_entry(wk_op *op, wk_engine *engine, const char *id, json_t *p
                      .timeout_ms = timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS,
                      .output = wk_exec_buf_collect,
                      .ctx = &out};
+    ix_stream x = {.op = op, .cursor = "0"};
+    if (interactive) {
+        io.output = ix_stream_output;
+        io.input = ix_stream_input;
+        io.ctx = &x;
+    }
     int code = -1;
     pv_status est;
     int rc = wk_engine_exec_io(engine, id, &io, &code, &est);
     if (rc != PV_OK) rc = pv_status_set(st, est.code, "%s", est.msg);
+    free(x.pending);
     char *b64 = NULL, codes[16];
-    if (rc == PV_OK) rc = pv_b64_encode(out.data ? out.data : "", out.len, &b64, st);
-    if (rc == PV_OK) {
-        snprintf(codes, sizeof codes, "%d", code);
+    snprintf(codes, sizeof codes, "%d", code);
+    if (rc == PV_OK && interactive) {
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", codes};
+        rc = wk_op_output(op, 2, fields, values, st);
+    } else if (rc == PV_OK) {
+        rc = pv_b64_encode(out.data ? out.data : "", out.len, &b64, st);
+    }
+    if (rc == PV_OK && !interactive) {
         const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
         rc = wk_op_output(op, 3, fields, values, st);
     }
@@ -1314,9 +1393,9 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     int rc = id && ncmd > 0
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
-    if (rc == PV_OK && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0 &&
-        !json_is_true(json_object_get(params, "interactive"))) {
-        rc = exec_io_entry(op, wk_agent_engine(agent), id, params, st);
+    if (rc == PV_OK && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0) {
+        rc = exec_io_entry(op, wk_agent_engine(agent), id, params,
+                           json_is_true(json_object_get(params, "interactive")), st);
         json_decref(params);
         return rc;
     }

@@ -233,7 +233,8 @@ int wk_engine_logs(wk_engine *e, const char *id, const wk_engine_log_opts *o, wk
  * with extra env ("K=V") and a working directory ("" = the workload's), waiting at most
  * timeout_ms (<= 0: none). With input set, the command's stdin is open: input is called for
  * more and answers the bytes put in buf, 0 when none is there yet (it may wait up to wait_ms
- * for some), -1 at the end of the input. */
+ * for some), -1 at the end of the input, below -1 to stop the exec (its process is ended; st
+ * says why). It is called on after the end of the input, until the command has ended. */
 typedef struct wk_exec_io {
     const char *const *argv;
     size_t argc;

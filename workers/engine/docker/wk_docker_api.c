@@ -9,7 +9,10 @@
 #include "wk_docker_api.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +350,160 @@ int wk_docker_json(wk_docker_api *api, const char *method, const char *path, jso
     }
     wk_docker_resp_clear(&r);
     return rc;
+}
+
+/* ---- hijacked connections ---- */
+
+struct wk_docker_conn {
+    CURL *h;
+    curl_socket_t fd;
+    bool tls;
+    char *pending; /* bytes of the stream read together with the answer's headers */
+    size_t npending;
+};
+
+static int conn_wait(wk_docker_conn *c, short events, int wait_ms) {
+    struct pollfd p = {.fd = c->fd, .events = events};
+    int n = poll(&p, 1, wait_ms);
+    return n > 0 ? 1 : 0;
+}
+
+int wk_docker_conn_write(wk_docker_conn *c, const char *data, size_t len, pv_status *st) {
+    while (len > 0) {
+        size_t sent = 0;
+        CURLcode cc = curl_easy_send(c->h, data, len, &sent);
+        if (cc == CURLE_AGAIN) {
+            conn_wait(c, POLLOUT, 1000);
+            continue;
+        }
+        if (cc != CURLE_OK)
+            return pv_status_set(st, PV_UNAVAILABLE, "docker stream: send: %s",
+                                 curl_easy_strerror(cc));
+        data += sent;
+        len -= sent;
+    }
+    return PV_OK;
+}
+
+int wk_docker_conn_read(wk_docker_conn *c, char *buf, size_t cap, int wait_ms, size_t *got,
+                        bool *eof, pv_status *st) {
+    *got = 0;
+    *eof = false;
+    if (c->npending) {
+        size_t n = c->npending < cap ? c->npending : cap;
+        memcpy(buf, c->pending, n);
+        memmove(c->pending, c->pending + n, c->npending - n);
+        c->npending -= n;
+        *got = n;
+        return PV_OK;
+    }
+    for (int tries = 0; tries < 2; tries++) {
+        CURLcode cc = curl_easy_recv(c->h, buf, cap, got);
+        if (cc == CURLE_OK) {
+            *eof = *got == 0;
+            return PV_OK;
+        }
+        if (cc != CURLE_AGAIN)
+            return pv_status_set(st, PV_UNAVAILABLE, "docker stream: recv: %s",
+                                 curl_easy_strerror(cc));
+        if (tries == 0 && !conn_wait(c, POLLIN, wait_ms)) return PV_OK;
+    }
+    return PV_OK;
+}
+
+void wk_docker_conn_close_write(wk_docker_conn *c) {
+    if (!c->tls) shutdown(c->fd, SHUT_WR);
+}
+
+void wk_docker_conn_close(wk_docker_conn *c) {
+    if (!c) return;
+    curl_easy_cleanup(c->h);
+    free(c->pending);
+    free(c);
+}
+
+/* Reads the answer's status line and headers; what came after them is kept as pending. */
+static int conn_answer(wk_docker_conn *c, const char *path, pv_status *st) {
+    char head[8192];
+    size_t len = 0;
+    int64_t waited = 0;
+    while (len < sizeof head - 1) {
+        size_t got = 0;
+        bool eof = false;
+        if (wk_docker_conn_read(c, head + len, sizeof head - 1 - len, 1000, &got, &eof, st) !=
+            PV_OK)
+            return st->code;
+        if (eof) break;
+        if (got == 0 && (waited += 1000) > DEFAULT_TIMEOUT_MS) break;
+        len += got;
+        head[len] = '\0';
+        char *end = strstr(head, "\r\n\r\n");
+        if (!end) continue;
+        long status = 0;
+        sscanf(head, "HTTP/%*s %ld", &status);
+        size_t body = (size_t)(end + 4 - head);
+        if (status == 101 || status == 200) {
+            c->npending = len - body;
+            c->pending = c->npending ? malloc(c->npending) : NULL;
+            if (c->npending && !c->pending) return pv_status_set(st, PV_INTERNAL, "oom");
+            if (c->npending) memcpy(c->pending, head + body, c->npending);
+            return PV_OK;
+        }
+        json_t *j = json_loads(head + body, 0, NULL);
+        const char *msg = json_string_value(json_object_get(j, "message"));
+        int code = status == 404   ? PV_NOT_FOUND
+                   : status == 409 ? PV_FAILED_PRECONDITION
+                                   : PV_INTERNAL;
+        pv_status_set(st, code, "POST %s: %s (HTTP %ld)", path, msg ? msg : "", status);
+        json_decref(j);
+        return code;
+    }
+    return pv_status_set(st, PV_UNAVAILABLE, "POST %s: no answer from the daemon", path);
+}
+
+int wk_docker_hijack(wk_docker_api *api, const char *path, const char *body, wk_docker_conn **out,
+                     pv_status *st) {
+    *out = NULL;
+    char *url = NULL;
+    wk_docker_conn *c = calloc(1, sizeof *c);
+    if (!c || asprintf(&url, "%s%s", api->base_url, path) < 0 || !(c->h = curl_easy_init())) {
+        free(c);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    c->tls = api->tls;
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->h, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+    if (api->socket_path) curl_easy_setopt(c->h, CURLOPT_UNIX_SOCKET_PATH, api->socket_path);
+    set_tls(api, c->h);
+    char err[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, err);
+    CURLcode cc = curl_easy_perform(c->h);
+    free(url);
+    if (cc == CURLE_OK) cc = curl_easy_getinfo(c->h, CURLINFO_ACTIVESOCKET, &c->fd);
+    if (cc != CURLE_OK) {
+        pv_status_set(st, PV_UNAVAILABLE, "docker daemon at %s: POST %s: %s", api->endpoint, path,
+                      err[0] ? err : curl_easy_strerror(cc));
+        wk_docker_conn_close(c);
+        return st->code;
+    }
+    char *request = NULL;
+    int n = asprintf(&request,
+                     "POST /" API_VERSION "%s HTTP/1.1\r\nHost: docker\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n%s",
+                     path, strlen(body), body);
+    int rc = n < 0 ? pv_status_set(st, PV_INTERNAL, "out of memory")
+                   : wk_docker_conn_write(c, request, (size_t)n, st);
+    free(request);
+    if (rc == PV_OK) rc = conn_answer(c, path, st);
+    if (rc != PV_OK) {
+        wk_docker_conn_close(c);
+        return rc;
+    }
+    *out = c;
+    return PV_OK;
 }
 
 void wk_docker_demux_init(wk_docker_demux *d, wk_docker_frame_fn fn, void *ctx) {

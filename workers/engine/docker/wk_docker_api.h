@@ -80,6 +80,23 @@ int wk_docker_check(const wk_docker_resp *r, const char *what, pv_status *st);
 int wk_docker_json(wk_docker_api *api, const char *method, const char *path, json_t *body,
                    json_t **out, const char *what, pv_status *st);
 
+/* A hijacked connection: POST path with a JSON body, after which the daemon's answer is a raw
+ * stream both ways (exec start with stdin). libcurl opens the connection (unix socket or TLS)
+ * and carries the bytes; it cannot hand over an upgraded HTTP connection, so this one request
+ * is framed here (its headers: Host, Content-Type, Content-Length, Connection: Upgrade,
+ * Upgrade: tcp) and the status line of the answer checked. */
+typedef struct wk_docker_conn wk_docker_conn;
+int wk_docker_hijack(wk_docker_api *api, const char *path, const char *body, wk_docker_conn **out,
+                     pv_status *st);
+/* Waits at most wait_ms for bytes, reads what there is: *got 0 and *eof at the end. */
+int wk_docker_conn_read(wk_docker_conn *c, char *buf, size_t cap, int wait_ms, size_t *got,
+                        bool *eof, pv_status *st);
+int wk_docker_conn_write(wk_docker_conn *c, const char *data, size_t len, pv_status *st);
+/* The end of what is written (the command's stdin ends): a half-close of the socket; over TLS,
+ * which has no half-close libcurl can send, nothing (the input then ends with the command). */
+void wk_docker_conn_close_write(wk_docker_conn *c);
+void wk_docker_conn_close(wk_docker_conn *c);
+
 /* The multiplexed stream of logs, attach and exec without a TTY: frames of an 8-byte header
  * (byte 0: 1 stdout, 2 stderr, 0 stdin; bytes 4-7 the big-endian length) and their payload.
  * Feed it what comes in any pieces; each payload is handed on, possibly in several calls, with

@@ -12,6 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include "pv_time.h"
 #include "wk_engine_docker.h"
 
 #define EXIT_POLL_US 20000
@@ -71,6 +74,21 @@ static int exec_exit(wk_docker *d, const char *eid, int *code, pv_status *st) {
                          eid);
 }
 
+/* Ends an exec left behind (its client gone, its time up): its process, when the daemon is on
+ * this machine (unix://: the pid the daemon reports is one of this machine's); a tcp:// daemon
+ * elsewhere leaves it to end with its input. */
+static void exec_kill(wk_docker *d, const char *eid) {
+    if (strncmp(wk_docker_api_endpoint(d->api), "unix://", 7) != 0) return;
+    char path[256];
+    snprintf(path, sizeof path, "/exec/%s/json", eid);
+    json_t *j = NULL;
+    pv_status st;
+    if (wk_docker_json(d->api, "GET", path, NULL, &j, "exec inspect", &st) != PV_OK) return;
+    json_int_t pid = json_integer_value(json_object_get(j, "Pid"));
+    if (json_is_true(json_object_get(j, "Running")) && pid > 1) kill((pid_t)pid, SIGKILL);
+    json_decref(j);
+}
+
 typedef struct relay {
     const wk_exec_io *io;
     wk_docker_demux demux;
@@ -89,15 +107,53 @@ static int relay_data(void *ctx, const char *data, size_t len, pv_status *st) {
     return wk_docker_demux_feed(&r->demux, data, len, st) == PV_OK ? 0 : 1;
 }
 
+/* With stdin: the start hijacks the connection; what the input gives is written to it (its end
+ * a half-close) while the output is read from it, until the daemon closes it. */
+static int exec_with_input(wk_docker *d, const char *eid, const wk_exec_io *io, pv_status *st) {
+    char path[256];
+    snprintf(path, sizeof path, "/exec/%s/start", eid);
+    wk_docker_conn *c = NULL;
+    if (wk_docker_hijack(d->api, path, "{\"Detach\":false,\"Tty\":false}", &c, st) != PV_OK)
+        return st->code;
+    relay r = {.io = io};
+    wk_docker_demux_init(&r.demux, relay_frame, &r);
+    int64_t until = io->timeout_ms > 0 ? pv_time_now_ms() + io->timeout_ms : 0;
+    bool in_open = true, eof = false;
+    char buf[16384];
+    int rc = PV_OK;
+    while (rc == PV_OK && !eof) {
+        size_t got = 0;
+        rc = wk_docker_conn_read(c, buf, sizeof buf, in_open ? 20 : 200, &got, &eof, st);
+        if (rc == PV_OK && got) rc = wk_docker_demux_feed(&r.demux, buf, got, st);
+        if (rc == PV_OK) { /* after the input's end too: it says when the exec is to stop */
+            long n = io->input(io->ctx, buf, sizeof buf, in_open ? 30 : 0, st);
+            if (n > 0 && in_open) rc = wk_docker_conn_write(c, buf, (size_t)n, st);
+            if (n == -1 && in_open) {
+                wk_docker_conn_close_write(c);
+                in_open = false;
+            }
+            if (n < -1) rc = st->code ? st->code : PV_CANCELLED;
+        }
+        if (rc == PV_OK && until && pv_time_now_ms() > until)
+            rc = pv_status_set(st, PV_DEADLINE_EXCEEDED, "exec still running after %d ms",
+                               io->timeout_ms);
+    }
+    wk_docker_conn_close(c);
+    return rc;
+}
+
 int wk_docker_exec_io(void *impl, const char *id, const wk_exec_io *io, int *exit_code,
                       pv_status *st) {
     wk_docker *d = impl;
     *exit_code = -1;
-    if (io->input)
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "open_stdin: the docker engine does not feed an exec's input");
     char eid[72];
-    if (exec_create(d, id, io, false, eid, st) != PV_OK) return st->code;
+    if (exec_create(d, id, io, io->input != NULL, eid, st) != PV_OK) return st->code;
+    if (io->input) {
+        int rc = exec_with_input(d, eid, io, st);
+        if (rc != PV_OK) exec_kill(d, eid);
+        if (rc == PV_DEADLINE_EXCEEDED) *exit_code = 137;
+        return rc == PV_OK ? exec_exit(d, eid, exit_code, st) : rc;
+    }
     char path[256];
     snprintf(path, sizeof path, "/exec/%s/start", eid);
     static const char start[] = "{\"Detach\":false,\"Tty\":false}";
@@ -115,6 +171,7 @@ int wk_docker_exec_io(void *impl, const char *id, const wk_exec_io *io, int *exi
     if (rc == PV_OK) rc = wk_docker_check(&resp, "exec start", st);
     wk_docker_resp_clear(&resp);
     if (rc == PV_DEADLINE_EXCEEDED) {
+        exec_kill(d, eid);
         *exit_code = 137;
         return pv_status_set(st, PV_DEADLINE_EXCEEDED,
                              "workload %s: exec still running after %d ms", id, io->timeout_ms);
