@@ -371,5 +371,96 @@ class Exec(Base):
         self.remove([wid])
 
 
+class Files(Base):
+    def read_back(self, wid, path):
+        """(content, mode, uid, gid) of a file (content None: a directory) in the container,
+        from its archive as the daemon gives it."""
+        status, data = self.dk.raw("GET", "/containers/%s/archive?path=%s" % (
+            self.container(wid)["Id"], path))
+        self.assertEqual(status, 200, data[:300])
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            m = t.getmembers()[0]
+            f = t.extractfile(m)  # None for a directory
+            return f.read() if f else None, m.mode & 0o7777, m.uid, m.gid
+
+    def test_send_copy_and_large_file(self):
+        msgs = self.create(deploy(2))
+        ids = [m.id for m in msgs]
+        big = os.urandom(10000)
+        got = list(self.core.Send(core_pb2.SendOptions(
+            IDs=ids, data={"/etc/app/conf.ini": b"a=1\n", "/bin/tool": b"#!/bin/sh\necho t\n",
+                           "/tmp/owned": b"x", "/etc/app/big": big},
+            modes={"/etc/app/conf.ini": core_pb2.FileMode(mode=0o600)},
+            owners={"/tmp/owned": core_pb2.FileOwner(uid=65534, gid=65534)}), timeout=60))
+        self.assertEqual(sorted((g.id, g.path, g.error) for g in got),
+                         sorted((i, p, "") for i in ids
+                                for p in ("/etc/app/conf.ini", "/bin/tool", "/tmp/owned",
+                                          "/etc/app/big")))
+        for wid in ids:
+            self.assertEqual(self.read_back(wid, "/etc/app/conf.ini"), (b"a=1\n", 0o600, 0, 0))
+            self.assertEqual(self.read_back(wid, "/bin/tool")[1], 0o755)
+            self.assertEqual(self.read_back(wid, "/tmp/owned")[1:], (0o755, 65534, 65534))
+        # directories that were there keep their modes; the new one is 0755
+        c = self.container(ids[0])["Id"]
+        listing = self.dk.raw("GET", "/containers/%s/archive?path=/tmp" % c)[1]
+        with tarfile.open(fileobj=io.BytesIO(listing)) as t:
+            self.assertEqual(t.getmember("tmp").mode & 0o7777, 0o1777)
+        self.assertEqual(self.read_back(ids[0], "/etc/app")[1], 0o755)
+        # the file runs in the container
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=ids[0], commands=["/bin/tool"])
+        got = [m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)]
+        self.assertEqual(got, [b"t\n", b"[exitcode] 0"])
+        # Copy: the daemon's archive of a directory in 4 KiB chunks, named after the workload
+        chunks = list(self.core.Copy(core_pb2.CopyOptions(targets={
+            ids[0]: core_pb2.CopyPaths(paths=["/etc/app", "/nope"])}), timeout=60))
+        data = b"".join(c.data for c in chunks if c.path == "/etc/app" and not c.error)
+        self.assertGreater(len([c for c in chunks if c.path == "/etc/app"]), 1)
+        self.assertTrue(all(len(c.data) <= 4096 for c in chunks))
+        self.assertEqual({c.name for c in chunks if not c.error}, {msgs[0].name})
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            self.assertEqual(t.extractfile("app/conf.ini").read(), b"a=1\n")
+            self.assertEqual(t.getmember("app/conf.ini").mode & 0o777, 0o600)
+            self.assertEqual(t.extractfile("app/big").read(), big)
+        nope = [c for c in chunks if c.path == "/nope"]
+        self.assertEqual(len(nope), 1)
+        self.assertIn("/nope", nope[0].error)
+        # SendLargeFile: one file streamed in chunks, to both workloads
+        blob = os.urandom(300 * 1024)
+        reqs = [core_pb2.FileOptions(ids=ids, dst="/data/blob.bin", size=len(blob),
+                                     mode=core_pb2.FileMode(mode=0o640),
+                                     owner=core_pb2.FileOwner(uid=65534, gid=65534),
+                                     chunk=blob[i:i + 65536])
+                for i in range(0, len(blob), 65536)]
+        got = list(self.core.SendLargeFile(iter(reqs), timeout=60))
+        self.assertEqual(sorted((g.id, g.path, g.error) for g in got),
+                         sorted((i, "/data/blob.bin", "") for i in ids))
+        for wid in ids:
+            self.assertEqual(self.read_back(wid, "/data/blob.bin"), (blob, 0o640, 65534, 65534))
+        # a relative path is taken from the root
+        got = list(self.core.Send(core_pb2.SendOptions(IDs=ids[:1], data={"relative": b"r"}),
+                                  timeout=60))
+        self.assertEqual([(g.path, g.error) for g in got], [("relative", "")])
+        self.assertEqual(self.read_back(ids[0], "/relative")[0], b"r")
+        self.remove(ids)
+
+    def test_deploy_data_is_placed_before_start(self):
+        opts = deploy(1, commands=("/bin/sh", "-c", "cat /conf/app.conf; ls -ln /conf; sleep 300"),
+                      data={"/conf/app.conf": b"port=80\n"},
+                      modes={"/conf/app.conf": core_pb2.FileMode(mode=0o640)},
+                      owners={"/conf/app.conf": core_pb2.FileOwner(uid=65534, gid=65534)})
+        wid = self.create(opts)[0].id
+        self.assertEqual(self.read_back(wid, "/conf/app.conf"), (b"port=80\n", 0o640, 65534,
+                                                                  65534))
+        deadline = time.monotonic() + 10
+        out = []
+        while len(out) < 3 and time.monotonic() < deadline:
+            out = [m.data.decode() for m in self.core.LogStream(
+                core_pb2.LogStreamOptions(id=wid), timeout=30)]
+            time.sleep(0.1)
+        self.assertEqual(out[0], "port=80")  # the main process saw it when it started
+        self.assertRegex(out[-1], r"^-rw-r----- +1 65534 +65534 +8 .* app\.conf$")
+        self.remove([wid])
+
+
 if __name__ == "__main__":
     pvtest.main()

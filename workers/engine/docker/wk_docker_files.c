@@ -93,11 +93,14 @@ static int existing_prefix(wk_docker *d, const char *cid, const char *path, size
 int wk_docker_put_file(void *impl, const char *id, const char *path, const void *data, size_t len,
                        int mode, int uid, int gid, pv_status *st) {
     wk_docker *d = impl;
-    if (!path || path[0] != '/' || strstr(path, "/../") || strstr(path, "/./") ||
-        path[strlen(path) - 1] == '/' || strlen(path) >= 4000)
+    char abs[4096]; /* a relative path is taken from the root, as the process engine does */
+    int n = snprintf(abs, sizeof abs, "%s%s", path && path[0] == '/' ? "" : "/", path ? path : "");
+    if (!path || n >= 4000 || abs[n - 1] == '/' || strstr(abs, "/../") || strstr(abs, "/./") ||
+        (n >= 3 && strcmp(abs + n - 3, "/..") == 0) || (n >= 2 && strcmp(abs + n - 2, "/.") == 0))
         return pv_status_set(st, PV_INVALID_ARGUMENT,
-                             "path \"%.200s\": must be an absolute file path without . or ..",
+                             "path \"%.200s\": not a file path without . or .. components",
                              path ? path : "");
+    path = abs;
     char cid[72];
     size_t at = 0;
     if (wk_docker_resolve(d, id, cid, st) != PV_OK ||
