@@ -37,27 +37,31 @@ import pvtest
 from pb import core_pb2, core_pb2_grpc
 
 _dk = None
+_reg = None
 _stack = None
 _counter = itertools.count(1)
 POD = "dkp"
 
 
 def setUpModule():
-    global _dk, _stack
+    global _dk, _reg, _stack
     why = pvtest.docker_missing()
     if why:
         raise unittest.SkipTest(why)
     _dk = pvtest.DockerDaemon().start()
+    _reg = pvtest.Registry()
     try:
+        _reg.start()
         _dk.import_busybox("demo:1")
         _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
                               agents=[{"node": "dk", "pod": POD, "endpoint": _dk.endpoint},
                                       ("pr", POD)],
                               config={"worker": {"status_interval_seconds": 1,
-                                                 "stop_grace_seconds": 5}})
+                                                 "stop_grace_seconds": 5, "build_pod": POD}})
         _stack.start()
         make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
     except BaseException:
+        _reg.stop()
         _dk.stop()
         raise
 
@@ -67,8 +71,8 @@ def tearDownModule():
         if _stack:
             _stack.stop()
     finally:
-        if _dk:
-            _dk.stop()
+        _reg.stop()
+        _dk.stop()
 
 
 def make_process_image(path):
@@ -460,6 +464,115 @@ class Files(Base):
         self.assertEqual(out[0], "port=80")  # the main process saw it when it started
         self.assertRegex(out[-1], r"^-rw-r----- +1 65534 +65534 +8 .* app\.conf$")
         self.remove([wid])
+
+
+def build_context(files):
+    """A build context tar of FILES {name: bytes} (a Dockerfile among them)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class Images(Base):
+    def images_on(self, node, filt=""):
+        got = list(self.core.ListImage(core_pb2.ListImageOptions(
+            podname=POD, nodenames=[node], filter=filt), timeout=60))
+        self.assertEqual([(m.nodename, m.err) for m in got], [(node, "")])
+        return {t: i.id for i in got[0].images for t in i.tags}
+
+    def busy_process_node(self):
+        """A workload on the process node: the build pod's idlest node is then the docker one."""
+        return self.create(deploy(1, node="pr", commands=("/bin/sh", "-c", "sleep 300")))[0].id
+
+    def test_build_push_list_remove_cache_deploy(self):
+        name = "%s/pivirt/app" % _reg.addr
+        ctx = build_context({
+            "Dockerfile": b"FROM demo:1\nRUN echo built > /built.txt\nCOPY hello /hello\n",
+            "hello": b"hello from the context\n"})
+        blocker = self.busy_process_node()
+        msgs = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+            name=name, tags=["v1", "v2"], build_method=core_pb2.BuildImageOptions.RAW, tar=ctx),
+            timeout=120))
+        self.remove([blocker])
+        done = [m for m in msgs if m.status == "finished"]
+        self.assertEqual(sorted(m.progress for m in done), [name + ":v1", name + ":v2"], msgs)
+        self.assertEqual(len({m.id for m in done}), 1)
+        self.assertTrue(done[0].id.startswith("sha256:"))
+        self.assertTrue(any("Step 2/3 : RUN echo built" in m.stream for m in msgs), msgs)
+        self.assertEqual(_reg.tags("pivirt/app"), ["v1", "v2"])  # pushed
+        # ListImage on the docker node: the daemon's images, filtered
+        listed = self.images_on("dk", name)
+        self.assertEqual(sorted(listed), [name + ":v1", name + ":v2"])
+        self.assertEqual(listed[name + ":v1"], done[0].id)
+        self.assertIn("demo:1", self.images_on("dk"))
+        # RemoveImage on the node leaves the registry's copy
+        got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+            podname=POD, nodenames=["dk"], images=[name + ":v2", name + ":nope"]), timeout=60))
+        by = {m.image: m for m in got}
+        self.assertTrue(by[name + ":v2"].success, got)
+        self.assertFalse(by[name + ":nope"].success)
+        self.assertNotIn(name + ":v2", self.images_on("dk"))
+        self.assertEqual(_reg.tags("pivirt/app"), ["v1", "v2"])
+        # CacheImage pulls it back from the registry
+        got = list(self.core.CacheImage(core_pb2.CacheImageOptions(
+            podname=POD, nodenames=["dk"], images=[name + ":v2"]), timeout=60))
+        self.assertEqual([(m.image, m.success, m.nodename) for m in got],
+                         [(name + ":v2", True, "dk")], got)
+        self.assertEqual(self.images_on("dk", name + ":v2"), {name + ":v2": done[0].id})
+        # a deploy of an image the node lacks pulls it first
+        got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+            podname=POD, nodenames=["dk"], images=[name + ":v1"]), timeout=60))
+        self.assertEqual([(m.image, m.success) for m in got], [(name + ":v1", True)])
+        opts = deploy(1)
+        opts.image = name + ":v1"
+        wid = self.create(opts)[0].id
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=["/bin/cat", "/built.txt",
+                                                                         "/hello"])
+        got = [m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)]
+        self.assertEqual(b"".join(got[:-1]), b"built\nhello from the context\n")
+        self.remove([wid])
+
+    def test_exist_build_and_missing_image(self):
+        wid = self.create(deploy(1))[0].id
+        list(self.core.Send(core_pb2.SendOptions(IDs=[wid], data={"/state": b"kept\n"}),
+                            timeout=60))
+        name = "%s/pivirt/snap" % _reg.addr
+        msgs = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+            name=name, tags=["s1"], build_method=core_pb2.BuildImageOptions.EXIST, exist_id=wid),
+            timeout=120))
+        self.assertEqual([m.progress for m in msgs if m.status == "finished"], [name + ":s1"])
+        self.assertEqual(_reg.tags("pivirt/snap"), ["s1"])
+        self.remove([wid])
+        opts = deploy(1, commands=("/bin/sh", "-c", "cat /state; sleep 300"))
+        opts.image = name + ":s1"
+        wid = self.create(opts)[0].id
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=["/bin/cat", "/state"])
+        self.assertEqual([m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)],
+                         [b"kept\n", b"[exitcode] 0"])
+        self.remove([wid])
+        # an image that is not in the registry fails its instance with the registry's answer
+        opts = deploy(1)
+        opts.image = "%s/pivirt/absent:1" % _reg.addr
+        got = list(self.core.CreateWorkload(opts, timeout=60))
+        self.assertEqual(len(got), 1)
+        self.assertFalse(got[0].success)
+        self.assertIn("absent", got[0].error)
+        self.assertIn("not found", got[0].error)
+        # a failing build step answers 1071 with the daemon's words
+        bad = build_context({"Dockerfile": b"FROM demo:1\nRUN exit 3\n"})
+        blocker = self.busy_process_node()
+        t = pvtest.grpc_trailers(self.stack.gateways[0].addrs[0], "/pb.CoreRPC/BuildImage",
+                                 core_pb2.BuildImageOptions(
+                                     name=name, tags=["bad"], tar=bad,
+                                     build_method=core_pb2.BuildImageOptions.RAW)
+                                 .SerializeToString())
+        self.remove([blocker])
+        self.assertEqual(t.get("grpc-status"), "1071", t)
+        self.assertIn("returned a non-zero code: 3", t.get("grpc-message", ""))
 
 
 if __name__ == "__main__":

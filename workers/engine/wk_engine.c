@@ -204,3 +204,36 @@ int wk_engine_exec_io(wk_engine *e, const char *id, const wk_exec_io *io, int *e
     if (!e->v->exec_io) return lacks(e, "streaming exec", st);
     return e->v->exec_io(e->impl, id, io, exit_code, st);
 }
+
+void wk_engine_image_array_free(wk_engine_image *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].ref);
+        free(v[i].id);
+    }
+    free(v);
+}
+
+int wk_engine_image_list(wk_engine *e, wk_engine_image **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    if (!e->v->image_list) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_list(e->impl, out, n, st);
+}
+
+int wk_engine_image_pull(wk_engine *e, const char *ref, pv_status *st) {
+    if (!e->v->image_pull) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_pull(e->impl, ref, st);
+}
+
+int wk_engine_image_remove(wk_engine *e, const char *ref, bool prune, pv_status *st) {
+    if (!e->v->image_remove) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_remove(e->impl, ref, prune, st);
+}
+
+int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st) {
+    *id = NULL;
+    if (!e->v->image_build) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_build(e->impl, tar, len, exist_id, refs, nrefs, log, ctx, id, st);
+}

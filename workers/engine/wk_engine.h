@@ -259,4 +259,26 @@ typedef struct wk_exec_buf {
 } wk_exec_buf;
 int wk_exec_buf_collect(void *ctx, int stream, const char *data, size_t len, pv_status *st);
 
+/* ---- images the engine holds itself (docker: the daemon's images, a registry's pushes) ----
+ * Each answers UNIMPLEMENTED on engines whose images are the agent's files (wk_image.h). A
+ * reference that names a registry ("host:port/ns/app:tag", "host.domain/app:tag",
+ * "localhost/app:tag") is pulled from and pushed to it. */
+typedef struct wk_engine_image {
+    char *ref, *id;
+} wk_engine_image;
+void wk_engine_image_array_free(wk_engine_image *v, size_t n);
+int wk_engine_image_list(wk_engine *e, wk_engine_image **out, size_t *n, pv_status *st);
+/* NOT_FOUND with the registry's answer when it has no such image. */
+int wk_engine_image_pull(wk_engine *e, const char *ref, pv_status *st);
+/* prune: also the untagged parents it leaves. NOT_FOUND when there is no such image. */
+int wk_engine_image_remove(wk_engine *e, const char *ref, bool prune, pv_status *st);
+/* Builds an image tagged with every ref, from a build context (tar: an archive with a
+ * Dockerfile) or, with exist_id, from that workload as it is (a commit); each ref that names a
+ * registry is pushed to it. log gets the build's and the pushes' progress lines (stream 1).
+ * *id: the image's id (caller frees). A failing step: FAILED_PRECONDITION with the daemon's
+ * or the registry's words. */
+int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st);
+
 #endif

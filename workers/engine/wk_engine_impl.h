@@ -43,6 +43,13 @@ typedef struct wk_engine_vtbl {
                 void *ctx, int *exit_code, pv_status *st);
     /* may be NULL: exec only through exec */
     int (*exec_io)(void *impl, const char *id, const wk_exec_io *io, int *exit_code, pv_status *st);
+    /* may be NULL: the engine's images are the agent's files */
+    int (*image_list)(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
+    int (*image_pull)(void *impl, const char *ref, pv_status *st);
+    int (*image_remove)(void *impl, const char *ref, bool prune, pv_status *st);
+    int (*image_build)(void *impl, const void *tar, size_t len, const char *exist_id,
+                       const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                       char **id, pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

@@ -218,7 +218,9 @@ static void set_tls(wk_docker_api *api, CURL *h) {
 static struct curl_slist *make_headers(const wk_docker_req *req) {
     struct curl_slist *h = NULL, *next;
     char line[256];
-    if (req->body || req->content_type) {
+    /* a POST without a body is still JSON to the daemon: curl would say form-urlencoded */
+    if (req->body || req->content_type || strcmp(req->method, "POST") == 0 ||
+        strcmp(req->method, "PUT") == 0) {
         snprintf(line, sizeof line, "Content-Type: %s",
                  req->content_type ? req->content_type : "application/json");
         if (!(next = curl_slist_append(h, line))) goto fail;

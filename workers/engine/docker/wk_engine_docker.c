@@ -246,40 +246,6 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
 
 /* ---- create ---- */
 
-/* POST /images/create?fromImage=&tag=: the image of a create the daemon lacks. */
-static int pull(wk_docker *d, const char *image, pv_status *st) {
-    char repo[1024], tag[256] = "latest";
-    snprintf(repo, sizeof repo, "%s", image);
-    char *colon = strrchr(repo, ':'), *slash = strrchr(repo, '/');
-    if (colon && (!slash || colon > slash)) {
-        snprintf(tag, sizeof tag, "%s", colon + 1);
-        *colon = '\0';
-    }
-    char *er = wk_docker_escape(repo), *et = wk_docker_escape(tag), path[1600];
-    snprintf(path, sizeof path, "/images/create?fromImage=%s&tag=%s", er ? er : "", et ? et : "");
-    free(er);
-    free(et);
-    const char *headers[] = {"X-Registry-Auth: e30=", NULL};
-    wk_docker_req req = {.method = "POST", .path = path, .headers = headers, .timeout_ms = 600000};
-    wk_docker_resp r;
-    if (wk_docker_call(d->api, &req, &r, st) != PV_OK) return st->code;
-    char what[1100];
-    snprintf(what, sizeof what, "pull %s", image);
-    int rc = wk_docker_check(&r, what, st);
-    /* a failure inside the stream is its last line: {"errorDetail": ..., "error": "..."} */
-    const char *line = r.body;
-    while (rc == PV_OK && line && *line) {
-        const char *end = strchr(line, '\n');
-        json_t *j = json_loadb(line, end ? (size_t)(end - line) : strlen(line), 0, NULL);
-        const char *err = json_string_value(json_object_get(j, "error"));
-        if (err) rc = pv_status_set(st, PV_NOT_FOUND, "%s: %s", what, err);
-        json_decref(j);
-        line = end ? end + 1 : NULL;
-    }
-    wk_docker_resp_clear(&r);
-    return rc;
-}
-
 static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *body,
                             json_t **created, pv_status *st) {
     char *name = wk_docker_escape(spec->name ? spec->name : spec->id), path[600];
@@ -287,7 +253,7 @@ static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *
     free(name);
     int rc = wk_docker_json(d->api, "POST", path, body, created, "create container", st);
     if (rc == PV_NOT_FOUND && strstr(st->msg, "No such image")) {
-        if (pull(d, spec->image, st) != PV_OK) return st->code;
+        if (wk_docker_pull(d, spec->image, st) != PV_OK) return st->code;
         rc = wk_docker_json(d->api, "POST", path, body, created, "create container", st);
     }
     return rc;
@@ -420,4 +386,8 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .get_tar = wk_docker_get_tar,
     .logs = wk_docker_logs,
     .exec_io = wk_docker_exec_io,
+    .image_list = wk_docker_image_list,
+    .image_pull = wk_docker_pull,
+    .image_remove = wk_docker_image_remove,
+    .image_build = wk_docker_image_build,
 };

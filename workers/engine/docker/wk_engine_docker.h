@@ -65,4 +65,12 @@ int wk_docker_put_file(void *impl, const char *id, const char *path, const void 
 int wk_docker_get_tar(void *impl, const char *id, const char *path, char **tar, size_t *len,
                       pv_status *st);
 
+/* wk_docker_image.c */
+int wk_docker_image_list(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
+int wk_docker_pull(void *impl, const char *ref, pv_status *st);
+int wk_docker_image_remove(void *impl, const char *ref, bool prune, pv_status *st);
+int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st);
+
 #endif
