@@ -575,5 +575,58 @@ class Images(Base):
         self.assertIn("returned a non-zero code: 3", t.get("grpc-message", ""))
 
 
+class Networks(Base):
+    SUBNET = "172.29.7.0/24"
+
+    def ping(self, wid, target):
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=[
+            "/bin/ping", "-c", "1", "-W", "3", target])
+        return [m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)][-1]
+
+    def test_networks_list_connect_disconnect_and_reach(self):
+        have = {n["Name"] for n in self.dk.api("GET", "/networks")}
+        for name, subnet in (("pvnet", self.SUBNET), ("pvside", "172.29.8.0/24")):
+            if name not in have:
+                self.dk.api("POST", "/networks/create", {
+                    "Name": name, "IPAM": {"Config": [{"Subnet": subnet}]}})
+        nets = self.core.ListNetworks(core_pb2.ListNetworkOptions(podname=POD), timeout=60)
+        by = {n.name: list(n.subnets) for n in nets.networks}
+        self.assertEqual(by.get("pvnet"), [self.SUBNET], by)
+        self.assertIn("none", by)
+        # two workloads deployed on the network reach each other, by address and by name
+        msgs = self.create(deploy(2, networks={"pvnet": ""}))
+        a, b = (self.container(m.id) for m in msgs)
+        ip_b = b["NetworkSettings"]["Networks"]["pvnet"]["IPAddress"]
+        self.assertTrue(ip_b.startswith("172.29.7."), ip_b)
+        self.assertEqual(a["HostConfig"]["NetworkMode"], "pvnet")
+        self.assertEqual(self.ping(msgs[0].id, ip_b), b"[exitcode] 0")
+        self.assertEqual(self.ping(msgs[0].id, msgs[1].name), b"[exitcode] 0")
+        # ConnectNetwork: a third one (on another network: a daemon without a default bridge
+        # cannot plug a network into a container that started with none), with the address
+        # asked for; DisconnectNetwork
+        third = self.create(deploy(1, networks={"pvside": ""}))[0].id
+        self.assertNotIn("pvnet", self.container(third)["NetworkSettings"]["Networks"])
+        net = self.core.ConnectNetwork(core_pb2.ConnectNetworkOptions(
+            network="pvnet", target=third, ipv4="172.29.7.50"), timeout=60)
+        self.assertEqual((net.name, list(net.subnets)), ("pvnet", [self.SUBNET]))
+        self.assertEqual(self.container(third)["NetworkSettings"]["Networks"]["pvnet"]
+                         ["IPAddress"], "172.29.7.50")
+        self.assertEqual(self.ping(msgs[0].id, "172.29.7.50"), b"[exitcode] 0")
+        self.core.DisconnectNetwork(core_pb2.DisconnectNetworkOptions(
+            network="pvnet", target=third), timeout=60)
+        self.assertNotIn("pvnet", self.container(third)["NetworkSettings"]["Networks"])
+        t = pvtest.grpc_trailers(self.stack.gateways[0].addrs[0], "/pb.CoreRPC/ConnectNetwork",
+                                 core_pb2.ConnectNetworkOptions(network="nonet", target=third)
+                                 .SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "1012", t)
+        self.assertIn("nonet", t.get("grpc-message", ""))
+        # RawEngine: not implemented by the docker engine, as Eru's
+        t = pvtest.grpc_trailers(self.stack.gateways[0].addrs[0], "/pb.CoreRPC/RawEngine",
+                                 core_pb2.RawEngineOptions(id=third, op="x").SerializeToString())
+        self.assertEqual(t.get("grpc-status"), "12", t)
+        self.assertIn("not implemented", t.get("grpc-message", ""))
+        self.remove([m.id for m in msgs] + [third])
+
+
 if __name__ == "__main__":
     pvtest.main()

@@ -237,3 +237,39 @@ int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char 
     if (!e->v->image_build) return lacks(e, "images of its own (they are the agent's files)", st);
     return e->v->image_build(e->impl, tar, len, exist_id, refs, nrefs, log, ctx, id, st);
 }
+
+void wk_engine_network_clear(wk_engine_network *n) {
+    if (!n) return;
+    while (n->nsubnets > 0)
+        free(n->subnets[--n->nsubnets]);
+    free(n->subnets);
+    free(n->name);
+    n->subnets = NULL;
+    n->name = NULL;
+}
+
+void wk_engine_network_array_free(wk_engine_network *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++)
+        wk_engine_network_clear(&v[i]);
+    free(v);
+}
+
+int wk_engine_networks(wk_engine *e, wk_engine_network **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    if (!e->v->networks) return lacks(e, "networks of its own", st);
+    return e->v->networks(e->impl, out, n, st);
+}
+
+int wk_engine_connect(wk_engine *e, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (!e->v->connect) return lacks(e, "networks of its own", st);
+    return e->v->connect(e->impl, id, network, ipv4, ipv6, out, st);
+}
+
+int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool force,
+                         pv_status *st) {
+    if (!e->v->disconnect) return lacks(e, "networks of its own", st);
+    return e->v->disconnect(e->impl, id, network, force, st);
+}

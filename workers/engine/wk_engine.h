@@ -281,4 +281,22 @@ int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char 
                           const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                           char **id, pv_status *st);
 
+/* ---- networks of the engine's own (docker: the daemon's networks) ----
+ * UNIMPLEMENTED on engines without (the process engine shares the host's; virt nodes have
+ * wk_engine_virt.h's). */
+typedef struct wk_engine_network {
+    char *name;
+    char **subnets; /* CIDR */
+    size_t nsubnets;
+} wk_engine_network;
+void wk_engine_network_clear(wk_engine_network *n);
+void wk_engine_network_array_free(wk_engine_network *v, size_t n);
+int wk_engine_networks(wk_engine *e, wk_engine_network **out, size_t *n, pv_status *st);
+/* Connects workload id to network (ipv4/ipv6 NULL or "": any address); *out the network with
+ * its subnets, as ConnectNetwork answers. */
+int wk_engine_connect(wk_engine *e, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st);
+int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool force,
+                         pv_status *st);
+
 #endif

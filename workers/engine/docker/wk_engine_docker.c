@@ -390,4 +390,7 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .image_pull = wk_docker_pull,
     .image_remove = wk_docker_image_remove,
     .image_build = wk_docker_image_build,
+    .networks = wk_docker_networks,
+    .connect = wk_docker_connect,
+    .disconnect = wk_docker_disconnect,
 };

@@ -73,4 +73,11 @@ int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *e
                           const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                           char **id, pv_status *st);
 
+/* wk_docker_net.c */
+int wk_docker_networks(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
+int wk_docker_connect(void *impl, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st);
+int wk_docker_disconnect(void *impl, const char *id, const char *network, bool force,
+                         pv_status *st);
+
 #endif
