@@ -1260,20 +1260,54 @@ class DockerDaemon(_StartStop):
 
     stop() SIGTERMs it (its containers come back Exited) and removes the directory. The API
     is spoken over its socket with the standard library (HTTP/1.1, one request per
-    connection)."""
+    connection).
 
-    def __init__(self):
+    tls=True also listens on tcp://127.0.0.1:PORT (tcp_endpoint) with --tlsverify: a CA of its
+    own signed the daemon's certificate (for IP 127.0.0.1) and a client's, whose files are
+    ca_pem, cert_pem and key_pem."""
+
+    def __init__(self, tls=False):
         # short: a unix socket path has at most 107 bytes
         self.dir = tempfile.mkdtemp(prefix="pvdk-", dir="/tmp")
         self.sock = os.path.join(self.dir, "docker.sock")
         self.endpoint = "unix://" + self.sock
-        self.proc = Proc("dockerd", [DOCKERD, "--host", self.endpoint,
-                                     "--data-root", os.path.join(self.dir, "data"),
-                                     "--exec-root", os.path.join(self.dir, "exec"),
-                                     "--pidfile", os.path.join(self.dir, "docker.pid"),
-                                     "--iptables=false", "--bridge=none",
-                                     "--storage-driver=overlay2", "--log-level=warn"],
-                         self.dir, _clean_env())
+        argv = [DOCKERD, "--host", self.endpoint,
+                "--data-root", os.path.join(self.dir, "data"),
+                "--exec-root", os.path.join(self.dir, "exec"),
+                "--pidfile", os.path.join(self.dir, "docker.pid"),
+                "--iptables=false", "--bridge=none",
+                "--storage-driver=overlay2", "--log-level=warn"]
+        self.tcp_endpoint = None
+        if tls:
+            self.tcp_endpoint = "tcp://127.0.0.1:%d" % free_port()
+            self._make_certs()
+            argv += ["--host", self.tcp_endpoint, "--tlsverify", "--tlscacert", self.ca_pem,
+                     "--tlscert", os.path.join(self.dir, "server.pem"),
+                     "--tlskey", os.path.join(self.dir, "server-key.pem")]
+        self.proc = Proc("dockerd", argv, self.dir, _clean_env())
+
+    def _make_certs(self):
+        d = self.dir
+        self.ca_pem = os.path.join(d, "ca.pem")
+        self.cert_pem = os.path.join(d, "cert.pem")
+        self.key_pem = os.path.join(d, "key.pem")
+
+        def run(*args):
+            subprocess.run(["openssl"] + list(args), check=True, capture_output=True, cwd=d)
+
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run("req", "-x509", *ec, "-days", "1", "-subj", "/CN=pvtest-ca", "-keyout",
+            "ca-key.pem", "-out", "ca.pem")
+        for name, subj, ext in (("server", "/CN=127.0.0.1",
+                                 "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                                ("client", "/CN=pvtest-client", "extendedKeyUsage=clientAuth\n")):
+            key = "server-key.pem" if name == "server" else "key.pem"
+            crt = "server.pem" if name == "server" else "cert.pem"
+            with open(os.path.join(d, name + ".ext"), "w") as f:
+                f.write(ext)
+            run("req", *ec, "-subj", subj, "-keyout", key, "-out", name + ".csr")
+            run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                "-CAcreateserial", "-days", "1", "-out", crt, "-extfile", name + ".ext")
 
     def start(self, timeout=30):
         self.proc.start()
@@ -1446,3 +1480,44 @@ class Registry(_StartStop):
         code = self.proc.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         return code
+
+
+class DockerSetup:
+    """What a docker test module runs on: its dockerd (busybox-static imported as demo:1), its
+    registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
+    (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
+    when callable). Raises unittest.SkipTest where docker_missing() says why. stop() stops it
+    all, whatever failed first.
+
+        def setUpModule():
+            global _env
+            _env = pvtest.DockerSetup(lambda dk: [{"node": "dk", "endpoint": dk.endpoint}])
+    """
+
+    def __init__(self, agents, config=None, tls=False, registry=False):
+        why = docker_missing()
+        if why:
+            raise unittest.SkipTest(why)
+        self.stack = None
+        self.registry = Registry() if registry else None
+        self.daemon = DockerDaemon(tls=tls).start()
+        try:
+            if self.registry:
+                self.registry.start()
+            self.daemon.import_busybox("demo:1")
+            cfg = config(self.daemon) if callable(config) else config
+            self.stack = Stack(gateways=1, workers=1, schedulers=1, agents=agents(self.daemon),
+                               config=cfg)
+            self.stack.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        try:
+            if self.stack and not self.stack.stopped:
+                self.stack.stop()
+        finally:
+            if self.registry:
+                self.registry.stop()
+            self.daemon.stop()

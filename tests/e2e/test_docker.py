@@ -36,43 +36,26 @@ import unittest
 import pvtest
 from pb import core_pb2, core_pb2_grpc
 
-_dk = None
-_reg = None
-_stack = None
+_env = None
+_dk = _reg = _stack = None
 _counter = itertools.count(1)
 POD = "dkp"
 
 
 def setUpModule():
-    global _dk, _reg, _stack
-    why = pvtest.docker_missing()
-    if why:
-        raise unittest.SkipTest(why)
-    _dk = pvtest.DockerDaemon().start()
-    _reg = pvtest.Registry()
-    try:
-        _reg.start()
-        _dk.import_busybox("demo:1")
-        _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
-                              agents=[{"node": "dk", "pod": POD, "endpoint": _dk.endpoint},
-                                      ("pr", POD)],
-                              config={"worker": {"status_interval_seconds": 1,
-                                                 "stop_grace_seconds": 5, "build_pod": POD}})
-        _stack.start()
-        make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
-    except BaseException:
-        _reg.stop()
-        _dk.stop()
-        raise
+    global _env, _dk, _reg, _stack
+    _env = pvtest.DockerSetup(
+        lambda dk: [{"node": "dk", "pod": POD, "endpoint": dk.endpoint}, ("pr", POD)],
+        config={"worker": {"status_interval_seconds": 1, "stop_grace_seconds": 5,
+                           "build_pod": POD}},
+        registry=True)
+    _dk, _reg, _stack = _env.daemon, _env.registry, _env.stack
+    make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
 
 def tearDownModule():
-    try:
-        if _stack:
-            _stack.stop()
-    finally:
-        _reg.stop()
-        _dk.stop()
+    if _env:
+        _env.stop()
 
 
 def make_process_image(path):

@@ -153,6 +153,10 @@ int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char
 
 /* ---- the docker engine's additions (wk_engine.h: engines whose workloads have no root here) */
 
+int wk_engine_ping(wk_engine *e, pv_status *st) {
+    return e->v->ping ? e->v->ping(e->impl, st) : PV_OK;
+}
+
 static int lacks(const wk_engine *e, const char *what, pv_status *st) {
     return pv_status_set(st, PV_UNIMPLEMENTED, "the %s engine has no %s", e->v->type, what);
 }

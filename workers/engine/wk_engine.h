@@ -57,6 +57,9 @@ typedef struct wk_engine_opts {
     /* docker engine, tcp:// endpoints: the node's CA, certificate and key (PEM text, or a
      * path starting with '/'); NULL or "" = plain HTTP */
     const char *tls_ca, *tls_cert, *tls_key;
+    /* docker engine: the node it serves; only containers labelled eru.nodename=<node> are its
+     * own (several nodes may share one daemon). NULL or "" = every container with pivirt.id */
+    const char *node;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
@@ -201,6 +204,10 @@ int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t 
  * bytes; 0 = none), applied now and at later starts. UNIMPLEMENTED for engines that cannot. */
 int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
                          pv_status *st);
+
+/* Whether the engine's daemon answers now (docker: GET /_ping): UNAVAILABLE naming its address
+ * when not. PV_OK for engines that have no daemon of their own to lose. */
+int wk_engine_ping(wk_engine *e, pv_status *st);
 
 /* ---- engines whose workloads have no root on this machine (docker) ----
  * Each answers UNIMPLEMENTED on engines without it; the agent then uses info.root. */

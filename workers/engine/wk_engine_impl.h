@@ -50,6 +50,8 @@ typedef struct wk_engine_vtbl {
     int (*image_build)(void *impl, const void *tar, size_t len, const char *exist_id,
                        const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                        char **id, pv_status *st);
+    /* may be NULL: nothing to ping */
+    int (*ping)(void *impl, pv_status *st);
     /* may be NULL: no networks of the engine's own */
     int (*networks)(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
     int (*connect)(void *impl, const char *id, const char *network, const char *ipv4,

@@ -30,6 +30,9 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
         return st->code;
     }
     d->grace_seconds = opts && opts->stop_grace_seconds > 0 ? opts->stop_grace_seconds : 10;
+    if (opts && opts->node && *opts->node &&
+        asprintf(&d->node_label, "eru.nodename=%s", opts->node) < 0)
+        d->node_label = NULL;
     pthread_mutex_init(&d->mu, NULL);
     /* The daemon need not answer yet (it may start after the agent): each call says so. */
     json_t *version = NULL;
@@ -50,8 +53,19 @@ static void docker_close(void *impl) {
     if (!d) return;
     wk_docker_api_close(d->api);
     json_decref(d->ids);
+    free(d->node_label);
     pthread_mutex_destroy(&d->mu);
     free(d);
+}
+
+static int docker_ping(void *impl, pv_status *st) {
+    wk_docker *d = impl;
+    wk_docker_req req = {.method = "GET", .path = "/_ping", .timeout_ms = 5000};
+    wk_docker_resp r;
+    if (wk_docker_call(d->api, &req, &r, st) != PV_OK) return st->code;
+    int rc = wk_docker_check(&r, "ping", st);
+    wk_docker_resp_clear(&r);
+    return rc;
 }
 
 static void remember(wk_docker *d, const char *id, const char *cid) {
@@ -67,9 +81,11 @@ void wk_docker_forget(wk_docker *d, const char *id) {
 }
 
 /* GET /containers/json of every container with the id label (label "pivirt.id" alone: all of
- * them; "pivirt.id=X": workload X's). */
+ * this node's; "pivirt.id=X": workload X's). */
 static int list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st) {
     json_t *filters = json_pack("{s:[s]}", "label", label);
+    if (filters && d->node_label && !strchr(label, '='))
+        json_array_append_new(json_object_get(filters, "label"), json_string(d->node_label));
     char *text = filters ? json_dumps(filters, JSON_COMPACT) : NULL;
     json_decref(filters);
     char *esc = text ? wk_docker_escape(text) : NULL;
@@ -390,6 +406,7 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .image_pull = wk_docker_pull,
     .image_remove = wk_docker_image_remove,
     .image_build = wk_docker_image_build,
+    .ping = docker_ping,
     .networks = wk_docker_networks,
     .connect = wk_docker_connect,
     .disconnect = wk_docker_disconnect,

@@ -39,6 +39,7 @@ typedef struct wk_docker {
     int grace_seconds;  /* default stop grace */
     pthread_mutex_t mu; /* ids */
     json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
+    char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
 } wk_docker;
 
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
