@@ -212,6 +212,49 @@ class Lifecycle(Base):
         self.remove([wid])
         self.assertIsNone(self.container(wid))
 
+    def test_replace_dissociate_realloc(self):
+        opts = deploy(1, memory="64M")
+        old = self.create(opts)[0].id
+        list(self.core.Send(core_pb2.SendOptions(
+            IDs=[old], data={"/state/kept": b"k"}, modes={"/state/kept": core_pb2.FileMode(
+                mode=0o600)}, owners={"/state/kept": core_pb2.FileOwner(uid=65534, gid=65534)}),
+            timeout=60))
+        # ReplaceWorkload: a new container with the file copied (mode and owner kept), the old
+        # one gone
+        new_opts = deploy(1, name=opts.name, commands=("/bin/sh", "-c", "sleep 301"))
+        got = list(self.core.ReplaceWorkload(core_pb2.ReplaceOptions(
+            deployOpt=new_opts, IDs=[old], copy={"/state/kept": "/state/copied"}), timeout=90))
+        self.assertEqual([(g.remove.id, g.create.success, g.error) for g in got], [(old, True, "")])
+        new = got[0].create.id
+        self.assertIsNone(self.container(old))
+        c = self.container(new)
+        self.assertEqual(c["Config"]["Cmd"][-1], "sleep 301")
+        status, data = self.dk.raw("GET", "/containers/%s/archive?path=/state/copied" % c["Id"])
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            m = t.getmembers()[0]
+            self.assertEqual((t.extractfile(m).read(), m.mode & 0o777, m.uid, m.gid),
+                             (b"k", 0o600, 65534, 65534))
+        # a replacement that fails leaves the one it would replace running
+        bad = deploy(1, name=opts.name)
+        bad.image = "%s/pivirt/absent:1" % _reg.addr
+        failed = list(self.core.ReplaceWorkload(core_pb2.ReplaceOptions(deployOpt=bad, IDs=[new]),
+                                                timeout=90))
+        self.assertFalse(failed[0].create.success)
+        self.assertTrue(self.container(new)["State"]["Running"])
+        # ReallocResource: the container's limits updated in place
+        got = self.core.ReallocResource(core_pb2.ReallocOptions(id=new, resources={
+            "cpumem": b'{"memory-request": "-32M", "memory-limit": "-32M"}'}), timeout=60)
+        self.assertEqual(got.error, "")
+        hc = self.container(new)["HostConfig"]
+        self.assertEqual((hc["Memory"], hc["MemorySwap"]), (32 << 20, 32 << 20))
+        self.assertTrue(self.container(new)["State"]["Running"])
+        # DissociateWorkload: the record goes, the container runs on
+        got = list(self.core.DissociateWorkload(core_pb2.DissociateWorkloadOptions(IDs=[new]),
+                                                timeout=60))
+        self.assertEqual([(g.id, g.error) for g in got], [(new, "")])
+        self.assertTrue(self.container(new)["State"]["Running"])
+        self.dk.api("DELETE", "/containers/%s?force=1" % self.container(new)["Id"])
+
     def test_raw_args_merged_and_refused(self):
         msgs = self.create(deploy(1, raw_args=json.dumps({"cap_add": ["NET_ADMIN"]}).encode()))
         self.assertIn("NET_ADMIN", self.container(msgs[0].id)["HostConfig"]["CapAdd"])

@@ -44,8 +44,9 @@ typedef struct instance {
     /* ReplaceWorkload: the resources are the old workload's, not a reservation's allocation to
      * take over; before_start copies files from the old one into the new root. */
     bool keep_resources;
-    int (*before_start)(const struct instance *in, const char *new_root, pv_status *st);
-    const char *old_root;
+    int (*before_start)(const struct instance *in, const char *new_id, const char *new_root,
+                        pv_status *st);
+    const char *old_id, *old_root; /* roots NULL: the engine's files (docker) */
     json_t *copy;
 } instance;
 
@@ -413,8 +414,9 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
     if (fresh && (info->root || in->o->n_data > 0))
         rc = deploy_files(in->o, engine, id, info->root, st);
-    if (rc == PV_OK && fresh && in->before_start && info->root)
-        rc = in->before_start(in, info->root, st);
+    bool files = info->root || strcmp(wk_engine_type(engine), "docker") == 0;
+    if (rc == PV_OK && fresh && in->before_start && files)
+        rc = in->before_start(in, id, info->root, st);
     if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
     if (rc == PV_OK && in->o->n_after_create > 0) rc = after_create(engine, in->o, id, st);
     if (rc == PV_OK) {
@@ -1465,18 +1467,24 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
 /* ---- replace ---- */
 
 /* Copies each "old path" -> "new path" of in->copy from the old root, mode kept (and owner, as
- * the files are written by the agent with their uid/gid). */
-static int copy_from_old(const instance *in, const char *new_root, pv_status *st) {
+ * the files are written by the agent with their uid/gid); without roots (docker) from the old
+ * container's archive into the new one's, mode and owner kept. */
+static int copy_from_old(const instance *in, const char *new_id, const char *new_root,
+                         pv_status *st) {
+    wk_engine *engine = wk_agent_engine(in->agent);
     const char *src;
     json_t *dst;
     json_object_foreach(in->copy, src, dst) {
         char *data = NULL;
         size_t len = 0;
-        int mode = 0644;
-        int rc = wk_files_get(in->old_root, src, &data, &len, &mode, st);
+        int mode = 0644, uid = -1, gid = -1;
+        const char *to = json_string_value(dst) ? json_string_value(dst) : src;
+        int rc = in->old_root ? wk_files_get(in->old_root, src, &data, &len, &mode, st)
+                              : wk_engine_get_file(engine, in->old_id, src, &data, &len, &mode,
+                                                   &uid, &gid, st);
         if (rc == PV_OK)
-            rc = wk_files_put(new_root, json_string_value(dst) ? json_string_value(dst) : src, data,
-                              len, mode, -1, -1, st);
+            rc = new_root ? wk_files_put(new_root, to, data, len, mode, -1, -1, st)
+                          : wk_engine_put_file(engine, new_id, to, data, len, mode, uid, gid, st);
         free(data);
         if (rc != PV_OK) return pv_status_prefix(st, "copy %s", src);
     }
@@ -1522,6 +1530,7 @@ static int step_replace(wk_op *op, void *arg, char **result, pv_status *st) {
                    .alloc = alloc,
                    .keep_resources = true,
                    .before_start = rj->copy ? copy_from_old : NULL,
+                   .old_id = rj->old_id,
                    .old_root = oldinfo.root,
                    .copy = rj->copy};
     int rc = step_instance(op, &in, &answer, st);

@@ -175,6 +175,14 @@ int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar
     return e->v->get_tar(e->impl, id, path, tar, len, st);
 }
 
+int wk_engine_get_file(wk_engine *e, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st) {
+    *data = NULL;
+    *len = 0;
+    if (!e->v->get_file) return lacks(e, "archive download (its files are under info.root)", st);
+    return e->v->get_file(e->impl, id, path, data, len, mode, uid, gid, st);
+}
+
 int wk_engine_logs(wk_engine *e, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
                    void *ctx, int *exit_code, pv_status *st) {
     *exit_code = -1;

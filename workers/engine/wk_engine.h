@@ -221,6 +221,12 @@ int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const voi
 int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar, size_t *len,
                       pv_status *st);
 
+/* One regular file at path inside the workload: *data malloc'd for the caller, its mode
+ * (permission bits), uid and gid. NOT_FOUND naming the path when it does not exist,
+ * FAILED_PRECONDITION when it is not a regular file. */
+int wk_engine_get_file(wk_engine *e, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st);
+
 /* LogStream from the engine's own log: each line (without its newline) of stream 1 (stdout)
  * or 2 (stderr) handed to fn; fn is also called about every second with line NULL while
  * nothing comes (to notice a cancel). Non-zero from fn stops the call (its code in *st).

@@ -38,6 +38,8 @@ typedef struct wk_engine_vtbl {
                     int mode, int uid, int gid, pv_status *st);
     int (*get_tar)(void *impl, const char *id, const char *path, char **tar, size_t *len,
                    pv_status *st);
+    int (*get_file)(void *impl, const char *id, const char *path, char **data, size_t *len,
+                    int *mode, int *uid, int *gid, pv_status *st);
     /* may be NULL: the engine's log is a file (info.log_path), or there is none */
     int (*logs)(void *impl, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
                 void *ctx, int *exit_code, pv_status *st);

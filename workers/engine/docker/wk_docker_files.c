@@ -157,3 +157,43 @@ int wk_docker_get_tar(void *impl, const char *id, const char *path, char **tar, 
     wk_docker_resp_clear(&r);
     return rc;
 }
+
+/* The archive's first entry, which GET archive names after the path's last component. */
+int wk_docker_get_file(void *impl, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st) {
+    *data = NULL;
+    *len = 0;
+    char *tar = NULL;
+    size_t tar_len = 0;
+    if (wk_docker_get_tar(impl, id, path, &tar, &tar_len, st) != PV_OK) return st->code;
+    struct archive *a = archive_read_new();
+    struct archive_entry *e = NULL;
+    int rc = a ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK) {
+        archive_read_support_format_tar(a);
+        if (archive_read_open_memory(a, tar, tar_len) != ARCHIVE_OK ||
+            archive_read_next_header(a, &e) != ARCHIVE_OK)
+            rc = pv_status_set(st, PV_INTERNAL, "workload %.64s: copy %s: %s", id, path,
+                               archive_error_string(a) ?: "not an archive");
+    }
+    if (rc == PV_OK && archive_entry_filetype(e) != AE_IFREG)
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %.64s: %s is not a regular file",
+                           id, path);
+    la_int64_t size = rc == PV_OK ? archive_entry_size(e) : 0;
+    if (rc == PV_OK && !(*data = malloc((size_t)size + 1)))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && size > 0 && archive_read_data(a, *data, (size_t)size) != size)
+        rc = pv_status_set(st, PV_INTERNAL, "workload %.64s: copy %s: short archive", id, path);
+    if (rc == PV_OK) {
+        *len = (size_t)size;
+        *mode = (int)(archive_entry_perm(e) & 07777);
+        *uid = (int)archive_entry_uid(e);
+        *gid = (int)archive_entry_gid(e);
+    } else {
+        free(*data);
+        *data = NULL;
+    }
+    if (a) archive_read_free(a);
+    free(tar);
+    return rc;
+}

@@ -400,6 +400,7 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .log_range = NULL,
     .put_file = wk_docker_put_file,
     .get_tar = wk_docker_get_tar,
+    .get_file = wk_docker_get_file,
     .logs = wk_docker_logs,
     .exec_io = wk_docker_exec_io,
     .image_list = wk_docker_image_list,

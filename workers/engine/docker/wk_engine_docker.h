@@ -65,6 +65,8 @@ int wk_docker_put_file(void *impl, const char *id, const char *path, const void 
                        int mode, int uid, int gid, pv_status *st);
 int wk_docker_get_tar(void *impl, const char *id, const char *path, char **tar, size_t *len,
                       pv_status *st);
+int wk_docker_get_file(void *impl, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st);
 
 /* wk_docker_image.c */
 int wk_docker_image_list(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
