@@ -1402,10 +1402,23 @@ class DockerDaemon(_StartStop):
             raise AssertionError("import %s: %s" % (ref, out))
         return ref
 
+    def bridges(self):
+        """The host interfaces of the daemon's bridge networks (br-<id>): a daemon that stops
+        leaves them behind, and a leftover one with the same subnet takes the route to it."""
+        try:
+            nets = self.api("GET", "/networks") if self.proc.alive() else []
+        except (OSError, AssertionError):
+            nets = []
+        return ["br-" + n["Id"][:12] for n in nets
+                if n.get("Driver") == "bridge" and n.get("Name") != "bridge"]
+
     def stop(self):
-        """SIGTERM (containers stop with it), then the directory goes (its overlay mounts
-        first: a daemon killed hard may leave some)."""
+        """SIGTERM (containers stop with it), then its bridge interfaces and the directory go
+        (its overlay mounts first: a daemon killed hard may leave some)."""
+        bridges = self.bridges()
         code = self.proc.stop(timeout=30)
+        for br in bridges:
+            subprocess.run(["ip", "link", "delete", br], capture_output=True)
         subprocess.run(["sh", "-c", "grep -o ' %s[^ ]*' /proc/mounts | sort -r | "
                         "xargs -r -n1 umount -l" % self.dir], capture_output=True)
         if code in (0, None):

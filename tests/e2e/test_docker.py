@@ -33,6 +33,8 @@ import tempfile
 import time
 import unittest
 
+import grpc
+
 import pvtest
 from pb import core_pb2, core_pb2_grpc
 
@@ -609,12 +611,53 @@ class Networks(Base):
             "/bin/ping", "-c", "1", "-W", "3", target])
         return [m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)][-1]
 
-    def test_networks_list_connect_disconnect_and_reach(self):
-        have = {n["Name"] for n in self.dk.api("GET", "/networks")}
-        for name, subnet in (("pvnet", self.SUBNET), ("pvside", "172.29.8.0/24")):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        have = {n["Name"] for n in cls.dk.api("GET", "/networks")}
+        for name, subnet in (("pvnet", cls.SUBNET), ("pvside", "172.29.8.0/24")):
             if name not in have:
-                self.dk.api("POST", "/networks/create", {
+                cls.dk.api("POST", "/networks/create", {
                     "Name": name, "IPAM": {"Config": [{"Subnet": subnet}]}})
+
+    def test_publish_and_healthcheck(self):
+        port = pvtest.free_port()
+        script = ("mkdir -p /www; echo hello > /www/index.html; exec httpd -f -p %d -h /www"
+                  % port)
+        hc = core_pb2.HealthCheckOptions(http_port=str(port), url="/", code=200)
+        m = self.create(deploy(1, commands=("/bin/sh", "-c", script), networks={"pvnet": ""},
+                               entrypoint={"publish": [str(port)], "healthcheck": hc}))[0]
+        ip = self.container(m.id)["NetworkSettings"]["Networks"]["pvnet"]["IPAddress"]
+        key = "%d/tcp" % port
+        # the container's address on its network, then the node's binding (and IPv6's, when
+        # the daemon binds one: "[::]:PORT")
+        self.assertEqual(m.publish[key].split(",")[:2], ["%s:%d" % (ip, port),
+                                                         "0.0.0.0:%d" % port], m.publish)
+        self.assertTrue(all(a.endswith(":%d" % port) for a in m.publish[key].split(",")))
+        import urllib.request
+        deadline = time.monotonic() + 10
+        while True:  # the node's port, through docker-proxy
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=2) as r:
+                    self.assertEqual(r.read(), b"hello\n")
+                    break
+            except OSError:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.2)
+        # the agent's healthcheck reaches it at its address on the network
+        deadline = time.monotonic() + 10
+        st = None
+        while not (st and st.status and st.status[0].healthy):
+            self.assertLess(time.monotonic(), deadline, st)
+            time.sleep(0.2)
+            try:
+                st = self.core.GetWorkloadsStatus(core_pb2.WorkloadIDs(IDs=[m.id]), timeout=10)
+            except grpc.RpcError as e:  # no status reported yet
+                self.assertIn("not found", e.details())
+        self.assertEqual(dict(st.status[0].networks), {"pvnet": ip})
+        self.remove([m.id])
+
+    def test_networks_list_connect_disconnect_and_reach(self):
         nets = self.core.ListNetworks(core_pb2.ListNetworkOptions(podname=POD), timeout=60)
         by = {n.name: list(n.subnets) for n in nets.networks}
         self.assertEqual(by.get("pvnet"), [self.SUBNET], by)

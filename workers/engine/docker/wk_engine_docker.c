@@ -176,26 +176,30 @@ static char *networks_of(json_t *settings) {
     return dump(out);
 }
 
-/* {"80/tcp": ["0.0.0.0:80"]} from NetworkSettings.Ports. */
-static char *publish_of(json_t *settings) {
+/* {"80/tcp": ["172.18.0.2:80", "0.0.0.0:80"]}: each published (exposed) port at the container's
+ * address on each of its networks, as Eru reports them, then where the node binds it. */
+static char *publish_of(json_t *config, json_t *settings) {
     json_t *out = json_object();
-    const char *port;
-    json_t *binds;
-    json_object_foreach(json_object_get(settings, "Ports"), port, binds) {
+    const char *port, *net;
+    json_t *unused, *n, *b;
+    json_object_foreach(json_object_get(config, "ExposedPorts"), port, unused) {
         json_t *addrs = json_array();
+        char addr[160];
+        int number = atoi(port);
+        json_object_foreach(json_object_get(settings, "Networks"), net, n) {
+            const char *ip = json_string_value(json_object_get(n, "IPAddress"));
+            if (!ip || !*ip) continue;
+            snprintf(addr, sizeof addr, "%s:%d", ip, number);
+            json_array_append_new(addrs, json_string(addr));
+        }
         size_t i;
-        json_t *b;
-        json_array_foreach(binds, i, b) {
-            char addr[128];
-            snprintf(addr, sizeof addr, "%s:%s",
-                     json_string_value(json_object_get(b, "HostIp")) ?: "",
+        json_array_foreach(json_object_get(json_object_get(settings, "Ports"), port), i, b) {
+            const char *host = json_string_value(json_object_get(b, "HostIp")) ?: "";
+            snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host,
                      json_string_value(json_object_get(b, "HostPort")) ?: "");
             json_array_append_new(addrs, json_string(addr));
         }
-        if (json_array_size(addrs))
-            json_object_set_new(out, port, addrs);
-        else
-            json_decref(addrs);
+        json_object_set_new(out, port, addrs);
     }
     return dump(out);
 }
@@ -213,7 +217,7 @@ static void info_of(json_t *c, wk_engine_info *out) {
     out->engine_id = strdup(json_string_value(json_object_get(c, "Id")) ?: "");
     json_t *settings = json_object_get(c, "NetworkSettings");
     out->networks_json = networks_of(settings);
-    out->publish_json = publish_of(settings);
+    out->publish_json = publish_of(config, settings);
     out->log_path = strdup(""); /* the daemon keeps the log: wk_engine_logs */
     out->root = NULL;           /* files go through the archive calls */
     out->labels_json = dump(json_incref(labels ? labels : json_object()));
