@@ -257,6 +257,26 @@ class Lifecycle(Base):
         self.assertTrue(self.container(new)["State"]["Running"])
         self.dk.api("DELETE", "/containers/%s?force=1" % self.container(new)["Id"])
 
+    def test_audit_compares_records_with_the_daemon(self):
+        wid = self.create(deploy(1))[0].id
+        # behind the engine's back: its container removed, and a stranger with pivirt's labels
+        self.dk.api("DELETE", "/containers/%s?force=1" % self.container(wid)["Id"])
+        stranger = "f" * 64
+        c = self.dk.api("POST", "/containers/create?name=stranger", {
+            "Image": "demo:1", "Cmd": ["sleep", "300"], "HostConfig": {"Init": True},
+            "Labels": {"pivirt.id": stranger, "eru.nodename": "dk", "ERU": "1"}})
+        self.dk.api("POST", "/containers/%s/start" % c["Id"])
+        want = {"WL_NO_ENGINE workload " + wid, "WL_ORPHAN workload " + stranger}
+        deadline = time.monotonic() + 15
+        while True:  # the agent's next inventory (every status interval) shows both
+            found = {l.split(":")[0] for l in self.stack.check(confirm_ms=200)}
+            if want <= found:
+                break
+            self.assertLess(time.monotonic(), deadline, found)
+            time.sleep(0.5)
+        self.dk.api("DELETE", "/containers/%s?force=1" % c["Id"])
+        self.remove([wid])  # the engine has nothing of it: the record and resources go
+
     def test_raw_args_merged_and_refused(self):
         msgs = self.create(deploy(1, raw_args=json.dumps({"cap_add": ["NET_ADMIN"]}).encode()))
         self.assertIn("NET_ADMIN", self.container(msgs[0].id)["HostConfig"]["CapAdd"])
