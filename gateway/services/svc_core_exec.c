@@ -135,7 +135,10 @@ static void on_log_stream(gw_call *call, const ProtobufCMessage *req) {
             m.id = w.id;
             m.data.data = (uint8_t *)data;
             m.data.len = strlen(data);
-            m.std_stream_type = PB__STD_STREAM_TYPE__STDOUT;
+            /* engines that keep the streams apart (docker) say which one */
+            m.std_stream_type = strcmp(svc_nodeop_value(&entries[i], "stream"), "stderr") == 0
+                                    ? PB__STD_STREAM_TYPE__STDERR
+                                    : PB__STD_STREAM_TYPE__STDOUT;
             if (gw_call_send(call, &m.base) != 0) rc = PV_CANCELLED;
         }
         pv_op_output_free(entries, n);

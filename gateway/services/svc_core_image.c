@@ -70,7 +70,10 @@ static int per_node(gw_call *call, const char *pod, char **nodenames, size_t n_n
         if (svc_nodeop_submit(call, nodes[i].name, kind, params, 1, op_id, &ost) != PV_OK ||
             svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &ost) != PV_OK) {
             pv_op_clear(&rec);
-            if (ost.code == PV_CANCELLED) return PV_CANCELLED;
+            if (ost.code == PV_CANCELLED) {
+                rc = PV_CANCELLED; /* the nodes are freed below */
+                break;
+            }
             rc = answer(call, nodes[i].name, NULL, 0, ost.msg, arg);
             continue;
         }

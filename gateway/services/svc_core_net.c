@@ -61,7 +61,9 @@ static int virt_node_of(pv_redis *r, const pv_keys *k, const char *id, char **no
     if (pv_workload_get(r, k, id, &w, st) != PV_OK) return st->code;
     pv_node n = {0};
     int rc = pv_registry_get_node(r, k, w.node, &n, st);
-    if (rc == PV_OK && strcmp(n.engine, "virt") != 0)
+    bool networks =
+        rc == PV_OK && (strcmp(n.engine, "virt") == 0 || strcmp(n.engine, "docker") == 0);
+    if (rc == PV_OK && !networks) /* docker nodes answer RawEngine UNIMPLEMENTED themselves */
         rc = pv_status_set(st, PV_UNIMPLEMENTED,
                            "workload %s runs on node %s with the %s engine, which uses the host's "
                            "network only and has no raw operations: they need a virt:// node",
@@ -130,7 +132,9 @@ static void on_list_networks(gw_call *call, const ProtobufCMessage *req) {
     }
     const char *node = NULL;
     for (size_t i = 0; !node && i < n; i++)
-        if (nodes[i].alive && strcmp(nodes[i].engine, "virt") == 0) node = nodes[i].name;
+        if (nodes[i].alive &&
+            (strcmp(nodes[i].engine, "virt") == 0 || strcmp(nodes[i].engine, "docker") == 0))
+            node = nodes[i].name;
     if (!node) {
         gw_call_finishf(call, PV_UNIMPLEMENTED,
                         "pod %s has no live virt:// node: the process engine uses the host's "

@@ -105,6 +105,9 @@ typedef struct pv_config {
         int node_op_timeout_ms; /* worker.node_op_timeout_ms: a node's part of a deploy that no
                                    agent has taken after this is cancelled (60000) */
         char *endpoint;         /* worker.endpoint: the agent's engine ("process://") */
+        char *tls_ca;           /* worker.tls_ca, tls_cert, tls_key: a tcp:// docker engine's */
+        char *tls_cert;         /* CA, client certificate and key (PEM files, or PEM text); */
+        char *tls_key;          /* "" = plain HTTP ("") */
         char *image_dir;    /* worker.image_dir: the agent's image store ("" = <data_dir>/images) */
         char *registry_dir; /* worker.registry_dir: the cluster's image registry CacheImage
                                copies from ("" = <data_dir>/registry) */

@@ -1240,3 +1240,319 @@ def proc_stopped(pid):
     except OSError:
         return False
     return any(proc_state(c) in ("T", "t") for c in children)
+# ---------------------------------------------------------------------------------------------
+# a private Docker daemon and registry (the docker engine's tests)
+
+DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"
+DOCKER_REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+BUSYBOX = shutil.which("busybox") or "/bin/busybox"
+
+
+def docker_missing():
+    """Why the docker tests cannot run here (None when they can): Debian's docker.io and
+    docker-registry and a static busybox, which ./ops/pivirt installs."""
+    for path, pkg in ((DOCKERD, "docker.io"), (DOCKER_REGISTRY, "docker-registry"),
+                      (BUSYBOX, "busybox-static")):
+        if not os.access(path, os.X_OK):
+            return "%s is not installed (%s)" % (path, pkg)
+    if os.geteuid() != 0:
+        return "dockerd needs root"
+    return None
+
+
+class _StartStop:
+    """`with X() as x:` for the fixtures below: start() on the way in, stop() on the way out."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class DockerDaemon(_StartStop):
+    """A dockerd of the test's own: its socket, data root, exec root and pid file in a
+    temporary directory, no iptables and no default bridge, overlay2; never the system's.
+
+        with pvtest.DockerDaemon() as dk:
+            dk.endpoint                    # unix:///tmp/.../docker.sock
+            dk.api("GET", "/containers/json?all=1")
+            dk.import_busybox("demo:1")    # an image of busybox-static, made here
+
+    stop() SIGTERMs it (its containers come back Exited) and removes the directory. The API
+    is spoken over its socket with the standard library (HTTP/1.1, one request per
+    connection).
+
+    tls=True also listens on tcp://127.0.0.1:PORT (tcp_endpoint) with --tlsverify: a CA of its
+    own signed the daemon's certificate (for IP 127.0.0.1) and a client's, whose files are
+    ca_pem, cert_pem and key_pem."""
+
+    def __init__(self, tls=False):
+        # short: a unix socket path has at most 107 bytes
+        self.dir = tempfile.mkdtemp(prefix="pvdk-", dir="/tmp")
+        self.sock = os.path.join(self.dir, "docker.sock")
+        self.endpoint = "unix://" + self.sock
+        argv = [DOCKERD, "--host", self.endpoint,
+                "--data-root", os.path.join(self.dir, "data"),
+                "--exec-root", os.path.join(self.dir, "exec"),
+                "--pidfile", os.path.join(self.dir, "docker.pid"),
+                "--iptables=false", "--bridge=none",
+                "--storage-driver=overlay2", "--log-level=warn"]
+        self.tcp_endpoint = None
+        if tls:
+            self.tcp_endpoint = "tcp://127.0.0.1:%d" % free_port()
+            self._make_certs()
+            argv += ["--host", self.tcp_endpoint, "--tlsverify", "--tlscacert", self.ca_pem,
+                     "--tlscert", os.path.join(self.dir, "server.pem"),
+                     "--tlskey", os.path.join(self.dir, "server-key.pem")]
+        self.proc = Proc("dockerd", argv, self.dir, _clean_env())
+
+    def _make_certs(self):
+        d = self.dir
+        self.ca_pem = os.path.join(d, "ca.pem")
+        self.cert_pem = os.path.join(d, "cert.pem")
+        self.key_pem = os.path.join(d, "key.pem")
+
+        def run(*args):
+            subprocess.run(["openssl"] + list(args), check=True, capture_output=True, cwd=d)
+
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run("req", "-x509", *ec, "-days", "1", "-subj", "/CN=pvtest-ca", "-keyout",
+            "ca-key.pem", "-out", "ca.pem")
+        for name, subj, ext in (("server", "/CN=127.0.0.1",
+                                 "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                                ("client", "/CN=pvtest-client", "extendedKeyUsage=clientAuth\n")):
+            key = "server-key.pem" if name == "server" else "key.pem"
+            crt = "server.pem" if name == "server" else "cert.pem"
+            with open(os.path.join(d, name + ".ext"), "w") as f:
+                f.write(ext)
+            run("req", *ec, "-subj", subj, "-keyout", key, "-out", name + ".csr")
+            run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                "-CAcreateserial", "-days", "1", "-out", crt, "-extfile", name + ".ext")
+
+    def start(self, timeout=30):
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                raise AssertionError("dockerd exited:\n%s" % self.proc.tail())
+            try:
+                if self.raw("GET", "/_ping")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("dockerd did not answer within %.0fs:\n%s" % (timeout,
+                                                                           self.proc.tail()))
+
+    def raw(self, method, path, body=None, headers=None, timeout=120):
+        """(status, body bytes) of one request on the daemon's socket."""
+        import http.client
+
+        class _Conn(http.client.HTTPConnection):
+            def connect(conn):
+                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.sock.settimeout(timeout)
+                conn.sock.connect(self.sock)
+
+        c = _Conn("localhost", timeout=timeout)
+        try:
+            hdrs = dict(headers or {})
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body).encode()
+                hdrs.setdefault("Content-Type", "application/json")
+            c.request(method, "/v1.41" + path, body=body, headers=hdrs)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def api(self, method, path, body=None, headers=None, ok=(200, 201, 204, 304)):
+        """The JSON answer of a request (None when empty); another status raises."""
+        status, data = self.raw(method, path, body, headers)
+        if status not in ok:
+            raise AssertionError("%s %s: HTTP %d %s" % (method, path, status, data[:500]))
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data
+
+    def containers(self, label="pivirt.id"):
+        """Every container (running or not) with LABEL."""
+        q = urllib.parse.quote(json.dumps({"label": [label]}))
+        return self.api("GET", "/containers/json?all=1&filters=" + q)
+
+    def inspect(self, cid):
+        """GET /containers/{cid}/json, or None when there is no such container."""
+        status, data = self.raw("GET", "/containers/%s/json" % cid)
+        return json.loads(data) if status == 200 else None
+
+    def import_busybox(self, ref):
+        """Imports an image REF ("name:tag") whose root is busybox-static with a link for each
+        of its applets in /bin (docker import of a tar made here): sh, sleep, cat, ..."""
+        import io
+        import tarfile
+        buf = io.BytesIO()
+        applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for d in ("bin", "tmp", "etc", "root", "proc", "sys", "dev"):
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+                t.addfile(info)
+            t.add(BUSYBOX, arcname="bin/busybox")
+            for a in applets:
+                if a == "busybox":
+                    continue
+                info = tarfile.TarInfo("bin/" + a)
+                info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+                t.addfile(info)
+            passwd = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n"
+            group = b"root:x:0:\nnobody:x:65534:\n"
+            for name, data in (("etc/passwd", passwd), ("etc/group", group)):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                t.addfile(info, io.BytesIO(data))
+        repo, tag = ref.rsplit(":", 1)
+        out = self.api("POST", "/images/create?fromSrc=-&repo=%s&tag=%s" % (
+            urllib.parse.quote(repo), urllib.parse.quote(tag)), body=buf.getvalue(),
+            headers={"Content-Type": "application/x-tar"})
+        if b"error" in (out if isinstance(out, bytes) else json.dumps(out).encode()):
+            raise AssertionError("import %s: %s" % (ref, out))
+        return ref
+
+    def bridges(self):
+        """The host interfaces of the daemon's bridge networks (br-<id>): a daemon that stops
+        leaves them behind, and a leftover one with the same subnet takes the route to it."""
+        try:
+            nets = self.api("GET", "/networks") if self.proc.alive() else []
+        except (OSError, AssertionError):
+            nets = []
+        return ["br-" + n["Id"][:12] for n in nets
+                if n.get("Driver") == "bridge" and n.get("Name") != "bridge"]
+
+    def stop(self):
+        """SIGTERM (containers stop with it), then its bridge interfaces and the directory go
+        (its overlay mounts first: a daemon killed hard may leave some)."""
+        bridges = self.bridges()
+        code = self.proc.stop(timeout=30)
+        for br in bridges:
+            subprocess.run(["ip", "link", "delete", br], capture_output=True)
+        subprocess.run(["sh", "-c", "grep -o ' %s[^ ]*' /proc/mounts | sort -r | "
+                        "xargs -r -n1 umount -l" % self.dir], capture_output=True)
+        if code in (0, None):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            print("pvtest: dockerd exited %s; kept %s" % (code, self.dir), file=sys.stderr)
+        return code
+
+
+class Registry(_StartStop):
+    """Debian's docker-registry (distribution 2.8) on a free loopback port with a config and a
+    storage directory of its own (deletes enabled); dockerd trusts 127.0.0.0/8 without TLS.
+    auth=(user, password) turns on htpasswd (bcrypt, cost 4: dockerd authenticates every
+    request). addr is "127.0.0.1:PORT", the hub of image references."""
+
+    def __init__(self, auth=None):
+        self.dir = tempfile.mkdtemp(prefix="pvreg-")
+        self.port = free_port()
+        self.addr = "127.0.0.1:%d" % self.port
+        self.auth = auth
+        conf = ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:",
+                "    rootdirectory: %s" % os.path.join(self.dir, "data"), "  delete:",
+                "    enabled: true", "http:", "  addr: %s" % self.addr]
+        if auth:
+            import crypt
+            with open(os.path.join(self.dir, "htpasswd"), "w") as f:
+                f.write("%s:%s\n" % (auth[0], crypt.crypt(
+                    auth[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))))
+            conf += ["auth:", "  htpasswd:", "    realm: pvtest",
+                     "    path: %s" % os.path.join(self.dir, "htpasswd")]
+        self.config = os.path.join(self.dir, "config.yml")
+        with open(self.config, "w") as f:
+            f.write("\n".join(conf) + "\n")
+        self.proc = Proc("registry", [DOCKER_REGISTRY, "serve", self.config], self.dir,
+                         _clean_env())
+
+    def start(self, timeout=20):
+        import urllib.error
+        import urllib.request
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                raise AssertionError("docker-registry exited:\n%s" % self.proc.tail())
+            try:
+                urllib.request.urlopen("http://%s/v2/" % self.addr, timeout=2)
+                return self
+            except urllib.error.HTTPError:
+                return self  # 401 with auth: it answers
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("docker-registry did not answer within %.0fs" % timeout)
+
+    def tags(self, name):
+        """The tags the registry holds of repository NAME ([] when none)."""
+        import base64
+        import urllib.error
+        import urllib.request
+        req = urllib.request.Request("http://%s/v2/%s/tags/list" % (self.addr, name))
+        if self.auth:
+            req.add_header("Authorization", "Basic " + base64.b64encode(
+                ("%s:%s" % self.auth).encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return sorted(json.loads(r.read()).get("tags") or [])
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return []
+            raise
+
+    def stop(self):
+        code = self.proc.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return code
+
+
+class DockerSetup:
+    """What a docker test module runs on: its dockerd (busybox-static imported as demo:1), its
+    registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
+    (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
+    when callable). Raises unittest.SkipTest where docker_missing() says why. stop() stops it
+    all, whatever failed first.
+
+        def setUpModule():
+            global _env
+            _env = pvtest.DockerSetup(lambda dk: [{"node": "dk", "endpoint": dk.endpoint}])
+    """
+
+    def __init__(self, agents, config=None, tls=False, registry=False):
+        why = docker_missing()
+        if why:
+            raise unittest.SkipTest(why)
+        self.stack = None
+        self.registry = Registry() if registry else None
+        self.daemon = DockerDaemon(tls=tls).start()
+        try:
+            if self.registry:
+                self.registry.start()
+            self.daemon.import_busybox("demo:1")
+            cfg = config(self.daemon) if callable(config) else config
+            self.stack = Stack(gateways=1, workers=1, schedulers=1, agents=agents(self.daemon),
+                               config=cfg)
+            self.stack.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        try:
+            if self.stack and not self.stack.stopped:
+                self.stack.stop()
+        finally:
+            if self.registry:
+                self.registry.stop()
+            self.daemon.stop()

@@ -57,6 +57,7 @@ struct wk_agent {
     bool alive_set;         /* an alive write succeeded: a clean stop deletes the key */
     bool failing;
     bool info_failing;
+    bool engine_down;   /* its daemon (docker) did not answer the last beat's ping */
     wk_engine *engine;  /* NULL when it could not be opened (deploys then fail saying why) */
     wk_virt *virt;      /* virt nodes: networks and raw operations (wk_engine_virt.h) */
     char endpoint[512]; /* worker.endpoint: what the node is registered with */
@@ -95,7 +96,11 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
                         .dynamic_uids = cfg->worker.dynamic_uids,
                         .uid_dir = cfg->worker.uid_dir,
                         .virt_domain_type = cfg->worker.virt_domain_type,
-                        .qemu_img = cfg->storage.qemu_img};
+                        .qemu_img = cfg->storage.qemu_img,
+                        .tls_ca = cfg->worker.tls_ca,
+                        .tls_cert = cfg->worker.tls_cert,
+                        .tls_key = cfg->worker.tls_key,
+                        .node = a->node};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
         snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);
@@ -319,11 +324,12 @@ static char *engine_info_json(const wk_agent *a) {
     read_machine((wk_agent *)a, &m);
     pv_node_conditions c;
     pv_cluster_conditions_of(&m, &a->limits, &c);
-    json_t *j =
-        json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type", "process", "cpu_count",
-                  (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
-                  "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
-                  named ? u.nodename : "", "version", version, "kernel", named ? u.release : "");
+    json_t *j = json_pack(
+        "{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type",
+        a->engine && strcmp(wk_engine_type(a->engine), "docker") == 0 ? "docker" : "process",
+        "cpu_count", (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
+        "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname", named ? u.nodename : "",
+        "version", version, "kernel", named ? u.release : "");
     if (j) {
         json_object_set_new(
             j, "machine",
@@ -500,6 +506,24 @@ static int fill_resources(wk_agent *a, pv_redis *r, pv_status *st) {
 
 /* ---- presence callbacks ---- */
 
+/* Whether the engine's daemon answers (docker; the other engines have none to lose). When it
+ * does not, the node's alive key goes at once: the node is NOT_READY, deploys pass it over, and
+ * its workloads' calls fail fast naming the daemon's address. */
+static bool engine_answers(wk_agent *a, pv_redis *r) {
+    pv_status st;
+    if (!a->engine || wk_engine_ping(a->engine, &st) == PV_OK) {
+        if (a->engine_down) pv_info("agent node=%s: engine answers again", a->node);
+        a->engine_down = false;
+        return true;
+    }
+    if (!a->engine_down) pv_warn("agent node=%s: not ready: %s", a->node, st.msg);
+    a->engine_down = true;
+    pv_status dst;
+    if (a->alive_set && pv_registry_set_alive(r, &a->keys, a->node, -1, NULL, &dst) == PV_OK)
+        a->alive_set = false;
+    return false;
+}
+
 void wk_agent_beat(void *arg, pv_redis *r) {
     wk_agent *a = arg;
     pv_status st;
@@ -520,6 +544,7 @@ void wk_agent_beat(void *arg, pv_redis *r) {
     /* the fence first: an agent resumed past its fence time stops its HA workloads before it
      * says it is alive again */
     int64_t sent = wk_fence_gate(a->fence);
+    if (rc == PV_OK && !engine_answers(a, r)) return; /* NOT_READY until the daemon is back */
     if (rc == PV_OK)
         rc = pv_registry_set_alive(r, &a->keys, a->node, a->alive_ttl_seconds, NULL, &st);
     if (rc == PV_OK) {

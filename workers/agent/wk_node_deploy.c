@@ -48,8 +48,9 @@ typedef struct instance {
     /* ReplaceWorkload: the resources are the old workload's, not a reservation's allocation to
      * take over; before_start copies files from the old one into the new root. */
     bool keep_resources;
-    int (*before_start)(const struct instance *in, const char *new_root, pv_status *st);
-    const char *old_root;
+    int (*before_start)(const struct instance *in, const char *new_id, const char *new_root,
+                        pv_status *st);
+    const char *old_id, *old_root; /* roots NULL: the engine's files (docker) */
     json_t *copy;
     /* a failover's next incarnation (wk_ha.h): this id at this epoch, not a new workload */
     const char *inc_id;
@@ -143,7 +144,8 @@ static char *answer_error(const char *fmt, ...) {
 
 /* DeployOptions.data: files written into the new workload's root before it starts, with
  * modes (default 0755, as Send) and owners. */
-static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status *st) {
+static int deploy_files(const Pb__DeployOptions *o, wk_engine *engine, const char *id,
+                        const char *root, pv_status *st) {
     for (size_t i = 0; i < o->n_data; i++) {
         const Pb__DeployOptions__DataEntry *d = o->data[i];
         int mode = 0755, uid = -1, gid = -1;
@@ -155,9 +157,11 @@ static int deploy_files(const Pb__DeployOptions *o, const char *root, pv_status 
                 uid = o->owners[j]->value->uid;
                 gid = o->owners[j]->value->gid;
             }
-        if (wk_files_put(root, d->key, d->value.data ? (const void *)d->value.data : "",
-                         d->value.len, mode, uid, gid, st) != PV_OK)
-            return pv_status_prefix(st, "data[%s]", d->key);
+        const void *data = d->value.data ? (const void *)d->value.data : "";
+        int rc =
+            root ? wk_files_put(root, d->key, data, d->value.len, mode, uid, gid, st)
+                 : wk_engine_put_file(engine, id, d->key, data, d->value.len, mode, uid, gid, st);
+        if (rc != PV_OK) return pv_status_prefix(st, "data[%s]", d->key);
     }
     return PV_OK;
 }
@@ -273,7 +277,7 @@ static int instance_volumes(const instance *in, json_t *resources, const char *i
 typedef struct build {
     char id[65], name[256];
     pv_strv argv, env, sysctls, vols;
-    char *labels, *res_text, *env_text;
+    char *labels, *res_text, *env_text, *networks;
     char *engine_labels; /* an incarnation's: labels plus its epoch (wk_fence.h) */
     int cores[1024];
     wk_workload_spec spec;
@@ -288,6 +292,7 @@ static void build_free(build *b) {
     free(b->engine_labels);
     free(b->res_text);
     free(b->env_text);
+    free(b->networks);
 }
 
 /* The instance's id (from its allocation: a redelivery finds the same one) and its Eru name
@@ -359,6 +364,12 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
         .sysctls = (const char *const *)b->sysctls.v,
         .nsysctls = b->sysctls.n,
         .labels_json = b->labels,
+        .raw_args = (const char *)o->raw_args.data,
+        .raw_args_len = o->raw_args.len,
+        .dns = (const char *const *)o->dns,
+        .ndns = o->n_dns,
+        .extra_hosts = (const char *const *)o->extra_hosts,
+        .nextra_hosts = o->n_extra_hosts,
     };
     if (in->inc_id) {
         json_t *l = json_loads(b->labels, 0, NULL);
@@ -370,6 +381,14 @@ static int build_spec(const instance *in, json_t *resources, build *b) {
         if (!b->engine_labels) return -1;
         b->spec.labels_json = b->engine_labels;
     }
+    if (o->n_networks > 0) { /* the docker engine's networks to join: {"name": "ipv4"} */
+        json_t *nets = json_object();
+        if (nets) pv_pbmap_add(nets, (void *const *)o->networks, o->n_networks);
+        b->networks = nets ? json_dumps(nets, JSON_COMPACT) : NULL;
+        json_decref(nets);
+        if (!b->networks) return -1;
+        b->spec.networks_json = b->networks;
+    }
     limits_of(resources, &b->spec, b->cores, sizeof b->cores / sizeof b->cores[0]);
     return 0;
 }
@@ -380,11 +399,13 @@ static char *refused_options(const instance *in, const build *b, wk_engine *engi
     const Pb__DeployOptions *o = in->o;
     if (b->argv.n == 0)
         return answer_error("entrypoint %s of %s: no command to run", o->entrypoint->name, o->name);
+    bool docker = strcmp(wk_engine_type(engine), "docker") == 0;
     if (o->raw_args.len > 0 && strcmp(wk_engine_type(engine), "process") == 0)
         return answer_error("raw_args: the %s engine takes no raw engine arguments%s",
                             wk_engine_type(engine), "");
-    if (o->n_dns > 0 || o->n_extra_hosts > 0) /* process workloads share the host's network and
-                                                 files; a domain's resolver is its guest's own */
+    if (!docker &&
+        (o->n_dns > 0 || o->n_extra_hosts > 0)) /* process workloads share the host's network and
+                                      files; a domain's resolver is its guest's own */
         return answer_error("%s: the %s engine cannot set a workload's %s (\"%s\")",
                             o->n_dns ? "dns" : "extra_hosts", wk_engine_type(engine),
                             o->n_dns ? "name servers" : "hosts file",
@@ -415,9 +436,11 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     int rc = wk_engine_create(engine, &b->spec, info, st);
     if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
-    if (fresh && info->root) rc = deploy_files(in->o, info->root, st);
-    if (rc == PV_OK && fresh && in->before_start && info->root)
-        rc = in->before_start(in, info->root, st);
+    if (fresh && (info->root || in->o->n_data > 0))
+        rc = deploy_files(in->o, engine, id, info->root, st);
+    bool files = info->root || strcmp(wk_engine_type(engine), "docker") == 0;
+    if (rc == PV_OK && fresh && in->before_start && files)
+        rc = in->before_start(in, id, info->root, st);
     if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
     if (rc == PV_OK && in->o->n_after_create > 0) rc = after_create(engine, in->o, id, st);
     if (rc == PV_OK) {
@@ -860,6 +883,31 @@ static void seek_line(FILE *f, int64_t start, char *buf, size_t len) {
     }
 }
 
+/* A log line of an engine that streams its own (docker), with its stream; a tick (line NULL)
+ * notices a cancel. */
+static int engine_line(void *ctx, int stream, const char *line, size_t len, pv_status *st) {
+    wk_op *op = ctx;
+    if (!line) return wk_op_sleep(op, 0, st) == PV_OK ? 0 : 1;
+    char *text = strndup(line, len);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    const char *fields[] = {"type", "data", "stream"};
+    const char *values[] = {"log", text, stream == 2 ? "stderr" : "stdout"};
+    int rc = wk_op_output(op, 3, fields, values, st);
+    free(text);
+    return rc == PV_OK ? 0 : 1;
+}
+
+static int log_from_engine(wk_op *op, wk_engine *engine, const char *id,
+                           const wk_engine_log_opts *lo, pv_status *st) {
+    int exit_code = -1;
+    if (wk_engine_logs(engine, id, lo, engine_line, op, &exit_code, st) != PV_OK) return st->code;
+    if (!lo->follow || exit_code < 0) return PV_OK;
+    char code[16];
+    snprintf(code, sizeof code, "%d", exit_code);
+    const char *fields[] = {"type", "code"}, *values[] = {"exit", code};
+    return wk_op_output(op, 2, fields, values, st);
+}
+
 int wk_node_deploy_log(wk_op *op, pv_status *st) {
     wk_agent *agent = engine_agent(op, st);
     if (!agent) return PV_FAILED_PRECONDITION;
@@ -883,6 +931,9 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
     if (!info.log_path || !*info.log_path) {
         wk_engine_info_clear(&info);
+        wk_engine_log_opts lo = {tail, since_ms, until_ms, follow};
+        if (strcmp(wk_engine_type(engine), "docker") == 0)
+            return log_from_engine(op, engine, id, &lo, st);
         return pv_status_set(st, PV_UNIMPLEMENTED, "workload %s: the %s engine keeps no log", id,
                              wk_engine_type(engine));
     }
@@ -1251,6 +1302,124 @@ static int exec_interactive(wk_op *op, wk_engine *engine, const char *id, const 
     return rc;
 }
 
+/* An interactive exec of the docker engine: the operation's input stream is the command's
+ * stdin, its output goes out as data entries as it comes (the FIFOs above are for engines whose
+ * workloads have a root here). */
+typedef struct ix_stream {
+    wk_op *op;
+    char cursor[PV_OP_CURSOR_MAX];
+    unsigned char *pending;
+    size_t npending, at;
+    bool eof;
+} ix_stream;
+
+static int ix_stream_output(void *ctx, int stream, const char *data, size_t len, pv_status *st) {
+    (void)stream;
+    ix_stream *x = ctx;
+    char *b64 = NULL;
+    if (pv_b64_encode(data, len, &b64, st) != PV_OK) return st->code;
+    const char *fields[] = {"type", "data"}, *values[] = {"data", b64};
+    int rc = wk_op_output(x->op, 2, fields, values, st);
+    free(b64);
+    return rc;
+}
+
+/* Reads what came of the input (waiting up to wait_ms) into pending. */
+static int ix_stream_take(ix_stream *x, int wait_ms, pv_status *st) {
+    pv_op_output *in = NULL;
+    size_t n = 0;
+    if (pv_op_input_read(wk_op_redis(x->op), wk_op_keys(x->op), wk_op_record(x->op)->id, x->cursor,
+                         100, wait_ms, &in, &n, st) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    free(x->pending);
+    x->pending = NULL;
+    x->npending = x->at = 0;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        snprintf(x->cursor, sizeof x->cursor, "%s", in[i].id);
+        for (size_t f = 0; rc == PV_OK && f < in[i].n; f++) {
+            if (strcmp(in[i].fields[f], "eof") == 0) x->eof = true;
+            if (strcmp(in[i].fields[f], "data") != 0) continue;
+            unsigned char *d = NULL, *grown = NULL;
+            size_t dl = 0;
+            rc = pv_b64_decode("stdin", in[i].values[f], &d, &dl, st);
+            if (rc == PV_OK && !(grown = realloc(x->pending, x->npending + dl + 1)))
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            if (rc == PV_OK) {
+                memcpy(grown + x->npending, d, dl);
+                x->pending = grown;
+                x->npending += dl;
+            }
+            free(d);
+        }
+    }
+    pv_op_output_free(in, n);
+    return rc;
+}
+
+static long ix_stream_input(void *ctx, char *buf, size_t cap, int wait_ms, pv_status *st) {
+    ix_stream *x = ctx;
+    if (wk_op_sleep(x->op, 0, st) != PV_OK) return -2; /* cancelled: the client left */
+    if (x->at == x->npending && !x->eof && ix_stream_take(x, wait_ms, st) != PV_OK) return -2;
+    if (x->at == x->npending) return x->eof ? -1 : 0;
+    size_t n = x->npending - x->at < cap ? x->npending - x->at : cap;
+    memcpy(buf, x->pending + x->at, n);
+    x->at += n;
+    return (long)n;
+}
+
+/* The docker engine takes the env and the working directory itself (its images need not have
+ * an env that knows -C): the output collected into one exec entry, as for the others, or with
+ * interactive streamed as data entries and ended with an exit entry. */
+static int exec_io_entry(wk_op *op, wk_engine *engine, const char *id, json_t *params,
+                         bool interactive, pv_status *st) {
+    json_t *cmds = json_object_get(params, "commands"), *envs = json_object_get(params, "envs");
+    size_t ncmd = json_array_size(cmds), nenv = json_array_size(envs);
+    const char **argv = calloc(ncmd + nenv + 1, sizeof *argv), **env = argv + ncmd;
+    if (!argv) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; i < ncmd; i++)
+        argv[i] = json_string_value(json_array_get(cmds, i)) ?: "";
+    for (size_t i = 0; i < nenv; i++)
+        env[i] = json_string_value(json_array_get(envs, i)) ?: "";
+    json_int_t timeout = json_integer_value(json_object_get(params, "timeout_ms"));
+    wk_exec_buf out = {0};
+    wk_exec_io io = {.argv = argv,
+                     .argc = ncmd,
+                     .env = env,
+                     .nenv = nenv,
+                     .workdir = json_string_value(json_object_get(params, "workdir")) ?: "",
+                     .timeout_ms = timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS,
+                     .output = wk_exec_buf_collect,
+                     .ctx = &out};
+    ix_stream x = {.op = op, .cursor = "0"};
+    if (interactive) {
+        io.output = ix_stream_output;
+        io.input = ix_stream_input;
+        io.ctx = &x;
+    }
+    int code = -1;
+    pv_status est;
+    int rc = wk_engine_exec_io(engine, id, &io, &code, &est);
+    if (rc != PV_OK) rc = pv_status_set(st, est.code, "%s", est.msg);
+    free(x.pending);
+    char *b64 = NULL, codes[16];
+    snprintf(codes, sizeof codes, "%d", code);
+    if (rc == PV_OK && interactive) {
+        const char *fields[] = {"type", "code"}, *values[] = {"exit", codes};
+        rc = wk_op_output(op, 2, fields, values, st);
+    } else if (rc == PV_OK) {
+        rc = pv_b64_encode(out.data ? out.data : "", out.len, &b64, st);
+    }
+    if (rc == PV_OK && !interactive) {
+        const char *fields[] = {"type", "data", "code"}, *values[] = {"exec", b64, codes};
+        rc = wk_op_output(op, 3, fields, values, st);
+    }
+    free(b64);
+    free(out.data);
+    free(argv);
+    return rc;
+}
+
 int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     wk_agent *agent = engine_agent(op, st);
     if (!agent) return PV_FAILED_PRECONDITION;
@@ -1263,6 +1432,12 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     int rc = id && ncmd > 0
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
+    if (rc == PV_OK && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0) {
+        rc = exec_io_entry(op, wk_agent_engine(agent), id, params,
+                           json_is_true(json_object_get(params, "interactive")), st);
+        json_decref(params);
+        return rc;
+    }
     /* env -C workdir K=V ... cmd...: the extras without a shell in between. */
     const char **argv = calloc(ncmd + nenv + 4, sizeof *argv);
     size_t argc = 0;
@@ -1324,18 +1499,24 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
 /* ---- replace ---- */
 
 /* Copies each "old path" -> "new path" of in->copy from the old root, mode kept (and owner, as
- * the files are written by the agent with their uid/gid). */
-static int copy_from_old(const instance *in, const char *new_root, pv_status *st) {
+ * the files are written by the agent with their uid/gid); without roots (docker) from the old
+ * container's archive into the new one's, mode and owner kept. */
+static int copy_from_old(const instance *in, const char *new_id, const char *new_root,
+                         pv_status *st) {
+    wk_engine *engine = wk_agent_engine(in->agent);
     const char *src;
     json_t *dst;
     json_object_foreach(in->copy, src, dst) {
         char *data = NULL;
         size_t len = 0;
-        int mode = 0644;
-        int rc = wk_files_get(in->old_root, src, &data, &len, &mode, st);
+        int mode = 0644, uid = -1, gid = -1;
+        const char *to = json_string_value(dst) ? json_string_value(dst) : src;
+        int rc = in->old_root ? wk_files_get(in->old_root, src, &data, &len, &mode, st)
+                              : wk_engine_get_file(engine, in->old_id, src, &data, &len, &mode,
+                                                   &uid, &gid, st);
         if (rc == PV_OK)
-            rc = wk_files_put(new_root, json_string_value(dst) ? json_string_value(dst) : src, data,
-                              len, mode, -1, -1, st);
+            rc = new_root ? wk_files_put(new_root, to, data, len, mode, -1, -1, st)
+                          : wk_engine_put_file(engine, new_id, to, data, len, mode, uid, gid, st);
         free(data);
         if (rc != PV_OK) return pv_status_prefix(st, "copy %s", src);
     }
@@ -1381,6 +1562,7 @@ static int step_replace(wk_op *op, void *arg, char **result, pv_status *st) {
                    .alloc = alloc,
                    .keep_resources = true,
                    .before_start = rj->copy ? copy_from_old : NULL,
+                   .old_id = rj->old_id,
                    .old_root = oldinfo.root,
                    .copy = rj->copy};
     int rc = step_instance(op, &in, &answer, st);

@@ -16,7 +16,8 @@
 #include "wk_engine.h"
 #include "wk_files.h"
 
-/* A workload's files are in a guest (the engine reaches them: wk_engine_put_file), not here. */
+/* A workload's files are behind its engine (a guest's agent, a container's archive calls:
+ * wk_engine_put_file and wk_engine_get_tar), not on this machine. */
 #define IN_GUEST ""
 
 /* The workload's root on this machine (IN_GUEST for an engine that reaches its files itself),
@@ -26,10 +27,11 @@ static char *root_of(wk_agent *agent, const char *id, char **name, char **why) {
     wk_engine_info info = {0};
     pv_status st;
     char *root = NULL;
-    bool virt = strcmp(wk_engine_type(wk_agent_engine(agent)), "virt") == 0;
+    const char *type = wk_engine_type(wk_agent_engine(agent));
+    bool engine_has_files = strcmp(type, "virt") == 0 || strcmp(type, "docker") == 0;
     if (wk_engine_inspect(wk_agent_engine(agent), id, &info, &st) != PV_OK) {
         *why = strdup(st.msg);
-    } else if (!info.root && virt) {
+    } else if (!info.root && engine_has_files) {
         root = strdup(IN_GUEST);
         if (name) *name = strdup(info.name ? info.name : "");
     } else if (!info.root) {

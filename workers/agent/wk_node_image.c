@@ -93,9 +93,30 @@ static int walk(wk_op *op, const char *dir, const char *rel, const char *filter,
     return rc;
 }
 
+/* ---- engines that hold their images themselves (docker) ---- */
+
+static bool engine_images(wk_agent *a) {
+    return wk_agent_engine(a) && strcmp(wk_engine_type(wk_agent_engine(a)), "docker") == 0;
+}
+
+static int engine_list(wk_op *op, wk_agent *a, const char *filter, pv_status *st) {
+    wk_engine_image *v = NULL;
+    size_t n = 0;
+    if (wk_engine_image_list(wk_agent_engine(a), &v, &n, st) != PV_OK) return st->code;
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (!image_matches(filter, v[i].ref)) continue;
+        const char *fields[] = {"type", "ref", "id"}, *values[] = {"image", v[i].ref, v[i].id};
+        rc = wk_op_output(op, 3, fields, values, st);
+    }
+    wk_engine_image_array_free(v, n);
+    return rc;
+}
+
 int wk_node_image_list(wk_op *op, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
+    if (engine_images(a)) return engine_list(op, a, wk_op_param(op, "filter"), st);
     return walk(op, wk_agent_image_dir(a), "", wk_op_param(op, "filter"), st);
 }
 
@@ -171,7 +192,11 @@ static int remove_image(wk_op *op, wk_agent *a, const json_t *params, const char
     char *path = NULL, *users = NULL;
     pv_status ist;
     int rc;
-    if (wk_image_find(wk_agent_image_dir(a), ref, &path, &ist) != PV_OK) {
+    bool prune_dirs = json_is_true(json_object_get(params, "prune"));
+    if (engine_images(a)) {
+        bool ok = wk_engine_image_remove(wk_agent_engine(a), ref, prune_dirs, &ist) == PV_OK;
+        rc = report(op, "image_removed", ref, ok, ok ? "removed" : ist.msg, st);
+    } else if (wk_image_find(wk_agent_image_dir(a), ref, &path, &ist) != PV_OK) {
         rc = report(op, "image_removed", ref, 0, ist.msg, st);
     } else if ((users = vm_users(a, ref))) {
         rc = report(op, "image_removed", ref, 0, users, st);
@@ -181,7 +206,7 @@ static int remove_image(wk_op *op, wk_agent *a, const json_t *params, const char
         snprintf(msg, sizeof msg, "remove %s: %s", ref, strerror(errno));
         rc = report(op, "image_removed", ref, 0, msg, st);
     } else {
-        if (json_is_true(json_object_get(params, "prune"))) prune(wk_agent_image_dir(a), path);
+        if (prune_dirs) prune(wk_agent_image_dir(a), path);
         rc = report(op, "image_removed", ref, 1, "removed", st);
     }
     free(path);
@@ -249,8 +274,11 @@ static int cache_image(wk_op *op, wk_agent *a, const json_t *params, const char 
     char *src = NULL, *dst = NULL, msg[PV_STATUS_MSG_MAX];
     pv_status ist;
     int rc;
-    if (wk_image_find(wk_agent_registry_dir(a), ref, &src, &ist) != PV_OK ||
-        wk_image_path(wk_agent_image_dir(a), ref, &dst, &ist) != PV_OK)
+    if (engine_images(a)) {
+        bool ok = wk_engine_image_pull(wk_agent_engine(a), ref, &ist) == PV_OK;
+        rc = report(op, "image_cached", ref, ok, ok ? "cached" : ist.msg, st);
+    } else if (wk_image_find(wk_agent_registry_dir(a), ref, &src, &ist) != PV_OK ||
+               wk_image_path(wk_agent_image_dir(a), ref, &dst, &ist) != PV_OK)
         rc = report(op, "image_cached", ref, 0, ist.msg, st);
     else if (!copy_file(src, dst, msg, sizeof msg))
         rc = report(op, "image_cached", ref, 0, msg, st);
@@ -596,10 +624,60 @@ static int check_raw(wk_op *op, wk_agent *a, const unsigned char *tar, size_t le
     return rc;
 }
 
+static int engine_log(void *ctx, int stream, const char *line, size_t len, pv_status *st) {
+    (void)stream;
+    build_ctx *b = ctx;
+    return line && build_log(b, line, len, st) != PV_OK;
+}
+
+/* RAW (the tar is a build context with a Dockerfile) or EXIST (the workload committed) on an
+ * engine that builds itself: every ref tagged, those naming a registry pushed there. */
+static int engine_build(wk_op *op, wk_agent *a, json_t *params, pv_status *st) {
+    const char *b64 = json_string_value(json_object_get(params, "tar"));
+    const char *exist = json_string_value(json_object_get(params, "exist_id"));
+    json_t *refs = json_object_get(params, "refs");
+    if (json_object_get(params, "builds"))
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "build_method SCM: node %s runs the docker engine, which builds "
+                             "from a tar (RAW) or a workload (EXIST)",
+                             wk_agent_node(a));
+    unsigned char *tar = NULL;
+    size_t len = 0;
+    int rc = b64 ? pv_b64_decode("tar", b64, &tar, &len, st)
+             : exist
+                 ? PV_OK
+                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params: tar or exist_id is required");
+    const char **v = calloc(json_array_size(refs) + 1, sizeof *v);
+    if (rc == PV_OK && !v) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < json_array_size(refs); i++)
+        v[i] = json_string_value(json_array_get(refs, i)) ?: "";
+    build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
+    char *id = NULL;
+    if (rc == PV_OK)
+        rc = wk_engine_image_build(b.engine, tar, len, b64 ? NULL : exist, v, json_array_size(refs),
+                                   engine_log, &b, &id, st);
+    for (size_t i = 0; rc == PV_OK && i < json_array_size(refs); i++) {
+        char stream[PV_STATUS_MSG_MAX];
+        snprintf(stream, sizeof stream, "built %s on %s", v[i], wk_agent_node(a));
+        const char *fields[] = {"type", "ref", "id", "stream"};
+        const char *values[] = {"built", v[i], id, stream};
+        rc = wk_op_output(op, 4, fields, values, st);
+    }
+    free(id);
+    free(v);
+    free(tar);
+    return rc;
+}
+
 int wk_node_image_build(wk_op *op, pv_status *st) {
     wk_agent *a = agent_of(op, st);
     if (!a) return st->code;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    if (engine_images(a)) {
+        int rc = engine_build(op, a, params, st);
+        json_decref(params);
+        return rc;
+    }
     const char *b64 = json_string_value(json_object_get(params, "tar"));
     const char *exist = json_string_value(json_object_get(params, "exist_id"));
     unsigned char *tar = NULL;

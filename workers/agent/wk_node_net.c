@@ -8,7 +8,15 @@
 #include <string.h>
 
 #include "wk_agent.h"
+#include "wk_engine.h"
 #include "wk_engine_virt.h"
+
+/* The docker engine has networks of its own (wk_engine_networks and the others). */
+static wk_engine *docker_of(wk_op *op) {
+    wk_agent *a = wk_op_context(op);
+    wk_engine *e = a ? wk_agent_engine(a) : NULL;
+    return e && strcmp(wk_engine_type(e), "docker") == 0 ? e : NULL;
+}
 
 static wk_virt *virt_of(wk_op *op, pv_status *st) {
     wk_agent *a = wk_op_context(op);
@@ -42,19 +50,36 @@ static int network_entry(wk_op *op, const char *name, char **subnets, size_t n, 
 }
 
 int wk_node_net_list(wk_op *op, pv_status *st) {
-    wk_virt *v = virt_of(op, st);
-    if (!v) return st->code;
-    wk_virt_network *nets = NULL;
+    wk_engine *docker = docker_of(op);
+    wk_virt *v = docker ? NULL : virt_of(op, st);
+    if (!docker && !v) return st->code;
+    wk_engine_network *dn = NULL; /* the docker engine's networks, or libvirt's */
+    wk_virt_network *vn = NULL;
     size_t n = 0;
-    if (wk_virt_list_networks(v, &nets, &n, st) != PV_OK) return st->code;
+    if ((docker ? wk_engine_networks(docker, &dn, &n, st)
+                : wk_virt_list_networks(v, &vn, &n, st)) != PV_OK)
+        return st->code;
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++)
-        rc = network_entry(op, nets[i].name, nets[i].subnets, nets[i].nsubnets, "", st);
-    wk_virt_network_array_free(nets, n);
+        rc = dn ? network_entry(op, dn[i].name, dn[i].subnets, dn[i].nsubnets, "", st)
+                : network_entry(op, vn[i].name, vn[i].subnets, vn[i].nsubnets, "", st);
+    if (dn)
+        wk_engine_network_array_free(dn, n);
+    else
+        wk_virt_network_array_free(vn, n);
     return rc;
 }
 
 int wk_node_net_connect(wk_op *op, pv_status *st) {
+    if (docker_of(op)) {
+        wk_engine_network net;
+        if (wk_engine_connect(docker_of(op), wk_op_param(op, "id"), wk_op_param(op, "network"),
+                              wk_op_param(op, "ipv4"), wk_op_param(op, "ipv6"), &net, st) != PV_OK)
+            return st->code;
+        int rc = network_entry(op, net.name, net.subnets, net.nsubnets, "1", st);
+        wk_engine_network_clear(&net);
+        return rc;
+    }
     wk_virt *v = virt_of(op, st);
     if (!v) return st->code;
     wk_virt_link l = {0};
@@ -67,9 +92,16 @@ int wk_node_net_connect(wk_op *op, pv_status *st) {
 }
 
 int wk_node_net_disconnect(wk_op *op, pv_status *st) {
+    const char *force = wk_op_param(op, "force");
+    if (docker_of(op)) {
+        if (wk_engine_disconnect(docker_of(op), wk_op_param(op, "id"), wk_op_param(op, "network"),
+                                 force && strcmp(force, "true") == 0, st) != PV_OK)
+            return st->code;
+        const char *fields[] = {"type", "live"}, *values[] = {"done", "1"};
+        return wk_op_output(op, 2, fields, values, st);
+    }
     wk_virt *v = virt_of(op, st);
     if (!v) return st->code;
-    const char *force = wk_op_param(op, "force");
     wk_virt_link l = {0};
     if (wk_virt_disconnect_network(v, wk_op_param(op, "id"), wk_op_param(op, "network"),
                                    force && strcmp(force, "true") == 0, &l, st) != PV_OK)
@@ -81,6 +113,10 @@ int wk_node_net_disconnect(wk_op *op, pv_status *st) {
 }
 
 int wk_node_net_raw(wk_op *op, pv_status *st) {
+    if (docker_of(op)) /* as Eru's docker engine: ErrEngineNotImplemented */
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "RawEngine: engine not implemented (the docker engine has no raw "
+                             "operations)");
     wk_virt *v = virt_of(op, st);
     if (!v) return st->code;
     char *out = NULL;

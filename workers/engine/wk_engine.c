@@ -45,12 +45,10 @@ int wk_engine_open(const char *endpoint, const wk_engine_opts *opts, wk_engine *
         v = &wk_engine_process_vtbl;
     else if (has_scheme(endpoint, "virt://", &rest))
         v = &wk_engine_virt_vtbl;
-    else if (has_scheme(endpoint, "tcp://", &rest) || has_scheme(endpoint, "unix://", &rest))
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "endpoint %s: the docker engine is not available on this system "
-                             "(no Docker engine runs here); use process:// or virt://",
-                             endpoint);
-    else
+    else if (has_scheme(endpoint, "tcp://", &rest) || has_scheme(endpoint, "unix://", &rest)) {
+        v = &wk_engine_docker_vtbl;
+        rest = endpoint; /* the docker engine tells unix:// from tcp:// itself */
+    } else
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "endpoint %s: unknown scheme (process://, virt://<libvirt URI>)",
                              endpoint);
@@ -147,12 +145,19 @@ int wk_engine_run(wk_engine *e, const char *const *argv, size_t argc, const char
     return e->v->run(e->impl, argv, argc, env, cwd, timeout_ms, exit_code, output, output_len, st);
 }
 
+/* ---- the docker engine's additions (wk_engine.h: engines whose workloads have no root here) */
+
+int wk_engine_ping(wk_engine *e, pv_status *st) {
+    return e->v->ping ? e->v->ping(e->impl, st) : PV_OK;
+}
+
+static int lacks(const wk_engine *e, const char *what, pv_status *st) {
+    return pv_status_set(st, PV_UNIMPLEMENTED, "the %s engine has no %s", e->v->type, what);
+}
+
 int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const void *data, size_t len,
                        int mode, int uid, int gid, pv_status *st) {
-    if (!e->v->put_file)
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "workload %s: the %s engine's files are in its root on this machine",
-                             id, e->v->type);
+    if (!e->v->put_file) return lacks(e, "archive upload (its files are under info.root)", st);
     return e->v->put_file(e->impl, id, path, data, len, mode, uid, gid, st);
 }
 
@@ -160,9 +165,117 @@ int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar
                       pv_status *st) {
     *tar = NULL;
     *len = 0;
-    if (!e->v->get_tar)
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "workload %s: the %s engine's files are in its root on this machine",
-                             id, e->v->type);
+    if (!e->v->get_tar) return lacks(e, "archive download (its files are under info.root)", st);
     return e->v->get_tar(e->impl, id, path, tar, len, st);
+}
+
+int wk_engine_get_file(wk_engine *e, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st) {
+    *data = NULL;
+    *len = 0;
+    if (!e->v->get_file) return lacks(e, "archive download (its files are under info.root)", st);
+    return e->v->get_file(e->impl, id, path, data, len, mode, uid, gid, st);
+}
+
+int wk_engine_logs(wk_engine *e, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                   void *ctx, int *exit_code, pv_status *st) {
+    *exit_code = -1;
+    if (!e->v->logs) return lacks(e, "log stream of its own (its log is info.log_path)", st);
+    return e->v->logs(e->impl, id, o, fn, ctx, exit_code, st);
+}
+
+int wk_exec_buf_collect(void *ctx, int stream, const char *data, size_t len, pv_status *st) {
+    (void)stream;
+    wk_exec_buf *b = ctx;
+    if (len >= WK_EXEC_BUF_MAX) {
+        data += len - WK_EXEC_BUF_MAX;
+        len = WK_EXEC_BUF_MAX;
+    }
+    if (b->len + len > WK_EXEC_BUF_MAX) { /* keep the tail */
+        size_t drop = b->len + len - WK_EXEC_BUF_MAX;
+        memmove(b->data, b->data + drop, b->len - drop);
+        b->len -= drop;
+    }
+    if (!b->data && !(b->data = malloc(WK_EXEC_BUF_MAX + 1)))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int wk_engine_exec_io(wk_engine *e, const char *id, const wk_exec_io *io, int *exit_code,
+                      pv_status *st) {
+    *exit_code = -1;
+    if (!e->v->exec_io) return lacks(e, "streaming exec", st);
+    return e->v->exec_io(e->impl, id, io, exit_code, st);
+}
+
+void wk_engine_image_array_free(wk_engine_image *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].ref);
+        free(v[i].id);
+    }
+    free(v);
+}
+
+int wk_engine_image_list(wk_engine *e, wk_engine_image **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    if (!e->v->image_list) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_list(e->impl, out, n, st);
+}
+
+int wk_engine_image_pull(wk_engine *e, const char *ref, pv_status *st) {
+    if (!e->v->image_pull) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_pull(e->impl, ref, st);
+}
+
+int wk_engine_image_remove(wk_engine *e, const char *ref, bool prune, pv_status *st) {
+    if (!e->v->image_remove) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_remove(e->impl, ref, prune, st);
+}
+
+int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st) {
+    *id = NULL;
+    if (!e->v->image_build) return lacks(e, "images of its own (they are the agent's files)", st);
+    return e->v->image_build(e->impl, tar, len, exist_id, refs, nrefs, log, ctx, id, st);
+}
+
+void wk_engine_network_clear(wk_engine_network *n) {
+    if (!n) return;
+    while (n->nsubnets > 0)
+        free(n->subnets[--n->nsubnets]);
+    free(n->subnets);
+    free(n->name);
+    n->subnets = NULL;
+    n->name = NULL;
+}
+
+void wk_engine_network_array_free(wk_engine_network *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++)
+        wk_engine_network_clear(&v[i]);
+    free(v);
+}
+
+int wk_engine_networks(wk_engine *e, wk_engine_network **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    if (!e->v->networks) return lacks(e, "networks of its own", st);
+    return e->v->networks(e->impl, out, n, st);
+}
+
+int wk_engine_connect(wk_engine *e, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    if (!e->v->connect) return lacks(e, "networks of its own", st);
+    return e->v->connect(e->impl, id, network, ipv4, ipv6, out, st);
+}
+
+int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool force,
+                         pv_status *st) {
+    if (!e->v->disconnect) return lacks(e, "networks of its own", st);
+    return e->v->disconnect(e->impl, id, network, force, st);
 }

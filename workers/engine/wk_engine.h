@@ -1,9 +1,11 @@
 /*
- * wk_engine: what a node agent does with workloads on its own machine, whatever runs them. Two
- * engines implement it: the process engine (wk_engine_process.c: supervised process trees) and
- * the virt engine (wk_engine_virt.c: libvirt domains). The agent picks one from its node's
- * endpoint (process:// or virt://<libvirt URI>) and drives it from the operations the ops workers
- * queue for the node (a later step); everything here is local to the machine: no Redis, no gRPC.
+ * wk_engine: what a node agent does with workloads on its own machine, whatever runs them. Three
+ * engines implement it: the process engine (wk_engine_process.c: supervised process trees),
+ * the virt engine (wk_engine_virt.c: libvirt domains) and the docker engine (wk_engine_docker.c:
+ * containers of a Docker daemon, through its Engine API). The agent picks one from its node's
+ * endpoint (process://, virt://<libvirt URI>, unix:// or tcp://) and drives it from the operations
+ * the ops workers queue for the node (a later step); everything here is local to the machine: no
+ * Redis, no gRPC.
  *
  * A workload is created (prepared, not running), started, stopped, and removed; the engine keeps
  * what it needs to find a workload again under its state directory, so an agent that restarts
@@ -59,6 +61,12 @@ typedef struct wk_engine_opts {
      * "kvm" (hardware virtualisation where it works); drivers other than QEMU's use their own */
     const char *virt_domain_type;
     const char *qemu_img; /* virt engine: the qemu-img that makes root disk overlays (PATH's) */
+    /* docker engine, tcp:// endpoints: the node's CA, certificate and key (PEM text, or a
+     * path starting with '/'); NULL or "" = plain HTTP */
+    const char *tls_ca, *tls_cert, *tls_key;
+    /* docker engine: the node it serves; only containers labelled eru.nodename=<node> are its
+     * own (several nodes may share one daemon). NULL or "" = every container with pivirt.id */
+    const char *node;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
@@ -96,6 +104,16 @@ typedef struct wk_workload_spec {
     const char *const *volumes;
     size_t nvolumes;
     const char *labels_json; /* JSON object of strings kept with the workload */
+    /* docker engine only (the agent refuses them on the others): Eru's raw_args JSON merged
+     * into the container's create body, name servers, "host:ip" lines, and the networks to
+     * join as a JSON object {"name": "ipv4 or \"\""} */
+    const char *raw_args;
+    size_t raw_args_len;
+    const char *const *dns;
+    size_t ndns;
+    const char *const *extra_hosts;
+    size_t nextra_hosts;
+    const char *networks_json;
 } wk_workload_spec;
 
 typedef enum {
@@ -131,12 +149,13 @@ void wk_engine_info_clear(wk_engine_info *info);
 void wk_engine_info_array_free(wk_engine_info *infos, size_t n);
 
 /* The engine for an endpoint: "process://..." or "virt://<uri>" (opts->uri is then taken from
- * the endpoint when NULL). UNIMPLEMENTED naming the engine for tcp:// and unix:// (Docker). */
+ * the endpoint when NULL), "unix:///path/docker.sock" or "tcp://host:port" (the docker engine:
+ * wk_engine_docker.h). */
 int wk_engine_open(const char *endpoint, const wk_engine_opts *opts, wk_engine **out,
                    pv_status *st);
 void wk_engine_close(wk_engine *e); /* leaves workloads running: the agent may restart */
 
-const char *wk_engine_type(const wk_engine *e); /* "process" or "virt" */
+const char *wk_engine_type(const wk_engine *e); /* "process", "virt" or "docker" */
 
 int wk_engine_create(wk_engine *e, const wk_workload_spec *spec, wk_engine_info *out,
                      pv_status *st);
@@ -209,6 +228,113 @@ int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar
 /* ReallocResource in place: new limits for a workload (cpu_limit in cores, memory_limit in
  * bytes; 0 = none), applied now and at later starts. UNIMPLEMENTED for engines that cannot. */
 int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                         pv_status *st);
+
+/* Whether the engine's daemon answers now (docker: GET /_ping): UNAVAILABLE naming its address
+ * when not. PV_OK for engines that have no daemon of their own to lose. */
+int wk_engine_ping(wk_engine *e, pv_status *st);
+
+/* ---- engines whose workloads have no root on this machine (docker) ----
+ * Each answers UNIMPLEMENTED on engines without it; the agent then uses info.root. */
+
+/* Writes one file at absolute path inside the workload (parents created), with mode and
+ * owner uid:gid (uid < 0: root's). */
+int wk_engine_put_file(wk_engine *e, const char *id, const char *path, const void *data, size_t len,
+                       int mode, int uid, int gid, pv_status *st);
+/* A tar archive of path inside the workload (a file or a directory), as the engine gives it;
+ * *tar malloc'd for the caller. NOT_FOUND naming the path when it does not exist. */
+int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar, size_t *len,
+                      pv_status *st);
+
+/* One regular file at path inside the workload: *data malloc'd for the caller, its mode
+ * (permission bits), uid and gid. NOT_FOUND naming the path when it does not exist,
+ * FAILED_PRECONDITION when it is not a regular file. */
+int wk_engine_get_file(wk_engine *e, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st);
+
+/* LogStream from the engine's own log: each line (without its newline) of stream 1 (stdout)
+ * or 2 (stderr) handed to fn; fn is also called about every second with line NULL while
+ * nothing comes (to notice a cancel). Non-zero from fn stops the call (its code in *st).
+ * tail < 0 = all; since_ms/until_ms <= 0 = open; follow: until the workload stops, when
+ * *exit_code is its exit code (else -1). */
+typedef int (*wk_engine_line_fn)(void *ctx, int stream, const char *line, size_t len,
+                                 pv_status *st);
+typedef struct wk_engine_log_opts {
+    long tail;
+    int64_t since_ms, until_ms;
+    bool follow;
+} wk_engine_log_opts;
+int wk_engine_logs(wk_engine *e, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                   void *ctx, int *exit_code, pv_status *st);
+
+/* An exec whose output streams as it comes (output: stream 1 stdout, 2 stderr; non-zero stops)
+ * with extra env ("K=V") and a working directory ("" = the workload's), waiting at most
+ * timeout_ms (<= 0: none). With input set, the command's stdin is open: input is called for
+ * more and answers the bytes put in buf, 0 when none is there yet (it may wait up to wait_ms
+ * for some), -1 at the end of the input, below -1 to stop the exec (its process is ended; st
+ * says why). It is called on after the end of the input, until the command has ended. */
+typedef struct wk_exec_io {
+    const char *const *argv;
+    size_t argc;
+    const char *const *env;
+    size_t nenv;
+    const char *workdir;
+    int timeout_ms;
+    int (*output)(void *ctx, int stream, const char *data, size_t len, pv_status *st);
+    long (*input)(void *ctx, char *buf, size_t cap, int wait_ms, pv_status *st);
+    void *ctx;
+} wk_exec_io;
+int wk_engine_exec_io(wk_engine *e, const char *id, const wk_exec_io *io, int *exit_code,
+                      pv_status *st);
+
+/* An output for wk_exec_io that collects stdout and stderr together into a wk_exec_buf (its
+ * ctx), at most WK_EXEC_BUF_MAX bytes: the tail is kept. data (NUL-terminated, NULL until
+ * something came) is the caller's to free. */
+#define WK_EXEC_BUF_MAX (1u << 20)
+typedef struct wk_exec_buf {
+    char *data;
+    size_t len;
+} wk_exec_buf;
+int wk_exec_buf_collect(void *ctx, int stream, const char *data, size_t len, pv_status *st);
+
+/* ---- images the engine holds itself (docker: the daemon's images, a registry's pushes) ----
+ * Each answers UNIMPLEMENTED on engines whose images are the agent's files (wk_image.h). A
+ * reference that names a registry ("host:port/ns/app:tag", "host.domain/app:tag",
+ * "localhost/app:tag") is pulled from and pushed to it. */
+typedef struct wk_engine_image {
+    char *ref, *id;
+} wk_engine_image;
+void wk_engine_image_array_free(wk_engine_image *v, size_t n);
+int wk_engine_image_list(wk_engine *e, wk_engine_image **out, size_t *n, pv_status *st);
+/* NOT_FOUND with the registry's answer when it has no such image. */
+int wk_engine_image_pull(wk_engine *e, const char *ref, pv_status *st);
+/* prune: also the untagged parents it leaves. NOT_FOUND when there is no such image. */
+int wk_engine_image_remove(wk_engine *e, const char *ref, bool prune, pv_status *st);
+/* Builds an image tagged with every ref, from a build context (tar: an archive with a
+ * Dockerfile) or, with exist_id, from that workload as it is (a commit); each ref that names a
+ * registry is pushed to it. log gets the build's and the pushes' progress lines (stream 1).
+ * *id: the image's id (caller frees). A failing step: FAILED_PRECONDITION with the daemon's
+ * or the registry's words. */
+int wk_engine_image_build(wk_engine *e, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st);
+
+/* ---- networks of the engine's own (docker: the daemon's networks) ----
+ * UNIMPLEMENTED on engines without (the process engine shares the host's; virt nodes have
+ * wk_engine_virt.h's). */
+typedef struct wk_engine_network {
+    char *name;
+    char **subnets; /* CIDR */
+    size_t nsubnets;
+} wk_engine_network;
+void wk_engine_network_clear(wk_engine_network *n);
+void wk_engine_network_array_free(wk_engine_network *v, size_t n);
+int wk_engine_networks(wk_engine *e, wk_engine_network **out, size_t *n, pv_status *st);
+/* Connects workload id to network (ipv4/ipv6 NULL or "": any address); *out the network with
+ * its subnets, as ConnectNetwork answers. */
+int wk_engine_connect(wk_engine *e, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st);
+int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool force,
                          pv_status *st);
 
 #endif

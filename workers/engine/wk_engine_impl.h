@@ -33,11 +33,32 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine keeps no timed log */
     int (*log_range)(void *impl, const char *id, int64_t since_ms, int64_t until_ms, int64_t *start,
                      int64_t *end, pv_status *st);
-    /* may be NULL: the workloads' files are on this machine (info.root) */
+    /* may be NULL: the engine's workloads have a root on this machine, or no files at all */
     int (*put_file)(void *impl, const char *id, const char *path, const void *data, size_t len,
                     int mode, int uid, int gid, pv_status *st);
     int (*get_tar)(void *impl, const char *id, const char *path, char **tar, size_t *len,
                    pv_status *st);
+    int (*get_file)(void *impl, const char *id, const char *path, char **data, size_t *len,
+                    int *mode, int *uid, int *gid, pv_status *st);
+    /* may be NULL: the engine's log is a file (info.log_path), or there is none */
+    int (*logs)(void *impl, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                void *ctx, int *exit_code, pv_status *st);
+    /* may be NULL: exec only through exec */
+    int (*exec_io)(void *impl, const char *id, const wk_exec_io *io, int *exit_code, pv_status *st);
+    /* may be NULL: the engine's images are the agent's files */
+    int (*image_list)(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
+    int (*image_pull)(void *impl, const char *ref, pv_status *st);
+    int (*image_remove)(void *impl, const char *ref, bool prune, pv_status *st);
+    int (*image_build)(void *impl, const void *tar, size_t len, const char *exist_id,
+                       const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                       char **id, pv_status *st);
+    /* may be NULL: nothing to ping */
+    int (*ping)(void *impl, pv_status *st);
+    /* may be NULL: no networks of the engine's own */
+    int (*networks)(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
+    int (*connect)(void *impl, const char *id, const char *network, const char *ipv4,
+                   const char *ipv6, wk_engine_network *out, pv_status *st);
+    int (*disconnect)(void *impl, const char *id, const char *network, bool force, pv_status *st);
 } wk_engine_vtbl;
 
 /* The entries every engine fills, for one whose functions are named <p>_open, <p>_close, ...
@@ -49,5 +70,6 @@ typedef struct wk_engine_vtbl {
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;
 extern const wk_engine_vtbl wk_engine_virt_vtbl;
+extern const wk_engine_vtbl wk_engine_docker_vtbl;
 
 #endif

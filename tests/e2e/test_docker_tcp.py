@@ -1,0 +1,154 @@
+"""End-to-end tests of the docker engine on tcp:// with TLS, and of a daemon that does not
+answer.
+
+A private dockerd listens on its socket and on tcp://127.0.0.1:PORT with --tlsverify (a CA of
+the test's own signed its certificate and the client's: pvtest.DockerDaemon(tls=True)). Node
+"dkt" reaches it over TCP with the client's CA, certificate and key (worker.tls_ca/cert/key);
+node "dkx" names a socket where no daemon listens. Both in pod "tcp", with a process node "tpr".
+
+Classes:
+  Tls          a workload on dkt runs in the daemon (seen through its socket), labelled with its
+               node; exec works over TLS; the node's engine info says docker.
+  Unreachable  dkx is NOT_READY (its alive key never set) while its agent runs, its log naming
+               the daemon's address; a deploy that names it fails its instance at once with
+               the address.
+  DaemonDown   the daemon stops under dkt: the node goes NOT_READY within a few beats, a
+               control of its workload fails fast naming tcp://127.0.0.1:PORT, nothing of the
+               record is lost; the daemon back, the node is alive again and the workload starts.
+"""
+import json
+import time
+import unittest
+
+import grpc
+
+import pvtest
+from pb import core_pb2, core_pb2_grpc
+
+_env = None
+_dk = _stack = None
+POD = "tcp"
+NOWHERE = "unix:///tmp/pvdk-none/docker.sock"
+
+
+def setUpModule():
+    global _env, _dk, _stack
+    # ready = presence: dkx's agent runs while its node is not alive
+    _env = pvtest.DockerSetup(
+        lambda dk: [{"node": "dkt", "pod": POD, "endpoint": dk.tcp_endpoint},
+                    {"node": "dkx", "pod": POD, "endpoint": NOWHERE}, ("tpr", POD)],
+        config=lambda dk: {"worker": {"status_interval_seconds": 1, "heartbeat_seconds": 1,
+                                      "tls_ca": dk.ca_pem, "tls_cert": dk.cert_pem,
+                                      "tls_key": dk.key_pem}},
+        tls=True)
+    _dk, _stack = _env.daemon, _env.stack
+
+
+def tearDownModule():
+    if _env:
+        _env.stop()
+
+
+def deploy(node, count=1):
+    return core_pb2.DeployOptions(
+        name="tapp%d" % int(time.monotonic() * 1000 % 1000000),
+        entrypoint=core_pb2.EntrypointOptions(name="web", commands=["/bin/sh", "-c",
+                                                                    "sleep 300"]),
+        podname=POD, nodenames=[node], image="demo:1", count=count,
+        resources={"cpumem": json.dumps({"memory-request": "32M"}).encode()})
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = _stack
+        cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
+
+    def alive(self, node):
+        """GetNodeStatus's alive; False when the node's status key is gone (Eru answers
+        "not found" then)."""
+        try:
+            return self.core.GetNodeStatus(core_pb2.GetNodeStatusOptions(nodename=node),
+                                           timeout=10).alive
+        except grpc.RpcError as e:
+            if "not found" not in (e.details() or ""):
+                raise
+            return False
+
+    def container(self, wid):
+        found = _dk.containers("pivirt.id=" + wid)
+        return _dk.inspect(found[0]["Id"]) if found else None
+
+
+class Tls(Base):
+    def test_workload_over_tls(self):
+        msgs = list(self.core.CreateWorkload(deploy("dkt"), timeout=90))
+        self.assertTrue(msgs[0].success, msgs[0].error)
+        c = self.container(msgs[0].id)
+        self.assertTrue(c["State"]["Running"])
+        self.assertEqual(c["Config"]["Labels"]["eru.nodename"], "dkt")
+        req = core_pb2.ExecuteWorkloadOptions(workload_id=msgs[0].id,
+                                              commands=["/bin/echo", "over tls"])
+        got = [m.data for m in self.core.ExecuteWorkload(iter([req]), timeout=60)]
+        self.assertEqual(got, [b"over tls\n", b"[exitcode] 0"])
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename="dkt"), timeout=10)
+        self.assertEqual(eng.type, "docker")
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
+                                                                     force=True), timeout=60))
+        self.assertIsNone(self.container(msgs[0].id))
+
+
+class Unreachable(Base):
+    def test_node_not_ready_naming_the_address(self):
+        agent = self.stack.agents[self.stack.agent_nodes.index("dkx")]
+        self.assertTrue(agent.alive())
+        deadline = time.monotonic() + 10
+        while "not ready" not in agent.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        line = next(l for l in agent.log().splitlines() if "not ready" in l)
+        self.assertIn(NOWHERE, line)
+        self.assertFalse(self.alive("dkx"))
+        self.assertTrue(self.alive("dkt"))
+        # a deploy that names it (Eru lets a named node through) fails fast with the address
+        t0 = time.monotonic()
+        got = list(self.core.CreateWorkload(deploy("dkx"), timeout=60))
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual([m.success for m in got], [False])
+        self.assertIn(NOWHERE, got[0].error)
+        self.assertEqual(_dk.containers("eru.nodename=dkx"), [])
+
+
+class DaemonDown(Base):
+    def test_daemon_stops_under_the_agent(self):
+        wid = list(self.core.CreateWorkload(deploy("dkt"), timeout=90))[0].id
+        _dk.proc.stop(timeout=30)
+        try:
+            deadline = time.monotonic() + 15
+            while self.alive("dkt") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertFalse(self.alive("dkt"))
+            t0 = time.monotonic()
+            got = list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+                IDs=[wid], type="stop"), timeout=60))
+            self.assertLess(time.monotonic() - t0, 8)
+            self.assertEqual(len(got), 1)
+            self.assertIn(_dk.tcp_endpoint, got[0].error)
+            # nothing is lost: the record stays
+            w = self.core.GetWorkload(core_pb2.WorkloadID(id=wid), timeout=10)
+            self.assertEqual(w.nodename, "dkt")
+        finally:
+            _dk.start()
+        deadline = time.monotonic() + 15
+        while not self.alive("dkt") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(self.alive("dkt"))
+        got = list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+            IDs=[wid], type="start"), timeout=60))
+        self.assertEqual([g.error for g in got], [""])
+        self.assertTrue(self.container(wid)["State"]["Running"])
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid], force=True),
+                                      timeout=60))
+
+
+if __name__ == "__main__":
+    pvtest.main()

@@ -1,0 +1,86 @@
+/*
+ * wk_engine_docker: the docker engine (wk_engine.h) for nodes whose endpoint is
+ * unix:///path/docker.sock or tcp://host:port: each workload is one container of that daemon,
+ * made and driven through the Engine API (wk_docker_api.h), as Eru's own docker engine does.
+ *
+ * A container carries Eru's labels (ERU=1, ERU_META, eru.nodename, eru.coreid: the agent's
+ * spec has them) and "pivirt.id" = the workload's id, by which the engine finds it again: the
+ * engine keeps nothing on disk, so an agent that restarts (or a daemon that restarted) finds its
+ * containers by that label (wk_engine_list); containers without it are never listed nor
+ * touched. Its name is the workload's (app_entry_xxxxxx), as Eru names them.
+ *
+ * Files: (wk_docker_files.c) PUT/GET archive. Exec, logs (wk_docker_exec.c): exec create/start
+ * with the multiplexed stream split into stdout and stderr, logs with tail/since/until/follow.
+ * The create body (wk_docker_spec.c) follows Eru's: cpumem as NanoCpus or, bound, CpusetCpus
+ * without a quota; Memory = MemorySwap, MemoryReservation half of it (at least 4 MiB); the
+ * entrypoint's commands as Cmd; env, dir, user, privileged (root and SYS_ADMIN), restart
+ * ("policy[:retries]"), publish, dns, extra_hosts, sysctls, networks; raw_args merged as Eru's
+ * RawArgs (pid_mod, storage_opt, cap_add, cap_drop, ulimits, runtime). Every container runs
+ * with Init (docker-init as PID 1): a main process that ignores SIGTERM (busybox sh) then still
+ * stops at once instead of waiting out its grace.
+ *
+ * This header is the modules' shared interior; the agent reaches the engine through wk_engine.h.
+ */
+#ifndef WK_ENGINE_DOCKER_H
+#define WK_ENGINE_DOCKER_H
+
+#include <jansson.h>
+#include <pthread.h>
+
+#include "wk_docker_api.h"
+#include "wk_engine.h"
+
+#define WK_DOCKER_ID_LABEL "pivirt.id"
+/* the entrypoint's hooks, {"after_start": [...], "before_stop": [...]} */
+#define WK_DOCKER_HOOKS_LABEL "pivirt.hooks"
+
+typedef struct wk_docker {
+    wk_docker_api *api;
+    int grace_seconds;  /* default stop grace */
+    pthread_mutex_t mu; /* ids */
+    json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
+    char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
+} wk_docker;
+
+/* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
+ * NOT_FOUND naming the workload when the daemon has no container of it. */
+int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st);
+/* Drops what the cache knows of id (a container removed, or gone behind the engine's back). */
+void wk_docker_forget(wk_docker *d, const char *id);
+
+/* The create body of a spec (a new reference), or NULL with *st (INVALID_ARGUMENT naming the
+ * field: raw_args that is no JSON object, a bad restart policy). */
+json_t *wk_docker_create_body(const wk_docker *d, const wk_workload_spec *spec, pv_status *st);
+
+/* wk_docker_exec.c */
+int wk_docker_exec(void *impl, const char *id, const char *const *argv, size_t argc, int timeout_ms,
+                   int *exit_code, char **output, size_t *output_len, pv_status *st);
+int wk_docker_exec_io(void *impl, const char *id, const wk_exec_io *io, int *exit_code,
+                      pv_status *st);
+int wk_docker_logs(void *impl, const char *id, const wk_engine_log_opts *o, wk_engine_line_fn fn,
+                   void *ctx, int *exit_code, pv_status *st);
+
+/* wk_docker_files.c */
+int wk_docker_put_file(void *impl, const char *id, const char *path, const void *data, size_t len,
+                       int mode, int uid, int gid, pv_status *st);
+int wk_docker_get_tar(void *impl, const char *id, const char *path, char **tar, size_t *len,
+                      pv_status *st);
+int wk_docker_get_file(void *impl, const char *id, const char *path, char **data, size_t *len,
+                       int *mode, int *uid, int *gid, pv_status *st);
+
+/* wk_docker_image.c */
+int wk_docker_image_list(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
+int wk_docker_pull(void *impl, const char *ref, pv_status *st);
+int wk_docker_image_remove(void *impl, const char *ref, bool prune, pv_status *st);
+int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *exist_id,
+                          const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
+                          char **id, pv_status *st);
+
+/* wk_docker_net.c */
+int wk_docker_networks(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
+int wk_docker_connect(void *impl, const char *id, const char *network, const char *ipv4,
+                      const char *ipv6, wk_engine_network *out, pv_status *st);
+int wk_docker_disconnect(void *impl, const char *id, const char *network, bool force,
+                         pv_status *st);
+
+#endif
