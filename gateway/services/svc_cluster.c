@@ -102,9 +102,9 @@ static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
 static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const char *ref,
                         pv_pod *out, pv_status *st) {
     if (pv_id_check(field, ref, st) != PV_OK) return st->code;
-    if (pv_registry_get_pod_by_id(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (pv_registry_get_pod(r, k, PV_REG_BY_ID, ref, out, st) == PV_OK) return PV_OK;
     if (st->code != PV_NOT_FOUND && st->code != PV_INVALID_ARGUMENT) return st->code;
-    if (pv_registry_get_pod(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (pv_registry_get_pod(r, k, PV_REG_BY_NAME, ref, out, st) == PV_OK) return PV_OK;
     if (st->code == PV_NOT_FOUND || st->code == PV_INVALID_ARGUMENT)
         return pv_status_set(st, PV_NOT_FOUND, "%s: cluster %s not found", field, ref);
     return st->code;
@@ -114,8 +114,8 @@ static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const 
 static int find_node(pv_redis *r, const pv_keys *k, const pv_pod *pod, const char *ref,
                      pv_node *out, pv_status *st) {
     if (pv_id_check("node_id", ref, st) != PV_OK) return st->code;
-    int rc = pv_registry_get_node_by_id(r, k, ref, out, st);
-    if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, ref, out, st);
+    int rc = pv_registry_get_node(r, k, PV_REG_BY_ID, ref, out, st);
+    if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, PV_REG_BY_NAME, ref, out, st);
     if (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)
         return pv_status_set(st, PV_NOT_FOUND, "node_id: node %s not found", ref);
     if (rc != PV_OK) return rc;

@@ -362,8 +362,8 @@ static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
     listing l = {0};
     pv_node node;
-    int rc = pv_registry_get_node(gw_app_redis(call), &svc_of(call)->app->keys, o->nodename, &node,
-                                  &l.st);
+    int rc = pv_registry_get_node(gw_app_redis(call), &svc_of(call)->app->keys, PV_REG_BY_NAME,
+                                  o->nodename, &node, &l.st);
     if (rc == PV_OK) pv_node_clear(&node);
     if (rc == PV_OK)
         rc = list_labelled(call, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &l);
