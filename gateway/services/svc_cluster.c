@@ -53,40 +53,20 @@ static void finish_status(gw_call *call, const pv_status *st) {
 
 /* A request's map as a JSON object text (caller frees). */
 static char *map_json(void *const *entries, size_t n) {
-    json_t *o = json_object();
-    if (o) pv_pbmap_add(o, entries, n);
+    json_t *o = pv_pbmap_object(entries, n);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return text;
 }
 
 /* Entries of descriptor d for a JSON object of strings; they point into *keep (the parsed
- * object, the caller's to json_decref) and are freed with map_free. */
+ * object, the caller's to json_decref) and are freed with pv_pbmap_entries_free. */
 static void **map_entries(const char *json, const ProtobufCMessageDescriptor *d, json_t **keep,
                           size_t *n) {
-    *n = 0;
     *keep = json_loads(json && *json ? json : "{}", 0, NULL);
-    size_t cap = json_object_size(*keep);
-    if (cap == 0) return NULL;
-    void **out = calloc(cap, sizeof *out);
-    const char *key;
-    json_t *v;
-    json_object_foreach(*keep, key, v) {
-        if (!out || !json_is_string(v)) continue;
-        pv_pbmap_entry *e = calloc(1, d->sizeof_message);
-        if (!e) continue;
-        protobuf_c_message_init(d, e);
-        e->key = (char *)key;
-        e->value = (char *)json_string_value(v);
-        out[(*n)++] = e;
-    }
+    void **out;
+    pv_pbmap_entries(*keep, d, &out, n);
     return out;
-}
-
-static void map_free(void **entries, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        free(entries[i]);
-    free(entries);
 }
 
 static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
@@ -139,8 +119,8 @@ typedef struct node_msg {
 } node_msg;
 
 static void node_msg_free(node_msg *m) {
-    map_free((void **)m->msg.labels, m->msg.n_labels);
-    map_free((void **)m->msg.annotations, m->msg.n_annotations);
+    pv_pbmap_entries_free((void **)m->msg.labels);
+    pv_pbmap_entries_free((void **)m->msg.annotations);
     json_decref(m->labels_json);
     json_decref(m->annotations_json);
 }
@@ -313,8 +293,8 @@ static int send_cluster(gw_call *call, pv_redis *r, const pv_pod *p, pv_status *
     m.created_at = &created;
     m.updated_at = &updated;
     int rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
-    map_free((void **)m.labels, m.n_labels);
-    map_free((void **)m.annotations, m.n_annotations);
+    pv_pbmap_entries_free((void **)m.labels);
+    pv_pbmap_entries_free((void **)m.annotations);
     json_decref(lk);
     json_decref(ak);
     free(cps);

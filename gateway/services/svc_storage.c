@@ -18,6 +18,7 @@
 #include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_op.h"
+#include "pv_pbmap.h"
 #include "pv_registry.h"
 #include "pv_storage.h"
 #include "pv_validate.h"
@@ -67,47 +68,11 @@ typedef union sto_rec {
 
 /* ---- maps and timestamps ---- */
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key, *value;
-} str_entry;
-
-static json_t *map_json(void *const *entries, size_t n) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < n; i++) {
-        const str_entry *e = entries[i];
-        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
-    }
-    return o;
-}
-
-/* Entries pointing into obj (which must outlive them); free the array only. */
+/* Entries pointing into obj (which must outlive them); freed with pv_pbmap_entries_free. */
 static void **map_entries(json_t *obj, const ProtobufCMessageDescriptor *d, size_t *n) {
-    *n = 0;
-    size_t count = json_object_size(obj);
-    if (!count) return NULL;
-    void **out = calloc(count, sizeof *out);
-    str_entry *e = calloc(count, d->sizeof_message);
-    if (!out || !e) {
-        free(out);
-        free(e);
-        return NULL;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        str_entry *x = (str_entry *)((char *)e + *n * d->sizeof_message);
-        protobuf_c_message_init(d, x);
-        x->key = (char *)key;
-        x->value = (char *)json_string_value(v);
-        out[(*n)++] = x;
-    }
+    void **out;
+    pv_pbmap_entries(obj, d, &out, n);
     return out;
-}
-
-static void map_free(void **entries) {
-    if (entries) free(entries[0]);
-    free(entries);
 }
 
 static void ts_of(Google__Protobuf__Timestamp *ts, int64_t ms) {
@@ -139,7 +104,7 @@ static int send_pool(gw_call *call, const pv_pool *rec, bool reply) {
     ts_of(&created, rec->created_ms);
     m.created_at = &created;
     int rc = send_msg(call, &m.base, reply);
-    map_free((void **)m.config);
+    pv_pbmap_entries_free((void **)m.config);
     return rc;
 }
 
@@ -160,7 +125,7 @@ static int send_volume(gw_call *call, const pv_volume *rec, bool reply) {
     m.created_at = &created;
     m.updated_at = &updated;
     int rc = send_msg(call, &m.base, reply);
-    map_free((void **)m.labels);
+    pv_pbmap_entries_free((void **)m.labels);
     return rc;
 }
 
@@ -324,7 +289,7 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     if (answer_retry(call, PV_KIND_POOL_CREATE)) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
-    json_t *config = map_json((void *const *)req->config, req->n_config);
+    json_t *config = pv_pbmap_object((void *const *)req->config, req->n_config);
     pv_pool rec = {0};
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
@@ -555,7 +520,7 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     if (answer_retry(call, PV_KIND_VOLUME_CREATE)) return;
     pv_status st;
     pv_pool pool = {0};
-    json_t *labels = map_json((void *const *)req->labels, req->n_labels);
+    json_t *labels = pv_pbmap_object((void *const *)req->labels, req->n_labels);
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     if (rc == PV_OK && req->size_bytes <= 0)
@@ -623,7 +588,7 @@ static int send_pool_volumes(gw_call *call, const char *pool, json_t *want, pv_s
 static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListVolumesRequest *req = (const void *)msg;
     pv_status st;
-    json_t *want = map_json((void *const *)req->labels, req->n_labels);
+    json_t *want = pv_pbmap_object((void *const *)req->labels, req->n_labels);
     pv_pool *pools = NULL;
     size_t n = 0;
     int rc = PV_OK;
