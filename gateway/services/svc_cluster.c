@@ -332,10 +332,7 @@ static void on_create_cluster(gw_call *call, const ProtobufCMessage *msg) {
         pv_info("CreateCluster id=%s name=%s version=%s", p.id, p.name, p.version);
         rc = send_cluster(call, r, &p, &st);
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
     free(labels);
     free(annotations);
@@ -348,10 +345,7 @@ static void on_get_cluster(gw_call *call, const ProtobufCMessage *msg) {
     pv_pod p = {0};
     int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = send_cluster(call, r, &p, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
 }
 
@@ -377,10 +371,7 @@ static void on_list_clusters(gw_call *call, const ProtobufCMessage *msg) {
         }
         rc = send_cluster(call, r, &pods[i], &st);
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_array_free(pods, n);
     free(want);
 }
@@ -413,10 +404,7 @@ static void on_update_cluster(gw_call *call, const ProtobufCMessage *msg) {
         rc = pv_registry_update_pod(r, keys_of(call), &u, &now, &st);
     }
     if (rc == PV_OK) rc = send_cluster(call, r, &now, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     free(labels);
     free(annotations);
     pv_pod_clear(&p);
@@ -478,10 +466,7 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *msg) {
         pv_info("AddNode cluster=%s node=%s role=%s ip=%s", p.name, n.name, n.role, n.ip);
         rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     free(labels);
     pv_pod_clear(&p);
     pv_node_clear(&n);
@@ -496,10 +481,7 @@ static void on_get_node(gw_call *call, const ProtobufCMessage *msg) {
     int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
     if (rc == PV_OK) rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
     pv_node_clear(&n);
 }
@@ -530,10 +512,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
         node_msg_free(&m);
     }
     json_decref(upgrades);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_node_array_free(nodes, n);
     pv_pod_clear(&p);
     free(want);

@@ -351,10 +351,7 @@ static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
         if (send_pool(call, &all[i], false) != 0) rc = PV_CANCELLED;
     }
     pv_storage_array_free(PV_STO_POOL, all, n);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
 }
 
 /* Pool name (the request's field "name") and its volumes (*vols, *nv: free them with
@@ -603,10 +600,7 @@ static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     }
     for (size_t i = 0; rc == PV_OK && i < n; i++)
         rc = send_pool_volumes(call, pools[i].name, want, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_storage_array_free(PV_STO_POOL, pools, n);
     json_decref(want);
 }
@@ -786,10 +780,7 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
     }
     free(done);
     json_decref(emitted);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_storage_array_free(PV_STO_SNAP, all, n);
     pv_storage_free(PV_STO_VOL, &vol);
 }
