@@ -185,7 +185,7 @@ int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
         sched_cache_entry *e = lookup(c, v.id);
         if (!e || e->rec.rev < v.rev) {
             pv_node rec = {0};
-            rc = pv_registry_get_node_by_id(r, k, v.id, &rec, st);
+            rc = pv_registry_get_node(r, k, PV_REG_BY_ID, v.id, &rec, st);
             if (rc == PV_NOT_FOUND) { /* removed since the view: it takes no part */
                 rc = PV_OK;
                 continue;
@@ -213,7 +213,7 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
                      sched_cache_entry **out, pv_status *st) {
     *out = NULL;
     pv_node rec = {0};
-    if (pv_registry_get_node(r, k, name, &rec, st) != PV_OK) return st->code;
+    if (pv_registry_get_node(r, k, PV_REG_BY_NAME, name, &rec, st) != PV_OK) return st->code;
     sched_cache_entry *e = lookup(c, rec.id);
     if (e && e->rec.rev == rec.rev) {
         e->rec.alive = rec.alive;

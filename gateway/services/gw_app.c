@@ -15,6 +15,13 @@ pv_redis *gw_app_redis(gw_call *call) {
     return gw_call_thread_state(call);
 }
 
+void gw_app_finish_stream(gw_call *call, int rc, const pv_status *st) {
+    if (rc == PV_OK)
+        gw_call_finish(call, PV_OK, NULL);
+    else if (rc != PV_CANCELLED)
+        gw_call_finish(call, st->code, st->msg);
+}
+
 pv_op_opts gw_app_op_opts(const gw_app *app) {
     pv_op_opts o = {.retention_seconds = app->cfg.ops.retention_seconds,
                     .events_maxlen = app->cfg.ops.events_maxlen};

@@ -30,6 +30,10 @@ typedef struct gw_app {
 /* The calling pool thread's Redis connection (made on first use, reconnecting by itself). */
 pv_redis *gw_app_redis(gw_call *call);
 
+/* Ends a server-streaming call by rc, once its messages are sent: OK; nothing more when
+ * PV_CANCELLED (the client went while they were sent); else st's code and message. */
+void gw_app_finish_stream(gw_call *call, int rc, const pv_status *st);
+
 /* The retention and limits every operation is written with (from the configuration). */
 pv_op_opts gw_app_op_opts(const gw_app *app);
 

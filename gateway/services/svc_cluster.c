@@ -53,40 +53,20 @@ static void finish_status(gw_call *call, const pv_status *st) {
 
 /* A request's map as a JSON object text (caller frees). */
 static char *map_json(void *const *entries, size_t n) {
-    json_t *o = json_object();
-    if (o) pv_pbmap_add(o, entries, n);
+    json_t *o = pv_pbmap_object(entries, n);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return text;
 }
 
 /* Entries of descriptor d for a JSON object of strings; they point into *keep (the parsed
- * object, the caller's to json_decref) and are freed with map_free. */
+ * object, the caller's to json_decref) and are freed with pv_pbmap_entries_free. */
 static void **map_entries(const char *json, const ProtobufCMessageDescriptor *d, json_t **keep,
                           size_t *n) {
-    *n = 0;
     *keep = json_loads(json && *json ? json : "{}", 0, NULL);
-    size_t cap = json_object_size(*keep);
-    if (cap == 0) return NULL;
-    void **out = calloc(cap, sizeof *out);
-    const char *key;
-    json_t *v;
-    json_object_foreach(*keep, key, v) {
-        if (!out || !json_is_string(v)) continue;
-        pv_pbmap_entry *e = calloc(1, d->sizeof_message);
-        if (!e) continue;
-        protobuf_c_message_init(d, e);
-        e->key = (char *)key;
-        e->value = (char *)json_string_value(v);
-        out[(*n)++] = e;
-    }
+    void **out;
+    pv_pbmap_entries(*keep, d, &out, n);
     return out;
-}
-
-static void map_free(void **entries, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        free(entries[i]);
-    free(entries);
 }
 
 static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
@@ -102,9 +82,9 @@ static void timestamp(Google__Protobuf__Timestamp *ts, int64_t ms) {
 static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const char *ref,
                         pv_pod *out, pv_status *st) {
     if (pv_id_check(field, ref, st) != PV_OK) return st->code;
-    if (pv_registry_get_pod_by_id(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (pv_registry_get_pod(r, k, PV_REG_BY_ID, ref, out, st) == PV_OK) return PV_OK;
     if (st->code != PV_NOT_FOUND && st->code != PV_INVALID_ARGUMENT) return st->code;
-    if (pv_registry_get_pod(r, k, ref, out, st) == PV_OK) return PV_OK;
+    if (pv_registry_get_pod(r, k, PV_REG_BY_NAME, ref, out, st) == PV_OK) return PV_OK;
     if (st->code == PV_NOT_FOUND || st->code == PV_INVALID_ARGUMENT)
         return pv_status_set(st, PV_NOT_FOUND, "%s: cluster %s not found", field, ref);
     return st->code;
@@ -114,8 +94,8 @@ static int find_cluster(pv_redis *r, const pv_keys *k, const char *field, const 
 static int find_node(pv_redis *r, const pv_keys *k, const pv_pod *pod, const char *ref,
                      pv_node *out, pv_status *st) {
     if (pv_id_check("node_id", ref, st) != PV_OK) return st->code;
-    int rc = pv_registry_get_node_by_id(r, k, ref, out, st);
-    if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, ref, out, st);
+    int rc = pv_registry_get_node(r, k, PV_REG_BY_ID, ref, out, st);
+    if (rc == PV_NOT_FOUND) rc = pv_registry_get_node(r, k, PV_REG_BY_NAME, ref, out, st);
     if (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)
         return pv_status_set(st, PV_NOT_FOUND, "node_id: node %s not found", ref);
     if (rc != PV_OK) return rc;
@@ -139,8 +119,8 @@ typedef struct node_msg {
 } node_msg;
 
 static void node_msg_free(node_msg *m) {
-    map_free((void **)m->msg.labels, m->msg.n_labels);
-    map_free((void **)m->msg.annotations, m->msg.n_annotations);
+    pv_pbmap_entries_free((void **)m->msg.labels);
+    pv_pbmap_entries_free((void **)m->msg.annotations);
     json_decref(m->labels_json);
     json_decref(m->annotations_json);
 }
@@ -313,8 +293,8 @@ static int send_cluster(gw_call *call, pv_redis *r, const pv_pod *p, pv_status *
     m.created_at = &created;
     m.updated_at = &updated;
     int rc = gw_call_send(call, &m.base) == 0 ? PV_OK : PV_CANCELLED;
-    map_free((void **)m.labels, m.n_labels);
-    map_free((void **)m.annotations, m.n_annotations);
+    pv_pbmap_entries_free((void **)m.labels);
+    pv_pbmap_entries_free((void **)m.annotations);
     json_decref(lk);
     json_decref(ak);
     free(cps);
@@ -352,10 +332,7 @@ static void on_create_cluster(gw_call *call, const ProtobufCMessage *msg) {
         pv_info("CreateCluster id=%s name=%s version=%s", p.id, p.name, p.version);
         rc = send_cluster(call, r, &p, &st);
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
     free(labels);
     free(annotations);
@@ -368,10 +345,7 @@ static void on_get_cluster(gw_call *call, const ProtobufCMessage *msg) {
     pv_pod p = {0};
     int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = send_cluster(call, r, &p, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
 }
 
@@ -397,10 +371,7 @@ static void on_list_clusters(gw_call *call, const ProtobufCMessage *msg) {
         }
         rc = send_cluster(call, r, &pods[i], &st);
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_array_free(pods, n);
     free(want);
 }
@@ -433,10 +404,7 @@ static void on_update_cluster(gw_call *call, const ProtobufCMessage *msg) {
         rc = pv_registry_update_pod(r, keys_of(call), &u, &now, &st);
     }
     if (rc == PV_OK) rc = send_cluster(call, r, &now, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     free(labels);
     free(annotations);
     pv_pod_clear(&p);
@@ -498,10 +466,7 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *msg) {
         pv_info("AddNode cluster=%s node=%s role=%s ip=%s", p.name, n.name, n.role, n.ip);
         rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
     }
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     free(labels);
     pv_pod_clear(&p);
     pv_node_clear(&n);
@@ -516,10 +481,7 @@ static void on_get_node(gw_call *call, const ProtobufCMessage *msg) {
     int rc = find_cluster(r, keys_of(call), "cluster_id", req->cluster_id, &p, &st);
     if (rc == PV_OK) rc = find_node(r, keys_of(call), &p, req->node_id, &n, &st);
     if (rc == PV_OK) rc = send_node(call, &n) == 0 ? PV_OK : PV_CANCELLED;
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_pod_clear(&p);
     pv_node_clear(&n);
 }
@@ -550,10 +512,7 @@ static void on_list_nodes(gw_call *call, const ProtobufCMessage *msg) {
         node_msg_free(&m);
     }
     json_decref(upgrades);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_node_array_free(nodes, n);
     pv_pod_clear(&p);
     free(want);

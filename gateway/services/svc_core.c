@@ -370,7 +370,7 @@ static void on_get_pod(gw_call *call, const ProtobufCMessage *req) {
     pv_redis *r = gw_app_redis(call);
     pv_pod p;
     pv_status st;
-    if (pv_registry_get_pod(r, keys_of(call), o->name, &p, &st) != PV_OK) {
+    if (pv_registry_get_pod(r, keys_of(call), PV_REG_BY_NAME, o->name, &p, &st) != PV_OK) {
         fail(call, ERU_GET_POD, &st);
         return;
     }
@@ -516,7 +516,7 @@ static void on_get_node(gw_call *call, const ProtobufCMessage *req) {
     pv_redis *r = gw_app_redis(call);
     pv_node n;
     pv_status st;
-    if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
+    if (pv_registry_get_node(r, keys_of(call), PV_REG_BY_NAME, o->nodename, &n, &st) != PV_OK) {
         fail(call, ERU_GET_NODE, &st);
         return;
     }
@@ -529,7 +529,7 @@ static void on_get_node_engine_info(gw_call *call, const ProtobufCMessage *req) 
     pv_redis *r = gw_app_redis(call);
     pv_node n;
     pv_status st;
-    if (pv_registry_get_node(r, keys_of(call), o->nodename, &n, &st) != PV_OK) {
+    if (pv_registry_get_node(r, keys_of(call), PV_REG_BY_NAME, o->nodename, &n, &st) != PV_OK) {
         fail(call, ERU_GET_NODE_STATUS, &st);
         return;
     }
@@ -609,7 +609,7 @@ static int update_node(pv_redis *r, const pv_keys *k, pv_node_update *u, const c
     if (!delta && pv_registry_check_resources(given, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < SET_NODE_ATTEMPTS; attempt++) {
         pv_node cur;
-        if (pv_registry_get_node(r, k, u->name, &cur, st) != PV_OK) return st->code;
+        if (pv_registry_get_node(r, k, PV_REG_BY_NAME, u->name, &cur, st) != PV_OK) return st->code;
         char *resources = NULL;
         int rc = set_node_resources(&cur, given, delta, &resources, st);
         if (rc == PV_OK) {

@@ -60,7 +60,7 @@ static int virt_node_of(pv_redis *r, const pv_keys *k, const char *id, char **no
     pv_workload w;
     if (pv_workload_get(r, k, id, &w, st) != PV_OK) return st->code;
     pv_node n = {0};
-    int rc = pv_registry_get_node(r, k, w.node, &n, st);
+    int rc = pv_registry_get_node(r, k, PV_REG_BY_NAME, w.node, &n, st);
     bool networks =
         rc == PV_OK && (strcmp(n.engine, "virt") == 0 || strcmp(n.engine, "docker") == 0);
     if (rc == PV_OK && !networks) /* docker nodes answer RawEngine UNIMPLEMENTED themselves */

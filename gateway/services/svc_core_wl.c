@@ -37,6 +37,7 @@
 #include "gw_node_watch.h"
 #include "pb/core.pb-c.h"
 #include "pv_log.h"
+#include "pv_pbmap.h"
 #include "pv_registry.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
@@ -88,17 +89,9 @@ static svc_core_wl *svc_of(gw_call *call) {
 /* A map<string,string> field built from a JSON object; the entries point into obj. */
 typedef struct map_buf {
     json_t *obj; /* every value a string */
-    void *entries;
-    void **ptrs;
+    void **ptrs; /* pv_pbmap_entries */
     size_t n;
 } map_buf;
-
-/* protobuf-c lays every map entry out as base, key, value. */
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
 
 /* A JSON value as a map value: strings as they are, arrays of strings joined with "," (Eru's
  * publish form: "ip:port,ip:port"), anything else as compact JSON. */
@@ -126,8 +119,7 @@ static json_t *map_value(json_t *v) {
 
 static void map_free(map_buf *m) {
     json_decref(m->obj);
-    free(m->entries);
-    free(m->ptrs);
+    pv_pbmap_entries_free(m->ptrs);
     memset(m, 0, sizeof *m);
 }
 
@@ -139,20 +131,8 @@ static int map_fill(map_buf *m, const ProtobufCMessageDescriptor *d, const char 
     json_t *v;
     json_object_foreach(src, key, v) json_object_set_new(m->obj, key, map_value(v));
     json_decref(src);
-    size_t n = json_object_size(m->obj);
     if (!m->obj) return -1;
-    if (n == 0) return 0;
-    m->entries = calloc(n, d->sizeof_message);
-    m->ptrs = calloc(n, sizeof *m->ptrs);
-    if (!m->entries || !m->ptrs) return -1;
-    json_object_foreach(m->obj, key, v) {
-        str_entry *e = (str_entry *)((char *)m->entries + m->n * d->sizeof_message);
-        protobuf_c_message_init(d, e);
-        e->key = (char *)key;
-        e->value = (char *)json_string_value(v);
-        m->ptrs[m->n++] = e;
-    }
-    return 0;
+    return pv_pbmap_entries(m->obj, d, &m->ptrs, &m->n);
 }
 
 typedef struct status_msg {
@@ -362,8 +342,8 @@ static void on_list_node_workloads(gw_call *call, const ProtobufCMessage *req) {
     const Pb__GetNodeOptions *o = (const Pb__GetNodeOptions *)req;
     listing l = {0};
     pv_node node;
-    int rc = pv_registry_get_node(gw_app_redis(call), &svc_of(call)->app->keys, o->nodename, &node,
-                                  &l.st);
+    int rc = pv_registry_get_node(gw_app_redis(call), &svc_of(call)->app->keys, PV_REG_BY_NAME,
+                                  o->nodename, &node, &l.st);
     if (rc == PV_OK) pv_node_clear(&node);
     if (rc == PV_OK)
         rc = list_labelled(call, "", "", o->nodename, (void *const *)o->labels, o->n_labels, &l);

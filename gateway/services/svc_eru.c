@@ -2,17 +2,16 @@
  * svc_eru: the map-field conversions every pb.CoreRPC handler shares (see svc_eru.h).
  *
  * protobuf-c generates one entry type per map field (Pb__Node__LabelsEntry, ...), all laid out
- * as base, key, value; the two shapes below read any of them, so one function serves every map
- * of a kind.
+ * as base, key, value; pv_pbmap_entry and bytes_entry read any of them, so one function serves
+ * every map of a kind.
  */
 #include "svc_eru.h"
 
 #include "pv_json.h"
+#include "pv_pbmap.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef svc_eru_str_entry str_entry;
 
 typedef struct bytes_entry {
     ProtobufCMessage base;
@@ -29,7 +28,7 @@ int svc_eru_labels_json(const char *field, void *const *entries, size_t n, char 
     *out = NULL;
     json_t *j = json_object();
     for (size_t i = 0; j && i < n; i++) {
-        const str_entry *e = entries[i];
+        const pv_pbmap_entry *e = entries[i];
         if (json_object_set_new(j, e->key, json_string(e->value)) != 0) {
             json_decref(j);
             return pv_status_set(st, PV_INVALID_ARGUMENT, "%s[%s]: not valid UTF-8", field, e->key);
@@ -75,7 +74,7 @@ bool svc_eru_labels_match(const char *labels_json, void *const *want, size_t n_w
     json_t *have = json_loads(labels_json, 0, NULL);
     bool ok = have != NULL;
     for (size_t i = 0; ok && i < n_want; i++) {
-        const str_entry *e = want[i];
+        const pv_pbmap_entry *e = want[i];
         const char *v = json_string_value(json_object_get(have, e->key));
         ok = v && strcmp(v, e->value) == 0;
     }

@@ -61,13 +61,8 @@ enum {
 };
 
 /* Map fields arrive as protobuf-c's generated *_Entry messages (base, key, value); entries is the
- * field's array of pointers to them, whichever message they belong to. Every map<string,string>
- * entry has this layout. */
-typedef struct svc_eru_str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} svc_eru_str_entry;
+ * field's array of pointers to them, whichever message they belong to (a map<string,string>
+ * entry read as pv_pbmap_entry). */
 
 /* A map<string,string> as a compact JSON object with
  * sorted keys. field names the field in messages. */

@@ -18,6 +18,7 @@
 #include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_op.h"
+#include "pv_pbmap.h"
 #include "pv_registry.h"
 #include "pv_storage.h"
 #include "pv_validate.h"
@@ -55,7 +56,8 @@ static void finish_status(gw_call *call, const pv_status *st) {
 }
 
 static bool answer_retry(gw_call *call, const char *kind);
-static void answer_pool(gw_call *call, const char *name, const pv_pool *fallback, bool pending);
+static void answer_made(gw_call *call, int rc, const pv_status *st, pv_sto_kind kind,
+                        const char *id, const void *fallback, bool pending);
 
 /* A record of any storage kind, as pv_storage_get fills it. */
 typedef union sto_rec {
@@ -66,47 +68,11 @@ typedef union sto_rec {
 
 /* ---- maps and timestamps ---- */
 
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key, *value;
-} str_entry;
-
-static json_t *map_json(void *const *entries, size_t n) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < n; i++) {
-        const str_entry *e = entries[i];
-        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
-    }
-    return o;
-}
-
-/* Entries pointing into obj (which must outlive them); free the array only. */
+/* Entries pointing into obj (which must outlive them); freed with pv_pbmap_entries_free. */
 static void **map_entries(json_t *obj, const ProtobufCMessageDescriptor *d, size_t *n) {
-    *n = 0;
-    size_t count = json_object_size(obj);
-    if (!count) return NULL;
-    void **out = calloc(count, sizeof *out);
-    str_entry *e = calloc(count, d->sizeof_message);
-    if (!out || !e) {
-        free(out);
-        free(e);
-        return NULL;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        str_entry *x = (str_entry *)((char *)e + *n * d->sizeof_message);
-        protobuf_c_message_init(d, x);
-        x->key = (char *)key;
-        x->value = (char *)json_string_value(v);
-        out[(*n)++] = x;
-    }
+    void **out;
+    pv_pbmap_entries(obj, d, &out, n);
     return out;
-}
-
-static void map_free(void **entries) {
-    if (entries) free(entries[0]);
-    free(entries);
 }
 
 static void ts_of(Google__Protobuf__Timestamp *ts, int64_t ms) {
@@ -138,7 +104,7 @@ static int send_pool(gw_call *call, const pv_pool *rec, bool reply) {
     ts_of(&created, rec->created_ms);
     m.created_at = &created;
     int rc = send_msg(call, &m.base, reply);
-    map_free((void **)m.config);
+    pv_pbmap_entries_free((void **)m.config);
     return rc;
 }
 
@@ -159,7 +125,7 @@ static int send_volume(gw_call *call, const pv_volume *rec, bool reply) {
     m.created_at = &created;
     m.updated_at = &updated;
     int rc = send_msg(call, &m.base, reply);
-    map_free((void **)m.labels);
+    pv_pbmap_entries_free((void **)m.labels);
     return rc;
 }
 
@@ -175,6 +141,12 @@ static int send_snapshot(gw_call *call, const pv_snapshot *rec, bool reply) {
     ts_of(&created, rec->created_ms);
     m.created_at = &created;
     return send_msg(call, &m.base, reply);
+}
+
+static int send_rec(gw_call *call, pv_sto_kind kind, const void *rec, bool reply) {
+    if (kind == PV_STO_POOL) return send_pool(call, rec, reply);
+    if (kind == PV_STO_VOL) return send_volume(call, rec, reply);
+    return send_snapshot(call, rec, reply);
 }
 
 static void reply_empty(gw_call *call) {
@@ -210,10 +182,10 @@ static int op_outcome(const pv_op *rec, bool *pending, pv_status *st) {
                          rec->error_message ? rec->error_message : "failed");
 }
 
-/* Submits kind on the queue of node's agent (target and holds locked while it runs) and waits
- * for it up to the call's deadline. PV_OK: it succeeded; PV_DEADLINE_EXCEEDED in *st->code
- * with *pending set: still running (the caller answers the resource as it stands); else its
- * error. *op_out (may be NULL) gets the record. */
+/* Submits kind with params (taken: freed here; NULL, out of memory, fails) on the queue of
+ * node's agent (target and holds locked while it runs) and, wait set, waits for it up to the
+ * call's deadline. PV_OK: it succeeded, or still runs with *pending set (the caller answers the
+ * resource as it stands); else its error. *op_out (may be NULL) gets the record. */
 static int run_op(gw_call *call, const char *kind, const char *node, const char *target,
                   const char *const *holds, size_t n_holds, json_t *params, bool wait,
                   bool *pending, pv_op *op_out, pv_status *st) {
@@ -224,15 +196,19 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     bool alive = false;
     int arc = pv_registry_get_alive(r, &app->keys, node, &alive, NULL, st);
     if (arc == PV_NOT_FOUND)
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "node %s (which holds the pool) is not registered", node);
-    if (arc != PV_OK) return arc;
-    if (!alive)
-        return pv_status_set(st, PV_FAILED_PRECONDITION,
-                             "the agent of node %s, which holds the pool, is not running", node);
+        arc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                            "node %s (which holds the pool) is not registered", node);
+    else if (arc == PV_OK && !alive)
+        arc = pv_status_set(st, PV_FAILED_PRECONDITION,
+                            "the agent of node %s, which holds the pool, is not running", node);
+    if (arc != PV_OK) {
+        json_decref(params);
+        return arc;
+    }
     char queue[300];
     snprintf(queue, sizeof queue, "node:%s", node);
-    char *text = json_dumps(params, JSON_COMPACT);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
     pv_op_submit_req req = {.kind = kind,
                             .target = target,
                             .queue = queue,
@@ -262,6 +238,12 @@ static int run_op(gw_call *call, const char *kind, const char *node, const char 
     return rc;
 }
 
+/* run_op's usual form: no holds, waited for. */
+static int run_waited(gw_call *call, const char *kind, const char *node, const char *target,
+                      json_t *params, bool *pending, pv_status *st) {
+    return run_op(call, kind, node, target, NULL, 0, params, true, pending, NULL, st);
+}
+
 static int node_of_pool(const pv_pool *pool, char *out, size_t cap) {
     snprintf(out, cap, "%s", pool->node ? pool->node : "");
     return PV_OK;
@@ -287,6 +269,19 @@ static int get_ref(gw_call *call, pv_sto_kind kind, const char *field, const cha
     return pv_storage_get(gw_app_redis(call), keys_of(call), kind, ref, rec, st);
 }
 
+/* Deletes the record field names (params {field: value}) on node with the operation kind
+ * (target locked), waited for, and answers Empty; or, rc not PV_OK, the failure st so far. */
+static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind, const char *node,
+                          const char *target, const char *field, const char *value) {
+    bool pending = false;
+    if (rc == PV_OK)
+        rc = run_waited(call, kind, node, target, json_pack("{s:s}", field, value), &pending, st);
+    if (rc == PV_OK)
+        reply_empty(call);
+    else
+        finish_status(call, st);
+}
+
 /* ---- pools ---- */
 
 static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
@@ -294,7 +289,7 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     if (answer_retry(call, PV_KIND_POOL_CREATE)) return;
     pv_redis *r = gw_app_redis(call);
     pv_status st;
-    json_t *config = map_json((void *const *)req->config, req->n_config);
+    json_t *config = pv_pbmap_object((void *const *)req->config, req->n_config);
     pv_pool rec = {0};
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
@@ -319,21 +314,19 @@ static void on_create_pool(gw_call *call, const ProtobufCMessage *msg) {
     else
         default_node(call, node, sizeof node);
     bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s, s:i, s:O, s:s}", "name", req->name, "type",
-                                   (int)req->type, "config", config, "node", node);
-        char target[300];
-        snprintf(target, sizeof target, "pool:%s", req->name);
-        rc = run_op(call, PV_KIND_POOL_CREATE, node, target, NULL, 0, params, true, &pending, NULL,
-                    &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK) {
-        pv_pool asked = {.name = req->name, .type = (int)req->type, .config = config, .node = node};
-        answer_pool(call, req->name, &asked, pending);
-    } else {
-        finish_status(call, &st);
-    }
+    char target[300];
+    snprintf(target, sizeof target, "pool:%s", req->name);
+    if (rc == PV_OK)
+        rc = run_waited(call, PV_KIND_POOL_CREATE, node, target,
+                        json_pack("{s:s, s:i, s:O, s:s}", "name", req->name, "type", (int)req->type,
+                                  "config", config, "node", node),
+                        &pending, &st);
+    pv_pool asked = {.name = req->name,
+                     .type = (int)req->type,
+                     .status = PV_POOL_INACTIVE,
+                     .config = config,
+                     .node = node};
+    answer_made(call, rc, &st, PV_STO_POOL, req->name, &asked, pending);
     json_decref(config);
 }
 
@@ -358,60 +351,52 @@ static void on_list_pools(gw_call *call, const ProtobufCMessage *msg) {
         if (send_pool(call, &all[i], false) != 0) rc = PV_CANCELLED;
     }
     pv_storage_array_free(PV_STO_POOL, all, n);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
+}
+
+/* Pool name (the request's field "name") and its volumes (*vols, *nv: free them with
+ * pv_storage_array_free, and *rec with pv_storage_free, whatever this returns). */
+static int pool_and_volumes(gw_call *call, const char *name, pv_pool *rec, pv_volume **vols,
+                            size_t *nv, pv_status *st) {
+    int rc = get_pool(call, "name", name, rec, st);
+    if (rc != PV_OK) return rc;
+    return pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_VOL, name, (void **)vols, nv,
+                           st);
 }
 
 static void on_delete_pool(gw_call *call, const ProtobufCMessage *msg) {
     if (answer_retry(call, PV_KIND_POOL_DELETE)) return;
     const Pivirt__Storage__V1__DeletePoolRequest *req = (const void *)msg;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
     pv_pool rec;
     pv_volume *vols = NULL;
     size_t nv = 0;
-    int rc = get_pool(call, "name", req->name, &rec, &st);
-    if (rc == PV_OK)
-        rc = pv_storage_list(r, keys_of(call), PV_STO_VOL, req->name, (void **)&vols, &nv, &st);
+    int rc = pool_and_volumes(call, req->name, &rec, &vols, &nv, &st);
     if (rc == PV_OK && nv > 0)
         rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
                            "pool %s still holds %zu volume(s) (%s%s): delete them first", req->name,
                            nv, vols[0].name, nv > 1 ? ", ..." : "");
-    bool pending = false;
     char node[256] = "", target[300];
-    if (rc == PV_OK) {
-        node_of_pool(&rec, node, sizeof node);
-        snprintf(target, sizeof target, "pool:%s", req->name);
-        json_t *params = json_pack("{s:s}", "name", req->name);
-        rc = run_op(call, PV_KIND_POOL_DELETE, node, target, NULL, 0, params, true, &pending, NULL,
-                    &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK)
-        reply_empty(call);
-    else
-        finish_status(call, &st);
+    node_of_pool(&rec, node, sizeof node);
+    snprintf(target, sizeof target, "pool:%s", req->name);
+    answer_delete(call, rc, &st, PV_KIND_POOL_DELETE, node, target, "name", req->name);
     pv_storage_free(PV_STO_POOL, &rec);
     pv_storage_array_free(PV_STO_VOL, vols, nv);
 }
 
 static void on_get_pool_stats(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__GetPoolStatsRequest *req = (const void *)msg;
-    pv_redis *r = gw_app_redis(call);
     pv_status st;
     pv_pool rec;
     pv_volume *vols = NULL;
     size_t nv = 0;
-    int rc = get_pool(call, "name", req->name, &rec, &st);
-    if (rc == PV_OK)
-        rc = pv_storage_list(r, keys_of(call), PV_STO_VOL, req->name, (void **)&vols, &nv, &st);
+    int rc = pool_and_volumes(call, req->name, &rec, &vols, &nv, &st);
     Pivirt__Storage__V1__PoolStats m = PIVIRT__STORAGE__V1__POOL_STATS__INIT;
     for (size_t i = 0; rc == PV_OK && i < nv; i++) {
         void *snaps = NULL;
         size_t ns = 0;
-        rc = pv_storage_list(r, keys_of(call), PV_STO_SNAP, vols[i].id, &snaps, &ns, &st);
+        rc = pv_storage_list(gw_app_redis(call), keys_of(call), PV_STO_SNAP, vols[i].id, &snaps,
+                             &ns, &st);
         m.snapshot_count += (int32_t)ns;
         pv_storage_array_free(PV_STO_SNAP, snaps, ns);
     }
@@ -443,61 +428,22 @@ static bool labels_match(json_t *have, json_t *want) {
     return true;
 }
 
-/* Answers the volume id after a mutation: the record, or the fallback (CREATING) when its agent
- * has not written it yet (pending). */
-static void answer_volume(gw_call *call, const char *id, const pv_volume *fallback, bool pending) {
-    pv_status st;
-    pv_volume rec;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_VOL, id, &rec, &st);
+/* Answers record id of kind after a mutation: the record, or the fallback (what was asked, in
+ * the state a new record starts in) while its agent has not written it yet (pending); or, rc
+ * not PV_OK, the failure st so far. */
+static void answer_made(gw_call *call, int rc, const pv_status *st, pv_sto_kind kind,
+                        const char *id, const void *fallback, bool pending) {
+    if (rc != PV_OK) return finish_status(call, st);
+    pv_status gst;
+    sto_rec rec;
+    rc = pv_storage_get(gw_app_redis(call), keys_of(call), kind, id, &rec, &gst);
     if (rc == PV_NOT_FOUND && pending && fallback)
-        send_volume(call, fallback, true);
+        send_rec(call, kind, fallback, true);
     else if (rc == PV_OK)
-        send_volume(call, &rec, true);
+        send_rec(call, kind, &rec, true);
     else
-        finish_status(call, &st);
-    pv_storage_free(PV_STO_VOL, &rec);
-}
-
-/* Answers pool `name` after its creation: the record, or INACTIVE from what was asked
- * (fallback: type, config, node) while its agent has not made it (pending). */
-static void answer_pool(gw_call *call, const char *name, const pv_pool *fallback, bool pending) {
-    pv_status st;
-    pv_pool rec;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_POOL, name, &rec, &st);
-    if (rc == PV_NOT_FOUND && pending && fallback) {
-        pv_pool asked = {.name = (char *)name,
-                         .type = fallback->type,
-                         .status = PV_POOL_INACTIVE,
-                         .config = fallback->config,
-                         .node = fallback->node};
-        send_pool(call, &asked, true);
-    } else if (rc == PV_OK) {
-        send_pool(call, &rec, true);
-    } else {
-        finish_status(call, &st);
-    }
-    pv_storage_free(PV_STO_POOL, &rec);
-}
-
-/* Answers snapshot id after its creation: the record, or CREATING from what was asked
- * (fallback: name, volume_id) while pending. */
-static void answer_snapshot(gw_call *call, const char *id, const pv_snapshot *fallback,
-                            bool pending) {
-    pv_status st;
-    pv_snapshot rec;
-    int rc = pv_storage_get(gw_app_redis(call), keys_of(call), PV_STO_SNAP, id, &rec, &st);
-    if (rc == PV_NOT_FOUND && pending && fallback) {
-        pv_snapshot asked = {.id = (char *)id,
-                             .name = fallback->name,
-                             .volume_id = fallback->volume_id,
-                             .status = PV_SNAP_CREATING};
-        send_snapshot(call, &asked, true);
-    } else if (rc == PV_OK) {
-        send_snapshot(call, &rec, true);
-    } else {
-        finish_status(call, &st);
-    }
-    pv_storage_free(PV_STO_SNAP, &rec);
+        finish_status(call, &gst);
+    pv_storage_free(kind, &rec);
 }
 
 /* Answers a retried call from its operation's params, read as the record they describe (a
@@ -513,14 +459,17 @@ static void answer_from_params(gw_call *call, const char *kind, json_t *params, 
                                                          : &pv_volume_schema;
     if (pv_record_decode_json(schema, "params", params, &asked, &st) != PV_OK)
         return finish_status(call, &st);
+    const char *id = asked.vol.id; /* volume_create, volume_clone, volume_resize */
     if (sk == PV_STO_POOL) {
-        answer_pool(call, asked.pool.name, &asked.pool, pending);
+        asked.pool.status = PV_POOL_INACTIVE;
+        id = asked.pool.name;
     } else if (sk == PV_STO_SNAP) {
-        answer_snapshot(call, asked.snap.id, &asked.snap, pending);
-    } else { /* volume_create, volume_clone, volume_resize: params.id is the volume */
-        if (!asked.vol.status) asked.vol.status = PV_VOL_CREATING;
-        answer_volume(call, asked.vol.id, &asked.vol, pending);
+        asked.snap.status = PV_SNAP_CREATING;
+        id = asked.snap.id;
+    } else if (!asked.vol.status) {
+        asked.vol.status = PV_VOL_CREATING;
     }
+    answer_made(call, PV_OK, NULL, sk, id, &asked, pending);
     pv_storage_free(sk, &asked);
 }
 
@@ -568,7 +517,7 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     if (answer_retry(call, PV_KIND_VOLUME_CREATE)) return;
     pv_status st;
     pv_pool pool = {0};
-    json_t *labels = map_json((void *const *)req->labels, req->n_labels);
+    json_t *labels = pv_pbmap_object((void *const *)req->labels, req->n_labels);
     int rc = PV_OK; /* gw_server validated msg (enums, UTF-8) before this handler */
     if (rc == PV_OK) rc = pv_storage_check_name("name", req->name, &st);
     if (rc == PV_OK && req->size_bytes <= 0)
@@ -584,27 +533,21 @@ static void on_create_volume(gw_call *call, const ProtobufCMessage *msg) {
     char id[PV_ID_MAX], node[256];
     pv_id_new("vol", id, sizeof id);
     bool pending = false;
-    if (rc == PV_OK) {
-        node_of_pool(&pool, node, sizeof node);
-        json_t *params = json_pack("{s:s, s:s, s:s, s:I, s:i, s:O}", "id", id, "name", req->name,
-                                   "pool", req->pool, "size", (json_int_t)req->size_bytes, "format",
-                                   (int)req->format, "labels", labels);
-        rc = run_op(call, PV_KIND_VOLUME_CREATE, node, id, NULL, 0, params, true, &pending, NULL,
-                    &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK) {
-        pv_volume asked = {.id = id,
-                           .name = req->name,
-                           .pool = req->pool,
-                           .size = req->size_bytes,
-                           .format = (int)req->format,
-                           .status = PV_VOL_CREATING,
-                           .labels = labels};
-        answer_volume(call, id, &asked, pending);
-    } else {
-        finish_status(call, &st);
-    }
+    node_of_pool(&pool, node, sizeof node);
+    if (rc == PV_OK)
+        rc = run_waited(call, PV_KIND_VOLUME_CREATE, node, id,
+                        json_pack("{s:s, s:s, s:s, s:I, s:i, s:O}", "id", id, "name", req->name,
+                                  "pool", req->pool, "size", (json_int_t)req->size_bytes, "format",
+                                  (int)req->format, "labels", labels),
+                        &pending, &st);
+    pv_volume asked = {.id = id,
+                       .name = req->name,
+                       .pool = req->pool,
+                       .size = req->size_bytes,
+                       .format = (int)req->format,
+                       .status = PV_VOL_CREATING,
+                       .labels = labels};
+    answer_made(call, rc, &st, PV_STO_VOL, id, &asked, pending);
     pv_storage_free(PV_STO_POOL, &pool);
     json_decref(labels);
 }
@@ -615,10 +558,8 @@ static void answer_ref(gw_call *call, pv_sto_kind kind, const char *id) {
     sto_rec rec;
     if (get_ref(call, kind, "id", id, &rec, &st) != PV_OK)
         finish_status(call, &st);
-    else if (kind == PV_STO_VOL)
-        send_volume(call, &rec.vol, true);
     else
-        send_snapshot(call, &rec.snap, true);
+        send_rec(call, kind, &rec, true);
     pv_storage_free(kind, &rec);
 }
 
@@ -644,7 +585,7 @@ static int send_pool_volumes(gw_call *call, const char *pool, json_t *want, pv_s
 static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     const Pivirt__Storage__V1__ListVolumesRequest *req = (const void *)msg;
     pv_status st;
-    json_t *want = map_json((void *const *)req->labels, req->n_labels);
+    json_t *want = pv_pbmap_object((void *const *)req->labels, req->n_labels);
     pv_pool *pools = NULL;
     size_t n = 0;
     int rc = PV_OK;
@@ -659,10 +600,7 @@ static void on_list_volumes(gw_call *call, const ProtobufCMessage *msg) {
     }
     for (size_t i = 0; rc == PV_OK && i < n; i++)
         rc = send_pool_volumes(call, pools[i].name, want, &st);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_storage_array_free(PV_STO_POOL, pools, n);
     json_decref(want);
 }
@@ -682,22 +620,6 @@ static int volume_and_node(gw_call *call, const char *field, const char *ref, pv
     return PV_OK;
 }
 
-/* Deletes record id of volume vol_id on node with the operation kind, waited for, and answers
- * Empty; or, rc not PV_OK, the failure st so far. */
-static void answer_delete(gw_call *call, int rc, pv_status *st, const char *kind, const char *node,
-                          const char *vol_id, const char *id) {
-    bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "id", id);
-        rc = run_op(call, kind, node, vol_id, NULL, 0, params, true, &pending, NULL, st);
-        json_decref(params);
-    }
-    if (rc == PV_OK)
-        reply_empty(call);
-    else
-        finish_status(call, st);
-}
-
 /* FAILED_PRECONDITION when vol is held by a running workload (`what` ends the message). */
 static int check_not_in_use(const pv_volume *vol, const char *what, pv_status *st) {
     if (vol->status != PV_VOL_IN_USE) return PV_OK;
@@ -713,7 +635,7 @@ static void on_delete_volume(gw_call *call, const ProtobufCMessage *msg) {
     char node[256];
     int rc = volume_and_node(call, "id", req->id, &vol, node, sizeof node, &st);
     if (rc == PV_OK) rc = check_not_in_use(&vol, "", &st);
-    answer_delete(call, rc, &st, PV_KIND_VOLUME_DELETE, node, vol.id, vol.id);
+    answer_delete(call, rc, &st, PV_KIND_VOLUME_DELETE, node, vol.id, "id", vol.id);
     pv_storage_free(PV_STO_VOL, &vol);
 }
 
@@ -731,17 +653,12 @@ static void on_resize_volume(gw_call *call, const ProtobufCMessage *msg) {
                            (long long)req->new_size_bytes, (long long)vol.size);
     if (rc == PV_OK) rc = check_not_in_use(&vol, "", &st);
     bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params =
-            json_pack("{s:s, s:I}", "id", vol.id, "size", (json_int_t)req->new_size_bytes);
-        rc = run_op(call, PV_KIND_VOLUME_RESIZE, node, vol.id, NULL, 0, params, true, &pending,
-                    NULL, &st);
-        json_decref(params);
-    }
     if (rc == PV_OK)
-        answer_volume(call, vol.id, NULL, false);
-    else
-        finish_status(call, &st);
+        rc = run_waited(
+            call, PV_KIND_VOLUME_RESIZE, node, vol.id,
+            json_pack("{s:s, s:I}", "id", vol.id, "size", (json_int_t)req->new_size_bytes),
+            &pending, &st);
+    answer_made(call, rc, &st, PV_STO_VOL, vol.id, NULL, false);
     pv_storage_free(PV_STO_VOL, &vol);
 }
 
@@ -770,25 +687,19 @@ static void on_clone_volume(gw_call *call, const ProtobufCMessage *msg) {
     }
     pv_id_new("vol", id, sizeof id);
     bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "source_id", src.id, "id", id, "name",
-                                   req->name, "pool", pool_name);
-        const char *holds[] = {src.id};
-        rc = run_op(call, PV_KIND_VOLUME_CLONE, node, id, holds, 1, params, true, &pending, NULL,
-                    &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK) {
-        pv_volume asked = {.id = id,
-                           .name = req->name,
-                           .pool = (char *)pool_name,
-                           .size = src.size,
-                           .format = src.format,
-                           .status = PV_VOL_CREATING};
-        answer_volume(call, id, &asked, pending);
-    } else {
-        finish_status(call, &st);
-    }
+    const char *holds[] = {src.id};
+    if (rc == PV_OK)
+        rc = run_op(call, PV_KIND_VOLUME_CLONE, node, id, holds, 1,
+                    json_pack("{s:s, s:s, s:s, s:s}", "source_id", src.id, "id", id, "name",
+                              req->name, "pool", pool_name),
+                    true, &pending, NULL, &st);
+    pv_volume asked = {.id = id,
+                       .name = req->name,
+                       .pool = (char *)pool_name,
+                       .size = src.size,
+                       .format = src.format,
+                       .status = PV_VOL_CREATING};
+    answer_made(call, rc, &st, PV_STO_VOL, id, &asked, pending);
     pv_storage_free(PV_STO_VOL, &src);
     pv_storage_free(PV_STO_POOL, &pool);
 }
@@ -815,20 +726,15 @@ static void on_create_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     pv_storage_free(PV_STO_POOL, &pool);
     pv_id_new("snap", id, sizeof id);
     bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params =
-            json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", vol.id, "name", req->name);
-        /* snapshots of one volume go one at a time: the volume is the operation's target */
-        rc = run_op(call, PV_KIND_SNAPSHOT_CREATE, node, vol.id, NULL, 0, params, true, &pending,
-                    NULL, &st);
-        json_decref(params);
-    }
-    if (rc == PV_OK) {
-        pv_snapshot asked = {.name = req->name, .volume_id = vol.id};
-        answer_snapshot(call, id, &asked, pending);
-    } else {
-        finish_status(call, &st);
-    }
+    /* snapshots of one volume go one at a time: the volume is the operation's target */
+    if (rc == PV_OK)
+        rc = run_waited(
+            call, PV_KIND_SNAPSHOT_CREATE, node, vol.id,
+            json_pack("{s:s, s:s, s:s}", "id", id, "volume_id", vol.id, "name", req->name),
+            &pending, &st);
+    pv_snapshot asked = {
+        .id = id, .name = req->name, .volume_id = vol.id, .status = PV_SNAP_CREATING};
+    answer_made(call, rc, &st, PV_STO_SNAP, id, &asked, pending);
     pv_storage_free(PV_STO_VOL, &vol);
 }
 
@@ -874,10 +780,7 @@ static void on_list_snapshots(gw_call *call, const ProtobufCMessage *msg) {
     }
     free(done);
     json_decref(emitted);
-    if (rc == PV_OK)
-        gw_call_finish(call, PV_OK, NULL);
-    else if (rc != PV_CANCELLED)
-        finish_status(call, &st);
+    gw_app_finish_stream(call, rc, &st);
     pv_storage_array_free(PV_STO_SNAP, all, n);
     pv_storage_free(PV_STO_VOL, &vol);
 }
@@ -902,12 +805,9 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK) rc = check_not_in_use(&vol, ": stop it first", &st);
     pv_op op = {0};
     bool pending = false;
-    if (rc == PV_OK) {
-        json_t *params = json_pack("{s:s}", "snapshot_id", snap.id);
-        rc = run_op(call, PV_KIND_SNAPSHOT_RESTORE, node, vol.id, NULL, 0, params, false, &pending,
-                    &op, &st);
-        json_decref(params);
-    }
+    if (rc == PV_OK)
+        rc = run_op(call, PV_KIND_SNAPSHOT_RESTORE, node, vol.id, NULL, 0,
+                    json_pack("{s:s}", "snapshot_id", snap.id), false, &pending, &op, &st);
     if (rc == PV_OK)
         op_convert_reply(call, &op);
     else
@@ -925,7 +825,7 @@ static void on_delete_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     pv_volume vol;
     char node[256];
     int rc = snapshot_and_volume(call, "id", req->id, &snap, &vol, node, sizeof node, &st);
-    answer_delete(call, rc, &st, PV_KIND_SNAPSHOT_DELETE, node, vol.id, snap.id);
+    answer_delete(call, rc, &st, PV_KIND_SNAPSHOT_DELETE, node, vol.id, "id", snap.id);
     pv_storage_free(PV_STO_SNAP, &snap);
     pv_storage_free(PV_STO_VOL, &vol);
 }

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pv_pbmap.h"
+
 static bool stage_name_ok(const char *s) {
     size_t n = s ? strlen(s) : 0;
     if (n == 0 || n > 64) return false;
@@ -26,21 +28,6 @@ static bool path_ok(const char *p) {
         if (starts && ends) return false;
     }
     return true;
-}
-
-typedef struct str_entry {
-    ProtobufCMessage base;
-    char *key;
-    char *value;
-} str_entry;
-
-static json_t *map_of(void *const *entries, size_t n) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < n; i++) {
-        const str_entry *e = entries[i];
-        json_object_set_new(o, e->key ? e->key : "", json_string(e->value ? e->value : ""));
-    }
-    return o;
 }
 
 static const Pb__Build *build_of(const Pb__Builds *b, const char *stage) {
@@ -110,9 +97,9 @@ int pv_build_scm_params(const Pb__Builds *builds, json_t **out, pv_status *st) {
                               b->base_image ? b->base_image : "", "repo", b->repo ? b->repo : "",
                               "version", b->version ? b->version : "", "dir", b->dir ? b->dir : "",
                               "submodule", b->submodule, "commands", cmds ? cmds : json_array(),
-                              "envs", map_of((void *const *)b->envs, b->n_envs), "args",
-                              map_of((void *const *)b->args, b->n_args), "artifacts",
-                              map_of((void *const *)b->artifacts, b->n_artifacts));
+                              "envs", pv_pbmap_object((void *const *)b->envs, b->n_envs), "args",
+                              pv_pbmap_object((void *const *)b->args, b->n_args), "artifacts",
+                              pv_pbmap_object((void *const *)b->artifacts, b->n_artifacts));
         if (!j || json_object_set_new(all, stage, j) != 0 ||
             json_array_append_new(stages, json_string(stage)) != 0)
             rc = pv_status_set(st, PV_INTERNAL, "out of memory");

@@ -149,6 +149,38 @@ static int fcall(pv_redis *r, const char *fn, pv_strv *keys, pv_strv *args, redi
                           (const char **)args->v, reply, st);
 }
 
+/* fcall, then keys and args freed; *reply is the caller's (NULL when the call failed). */
+static int fcall_done(pv_redis *r, const char *fn, pv_strv *keys, pv_strv *args, redisReply **reply,
+                      pv_status *st) {
+    int rc = fcall(r, fn, keys, args, reply, st);
+    pv_strv_free(keys);
+    pv_strv_free(args);
+    return rc;
+}
+
+/* fcall_done for a call whose reply is not wanted. */
+static int fcall_void(pv_redis *r, const char *fn, pv_strv *keys, pv_strv *args, pv_status *st) {
+    redisReply *rep = NULL;
+    int rc = fcall_done(r, fn, keys, args, &rep, st);
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
+/* fcall_done for a call that answers an integer (*out); what names its subject in the error of
+ * any other reply. */
+static int fcall_int(pv_redis *r, const char *fn, pv_strv *keys, pv_strv *args, const char *what,
+                     long long *out, pv_status *st) {
+    redisReply *rep = NULL;
+    int rc = fcall_done(r, fn, keys, args, &rep, st);
+    if (rc != PV_OK) return rc;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        *out = rep->integer;
+    else
+        rc = pv_status_set(st, PV_INTERNAL, "%s %s: unexpected reply", fn, what);
+    freeReplyObject(rep);
+    return rc;
+}
+
 /* Appends the lock key of res unless keys from index `from` on already hold it. */
 static void add_lock(pv_strv *keys, size_t from, const pv_keys *k, const char *res) {
     size_t n = keys->n;
@@ -370,28 +402,28 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     return rc;
 }
 
-int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st) {
-    holder[0] = '\0';
+/* The id (PV_ID_MAX bytes; "" when there is none) stored at the key of kind for name. */
+static int get_id(pv_redis *r, const pv_keys *k, pv_key_kind kind, const char *name, char *out,
+                  pv_status *st) {
+    out[0] = '\0';
     char key[PV_KEY_MAX];
-    if (pv_key(k, PV_KEY_OP_LOCK, res, key, sizeof key, st) != PV_OK) return st->code;
+    if (pv_key(k, kind, name, key, sizeof key, st) != PV_OK) return st->code;
     redisReply *rep = NULL;
     if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
-    if (rep->type == REDIS_REPLY_STRING) snprintf(holder, PV_ID_MAX, "%s", rep->str);
+    if (rep->type == REDIS_REPLY_STRING) snprintf(out, PV_ID_MAX, "%s", rep->str);
     freeReplyObject(rep);
     return PV_OK;
+}
+
+int pv_op_lock_holder(pv_redis *r, const pv_keys *k, const char *res, char *holder, pv_status *st) {
+    return get_id(r, k, PV_KEY_OP_LOCK, res, holder, st);
 }
 
 int pv_op_find_request(pv_redis *r, const pv_keys *k, const char *request_id, char *id,
                        pv_status *st) {
     id[0] = '\0';
     if (!request_id || !request_id[0]) return PV_OK;
-    char key[PV_KEY_MAX];
-    if (pv_key(k, PV_KEY_OP_IDEM, request_id, key, sizeof key, st) != PV_OK) return st->code;
-    redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "GET %s", key) != PV_OK) return st->code;
-    if (rep->type == REDIS_REPLY_STRING) snprintf(id, PV_ID_MAX, "%s", rep->str);
-    freeReplyObject(rep);
-    return PV_OK;
+    return get_id(r, k, PV_KEY_OP_IDEM, request_id, id, st);
 }
 
 int pv_op_get(pv_redis *r, const pv_keys *k, const char *id, pv_op *out, pv_status *st) {
@@ -740,9 +772,7 @@ int pv_op_take(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *q
     pv_strv_addf(&args, "%d", opts_maxlen(o));
     pv_strv_addf(&args, "%d", opts_retention(o));
     redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_take", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
+    int rc = fcall_done(r, "pv_op_take", &keys, &args, &rep, st);
     if (rc != PV_OK) return rc;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements > (size_t)count) {
         freeReplyObject(rep);
@@ -791,16 +821,9 @@ int pv_op_renew(pv_redis *r, const pv_keys *k, const pv_op *op, const char *cons
     fenced_start(k, op, token, &keys, &args);
     pv_strv_add(&args, consumer);
     pv_strv_addf(&args, "%d", lease_ms);
-    redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_renew", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
-    if (rc != PV_OK) return rc;
-    if (rep->type == REDIS_REPLY_INTEGER)
-        *cancel_requested = rep->integer != 0;
-    else
-        rc = pv_status_set(st, PV_INTERNAL, "pv_op_renew %s: unexpected reply", op->id);
-    freeReplyObject(rep);
+    long long cancel = 0;
+    int rc = fcall_int(r, "pv_op_renew", &keys, &args, op->id, &cancel, st);
+    if (rc == PV_OK) *cancel_requested = cancel != 0;
     return rc;
 }
 
@@ -818,12 +841,7 @@ int pv_op_progress(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_
     pv_strv_addf(&args, "%d", percent);
     pv_strv_add(&args, message ? message : "");
     pv_strv_addf(&args, "%d", opts_maxlen(o));
-    redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_progress", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
-    if (rep) freeReplyObject(rep);
-    return rc;
+    return fcall_void(r, "pv_op_progress", &keys, &args, st);
 }
 
 int pv_op_journal_get(pv_redis *r, const pv_keys *k, const char *op_id, const char *step,
@@ -858,12 +876,7 @@ int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t to
     pv_strv_addf(&args, "%" PRId64, token);
     pv_strv_add(&args, step);
     pv_strv_add(&args, value ? value : "");
-    redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_journal_put", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
-    if (rep) freeReplyObject(rep);
-    return rc;
+    return fcall_void(r, "pv_op_journal_put", &keys, &args, st);
 }
 
 int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t n,
@@ -1188,12 +1201,7 @@ int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_o
     fenced_start(k, op, token, &keys, &args);
     pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
     pv_strv_addf(&args, "%d", opts_maxlen(o));
-    redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_release", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
-    if (rep) freeReplyObject(rep);
-    return rc;
+    return fcall_void(r, "pv_op_release", &keys, &args, st);
 }
 
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
@@ -1240,17 +1248,7 @@ int pv_op_trim(pv_redis *r, const pv_keys *k, const char *queue, long long *trim
     if (check_text("queue", queue, st) != PV_OK) return st->code;
     pv_strv keys = {0}, args = {0};
     pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
-    redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_trim", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
-    if (rc != PV_OK) return rc;
-    if (rep->type == REDIS_REPLY_INTEGER)
-        *trimmed = rep->integer;
-    else
-        rc = pv_status_set(st, PV_INTERNAL, "pv_op_trim %s: unexpected reply", queue);
-    freeReplyObject(rep);
-    return rc;
+    return fcall_int(r, "pv_op_trim", &keys, &args, queue, trimmed, st);
 }
 
 int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_status *st) {
@@ -1261,9 +1259,7 @@ int pv_op_check(pv_redis *r, const pv_keys *k, char **report, int *problems, pv_
     pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
     pv_key_add(k, PV_KEY_OPS, NULL, &args);
     redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_check", &keys, &args, &rep, st);
-    pv_strv_free(&keys);
-    pv_strv_free(&args);
+    int rc = fcall_done(r, "pv_op_check", &keys, &args, &rep, st);
     if (rc != PV_OK) return rc;
     if (rep->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(rep);

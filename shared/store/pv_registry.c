@@ -109,13 +109,26 @@ static int decode_rec(const pv_keys *k, pv_key_kind kind, const pv_record_schema
     return pv_record_decode(s, key, rep, out, st);
 }
 
-static int decode_pod(const pv_keys *k, const redisReply *rep, pv_pod *out, pv_status *st) {
-    return decode_rec(k, PV_KEY_POD, &pv_pod_schema, rep, out, st);
-}
+/* What the calls that name one pod or one node differ in. */
+typedef struct reg_kind {
+    pv_key_kind index, rec; /* the kind's index key, a record's key */
+    const pv_record_schema *schema;
+    const char *name_field; /* what a name is called in messages */
+    const char *get_fn, *remove_fn;
+} reg_kind;
 
-static int decode_node(const pv_keys *k, const redisReply *rep, pv_node *out, pv_status *st) {
-    return decode_rec(k, PV_KEY_NODE, &pv_node_schema, rep, out, st);
-}
+static const reg_kind k_pods = {.index = PV_KEY_PODS,
+                                .rec = PV_KEY_POD,
+                                .schema = &pv_pod_schema,
+                                .name_field = "name",
+                                .get_fn = "pv_reg_get_pod",
+                                .remove_fn = "pv_reg_remove_pod"};
+static const reg_kind k_nodes = {.index = PV_KEY_NODES,
+                                 .rec = PV_KEY_NODE,
+                                 .schema = &pv_node_schema,
+                                 .name_field = "nodename",
+                                 .get_fn = "pv_reg_get_node",
+                                 .remove_fn = "pv_reg_remove_node"};
 
 /* ---- calls ---- */
 
@@ -277,10 +290,59 @@ bool pv_registry_resources_complete(const char *text) {
 
 /* ---- pods ---- */
 
-static int pod_reply(const pv_keys *k, int rc, redisReply *rep, pv_pod *out, pv_status *st) {
-    if (rc == PV_OK && out) rc = decode_pod(k, rep, out, st);
+/* A call's reply that is one record of kind rk, decoded into out (NULL: not wanted) and
+ * freed. */
+static int rec_reply(const pv_keys *k, const reg_kind *rk, int rc, redisReply *rep, void *out,
+                     pv_status *st) {
+    if (rc == PV_OK && out) rc = decode_rec(k, rk->rec, rk->schema, rep, out, st);
     freeReplyObject(rep);
     return rc;
+}
+
+/* Removes the pod or node name (the Lua function refuses while it is in use). */
+static int remove_rec(pv_redis *r, const pv_keys *k, const reg_kind *rk, const char *name,
+                      pv_status *st) {
+    if (pv_validate_name(rk->name_field, name, st) != PV_OK) return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, rk->index);
+    call_arg(&c, name);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, rk->remove_fn, &rep, st);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int get_rec(pv_redis *r, const pv_keys *k, const reg_kind *rk, pv_reg_by by,
+                   const char *value, void *out, pv_status *st) {
+    if (pv_validate_name(by == PV_REG_BY_ID ? "id" : rk->name_field, value, st) != PV_OK)
+        return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, rk->index);
+    call_arg(&c, by == PV_REG_BY_ID ? "id" : "name");
+    call_arg(&c, value);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, rk->get_fn, &rep, st);
+    return rec_reply(k, rk, rc, rep, out, st);
+}
+
+int pv_registry_get_pod(pv_redis *r, const pv_keys *k, pv_reg_by by, const char *value, pv_pod *out,
+                        pv_status *st) {
+    return get_rec(r, k, &k_pods, by, value, out, st);
+}
+
+int pv_registry_get_node(pv_redis *r, const pv_keys *k, pv_reg_by by, const char *value,
+                         pv_node *out, pv_status *st) {
+    return get_rec(r, k, &k_nodes, by, value, out, st);
+}
+
+int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
+    return remove_rec(r, k, &k_pods, name, st);
+}
+
+int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
+    return remove_rec(r, k, &k_nodes, name, st);
 }
 
 int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, pv_pod *out,
@@ -313,7 +375,7 @@ int pv_registry_add_pod(pv_redis *r, const pv_keys *k, const pv_pod_spec *spec, 
     call_arg(&c, spec->annotations ? spec->annotations : "{}");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_pod", &rep, st);
-    return pod_reply(k, rc, rep, out, st);
+    return rec_reply(k, &k_pods, rc, rep, out, st);
 }
 
 int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u, pv_pod *out,
@@ -337,43 +399,7 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
     call_arg(&c, u->version ? u->version : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_update_pod", &rep, st);
-    return pod_reply(k, rc, rep, out, st);
-}
-
-int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
-    if (pv_validate_name("name", name, st) != PV_OK) return st->code;
-    call c;
-    if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, PV_KEY_PODS);
-    call_arg(&c, name);
-    redisReply *rep = NULL;
-    int rc = call_run(r, &c, "pv_reg_remove_pod", &rep, st);
-    freeReplyObject(rep);
-    return rc;
-}
-
-static int get_pod(pv_redis *r, const pv_keys *k, const char *by, const char *value, pv_pod *out,
-                   pv_status *st) {
-    call c;
-    if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, PV_KEY_PODS);
-    call_arg(&c, by);
-    call_arg(&c, value);
-    redisReply *rep = NULL;
-    int rc = call_run(r, &c, "pv_reg_get_pod", &rep, st);
-    return pod_reply(k, rc, rep, out, st);
-}
-
-int pv_registry_get_pod(pv_redis *r, const pv_keys *k, const char *name, pv_pod *out,
-                        pv_status *st) {
-    if (pv_validate_name("name", name, st) != PV_OK) return st->code;
-    return get_pod(r, k, "name", name, out, st);
-}
-
-int pv_registry_get_pod_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_pod *out,
-                              pv_status *st) {
-    if (pv_validate_name("id", id, st) != PV_OK) return st->code;
-    return get_pod(r, k, "id", id, out, st);
+    return rec_reply(k, &k_pods, rc, rep, out, st);
 }
 
 /* Decodes an array of records of kind s into a new array. */
@@ -413,12 +439,6 @@ int pv_registry_list_pods(pv_redis *r, const pv_keys *k, pv_pod **pods, size_t *
 
 /* ---- nodes ---- */
 
-static int node_reply(const pv_keys *k, int rc, redisReply *rep, pv_node *out, pv_status *st) {
-    if (rc == PV_OK && out) rc = decode_node(k, rep, out, st);
-    freeReplyObject(rep);
-    return rc;
-}
-
 int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec, pv_node *out,
                          pv_status *st) {
     const char *engine = NULL;
@@ -452,43 +472,7 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
     call_arg(&c, spec->resources ? spec->resources : "{}");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_node", &rep, st);
-    return node_reply(k, rc, rep, out, st);
-}
-
-int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_status *st) {
-    if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
-    call c;
-    if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, PV_KEY_NODES);
-    call_arg(&c, name);
-    redisReply *rep = NULL;
-    int rc = call_run(r, &c, "pv_reg_remove_node", &rep, st);
-    freeReplyObject(rep);
-    return rc;
-}
-
-static int get_node(pv_redis *r, const pv_keys *k, const char *by, const char *value, pv_node *out,
-                    pv_status *st) {
-    call c;
-    if (call_init(&c, k, st) != PV_OK) return st->code;
-    call_key(&c, PV_KEY_NODES);
-    call_arg(&c, by);
-    call_arg(&c, value);
-    redisReply *rep = NULL;
-    int rc = call_run(r, &c, "pv_reg_get_node", &rep, st);
-    return node_reply(k, rc, rep, out, st);
-}
-
-int pv_registry_get_node(pv_redis *r, const pv_keys *k, const char *name, pv_node *out,
-                         pv_status *st) {
-    if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
-    return get_node(r, k, "name", name, out, st);
-}
-
-int pv_registry_get_node_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_node *out,
-                               pv_status *st) {
-    if (pv_validate_name("id", id, st) != PV_OK) return st->code;
-    return get_node(r, k, "id", id, out, st);
+    return rec_reply(k, &k_nodes, rc, rep, out, st);
 }
 
 int pv_registry_list_nodes(pv_redis *r, const pv_keys *k, const char *pod_name, pv_node **nodes,
@@ -536,7 +520,7 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
     call_arg(&c, rev);
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_set_node", &rep, st);
-    return node_reply(k, rc, rep, out, st);
+    return rec_reply(k, &k_nodes, rc, rep, out, st);
 }
 
 /* ---- liveness ---- */

@@ -143,6 +143,17 @@ int pv_registry_check_resources_with(const char *json, const pv_res_engine_info 
  * values. */
 bool pv_registry_resources_complete(const char *json);
 
+/* --- one pod or node by name or by id --------------------------------------------------- */
+
+typedef enum { PV_REG_BY_NAME, PV_REG_BY_ID } pv_reg_by;
+
+/* The pod or node whose name (PV_REG_BY_NAME) or id is value. NOT_FOUND when missing;
+ * INVALID_ARGUMENT naming the field when value is no valid name. */
+int pv_registry_get_pod(pv_redis *r, const pv_keys *k, pv_reg_by by, const char *value, pv_pod *out,
+                        pv_status *st);
+int pv_registry_get_node(pv_redis *r, const pv_keys *k, pv_reg_by by, const char *value,
+                         pv_node *out, pv_status *st);
+
 /* --- pods ------------------------------------------------------------------------------- */
 
 typedef struct pv_pod_spec {
@@ -175,12 +186,6 @@ int pv_registry_update_pod(pv_redis *r, const pv_keys *k, const pv_pod_update *u
  * nodes. */
 int pv_registry_remove_pod(pv_redis *r, const pv_keys *k, const char *name, pv_status *st);
 
-/* By name, or by id (pv_registry_get_pod_by_id). NOT_FOUND when missing. */
-int pv_registry_get_pod(pv_redis *r, const pv_keys *k, const char *name, pv_pod *out,
-                        pv_status *st);
-int pv_registry_get_pod_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_pod *out,
-                              pv_status *st);
-
 /* Every pod in name order. *pods is NULL when there are none. */
 int pv_registry_list_pods(pv_redis *r, const pv_keys *k, pv_pod **pods, size_t *n, pv_status *st);
 
@@ -204,12 +209,6 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
 /* NOT_FOUND; FAILED_PRECONDITION "node <name> still hosts N workloads" while it does. Also
  * deletes its alive key. */
 int pv_registry_remove_node(pv_redis *r, const pv_keys *k, const char *name, pv_status *st);
-
-/* NOT_FOUND when missing. */
-int pv_registry_get_node(pv_redis *r, const pv_keys *k, const char *name, pv_node *out,
-                         pv_status *st);
-int pv_registry_get_node_by_id(pv_redis *r, const pv_keys *k, const char *id, pv_node *out,
-                               pv_status *st);
 
 /* The nodes of a pod (pod_name NULL or "": of every pod), name order, with their alive flags.
  * NOT_FOUND when the pod does not exist. *nodes is NULL when there are none. */

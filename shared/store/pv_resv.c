@@ -335,7 +335,7 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
 /* Reads the node (resources, usage, rev) and subtracts the reservation's allocations there. */
 static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_status *st) {
     pv_node rec = {0};
-    int rc = pv_registry_get_node_by_id(r, k, n->id, &rec, st);
+    int rc = pv_registry_get_node(r, k, PV_REG_BY_ID, n->id, &rec, st);
     if (rc != PV_OK) return rc;
     pv_res_node res = {0};
     rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
@@ -484,7 +484,7 @@ static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id,
         int rc = PV_OK;
         if (!node_id) {
             rc = pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
-        } else if (pv_registry_get_node_by_id(r, k, node_id, &node, st) == PV_OK) {
+        } else if (pv_registry_get_node(r, k, PV_REG_BY_ID, node_id, &node, st) == PV_OK) {
             snprintf(rev, sizeof rev, "%lld", (long long)node.usage_rev);
             rc = usage_without(&node, resources, &usage, st);
         } else if (st->code != PV_NOT_FOUND) {
@@ -639,7 +639,7 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
         int rc =
             node_id ? PV_OK : pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
         if (rc == PV_OK) rc = realloc_doc(old, delta_json, &fresh, st);
-        if (rc == PV_OK) rc = pv_registry_get_node_by_id(r, k, node_id, &node, st);
+        if (rc == PV_OK) rc = pv_registry_get_node(r, k, PV_REG_BY_ID, node_id, &node, st);
         if (rc == PV_OK) rc = pv_res_node_parse(node.resources, node.usage, NULL, &res, st);
         if (rc == PV_OK) rc = pv_res_node_usage_add(&res, old, -1, st);
         if (rc == PV_OK) rc = pv_res_node_usage_add(&res, fresh, 1, st);
@@ -828,7 +828,7 @@ int pv_resv_check_node(pv_redis *r, const pv_keys *k, const char *node_name, int
         pv_node rec = {0};
         pv_res_node res = {0};
         char *recorded = NULL, *summed = NULL;
-        int rc = pv_registry_get_node(r, k, node_name, &rec, st);
+        int rc = pv_registry_get_node(r, k, PV_REG_BY_NAME, node_name, &rec, st);
         if (rc == PV_OK) rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
         if (rc == PV_OK) rc = pv_res_node_usage_dump(&res, &recorded, st);
         if (rc == PV_OK) rc = pv_res_node_resources_dump(&res, &out->resources, st);

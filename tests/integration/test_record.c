@@ -370,7 +370,8 @@ static void test_pod_and_node_records(void **state) {
     char key[PV_KEY_MAX], msg[512];
     snprintf(key, sizeof key, "t:{reg}:pod:%s", pod.id);
     damage(f, "pod", key, "cp_nodes", "one", "a whole number in range", msg, sizeof msg);
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &back_pod, &st), PV_DATA_LOSS);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &back_pod, &st),
+                     PV_DATA_LOSS);
     assert_string_equal(st.msg, msg);
     pv_pod *pods = NULL;
     size_t n = 0;
@@ -378,7 +379,8 @@ static void test_pod_and_node_records(void **state) {
     assert_string_equal(st.msg, msg);
     snprintf(key, sizeof key, "t:{reg}:node:%s", node.id);
     damage(f, "node", key, "bypass", "yes", "0 or 1", msg, sizeof msg);
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &back_node, &st), PV_DATA_LOSS);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &back_node, &st),
+                     PV_DATA_LOSS);
     assert_string_equal(st.msg, msg);
     exec_cmd(f, "HSET %s bypass 0", key);
     damage(f, "node", key, "usage_rev", "99999999999999999999", "a whole number in range", msg,

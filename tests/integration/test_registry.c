@@ -126,11 +126,11 @@ static void test_pod_add_get_list_remove(void **state) {
     assert_hget(f, BASE "pods", "web", p.id);
 
     pv_pod g;
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &g, &st), PV_OK);
     assert_string_equal(g.id, p.id);
     assert_string_equal(g.desc, "the pod");
     pv_pod_clear(&g);
-    assert_int_equal(pv_registry_get_pod_by_id(f->r, &f->keys, p.id, &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_ID, p.id, &g, &st), PV_OK);
     assert_string_equal(g.name, "web");
     pv_pod_clear(&g);
 
@@ -148,7 +148,8 @@ static void test_pod_add_get_list_remove(void **state) {
     assert_int_equal(pv_registry_remove_pod(f->r, &f->keys, "web", &st), PV_OK);
     assert_int_equal(int_cmd(f, "EXISTS %s", key), 0);
     assert_int_equal(int_cmd(f, "HEXISTS " BASE "pods web"), 0);
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &g, &st), PV_NOT_FOUND);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &g, &st),
+                     PV_NOT_FOUND);
     assert_string_equal(st.msg, "pod web not found");
     pv_pod_clear(&p);
 }
@@ -181,7 +182,7 @@ static void test_pod_errors(void **state) {
     add_node(f, "n2", "web", NULL);
     assert_int_equal(pv_registry_remove_pod(f->r, &f->keys, "web", &st), PV_FAILED_PRECONDITION);
     assert_string_equal(st.msg, "pod web still has 2 node(s): remove them first");
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &p, &st), PV_OK);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &p, &st), PV_OK);
     assert_int_equal(p.n_nodes, 2);
     pv_pod_clear(&p);
 
@@ -231,10 +232,10 @@ static void test_node_add_get_list(void **state) {
     pv_node_clear(&v);
 
     pv_node g;
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n2", &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n2", &g, &st), PV_OK);
     assert_string_equal(g.id, n.id);
     pv_node_clear(&g);
-    assert_int_equal(pv_registry_get_node_by_id(f->r, &f->keys, n.id, &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_ID, n.id, &g, &st), PV_OK);
     assert_string_equal(g.name, "n2");
     pv_node_clear(&g);
 
@@ -256,7 +257,7 @@ static void test_node_add_get_list(void **state) {
                      PV_NOT_FOUND);
     assert_null(nodes);
     pv_pod_clear(&p);
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &p, &st), PV_OK);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &p, &st), PV_OK);
     assert_int_equal(p.n_nodes, 3);
     pv_pod_clear(&p);
 
@@ -314,17 +315,18 @@ static void test_node_errors(void **state) {
     assert_int_equal(pv_registry_add_node(f->r, &f->keys, &bad, &n, &st), PV_INVALID_ARGUMENT);
     assert_int_equal(int_cmd(f, "HLEN " BASE "nodes"), 1);
 
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "nope", &n, &st), PV_NOT_FOUND);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "nope", &n, &st),
+                     PV_NOT_FOUND);
     assert_string_equal(st.msg, "node nope not found");
     assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "nope", &st), PV_NOT_FOUND);
 
     /* A node hosting workloads stays. */
     pv_node g;
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &g, &st), PV_OK);
     redisReply *rep = cmd(f, "SADD " BASE "node-workloads:%s w1 w2", g.id);
     freeReplyObject(rep);
     pv_node_clear(&g);
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &g, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &g, &st), PV_OK);
     assert_int_equal(g.workloads, 2);
     assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "n1", &st), PV_FAILED_PRECONDITION);
     assert_string_equal(st.msg, "node n1 still hosts 2 workload(s): remove them first");
@@ -336,7 +338,7 @@ static void test_node_errors(void **state) {
     assert_int_equal(int_cmd(f, "EXISTS " BASE "alive:n1 " BASE "node:%s", g.id), 0);
     assert_int_equal(int_cmd(f, "HLEN " BASE "nodes"), 0);
     pv_pod p;
-    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, "web", &p, &st), PV_OK);
+    assert_int_equal(pv_registry_get_pod(f->r, &f->keys, PV_REG_BY_NAME, "web", &p, &st), PV_OK);
     assert_int_equal(p.n_nodes, 0);
     pv_pod_clear(&p);
     pv_node_clear(&g);
@@ -417,7 +419,7 @@ static void test_set_node_usage_rev(void **state) {
     pv_node_clear(&n);
 
     /* The writer read the node at rev 1: its write goes through, and only then. */
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &n, &st), PV_OK);
     assert_int_equal(n.usage_rev, 1);
     assert_string_equal(n.usage, usage);
     int64_t seen = n.usage_rev;
@@ -436,7 +438,7 @@ static void test_set_node_usage_rev(void **state) {
     /* A reservation lands between the read and the write: the stale write is refused whole
      * (resources, labels and bypass alike) and says why. */
     reserve(f, id, "{}");
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &n, &st), PV_OK);
     assert_int_equal(n.usage_rev, 2);
     pv_node_clear(&n);
     u = (pv_node_update){.name = "n1",
@@ -511,7 +513,7 @@ static void test_engine_info(void **state) {
     add_node(f, "n1", "web", NULL);
     add_node(f, "n2", "web", NULL);
     pv_node n;
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &n, &st), PV_OK);
     assert_string_equal(n.engine_info, info);
     pv_node_clear(&n);
     pv_node *nodes;
@@ -605,7 +607,7 @@ static void test_liveness(void **state) {
     assert_int_equal(pv_registry_get_alive(f->r, &f->keys, "n1", &alive, NULL, &st), PV_OK);
     assert_true(alive);
     pv_node n;
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "n1", &n, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "n1", &n, &st), PV_OK);
     assert_true(n.alive);
     assert_false(pv_node_down(&n));
     pv_node_clear(&n);

@@ -193,7 +193,7 @@ static void test_add_get_remove(void **state) {
     assert_int_equal(int_cmd(f, "SISMEMBER " BASE "app-workloads:app %s", id), 1);
     assert_int_equal(int_cmd(f, "ZRANK " BASE "wls %s", id), 0);
     pv_node n;
-    assert_int_equal(pv_registry_get_node(f->r, &f->keys, "na", &n, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "na", &n, &st), PV_OK);
     assert_int_equal(n.workloads, 1);
     pv_node_clear(&n);
     assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "na", &st), PV_FAILED_PRECONDITION);

@@ -458,7 +458,7 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
 
     pv_node node;
     memset(&node, 0, sizeof node);
-    rc = pv_registry_get_node(r, &a->keys, a->node, &node, st);
+    rc = pv_registry_get_node(r, &a->keys, PV_REG_BY_NAME, a->node, &node, st);
     if (rc == PV_OK) {
         if (strcmp(node.pod_name, a->pod) != 0)
             pv_warn("agent node=%s is registered in pod %s, not %s: keeping the registry's",
@@ -487,7 +487,7 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
 static int fill_resources(wk_agent *a, pv_redis *r, pv_status *st) {
     pv_node node;
     memset(&node, 0, sizeof node);
-    int rc = pv_registry_get_node(r, &a->keys, a->node, &node, st);
+    int rc = pv_registry_get_node(r, &a->keys, PV_REG_BY_NAME, a->node, &node, st);
     if (rc == PV_NOT_FOUND) return PV_OK; /* not added yet: the next beat looks again */
     if (rc != PV_OK) return rc;
     bool empty = !node.resources || !*node.resources || strcmp(node.resources, "{}") == 0;

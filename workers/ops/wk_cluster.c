@@ -603,7 +603,7 @@ int wk_cluster_remove_node(wk_op *op, pv_status *st) {
     d.grace_seconds = -1;
     drain_tally t = {0};
     pv_node n = {0};
-    int rc = pv_registry_get_node(wk_op_redis(op), wk_op_keys(op), d.node, &n, st);
+    int rc = pv_registry_get_node(wk_op_redis(op), wk_op_keys(op), PV_REG_BY_NAME, d.node, &n, st);
     pv_node_clear(&n);
     if (rc == PV_NOT_FOUND) /* an earlier delivery removed it */
         return wk_op_progress(op, 100, "node %s removed", d.node);
@@ -658,7 +658,9 @@ int wk_cluster_delete(wk_op *op, pv_status *st) {
     }
     pv_node_array_free(nodes, nn);
     pv_pod pod = {0};
-    if (rc == PV_OK) rc = pv_registry_get_pod(wk_op_redis(op), wk_op_keys(op), cluster, &pod, st);
+    if (rc == PV_OK)
+        rc =
+            pv_registry_get_pod(wk_op_redis(op), wk_op_keys(op), PV_REG_BY_NAME, cluster, &pod, st);
     if (rc == PV_OK) rc = pv_upgrade_delete(wk_op_redis(op), wk_op_keys(op), pod.id, st);
     if (rc == PV_OK) rc = pv_registry_remove_pod(wk_op_redis(op), wk_op_keys(op), cluster, st);
     pv_pod_clear(&pod);

@@ -183,8 +183,8 @@ static int node_at(up_ctx *c, size_t i, const char *version, bool *ok, char *now
     *ok = false;
     now[0] = '\0';
     pv_node n = {0};
-    if (pv_registry_get_node(wk_op_redis(c->op), wk_op_keys(c->op), node_name(c, i), &n, st) !=
-        PV_OK)
+    if (pv_registry_get_node(wk_op_redis(c->op), wk_op_keys(c->op), PV_REG_BY_NAME, node_name(c, i),
+                             &n, st) != PV_OK)
         return st->code;
     json_t *info = n.engine_info && *n.engine_info ? json_loads(n.engine_info, 0, NULL) : NULL;
     const char *v = json_string_value(json_object_get(info, "version"));
