@@ -861,10 +861,8 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     if (rc == PV_OK)
         rc = volume_and_node(call, "volume_id", pv_json_str(snap, "volume_id"), &vol, node,
                              sizeof node, &st);
-    if (rc == PV_OK && pv_json_int(vol, "status") == PV_VOL_IN_USE)
-        rc = pv_status_set(&st, PV_FAILED_PRECONDITION,
-                           "volume %s is in use by a running workload: stop it first",
-                           pv_json_str(vol, "name"));
+    /* A volume in use may be restored while its VM is shut off: only the node's agent can tell
+     * (it asks libvirt whether a running domain holds the image, and refuses naming it) */
     pv_op op = {0};
     bool pending = false;
     if (rc == PV_OK) {

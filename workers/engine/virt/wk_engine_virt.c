@@ -294,7 +294,11 @@ static void random_mac(char out[18]) {
 /* ---- metadata ---------------------------------------------------------------------------- */
 
 /* The pivirt metadata of d (flags: 0 = live when running), or NULL when d is not a workload of
- * this engine. A domain without it is a normal case, so its libvirt error is dropped. */
+ * this engine. A domain without it is a normal case, so its libvirt error is dropped. A domain
+ * whose metadata names another owner (the state directory of the agent that created it) is
+ * another agent's on the same libvirtd (two nodes, or two stacks, on one host): not ours
+ * either, nor one without an owner (made by a build before owners were recorded, which cannot
+ * say whose it is). */
 static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     char *xml = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, WK_VIRT_XMLNS, flags);
     if (!xml) {
@@ -306,7 +310,9 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     free(xml);
     json_t *j = text ? json_loads(text, 0, NULL) : NULL;
     free(text);
-    if (!json_is_object(j) || !json_is_string(json_object_get(j, "id"))) {
+    const char *owner = json_string_value(json_object_get(j, "owner"));
+    if (!json_is_object(j) || !json_is_string(json_object_get(j, "id")) || !owner ||
+        strcmp(owner, v->state_dir) != 0) {
         json_decref(j);
         return NULL;
     }
@@ -798,9 +804,10 @@ static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *ou
     json_t *labels = NULL;
     int rc = check_spec(s, &labels, st);
     if (rc != PV_OK) return rc;
-    json_t *meta = json_pack("{s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "image",
-                             s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
-                             (json_int_t)0, "finished_ms", (json_int_t)0);
+    json_t *meta =
+        json_pack("{s:s, s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "owner", v->state_dir,
+                  "image", s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
+                  (json_int_t)0, "finished_ms", (json_int_t)0);
     if (!meta) return no_memory(st);
     wk_virt_vm vm = {0};
     if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
