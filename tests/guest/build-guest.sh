@@ -24,7 +24,7 @@ set -euo pipefail
 READY_MARKER=PIVIRT-GUEST-READY
 DISK_MARKER=PIVIRT-DISK-v1
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover
-    net_failover virtio_net virtio_blk virtio_console button evdev)
+    net_failover virtio_net virtio_blk virtio_console virtio_balloon button evdev)
 
 die() {
     printf 'build-guest: error: %s\n' "$*" >&2

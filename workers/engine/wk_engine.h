@@ -211,4 +211,14 @@ int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar
 int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
                          pv_status *st);
 
+/* wk_engine_set_limits, saying in how (a sentence, at most how_cap bytes with its NUL) when each
+ * limit applies: engines that apply them at once say so; the virt engine applies memory and
+ * vcpus to a running domain where the domain allows it (within the maximums it was started
+ * with: memory through its balloon, vcpus hot-plugged and onlined through the guest agent, or
+ * "(not onlined in the guest: <why>)") and otherwise to its definition only, for
+ * the next start, and says which, e.g. "memory 128 MiB live, 2 vcpus live" or "memory 256 MiB at
+ * the next start (above the 192 MiB the running domain has room for), 1 vcpus live". */
+int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                             char *how, size_t how_cap, pv_status *st);
+
 #endif

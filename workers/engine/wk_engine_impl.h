@@ -26,6 +26,9 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine cannot change a workload's limits in place */
     int (*set_limits)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
                       pv_status *st);
+    /* may be NULL: set_limits applies everything now (wk_engine_set_limits_how says "now") */
+    int (*set_limits_how)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                          char *how, size_t how_cap, pv_status *st);
     /* may be NULL: the engine runs no programs of the node */
     int (*run)(void *impl, const char *const *argv, size_t argc, const char *const *env,
                const char *cwd, int timeout_ms, int *exit_code, char **output, size_t *output_len,

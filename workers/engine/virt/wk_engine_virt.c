@@ -60,6 +60,7 @@ struct wk_virt {
     virConnectPtr conn;
     char dom_type[16]; /* <domain type=...>: "test", "kvm", "qemu", ... */
     bool qemu;         /* QEMU's driver: real guests (images, root disks, consoles, agent) */
+    int host_cpus;     /* on QEMU: the most vcpus a domain is defined for (hot-plug room) */
     int grace_seconds;
     char state_dir[PATH_MAX], image_dir[PATH_MAX], qemu_img[PATH_MAX];
     pthread_mutex_t image_mu; /* unpacking and collecting VM images (wk_virt_vm.h) */
@@ -549,6 +550,11 @@ static int pick_dom_type(wk_virt *v, const wk_engine_opts *opts, pv_status *st) 
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "worker.virt_domain_type: \"%s\" is not qemu (TCG) or kvm", want);
     snprintf(v->dom_type, sizeof v->dom_type, "%s", want);
+    virNodeInfo node;
+    if (virNodeGetInfo(v->conn, &node) == 0)
+        v->host_cpus = (int)node.cpus;
+    else
+        err_reset(v);
     return PV_OK;
 }
 
@@ -667,6 +673,16 @@ static const char *disk_format(const char *path) {
     return n == 4 && memcmp(magic, "QFI\xfb", 4) == 0 ? "qcow2" : "raw";
 }
 
+/* A workload's vcpus and memory (KiB) from its limits, as create and ReallocResource take
+ * them: ceil(cpu_limit) vcpus, 1 when 0; memory_limit, DEFAULT_MEMORY_BYTES when 0. */
+static int vcpus_of(double cpu_limit) {
+    return cpu_limit > 0 ? (int)ceil(cpu_limit) : 1;
+}
+
+static int64_t memory_kib_of(int64_t memory_limit) {
+    return ((memory_limit > 0 ? memory_limit : DEFAULT_MEMORY_BYTES) + 1023) / 1024;
+}
+
 /* The domain of spec s; vm (NULL on drivers without real guests) adds what a real guest boots
  * from and talks through (wk_virt_vm.h). */
 static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_t *meta,
@@ -680,20 +696,22 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
         free(el);
         return NULL;
     }
-    int vcpus = s->cpu_limit > 0 ? (int)ceil(s->cpu_limit) : 1;
-    int64_t mem = s->memory_limit > 0 ? s->memory_limit : DEFAULT_MEMORY_BYTES;
+    int vcpus = vcpus_of(s->cpu_limit);
     fprintf(f, "<domain type='%s'>\n  <name>", v->dom_type);
     wk_xml_put_escaped(f, s->name);
     fprintf(f, "</name>\n  <metadata>%s</metadata>\n", el);
-    fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)((mem + 1023) / 1024));
+    fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)memory_kib_of(s->memory_limit));
     fputs("  <vcpu placement='static'", f);
+    /* room to hot-plug vcpus up to the host's CPUs (ReallocResource): the ones beyond current
+     * are not there for the guest until plugged */
+    if (vm && v->host_cpus > vcpus) fprintf(f, " current='%d'", vcpus);
     if (s->ncpuset > 0) {
         fputs(" cpuset='", f);
         for (size_t i = 0; i < s->ncpuset; i++)
             fprintf(f, "%s%d", i ? "," : "", s->cpuset[i]);
         fputc('\'', f);
     }
-    fprintf(f, ">%d</vcpu>\n", vcpus);
+    fprintf(f, ">%d</vcpu>\n", vm && v->host_cpus > vcpus ? v->host_cpus : vcpus);
     fputs("  <os><type>hvm</type>", f);
     if (vm)
         wk_virt_vm_os_xml(f, vm);
@@ -1108,6 +1126,127 @@ static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st)
     return rc;
 }
 
+/* ---- ReallocResource ----------------------------------------------------------------------- */
+
+/* Sets d's memory to kib: on a running domain within the memory it was started with, through
+ * its balloon, now and in its definition (*live); otherwise in the definition only, its maximum
+ * raised or lowered to kib, for the next start. *room: the running domain's maximum (KiB). */
+static int realloc_memory(wk_virt *v, const char *id, virDomainPtr d, bool active, int64_t kib,
+                          bool *live, unsigned long *room, pv_status *st) {
+    *live = false;
+    *room = active ? virDomainGetMaxMemory(d) : 0;
+    if (active && *room > 0 && (unsigned long)kib <= *room) {
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG;
+        if (virDomainSetMemoryFlags(d, (unsigned long)kib, f) == 0) {
+            *live = true;
+            return PV_OK;
+        }
+        err_reset(v); /* no balloon: the definition below takes it */
+    }
+    err_reset(v);
+    unsigned int f = VIR_DOMAIN_AFFECT_CONFIG;
+    if (virDomainSetMemoryFlags(d, (unsigned long)kib, f | VIR_DOMAIN_MEM_MAXIMUM) < 0 ||
+        virDomainSetMemoryFlags(d, (unsigned long)kib, f) < 0)
+        return lv_fail(v, st, "workload %s: memory %lld KiB in its definition", id, (long long)kib);
+    return PV_OK;
+}
+
+/* Onlines n vcpus in the running guest through its agent (VIR_DOMAIN_VCPU_GUEST): a Linux guest
+ * without udev leaves a hot-added CPU offline, and the CPU reaches the guest a moment after the
+ * plug (the agent lists it only then), so this is tried for up to VCPU_ONLINE_WAIT_MS, the lock
+ * released in between. false with why (libvirt's last reason) when it never took; at once for a
+ * guest whose agent does not answer. Called with the lock held; returns with it held. */
+#define VCPU_ONLINE_WAIT_MS 8000
+static bool online_vcpus(wk_virt *v, virDomainPtr d, int n, char *why, size_t cap) {
+    int64_t until = pv_time_mono_ms() + VCPU_ONLINE_WAIT_MS;
+    for (;;) {
+        if (virDomainSetVcpusFlags(d, (unsigned int)n, VIR_DOMAIN_VCPU_GUEST) == 0) return true;
+        snprintf(why, cap, "%s", v->err_msg[0] ? v->err_msg : "unknown error");
+        bool agentless = v->err_code == VIR_ERR_AGENT_UNRESPONSIVE;
+        err_reset(v);
+        if (agentless || pv_time_mono_ms() >= until) return false;
+        unlock(v);
+        struct timespec pause = {0, 4 * STOP_POLL_NS};
+        nanosleep(&pause, NULL);
+        lock(v);
+    }
+}
+
+/* Sets d's vcpus to n: on a running domain within the vcpus it was defined for, hot-plugged (or
+ * unplugged) now and in its definition (*live), then onlined in the guest (online_vcpus: *why
+ * says why not); otherwise in the definition only (its maximum raised when n is above it), for
+ * the next start. */
+static int realloc_vcpus(wk_virt *v, const char *id, virDomainPtr d, bool active, int n, bool *live,
+                         char *why, size_t cap, pv_status *st) {
+    *live = false;
+    int room = virDomainGetVcpusFlags(
+        d, VIR_DOMAIN_VCPU_MAXIMUM | (active ? VIR_DOMAIN_AFFECT_LIVE : VIR_DOMAIN_AFFECT_CONFIG));
+    if (active && room >= n) {
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG;
+        if (virDomainSetVcpusFlags(d, (unsigned int)n, f) == 0) {
+            *live = true;
+            char reason[200] = "";
+            if (!online_vcpus(v, d, n, reason, sizeof reason))
+                snprintf(why, cap, " (not onlined in the guest: %s)", reason);
+            return PV_OK;
+        }
+        err_reset(v); /* the guest did not let a vcpu go, or no hot-plug: at the next start */
+    }
+    err_reset(v);
+    int max = virDomainGetVcpusFlags(d, VIR_DOMAIN_VCPU_MAXIMUM | VIR_DOMAIN_AFFECT_CONFIG);
+    unsigned int f = VIR_DOMAIN_AFFECT_CONFIG;
+    if ((max < n && virDomainSetVcpusFlags(d, (unsigned int)n, f | VIR_DOMAIN_VCPU_MAXIMUM) < 0) ||
+        virDomainSetVcpusFlags(d, (unsigned int)n, f) < 0)
+        return lv_fail(v, st, "workload %s: %d vcpus in its definition", id, n);
+    return PV_OK;
+}
+
+static int virt_set_limits_how(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                               char *how, size_t how_cap, pv_status *st) {
+    wk_virt *v = impl;
+    if (!(cpu_limit >= 0) || cpu_limit > 4096)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "cpu_limit: %g out of range [0, 4096]",
+                             cpu_limit);
+    if (memory_limit < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "memory_limit: %lld must not be negative",
+                             (long long)memory_limit);
+    int64_t kib = memory_kib_of(memory_limit);
+    int n = vcpus_of(cpu_limit);
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc != PV_OK) {
+        unlock(v);
+        return rc;
+    }
+    bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED, mem_live, cpu_live;
+    unsigned long room = 0;
+    rc = realloc_memory(v, id, d, active, kib, &mem_live, &room, st);
+    char offline[256] = "";
+    if (rc == PV_OK)
+        rc = realloc_vcpus(v, id, d, active, n, &cpu_live, offline, sizeof offline, st);
+    json_decref(meta);
+    virDomainFree(d);
+    unlock(v);
+    if (rc != PV_OK) return rc;
+    char why[96] = "";
+    if (active && !mem_live && room > 0 && (unsigned long)kib > room)
+        snprintf(why, sizeof why, " (above the %lu MiB the running domain has room for)",
+                 room / 1024);
+    snprintf(how, how_cap, "memory %lld MiB %s%s, %d vcpus %s%s", (long long)(kib / 1024),
+             mem_live ? "live" : "at the next start", why, n,
+             cpu_live ? "live" : "at the next start", offline);
+    return PV_OK;
+}
+
+static int virt_set_limits(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                           pv_status *st) {
+    char how[256];
+    return virt_set_limits_how(impl, id, cpu_limit, memory_limit, how, sizeof how, st);
+}
+
 /* The running guest of workload id, for its agent: domain UUID and how long an agent that is
  * not connected yet is waited for (until WK_ENGINE_AGENT_WAIT_MS after the start, at least a
  * second: a guest that booted long ago and has no agent fails fast). */
@@ -1320,6 +1459,8 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .inspect = virt_inspect,
     .list = virt_list,
     .exec = virt_exec,
+    .set_limits = virt_set_limits,
+    .set_limits_how = virt_set_limits_how,
     .put_file = virt_put_file,
     .get_tar = virt_get_tar,
     .log_range = virt_log_range,
