@@ -8,15 +8,23 @@ A virt://qemu:///system node (vmtest.py: the test guest, TCG), one guest at a ti
       the guest agent: /sys/devices/system/cpu/online says 0-1) apply live, and the
       node operation says "live"; memory up to 256 MiB (above the 192 MiB the domain started
       with) applies at the next start and says so (the running domain keeps 192 MiB, its
-      definition has 256); after a stop and a start the guest has 256 MiB; 1 vcpu asked of the
-      stopped VM says "at the next start" for both and holds after the start.
+      definition has 256, and GetNodeResource's diffs name the domain's 128 MiB, ballooned,
+      against the allocation's 256); after a stop and a start the guest has 256 MiB (no diff
+      left); 1 vcpu asked of the stopped VM says "at the next start" for both and holds after
+      the start.
+  Audit.test_real_domains
+      GetNodeEngineInfo says virt; Node.info's "virt" section has libvirt's versions and the
+      node's real domains (the running VM with its vcpus and memory); pivirt check finds the VM
+      clean; its domain destroyed and undefined behind pivirt's back (virsh) -> WL_NO_ENGINE;
+      a second VM whose record is deleted -> WL_ORPHAN, "as its agent reports".
 """
 import json
+import subprocess
 import time
 
 import pvtest
 import vmtest
-from vmtest import Base
+from vmtest import VIRSH, Base
 from pb import core_pb2
 from pivirt.operations.v1 import operations_pb2 as O, operations_pb2_grpc
 
@@ -65,6 +73,11 @@ class Realloc(Base):
             got = fn()
         self.assertEqual(got, want, what)
 
+    def node_diffs(self):
+        got = self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename=NODE)), timeout=10)
+        return list(got.diffs)
+
     def dominfo(self, wid):
         return json.loads(self.raw(wid, "dominfo"))
 
@@ -88,6 +101,10 @@ class Realloc(Base):
         self.assertEqual(how, "workload %s: memory 256 MiB at the next start (above the 192 MiB "
                          "the running domain has room for), 2 vcpus live" % wid)
         self.assertEqual(self.dominfo(wid)["max_memory_kib"], 192 * 1024)
+        # GetNodeResource sees the real domain against its allocation
+        diff = ("workload %s: its domain %s runs with 2 vcpus and 128 MiB, its allocation gives "
+                "2 vcpus and 256 MiB" % (wid, msg.name))
+        self.until("GetNodeResource's diffs", lambda: diff in self.node_diffs(), True)
         inactive = self.raw(wid, "domain_xml", b'{"inactive": true}').replace('"', "'")
         self.assertIn("<memory unit='KiB'>%d</memory>" % (256 * 1024), inactive)
         self.control(wid, "stop")
@@ -99,7 +116,67 @@ class Realloc(Base):
         info = self.dominfo(wid)
         self.assertEqual((info["max_memory_kib"], info["vcpus"]), (256 * 1024, 1))
         self.assertGreater(self.mem_total_kib(wid), 200 * 1024)
+        self.until("GetNodeResource's diffs", lambda: [d for d in self.node_diffs() if wid in d],
+                   [])
         self.remove(wid)
+
+
+class Audit(Base):
+    def inventory(self):
+        got = self.stack.redis.cmd("GET", self.stack.prefix + "{reg}:engine-inv:" + NODE)
+        return json.loads(got) if got else None
+
+    def wait_inventory(self, pred):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            inv = self.inventory()
+            if inv and pred(inv):
+                return inv
+            time.sleep(0.2)
+        self.fail("the agent never reported the expected inventory: %s" % self.inventory())
+
+    def virt_info(self):
+        node = self.core.GetNode(core_pb2.GetNodeOptions(nodename=NODE), timeout=10)
+        return json.loads(node.info)["virt"]
+
+    def test_real_domains(self):
+        eng = self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename=NODE), timeout=10)
+        self.assertEqual(eng.type, "virt")
+        msg, _ = self.create("vltaudit")
+        lost = msg.id
+        deadline = time.monotonic() + 20
+        info = self.virt_info()
+        while lost not in info["workloads"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+            info = self.virt_info()
+        self.assertEqual((info["uri"], info["driver"], info["domain_type"]),
+                         ("qemu:///system", "QEMU", "qemu"))
+        self.assertRegex(info["libvirt_version"], r"^\d+\.\d+\.\d+$")
+        self.assertEqual(info["workloads"][lost], {"domain": msg.name, "state": "running",
+                                                   "vcpus": 1, "memory": 192 * MIB})
+        self.assertGreaterEqual((info["running"], info["running_vcpus"]), (1, 1))
+        self.wait_inventory(lambda inv: lost in inv["ids"])
+        self.assertFalse([d for d in self.stack.check() if lost in d])
+        # behind pivirt's back: the domain is gone from libvirt, the record stays
+        for verb in ("destroy", "undefine"):
+            subprocess.run(VIRSH + [verb, msg.name], check=True, capture_output=True)
+        gone = time.time() * 1000
+        self.wait_inventory(lambda inv: inv["at_ms"] > gone + 1500)
+        diffs = self.stack.check()
+        self.assertTrue([d for d in diffs if d.startswith("WL_NO_ENGINE workload %s" % lost) and
+                         "does not have it" in d], diffs)
+        self.remove(lost)
+        self.assertFalse([d for d in self.stack.check() if lost in d])
+        # a pivirt domain whose record went behind the system's back
+        msg, _ = self.create("vltorphan")
+        orphan = msg.id
+        self.wait_inventory(lambda inv: orphan in inv["ids"])
+        self.stack.redis.cmd("DEL", self.stack.prefix + "{reg}:wl:" + orphan)
+        diffs = self.stack.check()
+        self.assertTrue([d for d in diffs if d.startswith("WL_ORPHAN workload %s" % orphan) and
+                         "as its agent reports" in d], diffs)
+        for verb in ("destroy", "undefine"):
+            subprocess.run(VIRSH + [verb, msg.name], check=True, capture_output=True)
 
 
 if __name__ == "__main__":

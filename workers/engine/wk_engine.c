@@ -183,3 +183,8 @@ int wk_engine_get_tar(wk_engine *e, const char *id, const char *path, char **tar
                              id, e->v->type);
     return e->v->get_tar(e->impl, id, path, tar, len, st);
 }
+
+int wk_engine_facts(wk_engine *e, char **json, pv_status *st) {
+    *json = NULL;
+    return e->v->facts ? e->v->facts(e->impl, json, st) : PV_OK;
+}

@@ -221,4 +221,12 @@ int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t
 int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
                              char *how, size_t how_cap, pv_status *st);
 
+/* What the engine has to say about itself in its node's engine info (Node.info), as a JSON
+ * object text (*json malloc'd, caller frees). The virt engine: {"uri", "driver",
+ * "hypervisor_version", "libvirt_version", "domain_type", "domains", "running",
+ * "running_vcpus", "running_memory" (bytes), "workloads": {id: {"domain", "state", "vcpus",
+ * "memory"}}}, the domains as libvirt has them now. *json NULL (PV_OK) for engines with
+ * nothing to say. */
+int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
+
 #endif

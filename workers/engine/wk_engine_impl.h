@@ -41,6 +41,8 @@ typedef struct wk_engine_vtbl {
                     int mode, int uid, int gid, pv_status *st);
     int (*get_tar)(void *impl, const char *id, const char *path, char **tar, size_t *len,
                    pv_status *st);
+    /* may be NULL: the engine has nothing to report beyond its type */
+    int (*facts)(void *impl, char **json, pv_status *st);
 } wk_engine_vtbl;
 
 extern const wk_engine_vtbl wk_engine_process_vtbl;

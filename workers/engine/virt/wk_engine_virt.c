@@ -1423,6 +1423,72 @@ static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t 
     return rc;
 }
 
+/* ---- facts ------------------------------------------------------------------------------ */
+
+static void bump(json_t *o, const char *key, json_int_t by) {
+    json_object_set_new(o, key, json_integer(json_integer_value(json_object_get(o, key)) + by));
+}
+
+/* One domain of ours into facts: its state, live vcpus and memory (bytes) under workloads[id],
+ * and the totals of the running ones. */
+static void add_domain_fact(virDomainPtr d, const json_t *meta, json_t *facts, json_t *wls) {
+    virDomainInfo info;
+    int vs = 0, reason = 0;
+    if (virDomainGetInfo(d, &info) < 0 || virDomainGetState(d, &vs, &reason, 0) < 0) return;
+    wk_state ws = map_state(vs, meta);
+    json_object_set_new(wls, json_string_value(json_object_get(meta, "id")),
+                        json_pack("{s:s, s:s, s:i, s:I}", "domain", virDomainGetName(d), "state",
+                                  state_name(ws), "vcpus", (int)info.nrVirtCpu, "memory",
+                                  (json_int_t)info.memory * 1024));
+    bump(facts, "domains", 1);
+    if (ws != WK_STATE_RUNNING && ws != WK_STATE_PAUSED) return;
+    bump(facts, "running", 1);
+    bump(facts, "running_vcpus", (json_int_t)info.nrVirtCpu);
+    bump(facts, "running_memory", (json_int_t)info.memory * 1024);
+}
+
+/* What the node's agent reports of its libvirt (Node.info's "virt"): the driver and versions,
+ * the domain type, and the domains of this engine as libvirt has them now. */
+static int virt_facts(void *impl, char **out, pv_status *st) {
+    wk_virt *v = impl;
+    *out = NULL;
+    lock(v);
+    unsigned long hv = 0, lib = 0;
+    if (virConnectGetVersion(v->conn, &hv) < 0 || virConnectGetLibVersion(v->conn, &lib) < 0)
+        err_reset(v);
+    char *uri = virConnectGetURI(v->conn);
+    const char *driver = virConnectGetType(v->conn);
+    json_t *wls = json_object();
+    json_t *facts =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:o}", "uri", uri ? uri : "",
+                  "driver", driver ? driver : "", "hypervisor_version", "", "libvirt_version", "",
+                  "domain_type", v->dom_type, "domains", 0, "running", 0, "running_vcpus", 0,
+                  "running_memory", (json_int_t)0, "workloads", wls);
+    free(uri);
+    char ver[32];
+    for (int i = 0; facts && i < 2; i++) {
+        unsigned long x = i ? lib : hv;
+        snprintf(ver, sizeof ver, "%lu.%lu.%lu", x / 1000000, x / 1000 % 1000, x % 1000);
+        json_object_set_new(facts, i ? "libvirt_version" : "hypervisor_version", json_string(ver));
+    }
+    virDomainPtr *doms = NULL;
+    int n = facts ? virConnectListAllDomains(v->conn, &doms, 0) : 0;
+    int rc = !facts ? no_memory(st) : n < 0 ? lv_fail(v, st, "virConnectListAllDomains") : PV_OK;
+    for (int i = 0; i < n; i++) {
+        json_t *meta = meta_load(v, doms[i], 0);
+        if (meta) add_domain_fact(doms[i], meta, facts, wls);
+        json_decref(meta);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    err_reset(v); /* a domain undefined while listed is not a failure of the report */
+    unlock(v);
+    if (rc == PV_OK && !(*out = json_dumps(facts, JSON_COMPACT | JSON_SORT_KEYS)))
+        rc = no_memory(st);
+    json_decref(facts);
+    return rc;
+}
+
 /* The engine's handle: on QEMU also a connection for the guest agents and the console logs'
  * index, and the unpacked images the domains no longer use are collected. */
 static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
@@ -1464,6 +1530,7 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .put_file = virt_put_file,
     .get_tar = virt_get_tar,
     .log_range = virt_log_range,
+    .facts = virt_facts,
 };
 
 /* ---- networks ------------------------------------------------------------------------------ */
