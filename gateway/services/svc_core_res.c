@@ -16,6 +16,7 @@
 
 #include "pb/core.pb-c.h"
 #include "pv_deploy.h"
+#include "pv_domains.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -142,14 +143,11 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
  * (WL_ORPHAN). Appended to *diffs (malloc'd strings); nothing for other engines. */
 static int domain_diffs(pv_redis *r, const pv_keys *k, const char *node, char ***diffs, size_t *n,
                         pv_status *st) {
-    char *report = NULL;
-    if (pv_registry_get_engine_info(r, k, node, &report, st) != PV_OK) return PV_OK; /* none */
-    json_t *j = json_loads(report, 0, NULL);
-    free(report);
+    json_t *j = NULL;
+    int rc = pv_domains_get(r, k, node, &j, st);
     const char *id;
     json_t *d;
-    int rc = PV_OK;
-    json_object_foreach(json_object_get(json_object_get(j, "virt"), "workloads"), id, d) {
+    json_object_foreach(j, id, d) {
         const char *state = json_string_value(json_object_get(d, "state"));
         pv_workload w = {0};
         pv_status wst;

@@ -60,12 +60,7 @@ POD = "vmp"
 NODE = "vmq1"
 
 
-def setUpModule():
-    vmtest.start_stack(POD, NODE, "vmt")
-
-
-def tearDownModule():
-    vmtest.stop_stack()
+setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vmt")
 
 
 class VM(Base):

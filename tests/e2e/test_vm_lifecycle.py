@@ -33,12 +33,7 @@ NODE = "vlq1"
 MIB = 1 << 20
 
 
-def setUpModule():
-    vmtest.start_stack(POD, NODE, "vlt")
-
-
-def tearDownModule():
-    vmtest.stop_stack()
+setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vlt")
 
 
 class Realloc(Base):
@@ -153,7 +148,8 @@ class Audit(Base):
                          ("qemu:///system", "QEMU", "qemu"))
         self.assertRegex(info["libvirt_version"], r"^\d+\.\d+\.\d+$")
         self.assertEqual(info["workloads"][lost], {"domain": msg.name, "state": "running",
-                                                   "vcpus": 1, "memory": 192 * MIB})
+                                                   "vcpus": 1, "memory": 192 * MIB,
+                                                   "exit_code": 0, "stopped_by_api": False})
         self.assertGreaterEqual((info["running"], info["running_vcpus"]), (1, 1))
         self.wait_inventory(lambda inv: lost in inv["ids"])
         self.assertFalse([d for d in self.stack.check() if lost in d])

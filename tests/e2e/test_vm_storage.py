@@ -29,12 +29,7 @@ NODE = "vsq1"
 MIB = 1 << 20
 
 
-def setUpModule():
-    vmtest.start_stack(POD, NODE, "vst", storage=True)
-
-
-def tearDownModule():
-    vmtest.stop_stack(storage=True)
+setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vst", storage=True)
 
 
 class VolumeInGuest(Base):

@@ -85,6 +85,13 @@ def start_stack(pod, node, prefix, config=None, storage=False):
     return STACK
 
 
+def fixtures(pod, node, prefix, storage=False):
+    """A module's setUpModule and tearDownModule: its stack (start_stack), and at the end its
+    domains and the stack gone (stop_stack)."""
+    return (lambda: start_stack(pod, node, prefix, storage=storage),
+            lambda: stop_stack(storage=storage))
+
+
 def domains(prefix):
     """The names of this module's domains (any state): starting with prefix, and created by its
     stack's agent (their pivirt metadata's owner is under the stack's data directory; another
@@ -111,6 +118,15 @@ def stop_stack(storage=False):
         subprocess.run(VIRSH + ["undefine", n], capture_output=True)
     if storage:
         STACK.delete_storage(strict=False)
+        # a failed case may leave a volume in use (its workload's record): the libvirt pools of
+        # this stack go anyway (the system libvirtd outlives it)
+        base = pvtest.libvirt_pool_name(STACK.prefix, "")
+        pools = subprocess.run(VIRSH + ["pool-list", "--all", "--name"], capture_output=True,
+                               text=True).stdout.split()
+        for p in pools:
+            if p.startswith(base):
+                subprocess.run(VIRSH + ["pool-destroy", p], capture_output=True)
+                subprocess.run(VIRSH + ["pool-undefine", p], capture_output=True)
     STACK.stop()
 
 

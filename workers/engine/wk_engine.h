@@ -225,7 +225,8 @@ int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int
  * object text (*json malloc'd, caller frees). The virt engine: {"uri", "driver",
  * "hypervisor_version", "libvirt_version", "domain_type", "domains", "running",
  * "running_vcpus", "running_memory" (bytes), "workloads": {id: {"domain", "state", "vcpus",
- * "memory"}}}, the domains as libvirt has them now. *json NULL (PV_OK) for engines with
+ * "memory", "exit_code" (wk_engine_info's), "stopped_by_api"}}}, the domains as libvirt has
+ * them now. *json NULL (PV_OK) for engines with
  * nothing to say. */
 int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
 

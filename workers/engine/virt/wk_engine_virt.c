@@ -46,6 +46,7 @@
 #include "wk_files.h"
 #include "wk_guest.h"
 #include "wk_log_index.h"
+#include "wk_virt_conn.h"
 #include "wk_virt_vm.h"
 #include "wk_xml.h"
 
@@ -58,9 +59,10 @@
 struct wk_virt {
     pthread_mutex_t mu;
     virConnectPtr conn;
-    char dom_type[16]; /* <domain type=...>: "test", "kvm", "qemu", ... */
-    bool qemu;         /* QEMU's driver: real guests (images, root disks, consoles, agent) */
-    int host_cpus;     /* on QEMU: the most vcpus a domain is defined for (hot-plug room) */
+    char uri[PATH_MAX]; /* conn's, to reopen it (wk_virt_conn.h) */
+    char dom_type[16];  /* <domain type=...>: "test", "kvm", "qemu", ... */
+    bool qemu;          /* QEMU's driver: real guests (images, root disks, consoles, agent) */
+    int host_cpus;      /* on QEMU: the most vcpus a domain is defined for (hot-plug room) */
     int grace_seconds;
     char state_dir[PATH_MAX], image_dir[PATH_MAX], qemu_img[PATH_MAX];
     pthread_mutex_t image_mu; /* unpacking and collecting VM images (wk_virt_vm.h) */
@@ -148,6 +150,7 @@ static int no_memory(pv_status *st) {
 
 static void lock(wk_virt *v) {
     pthread_mutex_lock(&v->mu);
+    wk_virt_conn_revive(&v->conn, v->uri, on_conn_error, v);
     err_reset(v);
 }
 
@@ -575,6 +578,7 @@ int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_
         return st ? st->code : PV_UNAVAILABLE;
     }
     virConnSetErrorFunc(v->conn, v, on_conn_error);
+    snprintf(v->uri, sizeof v->uri, "%s", uri);
     pthread_mutex_init(&v->mu, NULL);
     pthread_mutex_init(&v->image_mu, NULL);
     v->grace_seconds =
@@ -1436,10 +1440,18 @@ static void add_domain_fact(virDomainPtr d, const json_t *meta, json_t *facts, j
     int vs = 0, reason = 0;
     if (virDomainGetInfo(d, &info) < 0 || virDomainGetState(d, &vs, &reason, 0) < 0) return;
     wk_state ws = map_state(vs, meta);
+    /* stopped through the API (virt_stop records when) or by itself (a guest's poweroff: exit
+     * code 0), or killed (destroyed behind pivirt's back, QEMU gone: the audit's
+     * WL_NOT_RUNNING) */
+    json_int_t started = json_integer_value(json_object_get(meta, "started_ms"));
+    json_int_t finished = json_integer_value(json_object_get(meta, "finished_ms"));
     json_object_set_new(wls, json_string_value(json_object_get(meta, "id")),
-                        json_pack("{s:s, s:s, s:i, s:I}", "domain", virDomainGetName(d), "state",
-                                  state_name(ws), "vcpus", (int)info.nrVirtCpu, "memory",
-                                  (json_int_t)info.memory * 1024));
+                        json_pack("{s:s, s:s, s:i, s:I, s:i, s:b}", "domain", virDomainGetName(d),
+                                  "state", state_name(ws), "vcpus", (int)info.nrVirtCpu, "memory",
+                                  (json_int_t)info.memory * 1024, "exit_code",
+                                  ws == WK_STATE_STOPPED ? exit_code_of(vs, reason) : 0,
+                                  "stopped_by_api",
+                                  ws == WK_STATE_STOPPED && finished > 0 && finished >= started));
     bump(facts, "domains", 1);
     if (ws != WK_STATE_RUNNING && ws != WK_STATE_PAUSED) return;
     bump(facts, "running", 1);
