@@ -17,6 +17,10 @@ A virt://qemu:///system node (vmtest.py: the test guest, TCG), one guest at a ti
       node's real domains (the running VM with its vcpus and memory); pivirt check finds the VM
       clean; its domain destroyed and undefined behind pivirt's back (virsh) -> WL_NO_ENGINE;
       a second VM whose record is deleted -> WL_ORPHAN, "as its agent reports".
+  Lambda.test_run_and_wait_follows_the_console_to_the_poweroff
+      RunAndWait on a one-shot guest (it writes three lines on its console once booted, then
+      powers off): the workload id first, then its console as it boots, the three lines, and
+      "[exitcode] 0" (a guest that powered itself off); its record and domain are gone after.
 """
 import json
 import subprocess
@@ -173,6 +177,29 @@ class Audit(Base):
                          "as its agent reports" in d], diffs)
         for verb in ("destroy", "undefine"):
             subprocess.run(VIRSH + [verb, msg.name], check=True, capture_output=True)
+
+
+class Lambda(Base):
+    def test_run_and_wait_follows_the_console_to_the_poweroff(self):
+        opts = vmtest.deploy("vltlambda", image=vmtest.ONESHOT_IMAGE)
+        t0 = time.monotonic()
+        msgs = list(self.core.RunAndWait(iter([core_pb2.RunAndWaitOptions(
+            deploy_options=opts, cmd=b"boot")]), timeout=180))
+        vmtest.say("figures: RunAndWait of a one-shot guest (create, boot, poweroff, remove) "
+                   "%.1f s" % (time.monotonic() - t0))
+        ids = [m.workload_id for m in msgs if m.std_stream_type == core_pb2.TYPEWORKLOADID]
+        self.assertEqual(len(ids), 1, msgs)
+        self.assertEqual(msgs[0].std_stream_type, core_pb2.TYPEWORKLOADID)
+        out = [m.data.decode(errors="replace").rstrip("\n") for m in msgs
+               if m.workload_id == ids[0] and m.std_stream_type == core_pb2.STDOUT]
+        self.assertTrue(any("Linux version" in l for l in out), out[:5])
+        marks = [l for l in out if l.startswith("PIVIRT-ONESHOT-")]
+        self.assertEqual([m.split()[0] for m in marks],
+                         ["PIVIRT-ONESHOT-BEGIN", "PIVIRT-ONESHOT-KERNEL", "PIVIRT-ONESHOT-END"])
+        self.assertEqual(out[-1], "[exitcode] 0")
+        self.assertEqual(self.stack.redis.cmd("EXISTS", self.stack.prefix + "{reg}:wl:" + ids[0]),
+                         0)
+        self.assertEqual(vmtest.domains("vltlambda"), [])
 
 
 if __name__ == "__main__":

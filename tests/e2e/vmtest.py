@@ -21,7 +21,9 @@ from pb import core_pb2, core_pb2_grpc
 GUEST_DIR = os.path.join(pvtest.BUILD_DIR, "guest")
 IMAGE = "pivirt/test/guest:v1"
 NOAGENT_IMAGE = "pivirt/test/guest-noagent:v1"
-IMAGES = ((IMAGE, "guest.tar"), (NOAGENT_IMAGE, "guest-noagent.tar"))
+ONESHOT_IMAGE = "pivirt/test/guest-oneshot:v1"
+IMAGES = ((IMAGE, "guest.tar"), (NOAGENT_IMAGE, "guest-noagent.tar"),
+          (ONESHOT_IMAGE, "guest-oneshot.tar"))
 VIRSH = ["virsh", "-c", "qemu:///system"]
 XMLNS = "https://pivirt.io/xmlns/workload/1"  # the virt engine's domain metadata
 STACK = None  # the module's stack (start_stack)
