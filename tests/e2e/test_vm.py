@@ -220,7 +220,7 @@ class VM(Base):
         listed = list(self.core.ListImage(core_pb2.ListImageOptions(
             podname=POD, nodenames=[NODE], filter="pivirt/test/*"), timeout=60))
         self.assertEqual(sorted(t for i in listed[0].images for t in i.tags),
-                         [NOAGENT_IMAGE, IMAGE])
+                         sorted(ref for ref, _ in vmtest.IMAGES))
 
     def control(self, kind):
         Base.control(self, VM.wid, kind)

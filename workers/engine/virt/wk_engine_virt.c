@@ -72,31 +72,42 @@ struct wk_virt {
     bool indexing, stopping; /* stopping under index_mu */
     pthread_mutex_t index_mu;
     pthread_cond_t index_cv;
-    /* The last error libvirt reported on this connection (on_conn_error), under mu. */
-    int err_code;
-    char err_msg[PV_STATUS_MSG_MAX];
 };
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
+/* The last error libvirt reported to the calling thread on an engine connection (on_conn_error:
+ * libvirt calls it in the thread whose call failed). Kept here rather than read from libvirt's
+ * own per-thread last error because every libvirt call resets that one, even
+ * virDomainGetName() in a failure's message; per thread, so that calls made without the engine's
+ * lock (a domain's start) cannot mix up each other's messages. */
+static __thread int tl_err_code;
+static __thread char tl_err_msg[PV_STATUS_MSG_MAX];
+
+/* Also keeps libvirt from printing the error on stderr. */
 static void on_conn_error(void *user, virErrorPtr err) {
-    wk_virt *v = user;
-    if (!v || !err) return;
-    v->err_code = err->code;
-    snprintf(v->err_msg, sizeof v->err_msg, "%s", err->message ? err->message : "unknown error");
+    (void)user;
+    if (!err) return;
+    tl_err_code = err->code;
+    snprintf(tl_err_msg, sizeof tl_err_msg, "%s", err->message ? err->message : "unknown error");
 }
 
-/* Errors raised before a connection exists (virConnectOpen) have no connection handler; this
- * one keeps them off stderr. The message stays in libvirt's per-thread last error. */
+/* Errors raised before a connection exists (virConnectOpen) have no connection handler. */
 static void on_global_error(void *user, virErrorPtr err) {
     (void)user;
     (void)err;
 }
 
 static void err_reset(wk_virt *v) {
-    v->err_code = VIR_ERR_OK;
-    v->err_msg[0] = '\0';
+    (void)v;
+    tl_err_code = VIR_ERR_OK;
+    tl_err_msg[0] = '\0';
     virResetLastError();
+}
+
+/* The code of the calling thread's last libvirt error on an engine connection (VIR_ERR_OK). */
+static int err_code(void) {
+    return tl_err_code;
 }
 
 static int map_code(int vir) {
@@ -139,8 +150,9 @@ static int lv_fail(wk_virt *v, pv_status *st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    int code = v->err_code != VIR_ERR_OK ? map_code(v->err_code) : PV_INTERNAL;
-    const char *msg = v->err_msg[0] ? v->err_msg : virGetLastErrorMessage();
+    (void)v;
+    int code = err_code() != VIR_ERR_OK ? map_code(err_code()) : PV_INTERNAL;
+    const char *msg = tl_err_msg[0] ? tl_err_msg : virGetLastErrorMessage();
     return pv_status_set(st, code, "%s: %s", what, msg);
 }
 
@@ -869,6 +881,26 @@ static int lookup_state(wk_virt *v, const char *id, virDomainPtr *d, json_t **me
     return PV_OK;
 }
 
+/* The start itself (QEMU's: 0.2-2 s, longer on a loaded host), without the engine's lock and on
+ * a connection of its own, so that domains start side by side as they do straight through
+ * libvirt: libvirtd runs at most max_client_requests (5) calls of one connection at once, and
+ * starts queued on the engine's connection would hold up every call behind them (the status
+ * pass's, under the lock, and so every workload's). A failure's message is this thread's
+ * (tl_err_msg). The engine's connection when no other opens. */
+static int start_apart(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
+    unsigned char uuid[VIR_UUID_BUFLEN];
+    virConnectPtr own =
+        virDomainGetUUID(d, uuid) == 0 ? wk_virt_conn_open(v->uri, on_conn_error, v) : NULL;
+    virDomainPtr od = own ? virDomainLookupByUUID(own, uuid) : NULL;
+    int rc = PV_OK;
+    if (virDomainCreate(od ? od : d) < 0)
+        rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
+    if (od) virDomainFree(od);
+    if (own) virConnectClose(own);
+    return rc;
+}
+
+/* Called with the lock held; releases it for the domain's start itself (start_apart). */
 static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     virDomainPtr d;
     json_t *meta;
@@ -888,8 +920,10 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
     const char *log = json_string_value(json_object_get(meta, "log"));
     if (log && *log) wk_virt_vm_index_now(log, pv_time_now_ms());
-    if (virDomainCreate(d) < 0) {
-        rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
+    unlock(v);
+    rc = start_apart(v, id, d, st);
+    lock(v);
+    if (rc != PV_OK) {
         pv_status keep;
         if (before) meta_save(v, d, before, &keep);
     }
@@ -1008,7 +1042,7 @@ static int virt_resume(void *impl, const char *id, pv_status *st) {
 static int undefine(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
     unsigned int flags = VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA;
     if (virDomainUndefineFlags(d, flags) == 0) return PV_OK;
-    if (v->err_code != VIR_ERR_INVALID_ARG && v->err_code != VIR_ERR_NO_SUPPORT)
+    if (err_code() != VIR_ERR_INVALID_ARG && err_code() != VIR_ERR_NO_SUPPORT)
         return lv_fail(v, st, "workload %s: virDomainUndefineFlags %s", id, virDomainGetName(d));
     err_reset(v);
     if (virDomainUndefine(d) < 0)
@@ -1165,8 +1199,8 @@ static bool online_vcpus(wk_virt *v, virDomainPtr d, int n, char *why, size_t ca
     int64_t until = pv_time_mono_ms() + VCPU_ONLINE_WAIT_MS;
     for (;;) {
         if (virDomainSetVcpusFlags(d, (unsigned int)n, VIR_DOMAIN_VCPU_GUEST) == 0) return true;
-        snprintf(why, cap, "%s", v->err_msg[0] ? v->err_msg : "unknown error");
-        bool agentless = v->err_code == VIR_ERR_AGENT_UNRESPONSIVE;
+        snprintf(why, cap, "%.180s", tl_err_msg[0] ? tl_err_msg : "unknown error");
+        bool agentless = err_code() == VIR_ERR_AGENT_UNRESPONSIVE;
         err_reset(v);
         if (agentless || pv_time_mono_ms() >= until) return false;
         unlock(v);
@@ -1225,7 +1259,8 @@ static int virt_set_limits_how(void *impl, const char *id, double cpu_limit, int
         unlock(v);
         return rc;
     }
-    bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED, mem_live, cpu_live;
+    bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED, mem_live = false,
+         cpu_live = false;
     unsigned long room = 0;
     rc = realloc_memory(v, id, d, active, kib, &mem_live, &room, st);
     char offline[256] = "";
@@ -1712,7 +1747,7 @@ static int cut_ifaces(wk_xml *x, const char *network, bool *changed, pv_status *
 static int persist_attach(wk_virt *v, const char *id, virDomainPtr d, const char *ifxml,
                           pv_status *st) {
     if (virDomainAttachDeviceFlags(d, ifxml, VIR_DOMAIN_AFFECT_CONFIG) == 0) return PV_OK;
-    if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+    if (err_code() != VIR_ERR_NO_SUPPORT && err_code() != VIR_ERR_OPERATION_UNSUPPORTED)
         return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (config)", id);
     err_reset(v);
     return redefine_with(v, id, d, add_device, ifxml, st);
@@ -1760,7 +1795,7 @@ static int reserve_ipv4(wk_virt *v, virNetworkPtr net, const char *mac, const ch
  * definition, so their plain XML is the same thing. */
 static char *net_xml_inactive(wk_virt *v, virNetworkPtr net) {
     char *xml = virNetworkGetXMLDesc(net, VIR_NETWORK_XML_INACTIVE);
-    if (!xml && (v->err_code == VIR_ERR_INVALID_ARG || v->err_code == VIR_ERR_NO_SUPPORT)) {
+    if (!xml && (err_code() == VIR_ERR_INVALID_ARG || err_code() == VIR_ERR_NO_SUPPORT)) {
         err_reset(v);
         xml = virNetworkGetXMLDesc(net, 0);
     }
@@ -1825,7 +1860,7 @@ static int attach_iface(wk_virt *v, const char *id, virDomainPtr d, const char *
             *live = true;
             return PV_OK;
         }
-        if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+        if (err_code() != VIR_ERR_NO_SUPPORT && err_code() != VIR_ERR_OPERATION_UNSUPPORTED)
             return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (hot-plug)", id);
         err_reset(v); /* no hot-plug here: the next start picks the interface up */
     }
@@ -1907,7 +1942,7 @@ static int detach_mac(wk_virt *v, const char *id, virDomainPtr d, const char *ma
     int r = virDomainDetachDeviceFlags(d, ifxml, flags);
     free(ifxml);
     if (r == 0) return PV_OK;
-    if (v->err_code == VIR_ERR_NO_SUPPORT || v->err_code == VIR_ERR_OPERATION_UNSUPPORTED) {
+    if (err_code() == VIR_ERR_NO_SUPPORT || err_code() == VIR_ERR_OPERATION_UNSUPPORTED) {
         err_reset(v);
         *unsupported = true;
         return PV_OK;

@@ -7,14 +7,19 @@
 
 #include "pv_log.h"
 
+virConnectPtr wk_virt_conn_open(const char *uri, virErrorFunc fn, void *arg) {
+    virConnectPtr c = virConnectOpen(uri);
+    if (c)
+        virConnSetErrorFunc(c, arg, fn);
+    else
+        virResetLastError();
+    return c;
+}
+
 bool wk_virt_conn_revive(virConnectPtr *conn, const char *uri, virErrorFunc fn, void *arg) {
     if (!*conn || virConnectIsAlive(*conn) == 1) return false;
-    virConnectPtr fresh = virConnectOpen(uri);
-    if (!fresh) {
-        virResetLastError();
-        return false;
-    }
-    virConnSetErrorFunc(fresh, arg, fn);
+    virConnectPtr fresh = wk_virt_conn_open(uri, fn, arg);
+    if (!fresh) return false;
     virConnSetErrorFunc(*conn, NULL, NULL);
     virConnectClose(*conn);
     *conn = fresh;

@@ -6,6 +6,9 @@
  * the first call after the restart that finds the socket closed may fail UNAVAILABLE, the next
  * one runs on a new connection.
  *
+ * wk_virt_conn_open gives a connection of its own to a call that may run long (a domain's
+ * start), so that it does not hold up the calls queued behind it on a shared one.
+ *
  * Ownership: *conn is the caller's; a revived one replaces it (the old one closed here).
  */
 #ifndef WK_VIRT_CONN_H
@@ -19,5 +22,8 @@
  * handler fn(arg) installed, in its place. true when it did (logged); false when *conn was
  * alive or the daemon does not answer yet (*conn left as it was: its calls fail as before). */
 bool wk_virt_conn_revive(virConnectPtr *conn, const char *uri, virErrorFunc fn, void *arg);
+
+/* A new connection to uri with error handler fn(arg) installed (caller closes), or NULL. */
+virConnectPtr wk_virt_conn_open(const char *uri, virErrorFunc fn, void *arg);
 
 #endif
