@@ -12,6 +12,11 @@ never hangs. A virt://qemu:///system node (vmtest.py: the test guest, TCG), one 
   test_qemu_killed      QEMU killed with SIGKILL under a running VM: libvirt says it crashed,
                         the workload's status goes to not running, pivirt check reports
                         WL_NOT_RUNNING; a start brings it back
+  test_libvirt_connection_closed
+                        every libvirt connection of the node agent closed on libvirtd's side
+                        (virt-admin client-disconnect: what a restart does to a client, to this
+                        agent alone): the guest runs on, the agent reconnects (exec and
+                        suspend/resume work again, its log says "reconnected")
   test_libvirtd_restart the system libvirtd stopped and started again under the agent (only with
                         PIVIRT_TEST_LIBVIRTD_RESTART=1: every libvirt client of the machine sees
                         it, so it is not done while other tests may run): the guest runs on, the
@@ -20,6 +25,7 @@ never hangs. A virt://qemu:///system node (vmtest.py: the test guest, TCG), one 
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import tarfile
@@ -139,6 +145,42 @@ class Faults(Base):
         self.control(wid, "start")
         self.wait_agent(wid)
         self.until("status running again", lambda: self.status(wid).running)
+        self.remove(wid)
+
+    def disconnect_agent(self):
+        """Closes, on libvirtd's side, every connection the node agent has (virt-admin): what a
+        libvirtd restart does to its clients, without touching anyone else's."""
+        pid = self.stack.agents[0].pid
+        listed = subprocess.run(["virt-admin", "srv-clients-list", "libvirtd"],
+                                capture_output=True, text=True, check=True).stdout.split("\n")
+        closed = 0
+        for line in listed:
+            cid = line.split()[0] if line.split() else ""
+            if not cid.isdigit():
+                continue
+            info = subprocess.run(["virt-admin", "client-info", "libvirtd", cid],
+                                  capture_output=True, text=True).stdout
+            if re.search(r"unix_process_id\s*:\s*%d$" % pid, info, re.M):
+                subprocess.run(["virt-admin", "client-disconnect", "libvirtd", cid],
+                               capture_output=True, check=True)
+                closed += 1
+        return closed
+
+    def test_libvirt_connection_closed(self):
+        msg, _ = self.create("vftclosed")
+        wid = msg.id
+        self.wait_agent(wid)
+        # the engine's connection, the guest agents' and the second handle's (networks)
+        self.assertGreaterEqual(self.disconnect_agent(), 2)
+        self.assertTrue(self.domstate(msg.name).startswith("running"))
+        # the first call on a closed connection may fail; the next ones run on a new one
+        self.wait_agent(wid, timeout=30)
+        self.control(wid, "suspend")
+        self.assertTrue(self.domstate(msg.name).startswith("paused"))
+        self.control(wid, "resume")
+        self.wait_agent(wid)
+        with open(self.stack.agents[0].log_path) as f:
+            self.assertIn("reconnected", f.read())
         self.remove(wid)
 
     @unittest.skipUnless(os.environ.get("PIVIRT_TEST_LIBVIRTD_RESTART") == "1",
