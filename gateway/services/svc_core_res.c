@@ -10,14 +10,17 @@
 #include "svc_core_res.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pb/core.pb-c.h"
 #include "pv_deploy.h"
+#include "pv_domains.h"
 #include "pv_log.h"
 #include "pv_registry.h"
 #include "pv_res.h"
+#include "pv_workload.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
 #include "svc_eru.h"
@@ -132,6 +135,58 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
 /* ------------------------------------------------------------------------------------------ */
 /* GetNodeResource, GetPodResource                                                             */
 
+/* A virt node's real domains, as its agent reports them (engine info "virt": wk_engine_facts),
+ * against the allocations of the workloads recorded there: a domain that runs with other vcpus
+ * or memory than its allocation gives it (the virt engine's mapping: ceil(cpu_limit) vcpus, 1
+ * when 0; memory_limit bytes, 512 MiB when 0) is a diff: a ReallocResource that applies at the
+ * next start, or a change made behind pivirt's back. Domains without a record are the audit's
+ * (WL_ORPHAN). Appended to *diffs (malloc'd strings); nothing for other engines. */
+static int domain_diffs(pv_redis *r, const pv_keys *k, const char *node, char ***diffs, size_t *n,
+                        pv_status *st) {
+    json_t *j = NULL;
+    int rc = pv_domains_get(r, k, node, &j, st);
+    const char *id;
+    json_t *d;
+    json_object_foreach(j, id, d) {
+        const char *state = json_string_value(json_object_get(d, "state"));
+        pv_workload w = {0};
+        pv_status wst;
+        if (rc != PV_OK || !state || strcmp(state, "running") != 0 ||
+            pv_workload_get(r, k, id, &w, &wst) != PV_OK)
+            continue;
+        json_t *res = json_loads(w.resources ? w.resources : "{}", 0, NULL);
+        json_t *cm = json_object_get(res, "cpumem");
+        double cpu = json_number_value(json_object_get(cm, "cpu_limit"));
+        json_int_t mem = json_integer_value(json_object_get(cm, "memory_limit"));
+        json_int_t want_vcpus = cpu > 0 ? (json_int_t)cpu : 1;
+        if (cpu > (double)want_vcpus) want_vcpus++; /* ceil, without libm */
+        json_int_t want_mem = mem > 0 ? (mem + 1023) / 1024 * 1024 : 512LL << 20;
+        json_int_t vcpus = json_integer_value(json_object_get(d, "vcpus"));
+        json_int_t memory = json_integer_value(json_object_get(d, "memory"));
+        char *text = NULL;
+        if ((vcpus != want_vcpus || memory != want_mem) &&
+            asprintf(&text,
+                     "workload %s: its domain %s runs with %lld vcpus and %lld MiB, its "
+                     "allocation gives %lld vcpus and %lld MiB",
+                     id, json_string_value(json_object_get(d, "domain")), (long long)vcpus,
+                     (long long)(memory >> 20), (long long)want_vcpus,
+                     (long long)(want_mem >> 20)) >= 0) {
+            char **grown = realloc(*diffs, (*n + 1) * sizeof *grown);
+            if (grown) {
+                *diffs = grown;
+                (*diffs)[(*n)++] = text;
+            } else {
+                free(text);
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            }
+        }
+        json_decref(res);
+        pv_workload_clear(&w);
+    }
+    json_decref(j);
+    return rc;
+}
+
 static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int fix,
                               pv_status *st) {
     pv_resv_check c;
@@ -141,7 +196,8 @@ static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int 
                 name, c.ndiffs);
     /* The check's documents are the registry's forms; clients read Eru's (pv_res.h). */
     char *capacity = NULL, *usage = NULL;
-    int rc = pv_res_eru_docs(c.resources, c.usage, &capacity, &usage, st);
+    int rc = domain_diffs(r, &app_of(call)->keys, name, &c.diffs, &c.ndiffs, st);
+    if (rc == PV_OK) rc = pv_res_eru_docs(c.resources, c.usage, &capacity, &usage, st);
     if (rc == PV_OK) {
         Pb__NodeResource m = PB__NODE_RESOURCE__INIT;
         m.name = (char *)name;

@@ -802,7 +802,8 @@ static void on_restore_snapshot(gw_call *call, const ProtobufCMessage *msg) {
     char node[256];
     int rc = snapshot_and_volume(call, "snapshot_id", req->snapshot_id, &snap, &vol, node,
                                  sizeof node, &st);
-    if (rc == PV_OK) rc = check_not_in_use(&vol, ": stop it first", &st);
+    /* A volume in use may be restored while its VM is shut off: only the node's agent can tell
+     * (it asks libvirt whether a running domain holds the image, and refuses naming it) */
     pv_op op = {0};
     bool pending = false;
     if (rc == PV_OK)

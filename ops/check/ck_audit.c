@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "pv_time.h"
+#include "pv_domains.h"
 #include "pv_op.h"
 #include "pv_registry.h"
 #include "pv_resv.h"
@@ -690,6 +691,38 @@ static int check_inventory(ck_ctx *c, const pv_node *n, pv_status *st) {
     return rc;
 }
 
+/* A virt node's domains as its agent reports them (engine info "virt": wk_engine_facts): a
+ * recorded workload whose domain was started and is now shut off without a stop through the
+ * API, killed (destroyed behind pivirt's back, QEMU gone: exit code not 0), is not what its
+ * record and its engine want. A guest that powered itself off (exit code 0) is its own
+ * business, as a process that exited by itself. Nothing for nodes without that report. */
+static int check_domains(ck_ctx *c, const pv_node *n, pv_status *st) {
+    json_t *j = NULL;
+    int rc = pv_domains_get(c->r, c->k, n->name, &j, st);
+    const char *id;
+    json_t *d;
+    json_object_foreach(j, id, d) {
+        const char *state = json_string_value(json_object_get(d, "state"));
+        int code = (int)json_integer_value(json_object_get(d, "exit_code"));
+        if (!state || strcmp(state, "stopped") != 0 || code == 0 ||
+            json_is_true(json_object_get(d, "stopped_by_api")))
+            continue;
+        const pv_workload *w = NULL;
+        for (size_t i = 0; !w && i < c->nwls; i++)
+            if (strcmp(c->wls[i].id, id) == 0) w = &c->wls[i];
+        if (!w || !w->node_id || strcmp(w->node_id, n->id) != 0) continue; /* WL_ORPHAN's */
+        char subject[PV_KEY_MAX];
+        snprintf(subject, sizeof subject, "workload %s", id);
+        ADD(c->rep, CK_AREA_WORKLOADS, "WL_NOT_RUNNING", subject,
+            "should run on node %s (started, never stopped through the API) but its domain %s "
+            "was %s",
+            n->name, json_string_value(json_object_get(d, "domain")),
+            code == 137 ? "destroyed" : "lost (crashed, or its QEMU died)");
+    }
+    json_decref(j);
+    return rc;
+}
+
 /* Engine directories of nodes that are not registered (removed, or a cluster deleted, while
  * their agent's data stayed here): whatever they hold has no record on that node. */
 static int check_unregistered_engines(ck_ctx *c, pv_status *st) {
@@ -790,6 +823,7 @@ static int check_workloads(ck_ctx *c, pv_status *st) {
             rc = check_engine(c, n, st);
         } else {
             rc = check_inventory(c, n, st);
+            if (rc == PV_OK) rc = check_domains(c, n, st);
         }
     }
     return rc;

@@ -43,154 +43,24 @@ import io
 import json
 import os
 import queue
-import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
 import time
-import unittest
 import xml.etree.ElementTree as ET
 
 import pvtest
-from pb import core_pb2, core_pb2_grpc
+from pb import core_pb2
 
-_stack = None
-GUEST_DIR = os.path.join(pvtest.BUILD_DIR, "guest")
-IMAGE = "pivirt/test/guest:v1"
-NOAGENT_IMAGE = "pivirt/test/guest-noagent:v1"
+import vmtest
+from vmtest import GUEST_DIR, IMAGE, NOAGENT_IMAGE, VIRSH, Base, marker, say
+
 POD = "vmp"
 NODE = "vmq1"
-VIRSH = ["virsh", "-c", "qemu:///system"]
 
 
-def say(msg):
-    print("test_vm: " + msg, file=sys.stderr, flush=True)
-
-
-def prepare_host():
-    """What QEMU domains need here, as ops/pivirt's ensure_qemu_host does it."""
-    why = pvtest.ensure_libvirtd()
-    if why:
-        raise RuntimeError(why)
-    if not os.path.exists("/run/libvirt/virtlogd-sock"):
-        say("starting virtlogd (QEMU domains log through it; no systemd starts it here)")
-        subprocess.run(["virtlogd", "-d"], check=True)
-    if os.path.exists("/dev/kvm") and subprocess.run(
-            ["runuser", "-u", "libvirt-qemu", "--", "test", "-r", "/dev/kvm", "-a", "-w",
-             "/dev/kvm"], capture_output=True).returncode != 0:
-        say("giving /dev/kvm to group libvirt-qemu, mode 0660 (libvirt checks KVM as that user)")
-        subprocess.run(["chgrp", "libvirt-qemu", "/dev/kvm"], check=True)
-        os.chmod("/dev/kvm", 0o660)
-
-
-def setUpModule():
-    global _stack
-    prepare_host()
-    subprocess.run([os.path.join(pvtest.SOURCE_DIR, "tests", "guest", "build-guest.sh"),
-                    GUEST_DIR], check=True)
-    _stack = pvtest.Stack(gateways=1, workers=1, schedulers=1,
-                          agents=[{"node": NODE, "pod": POD,
-                                   "endpoint": "virt://qemu:///system"}],
-                          config={"worker": {"status_interval_seconds": 1, "build_pod": POD,
-                                             "stop_grace_seconds": 20}})
-    _stack.start()
-    core = core_pb2_grpc.CoreRPCStub(_stack.channel(0))
-    for ref, tar in ((IMAGE, "guest.tar"), (NOAGENT_IMAGE, "guest-noagent.tar")):
-        name, tag = ref.rsplit(":", 1)
-        dst = os.path.join(_stack.data_dir, "registry", name, tag + ".tar")
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(os.path.join(GUEST_DIR, tar), dst)
-        got = list(core.CacheImage(core_pb2.CacheImageOptions(
-            podname=POD, nodenames=[NODE], images=[ref]), timeout=120))
-        if [(m.image, m.success) for m in got] != [(ref, True)]:
-            raise RuntimeError("CacheImage %s: %s" % (ref, got))
-
-
-def tearDownModule():
-    if _stack is None:
-        return
-    # whatever a failed case left: no domain of this stack outlives it
-    names = subprocess.run(VIRSH + ["list", "--all", "--name"], capture_output=True,
-                           text=True).stdout.split()
-    for n in names:
-        if n.startswith("vmt"):
-            subprocess.run(VIRSH + ["destroy", n], capture_output=True)
-            subprocess.run(VIRSH + ["undefine", n], capture_output=True)
-    _stack.stop()
-
-
-def deploy(name, image=IMAGE, memory="192M", cpus=1):
-    return core_pb2.DeployOptions(
-        name=name, entrypoint=core_pb2.EntrypointOptions(name="vm", commands=["boot"]),
-        podname=POD, image=image, count=1,
-        resources={"cpumem": json.dumps({"cpu-request": cpus, "memory-request": memory,
-                                         "memory-limit": memory}).encode()})
-
-
-def marker(name):
-    with open(os.path.join(GUEST_DIR, name)) as f:
-        return f.read().strip()
-
-
-class Base(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.stack = _stack
-        cls.core = core_pb2_grpc.CoreRPCStub(cls.stack.channel(0))
-
-    def create(self, name, image=IMAGE):
-        t0 = time.monotonic()
-        msgs = list(self.core.CreateWorkload(deploy(name, image), timeout=180))
-        elapsed = time.monotonic() - t0
-        self.assertEqual(len(msgs), 1, msgs)
-        self.assertTrue(msgs[0].success, msgs[0].error)
-        return msgs[0], elapsed
-
-    def raw(self, wid, op, params=b""):
-        return self.core.RawEngine(core_pb2.RawEngineOptions(id=wid, op=op, params=params),
-                                   timeout=30).data.decode()
-
-    def domstate(self, name):
-        r = subprocess.run(VIRSH + ["domstate", "--reason", name], capture_output=True,
-                           text=True)
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    def execute(self, wid, commands, timeout=60):
-        got = list(self.core.ExecuteWorkload(iter([core_pb2.ExecuteWorkloadOptions(
-            workload_id=wid, commands=list(commands))]), timeout=timeout))
-        out = b"".join(m.data for m in got[:-1]).decode(errors="replace")
-        return out, got[-1].data.decode()
-
-    def log_lines(self, wid, tail="all"):
-        got = list(self.core.LogStream(core_pb2.LogStreamOptions(id=wid, tail=tail),
-                                       timeout=30))
-        return [m.data.decode(errors="replace") for m in got if not m.error]
-
-    def wait_log(self, wid, text, timeout=60):
-        deadline = time.monotonic() + timeout
-        lines = []
-        while time.monotonic() < deadline:
-            lines = self.log_lines(wid)
-            if any(text in l for l in lines):
-                return lines
-            time.sleep(0.3)
-        self.fail("%s never showed %r on its console; last lines: %s" % (wid, text, lines[-10:]))
-
-    def wait_agent(self, wid, timeout=60):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                out, code = self.execute(wid, ["true"], timeout=30)
-                if code == "[exitcode] 0":
-                    return
-                last = (out, code)
-            except Exception as e:  # noqa: BLE001 - the agent not connected yet: try again
-                last = e
-            time.sleep(0.3)
-        self.fail("the guest agent of %s never answered: %s" % (wid, last))
+setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vmt")
 
 
 class VM(Base):
@@ -350,12 +220,10 @@ class VM(Base):
         listed = list(self.core.ListImage(core_pb2.ListImageOptions(
             podname=POD, nodenames=[NODE], filter="pivirt/test/*"), timeout=60))
         self.assertEqual(sorted(t for i in listed[0].images for t in i.tags),
-                         [NOAGENT_IMAGE, IMAGE])
+                         sorted(ref for ref, _ in vmtest.IMAGES))
 
     def control(self, kind):
-        got = list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
-            IDs=[VM.wid], type=kind), timeout=120))
-        self.assertEqual([(g.id, g.error) for g in got], [(VM.wid, "")])
+        Base.control(self, VM.wid, kind)
 
     def test_06_control(self):
         self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
@@ -446,9 +314,7 @@ class NoAgent(Base):
                 self.assertIn("guest agent", e.details())
             self.assertLess(time.monotonic() - t0, 30)
         finally:
-            got = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(
-                IDs=[msg.id], force=True), timeout=120))
-            self.assertTrue(got[0].success, got)
+            self.remove(msg.id)
 
 
 class Images(Base):

@@ -14,6 +14,8 @@
 #   guest.tar       the VM image (README "Virtual machines"): vm.json + the three files above
 #   guest-noagent.tar  the same guest told (pivirt.noagent on its command line) not to start
 #                   its guest agent
+#   guest-oneshot.tar  the same guest told (pivirt.oneshot) to write three PIVIRT-ONESHOT lines
+#                   on its console once it has booted, then power off (a lambda for RunAndWait)
 #
 # The guest prints READY_MARKER on its serial console once init has set everything up; its
 # agent answers shortly after. Idempotent: the outputs are rebuilt only when a package version
@@ -24,7 +26,7 @@ set -euo pipefail
 READY_MARKER=PIVIRT-GUEST-READY
 DISK_MARKER=PIVIRT-DISK-v1
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover
-    net_failover virtio_net virtio_blk virtio_console button evdev)
+    net_failover virtio_net virtio_blk virtio_console virtio_balloon button evdev)
 
 die() {
     printf 'build-guest: error: %s\n' "$*" >&2
@@ -60,7 +62,7 @@ stamp="$kernel_pkg=${version[$kernel_pkg]} busybox-static=${version[busybox-stat
 stamp+=" qemu-guest-agent=${version[qemu-guest-agent]} script=$script_sum"
 
 if [[ -f $out/stamp && $(cat "$out/stamp") == "$stamp" && -f $out/guest.tar &&
-    -f $out/guest-noagent.tar ]]; then
+    -f $out/guest-noagent.tar && -f $out/guest-oneshot.tar ]]; then
     exit 0
 fi
 say "building the test guest in $out ($stamp)"
@@ -171,6 +173,14 @@ if ! grep -q pivirt.noagent /proc/cmdline; then
     fi
 fi
 echo "$READY_MARKER"
+# a one-shot guest (a lambda: RunAndWait): says what it did on its console and powers off
+if grep -q pivirt.oneshot /proc/cmdline; then
+    echo "PIVIRT-ONESHOT-BEGIN"
+    echo "PIVIRT-ONESHOT-KERNEL \$(uname -r)"
+    echo "PIVIRT-ONESHOT-END"
+    sync
+    poweroff -f
+fi
 EOF
 
 cat >"$root/etc/init.d/agent" <<'EOF'
@@ -227,10 +237,13 @@ vm_json "console=ttyS0 panic=-1" >"$img/vm.json"
 tar -C "$img" -cf "$work/guest.tar" vm.json vmlinuz initrd.img disk.qcow2
 vm_json "console=ttyS0 panic=-1 pivirt.noagent" >"$img/vm.json"
 tar -C "$img" -cf "$work/guest-noagent.tar" vm.json vmlinuz initrd.img disk.qcow2
+vm_json "console=ttyS0 panic=-1 pivirt.oneshot" >"$img/vm.json"
+tar -C "$img" -cf "$work/guest-oneshot.tar" vm.json vmlinuz initrd.img disk.qcow2
 
 for f in vmlinuz initrd.img disk.qcow2; do mv -f "$img/$f" "$out/$f"; done
 mv -f "$work/guest.tar" "$out/guest.tar"
 mv -f "$work/guest-noagent.tar" "$out/guest-noagent.tar"
+mv -f "$work/guest-oneshot.tar" "$out/guest-oneshot.tar"
 printf '%s\n' "$READY_MARKER" >"$out/ready-marker"
 printf '%s\n' "$DISK_MARKER" >"$out/disk-marker"
 printf '%s\n' "$stamp" >"$out/stamp"

@@ -324,12 +324,12 @@ static char *engine_info_json(const wk_agent *a) {
     read_machine((wk_agent *)a, &m);
     pv_node_conditions c;
     pv_cluster_conditions_of(&m, &a->limits, &c);
-    json_t *j = json_pack(
-        "{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type",
-        a->engine && strcmp(wk_engine_type(a->engine), "docker") == 0 ? "docker" : "process",
-        "cpu_count", (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
-        "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname", named ? u.nodename : "",
-        "version", version, "kernel", named ? u.release : "");
+    json_t *j =
+        json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type",
+                  a->engine ? wk_engine_type(a->engine) : "process", "cpu_count",
+                  (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
+                  "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
+                  named ? u.nodename : "", "version", version, "kernel", named ? u.release : "");
     if (j) {
         json_object_set_new(
             j, "machine",
@@ -344,6 +344,12 @@ static char *engine_info_json(const wk_agent *a) {
                                       c.pid_pressure, "network_unavailable",
                                       c.network_unavailable));
     }
+    /* what the engine says of itself (virt: libvirt's versions and the node's real domains) */
+    char *facts = NULL;
+    pv_status fst;
+    if (j && a->engine && wk_engine_facts(a->engine, &facts, &fst) == PV_OK && facts)
+        json_object_set_new(j, wk_engine_type(a->engine), json_loads(facts, 0, NULL));
+    free(facts);
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;

@@ -1487,11 +1487,15 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
     if (!agent) return PV_FAILED_PRECONDITION;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     const char *id = json_string_value(json_object_get(params, "id"));
-    int rc = id ? wk_engine_set_limits(
+    char how[256] = "";
+    int rc = id ? wk_engine_set_limits_how(
                       wk_agent_engine(agent), id,
                       json_number_value(json_object_get(params, "cpu_limit")),
-                      (int64_t)json_integer_value(json_object_get(params, "memory_limit")), st)
+                      (int64_t)json_integer_value(json_object_get(params, "memory_limit")), how,
+                      sizeof how, st)
                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    /* when the limits apply (now, or at the next start) is the operation's last message */
+    if (rc == PV_OK && how[0]) rc = wk_op_progress(op, 100, "workload %s: %s", id, how);
     json_decref(params);
     return rc;
 }

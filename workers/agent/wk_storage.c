@@ -31,6 +31,7 @@
 #include "pv_path.h"
 #include "pv_storage.h"
 #include "wk_agent.h"
+#include "wk_virt_disk.h"
 #include "wk_xml.h"
 
 /* How long a snapshot command may run: qemu-img and the LVM and RBD commands change metadata
@@ -596,6 +597,30 @@ static int load_volume(sctx *c, const char *id, pv_volume *rec, pv_pool *pool, p
     return confined_volume(c, rec, pool, st);
 }
 
+/* Snapshots, restores and clones act on the volume's image outside any domain (qemu-img, a
+ * copy): never while a running domain holds it open (FAILED_PRECONDITION naming the workload
+ * and its domain; libvirt is asked, as any domain of the host counts). A volume IN_USE by a
+ * workload whose domain is shut off is that VM's disk between two runs and may be acted on;
+ * IN_USE by anything that is no domain's disk stays refused. */
+static int not_held_open(sctx *c, const pv_volume *vol, pv_status *st) {
+    const char *path = vol->path ? vol->path : "", *name = vol->name ? vol->name : "";
+    const char *user = vol->in_use_by ? vol->in_use_by : "";
+    wk_virt_disk_holder h = {0};
+    if (*path &&
+        (conn_of(c, st) != PV_OK || wk_virt_disk_holder_of(c->conn, path, &h, st) != PV_OK))
+        return st->code;
+    if (h.running)
+        return pv_status_set(st, PV_FAILED_PRECONDITION,
+                             "volume %s is a disk of workload %s (domain %s), which is running: "
+                             "stop it first",
+                             name, h.workload[0] ? h.workload : (*user ? user : "(none)"),
+                             h.domain);
+    if (vol->status == PV_VOL_IN_USE && !h.found)
+        return pv_status_set(st, PV_FAILED_PRECONDITION, "volume %s is in use by workload %s", name,
+                             *user ? user : "?");
+    return PV_OK;
+}
+
 static virStorageVolPtr vol_handle(sctx *c, const pv_volume *rec, pv_status *st) {
     if (conn_of(c, st) != PV_OK) return NULL;
     const char *path = rec->path;
@@ -693,6 +718,7 @@ static int volume_clone(sctx *c, pv_status *st) {
     virStoragePoolPtr p = NULL;
     int rc = pv_storage_get(wk_op_redis(op), wk_op_keys(op), PV_STO_VOL, param(op, "source_id"),
                             &src, st);
+    if (rc == PV_OK) rc = not_held_open(c, &src, st);
     if (rc == PV_OK) rc = confined_volume(c, &src, NULL, st);
     if (rc == PV_OK) rc = active_pool(c, pool, &prec, &p, st);
     if (rc == PV_OK) rc = check_room(c, "source_id", &prec, p, src.size, st);
@@ -911,11 +937,16 @@ static int64_t allocated(const char *path) {
     return path && stat(path, &sb) == 0 ? (int64_t)sb.st_blocks * 512 : 0;
 }
 
-/* A volume (not in use), its pool's record and how its snapshots are made: FAILED_PRECONDITION
- * for a volume that takes none. The caller frees *vol and *pool (set even on a refusal). */
+/* A volume no running domain holds (not_held_open), its pool's record and how its snapshots are
+ * made: FAILED_PRECONDITION for a volume that takes none. The caller frees *vol and *pool (set
+ * even on a refusal). */
 static int snapshot_target(sctx *c, const char *vol_id, pv_volume *vol, pv_pool *pool, int *method,
                            pv_status *st) {
-    if (load_volume(c, vol_id, vol, pool, st) != PV_OK) return st->code;
+    memset(pool, 0, sizeof *pool);
+    if (pv_storage_get(wk_op_redis(c->op), wk_op_keys(c->op), PV_STO_VOL, vol_id, vol, st) !=
+            PV_OK ||
+        not_held_open(c, vol, st) != PV_OK || confined_volume(c, vol, pool, st) != PV_OK)
+        return st->code;
     *method = pv_storage_snapshot_method(pool->type, vol->format);
     if (*method == PV_SNAPS_NONE)
         return pv_status_set(st, PV_FAILED_PRECONDITION,

@@ -4,6 +4,7 @@
  */
 #include "wk_engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,16 @@ int wk_engine_set_limits(wk_engine *e, const char *id, double cpu_limit, int64_t
                              "the %s engine cannot change a workload's limits in place",
                              e->v->type);
     return e->v->set_limits(e->impl, id, cpu_limit, memory_limit, st);
+}
+
+int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                             char *how, size_t how_cap, pv_status *st) {
+    if (how_cap) how[0] = '\0';
+    if (e->v->set_limits_how)
+        return e->v->set_limits_how(e->impl, id, cpu_limit, memory_limit, how, how_cap, st);
+    int rc = wk_engine_set_limits(e, id, cpu_limit, memory_limit, st);
+    if (rc == PV_OK && how_cap) snprintf(how, how_cap, "applied now");
+    return rc;
 }
 
 int wk_engine_log_range(wk_engine *e, const char *id, int64_t since_ms, int64_t until_ms,
@@ -278,4 +289,9 @@ int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool
                          pv_status *st) {
     if (!e->v->disconnect) return lacks(e, "networks of its own", st);
     return e->v->disconnect(e->impl, id, network, force, st);
+}
+
+int wk_engine_facts(wk_engine *e, char **json, pv_status *st) {
+    *json = NULL;
+    return e->v->facts ? e->v->facts(e->impl, json, st) : PV_OK;
 }

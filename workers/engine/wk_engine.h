@@ -337,4 +337,23 @@ int wk_engine_connect(wk_engine *e, const char *id, const char *network, const c
 int wk_engine_disconnect(wk_engine *e, const char *id, const char *network, bool force,
                          pv_status *st);
 
+/* wk_engine_set_limits, saying in how (a sentence, at most how_cap bytes with its NUL) when each
+ * limit applies: engines that apply them at once say so; the virt engine applies memory and
+ * vcpus to a running domain where the domain allows it (within the maximums it was started
+ * with: memory through its balloon, vcpus hot-plugged and onlined through the guest agent, or
+ * "(not onlined in the guest: <why>)") and otherwise to its definition only, for
+ * the next start, and says which, e.g. "memory 128 MiB live, 2 vcpus live" or "memory 256 MiB at
+ * the next start (above the 192 MiB the running domain has room for), 1 vcpus live". */
+int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int64_t memory_limit,
+                             char *how, size_t how_cap, pv_status *st);
+
+/* What the engine has to say about itself in its node's engine info (Node.info), as a JSON
+ * object text (*json malloc'd, caller frees). The virt engine: {"uri", "driver",
+ * "hypervisor_version", "libvirt_version", "domain_type", "domains", "running",
+ * "running_vcpus", "running_memory" (bytes), "workloads": {id: {"domain", "state", "vcpus",
+ * "memory", "exit_code" (wk_engine_info's), "stopped_by_api"}}}, the domains as libvirt has
+ * them now. *json NULL (PV_OK) for engines with
+ * nothing to say. */
+int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
+
 #endif

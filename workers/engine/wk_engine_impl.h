@@ -26,6 +26,9 @@ typedef struct wk_engine_vtbl {
     /* may be NULL: the engine cannot change a workload's limits in place */
     int (*set_limits)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
                       pv_status *st);
+    /* may be NULL: set_limits applies everything now (wk_engine_set_limits_how says "now") */
+    int (*set_limits_how)(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                          char *how, size_t how_cap, pv_status *st);
     /* may be NULL: the engine runs no programs of the node */
     int (*run)(void *impl, const char *const *argv, size_t argc, const char *const *env,
                const char *cwd, int timeout_ms, int *exit_code, char **output, size_t *output_len,
@@ -59,6 +62,8 @@ typedef struct wk_engine_vtbl {
     int (*connect)(void *impl, const char *id, const char *network, const char *ipv4,
                    const char *ipv6, wk_engine_network *out, pv_status *st);
     int (*disconnect)(void *impl, const char *id, const char *network, bool force, pv_status *st);
+    /* may be NULL: the engine has nothing to report beyond its type */
+    int (*facts)(void *impl, char **json, pv_status *st);
 } wk_engine_vtbl;
 
 /* The entries every engine fills, for one whose functions are named <p>_open, <p>_close, ...

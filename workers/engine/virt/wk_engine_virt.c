@@ -46,6 +46,7 @@
 #include "wk_files.h"
 #include "wk_guest.h"
 #include "wk_log_index.h"
+#include "wk_virt_conn.h"
 #include "wk_virt_vm.h"
 #include "wk_xml.h"
 
@@ -58,8 +59,10 @@
 struct wk_virt {
     pthread_mutex_t mu;
     virConnectPtr conn;
-    char dom_type[16]; /* <domain type=...>: "test", "kvm", "qemu", ... */
-    bool qemu;         /* QEMU's driver: real guests (images, root disks, consoles, agent) */
+    char uri[PATH_MAX]; /* conn's, to reopen it (wk_virt_conn.h) */
+    char dom_type[16];  /* <domain type=...>: "test", "kvm", "qemu", ... */
+    bool qemu;          /* QEMU's driver: real guests (images, root disks, consoles, agent) */
+    int host_cpus;      /* on QEMU: the most vcpus a domain is defined for (hot-plug room) */
     int grace_seconds;
     char state_dir[PATH_MAX], image_dir[PATH_MAX], qemu_img[PATH_MAX];
     pthread_mutex_t image_mu; /* unpacking and collecting VM images (wk_virt_vm.h) */
@@ -69,31 +72,42 @@ struct wk_virt {
     bool indexing, stopping; /* stopping under index_mu */
     pthread_mutex_t index_mu;
     pthread_cond_t index_cv;
-    /* The last error libvirt reported on this connection (on_conn_error), under mu. */
-    int err_code;
-    char err_msg[PV_STATUS_MSG_MAX];
 };
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
+/* The last error libvirt reported to the calling thread on an engine connection (on_conn_error:
+ * libvirt calls it in the thread whose call failed). Kept here rather than read from libvirt's
+ * own per-thread last error because every libvirt call resets that one, even
+ * virDomainGetName() in a failure's message; per thread, so that calls made without the engine's
+ * lock (a domain's start) cannot mix up each other's messages. */
+static __thread int tl_err_code;
+static __thread char tl_err_msg[PV_STATUS_MSG_MAX];
+
+/* Also keeps libvirt from printing the error on stderr. */
 static void on_conn_error(void *user, virErrorPtr err) {
-    wk_virt *v = user;
-    if (!v || !err) return;
-    v->err_code = err->code;
-    snprintf(v->err_msg, sizeof v->err_msg, "%s", err->message ? err->message : "unknown error");
+    (void)user;
+    if (!err) return;
+    tl_err_code = err->code;
+    snprintf(tl_err_msg, sizeof tl_err_msg, "%s", err->message ? err->message : "unknown error");
 }
 
-/* Errors raised before a connection exists (virConnectOpen) have no connection handler; this
- * one keeps them off stderr. The message stays in libvirt's per-thread last error. */
+/* Errors raised before a connection exists (virConnectOpen) have no connection handler. */
 static void on_global_error(void *user, virErrorPtr err) {
     (void)user;
     (void)err;
 }
 
 static void err_reset(wk_virt *v) {
-    v->err_code = VIR_ERR_OK;
-    v->err_msg[0] = '\0';
+    (void)v;
+    tl_err_code = VIR_ERR_OK;
+    tl_err_msg[0] = '\0';
     virResetLastError();
+}
+
+/* The code of the calling thread's last libvirt error on an engine connection (VIR_ERR_OK). */
+static int err_code(void) {
+    return tl_err_code;
 }
 
 static int map_code(int vir) {
@@ -136,8 +150,9 @@ static int lv_fail(wk_virt *v, pv_status *st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    int code = v->err_code != VIR_ERR_OK ? map_code(v->err_code) : PV_INTERNAL;
-    const char *msg = v->err_msg[0] ? v->err_msg : virGetLastErrorMessage();
+    (void)v;
+    int code = err_code() != VIR_ERR_OK ? map_code(err_code()) : PV_INTERNAL;
+    const char *msg = tl_err_msg[0] ? tl_err_msg : virGetLastErrorMessage();
     return pv_status_set(st, code, "%s: %s", what, msg);
 }
 
@@ -147,6 +162,7 @@ static int no_memory(pv_status *st) {
 
 static void lock(wk_virt *v) {
     pthread_mutex_lock(&v->mu);
+    wk_virt_conn_revive(&v->conn, v->uri, on_conn_error, v);
     err_reset(v);
 }
 
@@ -294,7 +310,11 @@ static void random_mac(char out[18]) {
 /* ---- metadata ---------------------------------------------------------------------------- */
 
 /* The pivirt metadata of d (flags: 0 = live when running), or NULL when d is not a workload of
- * this engine. A domain without it is a normal case, so its libvirt error is dropped. */
+ * this engine. A domain without it is a normal case, so its libvirt error is dropped. A domain
+ * whose metadata names another owner (the state directory of the agent that created it) is
+ * another agent's on the same libvirtd (two nodes, or two stacks, on one host): not ours
+ * either, nor one without an owner (made by a build before owners were recorded, which cannot
+ * say whose it is). */
 static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     char *xml = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, WK_VIRT_XMLNS, flags);
     if (!xml) {
@@ -306,7 +326,9 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     free(xml);
     json_t *j = text ? json_loads(text, 0, NULL) : NULL;
     free(text);
-    if (!json_is_object(j) || !json_is_string(json_object_get(j, "id"))) {
+    const char *owner = json_string_value(json_object_get(j, "owner"));
+    if (!json_is_object(j) || !json_is_string(json_object_get(j, "id")) || !owner ||
+        strcmp(owner, v->state_dir) != 0) {
         json_decref(j);
         return NULL;
     }
@@ -543,6 +565,11 @@ static int pick_dom_type(wk_virt *v, const wk_engine_opts *opts, pv_status *st) 
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "worker.virt_domain_type: \"%s\" is not qemu (TCG) or kvm", want);
     snprintf(v->dom_type, sizeof v->dom_type, "%s", want);
+    virNodeInfo node;
+    if (virNodeGetInfo(v->conn, &node) == 0)
+        v->host_cpus = (int)node.cpus;
+    else
+        err_reset(v);
     return PV_OK;
 }
 
@@ -563,6 +590,7 @@ int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_
         return st ? st->code : PV_UNAVAILABLE;
     }
     virConnSetErrorFunc(v->conn, v, on_conn_error);
+    snprintf(v->uri, sizeof v->uri, "%s", uri);
     pthread_mutex_init(&v->mu, NULL);
     pthread_mutex_init(&v->image_mu, NULL);
     v->grace_seconds =
@@ -661,6 +689,16 @@ static const char *disk_format(const char *path) {
     return n == 4 && memcmp(magic, "QFI\xfb", 4) == 0 ? "qcow2" : "raw";
 }
 
+/* A workload's vcpus and memory (KiB) from its limits, as create and ReallocResource take
+ * them: ceil(cpu_limit) vcpus, 1 when 0; memory_limit, DEFAULT_MEMORY_BYTES when 0. */
+static int vcpus_of(double cpu_limit) {
+    return cpu_limit > 0 ? (int)ceil(cpu_limit) : 1;
+}
+
+static int64_t memory_kib_of(int64_t memory_limit) {
+    return ((memory_limit > 0 ? memory_limit : DEFAULT_MEMORY_BYTES) + 1023) / 1024;
+}
+
 /* The domain of spec s; vm (NULL on drivers without real guests) adds what a real guest boots
  * from and talks through (wk_virt_vm.h). */
 static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_t *meta,
@@ -674,20 +712,22 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
         free(el);
         return NULL;
     }
-    int vcpus = s->cpu_limit > 0 ? (int)ceil(s->cpu_limit) : 1;
-    int64_t mem = s->memory_limit > 0 ? s->memory_limit : DEFAULT_MEMORY_BYTES;
+    int vcpus = vcpus_of(s->cpu_limit);
     fprintf(f, "<domain type='%s'>\n  <name>", v->dom_type);
     wk_xml_put_escaped(f, s->name);
     fprintf(f, "</name>\n  <metadata>%s</metadata>\n", el);
-    fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)((mem + 1023) / 1024));
+    fprintf(f, "  <memory unit='KiB'>%lld</memory>\n", (long long)memory_kib_of(s->memory_limit));
     fputs("  <vcpu placement='static'", f);
+    /* room to hot-plug vcpus up to the host's CPUs (ReallocResource): the ones beyond current
+     * are not there for the guest until plugged */
+    if (vm && v->host_cpus > vcpus) fprintf(f, " current='%d'", vcpus);
     if (s->ncpuset > 0) {
         fputs(" cpuset='", f);
         for (size_t i = 0; i < s->ncpuset; i++)
             fprintf(f, "%s%d", i ? "," : "", s->cpuset[i]);
         fputc('\'', f);
     }
-    fprintf(f, ">%d</vcpu>\n", vcpus);
+    fprintf(f, ">%d</vcpu>\n", vm && v->host_cpus > vcpus ? v->host_cpus : vcpus);
     fputs("  <os><type>hvm</type>", f);
     if (vm)
         wk_virt_vm_os_xml(f, vm);
@@ -798,9 +838,10 @@ static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *ou
     json_t *labels = NULL;
     int rc = check_spec(s, &labels, st);
     if (rc != PV_OK) return rc;
-    json_t *meta = json_pack("{s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "image",
-                             s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
-                             (json_int_t)0, "finished_ms", (json_int_t)0);
+    json_t *meta =
+        json_pack("{s:s, s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "owner", v->state_dir,
+                  "image", s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
+                  (json_int_t)0, "finished_ms", (json_int_t)0);
     if (!meta) return no_memory(st);
     wk_virt_vm vm = {0};
     if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
@@ -840,6 +881,26 @@ static int lookup_state(wk_virt *v, const char *id, virDomainPtr *d, json_t **me
     return PV_OK;
 }
 
+/* The start itself (QEMU's: 0.2-2 s, longer on a loaded host), without the engine's lock and on
+ * a connection of its own, so that domains start side by side as they do straight through
+ * libvirt: libvirtd runs at most max_client_requests (5) calls of one connection at once, and
+ * starts queued on the engine's connection would hold up every call behind them (the status
+ * pass's, under the lock, and so every workload's). A failure's message is this thread's
+ * (tl_err_msg). The engine's connection when no other opens. */
+static int start_apart(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
+    unsigned char uuid[VIR_UUID_BUFLEN];
+    virConnectPtr own =
+        virDomainGetUUID(d, uuid) == 0 ? wk_virt_conn_open(v->uri, on_conn_error, v) : NULL;
+    virDomainPtr od = own ? virDomainLookupByUUID(own, uuid) : NULL;
+    int rc = PV_OK;
+    if (virDomainCreate(od ? od : d) < 0)
+        rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
+    if (od) virDomainFree(od);
+    if (own) virConnectClose(own);
+    return rc;
+}
+
+/* Called with the lock held; releases it for the domain's start itself (start_apart). */
 static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     virDomainPtr d;
     json_t *meta;
@@ -859,8 +920,10 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
     const char *log = json_string_value(json_object_get(meta, "log"));
     if (log && *log) wk_virt_vm_index_now(log, pv_time_now_ms());
-    if (virDomainCreate(d) < 0) {
-        rc = lv_fail(v, st, "workload %s: virDomainCreate %s", id, virDomainGetName(d));
+    unlock(v);
+    rc = start_apart(v, id, d, st);
+    lock(v);
+    if (rc != PV_OK) {
         pv_status keep;
         if (before) meta_save(v, d, before, &keep);
     }
@@ -979,7 +1042,7 @@ static int virt_resume(void *impl, const char *id, pv_status *st) {
 static int undefine(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
     unsigned int flags = VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA;
     if (virDomainUndefineFlags(d, flags) == 0) return PV_OK;
-    if (v->err_code != VIR_ERR_INVALID_ARG && v->err_code != VIR_ERR_NO_SUPPORT)
+    if (err_code() != VIR_ERR_INVALID_ARG && err_code() != VIR_ERR_NO_SUPPORT)
         return lv_fail(v, st, "workload %s: virDomainUndefineFlags %s", id, virDomainGetName(d));
     err_reset(v);
     if (virDomainUndefine(d) < 0)
@@ -1099,6 +1162,128 @@ static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st)
     int rc = list_locked(v, out, n, st);
     unlock(v);
     return rc;
+}
+
+/* ---- ReallocResource ----------------------------------------------------------------------- */
+
+/* Sets d's memory to kib: on a running domain within the memory it was started with, through
+ * its balloon, now and in its definition (*live); otherwise in the definition only, its maximum
+ * raised or lowered to kib, for the next start. *room: the running domain's maximum (KiB). */
+static int realloc_memory(wk_virt *v, const char *id, virDomainPtr d, bool active, int64_t kib,
+                          bool *live, unsigned long *room, pv_status *st) {
+    *live = false;
+    *room = active ? virDomainGetMaxMemory(d) : 0;
+    if (active && *room > 0 && (unsigned long)kib <= *room) {
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG;
+        if (virDomainSetMemoryFlags(d, (unsigned long)kib, f) == 0) {
+            *live = true;
+            return PV_OK;
+        }
+        err_reset(v); /* no balloon: the definition below takes it */
+    }
+    err_reset(v);
+    unsigned int f = VIR_DOMAIN_AFFECT_CONFIG;
+    if (virDomainSetMemoryFlags(d, (unsigned long)kib, f | VIR_DOMAIN_MEM_MAXIMUM) < 0 ||
+        virDomainSetMemoryFlags(d, (unsigned long)kib, f) < 0)
+        return lv_fail(v, st, "workload %s: memory %lld KiB in its definition", id, (long long)kib);
+    return PV_OK;
+}
+
+/* Onlines n vcpus in the running guest through its agent (VIR_DOMAIN_VCPU_GUEST): a Linux guest
+ * without udev leaves a hot-added CPU offline, and the CPU reaches the guest a moment after the
+ * plug (the agent lists it only then), so this is tried for up to VCPU_ONLINE_WAIT_MS, the lock
+ * released in between. false with why (libvirt's last reason) when it never took; at once for a
+ * guest whose agent does not answer. Called with the lock held; returns with it held. */
+#define VCPU_ONLINE_WAIT_MS 8000
+static bool online_vcpus(wk_virt *v, virDomainPtr d, int n, char *why, size_t cap) {
+    int64_t until = pv_time_mono_ms() + VCPU_ONLINE_WAIT_MS;
+    for (;;) {
+        if (virDomainSetVcpusFlags(d, (unsigned int)n, VIR_DOMAIN_VCPU_GUEST) == 0) return true;
+        snprintf(why, cap, "%.180s", tl_err_msg[0] ? tl_err_msg : "unknown error");
+        bool agentless = err_code() == VIR_ERR_AGENT_UNRESPONSIVE;
+        err_reset(v);
+        if (agentless || pv_time_mono_ms() >= until) return false;
+        unlock(v);
+        struct timespec pause = {0, 4 * STOP_POLL_NS};
+        nanosleep(&pause, NULL);
+        lock(v);
+    }
+}
+
+/* Sets d's vcpus to n: on a running domain within the vcpus it was defined for, hot-plugged (or
+ * unplugged) now and in its definition (*live), then onlined in the guest (online_vcpus: *why
+ * says why not); otherwise in the definition only (its maximum raised when n is above it), for
+ * the next start. */
+static int realloc_vcpus(wk_virt *v, const char *id, virDomainPtr d, bool active, int n, bool *live,
+                         char *why, size_t cap, pv_status *st) {
+    *live = false;
+    int room = virDomainGetVcpusFlags(
+        d, VIR_DOMAIN_VCPU_MAXIMUM | (active ? VIR_DOMAIN_AFFECT_LIVE : VIR_DOMAIN_AFFECT_CONFIG));
+    if (active && room >= n) {
+        unsigned int f = VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG;
+        if (virDomainSetVcpusFlags(d, (unsigned int)n, f) == 0) {
+            *live = true;
+            char reason[200] = "";
+            if (!online_vcpus(v, d, n, reason, sizeof reason))
+                snprintf(why, cap, " (not onlined in the guest: %s)", reason);
+            return PV_OK;
+        }
+        err_reset(v); /* the guest did not let a vcpu go, or no hot-plug: at the next start */
+    }
+    err_reset(v);
+    int max = virDomainGetVcpusFlags(d, VIR_DOMAIN_VCPU_MAXIMUM | VIR_DOMAIN_AFFECT_CONFIG);
+    unsigned int f = VIR_DOMAIN_AFFECT_CONFIG;
+    if ((max < n && virDomainSetVcpusFlags(d, (unsigned int)n, f | VIR_DOMAIN_VCPU_MAXIMUM) < 0) ||
+        virDomainSetVcpusFlags(d, (unsigned int)n, f) < 0)
+        return lv_fail(v, st, "workload %s: %d vcpus in its definition", id, n);
+    return PV_OK;
+}
+
+static int virt_set_limits_how(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                               char *how, size_t how_cap, pv_status *st) {
+    wk_virt *v = impl;
+    if (!(cpu_limit >= 0) || cpu_limit > 4096)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "cpu_limit: %g out of range [0, 4096]",
+                             cpu_limit);
+    if (memory_limit < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "memory_limit: %lld must not be negative",
+                             (long long)memory_limit);
+    int64_t kib = memory_kib_of(memory_limit);
+    int n = vcpus_of(cpu_limit);
+    lock(v);
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc != PV_OK) {
+        unlock(v);
+        return rc;
+    }
+    bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED, mem_live = false,
+         cpu_live = false;
+    unsigned long room = 0;
+    rc = realloc_memory(v, id, d, active, kib, &mem_live, &room, st);
+    char offline[256] = "";
+    if (rc == PV_OK)
+        rc = realloc_vcpus(v, id, d, active, n, &cpu_live, offline, sizeof offline, st);
+    json_decref(meta);
+    virDomainFree(d);
+    unlock(v);
+    if (rc != PV_OK) return rc;
+    char why[96] = "";
+    if (active && !mem_live && room > 0 && (unsigned long)kib > room)
+        snprintf(why, sizeof why, " (above the %lu MiB the running domain has room for)",
+                 room / 1024);
+    snprintf(how, how_cap, "memory %lld MiB %s%s, %d vcpus %s%s", (long long)(kib / 1024),
+             mem_live ? "live" : "at the next start", why, n,
+             cpu_live ? "live" : "at the next start", offline);
+    return PV_OK;
+}
+
+static int virt_set_limits(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
+                           pv_status *st) {
+    char how[256];
+    return virt_set_limits_how(impl, id, cpu_limit, memory_limit, how, sizeof how, st);
 }
 
 /* The running guest of workload id, for its agent: domain UUID and how long an agent that is
@@ -1277,6 +1462,80 @@ static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t 
     return rc;
 }
 
+/* ---- facts ------------------------------------------------------------------------------ */
+
+static void bump(json_t *o, const char *key, json_int_t by) {
+    json_object_set_new(o, key, json_integer(json_integer_value(json_object_get(o, key)) + by));
+}
+
+/* One domain of ours into facts: its state, live vcpus and memory (bytes) under workloads[id],
+ * and the totals of the running ones. */
+static void add_domain_fact(virDomainPtr d, const json_t *meta, json_t *facts, json_t *wls) {
+    virDomainInfo info;
+    int vs = 0, reason = 0;
+    if (virDomainGetInfo(d, &info) < 0 || virDomainGetState(d, &vs, &reason, 0) < 0) return;
+    wk_state ws = map_state(vs, meta);
+    /* stopped through the API (virt_stop records when) or by itself (a guest's poweroff: exit
+     * code 0), or killed (destroyed behind pivirt's back, QEMU gone: the audit's
+     * WL_NOT_RUNNING) */
+    json_int_t started = json_integer_value(json_object_get(meta, "started_ms"));
+    json_int_t finished = json_integer_value(json_object_get(meta, "finished_ms"));
+    json_object_set_new(wls, json_string_value(json_object_get(meta, "id")),
+                        json_pack("{s:s, s:s, s:i, s:I, s:i, s:b}", "domain", virDomainGetName(d),
+                                  "state", state_name(ws), "vcpus", (int)info.nrVirtCpu, "memory",
+                                  (json_int_t)info.memory * 1024, "exit_code",
+                                  ws == WK_STATE_STOPPED ? exit_code_of(vs, reason) : 0,
+                                  "stopped_by_api",
+                                  ws == WK_STATE_STOPPED && finished > 0 && finished >= started));
+    bump(facts, "domains", 1);
+    if (ws != WK_STATE_RUNNING && ws != WK_STATE_PAUSED) return;
+    bump(facts, "running", 1);
+    bump(facts, "running_vcpus", (json_int_t)info.nrVirtCpu);
+    bump(facts, "running_memory", (json_int_t)info.memory * 1024);
+}
+
+/* What the node's agent reports of its libvirt (Node.info's "virt"): the driver and versions,
+ * the domain type, and the domains of this engine as libvirt has them now. */
+static int virt_facts(void *impl, char **out, pv_status *st) {
+    wk_virt *v = impl;
+    *out = NULL;
+    lock(v);
+    unsigned long hv = 0, lib = 0;
+    if (virConnectGetVersion(v->conn, &hv) < 0 || virConnectGetLibVersion(v->conn, &lib) < 0)
+        err_reset(v);
+    char *uri = virConnectGetURI(v->conn);
+    const char *driver = virConnectGetType(v->conn);
+    json_t *wls = json_object();
+    json_t *facts =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:o}", "uri", uri ? uri : "",
+                  "driver", driver ? driver : "", "hypervisor_version", "", "libvirt_version", "",
+                  "domain_type", v->dom_type, "domains", 0, "running", 0, "running_vcpus", 0,
+                  "running_memory", (json_int_t)0, "workloads", wls);
+    free(uri);
+    char ver[32];
+    for (int i = 0; facts && i < 2; i++) {
+        unsigned long x = i ? lib : hv;
+        snprintf(ver, sizeof ver, "%lu.%lu.%lu", x / 1000000, x / 1000 % 1000, x % 1000);
+        json_object_set_new(facts, i ? "libvirt_version" : "hypervisor_version", json_string(ver));
+    }
+    virDomainPtr *doms = NULL;
+    int n = facts ? virConnectListAllDomains(v->conn, &doms, 0) : 0;
+    int rc = !facts ? no_memory(st) : n < 0 ? lv_fail(v, st, "virConnectListAllDomains") : PV_OK;
+    for (int i = 0; i < n; i++) {
+        json_t *meta = meta_load(v, doms[i], 0);
+        if (meta) add_domain_fact(doms[i], meta, facts, wls);
+        json_decref(meta);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    err_reset(v); /* a domain undefined while listed is not a failure of the report */
+    unlock(v);
+    if (rc == PV_OK && !(*out = json_dumps(facts, JSON_COMPACT | JSON_SORT_KEYS)))
+        rc = no_memory(st);
+    json_decref(facts);
+    return rc;
+}
+
 /* The engine's handle: on QEMU also a connection for the guest agents and the console logs'
  * index, and the unpacked images the domains no longer use are collected. */
 static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
@@ -1313,9 +1572,12 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .inspect = virt_inspect,
     .list = virt_list,
     .exec = virt_exec,
+    .set_limits = virt_set_limits,
+    .set_limits_how = virt_set_limits_how,
     .put_file = virt_put_file,
     .get_tar = virt_get_tar,
     .log_range = virt_log_range,
+    .facts = virt_facts,
 };
 
 /* ---- networks ------------------------------------------------------------------------------ */
@@ -1485,7 +1747,7 @@ static int cut_ifaces(wk_xml *x, const char *network, bool *changed, pv_status *
 static int persist_attach(wk_virt *v, const char *id, virDomainPtr d, const char *ifxml,
                           pv_status *st) {
     if (virDomainAttachDeviceFlags(d, ifxml, VIR_DOMAIN_AFFECT_CONFIG) == 0) return PV_OK;
-    if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+    if (err_code() != VIR_ERR_NO_SUPPORT && err_code() != VIR_ERR_OPERATION_UNSUPPORTED)
         return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (config)", id);
     err_reset(v);
     return redefine_with(v, id, d, add_device, ifxml, st);
@@ -1533,7 +1795,7 @@ static int reserve_ipv4(wk_virt *v, virNetworkPtr net, const char *mac, const ch
  * definition, so their plain XML is the same thing. */
 static char *net_xml_inactive(wk_virt *v, virNetworkPtr net) {
     char *xml = virNetworkGetXMLDesc(net, VIR_NETWORK_XML_INACTIVE);
-    if (!xml && (v->err_code == VIR_ERR_INVALID_ARG || v->err_code == VIR_ERR_NO_SUPPORT)) {
+    if (!xml && (err_code() == VIR_ERR_INVALID_ARG || err_code() == VIR_ERR_NO_SUPPORT)) {
         err_reset(v);
         xml = virNetworkGetXMLDesc(net, 0);
     }
@@ -1598,7 +1860,7 @@ static int attach_iface(wk_virt *v, const char *id, virDomainPtr d, const char *
             *live = true;
             return PV_OK;
         }
-        if (v->err_code != VIR_ERR_NO_SUPPORT && v->err_code != VIR_ERR_OPERATION_UNSUPPORTED)
+        if (err_code() != VIR_ERR_NO_SUPPORT && err_code() != VIR_ERR_OPERATION_UNSUPPORTED)
             return lv_fail(v, st, "workload %s: virDomainAttachDeviceFlags (hot-plug)", id);
         err_reset(v); /* no hot-plug here: the next start picks the interface up */
     }
@@ -1680,7 +1942,7 @@ static int detach_mac(wk_virt *v, const char *id, virDomainPtr d, const char *ma
     int r = virDomainDetachDeviceFlags(d, ifxml, flags);
     free(ifxml);
     if (r == 0) return PV_OK;
-    if (v->err_code == VIR_ERR_NO_SUPPORT || v->err_code == VIR_ERR_OPERATION_UNSUPPORTED) {
+    if (err_code() == VIR_ERR_NO_SUPPORT || err_code() == VIR_ERR_OPERATION_UNSUPPORTED) {
         err_reset(v);
         *unsupported = true;
         return PV_OK;

@@ -10,8 +10,10 @@
  * URI: libvirt keeps the domains and networks in its driver, so both handles see the same ones.
  *
  * A workload's domain is found through its <metadata> element in the namespace WK_VIRT_XMLNS,
- * which holds a JSON object: {"id", "image", "labels", "started", "started_ms", "finished_ms"}.
- * Domains without it (another tool's, or the test driver's own "test") are never touched.
+ * which holds a JSON object: {"id", "owner", "image", "labels", "started", "started_ms",
+ * "finished_ms"}. Domains without it (another tool's, or the test driver's own "test") are
+ * never touched, nor those whose owner (the creating engine's state directory) is not this
+ * handle's: another agent's on the same libvirtd.
  *
  * Errors: pv_status codes as wk_engine.h says, the message holding libvirt's own message.
  */

@@ -6,6 +6,7 @@
 #include "wk_guest.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <libvirt/libvirt-qemu.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
@@ -18,6 +19,7 @@
 
 #include "pv_b64.h"
 #include "pv_time.h"
+#include "wk_virt_conn.h"
 
 #define COMMAND_TIMEOUT_S 10 /* one agent command (a hung guest: this long, once) */
 #define AGENT_RETRY_MS 200   /* between tries while the agent is not connected */
@@ -28,6 +30,7 @@
 struct wk_guest {
     pthread_mutex_t mu;
     virConnectPtr conn;
+    char uri[PATH_MAX]; /* conn's, to reopen it after a libvirtd restart (wk_virt_conn.h) */
 };
 
 static void silent(void *user, virErrorPtr err) {
@@ -45,6 +48,7 @@ int wk_guest_open(const char *uri, wk_guest **out, pv_status *st) {
                              virGetLastErrorMessage());
     }
     virConnSetErrorFunc(g->conn, NULL, silent);
+    snprintf(g->uri, sizeof g->uri, "%s", uri);
     pthread_mutex_init(&g->mu, NULL);
     *out = g;
     return PV_OK;
@@ -66,6 +70,7 @@ static void sleep_ms(int ms) {
 static char *try_command(wk_guest *g, const char *uuid, const char *text, int *code, char *msg,
                          size_t cap) {
     pthread_mutex_lock(&g->mu);
+    wk_virt_conn_revive(&g->conn, g->uri, silent, NULL);
     virResetLastError();
     virDomainPtr d = virDomainLookupByUUIDString(g->conn, uuid);
     char *reply = d ? virDomainQemuAgentCommand(d, text, COMMAND_TIMEOUT_S, 0) : NULL;

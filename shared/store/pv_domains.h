@@ -1,0 +1,25 @@
+/*
+ * pv_domains: a virt node's real domains as its node agent reports them, for the readers that
+ * compare them with the records (GetNodeResource's diffs, the audit's WL_NOT_RUNNING). The agent
+ * puts its engine's facts (wk_engine_facts) in the node's engine info under the engine's type
+ * (pv_registry_set_engine_info); a virt engine's hold "workloads": {workload id: {"domain",
+ * "state" ("created", "running", "paused", "stopped"), "vcpus", "memory" (bytes), "exit_code",
+ * "stopped_by_api"}}, the domains of that agent as libvirt had them at the last report.
+ *
+ * Ownership: *workloads is a new reference (json_decref), NULL when there is nothing to read.
+ */
+#ifndef PV_DOMAINS_H
+#define PV_DOMAINS_H
+
+#include <jansson.h>
+
+#include "pv_keys.h"
+#include "pv_redis.h"
+#include "pv_status.h"
+
+/* The reported domains of node (*workloads NULL, PV_OK, when its agent reports none: not a
+ * virt node, or no report in the last interval). Redis failures as pv_redis. */
+int pv_domains_get(pv_redis *r, const pv_keys *k, const char *node, json_t **workloads,
+                   pv_status *st);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * wk_virt_conn: a libvirt connection that outlives its daemon. libvirtd restarted (an upgrade, a
+ * crash, an operator) closes every client's socket; the domains run on (their QEMU processes do
+ * not depend on libvirtd), but each call on the old connection fails "client socket is closed"
+ * from then on. The virt engine and its guest agent connection revive theirs before each use:
+ * the first call after the restart that finds the socket closed may fail UNAVAILABLE, the next
+ * one runs on a new connection.
+ *
+ * wk_virt_conn_open gives a connection of its own to a call that may run long (a domain's
+ * start), so that it does not hold up the calls queued behind it on a shared one.
+ *
+ * Ownership: *conn is the caller's; a revived one replaces it (the old one closed here).
+ */
+#ifndef WK_VIRT_CONN_H
+#define WK_VIRT_CONN_H
+
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <stdbool.h>
+
+/* When *conn is no longer alive, opens uri again and puts the new connection, with error
+ * handler fn(arg) installed, in its place. true when it did (logged); false when *conn was
+ * alive or the daemon does not answer yet (*conn left as it was: its calls fail as before). */
+bool wk_virt_conn_revive(virConnectPtr *conn, const char *uri, virErrorFunc fn, void *arg);
+
+/* A new connection to uri with error handler fn(arg) installed (caller closes), or NULL. */
+virConnectPtr wk_virt_conn_open(const char *uri, virErrorFunc fn, void *arg);
+
+#endif
