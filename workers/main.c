@@ -34,6 +34,33 @@ static const char *k_usage =
     "  ops worker by default (queue \"ops\"); --set worker.node=NAME [--set worker.pod=POD]\n"
     "  makes it the node agent of NAME (queue \"node:NAME\").\n";
 
+/* The process's presence instance, its consumer name and its queue: an agent's are its node's
+ * (node:NAME), an ops worker's its host's (ops). Buffers of 128, 160 and 160 bytes. */
+static void role_names(const pv_config *cfg, bool agent, char *instance, char *consumer,
+                       char *queue) {
+    if (agent) {
+        snprintf(instance, 128, "%s", cfg->worker.node);
+        snprintf(consumer, 160, "%s-%d", cfg->worker.node, (int)getpid());
+        snprintf(queue, 160, "node:%s", cfg->worker.node);
+    } else {
+        pv_presence_default_instance(instance, 128);
+        snprintf(consumer, 160, "%s", instance);
+        snprintf(queue, 160, "ops");
+    }
+}
+
+/* /metrics on worker.metrics_listen when set; NULL when not served (said in the log). */
+static pv_metrics_server *serve_metrics(const pv_config *cfg, pv_metrics *metrics) {
+    pv_metrics_server *srv = NULL;
+    pv_status st;
+    if (!metrics || !cfg->worker.metrics_listen || !*cfg->worker.metrics_listen) return NULL;
+    if (pv_metrics_serve(metrics, cfg->worker.metrics_listen, NULL, NULL, &srv, &st) != PV_OK)
+        pv_error("%s; no metrics are served", st.msg);
+    else
+        pv_info("metrics on http://%s/metrics", cfg->worker.metrics_listen);
+    return srv;
+}
+
 int main(int argc, char **argv) {
     /* the fence guard of a node agent (wk_fence.h): a process of its own, no configuration */
     if (argc == 4 && strcmp(argv[1], "--fence-guard") == 0)
@@ -52,15 +79,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char instance[128], consumer[160], queue[160];
-    if (agent) {
-        snprintf(instance, sizeof instance, "%s", cfg.worker.node);
-        snprintf(consumer, sizeof consumer, "%s-%d", cfg.worker.node, (int)getpid());
-        snprintf(queue, sizeof queue, "node:%s", cfg.worker.node);
-    } else {
-        pv_presence_default_instance(instance, sizeof instance);
-        snprintf(consumer, sizeof consumer, "%s", instance);
-        snprintf(queue, sizeof queue, "ops");
-    }
+    role_names(&cfg, agent, instance, consumer, queue);
 
     /* The agent registers its node and keeps its alive key on the presence's beat. */
     wk_agent *node_agent = agent ? wk_agent_new(&cfg) : NULL;
@@ -91,14 +110,7 @@ int main(int argc, char **argv) {
         pv_warn("redis %s is not answering yet (%s); retrying", cfg.redis.addr, st.msg);
     }
     pv_metrics *metrics = pv_metrics_new();
-    pv_metrics_server *metrics_srv = NULL;
-    if (metrics && cfg.worker.metrics_listen && *cfg.worker.metrics_listen) {
-        if (pv_metrics_serve(metrics, cfg.worker.metrics_listen, NULL, NULL, &metrics_srv, &st) !=
-            PV_OK)
-            pv_error("%s; no metrics are served", st.msg);
-        else
-            pv_info("metrics on http://%s/metrics", cfg.worker.metrics_listen);
-    }
+    pv_metrics_server *metrics_srv = serve_metrics(&cfg, metrics);
     wk_consumer *consumer_handle = NULL;
     wk_consumer_opts co = {.cfg = &cfg,
                            .queue = queue,
