@@ -162,9 +162,16 @@ class Audit(Base):
             subprocess.run(VIRSH + [verb, msg.name], check=True, capture_output=True)
         gone = time.time() * 1000
         self.wait_inventory(lambda inv: inv["at_ms"] > gone + 1500)
-        diffs = self.stack.check()
-        self.assertTrue([d for d in diffs if d.startswith("WL_NO_ENGINE workload %s" % lost) and
-                         "does not have it" in d], diffs)
+        # the audit sees it once the agent's reports have caught up (under load, a beat later)
+        deadline = time.monotonic() + 15
+        while True:
+            diffs = self.stack.check()
+            found = [d for d in diffs if d.startswith("WL_NO_ENGINE workload %s" % lost) and
+                     "does not have it" in d]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        self.assertTrue(found, diffs)
         self.remove(lost)
         self.assertFalse([d for d in self.stack.check() if lost in d])
         # a pivirt domain whose record went behind the system's back
