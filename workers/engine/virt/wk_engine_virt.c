@@ -335,19 +335,26 @@ static json_t *meta_load(wk_virt *v, virDomainPtr d, unsigned int flags) {
     return j;
 }
 
+/* open_memstream into *buf; when it fails, frees held (what the caller made for the text) and
+ * answers NULL. */
+static FILE *memstream_or_free(char **buf, size_t *len, char *held) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = open_memstream(buf, len);
+    if (!f) free(held);
+    return f;
+}
+
 /* The <pivirt:workload> element for meta (caller frees), or NULL when out of memory. The JSON is
  * ASCII (\uXXXX beyond it): a client's valid UTF-8 may hold characters XML 1.0 does not allow
  * (U+FFFE, U+FFFF), which libvirt would refuse the whole definition for. */
 static char *meta_element(const json_t *meta, bool with_ns) {
     char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     if (!text) return NULL;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        free(text);
-        return NULL;
-    }
+    char *buf;
+    size_t len;
+    FILE *f = memstream_or_free(&buf, &len, text);
+    if (!f) return NULL;
     if (with_ns)
         fprintf(f, "<" WK_VIRT_XMLNS_PREFIX ":workload xmlns:" WK_VIRT_XMLNS_PREFIX "='%s'>",
                 WK_VIRT_XMLNS);
@@ -705,13 +712,10 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
                         bool with_network, const wk_virt_vm *vm) {
     char *el = meta_element(meta, true);
     if (!el) return NULL;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        free(el);
-        return NULL;
-    }
+    char *buf;
+    size_t len;
+    FILE *f = memstream_or_free(&buf, &len, el);
+    if (!f) return NULL;
     int vcpus = vcpus_of(s->cpu_limit);
     fprintf(f, "<domain type='%s'>\n  <name>", v->dom_type);
     wk_xml_put_escaped(f, s->name);
@@ -1897,6 +1901,36 @@ static bool valid_network_name(const char *s) {
     return s && *s && !strchr(s, '\'') && !strchr(s, '<') && !strchr(s, '&');
 }
 
+static int disconnect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetworkPtr net,
+                             const char *network, bool force, wk_virt_link *out, pv_status *st);
+
+/* What ConnectNetwork or DisconnectNetwork asks of on_network. */
+typedef struct net_call {
+    bool connect;
+    const char *ipv4; /* connect: the address asked for, or NULL */
+    bool force;       /* disconnect: answer even when not connected */
+} net_call;
+
+/* Runs a connect or disconnect of workload id's domain on network under the engine's lock;
+ * *out cleared on failure. */
+static int on_network(wk_virt *v, const char *id, const char *network, const net_call *c,
+                      wk_virt_link *out, pv_status *st) {
+    lock(v);
+    virDomainPtr d = NULL;
+    int rc = find_domain(v, id, &d, NULL, st);
+    virNetworkPtr net = NULL;
+    if (rc == PV_OK && !(net = virNetworkLookupByName(v->conn, network)))
+        rc = lv_fail(v, st, "network %s", network);
+    if (rc == PV_OK)
+        rc = c->connect ? connect_locked(v, id, d, net, network, c->ipv4, out, st)
+                        : disconnect_locked(v, id, d, net, network, c->force, out, st);
+    if (net) virNetworkFree(net);
+    if (d) virDomainFree(d);
+    unlock(v);
+    if (rc != PV_OK) wk_virt_link_clear(out);
+    return rc;
+}
+
 int wk_virt_connect_network(wk_virt *v, const char *id, const char *network, const char *ipv4,
                             const char *ipv6, wk_virt_link *out, pv_status *st) {
     memset(out, 0, sizeof *out);
@@ -1911,18 +1945,7 @@ int wk_virt_connect_network(wk_virt *v, const char *id, const char *network, con
     unsigned char a4[4];
     if (ipv4 && *ipv4 && inet_pton(AF_INET, ipv4, a4) != 1)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "ipv4: \"%s\" is not an IPv4 address", ipv4);
-    lock(v);
-    virDomainPtr d = NULL;
-    int rc = find_domain(v, id, &d, NULL, st);
-    virNetworkPtr net = NULL;
-    if (rc == PV_OK && !(net = virNetworkLookupByName(v->conn, network)))
-        rc = lv_fail(v, st, "network %s", network);
-    if (rc == PV_OK) rc = connect_locked(v, id, d, net, network, ipv4, out, st);
-    if (net) virNetworkFree(net);
-    if (d) virDomainFree(d);
-    unlock(v);
-    if (rc != PV_OK) wk_virt_link_clear(out);
-    return rc;
+    return on_network(v, id, network, &(net_call){.connect = true, .ipv4 = ipv4}, out, st);
 }
 
 /* Cuts the interfaces on network out of d's persistent definition. */
@@ -1999,18 +2022,7 @@ int wk_virt_disconnect_network(wk_virt *v, const char *id, const char *network, 
     if (!valid_network_name(network))
         return pv_status_set(st, PV_INVALID_ARGUMENT, "network: \"%s\" is not a network name",
                              network ? network : "");
-    lock(v);
-    virDomainPtr d = NULL;
-    int rc = find_domain(v, id, &d, NULL, st);
-    virNetworkPtr net = NULL;
-    if (rc == PV_OK && !(net = virNetworkLookupByName(v->conn, network)))
-        rc = lv_fail(v, st, "network %s", network);
-    if (rc == PV_OK) rc = disconnect_locked(v, id, d, net, network, force, out, st);
-    if (net) virNetworkFree(net);
-    if (d) virDomainFree(d);
-    unlock(v);
-    if (rc != PV_OK) wk_virt_link_clear(out);
-    return rc;
+    return on_network(v, id, network, &(net_call){.force = force}, out, st);
 }
 
 /* ---- raw operations ---------------------------------------------------------------------- */
