@@ -113,6 +113,16 @@ class Faults(Base):
         got = self.core.GetWorkloadsStatus(core_pb2.WorkloadIDs(IDs=[wid]), timeout=10)
         return got.status[0]
 
+    def running(self, wid):
+        """Whether the agent reports wid running; False before its first report (Eru answers a
+        workload without a status key with an error, not with running=false)."""
+        try:
+            return self.status(wid).running
+        except grpc.RpcError as e:
+            if "not found" not in (e.details() or ""):
+                raise
+            return False
+
     def until(self, what, fn, timeout=30):
         deadline = time.monotonic() + timeout
         while not fn():
@@ -124,14 +134,14 @@ class Faults(Base):
         msg, _ = self.create("vftkilled")
         wid = msg.id
         self.wait_agent(wid)
-        self.until("status running", lambda: self.status(wid).running)
+        self.until("status running", lambda: self.running(wid))
         with open("/run/libvirt/qemu/%s.pid" % msg.name) as f:
             os.kill(int(f.read().strip()), signal.SIGKILL)
         self.until("libvirt sees the domain shut off",
                    lambda: (self.domstate(msg.name) or "").startswith("shut off"))
         say_state = self.domstate(msg.name)
         self.assertIn("crashed", say_state)
-        self.until("status not running", lambda: not self.status(wid).running)
+        self.until("status not running", lambda: not self.running(wid))
         deadline = time.monotonic() + 20
         diffs = []
         while time.monotonic() < deadline:
@@ -144,7 +154,7 @@ class Faults(Base):
         self.assertIn("QEMU died", diffs[0])
         self.control(wid, "start")
         self.wait_agent(wid)
-        self.until("status running again", lambda: self.status(wid).running)
+        self.until("status running again", lambda: self.running(wid))
         self.remove(wid)
 
     def disconnect_agent(self):
