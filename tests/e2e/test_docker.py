@@ -411,7 +411,8 @@ class Exec(Base):
             time.sleep(0.2)
         started = self.container(wid)["State"]["StartedAt"]
         base = time.mktime(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-        mid = base + float("0." + started[20:29]) + 1.0
+        # the daemon trims trailing zeros of the nanoseconds ("...:05.10881154Z")
+        mid = base + float("0." + started[20:].rstrip("Z")) + 1.0
 
         def lines(**kw):
             return [m.data.decode() for m in self.core.LogStream(

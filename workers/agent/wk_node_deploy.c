@@ -953,9 +953,14 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
     bool exited = false;
     int exit_code = 0;
     while (rc == PV_OK) {
-        if (end >= 0 && ftello(f) >= end) break; /* until */
-        if (fgets(line, LOG_MAX_LINE, f)) {
-            size_t len = strlen(line);
+        off_t at = ftello(f);
+        if (end >= 0 && at >= end) break; /* until */
+        char *got = fgets(line, LOG_MAX_LINE, f);
+        size_t len = got ? strlen(line) : 0;
+        /* a line still being written (a guest's console writes as it goes): read it whole later */
+        bool partial = got && follow && len < LOG_MAX_LINE - 1 && line[len - 1] != '\n';
+        if (partial) fseeko(f, at, SEEK_SET);
+        if (got && !partial) {
             if (len && line[len - 1] == '\n') line[len - 1] = '\0';
             if (engine_note(line)) continue;
             if (n++ >= skip) rc = emit_line(op, line, st);
