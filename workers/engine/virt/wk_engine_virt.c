@@ -1603,6 +1603,16 @@ void wk_virt_link_clear(wk_virt_link *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* The subnets of network net (named name) from its XML. */
+static int net_subnets(wk_virt *v, virNetworkPtr net, const char *name, char ***subnets, size_t *n,
+                       pv_status *st) {
+    char *xml = virNetworkGetXMLDesc(net, 0);
+    if (!xml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", name);
+    int rc = network_subnets(xml, subnets, n, st);
+    free(xml);
+    return rc != PV_OK ? pv_status_prefix(st, "network %s", name) : PV_OK;
+}
+
 static int fill_network(wk_virt *v, virNetworkPtr net, wk_virt_network *out, pv_status *st) {
     const char *name = virNetworkGetName(net);
     out->name = xstrdup(name);
@@ -1611,11 +1621,7 @@ static int fill_network(wk_virt *v, virNetworkPtr net, wk_virt_network *out, pv_
     if (!bridge) err_reset(v); /* forward modes such as macvtap have no bridge of their own */
     out->bridge = xstrdup(bridge);
     free(bridge);
-    char *xml = virNetworkGetXMLDesc(net, 0);
-    if (!xml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", name);
-    int rc = network_subnets(xml, &out->subnets, &out->nsubnets, st);
-    free(xml);
-    if (rc != PV_OK) return pv_status_prefix(st, "network %s", name);
+    if (net_subnets(v, net, name, &out->subnets, &out->nsubnets, st) != PV_OK) return st->code;
     if (!out->name || !out->bridge) return no_memory(st);
     return PV_OK;
 }
@@ -1827,11 +1833,7 @@ static int link_fill(virNetworkPtr net, const char *network, const char *mac, bo
     out->live = live;
     out->network = xstrdup(network);
     out->mac = xstrdup(mac);
-    char *nxml = virNetworkGetXMLDesc(net, 0);
-    if (!nxml) return lv_fail(v, st, "network %s: virNetworkGetXMLDesc", network);
-    int rc = network_subnets(nxml, &out->subnets, &out->nsubnets, st);
-    free(nxml);
-    if (rc != PV_OK) return pv_status_prefix(st, "network %s", network);
+    if (net_subnets(v, net, network, &out->subnets, &out->nsubnets, st) != PV_OK) return st->code;
     if (!out->network || !out->mac) return no_memory(st);
     return PV_OK;
 }
