@@ -158,6 +158,7 @@ class NetStack(pvtest.Stack):
             p.kind = "agent"
             self.agents.append(p)
             self.agent_nodes.append(h)
+            self.agent_pods.append(pod)
 
     def agent(self, host):
         return self.agents[self.agent_nodes.index(host)]

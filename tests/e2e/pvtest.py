@@ -701,10 +701,11 @@ class Stack:
         self.workers = [self._proc("worker-%d" % i, "worker", ["--config", self.config_path])
                         for i in range(workers)]
         self.agents = []
-        self.agent_nodes = []
+        self.agent_nodes, self.agent_pods = [], []
         for spec in agents:
             node, pod = self._agent_spec(spec)
             self.agent_nodes.append(node)
+            self.agent_pods.append(pod)
             extra = []
             if isinstance(spec, dict) and spec.get("endpoint"):
                 extra = ["--set", "worker.endpoint=" + spec["endpoint"]]
@@ -799,7 +800,19 @@ class Stack:
         if p.kind == "gateway":
             gw = next(g for g in self.gateways if g.proc is p)
             return all(self._serving(a) for a in gw.addrs)
-        return self.presence(p) is not None
+        if self.presence(p) is None:
+            return False
+        # an agent's presence comes before its first beat registers its node (and pod): a test
+        # that calls at once must find them (an agent without a pod registers nothing)
+        if p.kind != "agent" or not self.agent_pods[self.agents.index(p)]:
+            return True
+        return self._registered(self.agent_nodes[self.agents.index(p)])
+
+    def _registered(self, node):
+        try:
+            return self.redis.cmd("HEXISTS", self.prefix + "{reg}:nodes", node) == 1
+        except (RedisError, OSError):
+            return False
 
     def _serving(self, addr):
         md = [(self.auth[0], self.auth[1])] if self.auth else None

@@ -10,6 +10,7 @@ make the two 192 MiB guests the machine takes.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -35,14 +36,42 @@ def say(msg):
           flush=True)
 
 
+VIRTLOGD_SOCK = "/run/libvirt/virtlogd-sock"
+
+
+def virtlogd_answers():
+    """Whether virtlogd accepts on its socket: a virtlogd that died leaves the socket file
+    behind, and every domain start then fails "Connection refused"."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(VIRTLOGD_SOCK)
+            return True
+        except OSError:
+            return False
+
+
+def ensure_virtlogd(timeout=10.0):
+    if virtlogd_answers():
+        return
+    if os.path.exists(VIRTLOGD_SOCK):
+        say("virtlogd's socket refuses connections (virtlogd died or was killed): starting it "
+            "again")
+    else:
+        say("starting virtlogd (QEMU domains log through it; no systemd starts it here)")
+    subprocess.run(["virtlogd", "-d"], check=True)
+    deadline = time.monotonic() + timeout
+    while not virtlogd_answers():
+        if time.monotonic() >= deadline:
+            raise RuntimeError("virtlogd started but does not accept on %s" % VIRTLOGD_SOCK)
+        time.sleep(0.1)
+
+
 def prepare_host():
     """What QEMU domains need here, as ops/pivirt's ensure_qemu_host does it."""
     why = pvtest.ensure_libvirtd()
     if why:
         raise RuntimeError(why)
-    if not os.path.exists("/run/libvirt/virtlogd-sock"):
-        say("starting virtlogd (QEMU domains log through it; no systemd starts it here)")
-        subprocess.run(["virtlogd", "-d"], check=True)
+    ensure_virtlogd()
     if os.path.exists("/dev/kvm") and subprocess.run(
             ["runuser", "-u", "libvirt-qemu", "--", "test", "-r", "/dev/kvm", "-a", "-w",
              "/dev/kvm"], capture_output=True).returncode != 0:

@@ -533,15 +533,18 @@ static bool engine_answers(wk_agent *a, pv_redis *r) {
 void wk_agent_beat(void *arg, pv_redis *r) {
     wk_agent *a = arg;
     pv_status st;
-    int rc = report_engine_info(a, r, &st);
-    if (rc != PV_OK && !a->info_failing) pv_warn("agent node=%s: engine info: %s", a->node, st.msg);
-    a->info_failing = rc != PV_OK;
-
-    rc = PV_OK;
+    int rc = PV_OK;
+    /* registration first: an engine's first info can take seconds (libvirt probes QEMU once on
+     * a fresh machine), and the node should be in its pod as soon as the agent is present */
     if (!a->registered && *a->pod) {
         rc = register_node(a, r, &st);
         if (rc == PV_OK) a->registered = true;
     }
+    pv_status ist;
+    int irc = report_engine_info(a, r, &ist);
+    if (irc != PV_OK && !a->info_failing)
+        pv_warn("agent node=%s: engine info: %s", a->node, ist.msg);
+    a->info_failing = irc != PV_OK;
     if (rc == PV_OK && !a->resources_checked) {
         pv_status fst;
         if (fill_resources(a, r, &fst) != PV_OK)
