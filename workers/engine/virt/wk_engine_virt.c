@@ -638,6 +638,42 @@ static bool valid_id(const char *id) {
     return true;
 }
 
+static bool valid_network_name(const char *s);
+
+/* The deploy's networks ({"name": "ipv4 or \"\""}, the agent's networks_json) into *nets (a new
+ * reference; an empty object when there are none): each one becomes an interface of the domain.
+ * A fixed address is ConnectNetwork's (it reserves it on the network's DHCP); a deploy's
+ * interfaces take what the network gives them. */
+static int spec_networks(const wk_workload_spec *s, json_t **nets, pv_status *st) {
+    *nets = NULL;
+    json_error_t je;
+    json_t *n = s->networks_json && *s->networks_json ? json_loads(s->networks_json, 0, &je)
+                                                      : json_object();
+    if (!json_is_object(n)) {
+        json_decref(n);
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "networks: not a JSON object of names");
+    }
+    const char *name;
+    json_t *ipv4;
+    json_object_foreach(n, name, ipv4) {
+        int rc = PV_OK;
+        if (!valid_network_name(name))
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "networks: \"%s\" is not a network name",
+                               name);
+        else if (!json_is_string(ipv4) || json_string_length(ipv4) > 0)
+            rc = pv_status_set(st, PV_INVALID_ARGUMENT,
+                               "networks[%s]: \"%s\": the virt engine gives a deploy's interfaces "
+                               "no fixed address (ConnectNetwork with ipv4 reserves one)",
+                               name, json_is_string(ipv4) ? json_string_value(ipv4) : "?");
+        if (rc != PV_OK) {
+            json_decref(n);
+            return rc;
+        }
+    }
+    *nets = n;
+    return PV_OK;
+}
+
 static int check_spec(const wk_workload_spec *s, json_t **labels, pv_status *st) {
     *labels = NULL;
     if (!valid_id(s->id))
@@ -706,10 +742,23 @@ static int64_t memory_kib_of(int64_t memory_limit) {
     return ((memory_limit > 0 ? memory_limit : DEFAULT_MEMORY_BYTES) + 1023) / 1024;
 }
 
+/* One virtio interface on libvirt network `network` per name of nets, with a MAC of its own. */
+static void put_net_ifaces(FILE *f, const json_t *nets) {
+    const char *name;
+    json_t *ipv4;
+    json_object_foreach((json_t *)nets, name, ipv4) {
+        char mac[18];
+        random_mac(mac);
+        fprintf(f, "    <interface type='network'><mac address='%s'/><source network='", mac);
+        wk_xml_put_escaped(f, name);
+        fputs("'/><model type='virtio'/></interface>\n", f);
+    }
+}
+
 /* The domain of spec s; vm (NULL on drivers without real guests) adds what a real guest boots
- * from and talks through (wk_virt_vm.h). */
+ * from and talks through (wk_virt_vm.h); nets: the deploy's networks (spec_networks). */
 static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_t *meta,
-                        bool with_network, const wk_virt_vm *vm) {
+                        const json_t *nets, bool with_network, const wk_virt_vm *vm) {
     char *el = meta_element(meta, true);
     if (!el) return NULL;
     char *buf;
@@ -750,9 +799,10 @@ static char *domain_xml(const wk_virt *v, const wk_workload_spec *s, const json_
         wk_xml_put_escaped(f, s->volumes[i]);
         fprintf(f, "'/><target dev='vd%c' bus='virtio'/></disk>\n", (char)('a' + first + i));
     }
+    put_net_ifaces(f, nets);
     if (vm)
         wk_virt_vm_devices_xml(f, vm);
-    else if (with_network)
+    else if (with_network && json_object_size(nets) == 0)
         fputs("    <interface type='network'><source network='" DEFAULT_NETWORK
               "'/><model type='virtio'/></interface>\n",
               f);
@@ -797,11 +847,25 @@ static bool has_network(wk_virt *v, const char *name) {
     return true;
 }
 
+/* Fails NOT_FOUND naming the first of the deploy's networks that libvirt does not have (a
+ * domain on it would be defined, then fail at its start). */
+static int check_networks(wk_virt *v, const json_t *nets, pv_status *st) {
+    const char *name;
+    json_t *ipv4;
+    json_object_foreach((json_t *)nets, name, ipv4) {
+        if (!has_network(v, name))
+            return pv_status_set(st, PV_NOT_FOUND, "networks: no libvirt network \"%s\"", name);
+    }
+    return PV_OK;
+}
+
 static int create_locked(wk_virt *v, const wk_workload_spec *s, const json_t *meta,
-                         const wk_virt_vm *vm, wk_engine_info *out, pv_status *st) {
+                         const json_t *nets, const wk_virt_vm *vm, wk_engine_info *out,
+                         pv_status *st) {
     int rc = ensure_unused(v, s, st);
+    if (rc == PV_OK) rc = check_networks(v, nets, st);
     if (rc != PV_OK) return rc;
-    char *xml = domain_xml(v, s, meta, !vm && has_network(v, DEFAULT_NETWORK), vm);
+    char *xml = domain_xml(v, s, meta, nets, !vm && has_network(v, DEFAULT_NETWORK), vm);
     if (!xml) return no_memory(st);
     virDomainPtr d = virDomainDefineXML(v->conn, xml);
     free(xml);
@@ -839,23 +903,28 @@ static int prepare_vm(wk_virt *v, const wk_workload_spec *s, json_t *meta, wk_vi
 static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *out, pv_status *st) {
     wk_virt *v = impl;
     memset(out, 0, sizeof *out);
-    json_t *labels = NULL;
+    json_t *labels = NULL, *nets = NULL;
     int rc = check_spec(s, &labels, st);
+    if (rc == PV_OK && (rc = spec_networks(s, &nets, st)) != PV_OK) json_decref(labels);
     if (rc != PV_OK) return rc;
     json_t *meta =
         json_pack("{s:s, s:s, s:s, s:o, s:b, s:I, s:I}", "id", s->id, "owner", v->state_dir,
                   "image", s->image ? s->image : "", "labels", labels, "started", 0, "started_ms",
                   (json_int_t)0, "finished_ms", (json_int_t)0);
-    if (!meta) return no_memory(st);
+    if (!meta) {
+        json_decref(nets);
+        return no_memory(st);
+    }
     wk_virt_vm vm = {0};
     if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
     if (rc == PV_OK) {
         lock(v);
-        rc = create_locked(v, s, meta, v->qemu ? &vm : NULL, out, st);
+        rc = create_locked(v, s, meta, nets, v->qemu ? &vm : NULL, out, st);
         unlock(v);
     }
     if (rc != PV_OK) wk_virt_vm_remove_files(vm.overlay, NULL); /* ours alone: its nonce */
     wk_virt_vm_clear(&vm);
+    json_decref(nets);
     json_decref(meta);
     return rc;
 }
@@ -1054,13 +1123,31 @@ static int undefine(wk_virt *v, const char *id, virDomainPtr d, pv_status *st) {
     return PV_OK;
 }
 
-/* Whether an unpacked image (dir) is some domain's (wk_vm_image_collect's question). */
+/* Whether an unpacked image (dir), an overlay or a console log is some domain's
+ * (wk_vm_image_collect's and wk_virt_vm_sweep's question). */
 static bool image_in_use(const char *dir, void *arg) {
     return json_object_get(arg, dir) != NULL;
 }
 
-/* Deletes the unpacked images no domain uses any longer and the store has replaced or lost. */
-static void collect_images(wk_virt *v) {
+static void use_path(json_t *used, const json_t *meta, const char *key) {
+    const char *p = json_string_value(json_object_get(meta, key));
+    if (p && *p) json_object_set_new(used, p, json_true());
+}
+
+/* Whether d's metadata could not be read (not: it has none, or another agent's): then no file
+ * can be told not to be its. */
+static bool meta_unreadable(wk_virt *v, virDomainPtr d) {
+    char *xml = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, WK_VIRT_XMLNS, 0);
+    bool bad = !xml && err_code() != VIR_ERR_NO_DOMAIN_METADATA && err_code() != VIR_ERR_NO_DOMAIN;
+    free(xml);
+    err_reset(v);
+    return bad;
+}
+
+/* Deletes the unpacked images no domain uses any longer and the store has replaced or lost;
+ * with sweep (at open, before any create) also the overlays and logs of domains that are gone
+ * (wk_virt_vm_sweep). */
+static void collect_images(wk_virt *v, bool sweep) {
     char cache[PATH_MAX + 8];
     snprintf(cache, sizeof cache, "%s/images", v->state_dir);
     json_t *used = json_object();
@@ -1069,8 +1156,10 @@ static void collect_images(wk_virt *v) {
     int n = used ? virConnectListAllDomains(v->conn, &doms, 0) : -1;
     for (int i = 0; i < n; i++) {
         json_t *m = meta_load(v, doms[i], 0);
-        const char *dir = json_string_value(json_object_get(m, "image_dir"));
-        if (dir && *dir) json_object_set_new(used, dir, json_true());
+        if (!m && sweep) sweep = !meta_unreadable(v, doms[i]);
+        use_path(used, m, "image_dir");
+        use_path(used, m, "overlay");
+        use_path(used, m, "log");
         json_decref(m);
         virDomainFree(doms[i]);
     }
@@ -1080,6 +1169,7 @@ static void collect_images(wk_virt *v) {
         pthread_mutex_lock(&v->image_mu);
         wk_vm_image_collect(v->image_dir, cache, image_in_use, used);
         pthread_mutex_unlock(&v->image_mu);
+        if (sweep) wk_virt_vm_sweep(v->state_dir, image_in_use, used);
     }
     json_decref(used);
 }
@@ -1108,7 +1198,7 @@ static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
         virDomainFree(d);
     }
     unlock(v);
-    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v);
+    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v, false);
     return rc;
 }
 
@@ -1550,11 +1640,12 @@ static int virt_open(const char *uri, const wk_engine_opts *opts, void **impl, p
         wk_virt_close(v);
         return rc;
     }
+    /* before the indexer, which writes the logs' indexes */
+    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v, true);
     if (rc == PV_OK && v->qemu && v->state_dir[0] && (rc = start_indexer(v, st)) != PV_OK) {
         wk_virt_close(v);
         return rc;
     }
-    if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v);
     *impl = v;
     return rc;
 }
@@ -1958,11 +2049,14 @@ static int persist_detach(wk_virt *v, const char *id, virDomainPtr d, const char
 
 /* Detaches the interface mac (of type network) with flags; *unsupported when the driver has
  * no device detach. */
-static int detach_mac(wk_virt *v, const char *id, virDomainPtr d, const char *mac,
-                      unsigned int flags, bool *unsupported, pv_status *st) {
+static int detach_mac(wk_virt *v, const char *id, virDomainPtr d, const char *network,
+                      const char *mac, unsigned int flags, bool *unsupported, pv_status *st) {
     char *ifxml = NULL;
     *unsupported = false;
-    if (asprintf(&ifxml, "<interface type='network'><mac address='%s'/></interface>", mac) < 0)
+    /* QEMU's driver parses the device before matching it: a network interface needs its source */
+    if (asprintf(&ifxml,
+                 "<interface type='network'><mac address='%s'/><source network='%s'/></interface>",
+                 mac, network) < 0)
         return no_memory(st);
     int r = virDomainDetachDeviceFlags(d, ifxml, flags);
     free(ifxml);
@@ -2001,7 +2095,7 @@ static int disconnect_locked(wk_virt *v, const char *id, virDomainPtr d, virNetw
     for (size_t i = 0; rc == PV_OK && i < nl; i++) {
         bool in_config = strv_has(pm, np, lm[i]);
         unsigned int f = VIR_DOMAIN_AFFECT_LIVE | (in_config ? VIR_DOMAIN_AFFECT_CONFIG : 0);
-        rc = detach_mac(v, id, d, lm[i], f, &unsupported, st);
+        rc = detach_mac(v, id, d, network, lm[i], f, &unsupported, st);
         if (rc == PV_OK && !unsupported) live = true;
     }
     /* Either nothing was hot-unplugged (the next start drops it) or some were only persistent:

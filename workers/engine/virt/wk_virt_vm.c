@@ -198,3 +198,37 @@ void wk_virt_vm_index_tick(const char *state_dir, json_t *sizes, int64_t now_ms)
     }
     closedir(d);
 }
+
+/* The log that entry (a name under logs/) belongs to: <id>.log itself, its <id>.idx and what
+ * virtlogd rotated (<id>.log.N); false for anything else. */
+static bool log_of(const char *logs, const char *entry, char *out, size_t cap) {
+    const char *dot = strstr(entry, ".log");
+    size_t stem;
+    if (dot && (dot[4] == '\0' || dot[4] == '.'))
+        stem = (size_t)(dot - entry);
+    else if ((stem = strlen(entry)) > 4 && strcmp(entry + stem - 4, ".idx") == 0)
+        stem -= 4;
+    else
+        return false;
+    return (size_t)snprintf(out, cap, "%s/%.*s.log", logs, (int)stem, entry) < cap;
+}
+
+void wk_virt_vm_sweep(const char *state_dir, bool (*kept)(const char *path, void *arg), void *arg) {
+    static const char *const subs[] = {"disks", "logs"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char dir[PATH_MAX];
+        if ((size_t)snprintf(dir, sizeof dir, "%s/%s", state_dir, subs[i]) >= sizeof dir) return;
+        DIR *d = opendir(dir);
+        if (!d) continue;
+        for (struct dirent *e; (e = readdir(d));) {
+            char path[PATH_MAX], owner[PATH_MAX];
+            if (e->d_name[0] == '.' ||
+                (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path)
+                continue;
+            bool is_log = i == 1;
+            if (is_log && !log_of(dir, e->d_name, owner, sizeof owner)) continue;
+            if (!kept(is_log ? owner : path, arg)) unlink(path);
+        }
+        closedir(d);
+    }
+}

@@ -25,6 +25,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -70,5 +71,12 @@ void wk_virt_vm_index_now(const char *log_path, int64_t now_ms);
 
 /* Deletes a VM's files: its overlay and its log with its index (NULL or "": none). */
 void wk_virt_vm_remove_files(const char *overlay, const char *log);
+
+/* Deletes what a VM left under state_dir when its domain is gone: each root disk overlay
+ * (disks/) and console log with its index and rotations (logs/) whose path kept() does not
+ * keep. What an agent killed mid-create (an overlay made, no domain defined yet) or mid-remove
+ * (the domain undefined, its files not yet deleted) leaves; run before any create of the
+ * process, so that no overlay of a create in progress is taken for one. */
+void wk_virt_vm_sweep(const char *state_dir, bool (*kept)(const char *path, void *arg), void *arg);
 
 #endif
