@@ -13,6 +13,10 @@ soon, and a stop grace of 8 s.
       is swept at the agent's start), the guest answers, GetNodeResource has no diffs and the
       audit (pivirt check) is clean; removed, no domain, overlay or console log is left and the
       audit is clean.
+  test_kill_after_define
+      the same, the agent killed once the domain is defined (its definition in
+      /etc/libvirt/qemu/), before or while it starts: the redelivered create finds the domain
+      and starts it (or finds it running).
   test_kill_mid_remove
       a VM whose guest ignores shutdowns (its power-button handler and /sbin/shutdown made
       no-ops through its agent): RemoveWorkload without force waits the grace in the node
@@ -24,6 +28,7 @@ soon, and a stop grace of 8 s.
       is gone, as an agent killed between a remove's undefine and its file deletion leaves
       them: the agent's next start deletes them and keeps the files of a VM that exists.
 """
+import glob
 import json
 import os
 import threading
@@ -101,25 +106,41 @@ class AgentKilled(Base):
         self.assertEqual((usage["memory"], diffs), (0, []))
         self.assertEqual(self.settled_check(), [])
 
-    def test_kill_mid_create(self):
+    def kill_mid_create(self, app, when, what):
+        """Creates a VM of app, kills the agent once when() holds, starts it again; the VM once
+        the redelivered create has answered."""
         self.assertEqual(self.files("disks"), [])
         t, result = self.run_bg(lambda: list(self.core.CreateWorkload(
-            vmtest.deploy("vktcreate"), timeout=240)))
+            vmtest.deploy(app), timeout=240)))
         deadline = time.monotonic() + 120
-        while not self.files("disks") and time.monotonic() < deadline:
+        while not when() and time.monotonic() < deadline:
             time.sleep(0.005)
-        self.assertTrue(self.files("disks"), "no overlay appeared within 120 s")
+        self.assertTrue(when(), "no %s within 120 s" % what)
         self.restart_agent_after_kill()
-        landed = [(n, self.domstate(n)) for n in vmtest.domains("vktcreate")]
-        say("agent killed mid-create: domains then %s, overlays %s" % (landed,
-                                                                        self.files("disks")))
+        landed = [(n, self.domstate(n)) for n in vmtest.domains(app)]
+        say("agent killed mid-create at the %s: domains then %s, overlays %s" % (
+            what, landed, self.files("disks")))
         t.join(240)
         self.assertFalse(t.is_alive(), "CreateWorkload did not end")
         self.assertNotIn("error", result)
         msgs = result["msgs"]
         self.assertEqual([(m.success, m.error) for m in msgs], [(True, "")])
-        wid, name = msgs[0].id, msgs[0].name
-        self.assertEqual(vmtest.domains("vktcreate"), [name])
+        self.assertEqual(vmtest.domains(app), [msgs[0].name])
+        return msgs[0].id, msgs[0].name
+
+    def test_kill_mid_create(self):
+        wid, name = self.kill_mid_create("vktcreate", lambda: self.files("disks"),
+                                         "root disk overlay's appearance")
+        self.assert_created(wid, name, "vktcreate")
+
+    def test_kill_after_define(self):
+        # libvirt writes a persistent domain's definition when it defines it, before the start
+        wid, name = self.kill_mid_create(
+            "vktdefine", lambda: glob.glob("/etc/libvirt/qemu/vktdefine_*.xml"),
+            "domain's definition")
+        self.assert_created(wid, name, "vktdefine")
+
+    def assert_created(self, wid, name, app):
         self.assertTrue(self.domstate(name).startswith("running"), self.domstate(name))
         vda = [d.find("source").get("file") for d in
                ET.fromstring(self.raw(wid, "domain_xml")).iter("disk")
@@ -131,7 +152,7 @@ class AgentKilled(Base):
         self.assertEqual((usage["memory"], diffs), (192 << 20, []))
         self.assertEqual(self.settled_check(), [])
         self.remove(wid)
-        self.assert_nothing_left("vktcreate")
+        self.assert_nothing_left(app)
 
     def deafen(self, wid):
         """The guest ignores shutdowns: its ACPI power-button handler and the /sbin/shutdown
