@@ -143,9 +143,12 @@ class Audit(Base):
         self.assertEqual(eng.type, "virt")
         msg, _ = self.create("vltaudit")
         lost = msg.id
+        # the facts are a snapshot of each status pass: one taken while the domain started
+        # (QEMU runs paused until libvirt resumes it, "paused (starting up)") says paused
         deadline = time.monotonic() + 20
         info = self.virt_info()
-        while lost not in info["workloads"] and time.monotonic() < deadline:
+        while (info["workloads"].get(lost, {}).get("state") != "running" and
+               time.monotonic() < deadline):
             time.sleep(0.5)
             info = self.virt_info()
         self.assertEqual((info["uri"], info["driver"], info["domain_type"]),

@@ -76,7 +76,8 @@ void wk_virt_vm_remove_files(const char *overlay, const char *log);
  * (disks/) and console log with its index and rotations (logs/) whose path kept() does not
  * keep. What an agent killed mid-create (an overlay made, no domain defined yet) or mid-remove
  * (the domain undefined, its files not yet deleted) leaves; run before any create of the
- * process, so that no overlay of a create in progress is taken for one. */
+ * process, so that no overlay of a create in progress is taken for one (a node has one agent
+ * at a time: its state directory is no other agent's). */
 void wk_virt_vm_sweep(const char *state_dir, bool (*kept)(const char *path, void *arg), void *arg);
 
 #endif
