@@ -879,11 +879,15 @@ int pv_op_journal_put(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t to
     return fcall_void(r, "pv_op_journal_put", &keys, &args, st);
 }
 
-int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t n,
-                     const char *const *fields, const char *const *values, char *entry_id,
-                     pv_status *st) {
+/* pv_op_output_add with m journal entries (steps[i], jvalues[i]) written in the same call. */
+static int output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t m,
+                      const char *const *steps, const char *const *jvalues, size_t n,
+                      const char *const *fields, const char *const *values, char *entry_id,
+                      pv_status *st) {
     if (check_leased(op, token, st) != PV_OK) return st->code;
     if (n == 0) return pv_status_set(st, PV_INVALID_ARGUMENT, "output of %s: no fields", op->id);
+    for (size_t i = 0; i < m; i++)
+        if (check_text("journal step", steps[i], st) != PV_OK) return st->code;
     pv_strv keys = {0}, args = {0};
     pv_key_add(k, PV_KEY_OP, op->id, &keys);
     pv_key_add(k, PV_KEY_OP_OUT, op->id, &keys);
@@ -891,18 +895,35 @@ int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t tok
     pv_strv_add(&args, op->id);
     pv_strv_addf(&args, "%" PRId64, token);
     pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    if (m > 0) pv_strv_addf(&args, "%zu", m);
+    for (size_t i = 0; i < m; i++) {
+        pv_strv_add(&args, steps[i]);
+        pv_strv_add(&args, jvalues[i] ? jvalues[i] : "");
+    }
     for (size_t i = 0; i < n; i++) {
         pv_strv_add(&args, fields[i]);
         pv_strv_add(&args, values[i] ? values[i] : "");
     }
     redisReply *rep = NULL;
-    int rc = fcall(r, "pv_op_output", &keys, &args, &rep, st);
+    int rc = fcall(r, m > 0 ? "pv_op_output_journal" : "pv_op_output", &keys, &args, &rep, st);
     if (rc == PV_OK && entry_id)
         snprintf(entry_id, 32, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
     pv_strv_free(&keys);
     pv_strv_free(&args);
     if (rep) freeReplyObject(rep);
     return rc;
+}
+
+int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t n,
+                     const char *const *fields, const char *const *values, char *entry_id,
+                     pv_status *st) {
+    return output_add(r, k, op, token, 0, NULL, NULL, n, fields, values, entry_id, st);
+}
+
+int pv_op_output_journal(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t m,
+                         const char *const *steps, const char *const *jvalues, size_t n,
+                         const char *const *fields, const char *const *values, pv_status *st) {
+    return output_add(r, k, op, token, m, steps, jvalues, n, fields, values, NULL, st);
 }
 
 void pv_op_output_free(pv_op_output *entries, size_t n) {

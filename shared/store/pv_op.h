@@ -252,6 +252,13 @@ int pv_op_output_add(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t tok
                      const char *const *fields, const char *const *values, char *entry_id,
                      pv_status *st);
 
+/* pv_op_output_add and m journal entries (steps[i] -> jvalues[i], as pv_op_journal_put) in one
+ * fenced call, atomically: a step's answer and the mark that it was told are saved with the
+ * output that tells it (two journal round trips fewer per instance of a deploy or removal). */
+int pv_op_output_journal(pv_redis *r, const pv_keys *k, const pv_op *op, int64_t token, size_t m,
+                         const char *const *steps, const char *const *jvalues, size_t n,
+                         const char *const *fields, const char *const *values, pv_status *st);
+
 /* One entry of an output stream: its id and n field/value pairs (owned; pv_op_output_free). */
 typedef struct pv_op_output {
     char id[32];

@@ -688,16 +688,21 @@ static void test_journal(void **state) {
     pv_op_clear(&sub);
 }
 
+/* An operation on target wl-1 submitted (*sub) and leased by worker w1 (*op, *token). */
+static void submit_and_take(fixture *f, pv_op *sub, pv_op *op, int64_t *token) {
+    ensure_group(f, "ops");
+    *sub = submit(f, "wl-1");
+    take(f, "ops", "w1", 10000, op, token);
+}
+
 /* The output stream: fenced appends, reads from the start, after an id and blocking, and the
  * stream expires with its record. */
 static void test_output(void **state) {
     fixture *f = *state;
     pv_status st;
-    ensure_group(f, "ops");
-    pv_op sub = submit(f, "wl-1");
-    pv_op op;
+    pv_op sub, op;
     int64_t token;
-    take(f, "ops", "w1", 10000, &op, &token);
+    submit_and_take(f, &sub, &op, &token);
     pv_op_output *out = NULL;
     size_t n = 99;
     assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, "0", 10, 0, &out, &n, &st), PV_OK);
@@ -734,6 +739,44 @@ static void test_output(void **state) {
     assert_int_equal(num(f, "TTL " OPS_BASE "out:%s", op.id), -1);
     finish(f, &op, token, PV_OP_SUCCEEDED);
     assert_true(num(f, "TTL " OPS_BASE "out:%s", op.id) > 0);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+}
+
+/* pv_op_output_journal: the output entry and the journal entries land together, fenced: a
+ * stale token writes neither. */
+static void test_output_journal(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    pv_op sub, op;
+    int64_t token;
+    submit_and_take(f, &sub, &op, &token);
+    const char *fields[] = {"type", "id"}, *values[] = {"workload", "w-a"};
+    const char *steps[] = {"instance:a", "reported:a"}, *jvalues[] = {"{\"id\":\"w-a\"}", ""};
+    assert_int_equal(pv_op_output_journal(f->r, &f->keys, &op, token + 1, 2, steps, jvalues, 2,
+                                          fields, values, &st),
+                     PV_ABORTED);
+    assert_int_equal(num(f, "EXISTS " OPS_BASE "out:%s", op.id), 0);
+    char *v = NULL;
+    assert_int_equal(pv_op_journal_get(f->r, &f->keys, op.id, "instance:a", &v, &st), PV_OK);
+    assert_null(v);
+    assert_int_equal(
+        pv_op_output_journal(f->r, &f->keys, &op, token, 2, steps, jvalues, 2, fields, values, &st),
+        PV_OK);
+    assert_int_equal(pv_op_journal_get(f->r, &f->keys, op.id, "instance:a", &v, &st), PV_OK);
+    assert_string_equal(v, "{\"id\":\"w-a\"}");
+    free(v);
+    assert_int_equal(pv_op_journal_get(f->r, &f->keys, op.id, "reported:a", &v, &st), PV_OK);
+    assert_string_equal(v, "");
+    free(v);
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, "0", 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].values[0], "workload");
+    assert_string_equal(out[0].values[1], "w-a");
+    pv_op_output_free(out, n);
+    finish(f, &op, token, PV_OP_SUCCEEDED);
     pv_op_clear(&op);
     pv_op_clear(&sub);
 }
@@ -1498,6 +1541,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_journal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_and_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),

@@ -554,14 +554,10 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
     return PV_OK;
 }
 
-typedef struct report_arg {
-    const instance *in;
-    const char *answer;
-} report_arg;
-
 /* The instance's output entry, from its journaled answer. Journaled itself, so a redelivered
  * operation does not tell the client twice. */
-static int report(wk_op *op, const instance *in, const char *answer, pv_status *st) {
+static int report(wk_op *op, const instance *in, const char *answer, const char *step,
+                  pv_status *st) {
     json_t *a = json_loads(answer, 0, NULL);
     const char *err = json_string_value(json_object_get(a, "error"));
     json_t *pub = json_object_get(a, "publish"), *res = json_object_get(in->alloc, "resources");
@@ -581,18 +577,11 @@ static int report(wk_op *op, const instance *in, const char *answer, pv_status *
                             err ? err : "",
                             resources ? resources : "{}",
                             alloc ? alloc : ""};
-    int rc = wk_op_output(op, 10, fields, values, st);
+    int rc = wk_op_output_step(op, step, 10, fields, values, st);
     free(publish);
     free(resources);
     json_decref(a);
     return rc;
-}
-
-static int step_report(wk_op *op, void *arg, char **result, pv_status *st) {
-    const report_arg *ra = arg;
-    if (report(op, ra->in, ra->answer, st) != PV_OK) return st->code;
-    *result = strdup("");
-    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
 /* The node agent this op runs on, with its engine; else NULL with FAILED_PRECONDITION naming
@@ -659,11 +648,11 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
                        .inc_epoch = json_integer_value(json_object_get(inc, "epoch"))};
         char step[256], *answer = NULL;
         snprintf(step, sizeof step, "instance:%s", alloc_id);
-        rc = wk_op_step(op, step, step_instance, &in, &answer, st);
+        /* the answer is journaled with its report: one fenced call for both */
+        rc = wk_op_step_pending(op, step, step_instance, &in, &answer, st);
         if (rc == PV_OK) {
-            report_arg ra = {&in, answer};
             snprintf(step, sizeof step, "reported:%s", alloc_id);
-            rc = wk_op_step(op, step, step_report, &ra, NULL, st);
+            rc = report(op, &in, answer, step, st);
         }
         free(answer);
         /* the last one's is said by the end itself (progress 100): a round trip less */
@@ -709,41 +698,46 @@ static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
 
 typedef struct removal_report {
     const char *id, *answer;
+    const char *step; /* "reported:<id>": journaled with the output (wk_op_output_step) */
 } removal_report;
 
+/* Writes the output entry of a step's answer (journaled: told once). */
+typedef int (*report_fn)(wk_op *op, const removal_report *rr, pv_status *st);
+
 /* The journaled step "<prefix>:<id>" (do_step with job), then its journaled report
- * ("reported:<id>", report_step with a removal_report of id and the step's answer). */
+ * ("reported:<id>", report_step with a removal_report of id and the step's answer). With
+ * pending, the answer is journaled with its report, one fenced call for both (a removal: one that
+ * finds no answer runs again, as after a crash before its journal entry, and finds nothing left
+ * to remove); else on its own first. */
 static int step_and_report(wk_op *op, const char *prefix, const char *id, wk_step_fn do_step,
-                           void *job, wk_step_fn report_step, pv_status *st) {
+                           void *job, report_fn report_step, bool pending, pv_status *st) {
     char step[160], *answer = NULL;
     snprintf(step, sizeof step, "%s:%s", prefix, id);
-    int rc = wk_op_step(op, step, do_step, job, &answer, st);
+    int rc = pending ? wk_op_step_pending(op, step, do_step, job, &answer, st)
+                     : wk_op_step(op, step, do_step, job, &answer, st);
     if (rc == PV_OK) {
-        removal_report rr = {id, answer};
         snprintf(step, sizeof step, "reported:%s", id);
-        rc = wk_op_step(op, step, report_step, &rr, NULL, st);
+        removal_report rr = {id, answer, step};
+        rc = report_step(op, &rr, st);
     }
     free(answer);
     return rc;
 }
 
-static int step_report_removal(wk_op *op, void *arg, char **result, pv_status *st) {
-    const removal_report *rr = arg;
+static int step_report_removal(wk_op *op, const removal_report *rr, pv_status *st) {
     json_t *a = json_loads(rr->answer, 0, NULL);
     const char *err = json_string_value(json_object_get(a, "error"));
     const char *fields[] = {"type", "id", "success", "hook"};
     const char *values[] = {"removed", rr->id, err ? "0" : "1", err ? err : ""};
-    int rc = wk_op_output(op, 4, fields, values, st);
+    int rc = wk_op_output_step(op, rr->step, 4, fields, values, st);
     json_decref(a);
-    if (rc != PV_OK) return rc;
-    *result = strdup("");
-    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    return rc;
 }
 
 /* For each id of params.ids: the journaled step `do_step` ("<prefix>:<id>"), then its journaled
  * report (`report_step`, "reported:<id>"). */
-static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn report_step,
-                   pv_status *st) {
+static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, report_fn report_step,
+                   bool pending, pv_status *st) {
     wk_agent *agent = engine_agent(op, st);
     if (!agent) return PV_FAILED_PRECONDITION;
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
@@ -769,14 +763,14 @@ static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, wk_step_fn
         }
         if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
         id_job job = {agent, id, type ? type : "", force, grace_seconds};
-        rc = step_and_report(op, prefix, id, do_step, &job, report_step, st);
+        rc = step_and_report(op, prefix, id, do_step, &job, report_step, pending, st);
     }
     json_decref(params);
     return rc;
 }
 
 int wk_node_deploy_remove(wk_op *op, pv_status *st) {
-    return each_id(op, "remove", step_remove, step_report_removal, st);
+    return each_id(op, "remove", step_remove, step_report_removal, true, st);
 }
 
 /* ---- control ---- */
@@ -825,23 +819,20 @@ static int step_control(wk_op *op, void *arg, char **result, pv_status *st) {
     return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
 }
 
-static int step_report_control(wk_op *op, void *arg, char **result, pv_status *st) {
-    const removal_report *rr = arg;
+static int step_report_control(wk_op *op, const removal_report *rr, pv_status *st) {
     json_t *a = json_loads(rr->answer, 0, NULL);
     const char *err = json_string_value(json_object_get(a, "error"));
     const char *fields[] = {"type", "id", "error", "hook"};
     const char *values[] = {"controlled", rr->id, err ? err : "", ""};
-    int rc = wk_op_output(op, 4, fields, values, st);
+    int rc = wk_op_output_step(op, rr->step, 4, fields, values, st);
     json_decref(a);
-    if (rc != PV_OK) return rc;
-    *result = strdup("");
-    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    return rc;
 }
 
 int wk_node_deploy_control(wk_op *op, pv_status *st) {
     const char *type = wk_op_param(op, "type");
     if (!type) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.type: required");
-    return each_id(op, "control", step_control, step_report_control, st);
+    return each_id(op, "control", step_control, step_report_control, false, st);
 }
 
 /* ---- logs ---- */
@@ -1594,8 +1585,7 @@ static int step_replace(wk_op *op, void *arg, char **result, pv_status *st) {
     return rc;
 }
 
-static int step_report_replace(wk_op *op, void *arg, char **result, pv_status *st) {
-    const removal_report *rr = arg;
+static int step_report_replace(wk_op *op, const removal_report *rr, pv_status *st) {
     wk_agent *agent = wk_op_context(op);
     json_t *a = json_loads(rr->answer, 0, NULL);
     const char *err = json_string_value(json_object_get(a, "error"));
@@ -1612,12 +1602,10 @@ static int step_report_replace(wk_op *op, void *arg, char **result, pv_status *s
                             err ? "0" : "1",
                             err ? err : "",
                             rr->id};
-    int rc = wk_op_output(op, 9, fields, values, st);
+    int rc = wk_op_output_step(op, rr->step, 9, fields, values, st);
     free(publish);
     json_decref(a);
-    if (rc != PV_OK) return rc;
-    *result = strdup("");
-    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    return rc;
 }
 
 int wk_node_deploy_replace(wk_op *op, pv_status *st) {
@@ -1635,7 +1623,8 @@ int wk_node_deploy_replace(wk_op *op, pv_status *st) {
         const char *old_id = json_string_value(v);
         if (!old_id) continue;
         replace_job rj = {agent, o, pod, old_id, json_object_size(copy) ? copy : NULL};
-        rc = step_and_report(op, "replace", old_id, step_replace, &rj, step_report_replace, st);
+        rc = step_and_report(op, "replace", old_id, step_replace, &rj, step_report_replace, false,
+                             st);
     }
     json_decref(params);
     pb__deploy_options__free_unpacked(o, NULL);

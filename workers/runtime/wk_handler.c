@@ -48,6 +48,9 @@ struct wk_op {
     bool params_parsed;
     wk_str *texts;     /* parameter texts handed out by wk_op_param */
     json_t *journaled; /* steps this delivery journaled: step -> value (NULL: none yet) */
+    /* a step's answer not journaled yet (wk_op_step_pending): the next wk_op_output_step
+     * writes it with its output; NULL when none */
+    char *pending_step, *pending_value;
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -126,6 +129,8 @@ void wk_op_free(wk_op *op) {
     pv_op_clear(&op->rec);
     if (op->params) json_decref(op->params);
     json_decref(op->journaled);
+    free(op->pending_step);
+    free(op->pending_value);
     while (op->texts) {
         wk_str *next = op->texts->next;
         free(op->texts);
@@ -358,36 +363,68 @@ static int journal_get(wk_op *op, const char *step, char **value, pv_status *st)
     }
 }
 
-static int journal_put(wk_op *op, const char *step, const char *value, pv_status *st) {
+/* Remembers that this delivery journaled step = value (else the next read asks Redis). */
+static void remember(wk_op *op, const char *step, const char *value) {
+    if (!op->journaled) op->journaled = json_object();
+    json_t *v = json_stringn_nocheck(value, strlen(value));
+    if (!op->journaled || !v || json_object_set_new(op->journaled, step, v) != 0)
+        op->rec.unjournaled = false;
+}
+
+/* One fenced write of m journal entries, with the output entry of n fields when n > 0 (else
+ * m must be 1: a plain journal entry). Redis being briefly unreachable is waited out. */
+static int journal_write(wk_op *op, size_t m, const char *const *steps, const char *const *values,
+                         size_t n, const char *const *fields, const char *const *out_values,
+                         pv_status *st) {
     int waited = 0;
     for (;;) {
-        int rc =
-            pv_op_journal_put(op->env.redis, op->env.keys, &op->rec, op->token, step, value, st);
+        int rc = n > 0 ? pv_op_output_journal(op->env.redis, op->env.keys, &op->rec, op->token, m,
+                                              steps, values, n, fields, out_values, st)
+                       : pv_op_journal_put(op->env.redis, op->env.keys, &op->rec, op->token,
+                                           steps[0], values[0], st);
         if (rc == PV_ABORTED) wk_op_set_lost(op, st->msg);
-        if (rc == PV_OK) {
-            /* remembered, or the next read of it asks Redis */
-            if (!op->journaled) op->journaled = json_object();
-            json_t *v = json_stringn_nocheck(value, strlen(value));
-            if (!op->journaled || !v || json_object_set_new(op->journaled, step, v) != 0)
-                op->rec.unjournaled = false;
-        }
+        if (rc == PV_OK)
+            for (size_t i = 0; i < m; i++)
+                remember(op, steps[i], values[i]);
         if (rc != PV_UNAVAILABLE || outage_wait(op, &waited, st) != PV_OK)
             return rc == PV_OK ? PV_OK : st->code;
     }
 }
 
-int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result,
-               pv_status *st) {
+static int journal_put(wk_op *op, const char *step, const char *value, pv_status *st) {
+    return journal_write(op, 1, &step, &value, 0, NULL, NULL, st);
+}
+
+/* Journals the pending answer (wk_op_step_pending) on its own, if there is one. */
+static int flush_pending(wk_op *op, pv_status *st) {
+    if (!op->pending_step) return PV_OK;
+    int rc = journal_put(op, op->pending_step, op->pending_value, st);
+    free(op->pending_step);
+    free(op->pending_value);
+    op->pending_step = op->pending_value = NULL;
+    return rc;
+}
+
+/* wk_op_step, the new answer journaled now or (pending) held for the next wk_op_output_step. */
+static int step_run(wk_op *op, const char *step, wk_step_fn fn, void *arg, bool pending,
+                    char **result, pv_status *st) {
     if (result) *result = NULL;
     char *value = NULL;
-    int rc = journal_get(op, step, &value, st);
+    int rc = flush_pending(op, st);
+    if (rc == PV_OK) rc = journal_get(op, step, &value, st);
     if (rc != PV_OK) return rc;
     if (!value) {
         rc = wk_op_stop_code(op, st);
         if (rc == PV_OK) rc = fn(op, arg, &value, st);
         if (rc == PV_OK && !value) value = strdup("");
         if (rc == PV_OK && !value) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-        if (rc == PV_OK) rc = journal_put(op, step, value, st);
+        if (rc == PV_OK && pending) {
+            op->pending_step = strdup(step);
+            op->pending_value = strdup(value);
+            if (!op->pending_step || !op->pending_value) rc = flush_pending(op, st);
+        } else if (rc == PV_OK) {
+            rc = journal_put(op, step, value, st);
+        }
         if (rc != PV_OK) {
             free(value);
             return rc;
@@ -398,6 +435,39 @@ int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **res
     else
         free(value);
     return PV_OK;
+}
+
+int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result,
+               pv_status *st) {
+    return step_run(op, step, fn, arg, false, result, st);
+}
+
+int wk_op_step_pending(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result,
+                       pv_status *st) {
+    return step_run(op, step, fn, arg, true, result, st);
+}
+
+int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
+                      const char *const *values, pv_status *st) {
+    char *done = NULL;
+    int rc = journal_get(op, step, &done, st);
+    if (rc != PV_OK || done) {
+        free(done);
+        return rc == PV_OK ? flush_pending(op, st) : rc;
+    }
+    const char *steps[2], *jvalues[2];
+    size_t m = 0;
+    if (op->pending_step) {
+        steps[m] = op->pending_step;
+        jvalues[m++] = op->pending_value;
+    }
+    steps[m] = step;
+    jvalues[m++] = "";
+    rc = journal_write(op, m, steps, jvalues, n, fields, values, st);
+    free(op->pending_step);
+    free(op->pending_value);
+    op->pending_step = op->pending_value = NULL;
+    return rc;
 }
 
 /* --- dispatch -------------------------------------------------------------------------------- */

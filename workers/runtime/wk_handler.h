@@ -82,6 +82,20 @@ int wk_op_sleep(wk_op *op, int ms, pv_status *st);
  * unreachable is waited out (up to about a lease); a lost lease is PV_ABORTED. */
 int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result, pv_status *st);
 
+/* wk_op_step whose new answer is not journaled at once but held until the next
+ * wk_op_output_step, which writes it with its output in the same call (a round trip less; until
+ * then a redelivery runs fn again, as after a crash between fn and its journal entry, which a
+ * step must take anyway). Any other step journals it on its own first. */
+int wk_op_step_pending(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result,
+                       pv_status *st);
+
+/* A journaled output: unless the journal has `step`, one fenced call writes the output entry of
+ * n fields, the journal entry `step` (empty) and the pending answer of wk_op_step_pending, if
+ * any, atomically (pv_op_output_journal); so a redelivered operation does not tell its client
+ * twice. Outages are waited out as in wk_op_step; a lost lease is PV_ABORTED. */
+int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
+                      const char *const *values, pv_status *st);
+
 /* Fails the operation with code and the formatted message in st, for good: no retry even when
  * the code is one wk_code_transient names (a drain's RESOURCE_EXHAUSTED is its answer, not a
  * passing fault). Returns code. */

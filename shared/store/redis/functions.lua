@@ -572,6 +572,29 @@ redis.register_function('pv_op_output', function(keys, args)
   return redis.call(unpack(xadd))
 end)
 
+-- pv_op_output_journal: pv_op_output and journal entries in one fenced call: a step's answer
+-- and the mark that its output was written (a redelivery must not tell the client twice) are
+-- saved with the output itself, atomically, instead of a journal call before and after it.
+--   KEYS[1] record, [2] output stream (<base>out:<id>)
+--   ARGV[1] base, [2] id, [3] token, [4] approximate maxlen, [5] number of journal entries m,
+--   [6..5+2m] step, value, ..., then field, value, ... of the output entry
+--   returns the entry id
+redis.register_function('pv_op_output_journal', function(keys, args)
+  local err = fence(op_load(keys[1], FENCE_FIELDS), args[2], args[3])
+  if err then return redis.error_reply(err) end
+  local m = tonumber(args[5]) or 0
+  local hset = {'HSET', keys[1]}
+  for i = 6, 5 + 2 * m, 2 do
+    hset[#hset + 1] = 'j:' .. args[i]
+    hset[#hset + 1] = args[i + 1]
+  end
+  local xadd = {'XADD', keys[2], 'MAXLEN', '~', args[4], '*'}
+  for i = 6 + 2 * m, #args do xadd[#xadd + 1] = args[i] end
+  local id = redis.call(unpack(xadd))
+  if m > 0 then redis.call(unpack(hset)) end
+  return id
+end)
+
 -- pv_op_finish: the fenced end of a run: SUCCEEDED, FAILED or CANCELLED. Finishing again with the
 -- same token and status (a retried call whose first answer was lost) returns the record as is.
 --   KEYS[1] record, [2] queue stream, [3] events, [4..] lock keys
