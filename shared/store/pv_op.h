@@ -305,7 +305,9 @@ int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const cha
                               char (*cursors)[PV_OP_CURSOR_MAX], int block_ms, bool *woke,
                               bool *ended, pv_op_output **entries, size_t *counts, pv_status *st);
 
-/* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1):
+/* Fenced end: status SUCCEEDED, FAILED (error_code, error_message) or CANCELLED (code 1); for
+ * SUCCEEDED a non-empty error_message is the record's last message instead (a progress call
+ * less):
  * releases the locks it holds, acks the entry, publishes, appends the event, sets the record's
  * expiry. PV_ABORTED when the lease is lost (nothing written). */
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,

@@ -140,8 +140,9 @@ def total(calls):
     return sum(calls.values())
 
 
-def cost(a, b, n, base_rate=None, rate=None):
-    """Prints what happened between samples A and B, per one of N operations."""
+def cost(a, b, n, idle_per_s, base_rate=None, rate=None):
+    """Prints what happened between samples A and B, per one of N operations (IDLE_PER_S:
+    Redis's commands per second with nothing asked, the background share)."""
     (ta, ca, pa), (tb, cb, pb) = a, b
     per = {k: (v - ca.get(k, 0)) / n for k, v in cb.items()}
     top = sorted(((v, k) for k, v in per.items() if v >= 0.05), reverse=True)
@@ -149,6 +150,7 @@ def cost(a, b, n, base_rate=None, rate=None):
     redis_ms = cpu["redis"]
     lines = ["  Redis commands: %.1f (%s)" % (sum(per.values()),
                                               ", ".join("%s %.1f" % (k, v) for v, k in top)),
+             "  of them the idle background over the phase: %.1f" % (idle_per_s * (tb - ta) / n),
              "  Redis CPU: %.3f ms, implied single-Redis ceiling: %s/s" % (
                  redis_ms, "%.0f" % (1000.0 / redis_ms) if redis_ms > 0 else "inf"),
              "  control-plane CPU: %.2f ms (%s)" % (
@@ -271,9 +273,12 @@ def measured_round(stack, core, count, clients, label, create, meter, baseline):
 
     batches = [ids[i:i + 10] for i in range(0, len(ids), 10)]
 
+    remove_errors = []
+
     def remove(batch):
         got = list(core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=batch, force=True),
                                        timeout=120))
+        remove_errors.extend("%s: %s" % (g.id, g.hook) for g in got if not g.success)
         return sum(1 for g in got if g.success)
 
     s2 = meter.sample()
@@ -294,15 +299,17 @@ def measured_round(stack, core, count, clients, label, create, meter, baseline):
           (idle_cmds, idle_cpu))
     if ids:
         print("per create:")
-        cost(s0, s1, len(ids), base_rate, rate)
+        cost(s0, s1, len(ids), idle_cmds, base_rate, rate)
         print("  (the benchmark's gRPC client: %.1f ms more; machine CPU busy while creating: "
               "%.0f%% of %d cores; a bare start: %.1f ms of machine CPU)" %
               (client_ms / len(ids), busy, os.cpu_count(), base_cpu))
     if removed:
         print("per remove (10 a call):")
-        cost(s2, s3, removed)
+        cost(s2, s3, removed, idle_cmds)
     if errors:
         print("first error: %s" % errors[0])
+    if remove_errors:
+        print("first removal error: %s" % remove_errors[0])
     ok = len(ids) == count and removed == len(ids)
     return ok, rate, pct(lat, 99)
 

@@ -321,9 +321,9 @@ static int run(deploy_ctx *c, pv_status *st) {
     if (cancelled && rc == PV_OK)
         rc = pv_status_set(st, PV_CANCELLED,
                            "deploy cancelled; the instances already sent to nodes were finished");
-    if (rc == PV_OK)
-        wk_op_progress(op, 100, "deployed on %zu node(s), %zu of them with failures", n,
-                       failed_nodes);
+    if (rc == PV_OK) /* said by the end itself: a round trip less */
+        wk_op_set_end_message(op, "deployed on %zu node(s), %zu of them with failures", n,
+                              failed_nodes);
     for (size_t i = 0; i < n; i++)
         free(children[i]);
     free(children);

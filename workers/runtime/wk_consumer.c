@@ -634,7 +634,8 @@ static int write_outcome(pool_thread *t, wk_op *op, const outcome *out, bool *de
     int64_t token = wk_op_token(op);
     switch (out->kind) {
     case OUT_SUCCEEDED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0, "", st);
+        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0,
+                            wk_op_end_message(op), st);
     case OUT_FAILED:
         return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_FAILED, out->code,
                             out->message, st);

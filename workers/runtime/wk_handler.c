@@ -55,8 +55,9 @@ struct wk_op {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     bool cancel, lost, shutdown;
-    bool final;   /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
-    bool cleanup; /* a cancel no longer stops the handler (wk_op_begin_cleanup) */
+    bool final; /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
+    char *end_message; /* the record's last message when it succeeds (wk_op_set_end_message) */
+    bool cleanup;      /* a cancel no longer stops the handler (wk_op_begin_cleanup) */
     char lost_why[PV_STATUS_MSG_MAX];
 };
 
@@ -131,6 +132,7 @@ void wk_op_free(wk_op *op) {
     json_decref(op->journaled);
     free(op->pending_step);
     free(op->pending_value);
+    free(op->end_message);
     while (op->texts) {
         wk_str *next = op->texts->next;
         free(op->texts);
@@ -497,6 +499,18 @@ int wk_op_fail_final(wk_op *op, pv_status *st, int code, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return pv_status_set(st, code, "%s", msg);
+}
+
+void wk_op_set_end_message(wk_op *op, const char *fmt, ...) {
+    free(op->end_message);
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&op->end_message, fmt, ap) < 0) op->end_message = NULL;
+    va_end(ap);
+}
+
+const char *wk_op_end_message(const wk_op *op) {
+    return op->end_message ? op->end_message : "";
 }
 
 bool wk_op_failure_final(const wk_op *op) {

@@ -102,6 +102,12 @@ int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *
 int wk_op_fail_final(wk_op *op, pv_status *st, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The record's last message if the handler succeeds, written by the end itself (what a
+ * wk_op_progress(op, 100, ...) just before the end would say, without its round trip). */
+void wk_op_set_end_message(wk_op *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* That message, "" when none (for the consumer). */
+const char *wk_op_end_message(const wk_op *op);
+
 /* Whether the handler's failure was made final by wk_op_fail_final. */
 bool wk_op_failure_final(const wk_op *op);
 

@@ -246,7 +246,12 @@ local function op_end(c, rec, status, code, errmsg, now)
     changes.progress = 100
     changes.error_code = 0
     changes.error_message = ''
-    if (rec.message or '') == '' then changes.message = 'succeeded' end
+    -- a success may say its last word itself (what a progress call just before it would)
+    if (errmsg or '') ~= '' then
+      changes.message = errmsg
+    elseif (rec.message or '') == '' then
+      changes.message = 'succeeded'
+    end
   else
     changes.error_code = code
     changes.error_message = errmsg
@@ -598,7 +603,8 @@ end)
 -- pv_op_finish: the fenced end of a run: SUCCEEDED, FAILED or CANCELLED. Finishing again with the
 -- same token and status (a retried call whose first answer was lost) returns the record as is.
 --   KEYS[1] record, [2] queue stream, [3] events, [4..] lock keys
---   ARGV[1] base, [2] id, [3] token, [4] status, [5] error code, [6] error message,
+--   ARGV[1] base, [2] id, [3] token, [4] status, [5] error code, [6] error message (for
+--   SUCCEEDED: the record's last message, '' = keep the last progress message or 'succeeded'),
 --   [7] events maxlen, [8] retention seconds
 --   returns {'OK'} (the worker has the record already), or need_locks
 redis.register_function('pv_op_finish', function(keys, args)
