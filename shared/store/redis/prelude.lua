@@ -40,3 +40,21 @@ local function still(subject, verb, n, what)
     return err('FAILED_PRECONDITION', subject .. ' still ' .. verb .. ' ' .. n .. ' ' .. what)
   end
 end
+
+-- A node record's usage revision and record revision, read for a compare-and-set of its usage
+-- (nil when the record is gone: every node record has its name). One read for what an EXISTS
+-- and an HGET of usage_rev did.
+local function node_revs(node_key)
+  local v = redis.call('HMGET', node_key, 'name', 'usage_rev', 'rev')
+  if not v[1] then return nil end
+  return {usage_rev = v[2] or '0', rev = v[3] or '0'}
+end
+
+-- Writes a node's new usage with both revisions bumped from revs (node_revs, read in this very
+-- call, so nothing moved them since): one HSET for what an HSET and two HINCRBY did.
+local function node_set_usage(node_key, revs, usage, now)
+  local urev, rev = tonumber(revs.usage_rev) + 1, tonumber(revs.rev) + 1
+  revs.usage_rev, revs.rev = tostring(urev), tostring(rev)
+  redis.call('HSET', node_key, 'usage', usage, 'updated_ms', now, 'usage_rev', revs.usage_rev,
+    'rev', revs.rev)
+end

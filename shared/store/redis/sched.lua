@@ -18,29 +18,27 @@
 -- Checks that each node still exists and has the expected usage revision. The node list starts
 -- at args[i]: n, then for each node: id, name, expected_rev, new_usage, count, then count pairs
 -- (alloc id, alloc json or '') . Returns nil or the name of the first node that moved.
+-- Also returns each node's revisions as read (node_revs), by id, for apply_nodes.
 local function nodes_moved(base, args, i)
   local n = tonumber(args[i]); i = i + 1
+  local read = {}
   for _ = 1, n do
     local id, name, rev, count = args[i], args[i + 1], args[i + 2], tonumber(args[i + 4])
-    local cur = redis.call('HGET', base .. 'node:' .. id, 'usage_rev')
-    if redis.call('EXISTS', base .. 'node:' .. id) == 0 then return name end
-    if (cur or '0') ~= rev then return name end
+    local revs = node_revs(base .. 'node:' .. id)
+    if not revs or revs.usage_rev ~= rev then return name end
+    read[id] = revs
     i = i + 5 + 2 * count
   end
-  return nil
+  return nil, read
 end
 
--- Writes each node's new usage, bumps its revision, and adds (sign 1) or removes (sign -1) its
--- allocations and deploy counts.
-local function apply_nodes(base, args, i, sign, app, entry)
+-- Writes each node's new usage, bumps its revisions (read by nodes_moved: revs), and adds
+-- (sign 1) or removes (sign -1) its allocations and deploy counts. now: Redis's clock, as text.
+local function apply_nodes(base, args, i, sign, app, entry, revs, now)
   local n = tonumber(args[i]); i = i + 1
-  local now = tostring(now_ms())
   for _ = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
-    local node = base .. 'node:' .. id
-    redis.call('HSET', node, 'usage', usage, 'updated_ms', now)
-    redis.call('HINCRBY', node, 'usage_rev', 1)
-    redis.call('HINCRBY', node, 'rev', 1)
+    node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
     local allocs = base .. 'node-allocs:' .. id
     local changed = 0
     for j = 1, count do
@@ -76,18 +74,21 @@ end
 redis.register_function('pv_sched_commit', function(keys, args)
   local base, resv_id, request_id = args[1], args[2], args[9]
   local made = base .. 'resv-made:' .. resv_id
-  if redis.call('EXISTS', keys[1]) == 1 or redis.call('EXISTS', made) == 1 then
-    return 'DUPLICATE'
-  end
-  if request_id ~= '' and redis.call('EXISTS', base .. 'sched:gone:' .. request_id) == 1 then
+  -- one EXISTS of the three keys: the usual answer is none of them (then no more reads)
+  local gone = request_id ~= '' and base .. 'sched:gone:' .. request_id
+  local seen = gone and redis.call('EXISTS', keys[1], made, gone) or
+    redis.call('EXISTS', keys[1], made)
+  if seen > 0 then
+    if not gone or redis.call('EXISTS', keys[1], made) > 0 then return 'DUPLICATE' end
     return 'ABANDONED'
   end
-  local moved = nodes_moved(base, args, 12)
+  local moved, revs = nodes_moved(base, args, 12)
   if moved then return {'CONFLICT', moved} end
   local app, entry, expires = args[5], args[6], tonumber(args[7])
-  apply_nodes(base, args, 12, 1, app, entry)
+  local now = tostring(now_ms())
+  apply_nodes(base, args, 12, 1, app, entry, revs, now)
   redis.call('HSET', keys[1], 'id', resv_id, 'pod', args[3], 'owner', args[4], 'app', app,
-    'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', tostring(now_ms()))
+    'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', now)
   if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
   redis.call('SET', made, '1', 'EX', 600)
   if request_id ~= '' then
@@ -102,11 +103,16 @@ end)
 -- with the allocations to drop) -> 'OK' | 'NOT_FOUND' | {'CONFLICT', node name}.
 redis.register_function('pv_sched_release', function(keys, args)
   local base, resv_id = args[1], args[2]
-  if redis.call('EXISTS', keys[1]) == 0 then return 'NOT_FOUND' end
-  local moved = nodes_moved(base, args, 5)
-  if moved then return {'CONFLICT', moved} end
-  apply_nodes(base, args, 5, -1, args[3], args[4])
-  redis.call('DEL', keys[1])
+  local moved, revs = nodes_moved(base, args, 5)
+  -- the DEL tells whether it was there (NOT_FOUND first, as ever: nothing was written yet)
+  if moved then
+    if redis.call('EXISTS', keys[1]) == 0 then return 'NOT_FOUND' end
+    return {'CONFLICT', moved}
+  end
+  if redis.call('DEL', keys[1]) == 0 then return 'NOT_FOUND' end
+  -- Redis's clock only when a node's usage is written
+  apply_nodes(base, args, 5, -1, args[3], args[4], revs, tonumber(args[5]) > 0 and
+    tostring(now_ms()) or nil)
   redis.call('ZREM', base .. 'resvs', resv_id)
   return 'OK'
 end)

@@ -84,16 +84,18 @@ redis.register_function('pv_wl_add', function(keys, args)
   end
   if resources == '' then resources = '{}' end
   local key = record_key(base, id)
-  redis.call('HSET', key, 'id', id, 'name', args[3], 'app', args[4], 'entry', args[5],
+  local flat = {'id', id, 'name', args[3], 'app', args[4], 'entry', args[5],
     'pod', pod, 'node', node, 'node_id', node_id, 'image', args[8], 'privileged', args[9],
     'labels', args[10], 'env', args[11], 'publish', args[12], 'resources', resources,
     'alloc_id', alloc_id, 'engine_id', args[15], 'created_ms', tostring(now_ms()), 'epoch', '1',
-    'placing', '')
+    'placing', ''}
+  redis.call('HSET', key, unpack(flat))
   if args[16] and args[16] ~= '' then redis.call('SET', base .. 'wl-deploy:' .. id, args[16]) end
   redis.call('ZADD', base .. 'wls', 0, id)
   redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
   redis.call('SADD', base .. 'app-workloads:' .. args[4], id)
-  return redis.call('HGETALL', key)
+  -- the record is what was just written: no read back
+  return flat
 end)
 
 -- Deletes the record, its status and its index entries (v = HMGET app node_id of the record).
@@ -139,11 +141,10 @@ redis.register_function('pv_wl_remove_release', function(keys, args)
   local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id', 'entry', 'node')
   if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
   local node_key = base .. 'node:' .. (v[2] or '')
-  if v[2] and redis.call('EXISTS', node_key) == 1 then
-    if (redis.call('HGET', node_key, 'usage_rev') or '0') ~= args[3] then return 'CONFLICT' end
-    redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
-    redis.call('HINCRBY', node_key, 'usage_rev', 1)
-    redis.call('HINCRBY', node_key, 'rev', 1)
+  local revs = v[2] and node_revs(node_key)
+  if revs then
+    if revs.usage_rev ~= args[3] then return 'CONFLICT' end
+    node_set_usage(node_key, revs, args[4], tostring(now_ms()))
     local counts = base .. 'deploy-count:' .. v[1] .. ':' .. (v[3] or '')
     if redis.call('HINCRBY', counts, v[4] or '', -1) <= 0 then
       redis.call('HDEL', counts, v[4] or '')
