@@ -1274,7 +1274,8 @@ static void test_list_indexes(void **state) {
     assert_int_equal(num(f, "TTL t:{ops}:by-target:shared"), -1);
 
     /* Trimming: members older than the retention whose record is gone leave the indexes a
-     * submit adds to; an old one whose record still lives (a long-running operation) stays. */
+     * submit adds to; an old one whose record still lives (a long-running operation) stays.
+     * One submit in four checks them (the one whose id's last byte is a multiple of 4). */
     int64_t old = wall_ms() - 3601 * 1000LL;
     exec_cmd(f, "ZADD t:{ops}:index %lld ghost-1", (long long)old);
     exec_cmd(f, "ZADD t:{ops}:by-kind:k.even %lld ghost-1", (long long)old);
@@ -1282,6 +1283,14 @@ static void test_list_indexes(void **state) {
     exec_cmd(f, "ZADD t:{ops}:by-kind:k.even %lld %s", (long long)old + 1, o.id);
     cancel_pending(f, o.id);
     pv_op next = submit_full(f, "k.even", "shared", "ops", NULL, NULL, 0, 0);
+    while ((unsigned char)next.id[strlen(next.id) - 1] % 4 != 0) {
+        char *still = text(f, "ZSCORE t:{ops}:index ghost-1"); /* not a checking submit */
+        assert_non_null(still);
+        free(still);
+        cancel_pending(f, next.id);
+        pv_op_clear(&next);
+        next = submit_full(f, "k.even", "shared", "ops", NULL, NULL, 0, 0);
+    }
     assert_null(text(f, "ZSCORE t:{ops}:index ghost-1"));
     assert_null(text(f, "ZSCORE t:{ops}:by-kind:k.even ghost-1"));
     assert_null(text(f, "ZSCORE t:{ops}:by-target:shared ghost-1"));
