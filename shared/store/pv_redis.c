@@ -83,10 +83,11 @@ struct pv_redis {
 
     int sigpipe_ignored; /* SIGPIPE was SIG_IGN at the last (re)connect: no guard needed */
 
-    redisContext *ctx; /* NULL while disconnected */
-    int io_timeout_ms; /* the socket timeout set on ctx now, for messages */
-    int pending;       /* pipelined replies owed by ctx */
-    int lost;          /* pipelined replies owed by a connection that dropped */
+    redisContext *ctx;    /* NULL while disconnected */
+    int io_timeout_ms;    /* the socket timeout set on ctx now, for messages */
+    int pending;          /* pipelined replies owed by ctx */
+    int lost;             /* pipelined replies owed by a connection that dropped */
+    uint64_t connections; /* connections made so far (pv_redis_connections) */
 };
 
 /* ---- SIGPIPE guard ---- */
@@ -440,7 +441,12 @@ int pv_redis_connect(pv_redis *r, pv_status *st) {
     if (rc == PV_OK) rc = set_timeout(r, r->command_timeout_ms, st);
     io_end(&g);
     if (rc != PV_OK) drop(r);
+    if (rc == PV_OK) r->connections++;
     return rc;
+}
+
+uint64_t pv_redis_connections(const pv_redis *r) {
+    return r->ctx ? r->connections : 0;
 }
 
 /* ---- handle ---- */

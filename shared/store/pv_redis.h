@@ -72,6 +72,10 @@ void pv_redis_free(pv_redis *r);
 /* Connects now if not connected (useful at start-up to fail early). */
 int pv_redis_connect(pv_redis *r, pv_status *st);
 
+/* How many connections this handle has made, 0 while it has none: what a connection-scoped
+ * value (its CLIENT ID) was read on, so that it is read again only on a new one. */
+uint64_t pv_redis_connections(const pv_redis *r);
+
 /* The address this handle talks to (for messages). */
 const char *pv_redis_addr(const pv_redis *r);
 

@@ -108,7 +108,8 @@ struct wk_consumer {
     bool closing;  /* pool threads exit once the queue is empty */
     bool keeper_stop;
     bool reader_done;
-    long long reader_id; /* CLIENT ID of the reader's connection, 0 when unknown */
+    long long reader_id;  /* CLIENT ID of the reader's connection, 0 when unknown */
+    uint64_t reader_conn; /* the reader's connection it was read on (pv_redis_connections) */
 };
 
 /* Logs a Redis outage once when it starts and once when it ends; one per loop. Other errors of
@@ -401,8 +402,9 @@ static void trim(struct wk_consumer *c, outage *o) {
     if (trimmed > 0) pv_debug("queue=%s trimmed %lld entries", c->queue, trimmed);
 }
 
-/* One blocking read of up to n new entries; CLIENT ID rides along so stop can unblock it.
- * Returns how many entries it delivered. */
+/* One blocking read of up to n new entries; CLIENT ID rides along so stop can unblock it, on
+ * the first read of each connection only (it is the connection's for its life). Returns how
+ * many entries it delivered. */
 static size_t read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms) {
     char count[32], block[32];
     snprintf(count, sizeof count, "%d", n);
@@ -412,19 +414,30 @@ static size_t read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms
                           "BLOCK",      block,   "STREAMS",   c->stream,   ">"};
     pv_status st;
     redisReply *id = NULL, *reply = NULL;
-    int rc = pv_redis_append(c->reader_redis, 2, id_argv, NULL, &st);
+    uint64_t conn = pv_redis_connections(c->reader_redis);
+    bool ask_id = conn == 0 || conn != c->reader_conn;
+    int rc = ask_id ? pv_redis_append(c->reader_redis, 2, id_argv, NULL, &st) : PV_OK;
     if (rc == PV_OK) rc = pv_redis_append(c->reader_redis, 11, argv, NULL, &st);
-    if (rc == PV_OK) {
+    /* a connection made by these appends: its id is asked for on the next read */
+    bool same = pv_redis_connections(c->reader_redis) == conn;
+    if (rc == PV_OK && ask_id) {
         /* A refused CLIENT ID only costs the fast stop; a lost connection fails both replies. */
+        long long got_id = 0;
         if (pv_redis_get_reply(c->reader_redis, &id, NULL) == PV_OK &&
-            id->type == REDIS_REPLY_INTEGER) {
-            pthread_mutex_lock(&c->mu);
-            c->reader_id = id->integer;
-            pthread_mutex_unlock(&c->mu);
-        }
+            id->type == REDIS_REPLY_INTEGER)
+            got_id = id->integer;
         if (id) freeReplyObject(id);
-        rc = pv_redis_get_reply(c->reader_redis, &reply, &st);
+        pthread_mutex_lock(&c->mu);
+        c->reader_id = got_id;
+        pthread_mutex_unlock(&c->mu);
+        c->reader_conn = got_id ? pv_redis_connections(c->reader_redis) : 0;
+    } else if (rc == PV_OK && !same) {
+        pthread_mutex_lock(&c->mu);
+        c->reader_id = 0;
+        pthread_mutex_unlock(&c->mu);
+        c->reader_conn = 0;
     }
+    if (rc == PV_OK) rc = pv_redis_get_reply(c->reader_redis, &reply, &st);
     if (rc != PV_OK) {
         read_failed(c, o, "XREADGROUP", rc, &st);
         return 0;
