@@ -135,7 +135,10 @@ static int announce(wk_op *op, const char *node, const char *child, size_t insta
     snprintf(nn, sizeof nn, "%zu", nodes);
     const char *fields[] = {"type", "node", "op", "instances", "nodes"},
                *values[] = {"node", node, child, ni, nn};
-    return wk_op_output(op, 5, fields, values, st);
+    /* journaled with the pending dispatch step: one fenced call for both, told once */
+    char step[PV_KEY_MAX];
+    snprintf(step, sizeof step, "announced:%s", node);
+    return wk_op_output_step(op, step, 5, fields, values, st);
 }
 
 /* Numbers each allocation with its place in the whole deploy (ERU_WORKLOAD_SEQ). */
@@ -296,7 +299,9 @@ static int run(deploy_ctx *c, pv_status *st) {
         c->node = node;
         c->allocs = list;
         c->reservation = reservation;
-        rc = wk_op_step(op, step, step_dispatch, c, &children[n], st);
+        /* a redelivery that finds no dispatch journaled submits again: the node operation's
+         * idempotency key answers with the one submitted before */
+        rc = wk_op_step_pending(op, step, step_dispatch, c, &children[n], st);
         if (rc == PV_OK) rc = announce(op, node, children[n++], json_array_size(list), nnodes, st);
     }
     size_t failed_nodes = 0;
