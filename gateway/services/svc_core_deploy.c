@@ -56,7 +56,7 @@ static void on_create_workload(gw_call *call, const ProtobufCMessage *req) {
     pv_redis *r = gw_app_redis(call);
     svc_relay rl;
     svc_relay_init(&rl, call, r, o->podname);
-    int rc = svc_relay_submit_deploy(call, o, rl.parent, &st);
+    int rc = svc_relay_submit_deploy(call, o, &rl, &st);
     if (rc == PV_OK) rc = svc_relay_run(&rl, &st);
     if (rc == PV_FAILED_PRECONDITION && rl.n == 0) { /* svc_relay_run: failed before any node */
         Pb__CreateWorkloadMessage m = PB__CREATE_WORKLOAD_MESSAGE__INIT;

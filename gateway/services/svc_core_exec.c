@@ -290,7 +290,7 @@ static int send_failed_creates(gw_call *call, json_t *failures, bool async, pv_s
  * plan fits) is told in the stream, and the call ends OK. */
 static int lambda_run(gw_call *call, svc_relay *rl, const Pb__DeployOptions *o, bool async,
                       int async_timeout_s, pv_status *st) {
-    int rc = svc_relay_submit_deploy(call, o, rl->parent, st);
+    int rc = svc_relay_submit_deploy(call, o, rl, st);
     if (rc == PV_OK) rc = svc_relay_run(rl, st);
     /* svc_relay_run: the deploy failed before asking any node (Eru: its create's one message) */
     if (rc == PV_FAILED_PRECONDITION && rl->n == 0 &&

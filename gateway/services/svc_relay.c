@@ -434,8 +434,10 @@ out:
 /* Relays until the deploy and every node's part are over. PV_OK: the call is finished with OK;
  * else the call's error in st (a deploy that failed before asking any node). */
 int svc_relay_run(svc_relay *rl, pv_status *st) {
-    bool check = true; /* read every child's record: no news came, or a second passed */
-    int64_t last_check = 0;
+    /* read every child's record: no news came, or a second passed (a fresh parent: nothing to
+     * read before the first wait) */
+    bool check = !rl->parent_fresh;
+    int64_t last_check = rl->parent_fresh ? pv_time_mono_ms() : 0;
     for (;;) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
         pv_op parent = {0};
@@ -480,7 +482,8 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
     }
 }
 
-int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_status *st) {
+int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, svc_relay *rl,
+                            pv_status *st) {
     size_t len = pb__deploy_options__get_packed_size(o);
     uint8_t *bytes = malloc(len ? len : 1);
     if (!bytes) return pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -503,7 +506,10 @@ int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_
               : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(text);
     if (rc != PV_OK) return rc;
-    snprintf(op_id, PV_ID_MAX, "%s", rec.id);
+    snprintf(rl->parent, sizeof rl->parent, "%s", rec.id);
+    /* just created: PENDING, nothing written yet (the first wait sees what comes) */
+    rl->parent_fresh = !existed;
+    rl->parent_checked = rl->parent_idle = rl->parent_fresh;
     pv_info("CreateWorkload app=%s pod=%s count=%d operation=%s%s", o->name, o->podname,
             (int)o->count, rec.id, existed ? " (existing, same x-request-id)" : "");
     pv_op_clear(&rec);

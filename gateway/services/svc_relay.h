@@ -47,6 +47,9 @@ typedef struct svc_relay {
     /* what the last wait saw of the parent: nothing new in its output (no announcement to
      * read), its end entry (its record is final: read it) */
     bool parent_idle, parent_ended, parent_checked;
+    /* the parent was created by this call (not found by its x-request-id): its record and
+     * its empty output are known without reading them */
+    bool parent_fresh;
     pv_op_output *parent_pre; /* what the last wait read of the parent's output */
     size_t parent_npre;
     bool parent_fetched; /* parent_pre is all of it after parent_after (as child.fetched) */
@@ -66,8 +69,9 @@ typedef struct svc_relay {
 void svc_relay_init(svc_relay *rl, gw_call *call, pv_redis *r, const char *pod);
 
 /* Submits the deploy o as the operation `workload.create` (the request's bytes), idempotent
- * with the client's x-request-id; op_id (PV_ID_MAX bytes) gets its id. */
-int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, char *op_id, pv_status *st);
+ * with the client's x-request-id; rl->parent gets its id (rl->parent_fresh: created now). */
+int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, svc_relay *rl,
+                            pv_status *st);
 
 /* Relays until the deploy and every node's part are over. PV_OK: everything was answered;
  * else the call's error in st (a deploy that failed before asking any node, PV_CANCELLED when
