@@ -4,22 +4,46 @@
  * The C side owns the arithmetic and Redis owns the atomicity: commit and release send the
  * complete new usage of every node they touch together with the usage_rev it was computed from,
  * and the Lua functions refuse the whole change when any node moved. Release and fix re-read and
- * recompute on a conflict, since they have nothing to re-plan: a bounded number of retries.
+ * recompute on a conflict, since they have nothing to re-plan: a bounded number of retries, each
+ * after a jittered wait that doubles (a burst of removals on one node moves its usage under
+ * every one of them: retried at once, eight in a row could all lose, and a remove failed).
  */
 #include "pv_resv.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pv_log.h"
 #include "pv_json.h"
 #include "pv_registry.h"
 #include "pv_res.h"
 
-#define RETRIES 8
+#define RETRIES 16
+#define BACKOFF_MAX_US 64000
+
+/* Before retry number attempt (1..): a random wait in [b/2, b), b = 500 us doubled per attempt
+ * up to BACKOFF_MAX_US, so racing writers spread out instead of colliding again; the whole
+ * budget stays under a second. */
+static void cas_backoff(int attempt) {
+    if (attempt <= 0) return;
+    int64_t b = 500;
+    for (int i = 1; i < attempt && b < BACKOFF_MAX_US; i++)
+        b *= 2;
+    if (b > BACKOFF_MAX_US) b = BACKOFF_MAX_US;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t x = ((uint64_t)now.tv_nsec ^ (uint64_t)(uintptr_t)&now) * 0x9E3779B97F4A7C15ull;
+    int64_t us = b / 2 + (int64_t)((x >> 17) % (uint64_t)(b / 2));
+    struct timespec d = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR)
+        ;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* records                                                                                     */
@@ -390,6 +414,7 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
         resv_key(k, resv_id, key, sizeof key, st) != PV_OK)
         return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
+        cas_backoff(attempt);
         pv_resv rv = {0};
         int rc = resv_load(r, k, resv_id, &rv, st);
         for (size_t i = 0; rc == PV_OK && i < rv.nnodes; i++) {
@@ -477,6 +502,7 @@ static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id,
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
+        cas_backoff(attempt);
         char *node_id = NULL, *resources = NULL;
         if (wl_placement(r, k, workload_id, &node_id, &resources, st) != PV_OK) return st->code;
         pv_node node = {0};
@@ -630,6 +656,7 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
     char base[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
     for (int attempt = 0; attempt < RETRIES; attempt++) {
+        cas_backoff(attempt);
         char *node_id = NULL, *old = NULL;
         if (wl_placement(r, k, workload_id, &node_id, &old, st) != PV_OK) return st->code;
         if (node_id && !old) old = strdup("{}");
@@ -825,6 +852,7 @@ int pv_resv_check_node(pv_redis *r, const pv_keys *k, const char *node_name, int
                        pv_resv_check *out, pv_status *st) {
     memset(out, 0, sizeof *out);
     for (int attempt = 0; attempt < RETRIES; attempt++) {
+        cas_backoff(attempt);
         pv_node rec = {0};
         pv_res_node res = {0};
         char *recorded = NULL, *summed = NULL;

@@ -486,6 +486,94 @@ static void test_release_after_partial_deploy(void **state) {
     pv_resv_check_clear(&c);
 }
 
+/* Workloads of one node given back at once by many threads, each on its own connection: every
+ * give-back succeeds (each moves the node's usage under the others: retried without a wait, a
+ * burst like this exhausted the retries and a RemoveWorkload failed), and the node ends empty. */
+enum { RETURNERS = 16, RETURNS_EACH = 4 };
+
+typedef struct returner {
+    fixture *f;
+    char ids[RETURNS_EACH][sizeof((pv_workload){0}).id];
+    int failed;
+    char msg[PV_STATUS_MSG_MAX];
+} returner;
+
+static void *give_back(void *arg) {
+    returner *g = arg;
+    pv_redis *r = connect_new(g->f);
+    for (int i = 0; i < RETURNS_EACH; i++) {
+        pv_status st = {0};
+        if (pv_resv_return_workload(r, &g->f->keys, g->ids[i], &st) != PV_OK) {
+            g->failed++;
+            snprintf(g->msg, sizeof g->msg, "%s", st.msg);
+        }
+    }
+    pv_redis_free(r);
+    return NULL;
+}
+
+/* Adds a workload on n1 taking allocation alloc of the plan; its id into id. */
+static void add_on_n1(fixture *f, json_t *alloc, int i, char *id, size_t idlen) {
+    pv_workload w = {0};
+    pv_status st;
+    assert_int_equal(pv_workload_new_id(w.id, &st), PV_OK);
+    char name[64];
+    snprintf(name, sizeof name, "web_main_%06d", i);
+    w.name = name;
+    w.app = "web";
+    w.entry = "main";
+    w.node = "n1";
+    w.image = "img";
+    w.alloc_id = (char *)json_string_value(json_object_get(alloc, "id"));
+    assert_int_equal(pv_workload_add(f->r, &f->keys, &w, &st), PV_OK);
+    snprintf(id, idlen, "%.*s", (int)(idlen - 1), w.id);
+}
+
+static void test_concurrent_returns_all_succeed(void **state) {
+    fixture *f = *state;
+    enum { N = RETURNERS * RETURNS_EACH };
+    sched_request req;
+    request(&req,
+            "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
+            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"64M\"}}}",
+            N);
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-RRRR", 1, &reply, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    assert_int_equal(json_array_size(allocs), N);
+    static returner g[RETURNERS];
+    for (int i = 0; i < N; i++) {
+        returner *to = &g[i % RETURNERS];
+        to->f = f;
+        add_on_n1(f, json_array_get(allocs, i), i, to->ids[i / RETURNERS], sizeof to->ids[0]);
+    }
+    json_decref(j);
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-RRRR", &st), PV_OK);
+    pthread_t t[RETURNERS];
+    for (int i = 0; i < RETURNERS; i++)
+        pthread_create(&t[i], NULL, give_back, &g[i]);
+    int failed = 0;
+    for (int i = 0; i < RETURNERS; i++) {
+        pthread_join(t[i], NULL);
+        if (g[i].failed)
+            print_message("give-backs of thread %d: %d failed: %s\n", i, g[i].failed, g[i].msg);
+        failed += g[i].failed;
+        g[i].failed = 0;
+    }
+    assert_int_equal(failed, 0);
+    pv_resv_check c;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    pv_resv_check_clear(&c);
+    assert_int_equal(dummy_total(f), 6); /* both nodes whole again */
+}
+
 /* DUMMY total through a cache kept across calls, as the scheduler daemon keeps one. */
 static long long cached_total(fixture *f, sched_cache *cache) {
     sched_request req;
@@ -571,6 +659,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
