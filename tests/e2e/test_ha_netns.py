@@ -60,8 +60,11 @@ class Cluster:
         self.ticks = os.path.join(self.stack.tmpdir, "ticks")
         os.mkdir(self.ticks)
         os.chmod(self.ticks, 0o1777)
+        # bash's clock is a builtin: a tick costs no fork, so an instance that runs at all after
+        # a thaw records it
         self.stack.write_image("tick", "1", 't="$PV_TICKS/$(pwd | tr / _)"\n'
-                               'while :; do date +%s%3N >> "$t"; sleep 0.2; done\n')
+                               'while :; do echo "${EPOCHREALTIME/./}" >> "$t"; sleep 0.2; '
+                               'done\n')
         ch = self.stack.channel(0)
         self.cs = cluster_pb2_grpc.ClusterServiceStub(ch)
         self.core = core_pb2_grpc.CoreRPCStub(ch)
@@ -74,7 +77,7 @@ class Cluster:
     def deploy(self, name, count, host, ha=True):
         o = self.core_pb2.DeployOptions(
             name=name, entrypoint=self.core_pb2.EntrypointOptions(
-                name="web", commands=["/bin/sh", "run.sh"]),
+                name="web", commands=["/bin/bash", "run.sh"]),
             podname="ha", image="tick:1", count=count, nodenames=[host],
             env=["PV_TICKS=" + self.ticks],
             labels={"pivirt.io/ha": "restart"} if ha else {},
@@ -106,7 +109,7 @@ class Cluster:
         root = os.path.join(self.stack.host_dirs[host], "engine", host, wid, "root")
         try:
             with open(os.path.join(self.ticks, root.replace("/", "_"))) as f:
-                return [int(t) for t in f.read().split()]
+                return [int(t) // 1000 for t in f.read().split()]  # us -> ms
         except FileNotFoundError:
             return []
 
@@ -114,9 +117,10 @@ class Cluster:
         """When the old instance of wid stopped running (ms, its host's clock)."""
         if fault == "crash":
             return crash_ms
-        stops = [int(f[0]) for f in self.stack.fence_log(victim)
-                 if f[1] == "fence" and f[2] == wid and int(f[4]) == epoch]
-        assert stops, "no fence of %s on %s: %s" % (wid, victim, self.stack.fence_log(victim))
+        # frozen with its host, the fence comes after SIGCONT: a moment after the heal
+        stops = pvnet.wait_for("the fence of %s on %s" % (wid, victim), lambda: [
+            int(f[0]) for f in self.stack.fence_log(victim)
+            if f[1] == "fence" and f[2] == wid and int(f[4]) == epoch], 10)
         if fault == "host-freeze" and not [t for t in self.old_ticks(victim, wid)
                                            if t >= cont_ms]:
             return crash_ms  # frozen with its host, killed before it ran again
