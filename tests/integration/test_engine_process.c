@@ -445,12 +445,17 @@ static void test_pause_resume(void **state) {
     wk_engine_info_clear(&info);
 }
 
+/* Creates and starts id (HELLO) with restart policy restart. */
+static void run_with_restart(fixture *f, const char *id, const char *restart) {
+    wk_workload_spec s = spec_for(id, HELLO, 2);
+    s.restart = restart;
+    create_ok(f, &s);
+    start_ok(f, id);
+}
+
 static void test_restart_always(void **state) {
     fixture *f = *state;
-    wk_workload_spec s = spec_for("always", HELLO, 2);
-    s.restart = "always";
-    create_ok(f, &s);
-    start_ok(f, "always");
+    run_with_restart(f, "always", "always");
     wk_engine_info info = inspect(f, "always");
     int64_t pid1 = info.pid;
     wk_engine_info_clear(&info);
@@ -760,14 +765,8 @@ static void test_reopen_adopts(void **state) {
  * said it is still the node's) lifts the hold, a stop drops it. */
 static void test_reopen_holds_restarts(void **state) {
     fixture *f = *state;
-    wk_workload_spec s = spec_for("h-always", HELLO, 2);
-    s.restart = "always";
-    create_ok(f, &s);
-    start_ok(f, "h-always");
-    s = spec_for("h-failure", HELLO, 2);
-    s.restart = "on-failure";
-    create_ok(f, &s);
-    start_ok(f, "h-failure");
+    run_with_restart(f, "h-always", "always");
+    run_with_restart(f, "h-failure", "on-failure");
     wk_engine_info a = inspect(f, "h-always"), b = inspect(f, "h-failure");
     wk_engine_close(f->e);
     f->e = NULL;
