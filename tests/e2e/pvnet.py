@@ -6,6 +6,7 @@ address exists only inside the namespaces the test made. Needs root and ip(8).
     net.create()
     net.run("n1", "ip", "link", "set", "eth0", "down")   # a partition of n1
     net.kill_all("n2")                                    # a crash of everything on n2
+    net.freeze("n3"); net.thaw("n3")                      # a freeze of the whole of n3
     net.destroy()                                         # processes killed, namespaces gone
 
 A test then runs its own body inside the "ctl" host (Net.reexec_inside): the hosts' addresses
@@ -93,6 +94,25 @@ class Net:
 
     def kill_all(self, host):
         self.signal_all(host, signal.SIGKILL)
+
+    def freeze(self, host):
+        """SIGSTOP of everything on HOST, again until no process there was forked after the
+        listing (a shell's child forked between the listing and its parent's stop would run)."""
+        stopped = set()
+        while True:
+            new = [p for p in self.pids(host) if p not in stopped]
+            if not new:
+                return
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            stopped.update(new)
+
+    def thaw(self, host):
+        """SIGCONT of everything on HOST, in the order `ip netns pids` lists them."""
+        self.signal_all(host, signal.SIGCONT)
 
     def link(self, host, up):
         self.run(host, IP, "link", "set", "eth0", "up" if up else "down")

@@ -18,6 +18,13 @@ timeout 6 s). The multi-host forms (network namespaces, partitions) are test_ha_
           elsewhere and the old one stopped before the new one started (fence log against the
           replacement's start, both in ms). After SIGCONT the node's stale instance is removed,
           a status it writes for it is refused, and the audit is clean.
+  test_d  the whole host down (agent and workloads killed), an HA workload with restart policy
+          "always" recreated elsewhere: the agent started again does not let the process engine
+          restart it (held until the registry answers: replaced, so removed); the one without
+          the label is started again.
+  test_e  a ControlWorkload start queued for a frozen node before it was declared dead is
+          refused when the agent resumes (the workload was recreated elsewhere: epoch check),
+          and the old instance is removed, not started.
 """
 import json
 import os
@@ -78,17 +85,17 @@ class HA(unittest.TestCase):
     def node(cls, name):
         return cls.cs.GetNode(C.GetNodeRequest(cluster_id="ha", node_id=name), timeout=10)
 
-    def opts(self, name, count, nodes=(), labels=None):
+    def opts(self, name, count, nodes=(), labels=None, restart=""):
         return core_pb2.DeployOptions(
-            name=name, entrypoint=core_pb2.EntrypointOptions(name="web",
+            name=name, entrypoint=core_pb2.EntrypointOptions(name="web", restart=restart,
                                                              commands=["/bin/sh", "run.sh"]),
             podname="ha", image="tick:1", count=count, nodenames=list(nodes),
             labels=labels or {},
             resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
 
-    def deploy(self, name, count, nodes=(), ha=True):
+    def deploy(self, name, count, nodes=(), ha=True, restart=""):
         msgs = list(self.core.CreateWorkload(
-            self.opts(name, count, nodes, {"pivirt.io/ha": "restart"} if ha else {}),
+            self.opts(name, count, nodes, {"pivirt.io/ha": "restart"} if ha else {}, restart),
             timeout=60))
         self.assertTrue(all(m.success for m in msgs), msgs)
         return [m.id for m in msgs]
@@ -142,6 +149,30 @@ class HA(unittest.TestCase):
 
     def agent(self, name):
         return self.stack.agents[self.stack.agent_nodes.index(name)]
+
+    def clean_audit(self):
+        res = wait_for("a clean audit", lambda: (lambda r: r if r.returncode == 0 else None)(
+            self.check()), timeout=20, step=1)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+
+    def remove(self, ids):
+        removed = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=ids),
+                                                timeout=30))
+        self.assertTrue(all(m.success for m in removed), removed)
+
+    def node_ops(self, kind, wid):
+        """The operations of kind whose parameters name workload wid: {id: record}."""
+        out = {}
+        for key in self.stack.scan(self.stack.key("{ops}:op:*")):
+            flat = self.stack.redis.cmd("HGETALL", key)
+            rec = dict(zip(flat[::2], flat[1::2]))
+            if rec.get("kind") == kind and wid in rec.get("params", ""):
+                out[rec["id"]] = rec
+        return out
+
+    def op_output(self, op_id):
+        return [dict(zip(f[::2], f[1::2])) for _i, f in self.stack.redis.cmd(
+            "XRANGE", self.stack.key("{ops}:out:" + op_id), "-", "+")]
 
     def test_a_unknown_policy_refused(self):
         with self.assertRaises(grpc.RpcError) as e:
@@ -198,7 +229,10 @@ class HA(unittest.TestCase):
                               if e["target"] in ha_ids]), 2)
         # without the label: still on ha1, down
         self.assertEqual(self.rec(plain)["node"], "ha1")
-        self.assertEqual(self.status(plain)["running"], False)
+        # marked down by the scheduler's tick once its own report expired (a read between the
+        # two finds no status)
+        wait_for("the workload without the label marked down",
+                 lambda: (self.status(plain) or {}).get("running") is False, timeout=10)
         # the lost node's usage is what the plain workload holds
         self.assertLess(self.node("ha1").resources.memory_used_bytes, usage_before)
         # back: nothing replaced stays on ha1
@@ -258,6 +292,74 @@ class HA(unittest.TestCase):
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
         print("\nfreeze: fenced after %.1f s, running again after %.1f s, old stopped %d ms "
               "before the new one started" % (t_fenced, t_back, started - min(stops)))
+
+    def test_d_restart_policy_after_host_down(self):
+        """The whole host down (agent and workloads), an HA workload with restart policy
+        "always" recreated elsewhere meanwhile: the agent started again holds the engine's
+        restarts until the registry answered, so the replaced one is removed, never started;
+        the one without the label (still the node's) is started again."""
+        ha = self.deploy("reboot", 1, nodes=("ha3",), restart="always")[0]
+        plain = self.deploy("rplain", 1, nodes=("ha3",), ha=False, restart="always")[0]
+        pids = [self.engine_record("ha3", w)["pid"] for w in (ha, plain)]
+        agent = self.agent("ha3")
+        agent.kill9()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        recs = self.wait_recovered([ha], "ha3")
+        new_node = recs[ha]["node"]
+        agent.start()
+        wait_for("ha3 READY", lambda: self.node("ha3").status == C.NODE_STATUS_READY)
+        wait_for("the replaced instance removed from ha3",
+                 lambda: self.engine_record("ha3", ha) is None, timeout=15)
+        wait_for("the workload without the label running again on ha3", lambda: (
+            (self.engine_record("ha3", plain) or {}).get("state") == "running" and
+            (self.status(plain) or {}).get("running")), timeout=15)
+        log = [(f[1], f[2], f[4]) for f in self.fence_log("ha3")]
+        self.assertIn(("held", ha, "1"), log)
+        self.assertIn(("held", plain, "1"), log)
+        self.assertIn(("removed", ha, "1"), log)
+        self.assertNotIn(("resumed", ha, "1"), log)
+        self.assertIn(("resumed", plain, "1"), log)
+        self.assertEqual(self.engine_record(new_node, ha)["state"], "running")
+        self.assertEqual((self.rec(ha)["node"], self.rec(ha)["epoch"]), (new_node, "2"))
+        self.remove([ha, plain])
+        self.clean_audit()
+
+    def test_e_queued_operation_of_a_replaced_instance(self):
+        """A ControlWorkload start queued for a frozen node before it was declared dead runs when
+        the agent resumes, after the workload was recreated elsewhere: it is refused (the
+        instance's epoch against the registry's), the old instance is removed, not started."""
+        wid = self.deploy("queued", 1, nodes=("ha1",))[0]
+        agent = self.agent("ha1")
+        pid = self.engine_record("ha1", wid)["pid"]
+        agent.send_signal(signal.SIGSTOP)
+        try:
+            wait_for("the guard's fence", lambda: not proc_alive(pid), timeout=FENCE + 2)
+            with self.assertRaises(grpc.RpcError) as e:
+                list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+                    IDs=[wid], type="start"), timeout=2))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            queued = self.node_ops("workload.control_on_node", wid)
+            self.assertEqual(len(queued), 1, queued)
+            op_id = list(queued)[0]
+            self.assertEqual(queued[op_id]["status"], "PENDING")
+            recs = self.wait_recovered([wid], "ha1")
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        new_node = recs[wid]["node"]
+        done = wait_for("the queued start answered", lambda: [
+            o for o in self.op_output(op_id) if o.get("type") == "controlled"], timeout=20)
+        self.assertEqual(done[0]["id"], wid)
+        self.assertIn("workload %s was replaced while node ha1 was away: the registry holds its "
+                      "incarnation 2 elsewhere, this node's instance is incarnation 1"
+                      % wid, done[0]["error"])
+        wait_for("the stale instance removed from ha1",
+                 lambda: self.engine_record("ha1", wid) is None, timeout=15)
+        self.assertNotIn("resumed", [f[1] for f in self.fence_log("ha1") if f[2] == wid])
+        self.assertEqual(self.engine_record(new_node, wid)["state"], "running")
+        self.assertEqual((self.rec(wid)["node"], self.rec(wid)["epoch"]), (new_node, "2"))
+        self.remove([wid])
+        self.clean_audit()
 
 
 if __name__ == "__main__":

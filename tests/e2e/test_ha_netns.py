@@ -5,14 +5,20 @@ Redis, the gateway, two ops workers and the scheduler; hosts h1, h2, h3 each a n
 its own data directory. Short timeouts: beat 1 s, fence 3 s, node timeout 6 s.
 
 One trial per fault, each on the node that holds two HA workloads (and one without the label):
-  crash      SIGKILL of everything on the host (agent, guard, workloads);
-  partition  `ip link set eth0 down` in the host's namespace (everything runs on, cut off);
-  freeze     SIGSTOP of the agent past the node timeout (its workloads run on), then SIGCONT.
+  crash        SIGKILL of everything on the host (agent, guard, workloads);
+  partition    `ip link set eth0 down` in the host's namespace (everything runs on, cut off);
+  freeze       SIGSTOP of the agent past the node timeout (its workloads run on), then SIGCONT;
+  host-freeze  SIGSTOP of everything on the host (agent, guard, workloads) past the node
+               timeout, then SIGCONT of everything (in `ip netns pids` order).
 Each asserts: the node seen NOT_READY; every HA workload running again elsewhere (same id, next
-epoch); zero overlap: the old instance stopped (the host's fence log, or the crash) before the
-replacement started (the new host's engine record), in ms; after the heal (link up, SIGCONT, the
-agent started again) the old node keeps nothing that was replaced, the workload without the
-label is still its own, and `pivirt check` is clean. Figures are printed per trial.
+epoch); zero overlap: the old instance stopped running before the replacement started (the new
+host's engine record), in ms: by the crash, by its fence (the host's fence log) or, frozen with
+its host, at the freeze unless it ran again after SIGCONT before it was fenced. The workloads
+keep their own record too: each appends its clock (ms) and directory to a ticks file every
+0.2 s, and no old instance may tick at or after its replacement's start. After the heal (link
+up, SIGCONT, the agent started again) the old node keeps nothing that was replaced, the
+workload without the label is still its own, and `pivirt check` is clean. Figures are printed
+per trial.
 
 The test body runs inside the "ctl" host (re-executed there), so it talks only to the hosts it
 made. Skipped without root or ip(8).
@@ -49,7 +55,16 @@ class Cluster:
                        "stop_grace_seconds": 1},
             "ha": {"node_timeout_seconds": TIMEOUT, "fence_seconds": FENCE}})
         self.stack.start()
-        self.stack.write_image("tick", "1", "while :; do sleep 0.2; done\n")
+        # one file per instance (its directory's path, "/" as "_"), in a directory the
+        # workloads' dynamic users may write to
+        self.ticks = os.path.join(self.stack.tmpdir, "ticks")
+        os.mkdir(self.ticks)
+        os.chmod(self.ticks, 0o1777)
+        # bash's clock is a builtin: a tick costs no fork, so an instance that runs at all after
+        # a thaw records it
+        self.stack.write_image("tick", "1", 't="$PV_TICKS/$(pwd | tr / _)"\n'
+                               'while :; do echo "${EPOCHREALTIME/./}" >> "$t"; sleep 0.2; '
+                               'done\n')
         ch = self.stack.channel(0)
         self.cs = cluster_pb2_grpc.ClusterServiceStub(ch)
         self.core = core_pb2_grpc.CoreRPCStub(ch)
@@ -62,8 +77,9 @@ class Cluster:
     def deploy(self, name, count, host, ha=True):
         o = self.core_pb2.DeployOptions(
             name=name, entrypoint=self.core_pb2.EntrypointOptions(
-                name="web", commands=["/bin/sh", "run.sh"]),
+                name="web", commands=["/bin/bash", "run.sh"]),
             podname="ha", image="tick:1", count=count, nodenames=[host],
+            env=["PV_TICKS=" + self.ticks],
             labels={"pivirt.io/ha": "restart"} if ha else {},
             resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
         msgs = list(self.core.CreateWorkload(o, timeout=60))
@@ -88,22 +104,49 @@ class Cluster:
                            capture_output=True, text=True, timeout=60)
         return r if r.returncode == 0 else None
 
+    def old_ticks(self, host, wid):
+        """The times (ms) the instance of wid on host recorded itself running."""
+        root = os.path.join(self.stack.host_dirs[host], "engine", host, wid, "root")
+        try:
+            with open(os.path.join(self.ticks, root.replace("/", "_"))) as f:
+                return [int(t) // 1000 for t in f.read().split()]  # us -> ms
+        except FileNotFoundError:
+            return []
+
+    def old_end(self, fault, victim, wid, epoch, crash_ms, cont_ms):
+        """When the old instance of wid stopped running (ms, its host's clock)."""
+        if fault == "crash":
+            return crash_ms
+        # frozen with its host, the fence comes after SIGCONT: a moment after the heal
+        stops = pvnet.wait_for("the fence of %s on %s" % (wid, victim), lambda: [
+            int(f[0]) for f in self.stack.fence_log(victim)
+            if f[1] == "fence" and f[2] == wid and int(f[4]) == epoch], 10)
+        if fault == "host-freeze" and not [t for t in self.old_ticks(victim, wid)
+                                           if t >= cont_ms]:
+            return crash_ms  # frozen with its host, killed before it ran again
+        return min(stops)
+
     def trial(self, fault, victim):
         """One trial of FAULT on VICTIM; its figures. Raises AssertionError on a violation."""
         ha_ids = self.deploy("t-" + fault, 2, victim)
         plain = self.deploy("p-" + fault, 1, victim, ha=False)[0]
         epochs = {w: int(self.rec(w).get("epoch", "1")) for w in ha_ids}
         agent = self.stack.agent(victim)
-        crash_ms = None
+        # each running (its first tick written) before the fault
+        pvnet.wait_for("the workloads' first ticks", lambda: all(
+            self.old_ticks(victim, w) for w in ha_ids + [plain]), 15)
+        crash_ms = int(time.time() * 1000)  # the fault's moment: a crash's, a freeze's
+        cont_ms = None
         t0 = time.monotonic()
         if fault == "crash":
-            crash_ms = int(time.time() * 1000)
             self.net.kill_all(victim)
             agent.stop()  # reap it
         elif fault == "partition":
             self.net.link(victim, False)
         elif fault == "freeze":
             agent.send_signal(signal.SIGSTOP)
+        elif fault == "host-freeze":
+            self.net.freeze(victim)
         try:
             pvnet.wait_for(victim + " NOT_READY", lambda: not self.ready(victim), TIMEOUT + 6)
             seen_down = time.monotonic()
@@ -120,19 +163,20 @@ class Cluster:
                 self.net.link(victim, True)
             elif fault == "freeze":
                 agent.send_signal(signal.SIGCONT)
+            elif fault == "host-freeze":
+                cont_ms = int(time.time() * 1000)
+                self.net.thaw(victim)
             elif fault == "crash":
                 agent.start()
-        overlaps = []
+        overlaps, fenced = [], []
         for w, r in recs.items():
             started = self.stack.engine_record(r["node"], w)["started_ms"]
-            if crash_ms is not None:
-                stopped = crash_ms
-            else:
-                stops = [int(f[0]) for f in self.stack.fence_log(victim)
-                         if f[1] == "fence" and f[2] == w and int(f[4]) == epochs[w]]
-                assert stops, "no fence of %s on %s: %s" % (w, victim, self.stack.fence_log(victim))
-                stopped = min(stops)
-            overlaps.append(max(0, stopped - started))
+            end = self.old_end(fault, victim, w, epochs[w], crash_ms, cont_ms)
+            overlaps.append(max(0, end - started))
+            fenced.append(end - crash_ms)
+            late = [t for t in self.old_ticks(victim, w) if t >= started]
+            assert not late, "the old instance of %s ran at %s, its replacement from %d" % (
+                w, late, started)
         # the heal: the old node comes back, keeps nothing replaced, the rest is its own
         pvnet.wait_for(victim + " READY again", lambda: self.ready(victim), 30)
         pvnet.wait_for("the replaced instances gone from " + victim, lambda: all(
@@ -145,7 +189,8 @@ class Cluster:
         audit = pvnet.wait_for("a clean audit", self.check, 30, step=1)
         assert audit.returncode == 0
         out = trial_stats(t0, seen_down, back)
-        out.update(fault=fault, overlap_ms=max(overlaps), lost=lost)
+        out.update(fault=fault, overlap_ms=max(overlaps), lost=lost,
+                   fenced_s=round(max(fenced) / 1000.0, 2))
         return out
 
 
@@ -155,12 +200,13 @@ class HANetns(unittest.TestCase):
         c = Cluster(net)
         try:
             results = [c.trial(f, v) for f, v in (("crash", "h1"), ("partition", "h2"),
-                                                  ("freeze", "h3"))]
+                                                  ("freeze", "h3"), ("host-freeze", "h1"))]
         finally:
             c.stack.stop()
         for r in results:
-            print("\n%(fault)s: NOT_READY after %(not_ready_s).1f s, every HA workload running "
-                  "again after %(recovered_s).1f s, overlap %(overlap_ms)d ms" % r)
+            print("\n%(fault)s: NOT_READY after %(not_ready_s).1f s, old instances stopped "
+                  "after %(fenced_s).1f s, every HA workload running again after "
+                  "%(recovered_s).1f s, overlap %(overlap_ms)d ms" % r)
             self.assertEqual(r["overlap_ms"], 0, r)
             self.assertEqual(r["lost"], 0, r)
             self.assertLessEqual(r["not_ready_s"], 15, r)

@@ -445,12 +445,17 @@ static void test_pause_resume(void **state) {
     wk_engine_info_clear(&info);
 }
 
+/* Creates and starts id (HELLO) with restart policy restart. */
+static void run_with_restart(fixture *f, const char *id, const char *restart) {
+    wk_workload_spec s = spec_for(id, HELLO, 2);
+    s.restart = restart;
+    create_ok(f, &s);
+    start_ok(f, id);
+}
+
 static void test_restart_always(void **state) {
     fixture *f = *state;
-    wk_workload_spec s = spec_for("always", HELLO, 2);
-    s.restart = "always";
-    create_ok(f, &s);
-    start_ok(f, "always");
+    run_with_restart(f, "always", "always");
     wk_engine_info info = inspect(f, "always");
     int64_t pid1 = info.pid;
     wk_engine_info_clear(&info);
@@ -755,6 +760,51 @@ static void test_reopen_adopts(void **state) {
     wk_engine_info_clear(&d);
 }
 
+/* hold_restarts (a node agent's engine): a workload with restart policy whose process is gone
+ * at open is left STOPPED, marked held, not restarted; a start (the agent's, once the registry
+ * said it is still the node's) lifts the hold, a stop drops it. */
+static void test_reopen_holds_restarts(void **state) {
+    fixture *f = *state;
+    run_with_restart(f, "h-always", "always");
+    run_with_restart(f, "h-failure", "on-failure");
+    wk_engine_info a = inspect(f, "h-always"), b = inspect(f, "h-failure");
+    wk_engine_close(f->e);
+    f->e = NULL;
+    kill(-(pid_t)a.pid, SIGKILL);
+    kill(-(pid_t)b.pid, SIGKILL);
+    pv_test_sleep_ms(100);
+    wk_engine_opts opts = {.state_dir = f->state_dir,
+                           .image_dir = image_dir,
+                           .stop_grace_seconds = 3,
+                           .hold_restarts = true};
+    pv_status st;
+    assert_int_equal(wk_engine_open("process://", &opts, &f->e, &st), PV_OK);
+    pv_test_sleep_ms(300); /* a restart would have come by now (backoff 100 ms) */
+    wk_engine_info *all = NULL;
+    size_t n = 0;
+    assert_int_equal(wk_engine_list(f->e, &all, &n, &st), PV_OK);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(all[i].state, WK_STATE_STOPPED);
+        assert_int_equal(all[i].pid, 0);
+        assert_int_equal(all[i].restarts, 0);
+        assert_true(all[i].restart_held);
+    }
+    wk_engine_info_array_free(all, n);
+    wait_log(f, "h-always", "the restart waits until the agent knows", 1000);
+    start_ok(f, "h-always");
+    wk_engine_info info = inspect(f, "h-always");
+    assert_int_equal(info.state, WK_STATE_RUNNING);
+    assert_false(info.restart_held);
+    wk_engine_info_clear(&info);
+    assert_int_equal(wk_engine_stop(f->e, "h-failure", 0, true, &st), PV_OK); /* not running */
+    info = inspect(f, "h-failure");
+    assert_false(info.restart_held);
+    wk_engine_info_clear(&info);
+    wk_engine_info_clear(&a);
+    wk_engine_info_clear(&b);
+}
+
 static void test_rlimit_memory(void **state) {
     fixture *f = *state;
     if (strcmp(wk_engine_process_limits(), "rlimit") != 0) skip();
@@ -1053,6 +1103,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_after_start_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(test_before_stop_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_adopts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_holds_restarts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rlimit_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rlimit_cpuset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),

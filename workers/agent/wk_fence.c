@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -61,7 +62,8 @@ struct wk_fence {
     int64_t fence_ms;
     pthread_mutex_t mu;
     bool fenced;     /* stopped, not renewed since */
-    json_t *stopped; /* id -> epoch: fenced, waiting for the registry's word once lifted */
+    bool renewed;    /* this agent renewed its liveness once: the registry's word can be acted on */
+    json_t *stopped; /* id -> epoch: fenced or held, waiting for the registry's word */
     pthread_t thread;
     bool started;
     _Atomic bool stop;
@@ -142,20 +144,40 @@ static int read_slots(page *pg, slot *out) {
     return atomic_load(&pg->seq) == s1 ? n : -1;
 }
 
-static void guard_fence(page *pg, const char *log_path) {
-    slot s[SLOTS];
-    int n = read_slots(pg, s);
+/* SIGKILLs the process groups of the n slots that still run what was recorded (a SIGKILL ends a
+ * stopped process too, without letting it run first); logs each as how. */
+static void kill_slots(const slot *s, int n, const char *log_path, const char *how) {
     for (int i = 0; i < n; i++) {
         if (start_ticks(s[i].pid) != s[i].start_ticks) continue; /* gone, or someone else's */
         if (kill(-s[i].pid, SIGKILL) == 0 || kill(s[i].pid, SIGKILL) == 0)
-            log_line(log_path, "fence", s[i].id, s[i].epoch, "guard SIGKILL (agent silent)");
+            log_line(log_path, "fence", s[i].id, s[i].epoch, how);
     }
+}
+
+static void guard_fence(page *pg, const char *log_path) {
+    slot s[SLOTS];
+    int n = read_slots(pg, s);
+    kill_slots(s, n, log_path, "guard SIGKILL (agent silent)");
+}
+
+/* The guard runs at a real-time priority where it may (root, CAP_SYS_NICE): when a whole host
+ * resumes from a freeze (everything stopped past the deadline, then continued), it is scheduled
+ * the moment it is continued, ahead of the workloads it kills, so they do not run first. It
+ * sleeps nearly all the time: the priority costs the machine nothing. */
+static void guard_priority(void) {
+    struct sched_param sp = {.sched_priority = 1};
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
+        fprintf(stderr,
+                "pivirt fence guard: no real-time priority (%s): after a freeze of the "
+                "whole host its workloads may run a moment before they are killed\n",
+                strerror(errno));
 }
 
 int wk_fence_guard_main(const char *page_path, const char *log_path) {
     bool fresh;
     page *pg = map_page(page_path, &fresh);
     if (!pg || fresh) return 2;
+    guard_priority();
     for (;;) {
         struct timespec ts = {0, GUARD_POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
@@ -226,6 +248,25 @@ int64_t wk_fence_epoch_of(const char *labels_json) {
     return e > 0 ? e : 1;
 }
 
+bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                       const char *id, char *why, size_t cap) {
+    wk_engine_info info = {0};
+    pv_status st;
+    if (!engine || wk_engine_inspect(engine, id, &info, &st) != PV_OK) return false;
+    int64_t epoch = wk_fence_epoch_of(info.labels_json);
+    wk_engine_info_clear(&info);
+    pv_incarnation v;
+    int64_t now = 0;
+    if (pv_workload_ha_check(r, k, id, node, epoch, &v, &now, &st) != PV_OK || v != PV_INC_MOVED)
+        return false;
+    snprintf(why, cap,
+             "workload %s was replaced while node %s was away: the registry holds its "
+             "incarnation %lld elsewhere, this node's instance is incarnation %lld (stale: it "
+             "is removed, not acted on)",
+             id, node, (long long)now, (long long)epoch);
+    return true;
+}
+
 void wk_fence_log(wk_fence *f, const char *what, const char *id, int64_t epoch, const char *how) {
     log_line(f->log_path, what, id, epoch, how);
 }
@@ -276,6 +317,8 @@ static void clear_slots(wk_fence *f) {
 static void fence_locked(wk_fence *f, const char *why) {
     slot s[SLOTS];
     int ns = read_slots(f->pg, s);
+    /* at once, before the engine's round trip: resumed from a freeze, they would run meanwhile */
+    kill_slots(s, ns, f->log_path, "SIGKILL");
     clear_slots(f);
     f->fenced = true;
     wk_engine_info *infos = NULL;
@@ -343,6 +386,7 @@ void wk_fence_renewed(wk_fence *f, int64_t sent_mono_ms) {
     pthread_mutex_lock(&f->mu);
     if (sent_mono_ms > atomic_load(&f->pg->renewed_ms))
         atomic_store(&f->pg->renewed_ms, sent_mono_ms);
+    f->renewed = true;
     if (f->fenced) {
         f->fenced = false;
         pv_info("fence node=%s lifted: liveness renewed; %zu fenced workload(s) to settle with "
@@ -364,7 +408,9 @@ bool wk_fence_current(wk_fence *f) {
 json_t *wk_fence_lifted(wk_fence *f) {
     if (!f) return json_object();
     pthread_mutex_lock(&f->mu);
-    json_t *out = f->fenced ? json_object() : json_deep_copy(f->stopped);
+    /* before a renewal of its own a failover may still claim what the registry calls ours: a
+     * claim needs the alive key gone, which a renewal rules out until the fence stops it */
+    json_t *out = f->fenced || !f->renewed ? json_object() : json_deep_copy(f->stopped);
     pthread_mutex_unlock(&f->mu);
     return out ? out : json_object();
 }
@@ -375,6 +421,25 @@ void wk_fence_settled(wk_fence *f, const char *id) {
     json_object_del(f->stopped, id);
     pthread_mutex_unlock(&f->mu);
     if (f->engine) refresh_slots(f);
+}
+
+/* The workloads whose restart the engine held at open (wk_engine_opts.hold_restarts): they are
+ * settled with the registry as fenced ones are, once this agent has renewed (wk_health). */
+static void hold_restarts(wk_fence *f) {
+    wk_engine_info *infos = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (wk_engine_list(f->engine, &infos, &n, &st) != PV_OK) return;
+    for (size_t i = 0; i < n; i++) {
+        if (!infos[i].restart_held) continue;
+        int64_t epoch = wk_fence_epoch_of(infos[i].labels_json);
+        json_object_set_new(f->stopped, infos[i].id, json_integer(epoch));
+        log_line(f->log_path, "held", infos[i].id, epoch, "restart waits for the registry");
+        pv_info("fence node=%s: the restart of %s (epoch %lld) waits until the registry says it "
+                "was not replaced elsewhere",
+                f->node, infos[i].id, (long long)epoch);
+    }
+    wk_engine_info_array_free(infos, n);
 }
 
 /* The page of node: adopted (same boot, a guard running) or made new. */
@@ -427,6 +492,7 @@ int wk_fence_start(const pv_config *cfg, wk_engine *engine, wk_fence **out, pv_s
         wk_fence_stop(f);
         return st->code;
     }
+    hold_restarts(f);
     if (adopted)
         pv_info("fence node=%s: adopted guard pid %d; last renewal %lld ms ago", f->node,
                 (int)atomic_load(&f->pg->guard_pid),

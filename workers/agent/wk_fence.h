@@ -24,7 +24,12 @@
  *
  * After a fence, the agent's first successful renewal lifts it; the status reporter then asks
  * the registry about each stopped workload (pv_workload_ha_check): still this node's
- * incarnation, it is started again; replaced (recreated elsewhere) or gone, it is removed.
+ * incarnation, it is started again; replaced (recreated elsewhere), it is removed; gone (no
+ * record), it is left stopped. The same goes for the workloads whose restart policy the
+ * process engine held when it opened (wk_engine_opts.hold_restarts: the agent or the whole
+ * host was down, so the node may have been lost and the workload recreated elsewhere): they
+ * are journaled "held" in the fence log and wait for this agent's first renewal (before it, a
+ * failover may still claim them) and the registry's word, never restarted blindly.
  *
  * Threads: the fence thread is its own; every function may be called from any thread.
  * Ownership: wk_fence_start copies what it keeps; wk_fence_stop joins, unmaps and frees (the
@@ -38,6 +43,8 @@
 #include <stdint.h>
 
 #include "pv_config.h"
+#include "pv_keys.h"
+#include "pv_redis.h"
 #include "pv_status.h"
 #include "wk_engine.h"
 
@@ -75,6 +82,15 @@ bool wk_fence_guarding(wk_fence *f);
  * reference; empty when none), and the end of one's handling. */
 json_t *wk_fence_lifted(wk_fence *f);
 void wk_fence_settled(wk_fence *f, const char *id);
+
+/* Whether node's instance of workload id (engine's) was replaced while the node was away: the
+ * registry's record is on another node or at a later incarnation than the instance's
+ * (WK_EPOCH_LABEL). A node operation queued for the node before it was lost (a control, a
+ * removal, a replace) must then not act on it: why (cap bytes) says so, naming both
+ * incarnations. false when the engine has no such instance, the registry has no record, or it
+ * cannot be asked (the operation goes on and meets the engine's or registry's own answer). */
+bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                       const char *id, char *why, size_t cap);
 
 /* The epoch an engine instance's labels say it is of (WK_EPOCH_LABEL; 1 without). */
 int64_t wk_fence_epoch_of(const char *labels_json);

@@ -704,6 +704,28 @@ typedef struct removal_report {
 /* Writes the output entry of a step's answer (journaled: told once). */
 typedef int (*report_fn)(wk_op *op, const removal_report *rr, pv_status *st);
 
+typedef struct gated_step {
+    wk_step_fn fn;
+    void *job;
+    const char *id;
+} gated_step;
+
+/* An operation queued for this node before it was lost does not act on an instance that was
+ * replaced elsewhere meanwhile (wk_fence_replaced): its answer is the refusal. */
+static int step_unless_replaced(wk_op *op, void *arg, char **result, pv_status *st) {
+    const gated_step *g = arg;
+    wk_agent *agent = wk_op_context(op);
+    char why[PV_STATUS_MSG_MAX];
+    if (!agent || !wk_fence_replaced(wk_agent_engine(agent), wk_op_redis(op), wk_op_keys(op),
+                                     wk_agent_node(agent), g->id, why, sizeof why))
+        return g->fn(op, g->job, result, st);
+    pv_warn("%s %s: %s", wk_op_record(op)->kind, wk_op_record(op)->id, why);
+    json_t *j = json_pack("{s:s}", "error", why);
+    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+}
+
 /* The journaled step "<prefix>:<id>" (do_step with job), then its journaled report
  * ("reported:<id>", report_step with a removal_report of id and the step's answer). With
  * pending, the answer is journaled with its report, one fenced call for both (a removal: one that
@@ -713,8 +735,9 @@ static int step_and_report(wk_op *op, const char *prefix, const char *id, wk_ste
                            void *job, report_fn report_step, bool pending, pv_status *st) {
     char step[160], *answer = NULL;
     snprintf(step, sizeof step, "%s:%s", prefix, id);
-    int rc = pending ? wk_op_step_pending(op, step, do_step, job, &answer, st)
-                     : wk_op_step(op, step, do_step, job, &answer, st);
+    gated_step g = {do_step, job, id};
+    int rc = pending ? wk_op_step_pending(op, step, step_unless_replaced, &g, &answer, st)
+                     : wk_op_step(op, step, step_unless_replaced, &g, &answer, st);
     if (rc == PV_OK) {
         snprintf(step, sizeof step, "reported:%s", id);
         removal_report rr = {id, answer, step};

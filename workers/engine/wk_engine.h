@@ -67,6 +67,11 @@ typedef struct wk_engine_opts {
     /* docker engine: the node it serves; only containers labelled eru.nodename=<node> are its
      * own (several nodes may share one daemon). NULL or "" = every container with pivirt.id */
     const char *node;
+    /* process engine: a workload whose restart policy would restart it at open (its process
+     * gone: the agent or the host was down) is not restarted but left STOPPED with
+     * wk_engine_info.restart_held, for the agent to start (wk_engine_start) or remove once the
+     * registry said whether it was replaced elsewhere meanwhile. false: restarted at open. */
+    bool hold_restarts;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the
@@ -142,7 +147,8 @@ typedef struct wk_engine_info {
                             when the engine has none: files go through the guest) */
     char *labels_json;
     int64_t started_ms, finished_ms;
-    int restarts; /* times the restart policy restarted it */
+    int restarts;      /* times the restart policy restarted it */
+    bool restart_held; /* process engine: its restart waits for the agent (hold_restarts) */
 } wk_engine_info;
 
 void wk_engine_info_clear(wk_engine_info *info);

@@ -228,6 +228,7 @@ typedef struct pe_wl {
     bool want_running; /* the restart policy is in force: started and not stopped since */
     bool stopping;     /* a stop is under way: an exit now is not a failure to restart from */
     bool busy;         /* create, start, stop, pause, resume or remove under way */
+    bool held;         /* its restart at open waits for the agent (wk_engine_opts.hold_restarts) */
     /* loop thread only */
     ev_child child;
     ev_timer restart_timer;
@@ -249,6 +250,7 @@ struct pe {
     bool dynamic_users; /* ... or, instead, as a uid of its own out of [uid_min, uid_max] */
     char *uid_dir;
     uid_t uid_min, uid_max;
+    bool hold_restarts; /* wk_engine_opts.hold_restarts */
     char host_ip[INET_ADDRSTRLEN];
     char *cg_base; /* <cgroup2 mount>/pivirt when cgroup v2 limits are in force */
     char limits_note[256];
@@ -1157,7 +1159,8 @@ static void on_poll_timer(struct ev_loop *loop, ev_timer *t, int revents) {
 }
 
 /* At open: running workloads whose process is alive are adopted, the others restarted when
- * their policy says so, else marked STOPPED. */
+ * their policy says so (held for the agent's word instead with hold_restarts: the node may
+ * have been lost meanwhile and the workload recreated elsewhere), else marked STOPPED. */
 static void adopt_all(pe *e, void *arg) {
     (void)arg;
     pthread_mutex_lock(&e->mu);
@@ -1181,7 +1184,13 @@ static void adopt_all(pe *e, void *arg) {
         w->exit_code = -1;
         w->finished_ms = pv_time_now_ms();
         wl_log(w, "main process %d is gone since the agent stopped", old);
-        if (w->want_running && policy_restarts(w, -1)) {
+        if (w->want_running && policy_restarts(w, -1) && e->hold_restarts) {
+            w->held = true;
+            wl_log(w,
+                   "restart policy %s: the restart waits until the agent knows whether the "
+                   "workload was replaced elsewhere meanwhile",
+                   w->restart);
+        } else if (w->want_running && policy_restarts(w, -1)) {
             pv_status st;
             w->backoff_ms = PE_BACKOFF_MIN_MS;
             if (wl_spawn_main(e, w, &st) == PV_OK)
@@ -1571,6 +1580,7 @@ static int wl_info(const pe *e, const pe_wl *w, wk_engine_info *out) {
     out->started_ms = w->started_ms;
     out->finished_ms = w->finished_ms;
     out->restarts = w->restarts;
+    out->restart_held = w->held;
     if (!out->id || !out->name || !out->image || !out->engine_id || !out->networks_json ||
         !out->publish_json || !out->log_path || !out->labels_json) {
         wk_engine_info_clear(out);
@@ -1741,6 +1751,7 @@ static int pe_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_
     e->grace_s = opts->stop_grace_seconds > 0 ? opts->stop_grace_seconds : PE_DEFAULT_GRACE_S;
     e->default_user = strdup(opts->default_user ? opts->default_user : "");
     e->uid_dir = strdup(opts->uid_dir && *opts->uid_dir ? opts->uid_dir : PE_DEFAULT_UID_DIR);
+    e->hold_restarts = opts->hold_restarts;
     pthread_mutex_init(&e->mu, NULL);
     pv_time_cond_init(&e->cv);
     if (!e->state_dir || !e->image_dir || !e->default_user || !e->uid_dir) {
@@ -1938,6 +1949,7 @@ static int pe_start(void *impl, const char *id, pv_status *st) {
     }
     w->want_running = true;
     w->stopping = false;
+    w->held = false;
     w->backoff_ms = PE_BACKOFF_MIN_MS;
     pthread_mutex_unlock(&e->mu);
     start_arg a = {w, PV_OK, {0}};
@@ -1978,6 +1990,7 @@ static int wl_stop(pe *e, pe_wl *w, int grace_s, bool force, pv_status *st) {
     pthread_mutex_lock(&e->mu);
     w->want_running = false;
     w->stopping = true;
+    w->held = false;
     pid_t pid = w->pid;
     bool live = is_live(w) && pid > 0;
     if (!live) wl_save(w);
