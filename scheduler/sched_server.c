@@ -33,7 +33,6 @@
 #define BLOCK_MS 500
 #define CLAIM_EVERY_MS 1000
 #define REAP_EVERY_MS 2000
-#define CACHE_IDLE_MS (10 * 60 * 1000) /* node records no plan has used for this long go */
 
 struct sched_server {
     pthread_t thread;
@@ -250,7 +249,6 @@ static void *loop(void *arg) {
             reap_expired(s);
             mark_dead_nodes(s);
             mark_formed(s);
-            sched_cache_sweep(s->cache, CACHE_IDLE_MS);
         }
         if (grouped && read_new(s, &st) != PV_OK) {
             /* A Redis that restarted empty has lost the group too: make it again. */
