@@ -14,6 +14,7 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_record.h"
+#include "sched_strategy.h"
 
 /* Records read per call of pv_sched_nodes: a cold cache of 10,000 nodes takes 40 calls. */
 #define READ_BATCH 256
@@ -150,6 +151,7 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     }
     e->rec = *rec;
     memset(rec, 0, sizeof *rec);
+    e->name_key = sched_name_key(e->rec.name ? e->rec.name : "");
     pv_status pst;
     e->res_ok = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &e->res, &pst) == PV_OK;
     e->res_err[0] = '\0';

@@ -41,6 +41,7 @@ typedef struct sched_cache_entry {
     int64_t seq;        /* the change index's seq for it when it was read (0: not from it) */
     uint64_t dead_view; /* the view that listed it not alive */
     bool listed;        /* a full read of the index named it (entries it did not name go) */
+    uint64_t name_key;  /* sched_name_key(rec.name) */
 } sched_cache_entry;
 
 sched_cache *sched_cache_new(void);
