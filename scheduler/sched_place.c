@@ -161,7 +161,8 @@ typedef struct snapshot {
     sched_cache *own;      /* the cache made for this call when the caller gave none */
     sched_cache_entry **e; /* the nodes taking part, in name order (or includes order) */
     size_t n;
-    sched_node *sn; /* what the strategies see; names borrowed from the entries */
+    sched_node *sn;     /* what the strategies see; names borrowed from the entries */
+    bool in_name_order; /* e is (a pod's view) */
 } snapshot;
 
 static void snapshot_free(snapshot *s) {
@@ -213,6 +214,7 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
         return pv_status_set(st, PV_INVALID_ARGUMENT, "podname: required when no nodes are named");
     size_t n = 0;
     if (sched_cache_view(s->cache, r, k, req->pod, &s->e, &n, st) != PV_OK) return st->code;
+    s->in_name_order = true;
     for (size_t i = 0; i < n; i++) {
         const pv_node *node = &s->e[i]->rec;
         if ((req->all || !pv_node_down(node)) && labels_match(node, req) &&
@@ -277,23 +279,10 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
 /* ------------------------------------------------------------------------------------------ */
 /* capacity                                                                                    */
 
-/* Whether the listed names can be written as they are, in the order JSON_SORT_KEYS gives:
- * registry names are letters, digits, '.', '_' and '-', and the pod's nodes come in name order. */
-static bool plain_sorted_names(const snapshot *s, const sched_plan *plan) {
-    const char *prev = NULL;
-    for (size_t i = 0; i < s->n; i++) {
-        if (!plan->listed[i]) continue;
-        const char *name = s->e[i]->rec.name;
-        for (const char *c = name; *c; c++)
-            if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) return false;
-        if (prev && strcmp(prev, name) >= 0) return false;
-        prev = name;
-    }
-    return true;
-}
-
 /* The body written straight out: a DUMMY answer names every node of the pod, and building then
- * dumping a 10,000-key jansson object cost more than the plan. */
+ * dumping a 10,000-key jansson object cost more than the plan. The pod's nodes come in name order
+ * (what JSON_SORT_KEYS gives) and registry names need no escaping (pv_validate_name); NULL when
+ * a name would (the caller falls back to jansson) or out of memory. */
 static char *capacity_body_plain(const snapshot *s, const sched_plan *plan) {
     char *text = NULL;
     size_t len = 0;
@@ -301,13 +290,17 @@ static char *capacity_body_plain(const snapshot *s, const sched_plan *plan) {
     if (!f) return NULL;
     fputs("{\"node_capacities\":{", f);
     const char *sep = "";
-    for (size_t i = 0; i < s->n; i++) {
+    bool plain = true;
+    for (size_t i = 0; plain && i < s->n; i++) {
         if (!plan->listed[i]) continue;
-        fprintf(f, "%s\"%s\":%lld", sep, s->e[i]->rec.name, (long long)plan->deploy[i]);
+        const char *name = s->e[i]->rec.name;
+        for (const char *c = name; plain && *c; c++)
+            plain = *c != '"' && *c != '\\' && (unsigned char)*c >= 0x20;
+        fprintf(f, "%s\"%s\":%lld", sep, name, (long long)plan->deploy[i]);
         sep = ",";
     }
     fprintf(f, "},\"total\":%lld}", (long long)plan->total);
-    if (fclose(f) != 0) {
+    if (fclose(f) != 0 || !plain) {
         free(text);
         return NULL;
     }
@@ -315,7 +308,8 @@ static char *capacity_body_plain(const snapshot *s, const sched_plan *plan) {
 }
 
 static char *capacity_body(const snapshot *s, const sched_plan *plan) {
-    if (plain_sorted_names(s, plan)) return capacity_body_plain(s, plan);
+    char *text = s->in_name_order ? capacity_body_plain(s, plan) : NULL;
+    if (text) return text;
     json_t *caps = json_object();
     for (size_t i = 0; caps && i < s->n; i++)
         if (plan->listed[i])
@@ -323,7 +317,7 @@ static char *capacity_body(const snapshot *s, const sched_plan *plan) {
     json_t *j =
         caps ? json_pack("{s:I, s:o}", "total", (json_int_t)plan->total, "node_capacities", caps)
              : NULL;
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;
 }
