@@ -317,6 +317,10 @@ static int refresh(sched_cache *c, pv_redis *r, const pv_keys *k, const char *po
     return rc;
 }
 
+int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status *st) {
+    return refresh(c, r, k, "", st);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* pods                                                                                        */
 

@@ -54,6 +54,10 @@ void sched_cache_free(sched_cache *c);
 int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
                      sched_cache_entry ***out, size_t *n, pv_status *st);
 
+/* Follows the change index now, with no pod in mind: the daemon calls it when it starts (a cold
+ * cache of 10,000 nodes is read before the first request, not during it) and on its tick. */
+int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status *st);
+
 /* One node by name, read now (named nodes are few; their liveness must be exact). */
 int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *name,
                      sched_cache_entry **out, pv_status *st);
