@@ -34,14 +34,16 @@
 typedef struct sched_cache sched_cache;
 
 typedef struct sched_cache_entry {
-    pv_node rec;     /* the record as read (rec.alive: as of the last view) */
-    pv_res_node res; /* rec's resources and usage, parsed */
-    bool res_ok;     /* false: the record does not parse; res_err says why */
-    char res_err[512];
-    int64_t seq;        /* the change index's seq for it when it was read (0: not from it) */
-    uint64_t dead_view; /* the view that listed it not alive */
-    bool listed;        /* a full read of the index named it (entries it did not name go) */
+    /* what every plan reads of every node first, together: a 10,000-node plan is bound by the
+     * cache misses of touching each entry */
     uint64_t name_key;  /* sched_name_key(rec.name) */
+    uint64_t dead_view; /* the view that listed it not alive */
+    bool res_ok;        /* false: the record does not parse; res_err says why */
+    bool listed;        /* a full read of the index named it (entries it did not name go) */
+    int64_t seq;        /* the change index's seq for it when it was read (0: not from it) */
+    pv_node rec;        /* the record as read (rec.alive: as of the last view) */
+    pv_res_node res;    /* rec's resources and usage, parsed */
+    char res_err[512];
 } sched_cache_entry;
 
 sched_cache *sched_cache_new(void);

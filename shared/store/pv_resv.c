@@ -725,10 +725,13 @@ int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const 
     size_t *order =
         rep->type == REDIS_REPLY_ARRAY && rep->elements ? calloc(n, sizeof *order) : NULL;
     if (order) {
-        for (size_t i = 0; i < n; i++)
+        bool sorted = true; /* a pod's nodes come in name order already: no sort then */
+        for (size_t i = 0; i < n; i++) {
             order[i] = i;
+            if (i > 0 && sorted && strcmp(names[i - 1], names[i]) > 0) sorted = false;
+        }
         sort_names = names;
-        qsort(order, n, sizeof *order, by_sorted_name);
+        if (!sorted) qsort(order, n, sizeof *order, by_sorted_name);
     }
     for (size_t j = 0; order && j + 1 < rep->elements; j += 2) {
         size_t lo = 0, hi = n;
