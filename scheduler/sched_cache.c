@@ -2,26 +2,41 @@
  * sched_cache: node records kept between plan requests (see sched_cache.h).
  *
  * An open-addressing table of entry pointers keyed by node id (entries never move, so pointers
- * handed out survive a resize). A view with many stale entries (a cold cache, a pod-wide change)
- * reads the whole pod in one call instead of node by node.
+ * handed out survive a resize), the change index's epoch and seq last read, and per pod its
+ * entries in name order, rebuilt only when the set of entries changed (gen).
  */
 #include "sched_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
-#include "pv_time.h"
+#include "pv_id.h"
 #include "pv_log.h"
+#include "pv_record.h"
+#include "sched_strategy.h"
 
-/* Above this many stale entries one whole-pod read is cheaper than reading them one by one. */
-#define BULK_READ_AT 32
+/* Records read per call of pv_sched_nodes: a cold cache of 10,000 nodes takes 40 calls. */
+#define READ_BATCH 256
+
+/* A pod's entries in name order, as of the cache's gen. */
+typedef struct pod_list {
+    char *name;
+    uint64_t gen;
+    sched_cache_entry **e;
+    size_t n;
+} pod_list;
 
 struct sched_cache {
     sched_cache_entry **slots;
     size_t cap; /* power of two */
     size_t n;
+    uint64_t gen; /* bumped when an entry is added or dropped: pod lists are rebuilt */
+    char epoch[64];
+    char seq[32]; /* the change index's seq last read, as Redis wrote it */
+    uint64_t view_no;
+    pod_list *pods;
+    size_t npods;
     uint64_t reads, views;
 };
 
@@ -43,6 +58,7 @@ sched_cache *sched_cache_new(void) {
     sched_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->cap = 256;
+    snprintf(c->seq, sizeof c->seq, "0");
     if (!(c->slots = calloc(c->cap, sizeof *c->slots))) {
         free(c);
         return NULL;
@@ -54,6 +70,11 @@ void sched_cache_free(sched_cache *c) {
     if (!c) return;
     for (size_t i = 0; i < c->cap; i++)
         entry_free(c->slots[i]);
+    for (size_t i = 0; i < c->npods; i++) {
+        free(c->pods[i].name);
+        free(c->pods[i].e);
+    }
+    free(c->pods);
     free(c->slots);
     free(c);
 }
@@ -81,6 +102,33 @@ static sched_cache_entry *lookup(sched_cache *c, const char *id) {
     return c->slots[find_slot(c->slots, c->cap, id)];
 }
 
+/* Rebuilds the table without the entries drop() names (freed). */
+static int drop_where(sched_cache *c, bool (*drop)(const sched_cache_entry *, const void *),
+                      const void *arg) {
+    sched_cache_entry **keep = calloc(c->cap, sizeof *keep);
+    if (!keep) return -1;
+    size_t kept = 0;
+    for (size_t i = 0; i < c->cap; i++) {
+        sched_cache_entry *e = c->slots[i];
+        if (!e) continue;
+        if (drop(e, arg)) {
+            entry_free(e);
+            continue;
+        }
+        keep[find_slot(keep, c->cap, e->rec.id)] = e;
+        kept++;
+    }
+    free(c->slots);
+    c->slots = keep;
+    if (kept != c->n) c->gen++;
+    c->n = kept;
+    return 0;
+}
+
+static bool has_id(const sched_cache_entry *e, const void *id) {
+    return strcmp(e->rec.id, id) == 0;
+}
+
 /* Takes rec (moved in: the caller's copy is zeroed) as the entry of its id, parsed. */
 static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     if ((c->n + 1) * 4 > c->cap * 3 && grow(c) != 0) {
@@ -96,12 +144,14 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
         }
         c->slots[i] = e;
         c->n++;
+        c->gen++;
     } else {
         pv_node_clear(&e->rec);
         pv_res_node_free(&e->res);
     }
     e->rec = *rec;
     memset(rec, 0, sizeof *rec);
+    e->name_key = sched_name_key(e->rec.name ? e->rec.name : "");
     pv_status pst;
     e->res_ok = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &e->res, &pst) == PV_OK;
     e->res_err[0] = '\0';
@@ -111,101 +161,222 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
         pv_warn("node %s (rev %lld) takes no part in plans: %s", e->rec.name, (long long)e->rec.rev,
                 pst.msg);
     }
-    e->last_used_ms = pv_time_now_ms();
     c->reads++;
     return e;
 }
 
-/* One row of a view: id name rev alive. */
-typedef struct view_row {
-    const char *id, *name;
-    int64_t rev;
-    bool alive;
-} view_row;
+/* ------------------------------------------------------------------------------------------ */
+/* the change feed                                                                             */
 
-static int read_view(pv_redis *r, const pv_keys *k, const char *pod, redisReply **rep,
-                     pv_status *st) {
-    char nodes[PV_KEY_MAX], pods[PV_KEY_MAX], base[PV_KEY_MAX];
-    if (pv_key(k, PV_KEY_NODES, NULL, nodes, sizeof nodes, st) != PV_OK ||
-        pv_key(k, PV_KEY_PODS, NULL, pods, sizeof pods, st) != PV_OK ||
-        pv_key(k, PV_KEY_REG, NULL, base, sizeof base, st) != PV_OK)
+/* What pv_sched_changes answered: {epoch, seq, full, {id, seq, ...}, {dead id, ...}}. */
+typedef struct changes {
+    redisReply *rep;
+    const char *epoch, *seq;
+    bool full;
+    const redisReply *changed, *dead;
+} changes;
+
+static bool is_str(const redisReply *r) {
+    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+static int read_changes(sched_cache *c, pv_redis *r, const pv_keys *k, const char *base,
+                        const char *pod, changes *ch, pv_status *st) {
+    char pods[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_PODS, NULL, pods, sizeof pods, st) != PV_OK) return st->code;
+    const char *keys[] = {pods}, *args[] = {base, c->seq, c->epoch, pod ? pod : ""};
+    memset(ch, 0, sizeof *ch);
+    if (pv_redis_fcall(r, "pv_sched_changes", 1, keys, 4, args, &ch->rep, st) != PV_OK)
         return st->code;
-    const char *keys[] = {nodes, pods}, *args[] = {base, pod};
-    if (pv_redis_fcall(r, "pv_sched_view", 2, keys, 2, args, rep, st) != PV_OK) return st->code;
-    if ((*rep)->type != REDIS_REPLY_ARRAY || (*rep)->elements % 4 != 0) {
-        freeReplyObject(*rep);
-        *rep = NULL;
-        return pv_status_set(st, PV_INTERNAL, "pv_sched_view: unexpected reply");
+    const redisReply *x = ch->rep;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != 5 || !is_str(x->element[0]) ||
+        !is_str(x->element[1]) || x->element[2]->type != REDIS_REPLY_INTEGER ||
+        x->element[3]->type != REDIS_REPLY_ARRAY || x->element[3]->elements % 2 != 0 ||
+        x->element[4]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(ch->rep);
+        ch->rep = NULL;
+        return pv_status_set(st, PV_INTERNAL, "pv_sched_changes: unexpected reply");
     }
+    ch->epoch = x->element[0]->str;
+    ch->seq = x->element[1]->str;
+    ch->full = x->element[2]->integer != 0;
+    ch->changed = x->element[3];
+    ch->dead = x->element[4];
     return PV_OK;
 }
 
-static view_row row_at(const redisReply *rep, size_t i) {
-    view_row v = {
-        .id = rep->element[4 * i]->str,
-        .name = rep->element[4 * i + 1]->str,
-        .rev = strtoll(rep->element[4 * i + 2]->str, NULL, 10),
-        .alive = strcmp(rep->element[4 * i + 3]->str, "1") == 0,
-    };
-    return v;
+/* Builds the index when there is none (records written before it existed, or a Redis that
+ * restarted empty); another scheduler may have built it first: its epoch is taken. */
+static int build_index(pv_redis *r, const pv_keys *k, const char *base, pv_status *st) {
+    char nodes[PV_KEY_MAX], epoch[PV_ID_MAX];
+    if (pv_key(k, PV_KEY_NODES, NULL, nodes, sizeof nodes, st) != PV_OK) return st->code;
+    if (pv_id_new("idx", epoch, sizeof epoch) != 0)
+        return pv_status_set(st, PV_INTERNAL, "cannot make an id");
+    const char *keys[] = {nodes}, *args[] = {base, epoch};
+    redisReply *rep = NULL;
+    if (pv_redis_fcall(r, "pv_sched_index", 1, keys, 2, args, &rep, st) != PV_OK) return st->code;
+    pv_info("node change index: epoch %s", is_str(rep) ? rep->str : "?");
+    freeReplyObject(rep);
+    return PV_OK;
 }
 
-/* Re-reads the whole pod and stores every record. */
-static int bulk_read(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
-                     pv_status *st) {
-    pv_node *nodes = NULL;
-    size_t n = 0;
-    if (pv_registry_list_nodes(r, k, pod, &nodes, &n, st) != PV_OK) return st->code;
+/* Reads the records of ids[0..n) (with their index seqs) and stores them; gone ones are
+ * dropped. */
+static int read_batch(sched_cache *c, pv_redis *r, const pv_keys *k, const char *base,
+                      const char **ids, const int64_t *seqs, size_t n, pv_status *st) {
+    const char *args[READ_BATCH + 1];
+    args[0] = base;
+    for (size_t i = 0; i < n; i++)
+        args[i + 1] = ids[i];
+    redisReply *rep = NULL;
+    if (pv_redis_fcall(r, "pv_sched_nodes", 0, NULL, (int)n + 1, args, &rep, st) != PV_OK)
+        return st->code;
     int rc = PV_OK;
-    for (size_t i = 0; rc == PV_OK && i < n; i++)
-        if (!store(c, &nodes[i], st)) rc = st->code;
-    pv_node_array_free(nodes, n);
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
+        rc = pv_status_set(st, PV_INTERNAL, "pv_sched_nodes: unexpected reply");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const redisReply *flat = rep->element[i];
+        if (flat->type == REDIS_REPLY_ARRAY && flat->elements == 0) {
+            if (drop_where(c, has_id, ids[i]) != 0)
+                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+            continue;
+        }
+        char key[PV_KEY_MAX];
+        pv_node rec = {0};
+        sched_cache_entry *e = NULL;
+        if (pv_key(k, PV_KEY_NODE, ids[i], key, sizeof key, st) != PV_OK ||
+            pv_record_decode(&pv_node_schema, key, flat, &rec, st) != PV_OK ||
+            !(e = store(c, &rec, st)))
+            rc = st->code;
+        else
+            e->seq = seqs[i];
+        pv_node_clear(&rec);
+    }
+    freeReplyObject(rep);
     return rc;
+}
+
+static bool not_listed(const sched_cache_entry *e, const void *arg) {
+    (void)arg;
+    return !e->listed;
+}
+
+/* A full answer lists every node: entries it does not list left the registry. */
+static int prune(sched_cache *c, const redisReply *changed, pv_status *st) {
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->slots[i]) c->slots[i]->listed = false;
+    for (size_t i = 0; i + 1 < changed->elements; i += 2) {
+        sched_cache_entry *e = lookup(c, changed->element[i]->str);
+        if (e) e->listed = true;
+    }
+    if (drop_where(c, not_listed, NULL) != 0)
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
+}
+
+/* Reads what changed since the last refresh and marks the nodes not alive now. */
+static int refresh(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod, pv_status *st) {
+    char base[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_REG, NULL, base, sizeof base, st) != PV_OK) return st->code;
+    changes ch;
+    if (read_changes(c, r, k, base, pod, &ch, st) != PV_OK) return st->code;
+    if (!*ch.epoch) {
+        freeReplyObject(ch.rep);
+        if (build_index(r, k, base, st) != PV_OK ||
+            read_changes(c, r, k, base, pod, &ch, st) != PV_OK)
+            return st->code;
+    }
+    int rc = ch.full ? prune(c, ch.changed, st) : PV_OK;
+    const char *ids[READ_BATCH];
+    int64_t seqs[READ_BATCH];
+    size_t n = 0;
+    for (size_t i = 0; rc == PV_OK && i + 1 < ch.changed->elements; i += 2) {
+        const char *id = ch.changed->element[i]->str;
+        int64_t seq = strtoll(ch.changed->element[i + 1]->str, NULL, 10);
+        sched_cache_entry *e = lookup(c, id);
+        if (e && e->seq == seq) continue;
+        ids[n] = id;
+        seqs[n++] = seq;
+        if (n == READ_BATCH) {
+            rc = read_batch(c, r, k, base, ids, seqs, n, st);
+            n = 0;
+        }
+    }
+    if (rc == PV_OK && n > 0) rc = read_batch(c, r, k, base, ids, seqs, n, st);
+    if (rc == PV_OK) {
+        snprintf(c->epoch, sizeof c->epoch, "%s", ch.epoch);
+        snprintf(c->seq, sizeof c->seq, "%s", ch.seq);
+        c->view_no++;
+        for (size_t i = 0; i < ch.dead->elements; i++) {
+            sched_cache_entry *e =
+                is_str(ch.dead->element[i]) ? lookup(c, ch.dead->element[i]->str) : NULL;
+            if (e) e->dead_view = c->view_no;
+        }
+    }
+    freeReplyObject(ch.rep);
+    return rc;
+}
+
+int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status *st) {
+    return refresh(c, r, k, "", st);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* pods                                                                                        */
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(sched_cache_entry *const *)a)->rec.name,
+                  (*(sched_cache_entry *const *)b)->rec.name);
+}
+
+/* The pod's list, rebuilt when entries came or went since it was made. */
+static pod_list *pod_of(sched_cache *c, const char *pod, pv_status *st) {
+    pod_list *p = NULL;
+    for (size_t i = 0; !p && i < c->npods; i++)
+        if (strcmp(c->pods[i].name, pod) == 0) p = &c->pods[i];
+    if (!p) {
+        pod_list *more = realloc(c->pods, (c->npods + 1) * sizeof *more);
+        if (!more) goto oom;
+        c->pods = more;
+        p = &c->pods[c->npods];
+        *p = (pod_list){.name = strdup(pod), .gen = c->gen - 1};
+        if (!p->name) goto oom;
+        c->npods++;
+    }
+    if (p->gen == c->gen) return p;
+    sched_cache_entry **e = calloc(c->n ? c->n : 1, sizeof *e);
+    if (!e) goto oom;
+    size_t n = 0;
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->slots[i] && c->slots[i]->rec.pod_name && strcmp(c->slots[i]->rec.pod_name, pod) == 0)
+            e[n++] = c->slots[i];
+    qsort(e, n, sizeof *e, by_name);
+    free(p->e);
+    p->e = e;
+    p->n = n;
+    p->gen = c->gen;
+    return p;
+oom:
+    pv_status_set(st, PV_INTERNAL, "out of memory");
+    return NULL;
 }
 
 int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
                      sched_cache_entry ***out, size_t *n, pv_status *st) {
     *out = NULL;
     *n = 0;
-    redisReply *rep = NULL;
-    if (read_view(r, k, pod, &rep, st) != PV_OK) return st->code;
-    size_t rows = rep->elements / 4, stale = 0;
-    for (size_t i = 0; i < rows; i++) {
-        view_row v = row_at(rep, i);
-        sched_cache_entry *e = lookup(c, v.id);
-        if (!e || e->rec.rev != v.rev) stale++;
-    }
-    int rc = PV_OK;
-    if (stale >= BULK_READ_AT) rc = bulk_read(c, r, k, pod, st);
-    sched_cache_entry **list = rows ? calloc(rows, sizeof *list) : NULL;
-    if (rows && !list) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-    int64_t now = pv_time_now_ms();
-    for (size_t i = 0; rc == PV_OK && i < rows; i++) {
-        view_row v = row_at(rep, i);
-        sched_cache_entry *e = lookup(c, v.id);
-        if (!e || e->rec.rev < v.rev) {
-            pv_node rec = {0};
-            rc = pv_registry_get_node(r, k, PV_REG_BY_ID, v.id, &rec, st);
-            if (rc == PV_NOT_FOUND) { /* removed since the view: it takes no part */
-                rc = PV_OK;
-                continue;
-            }
-            if (rc == PV_OK && !(e = store(c, &rec, st))) rc = st->code;
-            pv_node_clear(&rec);
-            if (rc != PV_OK) break;
-        }
-        e->rec.alive = v.alive;
-        e->last_used_ms = now;
-        list[(*n)++] = e;
-    }
-    freeReplyObject(rep);
-    if (rc != PV_OK) {
-        free(list);
-        *n = 0;
-        return rc;
+    if (refresh(c, r, k, pod, st) != PV_OK) return st->code;
+    pod_list *p = pod_of(c, pod, st);
+    if (!p) return st->code;
+    sched_cache_entry **list = calloc(p->n ? p->n : 1, sizeof *list);
+    if (!list) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; i < p->n; i++) {
+        p->e[i]->rec.alive = p->e[i]->dead_view != c->view_no;
+        list[i] = p->e[i];
     }
     c->views++;
     *out = list;
+    *n = p->n;
     return PV_OK;
 }
 
@@ -215,36 +386,16 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     pv_node rec = {0};
     if (pv_registry_get_node(r, k, PV_REG_BY_NAME, name, &rec, st) != PV_OK) return st->code;
     sched_cache_entry *e = lookup(c, rec.id);
-    if (e && e->rec.rev == rec.rev) {
+    if (e && e->rec.rev >= rec.rev) {
         e->rec.alive = rec.alive;
-        e->last_used_ms = pv_time_now_ms();
     } else {
-        e = store(c, &rec, st);
+        int64_t seq = e ? e->seq : 0;
+        if ((e = store(c, &rec, st))) e->seq = seq;
     }
     pv_node_clear(&rec);
     if (!e) return st->code;
     *out = e;
     return PV_OK;
-}
-
-void sched_cache_sweep(sched_cache *c, int64_t max_idle_ms) {
-    int64_t cutoff = pv_time_now_ms() - max_idle_ms;
-    sched_cache_entry **keep = calloc(c->cap, sizeof *keep);
-    if (!keep) return; /* try again at the next sweep */
-    size_t kept = 0;
-    for (size_t i = 0; i < c->cap; i++) {
-        sched_cache_entry *e = c->slots[i];
-        if (!e) continue;
-        if (e->last_used_ms < cutoff) {
-            entry_free(e);
-            continue;
-        }
-        keep[find_slot(keep, c->cap, e->rec.id)] = e;
-        kept++;
-    }
-    free(c->slots);
-    c->slots = keep;
-    c->n = kept;
 }
 
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views) {

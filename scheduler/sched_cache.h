@@ -1,14 +1,23 @@
 /*
  * sched_cache: the node records a scheduler has read and parsed, kept between plan requests.
  *
- * A plan over a 1,000-node pod is dominated by reading and parsing the node records, not by the
- * strategies. Every write of a node record bumps its `rev` (shared/store/redis/registry.lua and
- * sched.lua), so the scheduler asks Redis only for each node's id, rev and liveness
- * (pv_sched_view), and re-reads the few records whose rev moved. Liveness is never cached: it
- * comes with every view. Entries of nodes no view has named for a while are dropped.
+ * A plan over a 10,000-node pod must not read 10,000 records. Every write of a node that a plan
+ * can see (its usage and allocations, resources, labels, bypass; its addition and removal) bumps,
+ * in the same Redis function, a registry-wide change counter and the node's entry in a sorted
+ * set of node -> last change (node-revs, shared/store/redis/sched.lua). So a view asks Redis
+ * once for the nodes changed since the counter it last saw and the nodes not alive now
+ * (pv_sched_changes: cost proportional to what changed, not to the pod), and re-reads only
+ * those records. Liveness comes with every view (the alive keys' expiries are mirrored in
+ * node-alive), so a node that stopped beating is down in the next plan. The cache holds every
+ * node of the registry (it must, to follow the change feed); another epoch of the index, an
+ * index that went back (a Redis restarted empty) or a node removed makes the next view read
+ * the whole index again and drop what left it.
+ *
+ * Staleness cannot overcommit: a reservation commits with the usage_rev of each node it
+ * touches and pv_sched_commit refuses the whole commit if any moved (then plans again).
  *
  * Ownership: the cache owns its entries; pointers to them stay valid until the next call that
- * takes the cache (sched_cache_view, sched_cache_node, sched_cache_sweep). One thread only.
+ * takes the cache (sched_cache_view, sched_cache_node). One thread only.
  */
 #ifndef SCHED_CACHE_H
 #define SCHED_CACHE_H
@@ -25,11 +34,16 @@
 typedef struct sched_cache sched_cache;
 
 typedef struct sched_cache_entry {
-    pv_node rec;     /* the record as read (rec.alive: as of the last view) */
-    pv_res_node res; /* rec's resources and usage, parsed */
-    bool res_ok;     /* false: the record does not parse; res_err says why */
+    /* what every plan reads of every node first, together: a 10,000-node plan is bound by the
+     * cache misses of touching each entry */
+    uint64_t name_key;  /* sched_name_key(rec.name) */
+    uint64_t dead_view; /* the view that listed it not alive */
+    bool res_ok;        /* false: the record does not parse; res_err says why */
+    bool listed;        /* a full read of the index named it (entries it did not name go) */
+    int64_t seq;        /* the change index's seq for it when it was read (0: not from it) */
+    pv_node rec;        /* the record as read (rec.alive: as of the last view) */
+    pv_res_node res;    /* rec's resources and usage, parsed */
     char res_err[512];
-    int64_t last_used_ms;
 } sched_cache_entry;
 
 sched_cache *sched_cache_new(void);
@@ -42,14 +56,16 @@ void sched_cache_free(sched_cache *c);
 int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
                      sched_cache_entry ***out, size_t *n, pv_status *st);
 
+/* Follows the change index now, with no pod in mind: the daemon calls it when it starts (a cold
+ * cache of 10,000 nodes is read before the first request, not during it) and on its tick. */
+int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status *st);
+
 /* One node by name, read now (named nodes are few; their liveness must be exact). */
 int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *name,
                      sched_cache_entry **out, pv_status *st);
 
-/* Drops entries not used for max_idle_ms. */
-void sched_cache_sweep(sched_cache *c, int64_t max_idle_ms);
-
-/* Counters for the log: entries held, records read since the start, views served. */
+/* Counters for the log and the tests: entries held, records read since the start, views
+ * served. */
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views);
 
 #endif

@@ -9,6 +9,7 @@
 #include "sched_place.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +161,8 @@ typedef struct snapshot {
     sched_cache *own;      /* the cache made for this call when the caller gave none */
     sched_cache_entry **e; /* the nodes taking part, in name order (or includes order) */
     size_t n;
-    sched_node *sn; /* what the strategies see; names borrowed from the entries */
+    sched_node *sn;     /* what the strategies see; names borrowed from the entries */
+    bool in_name_order; /* e is (a pod's view) */
 } snapshot;
 
 static void snapshot_free(snapshot *s) {
@@ -212,6 +214,7 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
         return pv_status_set(st, PV_INVALID_ARGUMENT, "podname: required when no nodes are named");
     size_t n = 0;
     if (sched_cache_view(s->cache, r, k, req->pod, &s->e, &n, st) != PV_OK) return st->code;
+    s->in_name_order = true;
     for (size_t i = 0; i < n; i++) {
         const pv_node *node = &s->e[i]->rec;
         if ((req->all || !pv_node_down(node)) && labels_match(node, req) &&
@@ -257,6 +260,7 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
         sched_node *sn = &s->sn[i];
         sn->name = s->e[i]->rec.name;
+        sn->tie = sched_tie(req->seed, s->e[i]->name_key);
         sn->count = counts[i];
         pv_status nst;
         pv_res_cap cap = {0};
@@ -269,14 +273,70 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     free(names);
     free(counts);
     if (rc == PV_OK) snapshot_keep_fitting(s);
-    if (rc == PV_OK) sched_ties_seed(s->sn, s->n, req->seed);
     return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* capacity                                                                                    */
 
+/* A growing text buffer for capacity_body_plain (fprintf per node cost a sixth of a plan). */
+typedef struct text_buf {
+    char *p;
+    size_t len, cap;
+} text_buf;
+
+static bool buf_put(text_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return true;
+}
+
+static bool buf_int(text_buf *b, long long v) {
+    char num[24];
+    int n = snprintf(num, sizeof num, "%lld", v);
+    return buf_put(b, num, (size_t)n);
+}
+
+/* The body written straight out: a DUMMY answer names every node of the pod, and building then
+ * dumping a 10,000-key jansson object cost more than the plan. The pod's nodes come in name order
+ * (what JSON_SORT_KEYS gives) and registry names need no escaping (pv_validate_name); NULL when
+ * a name would (the caller falls back to jansson) or out of memory. */
+static char *capacity_body_plain(const snapshot *s, const sched_plan *plan) {
+    text_buf b = {0};
+    bool ok = buf_put(&b, "{\"node_capacities\":{", 20);
+    const char *sep = "\"";
+    for (size_t i = 0; ok && i < s->n; i++) {
+        if (!plan->listed[i]) continue;
+        const char *name = s->e[i]->rec.name;
+        size_t len =
+            strcspn(name, "\"\\\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f"
+                          "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f");
+        ok = name[len] == '\0' && buf_put(&b, sep, strlen(sep)) && buf_put(&b, name, len) &&
+             buf_put(&b, "\":", 2) && buf_int(&b, (long long)plan->deploy[i]);
+        sep = ",\"";
+    }
+    ok = ok && buf_put(&b, "},\"total\":", 10) && buf_int(&b, (long long)plan->total) &&
+         buf_put(&b, "}", 1);
+    if (!ok) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
 static char *capacity_body(const snapshot *s, const sched_plan *plan) {
+    char *text = s->in_name_order ? capacity_body_plain(s, plan) : NULL;
+    if (text) return text;
     json_t *caps = json_object();
     for (size_t i = 0; caps && i < s->n; i++)
         if (plan->listed[i])
@@ -284,7 +344,7 @@ static char *capacity_body(const snapshot *s, const sched_plan *plan) {
     json_t *j =
         caps ? json_pack("{s:I, s:o}", "total", (json_int_t)plan->total, "node_capacities", caps)
              : NULL;
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;
 }

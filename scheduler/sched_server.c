@@ -33,7 +33,6 @@
 #define BLOCK_MS 500
 #define CLAIM_EVERY_MS 1000
 #define REAP_EVERY_MS 2000
-#define CACHE_IDLE_MS (10 * 60 * 1000) /* node records no plan has used for this long go */
 
 struct sched_server {
     pthread_t thread;
@@ -224,6 +223,14 @@ static void mark_formed(sched_server *s) {
         pv_info("%zu cluster(s) formed: complete for the first time", marked);
 }
 
+/* The node cache follows the registry between requests too (the first time: every record), so a
+ * request reads only what changed since the last tick. */
+static void follow_nodes(sched_server *s) {
+    pv_status st;
+    if (sched_cache_refresh(s->cache, s->redis, &s->keys, &st) != PV_OK)
+        pv_warn("following the node change index: %s", st.msg);
+}
+
 static void *loop(void *arg) {
     sched_server *s = arg;
     pv_status st;
@@ -250,7 +257,7 @@ static void *loop(void *arg) {
             reap_expired(s);
             mark_dead_nodes(s);
             mark_formed(s);
-            sched_cache_sweep(s->cache, CACHE_IDLE_MS);
+            follow_nodes(s);
         }
         if (grouped && read_new(s, &st) != PV_OK) {
             /* A Redis that restarted empty has lost the group too: make it again. */

@@ -183,9 +183,17 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+uint64_t sched_name_key(const char *name) {
+    return mix(sched_seed_of(name));
+}
+
+uint64_t sched_tie(uint64_t seed, uint64_t name_key) {
+    return seed ? mix(seed ^ name_key) : 0;
+}
+
 void sched_ties_seed(sched_node *nodes, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++)
-        nodes[i].tie = seed ? mix(seed ^ mix(sched_seed_of(nodes[i].name))) : 0;
+        nodes[i].tie = sched_tie(seed, sched_name_key(nodes[i].name));
 }
 
 /* ---- a binary min-heap of work items, ordered by a total "less" ---- */

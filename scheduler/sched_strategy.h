@@ -78,6 +78,11 @@ uint64_t sched_seed_of(const char *request_id);
  * key for the same seed whichever other nodes take part); seed 0 sets them all to 0. */
 void sched_ties_seed(sched_node *nodes, size_t n, uint64_t seed);
 
+/* sched_ties_seed in two steps, for callers that keep each node's name key between plans instead
+ * of hashing every name of a large pod again: a node's tie key is sched_tie(seed, its key). */
+uint64_t sched_name_key(const char *name);
+uint64_t sched_tie(uint64_t seed, uint64_t name_key);
+
 /* Sum of the positive capacities, saturating at INT64_MAX: the `total` Eru's callers pass. */
 int64_t sched_total(const sched_node *nodes, size_t n);
 

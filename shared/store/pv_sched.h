@@ -14,7 +14,8 @@
  * when a deadline passes mid-plan.
  *
  * Reply bodies are JSON objects; a failure is {"error": {"code": N (pv_status code), "kind":
- * "ErrInsufficientResource"|..., "message": "..."}}.
+ * "ErrInsufficientResource"|..., "message": "..."}}, written compact so that it starts with
+ * PV_SCHED_ERROR_START, and no other reply does: the requester parses only those.
  *
  * Ownership: reply strings handed out are malloc'd, the caller frees them.
  */
@@ -30,6 +31,7 @@
 
 #define PV_SCHED_GROUP "schedulers"
 #define PV_SCHED_REPLY_TTL_S 60
+#define PV_SCHED_ERROR_START "{\"error\":"
 #define PV_SCHED_GONE_TTL_S 600
 
 int pv_sched_key_requests(const pv_keys *k, char *buf, size_t len, pv_status *st);

@@ -625,12 +625,85 @@ static void test_cache_follows_every_change(void **state) {
     size_t entries;
     uint64_t reads, views;
     sched_cache_stats(cache, &entries, &reads, &views);
+    assert_int_equal(entries, 3);
     assert_true(views >= 8);
-    assert_true(reads < views * 3);  /* unchanged nodes were not read again on every view */
-    sched_cache_sweep(cache, -1000); /* everything idle: dropped, and read again on use */
+    assert_true(reads < views * 3); /* unchanged nodes were not read again on every view */
+    sched_cache_free(cache);
+}
+
+static uint64_t cache_reads(sched_cache *cache) {
+    size_t entries;
+    uint64_t reads, views;
     sched_cache_stats(cache, &entries, &reads, &views);
-    assert_int_equal(entries, 0);
+    return reads;
+}
+
+/* A view reads again only the records whose change index moved: none when nothing changed, the
+ * one node a write touched, and nothing for a heartbeat (liveness comes with every view). */
+static void test_cache_reads_only_what_changed(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    assert_int_equal(cached_total(f, cache), 6);
+    uint64_t r0 = cache_reads(cache);
+    assert_int_equal(r0, 3);
+    assert_int_equal(cached_total(f, cache), 6);
+    assert_int_equal(cache_reads(cache), r0);
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "n1", 600, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 6);
+    assert_int_equal(cache_reads(cache), r0);
+    /* One node's usage (a reservation on n2 alone) */
+    int code;
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"includes\":[\"n2\"],\"count\":1,\"resources\":"
+                  "{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    char *reply = NULL;
+    sched_error err = {0};
+    code = sched_place_reserve(NULL, f->r, &f->keys, &req, NULL, 0, &reply, &err);
+    sched_request_free(&req);
+    assert_int_equal(code, PV_OK);
+    free(reply);
     assert_int_equal(cached_total(f, cache), 5);
+    assert_int_equal(cache_reads(cache), r0 + 1);
+    sched_cache_free(cache);
+}
+
+/* A node whose alive key expires is down in the next view, without any write of its record. */
+static void test_cache_sees_liveness_expire(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    assert_int_equal(pv_registry_set_alive(f->r, &f->keys, "n3", 1, NULL, &st), PV_OK);
+    long long total = cached_total(f, cache);
+    bool expired = int_cmd(f, "EXISTS " BASE "alive:n3") == 0;
+    assert_true(total == 14 || expired); /* 6 + n3's 8, unless the second passed already */
+    for (int i = 0; i < 300 && int_cmd(f, "EXISTS " BASE "alive:n3") == 1; i++) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "alive:n3"), 0);
+    assert_int_equal(cached_total(f, cache), 6);
+    sched_cache_free(cache);
+}
+
+/* Records written before the index existed (or an index lost): the next view builds it from the
+ * records and the alive keys, and a cache that followed the old index reads everything again. */
+static void test_cache_index_rebuilt(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    assert_int_equal(cached_total(f, cache), 6);
+    assert_int_equal(int_cmd(f, "DEL " BASE "node-index " BASE "node-revs " BASE "node-alive"), 3);
+    /* n2 removed behind the cache's back, as a Redis restarted from an older file would have */
+    assert_int_equal(int_cmd(f, "HDEL " BASE "nodes n2"), 1);
+    uint64_t r0 = cache_reads(cache);
+    assert_int_equal(cached_total(f, cache), 4);
+    assert_int_equal(int_cmd(f, "ZCARD " BASE "node-revs"), 2);
+    assert_int_equal(int_cmd(f, "ZCOUNT " BASE "node-alive 1 +inf"), 1); /* n1; n3 has no agent */
+    assert_int_equal(cache_reads(cache), r0 + 2);
+    size_t entries;
+    uint64_t reads, views;
+    sched_cache_stats(cache, &entries, &reads, &views);
+    assert_int_equal(entries, 2);
     sched_cache_free(cache);
 }
 
@@ -658,6 +731,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overcommit, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_reads_only_what_changed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_sees_liveness_expire, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_index_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),

@@ -41,6 +41,16 @@ local function still(subject, verb, n, what)
   end
 end
 
+-- Records that node <id> changed in a way a scheduler must see (usage, allocations, resources,
+-- labels, bypass, its addition): the registry-wide change counter goes up and the node's entry
+-- in the change index takes the new value (node-index, node-revs: shared/store/pv_sched.h).
+-- Every function that bumps a node's rev calls this in the same step, so a scheduler that read
+-- the index up to sequence S finds every later change by asking for scores above S.
+local function node_changed(base, id)
+  local seq = redis.call('HINCRBY', base .. 'node-index', 'seq', 1)
+  redis.call('ZADD', base .. 'node-revs', seq, id)
+end
+
 -- A node record's usage revision and record revision, read for a compare-and-set of its usage
 -- (nil when the record is gone: every node record has its name). One read for what an EXISTS
 -- and an HGET of usage_rev did.
@@ -51,10 +61,12 @@ local function node_revs(node_key)
 end
 
 -- Writes a node's new usage with both revisions bumped from revs (node_revs, read in this very
--- call, so nothing moved them since): one HSET for what an HSET and two HINCRBY did.
+-- call, so nothing moved them since): one HSET for what an HSET and two HINCRBY did. The change
+-- goes into the schedulers' change index in the same step (node_changed).
 local function node_set_usage(node_key, revs, usage, now)
   local urev, rev = tonumber(revs.usage_rev) + 1, tonumber(revs.rev) + 1
   revs.usage_rev, revs.rev = tostring(urev), tostring(rev)
   redis.call('HSET', node_key, 'usage', usage, 'updated_ms', now, 'usage_rev', revs.usage_rev,
     'rev', revs.rev)
+  node_changed(node_key:match('^(.*)node:([^:]*)$'))
 end

@@ -136,6 +136,16 @@ redis.register_function{function_name = 'pv_reg_list_pods', flags = {'no-writes'
 
 --[[ nodes ------------------------------------------------------------------------------------ ]]
 
+-- A node removed leaves the schedulers' change index (node_changed) and the liveness index
+-- (node-alive: id -> when its alive key expires, 0 = not alive); the removal's sequence number
+-- tells a scheduler that read the index before it to read the whole index again.
+local function node_removed(base, id)
+  local index = base .. 'node-index'
+  redis.call('HSET', index, 'removed', redis.call('HINCRBY', index, 'seq', 1))
+  redis.call('ZREM', base .. 'node-revs', id)
+  redis.call('ZREM', base .. 'node-alive', id)
+end
+
 -- pv_reg_add_node(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base id name pod_name role ip
 -- endpoint engine labels resources) -> the record.
 redis.register_function('pv_reg_add_node', function(keys, args)
@@ -153,6 +163,8 @@ redis.register_function('pv_reg_add_node', function(keys, args)
   redis.call('HSET', keys[1], name, id)
   redis.call('SADD', base .. 'pod-nodes:' .. pod_id, id)
   redis.call('HSET', base .. 'pod:' .. pod_id, 'updated_ms', now)
+  node_changed(base, id)
+  redis.call('ZADD', base .. 'node-alive', 0, id)
   return node_reply(base, id)
 end)
 
@@ -168,6 +180,7 @@ redis.register_function('pv_reg_remove_node', with_id(1, 'node', function(keys, 
   redis.call('DEL', base .. 'node:' .. id, base .. 'node-workloads:' .. id,
     base .. 'alive:' .. name)
   redis.call('HDEL', keys[1], name)
+  node_removed(base, id)
   if pod_id then
     redis.call('SREM', base .. 'pod-nodes:' .. pod_id, id)
     if redis.call('EXISTS', base .. 'pod:' .. pod_id) == 1 then
@@ -236,6 +249,7 @@ redis.register_function('pv_reg_set_node', with_id(1, 'node', function(keys, arg
   if args[9] ~= 'keep' then redis.call('HSET', key, 'bypass', args[9]) end
   redis.call('HSET', key, 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', key, 'rev', 1)
+  node_changed(base, id)
   return node_reply(base, id)
 end))
 
@@ -249,16 +263,18 @@ redis.register_function('pv_reg_set_alive', function(keys, args)
     return err('INVALID_ARGUMENT', 'ttl: ' .. tostring(args[3]) ..
       ' is not a valid status ttl (seconds > 0 sets, < 0 deletes)')
   end
-  if redis.call('HEXISTS', keys[1], name) == 0 then
-    return err('NOT_FOUND', 'node ' .. name .. ' not found')
-  end
+  local id = redis.call('HGET', keys[1], name)
+  if not id then return err('NOT_FOUND', 'node ' .. name .. ' not found') end
   local key = base .. 'alive:' .. name
   local was = redis.call('EXISTS', key)
+  local until_ms = 0
   if ttl < 0 then
     redis.call('DEL', key)
   else
     redis.call('SET', key, args[4], 'EX', ttl)
+    until_ms = now_ms() + ttl * 1000
   end
+  redis.call('ZADD', base .. 'node-alive', until_ms, id)
   return was
 end)
 

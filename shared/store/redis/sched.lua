@@ -127,6 +127,7 @@ redis.register_function('pv_sched_set_usage', function(keys, args)
   redis.call('HSET', keys[1], 'usage', args[2], 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', keys[1], 'usage_rev', 1)
   redis.call('HINCRBY', keys[1], 'rev', 1)
+  node_changed(keys[1]:match('^(.*)node:([^:]*)$'))
   return 1
 end)
 
@@ -149,31 +150,67 @@ redis.register_function('pv_sched_abandon', function(keys, args)
   return false
 end)
 
--- pv_sched_view(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base pod_name) -> flat
--- {id, name, rev, alive, ...} for the pod's nodes in name order. A scheduler keeps the records it
--- parsed and re-reads only the nodes whose rev moved: every write of a node record bumps it.
-redis.register_function{function_name = 'pv_sched_view', flags = {'no-writes'},
-  callback = with_id(2, 'pod', function(keys, args, pod_id)
-    local base = args[1]
-    local rows, names = {}, {}
-    for _, id in ipairs(redis.call('SMEMBERS', base .. 'pod-nodes:' .. pod_id)) do
-      local f = redis.call('HMGET', base .. 'node:' .. id, 'name', 'rev')
-      if f[1] then
-        rows[f[1]] = {id, f[1], f[2] or '0'}
-        names[#names + 1] = f[1]
-      end
+--[[ the schedulers' view of the nodes -------------------------------------------------------
+
+  A scheduler keeps the node records it parsed and reads again only those that changed. Two
+  sorted sets and a hash (the whole schema: shared/store/pv_sched.h) tell it what changed:
+    node-index   hash: seq (the registry-wide change counter), removed (seq of the last node
+                 removal), epoch (set when the index was built: a new epoch = a new index)
+    node-revs    zset: node id -> seq of its last change (node_changed, shared prelude)
+    node-alive   zset: node id -> when its alive key expires (ms, Redis's clock), 0 = not alive
+]]
+
+-- pv_sched_changes(KEYS[1]=pods index, ARGV: base since epoch pod) -> {epoch, seq, full,
+-- {id, seq, ...}, {dead id, ...}}: the nodes changed after `since` (every node when full is 1:
+-- another epoch, an index that went back, or a node removed since), and the nodes not alive
+-- now. epoch '' = there is no index yet (pv_sched_index builds it). NOT_FOUND when pod (not '')
+-- does not exist. One call whatever the number of nodes that did not change.
+redis.register_function{function_name = 'pv_sched_changes', flags = {'no-writes'},
+  callback = function(keys, args)
+    local base, since, epoch, pod = args[1], args[2], args[3], args[4]
+    if pod ~= '' and redis.call('HEXISTS', keys[1], pod) == 0 then
+      return err('NOT_FOUND', 'pod ' .. pod .. ' not found')
     end
-    table.sort(names)
+    local idx = redis.call('HMGET', base .. 'node-index', 'epoch', 'seq', 'removed')
+    if not idx[1] then return {'', '0', 1, {}, {}} end
+    local seq, removed, full = tonumber(idx[2] or '0'), tonumber(idx[3] or '0'), 0
+    if idx[1] ~= epoch or seq < tonumber(since) or removed > tonumber(since) then
+      full, since = 1, '0'
+    end
+    local changed = redis.call('ZRANGEBYSCORE', base .. 'node-revs', '(' .. since, '+inf',
+      'WITHSCORES')
+    local dead = redis.call('ZRANGEBYSCORE', base .. 'node-alive', '-inf', '(' .. now_ms())
+    return {idx[1], idx[2] or '0', full, changed, dead}
+  end}
+
+-- pv_sched_nodes(ARGV: base id...) -> for each id its record as HGETALL gives it ({} when gone).
+redis.register_function{function_name = 'pv_sched_nodes', flags = {'no-writes'},
+  callback = function(keys, args)
     local out = {}
-    for _, name in ipairs(names) do
-      local r = rows[name]
-      out[#out + 1] = r[1]
-      out[#out + 1] = r[2]
-      out[#out + 1] = r[3]
-      out[#out + 1] = tostring(redis.call('EXISTS', base .. 'alive:' .. name))
-    end
+    for i = 2, #args do out[#out + 1] = redis.call('HGETALL', args[1] .. 'node:' .. args[i]) end
     return out
-  end)}
+  end}
+
+-- pv_sched_index(KEYS[1]=nodes index, ARGV: base epoch) -> the epoch of the index. Builds the
+-- index from the records when there is none (data written before it existed); once built, every
+-- writer keeps it (node_changed, registry.lua's node_removed and pv_reg_set_alive).
+redis.register_function('pv_sched_index', function(keys, args)
+  local base = args[1]
+  local index = base .. 'node-index'
+  local cur = redis.call('HGET', index, 'epoch')
+  if cur then return cur end
+  redis.call('DEL', base .. 'node-revs', base .. 'node-alive')
+  local now = now_ms()
+  for _, id in ipairs(redis.call('HVALS', keys[1])) do
+    node_changed(base, id)
+    local name = redis.call('HGET', base .. 'node:' .. id, 'name') or ''
+    local left, until_ms = redis.call('PTTL', base .. 'alive:' .. name), 0
+    if left == -1 then until_ms = 1e15 elseif left > 0 then until_ms = now + left end
+    redis.call('ZADD', base .. 'node-alive', until_ms, id)
+  end
+  redis.call('HSET', index, 'epoch', args[2], 'removed', redis.call('HINCRBY', index, 'seq', 1))
+  return args[2]
+end)
 
 redis.register_function{function_name = 'pv_sched_version', flags = {'no-writes'},
   callback = function(keys, args) return 1 end}

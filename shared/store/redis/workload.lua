@@ -127,6 +127,7 @@ redis.register_function('pv_wl_realloc', function(keys, args)
   redis.call('HSET', node_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', node_key, 'usage_rev', 1)
   redis.call('HINCRBY', node_key, 'rev', 1)
+  node_changed(base, node_id)
   redis.call('HSET', record_key(base, id), 'resources', args[5])
   return 1
 end)
@@ -503,6 +504,7 @@ redis.register_function('pv_wl_reincarnate', function(keys, args)
     redis.call('HSET', old_key, 'usage', args[4], 'updated_ms', tostring(now_ms()))
     redis.call('HINCRBY', old_key, 'usage_rev', 1)
     redis.call('HINCRBY', old_key, 'rev', 1)
+    node_changed(base, v[2])
     local counts = base .. 'deploy-count:' .. (v[5] or '') .. ':' .. (v[6] or '')
     if redis.call('HINCRBY', counts, v[1], -1) <= 0 then redis.call('HDEL', counts, v[1]) end
   end
