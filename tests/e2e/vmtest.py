@@ -94,10 +94,11 @@ def cache_images(stack, pod, node, images=IMAGES):
             raise RuntimeError("CacheImage %s: %s" % (ref, got))
 
 
-def start_stack(pod, node, prefix, config=None, storage=False):
+def start_stack(pod, node, prefix, config=None, storage=False, more_nodes=()):
     """The module's stack: one node agent of node in pod on qemu:///system, the guest's images
     cached there. prefix: the module's domain names (its apps) start with it. storage: the
-    node also holds StorageService pools (storage.default_node)."""
+    node also holds StorageService pools (storage.default_node). more_nodes: the names of more
+    nodes of pod, each an agent of its own on the same libvirtd with the images cached too."""
     global STACK, POD, NODE, PREFIX
     POD, NODE, PREFIX = pod, node, prefix
     prepare_host()
@@ -109,10 +110,12 @@ def start_stack(pod, node, prefix, config=None, storage=False):
     for k, v in (config or {}).items():
         cfg.setdefault(k, {}).update(v)
     STACK = pvtest.Stack(gateways=1, workers=1, schedulers=1,
-                         agents=[{"node": node, "pod": pod, "endpoint": "virt://qemu:///system"}],
+                         agents=[{"node": n, "pod": pod, "endpoint": "virt://qemu:///system"}
+                                 for n in (node,) + tuple(more_nodes)],
                          config=cfg)
     STACK.start()
-    cache_images(STACK, pod, node)
+    for n in (node,) + tuple(more_nodes):
+        cache_images(STACK, pod, n)
     return STACK
 
 
