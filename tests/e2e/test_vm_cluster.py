@@ -137,7 +137,8 @@ class Cluster(Base):
     def test_a_drain_moves_the_vms(self):
         self.until("both nodes READY", lambda: all(
             self.node(n).status == C.NODE_STATUS_READY for n in NODES))
-        opts = vmtest.deploy(APP, memory="128M")
+        # half a CPU each: both fit on one node of a one-core machine (one vcpu each still)
+        opts = vmtest.deploy(APP, memory="128M", cpus=0.5)
         opts.count = 2
         opts.nodenames[:] = [NODES[0]]
         msgs = list(self.core.CreateWorkload(opts, timeout=300))

@@ -80,9 +80,22 @@ def prepare_host():
         os.chmod("/dev/kvm", 0o660)
 
 
+def wait_available(core, node, timeout=60.0):
+    """Waits until node's agent is alive: the stack's start waits for its registration, which
+    comes before its first engine report (seconds on a loaded host) and only then the alive key
+    that node calls need."""
+    deadline = time.monotonic() + timeout
+    while not core.GetNode(core_pb2.GetNodeOptions(nodename=node), timeout=10).available:
+        if time.monotonic() >= deadline:
+            raise RuntimeError("the agent of node %s is not alive %.0f s after its start" %
+                               (node, timeout))
+        time.sleep(0.2)
+
+
 def cache_images(stack, pod, node, images=IMAGES):
     """Puts the guest's VM images into the registry directory and CacheImage's them onto node."""
     core = core_pb2_grpc.CoreRPCStub(stack.channel(0))
+    wait_available(core, node)
     for ref, tar in images:
         name, tag = ref.rsplit(":", 1)
         dst = os.path.join(stack.data_dir, "registry", name, tag + ".tar")
