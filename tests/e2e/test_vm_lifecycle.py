@@ -143,8 +143,8 @@ class Audit(Base):
         self.assertEqual(eng.type, "virt")
         msg, _ = self.create("vltaudit")
         lost = msg.id
-        # the facts are a snapshot of each status pass: one taken while the domain started
-        # (QEMU runs paused until libvirt resumes it, "paused (starting up)") says paused
+        # the facts are a snapshot of each status pass: wait for one that has the new domain
+        # (one taken while libvirt starts it, "paused (starting up)", says running too)
         deadline = time.monotonic() + 20
         info = self.virt_info()
         while (info["workloads"].get(lost, {}).get("state") != "running" and

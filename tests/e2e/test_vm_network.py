@@ -17,6 +17,11 @@ addresses through their guest agents (busybox `ip addr add`, ExecuteWorkload). T
       DisconnectNetwork of B, A's ping gets no answer (the traffic went over that network and
       nothing else: the guests' user-mode interfaces cannot reach each other); both removed,
       no domain left.
+  test_fixed_address_released
+      a persistent network with DHCP, never started (no dnsmasq here), takes the host entry
+      that ConnectNetwork with ipv4 reserves for a stopped guest's new interface (virsh
+      net-dumpxml --inactive: its MAC and the address); DisconnectNetwork drops it; connected
+      again, RemoveWorkload drops it too.
 """
 import os
 import secrets
@@ -34,6 +39,8 @@ NODE = "vnq1"
 HEX = secrets.token_hex(4)
 NETWORK = "pvnet-%d-%s" % (os.getpid(), HEX)
 BRIDGE = "pvbr" + HEX  # 12 characters: a Linux interface name has at most 15
+DHCP_NETWORK = NETWORK + "-dhcp"  # persistent, never started: test_fixed_address_released
+DHCP_BRIDGE = "pvbd" + HEX
 ADDR = {"a": "10.77.0.1", "b": "10.77.0.2"}
 PORT = 7777
 
@@ -57,6 +64,7 @@ def tearDownModule():
         vmtest.stop_stack()
     finally:
         subprocess.run(VIRSH + ["net-destroy", NETWORK], capture_output=True)
+        subprocess.run(VIRSH + ["net-undefine", DHCP_NETWORK], capture_output=True)
 
 
 class Network(Base):
@@ -159,6 +167,49 @@ class Network(Base):
             self.remove(a.id)
             self.remove(b.id)
         self.assertEqual(vmtest.domains("vnt"), [])
+
+    def dhcp_hosts(self):
+        """{mac: ip} of the DHCP host entries in DHCP_NETWORK's definition."""
+        r = subprocess.run(VIRSH + ["net-dumpxml", "--inactive", DHCP_NETWORK],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return {h.get("mac"): h.get("ip") for h in ET.fromstring(r.stdout).iter("host")}
+
+    def connect_fixed(self, wid, ipv4):
+        got = self.core.ConnectNetwork(core_pb2.ConnectNetworkOptions(
+            network=DHCP_NETWORK, target=wid, ipv4=ipv4), timeout=60)
+        self.assertEqual(got.name, DHCP_NETWORK)
+        dom = ET.fromstring(self.raw(wid, "domain_xml"))
+        macs = [i.find("mac").get("address") for i in dom.iter("interface")
+                if i.find("source") is not None and
+                i.find("source").get("network") == DHCP_NETWORK]
+        self.assertEqual(len(macs), 1, macs)
+        self.assertEqual(self.dhcp_hosts(), {macs[0]: ipv4})
+        return macs[0]
+
+    def test_fixed_address_released(self):
+        # a network with DHCP cannot start here (no dnsmasq), but its definition takes host
+        # entries: ConnectNetwork's ipv4 reserves one for the stopped VM's new interface
+        # (persistent), DisconnectNetwork and RemoveWorkload release it
+        xml = ("<network><name>%s</name><bridge name='%s'/><ip address='10.78.0.1' "
+               "netmask='255.255.255.0'><dhcp><range start='10.78.0.10' end='10.78.0.99'/>"
+               "</dhcp></ip></network>" % (DHCP_NETWORK, DHCP_BRIDGE))
+        r = subprocess.run(VIRSH + ["net-define", "/dev/stdin"], input=xml, capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        c, _ = self.create("vntc", opts=vmtest.deploy("vntc", memory="128M"))
+        try:
+            self.control(c.id, "stop")
+            self.connect_fixed(c.id, "10.78.0.50")
+            self.core.DisconnectNetwork(core_pb2.DisconnectNetworkOptions(
+                network=DHCP_NETWORK, target=c.id), timeout=60)
+            self.assertEqual(self.dhcp_hosts(), {})
+            self.connect_fixed(c.id, "10.78.0.51")
+        finally:
+            self.remove(c.id)
+            self.assertEqual(self.dhcp_hosts(), {})
+            subprocess.run(VIRSH + ["net-undefine", DHCP_NETWORK], capture_output=True)
+        self.assertEqual(vmtest.domains("vntc"), [])
 
     def test_deploy_on_missing_network(self):
         opts = vmtest.deploy("vntmissing", memory="128M")

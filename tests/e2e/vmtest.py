@@ -80,9 +80,22 @@ def prepare_host():
         os.chmod("/dev/kvm", 0o660)
 
 
+def wait_available(core, node, timeout=60.0):
+    """Waits until node's agent is alive: the stack's start waits for its registration, which
+    comes before its first engine report (seconds on a loaded host) and only then the alive key
+    that node calls need."""
+    deadline = time.monotonic() + timeout
+    while not core.GetNode(core_pb2.GetNodeOptions(nodename=node), timeout=10).available:
+        if time.monotonic() >= deadline:
+            raise RuntimeError("the agent of node %s is not alive %.0f s after its start" %
+                               (node, timeout))
+        time.sleep(0.2)
+
+
 def cache_images(stack, pod, node, images=IMAGES):
     """Puts the guest's VM images into the registry directory and CacheImage's them onto node."""
     core = core_pb2_grpc.CoreRPCStub(stack.channel(0))
+    wait_available(core, node)
     for ref, tar in images:
         name, tag = ref.rsplit(":", 1)
         dst = os.path.join(stack.data_dir, "registry", name, tag + ".tar")
@@ -94,10 +107,11 @@ def cache_images(stack, pod, node, images=IMAGES):
             raise RuntimeError("CacheImage %s: %s" % (ref, got))
 
 
-def start_stack(pod, node, prefix, config=None, storage=False):
+def start_stack(pod, node, prefix, config=None, storage=False, more_nodes=()):
     """The module's stack: one node agent of node in pod on qemu:///system, the guest's images
     cached there. prefix: the module's domain names (its apps) start with it. storage: the
-    node also holds StorageService pools (storage.default_node)."""
+    node also holds StorageService pools (storage.default_node). more_nodes: the names of more
+    nodes of pod, each an agent of its own on the same libvirtd with the images cached too."""
     global STACK, POD, NODE, PREFIX
     POD, NODE, PREFIX = pod, node, prefix
     prepare_host()
@@ -109,10 +123,12 @@ def start_stack(pod, node, prefix, config=None, storage=False):
     for k, v in (config or {}).items():
         cfg.setdefault(k, {}).update(v)
     STACK = pvtest.Stack(gateways=1, workers=1, schedulers=1,
-                         agents=[{"node": node, "pod": pod, "endpoint": "virt://qemu:///system"}],
+                         agents=[{"node": n, "pod": pod, "endpoint": "virt://qemu:///system"}
+                                 for n in (node,) + tuple(more_nodes)],
                          config=cfg)
     STACK.start()
-    cache_images(STACK, pod, node)
+    for n in (node,) + tuple(more_nodes):
+        cache_images(STACK, pod, n)
     return STACK
 
 

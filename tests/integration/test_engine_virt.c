@@ -426,6 +426,19 @@ static bool has_iface(fixture *f, const char *name, unsigned int flags, const ch
     return hit;
 }
 
+/* Whether the test network (f->net) has a DHCP host entry of mac for ipv4. */
+static bool has_dhcp_host(fixture *f, const char *mac, const char *ipv4) {
+    virNetworkPtr net = virNetworkLookupByName(f->conn, f->net);
+    assert_non_null(net);
+    char *nxml = virNetworkGetXMLDesc(net, 0), want[128];
+    virNetworkFree(net);
+    assert_non_null(nxml);
+    snprintf(want, sizeof want, "<host mac='%s' ip='%s'/>", mac, ipv4);
+    bool hit = strstr(nxml, want) != NULL;
+    free(nxml);
+    return hit;
+}
+
 static void test_connect_disconnect(void **state) {
     fixture *f = *state;
     char id[64], name[80];
@@ -477,11 +490,7 @@ static void test_connect_disconnect(void **state) {
     wk_virt_link_clear(&l);
     assert_true(has_iface(f, name, VIR_DOMAIN_XML_INACTIVE, mac, f->net));
     assert_false(has_iface(f, name, 0, mac, f->net));
-    virNetworkPtr net = virNetworkLookupByName(f->conn, f->net);
-    char *nxml = virNetworkGetXMLDesc(net, 0), want[128];
-    snprintf(want, sizeof want, "<host mac='%s' ip='10.77.3.50'/>", mac);
-    assert_non_null(strstr(nxml, want));
-    free(nxml);
+    assert_true(has_dhcp_host(f, mac, "10.77.3.50"));
     assert_int_equal(wk_engine_stop(f->e, id, 1, false, &st), PV_OK);
     assert_int_equal(wk_engine_start(f->e, id, &st), PV_OK);
     assert_true(has_iface(f, name, 0, mac, f->net));
@@ -493,10 +502,7 @@ static void test_connect_disconnect(void **state) {
     wk_virt_link_clear(&l);
     assert_false(has_iface(f, name, VIR_DOMAIN_XML_INACTIVE, mac, f->net));
     assert_true(has_iface(f, name, 0, mac, f->net));
-    nxml = virNetworkGetXMLDesc(net, 0);
-    assert_null(strstr(nxml, want)); /* the reservation went with it */
-    free(nxml);
-    virNetworkFree(net);
+    assert_false(has_dhcp_host(f, mac, "10.77.3.50")); /* the reservation went with it */
     assert_int_equal(wk_engine_stop(f->e, id, 0, false, &st), PV_OK);
     assert_int_equal(wk_engine_start(f->e, id, &st), PV_OK);
     assert_false(has_iface(f, name, 0, mac, f->net));
@@ -512,6 +518,49 @@ static void test_connect_disconnect(void **state) {
     assert_int_equal(wk_virt_connect_network(f->v, "no-such-workload", f->net, NULL, NULL, &l, &st),
                      PV_NOT_FOUND);
     remove_ok(f, id);
+}
+
+/* RemoveWorkload releases what ConnectNetwork's ipv4 reserved on the network's DHCP: of a
+ * stopped domain, and of a running one removed with force. */
+static void test_remove_releases_address(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    for (int running = 0; running < 2; running++) {
+        char id[64], name[80], mac[32];
+        uniq(id, sizeof id, "rel");
+        wk_workload_spec s = spec_of(id, name, sizeof name);
+        wk_engine_info info;
+        create_ok(f, &s, &info);
+        wk_engine_info_clear(&info);
+        if (running) assert_int_equal(wk_engine_start(f->e, id, &st), PV_OK);
+        const char *ipv4 = running ? "10.77.3.61" : "10.77.3.60";
+        wk_virt_link l;
+        assert_int_equal(wk_virt_connect_network(f->v, id, f->net, ipv4, NULL, &l, &st), PV_OK);
+        snprintf(mac, sizeof mac, "%s", l.mac);
+        wk_virt_link_clear(&l);
+        assert_true(has_dhcp_host(f, mac, ipv4));
+        if (wk_engine_remove(f->e, id, running, &st) != PV_OK) fail_msg("remove: %s", st.msg);
+        assert_int_equal(vir_state(f, name), -1);
+        assert_false(has_dhcp_host(f, mac, ipv4));
+    }
+}
+
+/* A domain paused by libvirt while its start is under way is running, not paused; the other
+ * states as wk_engine.h has them. */
+static void test_state_of(void **state) {
+    (void)state;
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_PAUSED, VIR_DOMAIN_PAUSED_STARTING_UP, true),
+                     WK_STATE_RUNNING);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_PAUSED, VIR_DOMAIN_PAUSED_USER, true),
+                     WK_STATE_PAUSED);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_PMSUSPENDED, 0, true), WK_STATE_PAUSED);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_RUNNING, VIR_DOMAIN_RUNNING_BOOTED, true),
+                     WK_STATE_RUNNING);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_SHUTDOWN, 0, true), WK_STATE_RUNNING);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_SHUTOFF, VIR_DOMAIN_SHUTOFF_SHUTDOWN, true),
+                     WK_STATE_STOPPED);
+    assert_int_equal(wk_virt_state_of(VIR_DOMAIN_SHUTOFF, VIR_DOMAIN_SHUTOFF_UNKNOWN, false),
+                     WK_STATE_CREATED);
 }
 
 /* Client text in the name, image and labels, markup and entity look-alikes included, comes back
@@ -659,7 +708,8 @@ int main(void) {
         cmocka_unit_test(test_list_and_metadata), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_list_networks),     cmocka_unit_test(test_connect_disconnect),
         cmocka_unit_test(test_hostile_metadata),  cmocka_unit_test(test_raw),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),           cmocka_unit_test(test_remove_releases_address),
+        cmocka_unit_test(test_state_of),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

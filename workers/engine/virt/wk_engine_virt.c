@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_log.h"
 #include "wk_engine_impl.h"
 #include "wk_files.h"
 #include "wk_guest.h"
@@ -417,18 +418,25 @@ static int find_domain(wk_virt *v, const char *id, virDomainPtr *dom, json_t **m
 /* ---- workload info ----------------------------------------------------------------------------
  */
 
-static wk_state map_state(int vs, const json_t *meta) {
+wk_state wk_virt_state_of(int vs, int reason, bool started) {
     switch (vs) {
     case VIR_DOMAIN_RUNNING:
     case VIR_DOMAIN_BLOCKED:
     case VIR_DOMAIN_SHUTDOWN: /* being shut down: still running */
         return WK_STATE_RUNNING;
     case VIR_DOMAIN_PAUSED:
+        /* QEMU starts with its vcpus stopped until libvirt has set it up and resumes it: a
+         * domain being started, not one anybody paused */
+        return reason == VIR_DOMAIN_PAUSED_STARTING_UP ? WK_STATE_RUNNING : WK_STATE_PAUSED;
     case VIR_DOMAIN_PMSUSPENDED:
         return WK_STATE_PAUSED;
     default:
-        return json_is_true(json_object_get(meta, "started")) ? WK_STATE_STOPPED : WK_STATE_CREATED;
+        return started ? WK_STATE_STOPPED : WK_STATE_CREATED;
     }
+}
+
+static wk_state map_state(int vs, int reason, const json_t *meta) {
+    return wk_virt_state_of(vs, reason, json_is_true(json_object_get(meta, "started")));
 }
 
 /* A domain has no exit status; the shutoff reason stands in for it: a clean shutdown is 0, a
@@ -477,8 +485,9 @@ static void add_iface(json_t *root, const iface *f, virDomainInterfacePtr *ifs, 
                                   f->type ? f->type : "", "addresses", addrs));
 }
 
-/* The interfaces of domain XML xml into root; none when it does not parse. */
-static void add_ifaces(json_t *root, const char *xml, virDomainInterfacePtr *ifs, int nifs) {
+/* Calls fn(f, arg) for each interface f of domain XML xml, in order; none when xml is NULL or
+ * does not parse. */
+static void each_iface(const char *xml, void (*fn)(const iface *f, void *arg), void *arg) {
     wk_xml *x;
     pv_status st;
     if (!xml || wk_xml_parse(xml, &x, &st) != PV_OK) return;
@@ -486,10 +495,26 @@ static void add_ifaces(json_t *root, const char *xml, virDomainInterfacePtr *ifs
     size_t n;
     if (ifaces_read(x, &fs, &n, &st) == PV_OK) {
         for (size_t i = 0; i < n; i++)
-            add_iface(root, &fs[i], ifs, nifs);
+            fn(&fs[i], arg);
         ifaces_free(fs, n);
     }
     wk_xml_free(x);
+}
+
+typedef struct ifaces_arg {
+    json_t *root;
+    virDomainInterfacePtr *ifs;
+    int nifs;
+} ifaces_arg;
+
+static void add_iface_to(const iface *f, void *arg) {
+    ifaces_arg *a = arg;
+    add_iface(a->root, f, a->ifs, a->nifs);
+}
+
+/* The interfaces of domain XML xml into root; none when it does not parse. */
+static void add_ifaces(json_t *root, const char *xml, virDomainInterfacePtr *ifs, int nifs) {
+    each_iface(xml, add_iface_to, &(ifaces_arg){root, ifs, nifs});
 }
 
 /* {"<network>": {"mac": "...", "type": "network", "addresses": [...]}, ...} from the domain's
@@ -526,7 +551,7 @@ static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_in
     char uuid[VIR_UUID_STRING_BUFLEN];
     if (virDomainGetUUIDString(d, uuid) < 0)
         return lv_fail(v, st, "domain %s: virDomainGetUUIDString", virDomainGetName(d));
-    out->state = map_state(vs, meta);
+    out->state = map_state(vs, reason, meta);
     out->exit_code = out->state == WK_STATE_STOPPED ? exit_code_of(vs, reason) : 0;
     out->id = xstrdup(json_string_value(json_object_get(meta, "id")));
     out->name = xstrdup(virDomainGetName(d));
@@ -950,7 +975,7 @@ static int lookup_state(wk_virt *v, const char *id, virDomainPtr *d, json_t **me
         *meta = NULL;
         return rc;
     }
-    *ws = map_state(vs, *meta);
+    *ws = map_state(vs, reason, *meta);
     return PV_OK;
 }
 
@@ -1174,6 +1199,9 @@ static void collect_images(wk_virt *v, bool sweep) {
     json_decref(used);
 }
 
+static json_t *network_macs(wk_virt *v, virDomainPtr d);
+static void release_addresses(wk_virt *v, const char *id, const json_t *macs);
+
 static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
     wk_virt *v = impl;
     lock(v);
@@ -1183,12 +1211,18 @@ static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc == PV_OK) {
         bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED;
+        /* read before the destroy: an interface only the running domain has goes with it */
+        json_t *macs = network_macs(v, d);
         if (active && !force)
             rc = pv_status_set(st, PV_FAILED_PRECONDITION,
                                "workload %s is %s: stop it first or remove with force", id,
                                state_name(ws));
         else if (active && virDomainDestroy(d) < 0 && dom_active(v, d))
             rc = lv_fail(v, st, "workload %s: virDomainDestroy %s", id, virDomainGetName(d));
+        /* before the undefine, so that a remove redelivered after a crash between the two finds
+         * the domain and releases again (a no-op), rather than no domain and a reservation left */
+        if (rc == PV_OK) release_addresses(v, id, macs);
+        json_decref(macs);
         if (rc == PV_OK) rc = undefine(v, id, d, st);
         /* the domain is gone: what it had on the node goes too */
         if (rc == PV_OK)
@@ -1568,7 +1602,7 @@ static void add_domain_fact(virDomainPtr d, const json_t *meta, json_t *facts, j
     virDomainInfo info;
     int vs = 0, reason = 0;
     if (virDomainGetInfo(d, &info) < 0 || virDomainGetState(d, &vs, &reason, 0) < 0) return;
-    wk_state ws = map_state(vs, meta);
+    wk_state ws = map_state(vs, reason, meta);
     /* stopped through the API (virt_stop records when) or by itself (a guest's poweroff: exit
      * code 0), or killed (destroyed behind pivirt's back, QEMU gone: the audit's
      * WL_NOT_RUNNING) */
@@ -1917,6 +1951,44 @@ static int release_mac(wk_virt *v, virNetworkPtr net, const char *mac, pv_status
         return lv_fail(v, st, "network %s: releasing the address of %s", virNetworkGetName(net),
                        mac);
     return PV_OK;
+}
+
+/* each_iface: {mac: network} into out (a json object) for an interface on a libvirt network. */
+static void add_network_mac(const iface *f, void *out) {
+    if (f->type && strcmp(f->type, "network") == 0 && f->mac && f->source)
+        json_object_set_new(out, f->mac, json_string(f->source));
+}
+
+/* {mac: network} of d's interfaces on libvirt networks, persistent and live (a new reference;
+ * NULL when out of memory). */
+static json_t *network_macs(wk_virt *v, virDomainPtr d) {
+    json_t *out = json_object();
+    for (int pass = 0; out && pass < (dom_active(v, d) ? 2 : 1); pass++) {
+        char *xml = dom_xml(v, d, pass == 0);
+        if (!xml) err_reset(v);
+        each_iface(xml, add_network_mac, out);
+        free(xml);
+    }
+    return out;
+}
+
+/* Drops the DHCP host reservations (ConnectNetwork's ipv4) of the interfaces macs
+ * (network_macs) of workload id's domain, which is going away. A network that is gone took its
+ * reservations with it; a release that fails is logged, and the remove goes on: the domain's
+ * removal is what was asked. */
+static void release_addresses(wk_virt *v, const char *id, const json_t *macs) {
+    const char *mac;
+    json_t *network;
+    json_object_foreach((json_t *)macs, mac, network) {
+        virNetworkPtr net = virNetworkLookupByName(v->conn, json_string_value(network));
+        pv_status st;
+        if (!net)
+            err_reset(v);
+        else if (release_mac(v, net, mac, &st) != PV_OK)
+            pv_warn("workload %s: the address reserved for %s on network %s stays: %s", id, mac,
+                    json_string_value(network), st.msg);
+        if (net) virNetworkFree(net);
+    }
 }
 
 static int link_fill(virNetworkPtr net, const char *network, const char *mac, bool live,

@@ -35,6 +35,12 @@ typedef struct wk_virt wk_virt;
 int wk_virt_open(const char *uri, const wk_engine_opts *opts, wk_virt **out, pv_status *st);
 void wk_virt_close(wk_virt *v); /* leaves the domains as they are */
 
+/* The workload state of a domain in libvirt's state vs (virDomainState) for reason (its
+ * virDomain*Reason); started: the domain ever ran (a shut off domain that never did is CREATED).
+ * A domain whose start is under way (paused, "starting up") is RUNNING: it runs as soon as
+ * libvirt resumes it, and Eru's status says so (running), not paused. */
+wk_state wk_virt_state_of(int vs, int reason, bool started);
+
 /* A libvirt network. Owned by the array that holds it (wk_virt_network_array_free). */
 typedef struct wk_virt_network {
     char *name;
