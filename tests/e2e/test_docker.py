@@ -21,6 +21,10 @@ Classes:
              tail, follow (to the end with the exit), since/until, stdout and stderr apart.
   Files      Send (modes and owners kept, parents made), SendLargeFile, Copy (a tar in 4 KiB
              chunks that unpacks to what was sent), DeployOptions data placed before start.
+  Images     BuildImage RAW and EXIST pushed to the registry, which asks for credentials
+             (htpasswd): the stack's registry.auths go with pushes, pulls (CacheImage, a deploy
+             of an image the daemon lacks) and a build's FROM pulls; an anonymous push is
+             refused. ListImage, RemoveImage, a missing image failing its instance.
 """
 import io
 import itertools
@@ -42,6 +46,8 @@ _env = None
 _dk = _reg = _stack = None
 _counter = itertools.count(1)
 POD = "dkp"
+# The registry asks for these (htpasswd); the stack has them as registry.auths.
+REG_USER, REG_PASSWORD = "pvuser", "pv-secret:1"
 
 
 def setUpModule():
@@ -50,7 +56,7 @@ def setUpModule():
         lambda dk: [{"node": "dk", "pod": POD, "endpoint": dk.endpoint}, ("pr", POD)],
         config={"worker": {"status_interval_seconds": 1, "stop_grace_seconds": 5,
                            "build_pod": POD}},
-        registry=True)
+        registry=(REG_USER, REG_PASSWORD))
     _dk, _reg, _stack = _env.daemon, _env.registry, _env.stack
     make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
@@ -622,6 +628,34 @@ class Images(Base):
         self.remove([blocker])
         self.assertEqual(t.get("grpc-status"), "1071", t)
         self.assertIn("returned a non-zero code: 3", t.get("grpc-message", ""))
+
+
+    def test_registry_credentials_are_sent(self):
+        # the registry refuses an anonymous push straight through the daemon...
+        anon = "%s/pivirt/anon" % _reg.addr
+        self.dk.api("POST", "/images/demo:1/tag?repo=%s&tag=1" % anon)
+        status, out = self.dk.raw("POST", "/images/%s/push?tag=1" % anon,
+                                  headers={"X-Registry-Auth": "e30="})
+        self.assertIn(b"no basic auth credentials", out, status)
+        self.assertEqual(_reg.tags("pivirt/anon"), [])
+        # ...pivirt's pushes carry registry.auths (X-Registry-Auth), and a build's FROM of an
+        # image only the registry holds pulls with them (X-Registry-Config)
+        base, top = "%s/pivirt/base" % _reg.addr, "%s/pivirt/top" % _reg.addr
+        for name, dockerfile in ((base, b"FROM demo:1\nRUN echo base > /base.txt\n"),
+                                 (top, ("FROM %s:b1\nRUN cat /base.txt\n" % base).encode())):
+            blocker = self.busy_process_node()
+            msgs = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+                name=name, tags=["b1"], build_method=core_pb2.BuildImageOptions.RAW,
+                tar=build_context({"Dockerfile": dockerfile})), timeout=120))
+            self.remove([blocker])
+            self.assertEqual([m.progress for m in msgs if m.status == "finished"],
+                             [name + ":b1"], msgs)
+            if name == base:
+                got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+                    podname=POD, nodenames=["dk"], images=[base + ":b1"]), timeout=60))
+                self.assertEqual([(m.image, m.success) for m in got], [(base + ":b1", True)])
+        self.assertTrue(any("Pulling from pivirt/base" in m.stream for m in msgs), msgs)
+        self.assertEqual((_reg.tags("pivirt/base"), _reg.tags("pivirt/top")), (["b1"], ["b1"]))
 
 
 class Networks(Base):

@@ -100,7 +100,9 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
                         .tls_ca = cfg->worker.tls_ca,
                         .tls_cert = cfg->worker.tls_cert,
                         .tls_key = cfg->worker.tls_key,
-                        .node = a->node};
+                        .node = a->node,
+                        .registry_auths = (const char *const *)cfg->registry.auths,
+                        .n_registry_auths = cfg->registry.n_auths};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
         snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);

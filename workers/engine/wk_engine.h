@@ -67,6 +67,9 @@ typedef struct wk_engine_opts {
     /* docker engine: the node it serves; only containers labelled eru.nodename=<node> are its
      * own (several nodes may share one daemon). NULL or "" = every container with pivirt.id */
     const char *node;
+    /* docker engine: registry credentials, each "HOST=USERNAME:PASSWORD" (registry.auths) */
+    const char *const *registry_auths;
+    size_t n_registry_auths;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the

@@ -18,7 +18,10 @@
 static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
     *impl = NULL;
     wk_docker *d = calloc(1, sizeof *d);
-    if (!d || !(d->ids = json_object())) {
+    if (!d || !(d->ids = json_object()) ||
+        !(d->auths = wk_docker_auths(opts ? opts->registry_auths : NULL,
+                                     opts ? opts->n_registry_auths : 0))) {
+        if (d) json_decref(d->ids);
         free(d);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
@@ -26,6 +29,7 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
                          opts ? opts->tls_key : NULL};
     if (wk_docker_api_open(uri, &tls, &d->api, st) != PV_OK) {
         json_decref(d->ids);
+        json_decref(d->auths);
         free(d);
         return st->code;
     }
@@ -53,6 +57,7 @@ static void docker_close(void *impl) {
     if (!d) return;
     wk_docker_api_close(d->api);
     json_decref(d->ids);
+    json_decref(d->auths);
     free(d->node_label);
     pthread_mutex_destroy(&d->mu);
     free(d);

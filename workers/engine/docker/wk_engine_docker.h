@@ -40,6 +40,7 @@ typedef struct wk_docker {
     pthread_mutex_t mu; /* ids */
     json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
     char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
+    json_t *auths;      /* registry host -> {"username", "password", "serveraddress"} */
 } wk_docker;
 
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
@@ -69,6 +70,10 @@ int wk_docker_get_file(void *impl, const char *id, const char *path, char **data
                        int *mode, int *uid, int *gid, pv_status *st);
 
 /* wk_docker_image.c */
+/* d->auths from registry.auths entries "HOST=USERNAME:PASSWORD" (a new object; entries that
+ * do not parse are logged and skipped: the configuration refuses them before). NULL when out
+ * of memory. */
+json_t *wk_docker_auths(const char *const *entries, size_t n);
 int wk_docker_image_list(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
 int wk_docker_pull(void *impl, const char *ref, pv_status *st);
 int wk_docker_image_remove(void *impl, const char *ref, bool prune, pv_status *st);
