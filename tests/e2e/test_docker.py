@@ -17,6 +17,9 @@ Classes:
              RemoveWorkload leaves no container; a deploy over the pod spreads over both nodes;
              an agent restarted finds its containers again by label; raw_args merged (cap_add)
              and bad raw_args refused naming the field.
+             The node's engine info (Node.info "docker"): GET /info's figures and each
+             container's limits as inspected; GetNodeResource's diffs name a container whose
+             limits are not its allocation's (a docker update behind pivirt's back).
   Exec       ExecuteWorkload: output, env, workdir, "[exitcode] N"; RunAndWait; LogStream with
              tail, follow (to the end with the exit), since/until, stdout and stderr apart.
   Files      Send (modes and owners kept, parents made), SendLargeFile, Copy (a tar in 4 KiB
@@ -172,6 +175,13 @@ class Lifecycle(Base):
         hc = self.container(msgs[0].id)["HostConfig"]
         self.assertRegex(hc["CpusetCpus"], r"^\d+$")
         self.assertEqual(hc["NanoCpus"], 0)
+        # reported as inspected, and what the allocation (its bound core) gives: no diff
+        deadline = time.monotonic() + 20
+        while msgs[0].id not in self.reported().get("workloads", {}) and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.reported()["workloads"][msgs[0].id]["cpuset"], hc["CpusetCpus"])
+        self.assertEqual(self.diffs_of(msgs[0].id), [])
         self.remove([msgs[0].id])
 
     def test_control_and_status(self):
@@ -199,6 +209,43 @@ class Lifecycle(Base):
         self.assertNotEqual(c["State"]["StartedAt"], second)
         self.remove([wid])
         self.assertIsNone(self.container(wid))
+
+    def reported(self):
+        """The docker engine's part of node dk's engine info (Node.info)."""
+        node = self.core.GetNode(core_pb2.GetNodeOptions(nodename="dk"), timeout=10)
+        return json.loads(node.info or "{}").get("docker", {})
+
+    def diffs_of(self, wid):
+        res = self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename="dk")), timeout=30)
+        return [d for d in res.diffs if wid in d]
+
+    def test_engine_info_and_resource_diffs(self):
+        m = self.create(deploy(1, cpu=0.5, memory="64M"))[0]
+        deadline = time.monotonic() + 20
+        while m.id not in self.reported().get("workloads", {}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        info, daemon = self.reported(), self.dk.api("GET", "/info")
+        self.assertEqual((info["server_version"], info["cpus"], info["mem_total"],
+                          info["storage_driver"], info["endpoint"]),
+                         (daemon["ServerVersion"], daemon["NCPU"], daemon["MemTotal"],
+                          "overlay2", self.dk.endpoint))
+        self.assertEqual(info["workloads"][m.id], {"container": m.name, "state": "running",
+                                                   "cpu": 0.5, "cpuset": "", "memory": 64 << 20})
+        self.assertEqual(self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename="dk"),
+                                                     timeout=10).type, "docker")
+        self.assertEqual(self.diffs_of(m.id), [])
+        # limits changed behind pivirt's back: GetNodeResource's diff names both sides
+        cid = self.container(m.id)["Id"]
+        self.dk.api("POST", "/containers/%s/update" % cid, {
+            "NanoCpus": 250000000, "Memory": 48 << 20, "MemorySwap": 48 << 20})
+        deadline = time.monotonic() + 20
+        while not self.diffs_of(m.id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.diffs_of(m.id), [
+            "workload %s: its container %s runs with cpu 0.25, cpuset \"\" and memory 48 MiB, "
+            "its allocation gives cpu 0.5, no cpuset and memory 64 MiB" % (m.id, m.name)])
+        self.remove([m.id])
 
     def test_spread_over_docker_and_process_nodes(self):
         opts = deploy(2, node=None, commands=("/bin/sh", "-c", "sleep 300"))

@@ -85,9 +85,7 @@ void wk_docker_forget(wk_docker *d, const char *id) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* GET /containers/json of every container with the id label (label "pivirt.id" alone: all of
- * this node's; "pivirt.id=X": workload X's). */
-static int list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st) {
+int wk_docker_list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st) {
     json_t *filters = json_pack("{s:[s]}", "label", label);
     if (filters && d->node_label && !strchr(label, '='))
         json_array_append_new(json_object_get(filters, "label"), json_string(d->node_label));
@@ -111,7 +109,7 @@ int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st)
     char label[160];
     snprintf(label, sizeof label, WK_DOCKER_ID_LABEL "=%s", id);
     json_t *list = NULL;
-    if (list_labelled(d, label, &list, st) != PV_OK) return st->code;
+    if (wk_docker_list_labelled(d, label, &list, st) != PV_OK) return st->code;
     const char *found = json_string_value(json_object_get(json_array_get(list, 0), "Id"));
     int rc = found ? PV_OK
                    : pv_status_set(st, PV_NOT_FOUND, "workload %s: no container of it on %s", id,
@@ -246,7 +244,7 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
     *out = NULL;
     *n = 0;
     json_t *list = NULL;
-    if (list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
+    if (wk_docker_list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
     wk_engine_info *infos = calloc(json_array_size(list) + 1, sizeof *infos);
     if (!infos) {
         json_decref(list);
@@ -420,4 +418,5 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .networks = wk_docker_networks,
     .connect = wk_docker_connect,
     .disconnect = wk_docker_disconnect,
+    .facts = wk_docker_facts,
 };

@@ -46,6 +46,9 @@ typedef struct wk_docker {
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
  * NOT_FOUND naming the workload when the daemon has no container of it. */
 int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st);
+/* GET /containers/json of every container with the id label (label "pivirt.id" alone: all of
+ * this node's; "pivirt.id=X": workload X's); *out a new reference. */
+int wk_docker_list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st);
 /* Drops what the cache knows of id (a container removed, or gone behind the engine's back). */
 void wk_docker_forget(wk_docker *d, const char *id);
 
@@ -80,6 +83,9 @@ int wk_docker_image_remove(void *impl, const char *ref, bool prune, pv_status *s
 int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *exist_id,
                           const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                           char **id, pv_status *st);
+
+/* wk_docker_facts.c: the engine info report (GET /info, each container's limits) */
+int wk_docker_facts(void *impl, char **out, pv_status *st);
 
 /* wk_docker_net.c */
 int wk_docker_networks(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
