@@ -4,12 +4,10 @@
  * figures (versions, drivers, cores, memory, container and image counts) and "workloads", each
  * container of this node as the daemon really has it: {workload id: {"container", "state",
  * "cpu" (NanoCpus in cores, 0 = no quota), "cpuset" (CpusetCpus, "" = not bound), "memory"
- * (bytes, 0 = no limit)}}. GetNodeResource compares those limits with the recorded allocations
- * (its diffs: a ReallocResource the daemon did not apply, a `docker update` behind pivirt's
- * back).
- *
- * Each report inspects every container of the node (the list answers no limits): one cheap
- * call per container and beat.
+ * (bytes, 0 = no limit)}}, as the agent's last status listing inspected them (wk_engine_list,
+ * every worker.status_interval_seconds: no call of its own). GetNodeResource compares those limits
+ * with the recorded allocations (its diffs: a ReallocResource the daemon did not apply, a `docker
+ * update` behind pivirt's back).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,35 +32,21 @@ static const struct {
                  {"Images", "images"},
                  {"Name", "hostname"}};
 
-/* One container of the list into workloads[id], from its inspect (skipped when it went away
- * meanwhile). */
-static void add_container(wk_docker *d, json_t *c, json_t *wls) {
-    const char *id =
-        json_string_value(json_object_get(json_object_get(c, "Labels"), WK_DOCKER_ID_LABEL));
-    const char *cid = json_string_value(json_object_get(c, "Id"));
-    if (!id || !cid) return;
-    char path[128];
-    snprintf(path, sizeof path, "/containers/%.64s/json", cid);
-    json_t *in = NULL;
-    pv_status st;
-    if (wk_docker_json(d->api, "GET", path, NULL, &in, "inspect", &st) != PV_OK) return;
+json_t *wk_docker_limits_of(json_t *in) {
     json_t *host = json_object_get(in, "HostConfig");
     const char *name = json_string_value(json_object_get(in, "Name"));
-    json_object_set_new(
-        wls, id,
-        json_pack("{s:s, s:s, s:f, s:s, s:I}", "container", name ? name + (name[0] == '/') : "",
-                  "state",
-                  json_string_value(json_object_get(json_object_get(in, "State"), "Status")) ?: "",
-                  "cpu", (double)json_integer_value(json_object_get(host, "NanoCpus")) / 1e9,
-                  "cpuset", json_string_value(json_object_get(host, "CpusetCpus")) ?: "", "memory",
-                  json_integer_value(json_object_get(host, "Memory"))));
-    json_decref(in);
+    return json_pack(
+        "{s:s, s:s, s:f, s:s, s:I}", "container", name ? name + (name[0] == '/') : "", "state",
+        json_string_value(json_object_get(json_object_get(in, "State"), "Status")) ?: "", "cpu",
+        (double)json_integer_value(json_object_get(host, "NanoCpus")) / 1e9, "cpuset",
+        json_string_value(json_object_get(host, "CpusetCpus")) ?: "", "memory",
+        json_integer_value(json_object_get(host, "Memory")));
 }
 
 int wk_docker_facts(void *impl, char **out, pv_status *st) {
     wk_docker *d = impl;
     *out = NULL;
-    json_t *info = NULL, *list = NULL;
+    json_t *info = NULL;
     if (wk_docker_json(d->api, "GET", "/info", NULL, &info, "info", st) != PV_OK) return st->code;
     json_t *facts = json_pack("{s:s, s:o}", "endpoint", wk_docker_api_endpoint(d->api), "workloads",
                               json_object());
@@ -71,13 +55,10 @@ int wk_docker_facts(void *impl, char **out, pv_status *st) {
         if (v) json_object_set(facts, INFO_KEYS[i].to, v);
     }
     json_decref(info);
-    int rc = facts ? wk_docker_list_labelled(d, WK_DOCKER_ID_LABEL, &list, st)
-                   : pv_status_set(st, PV_INTERNAL, "out of memory");
-    size_t i;
-    json_t *c;
-    json_array_foreach(rc == PV_OK ? list : NULL, i, c)
-        add_container(d, c, json_object_get(facts, "workloads"));
-    json_decref(list);
+    int rc = facts ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    pthread_mutex_lock(&d->mu);
+    if (facts && d->seen) json_object_set_new(facts, "workloads", json_deep_copy(d->seen));
+    pthread_mutex_unlock(&d->mu);
     if (rc == PV_OK && !(*out = json_dumps(facts, JSON_COMPACT | JSON_SORT_KEYS)))
         rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     json_decref(facts);

@@ -58,6 +58,7 @@ static void docker_close(void *impl) {
     wk_docker_api_close(d->api);
     json_decref(d->ids);
     json_decref(d->auths);
+    json_decref(d->seen);
     free(d->node_label);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -246,7 +247,10 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
     json_t *list = NULL;
     if (wk_docker_list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
     wk_engine_info *infos = calloc(json_array_size(list) + 1, sizeof *infos);
-    if (!infos) {
+    json_t *seen = json_object();
+    if (!infos || !seen) {
+        free(infos);
+        json_decref(seen);
         json_decref(list);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
@@ -259,9 +263,19 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
         if (!id || !cid) continue;
         remember(d, id, cid);
         pv_status ist;
-        if (docker_inspect(d, id, &infos[got], &ist) == PV_OK) got++; /* gone meanwhile: skip */
+        json_t *in = NULL;
+        if (on_container(d, id, "GET", "/json", NULL, &in, "inspect", 0, &ist) != PV_OK)
+            continue; /* gone meanwhile: skip */
+        info_of(in, &infos[got++]);
+        json_object_set_new(seen, id, wk_docker_limits_of(in));
+        json_decref(in);
     }
     json_decref(list);
+    /* what the engine info reports of the containers: this listing's, every status interval */
+    pthread_mutex_lock(&d->mu);
+    json_decref(d->seen);
+    d->seen = seen;
+    pthread_mutex_unlock(&d->mu);
     *out = infos;
     *n = got;
     return PV_OK;

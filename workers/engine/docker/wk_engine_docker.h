@@ -37,10 +37,11 @@
 typedef struct wk_docker {
     wk_docker_api *api;
     int grace_seconds;  /* default stop grace */
-    pthread_mutex_t mu; /* ids */
+    pthread_mutex_t mu; /* ids, seen */
     json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
     char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
     json_t *auths;      /* registry host -> {"username", "password", "serveraddress"} */
+    json_t *seen;       /* workload id -> wk_docker_limits_of its container, as last listed */
 } wk_docker;
 
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
@@ -86,6 +87,8 @@ int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *e
 
 /* wk_docker_facts.c: the engine info report (GET /info, each container's limits) */
 int wk_docker_facts(void *impl, char **out, pv_status *st);
+/* {"container", "state", "cpu", "cpuset", "memory"} of a container's inspect (a new object). */
+json_t *wk_docker_limits_of(json_t *inspect);
 
 /* wk_docker_net.c */
 int wk_docker_networks(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
