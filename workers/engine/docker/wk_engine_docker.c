@@ -296,22 +296,34 @@ static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *
     return rc;
 }
 
+/* No lookup first: a redelivered create meets its own container by name (the name derives
+ * from the workload id), 409, and only then is it looked up by its label. */
 static int docker_create(void *impl, const wk_workload_spec *spec, wk_engine_info *out,
                          pv_status *st) {
     wk_docker *d = impl;
     memset(out, 0, sizeof *out);
-    char cid[72];
-    pv_status lst;
-    int rc = wk_docker_resolve(d, spec->id, cid, &lst);
-    if (rc == PV_OK)
-        return pv_status_set(st, PV_ALREADY_EXISTS, "workload %s: container %.12s exists", spec->id,
-                             cid);
-    if (rc != PV_NOT_FOUND) return pv_status_set(st, rc, "%s", lst.msg);
     json_t *body = wk_docker_create_body(d, spec, st);
     if (!body) return st->code;
     json_t *created = NULL;
-    rc = create_container(d, spec, body, &created, st);
+    int rc = create_container(d, spec, body, &created, st);
     json_decref(body);
+    if (rc == PV_ALREADY_EXISTS) {
+        char cid[72];
+        pv_status lst;
+        int lrc = wk_docker_resolve(d, spec->id, cid, &lst);
+        if (lrc == PV_OK)
+            pv_status_set(st, PV_ALREADY_EXISTS, "workload %s: container %.12s exists", spec->id,
+                          cid);
+        else if (lrc != PV_NOT_FOUND)
+            rc = pv_status_set(st, lrc, "%s", lst.msg);
+        else { /* another workload's container has the name: the daemon's 409, not ours */
+            char conflict[PV_STATUS_MSG_MAX];
+            snprintf(conflict, sizeof conflict, "%s", st->msg);
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s", conflict);
+        }
+        json_decref(created);
+        return rc;
+    }
     const char *new_id = json_string_value(json_object_get(created, "Id"));
     if (rc == PV_OK && !new_id)
         rc = pv_status_set(st, PV_INTERNAL, "create container: no Id in the daemon's answer");
