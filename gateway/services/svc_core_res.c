@@ -135,42 +135,24 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
 /* ------------------------------------------------------------------------------------------ */
 /* GetNodeResource, GetPodResource                                                             */
 
-/* A virt node's real domains, as its agent reports them (engine info "virt": wk_engine_facts),
- * against the allocations of the workloads recorded there: a domain that runs with other vcpus
- * or memory than its allocation gives it (the virt engine's mapping: ceil(cpu_limit) vcpus, 1
- * when 0; memory_limit bytes, 512 MiB when 0) is a diff: a ReallocResource that applies at the
- * next start, or a change made behind pivirt's back. Domains without a record are the audit's
- * (WL_ORPHAN). Appended to *diffs (malloc'd strings); nothing for other engines. */
-static int domain_diffs(pv_redis *r, const pv_keys *k, const char *node, char ***diffs, size_t *n,
-                        pv_status *st) {
+/* What an engine reported of its workloads against their records: for each reported workload
+ * that has a record, diff(id, reported, the record's cpumem) gives a diff's text (malloc'd) or
+ * NULL when they agree. Appended to *diffs (malloc'd strings). */
+typedef char *(*diff_fn)(const char *id, json_t *reported, json_t *cpumem);
+
+static int engine_diffs(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
+                        diff_fn diff, char ***diffs, size_t *n, pv_status *st) {
     json_t *j = NULL;
-    int rc = pv_domains_get(r, k, node, &j, st);
+    int rc = pv_engine_workloads_get(r, k, node, engine, &j, st);
     const char *id;
     json_t *d;
     json_object_foreach(j, id, d) {
-        const char *state = json_string_value(json_object_get(d, "state"));
         pv_workload w = {0};
         pv_status wst;
-        if (rc != PV_OK || !state || strcmp(state, "running") != 0 ||
-            pv_workload_get(r, k, id, &w, &wst) != PV_OK)
-            continue;
+        if (rc != PV_OK || pv_workload_get(r, k, id, &w, &wst) != PV_OK) continue;
         json_t *res = json_loads(w.resources ? w.resources : "{}", 0, NULL);
-        json_t *cm = json_object_get(res, "cpumem");
-        double cpu = json_number_value(json_object_get(cm, "cpu_limit"));
-        json_int_t mem = json_integer_value(json_object_get(cm, "memory_limit"));
-        json_int_t want_vcpus = cpu > 0 ? (json_int_t)cpu : 1;
-        if (cpu > (double)want_vcpus) want_vcpus++; /* ceil, without libm */
-        json_int_t want_mem = mem > 0 ? (mem + 1023) / 1024 * 1024 : 512LL << 20;
-        json_int_t vcpus = json_integer_value(json_object_get(d, "vcpus"));
-        json_int_t memory = json_integer_value(json_object_get(d, "memory"));
-        char *text = NULL;
-        if ((vcpus != want_vcpus || memory != want_mem) &&
-            asprintf(&text,
-                     "workload %s: its domain %s runs with %lld vcpus and %lld MiB, its "
-                     "allocation gives %lld vcpus and %lld MiB",
-                     id, json_string_value(json_object_get(d, "domain")), (long long)vcpus,
-                     (long long)(memory >> 20), (long long)want_vcpus,
-                     (long long)(want_mem >> 20)) >= 0) {
+        char *text = diff(id, d, json_object_get(res, "cpumem"));
+        if (text) {
             char **grown = realloc(*diffs, (*n + 1) * sizeof *grown);
             if (grown) {
                 *diffs = grown;
@@ -187,6 +169,76 @@ static int domain_diffs(pv_redis *r, const pv_keys *k, const char *node, char **
     return rc;
 }
 
+/* A virt node's real domains, as its agent reports them (engine info "virt": wk_engine_facts):
+ * a running domain with other vcpus or memory than its allocation gives it (the virt engine's
+ * mapping: ceil(cpu_limit) vcpus, 1 when 0; memory_limit bytes, 512 MiB when 0) is a diff: a
+ * ReallocResource that applies at the next start, or a change made behind pivirt's back.
+ * Domains without a record are the audit's (WL_ORPHAN). */
+static char *domain_diff(const char *id, json_t *d, json_t *cm) {
+    const char *state = json_string_value(json_object_get(d, "state"));
+    if (!state || strcmp(state, "running") != 0) return NULL;
+    double cpu = json_number_value(json_object_get(cm, "cpu_limit"));
+    json_int_t mem = json_integer_value(json_object_get(cm, "memory_limit"));
+    json_int_t want_vcpus = cpu > 0 ? (json_int_t)cpu : 1;
+    if (cpu > (double)want_vcpus) want_vcpus++; /* ceil, without libm */
+    json_int_t want_mem = mem > 0 ? (mem + 1023) / 1024 * 1024 : 512LL << 20;
+    json_int_t vcpus = json_integer_value(json_object_get(d, "vcpus"));
+    json_int_t memory = json_integer_value(json_object_get(d, "memory"));
+    char *text = NULL;
+    if ((vcpus != want_vcpus || memory != want_mem) &&
+        asprintf(&text,
+                 "workload %s: its domain %s runs with %lld vcpus and %lld MiB, its allocation "
+                 "gives %lld vcpus and %lld MiB",
+                 id, json_string_value(json_object_get(d, "domain")), (long long)vcpus,
+                 (long long)(memory >> 20), (long long)want_vcpus, (long long)(want_mem >> 20)) < 0)
+        text = NULL;
+    return text;
+}
+
+/* The cores of a cpuset text ("0,2-3") as a bit mask (cores 0..63; others ignored). */
+static unsigned long long cpuset_mask(const char *text) {
+    unsigned long long m = 0;
+    while (text && *text) {
+        char *end;
+        long a = strtol(text, &end, 10), b = a;
+        if (end == text) break;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b && c >= 0 && c < 64; c++)
+            m |= 1ULL << c;
+        if (*end && *end != ',') break;
+        text = *end == ',' ? end + 1 : end;
+    }
+    return m;
+}
+
+/* A docker node's containers as its agent inspected them (engine info "docker":
+ * wk_docker_facts.c), in the docker engine's mapping (wk_docker_spec.c): bound cores (cpu_map)
+ * as CpusetCpus without a quota, else cpu_limit as NanoCpus; memory_limit as Memory (0: none).
+ * A container that differs is a diff: a ReallocResource the daemon did not apply, or a
+ * `docker update` behind pivirt's back. */
+static char *container_diff(const char *id, json_t *c, json_t *cm) {
+    const char *core;
+    json_t *unused;
+    unsigned long long want_set = 0;
+    json_object_foreach(json_object_get(cm, "cpu_map"), core, unused) want_set |= cpuset_mask(core);
+    double want_cpu = want_set ? 0 : json_number_value(json_object_get(cm, "cpu_limit"));
+    json_int_t want_mem = json_integer_value(json_object_get(cm, "memory_limit"));
+    double cpu = json_number_value(json_object_get(c, "cpu"));
+    const char *cpuset = json_string_value(json_object_get(c, "cpuset")) ?: "";
+    json_int_t mem = json_integer_value(json_object_get(c, "memory"));
+    char *text = NULL;
+    if ((cpu - want_cpu > 1e-6 || want_cpu - cpu > 1e-6 || cpuset_mask(cpuset) != want_set ||
+         mem != want_mem) &&
+        asprintf(&text,
+                 "workload %s: its container %s runs with cpu %g, cpuset \"%s\" and memory %lld "
+                 "MiB, its allocation gives cpu %g, %s and memory %lld MiB",
+                 id, json_string_value(json_object_get(c, "container")), cpu, cpuset,
+                 (long long)(mem >> 20), want_cpu, want_set ? "bound cores" : "no cpuset",
+                 (long long)(want_mem >> 20)) < 0)
+        text = NULL;
+    return text;
+}
+
 static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int fix,
                               pv_status *st) {
     pv_resv_check c;
@@ -196,7 +248,11 @@ static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int 
                 name, c.ndiffs);
     /* The check's documents are the registry's forms; clients read Eru's (pv_res.h). */
     char *capacity = NULL, *usage = NULL;
-    int rc = domain_diffs(r, &app_of(call)->keys, name, &c.diffs, &c.ndiffs, st);
+    int rc =
+        engine_diffs(r, &app_of(call)->keys, name, "virt", domain_diff, &c.diffs, &c.ndiffs, st);
+    if (rc == PV_OK)
+        rc = engine_diffs(r, &app_of(call)->keys, name, "docker", container_diff, &c.diffs,
+                          &c.ndiffs, st);
     if (rc == PV_OK) rc = pv_res_eru_docs(c.resources, c.usage, &capacity, &usage, st);
     if (rc == PV_OK) {
         Pb__NodeResource m = PB__NODE_RESOURCE__INIT;

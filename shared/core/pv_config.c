@@ -105,6 +105,7 @@ static const key_def keys[] = {
     STR("worker.tls_key", worker.tls_key, "", KEY_SECRET),
     STR("worker.image_dir", worker.image_dir, "", 0),
     STR("worker.registry_dir", worker.registry_dir, "", 0),
+    {"registry.auths", KEY_LIST, OFF(registry.auths), OFF(registry.n_auths), "", 0, 0, KEY_SECRET},
     STR("worker.build_pod", worker.build_pod, "local", 0),
     STR("git.scm_type", git.scm_type, "", 0),
     STR("git.private_key", git.private_key, "", 0),
@@ -629,6 +630,13 @@ int pv_config_validate(const pv_config *c, pv_status *st) {
                              "git.scm_type: \"%.*s%s\" is not git, github or gitlab (or empty: "
                              "no SCM builds)",
                              SHOWN(scm));
+    for (size_t i = 0; i < c->registry.n_auths; i++) {
+        const char *a = c->registry.auths[i], *eq = strchr(a, '=');
+        if (!eq || eq == a || !strchr(eq + 1, ':') || strchr(eq + 1, ':') == eq + 1)
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "registry.auths[%zu]: \"%.*s=...\" is not HOST=USERNAME:PASSWORD",
+                                 i, eq ? (int)(eq - a) : 0, a);
+    }
     if (validate_ha(c, st) != PV_OK) return st->code;
     return validate_auth(c, st);
 }
@@ -754,7 +762,8 @@ static json_t *dump_value(const pv_config *c, const key_def *k) {
         char *const *items = *(char **const *)((const char *)c + k->offset);
         size_t n = *(const size_t *)((const char *)c + k->count_offset);
         for (size_t i = 0; arr != NULL && i < n; i++) {
-            if (json_array_append_new(arr, json_string(items[i])) != 0) {
+            if (json_array_append_new(arr, json_string(k->flags & KEY_SECRET ? "***" : items[i])) !=
+                0) {
                 json_decref(arr);
                 arr = NULL;
             }

@@ -139,6 +139,14 @@ typedef struct pv_config {
     } worker;
 
     struct {
+        char **auths; /* registry.auths: credentials for image registries, each
+                         "HOST=USERNAME:PASSWORD" (HOST as image references name it:
+                         "127.0.0.1:5000"); the docker engine sends them with its pushes, pulls
+                         and builds (X-Registry-Auth, X-Registry-Config); secret (none) */
+        size_t n_auths;
+    } registry;
+
+    struct {
         char *scm_type;    /* git.scm_type: BuildImage's SCM method clones with git(1) when set
                               ("git", or Eru's "github"/"gitlab"); "" refuses SCM builds ("") */
         char *private_key; /* git.private_key: the SSH key the build nodes clone with ("") */

@@ -9,6 +9,11 @@
 
 int pv_domains_get(pv_redis *r, const pv_keys *k, const char *node, json_t **workloads,
                    pv_status *st) {
+    return pv_engine_workloads_get(r, k, node, "virt", workloads, st);
+}
+
+int pv_engine_workloads_get(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
+                            json_t **workloads, pv_status *st) {
     *workloads = NULL;
     char *report = NULL;
     int rc = pv_registry_get_engine_info(r, k, node, &report, st);
@@ -19,7 +24,7 @@ int pv_domains_get(pv_redis *r, const pv_keys *k, const char *node, json_t **wor
     if (rc != PV_OK) return rc;
     json_t *j = json_loads(report, 0, NULL);
     free(report);
-    json_t *w = json_object_get(json_object_get(j, "virt"), "workloads");
+    json_t *w = json_object_get(json_object_get(j, engine), "workloads");
     if (json_is_object(w)) *workloads = json_incref(w);
     json_decref(j);
     return PV_OK;

@@ -17,6 +17,12 @@
 #include "pv_redis.h"
 #include "pv_status.h"
 
+/* The "workloads" an engine of type engine ("virt", "docker") reported for node, as
+ * pv_domains_get (a docker engine's: {id: {"container", "state", "cpu", "cpuset", "memory"}},
+ * wk_docker_facts.c). */
+int pv_engine_workloads_get(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
+                            json_t **workloads, pv_status *st);
+
 /* The reported domains of node (*workloads NULL, PV_OK, when its agent reports none: not a
  * virt node, or no report in the last interval). Redis failures as pv_redis. */
 int pv_domains_get(pv_redis *r, const pv_keys *k, const char *node, json_t **workloads,

@@ -1534,8 +1534,9 @@ class DockerSetup:
     """What a docker test module runs on: its dockerd (busybox-static imported as demo:1), its
     registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
     (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
-    when callable). Raises unittest.SkipTest where docker_missing() says why. stop() stops it
-    all, whatever failed first.
+    when callable). registry=(username, password) makes the registry ask for them (htpasswd)
+    and gives them to the stack as registry.auths. Raises unittest.SkipTest where
+    docker_missing() says why. stop() stops it all, whatever failed first.
 
         def setUpModule():
             global _env
@@ -1547,13 +1548,16 @@ class DockerSetup:
         if why:
             raise unittest.SkipTest(why)
         self.stack = None
-        self.registry = Registry() if registry else None
+        auth = registry if isinstance(registry, tuple) else None
+        self.registry = Registry(auth=auth) if registry else None
         self.daemon = DockerDaemon(tls=tls).start()
         try:
             if self.registry:
                 self.registry.start()
             self.daemon.import_busybox("demo:1")
-            cfg = config(self.daemon) if callable(config) else config
+            cfg = dict((config(self.daemon) if callable(config) else config) or {})
+            if auth:
+                cfg["registry.auths"] = ["%s=%s:%s" % (self.registry.addr, auth[0], auth[1])]
             self.stack = Stack(gateways=1, workers=1, schedulers=1, agents=agents(self.daemon),
                                config=cfg)
             self.stack.start()

@@ -17,10 +17,17 @@ Classes:
              RemoveWorkload leaves no container; a deploy over the pod spreads over both nodes;
              an agent restarted finds its containers again by label; raw_args merged (cap_add)
              and bad raw_args refused naming the field.
+             The node's engine info (Node.info "docker"): GET /info's figures and each
+             container's limits as inspected; GetNodeResource's diffs name a container whose
+             limits are not its allocation's (a docker update behind pivirt's back).
   Exec       ExecuteWorkload: output, env, workdir, "[exitcode] N"; RunAndWait; LogStream with
              tail, follow (to the end with the exit), since/until, stdout and stderr apart.
   Files      Send (modes and owners kept, parents made), SendLargeFile, Copy (a tar in 4 KiB
              chunks that unpacks to what was sent), DeployOptions data placed before start.
+  Images     BuildImage RAW and EXIST pushed to the registry, which asks for credentials
+             (htpasswd): the stack's registry.auths go with pushes, pulls (CacheImage, a deploy
+             of an image the daemon lacks) and a build's FROM pulls; an anonymous push is
+             refused. ListImage, RemoveImage, a missing image failing its instance.
 """
 import io
 import itertools
@@ -42,6 +49,8 @@ _env = None
 _dk = _reg = _stack = None
 _counter = itertools.count(1)
 POD = "dkp"
+# The registry asks for these (htpasswd); the stack has them as registry.auths.
+REG_USER, REG_PASSWORD = "pvuser", "pv-secret:1"
 
 
 def setUpModule():
@@ -50,7 +59,7 @@ def setUpModule():
         lambda dk: [{"node": "dk", "pod": POD, "endpoint": dk.endpoint}, ("pr", POD)],
         config={"worker": {"status_interval_seconds": 1, "stop_grace_seconds": 5,
                            "build_pod": POD}},
-        registry=True)
+        registry=(REG_USER, REG_PASSWORD))
     _dk, _reg, _stack = _env.daemon, _env.registry, _env.stack
     make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 
@@ -166,6 +175,13 @@ class Lifecycle(Base):
         hc = self.container(msgs[0].id)["HostConfig"]
         self.assertRegex(hc["CpusetCpus"], r"^\d+$")
         self.assertEqual(hc["NanoCpus"], 0)
+        # reported as inspected, and what the allocation (its bound core) gives: no diff
+        deadline = time.monotonic() + 20
+        while msgs[0].id not in self.reported().get("workloads", {}) and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.reported()["workloads"][msgs[0].id]["cpuset"], hc["CpusetCpus"])
+        self.assertEqual(self.diffs_of(msgs[0].id), [])
         self.remove([msgs[0].id])
 
     def test_control_and_status(self):
@@ -193,6 +209,43 @@ class Lifecycle(Base):
         self.assertNotEqual(c["State"]["StartedAt"], second)
         self.remove([wid])
         self.assertIsNone(self.container(wid))
+
+    def reported(self):
+        """The docker engine's part of node dk's engine info (Node.info)."""
+        node = self.core.GetNode(core_pb2.GetNodeOptions(nodename="dk"), timeout=10)
+        return json.loads(node.info or "{}").get("docker", {})
+
+    def diffs_of(self, wid):
+        res = self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename="dk")), timeout=30)
+        return [d for d in res.diffs if wid in d]
+
+    def test_engine_info_and_resource_diffs(self):
+        m = self.create(deploy(1, cpu=0.5, memory="64M"))[0]
+        deadline = time.monotonic() + 20
+        while m.id not in self.reported().get("workloads", {}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        info, daemon = self.reported(), self.dk.api("GET", "/info")
+        self.assertEqual((info["server_version"], info["cpus"], info["mem_total"],
+                          info["storage_driver"], info["endpoint"]),
+                         (daemon["ServerVersion"], daemon["NCPU"], daemon["MemTotal"],
+                          "overlay2", self.dk.endpoint))
+        self.assertEqual(info["workloads"][m.id], {"container": m.name, "state": "running",
+                                                   "cpu": 0.5, "cpuset": "", "memory": 64 << 20})
+        self.assertEqual(self.core.GetNodeEngineInfo(core_pb2.GetNodeOptions(nodename="dk"),
+                                                     timeout=10).type, "docker")
+        self.assertEqual(self.diffs_of(m.id), [])
+        # limits changed behind pivirt's back: GetNodeResource's diff names both sides
+        cid = self.container(m.id)["Id"]
+        self.dk.api("POST", "/containers/%s/update" % cid, {
+            "NanoCpus": 250000000, "Memory": 48 << 20, "MemorySwap": 48 << 20})
+        deadline = time.monotonic() + 20
+        while not self.diffs_of(m.id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.diffs_of(m.id), [
+            "workload %s: its container %s runs with cpu 0.25, cpuset \"\" and memory 48 MiB, "
+            "its allocation gives cpu 0.5, no cpuset and memory 64 MiB" % (m.id, m.name)])
+        self.remove([m.id])
 
     def test_spread_over_docker_and_process_nodes(self):
         opts = deploy(2, node=None, commands=("/bin/sh", "-c", "sleep 300"))
@@ -622,6 +675,34 @@ class Images(Base):
         self.remove([blocker])
         self.assertEqual(t.get("grpc-status"), "1071", t)
         self.assertIn("returned a non-zero code: 3", t.get("grpc-message", ""))
+
+
+    def test_registry_credentials_are_sent(self):
+        # the registry refuses an anonymous push straight through the daemon...
+        anon = "%s/pivirt/anon" % _reg.addr
+        self.dk.api("POST", "/images/demo:1/tag?repo=%s&tag=1" % anon)
+        status, out = self.dk.raw("POST", "/images/%s/push?tag=1" % anon,
+                                  headers={"X-Registry-Auth": "e30="})
+        self.assertIn(b"no basic auth credentials", out, status)
+        self.assertEqual(_reg.tags("pivirt/anon"), [])
+        # ...pivirt's pushes carry registry.auths (X-Registry-Auth), and a build's FROM of an
+        # image only the registry holds pulls with them (X-Registry-Config)
+        base, top = "%s/pivirt/base" % _reg.addr, "%s/pivirt/top" % _reg.addr
+        for name, dockerfile in ((base, b"FROM demo:1\nRUN echo base > /base.txt\n"),
+                                 (top, ("FROM %s:b1\nRUN cat /base.txt\n" % base).encode())):
+            blocker = self.busy_process_node()
+            msgs = list(self.core.BuildImage(core_pb2.BuildImageOptions(
+                name=name, tags=["b1"], build_method=core_pb2.BuildImageOptions.RAW,
+                tar=build_context({"Dockerfile": dockerfile})), timeout=120))
+            self.remove([blocker])
+            self.assertEqual([m.progress for m in msgs if m.status == "finished"],
+                             [name + ":b1"], msgs)
+            if name == base:
+                got = list(self.core.RemoveImage(core_pb2.RemoveImageOptions(
+                    podname=POD, nodenames=["dk"], images=[base + ":b1"]), timeout=60))
+                self.assertEqual([(m.image, m.success) for m in got], [(base + ":b1", True)])
+        self.assertTrue(any("Pulling from pivirt/base" in m.stream for m in msgs), msgs)
+        self.assertEqual((_reg.tags("pivirt/base"), _reg.tags("pivirt/top")), (["b1"], ["b1"]))
 
 
 class Networks(Base):

@@ -567,6 +567,29 @@ static void test_validate_auth(void **state) {
     pv_config_free(&c);
 }
 
+/* registry.auths: HOST=USERNAME:PASSWORD entries (the password may hold ':' and '='); the dump
+ * hides them. */
+static void test_registry_auths(void **state) {
+    (void)state;
+    const char *no_user[] = {"registry.auths", "reg.example:5000=:pw", NULL};
+    expect_invalid(no_user, "registry.auths[0]: \"reg.example:5000=...\" is not HOST=USERNAME");
+    const char *no_host[] = {"registry.auths", "a=b:c,user:pw", NULL};
+    expect_invalid(no_host, "registry.auths[1]: \"=...\" is not HOST=USERNAME:PASSWORD");
+    pv_config c;
+    init_ok(&c);
+    pv_status st;
+    assert_int_equal(pv_config_set(&c, "registry.auths", "127.0.0.1:5000=u:p:w=x", &st), PV_OK);
+    assert_int_equal(pv_config_validate(&c, &st), PV_OK);
+    assert_int_equal(c.registry.n_auths, 1);
+    assert_string_equal(c.registry.auths[0], "127.0.0.1:5000=u:p:w=x");
+    json_t *dump = dump_parsed(&c);
+    assert_string_equal(json_string_value(json_array_get(
+                            json_object_get(json_object_get(dump, "registry"), "auths"), 0)),
+                        "***");
+    json_decref(dump);
+    pv_config_free(&c);
+}
+
 static void test_validate_tls_and_listen(void **state) {
     (void)state;
     const char *cert_only[] = {"gateway.tls_cert", "/etc/pv/cert.pem", NULL};
@@ -807,6 +830,7 @@ int main(void) {
         T(test_load_error_paths),
         T(test_load_env_error),
         T(test_validate_auth),
+        T(test_registry_auths),
         T(test_validate_tls_and_listen),
         T(test_validate_ranges_of_struct_values),
         T(test_validate_ha_fence),

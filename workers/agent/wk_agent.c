@@ -102,7 +102,9 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
                         .tls_key = cfg->worker.tls_key,
                         .node = a->node,
                         /* a restart waits for the registry's word (wk_fence.h) */
-                        .hold_restarts = true};
+                        .hold_restarts = true,
+                        .registry_auths = (const char *const *)cfg->registry.auths,
+                        .n_registry_auths = cfg->registry.n_auths};
     pv_status st;
     if (wk_engine_open(cfg->worker.endpoint, &o, &a->engine, &st) != PV_OK) {
         snprintf(a->engine_error, sizeof a->engine_error, "%s", st.msg);

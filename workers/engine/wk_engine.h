@@ -72,6 +72,9 @@ typedef struct wk_engine_opts {
      * wk_engine_info.restart_held, for the agent to start (wk_engine_start) or remove once the
      * registry said whether it was replaced elsewhere meanwhile. false: restarted at open. */
     bool hold_restarts;
+    /* docker engine: registry credentials, each "HOST=USERNAME:PASSWORD" (registry.auths) */
+    const char *const *registry_auths;
+    size_t n_registry_auths;
 } wk_engine_opts;
 
 /* Publish: a port the workload serves, "port/proto" ("80/tcp"); the engine answers with the

@@ -6,17 +6,24 @@
  *
  * Pull, build and push answer HTTP 200 and stream NDJSON progress; a failure is a line
  * {"errorDetail": ..., "error": "..."} (often the last), unless it fails up front with an error
- * status: both are checked. Registries are reached without credentials (X-Registry-Auth "{}").
+ * status: both are checked. A registry named in registry.auths gets its credentials (pull and
+ * push: X-Registry-Auth of the reference's registry; build: X-Registry-Config of them all, for
+ * its FROM pulls), as base64url JSON with padding (the daemon reads a header that does not
+ * decode as anonymous, silently); others are reached anonymously (X-Registry-Auth "{}").
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_b64.h"
+#include "pv_log.h"
 #include "wk_engine_docker.h"
 
 #define PULL_TIMEOUT_MS 600000
 #define BUILD_TIMEOUT_MS 1800000
 #define ANONYMOUS "X-Registry-Auth: e30="
+/* Docker Hub's references name no host; its credentials are under this one. */
+#define HUB_HOST "docker.io"
 
 /* A reference split into repository and tag ("latest" when it has none). */
 static void split_ref(const char *ref, char *repo, size_t rcap, char *tag, size_t tcap) {
@@ -33,6 +40,48 @@ static bool names_registry(const char *ref) {
     if (!slash) return false;
     size_t n = (size_t)(slash - ref);
     return memchr(ref, '.', n) || memchr(ref, ':', n) || (n == 9 && !strncmp(ref, "localhost", 9));
+}
+
+/* ---- credentials ---- */
+
+json_t *wk_docker_auths(const char *const *entries, size_t n) {
+    json_t *out = json_object();
+    for (size_t i = 0; out && i < n; i++) {
+        const char *e = entries[i], *eq = strchr(e, '='), *colon = eq ? strchr(eq + 1, ':') : NULL;
+        if (!eq || eq == e || !colon || colon == eq + 1) {
+            pv_warn("registry.auths[%zu]: not HOST=USERNAME:PASSWORD; skipped", i);
+            continue;
+        }
+        char host[512], user[512];
+        snprintf(host, sizeof host, "%.*s", (int)(eq - e), e);
+        snprintf(user, sizeof user, "%.*s", (int)(colon - eq - 1), eq + 1);
+        json_object_set_new(out, host,
+                            json_pack("{s:s, s:s, s:s}", "username", user, "password", colon + 1,
+                                      "serveraddress", host));
+    }
+    return out;
+}
+
+/* "NAME: " + j as base64url with padding (a new string), NULL when out of memory. */
+static char *b64url_header(const char *name, const json_t *j) {
+    char *text = json_dumps(j, JSON_COMPACT), *b64 = NULL, *line = NULL;
+    pv_status st;
+    if (text && pv_b64_encode(text, strlen(text), &b64, &st) == PV_OK) {
+        for (char *c = b64; *c; c++)
+            *c = *c == '+' ? '-' : *c == '/' ? '_' : *c;
+        if (asprintf(&line, "%s: %s", name, b64) < 0) line = NULL;
+    }
+    free(text);
+    free(b64);
+    return line;
+}
+
+/* The X-Registry-Auth line for a pull or push of ref (a new string; NULL: anonymous). */
+static char *auth_header(const wk_docker *d, const char *ref) {
+    char host[512] = HUB_HOST;
+    if (names_registry(ref)) snprintf(host, sizeof host, "%.*s", (int)strcspn(ref, "/"), ref);
+    const json_t *a = json_object_get(d->auths, host);
+    return a ? b64url_header("X-Registry-Auth", a) : NULL;
 }
 
 /* ---- NDJSON progress ---- */
@@ -153,16 +202,20 @@ static void repo_tag_path(char *path, size_t cap, const char *before, const char
     free(et);
 }
 
-/* A pull or a push of ref: POST path, anonymous to the registry, its progress checked. */
+/* A pull or a push of ref: POST path with the registry's credentials (anonymous when it has
+ * none), its progress checked. */
 static int registry_call(wk_docker *d, const char *before, const char *between, const char *verb,
                          const char *ref, progress *p, pv_status *st) {
     char path[1600], what[1100];
     repo_tag_path(path, sizeof path, before, between, ref);
     snprintf(what, sizeof what, "%s %s", verb, ref);
-    const char *headers[] = {ANONYMOUS, NULL};
+    char *auth = auth_header(d, ref);
+    const char *headers[] = {auth ? auth : ANONYMOUS, NULL};
     wk_docker_req req = {
         .method = "POST", .path = path, .headers = headers, .timeout_ms = PULL_TIMEOUT_MS};
-    return progress_call(d, &req, p, what, st);
+    int rc = progress_call(d, &req, p, what, st);
+    free(auth);
+    return rc;
 }
 
 int wk_docker_pull(void *impl, const char *image, pv_status *st) {
@@ -197,13 +250,19 @@ static int build_context(wk_docker *d, const void *tar, size_t len, const char *
     char *et = wk_docker_escape(ref), path[1200];
     snprintf(path, sizeof path, "/build?t=%s&rm=1&forcerm=1", et ? et : "");
     free(et);
+    /* every registry's credentials, for the FROM lines' pulls: {host: {username, password}} */
+    char *config = json_object_size(d->auths) ? b64url_header("X-Registry-Config", d->auths) : NULL;
+    const char *headers[] = {config, NULL};
     wk_docker_req req = {.method = "POST",
                          .path = path,
                          .body = tar,
                          .body_len = len,
                          .content_type = "application/x-tar",
+                         .headers = config ? headers : NULL,
                          .timeout_ms = BUILD_TIMEOUT_MS};
-    if (progress_call(d, &req, p, "build", st) != PV_OK) return st->code;
+    int rc = progress_call(d, &req, p, "build", st);
+    free(config);
+    if (rc != PV_OK) return st->code;
     if (!p->id[0]) return pv_status_set(st, PV_INTERNAL, "build: the daemon named no image");
     return PV_OK;
 }

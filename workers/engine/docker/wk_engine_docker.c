@@ -18,7 +18,10 @@
 static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl, pv_status *st) {
     *impl = NULL;
     wk_docker *d = calloc(1, sizeof *d);
-    if (!d || !(d->ids = json_object())) {
+    if (!d || !(d->ids = json_object()) ||
+        !(d->auths = wk_docker_auths(opts ? opts->registry_auths : NULL,
+                                     opts ? opts->n_registry_auths : 0))) {
+        if (d) json_decref(d->ids);
         free(d);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
@@ -26,6 +29,7 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
                          opts ? opts->tls_key : NULL};
     if (wk_docker_api_open(uri, &tls, &d->api, st) != PV_OK) {
         json_decref(d->ids);
+        json_decref(d->auths);
         free(d);
         return st->code;
     }
@@ -53,6 +57,8 @@ static void docker_close(void *impl) {
     if (!d) return;
     wk_docker_api_close(d->api);
     json_decref(d->ids);
+    json_decref(d->auths);
+    json_decref(d->seen);
     free(d->node_label);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -80,9 +86,7 @@ void wk_docker_forget(wk_docker *d, const char *id) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* GET /containers/json of every container with the id label (label "pivirt.id" alone: all of
- * this node's; "pivirt.id=X": workload X's). */
-static int list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st) {
+int wk_docker_list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st) {
     json_t *filters = json_pack("{s:[s]}", "label", label);
     if (filters && d->node_label && !strchr(label, '='))
         json_array_append_new(json_object_get(filters, "label"), json_string(d->node_label));
@@ -106,7 +110,7 @@ int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st)
     char label[160];
     snprintf(label, sizeof label, WK_DOCKER_ID_LABEL "=%s", id);
     json_t *list = NULL;
-    if (list_labelled(d, label, &list, st) != PV_OK) return st->code;
+    if (wk_docker_list_labelled(d, label, &list, st) != PV_OK) return st->code;
     const char *found = json_string_value(json_object_get(json_array_get(list, 0), "Id"));
     int rc = found ? PV_OK
                    : pv_status_set(st, PV_NOT_FOUND, "workload %s: no container of it on %s", id,
@@ -241,9 +245,12 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
     *out = NULL;
     *n = 0;
     json_t *list = NULL;
-    if (list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
+    if (wk_docker_list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
     wk_engine_info *infos = calloc(json_array_size(list) + 1, sizeof *infos);
-    if (!infos) {
+    json_t *seen = json_object();
+    if (!infos || !seen) {
+        free(infos);
+        json_decref(seen);
         json_decref(list);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
@@ -256,9 +263,19 @@ static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *s
         if (!id || !cid) continue;
         remember(d, id, cid);
         pv_status ist;
-        if (docker_inspect(d, id, &infos[got], &ist) == PV_OK) got++; /* gone meanwhile: skip */
+        json_t *in = NULL;
+        if (on_container(d, id, "GET", "/json", NULL, &in, "inspect", 0, &ist) != PV_OK)
+            continue; /* gone meanwhile: skip */
+        info_of(in, &infos[got++]);
+        json_object_set_new(seen, id, wk_docker_limits_of(in));
+        json_decref(in);
     }
     json_decref(list);
+    /* what the engine info reports of the containers: this listing's, every status interval */
+    pthread_mutex_lock(&d->mu);
+    json_decref(d->seen);
+    d->seen = seen;
+    pthread_mutex_unlock(&d->mu);
     *out = infos;
     *n = got;
     return PV_OK;
@@ -279,22 +296,34 @@ static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *
     return rc;
 }
 
+/* No lookup first: a redelivered create meets its own container by name (the name derives
+ * from the workload id), 409, and only then is it looked up by its label. */
 static int docker_create(void *impl, const wk_workload_spec *spec, wk_engine_info *out,
                          pv_status *st) {
     wk_docker *d = impl;
     memset(out, 0, sizeof *out);
-    char cid[72];
-    pv_status lst;
-    int rc = wk_docker_resolve(d, spec->id, cid, &lst);
-    if (rc == PV_OK)
-        return pv_status_set(st, PV_ALREADY_EXISTS, "workload %s: container %.12s exists", spec->id,
-                             cid);
-    if (rc != PV_NOT_FOUND) return pv_status_set(st, rc, "%s", lst.msg);
     json_t *body = wk_docker_create_body(d, spec, st);
     if (!body) return st->code;
     json_t *created = NULL;
-    rc = create_container(d, spec, body, &created, st);
+    int rc = create_container(d, spec, body, &created, st);
     json_decref(body);
+    if (rc == PV_ALREADY_EXISTS) {
+        char cid[72];
+        pv_status lst;
+        int lrc = wk_docker_resolve(d, spec->id, cid, &lst);
+        if (lrc == PV_OK)
+            pv_status_set(st, PV_ALREADY_EXISTS, "workload %s: container %.12s exists", spec->id,
+                          cid);
+        else if (lrc != PV_NOT_FOUND)
+            rc = pv_status_set(st, lrc, "%s", lst.msg);
+        else { /* another workload's container has the name: the daemon's 409, not ours */
+            char conflict[PV_STATUS_MSG_MAX];
+            snprintf(conflict, sizeof conflict, "%s", st->msg);
+            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "%s", conflict);
+        }
+        json_decref(created);
+        return rc;
+    }
     const char *new_id = json_string_value(json_object_get(created, "Id"));
     if (rc == PV_OK && !new_id)
         rc = pv_status_set(st, PV_INTERNAL, "create container: no Id in the daemon's answer");
@@ -415,4 +444,5 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .networks = wk_docker_networks,
     .connect = wk_docker_connect,
     .disconnect = wk_docker_disconnect,
+    .facts = wk_docker_facts,
 };

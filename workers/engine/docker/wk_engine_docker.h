@@ -37,14 +37,19 @@
 typedef struct wk_docker {
     wk_docker_api *api;
     int grace_seconds;  /* default stop grace */
-    pthread_mutex_t mu; /* ids */
+    pthread_mutex_t mu; /* ids, seen */
     json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
     char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
+    json_t *auths;      /* registry host -> {"username", "password", "serveraddress"} */
+    json_t *seen;       /* workload id -> wk_docker_limits_of its container, as last listed */
 } wk_docker;
 
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
  * NOT_FOUND naming the workload when the daemon has no container of it. */
 int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st);
+/* GET /containers/json of every container with the id label (label "pivirt.id" alone: all of
+ * this node's; "pivirt.id=X": workload X's); *out a new reference. */
+int wk_docker_list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st);
 /* Drops what the cache knows of id (a container removed, or gone behind the engine's back). */
 void wk_docker_forget(wk_docker *d, const char *id);
 
@@ -69,12 +74,21 @@ int wk_docker_get_file(void *impl, const char *id, const char *path, char **data
                        int *mode, int *uid, int *gid, pv_status *st);
 
 /* wk_docker_image.c */
+/* d->auths from registry.auths entries "HOST=USERNAME:PASSWORD" (a new object; entries that
+ * do not parse are logged and skipped: the configuration refuses them before). NULL when out
+ * of memory. */
+json_t *wk_docker_auths(const char *const *entries, size_t n);
 int wk_docker_image_list(void *impl, wk_engine_image **out, size_t *n, pv_status *st);
 int wk_docker_pull(void *impl, const char *ref, pv_status *st);
 int wk_docker_image_remove(void *impl, const char *ref, bool prune, pv_status *st);
 int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *exist_id,
                           const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                           char **id, pv_status *st);
+
+/* wk_docker_facts.c: the engine info report (GET /info, each container's limits) */
+int wk_docker_facts(void *impl, char **out, pv_status *st);
+/* {"container", "state", "cpu", "cpuset", "memory"} of a container's inspect (a new object). */
+json_t *wk_docker_limits_of(json_t *inspect);
 
 /* wk_docker_net.c */
 int wk_docker_networks(void *impl, wk_engine_network **out, size_t *n, pv_status *st);
