@@ -356,10 +356,40 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
     return rc;
 }
 
+/* What a give-back or a realloc computes with of node id's record (name, resources, usage,
+ * usage_rev): one HMGET, not the whole record with its liveness, counts and engine report that
+ * pv_registry_get_node reads (five commands more per removal). PV_NOT_FOUND when it is gone.
+ * The caller clears *out (pv_node_clear). */
+static int node_usage_get(pv_redis *r, const pv_keys *k, const char *id, pv_node *out,
+                          pv_status *st) {
+    memset(out, 0, sizeof *out);
+    char key[PV_KEY_MAX];
+    if (pv_key(k, PV_KEY_NODE, id, key, sizeof key, st) != PV_OK) return st->code;
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HMGET %s name resources usage usage_rev", key) != PV_OK)
+        return st->code;
+    int rc = PV_OK;
+    redisReply **v = rep->element;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 || v[0]->type != REDIS_REPLY_STRING) {
+        rc = pv_status_set(st, PV_NOT_FOUND, "node %s not found", id);
+    } else {
+        snprintf(out->id, sizeof out->id, "%s", id);
+        out->name = strdup(v[0]->str);
+        out->resources = strdup(v[1]->type == REDIS_REPLY_STRING ? v[1]->str : "{}");
+        out->usage = strdup(v[2]->type == REDIS_REPLY_STRING ? v[2]->str : "{}");
+        out->usage_rev = v[3]->type == REDIS_REPLY_STRING ? strtoll(v[3]->str, NULL, 10) : 0;
+        if (!out->name || !out->resources || !out->usage)
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    freeReplyObject(rep);
+    if (rc != PV_OK) pv_node_clear(out);
+    return rc;
+}
+
 /* Reads the node (resources, usage, rev) and subtracts the reservation's allocations there. */
 static int node_minus_allocs(pv_redis *r, const pv_keys *k, pv_resv_node *n, pv_status *st) {
     pv_node rec = {0};
-    int rc = pv_registry_get_node(r, k, PV_REG_BY_ID, n->id, &rec, st);
+    int rc = node_usage_get(r, k, n->id, &rec, st);
     if (rc != PV_OK) return rc;
     pv_res_node res = {0};
     rc = pv_res_node_parse(rec.resources, rec.usage, NULL, &res, st);
@@ -510,7 +540,7 @@ static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id,
         int rc = PV_OK;
         if (!node_id) {
             rc = pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
-        } else if (pv_registry_get_node(r, k, PV_REG_BY_ID, node_id, &node, st) == PV_OK) {
+        } else if (node_usage_get(r, k, node_id, &node, st) == PV_OK) {
             snprintf(rev, sizeof rev, "%lld", (long long)node.usage_rev);
             rc = usage_without(&node, resources, &usage, st);
         } else if (st->code != PV_NOT_FOUND) {
@@ -666,7 +696,7 @@ int pv_resv_realloc_workload(pv_redis *r, const pv_keys *k, const char *workload
         int rc =
             node_id ? PV_OK : pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
         if (rc == PV_OK) rc = realloc_doc(old, delta_json, &fresh, st);
-        if (rc == PV_OK) rc = pv_registry_get_node(r, k, PV_REG_BY_ID, node_id, &node, st);
+        if (rc == PV_OK) rc = node_usage_get(r, k, node_id, &node, st);
         if (rc == PV_OK) rc = pv_res_node_parse(node.resources, node.usage, NULL, &res, st);
         if (rc == PV_OK) rc = pv_res_node_usage_add(&res, old, -1, st);
         if (rc == PV_OK) rc = pv_res_node_usage_add(&res, fresh, 1, st);

@@ -512,10 +512,17 @@ static void test_mark_node_down(void **state) {
 }
 
 /* The self-monitor's pass: only nodes whose alive key is gone, only workloads not marked down
- * yet, so a second pass changes nothing. */
-static void test_mark_dead_nodes(void **state) {
+ * yet, so a second pass changes nothing. Without the schedulers' change index (every node's
+ * alive key asked) and, indexed, from its liveness set. */
+static void mark_dead_nodes_pass(void **state, bool indexed) {
     fixture *f = *state;
     pv_status st;
+    if (indexed) {
+        redisReply *rep = cmd(f, "FCALL pv_sched_index 1 " BASE "nodes " BASE " idx-t");
+        assert_int_equal(rep->type, REDIS_REPLY_STRING);
+        freeReplyObject(rep);
+    }
+    assert_int_equal(int_cmd(f, "HEXISTS " BASE "node-index epoch"), indexed ? 1 : 0);
     char a1[PV_WORKLOAD_ID_LEN + 1], a2[PV_WORKLOAD_ID_LEN + 1], b1[PV_WORKLOAD_ID_LEN + 1];
     add_wl(f, "api", "web", "na", 1, NULL, a1);
     add_wl(f, "api", "web", "na", 2, NULL, a2);
@@ -536,6 +543,14 @@ static void test_mark_dead_nodes(void **state) {
     assert_int_equal(pv_workload_mark_dead_nodes(f->r, &f->keys, &count, &st), PV_OK);
     assert_int_equal(count, 1);
     assert_status_flags(f, b1, false, false);
+}
+
+static void test_mark_dead_nodes(void **state) {
+    mark_dead_nodes_pass(state, false);
+}
+
+static void test_mark_dead_nodes_indexed(void **state) {
+    mark_dead_nodes_pass(state, true);
 }
 
 static void test_watcher_reads(void **state) {
@@ -682,6 +697,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_status_batch_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_dead_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_dead_nodes_indexed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watcher_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_and_notifications, setup, teardown),
     };

@@ -325,6 +325,23 @@ redis.register_function('pv_wl_mark_node_down', with_id(1, 'node', function(keys
   return #ids
 end))
 
+-- The ids of the nodes whose alive key is gone. With the schedulers' change index built, its
+-- liveness set answers (node-alive: id -> when the alive key expires, kept by every writer of an
+-- alive key, shared/store/redis/sched.lua): one range read, not an EXISTS per node of the
+-- registry on every tick. Without it (records older than the index), every node is asked.
+local function dead_node_ids(nodes, base)
+  if redis.call('HEXISTS', base .. 'node-index', 'epoch') == 1 then
+    return redis.call('ZRANGEBYSCORE', base .. 'node-alive', '-inf', '(' .. now_ms())
+  end
+  local dead, index = {}, redis.call('HGETALL', nodes)
+  for i = 1, #index, 2 do
+    if redis.call('EXISTS', base .. 'alive:' .. index[i]) == 0 then
+      dead[#dead + 1] = index[i + 1]
+    end
+  end
+  return dead
+end
+
 -- pv_wl_mark_dead_nodes(KEYS[1]=nodes index, ARGV: base) -> how many workloads were marked.
 -- What Eru's self-monitor does when a node's liveness ends: every workload of a node whose alive
 -- key is gone is marked not running and not healthy. Idempotent: a workload already marked down
@@ -332,24 +349,20 @@ end))
 redis.register_function('pv_wl_mark_dead_nodes', function(keys, args)
   local base = args[1]
   local marked = 0
-  local index = redis.call('HGETALL', keys[1])
-  for i = 1, #index, 2 do
-    local node, node_id = index[i], index[i + 1]
-    if redis.call('EXISTS', base .. 'alive:' .. node) == 0 then
-      for _, id in ipairs(redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)) do
-        local text = redis.call('GET', status_key(base, id))
-        local ok, st = false, nil
-        if text then ok, st = pcall(cjson.decode, text) end
-        if ok and type(st) == 'table' then
-          if st.running ~= false or st.healthy ~= false then
-            st.running, st.healthy = false, false
-            store_status(base, id, st, 'keep')
-            marked = marked + 1
-          end
-        else
-          store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+  for _, node_id in ipairs(dead_node_ids(keys[1], base)) do
+    for _, id in ipairs(redis.call('SMEMBERS', base .. 'node-workloads:' .. node_id)) do
+      local text = redis.call('GET', status_key(base, id))
+      local ok, st = false, nil
+      if text then ok, st = pcall(cjson.decode, text) end
+      if ok and type(st) == 'table' then
+        if st.running ~= false or st.healthy ~= false then
+          st.running, st.healthy = false, false
+          store_status(base, id, st, 'keep')
           marked = marked + 1
         end
+      else
+        store_status(base, id, {running = false, healthy = false, ttl = 0}, 0)
+        marked = marked + 1
       end
     end
   end
