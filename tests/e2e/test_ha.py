@@ -151,9 +151,18 @@ class HA(unittest.TestCase):
         return self.stack.agents[self.stack.agent_nodes.index(name)]
 
     def clean_audit(self):
-        res = wait_for("a clean audit", lambda: (lambda r: r if r.returncode == 0 else None)(
-            self.check()), timeout=20, step=1)
-        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        last = []
+
+        def clean():
+            r = self.check()
+            last[:] = [r]
+            return r if r.returncode == 0 else None
+        try:
+            wait_for("a clean audit", clean, timeout=20, step=1)
+        except AssertionError:
+            r = last[0] if last else None
+            self.fail("no clean audit within 20 s; the last said:\n%s" %
+                      ((r.stdout + r.stderr) if r else "(no audit ran)"))
 
     def remove(self, ids):
         removed = list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=ids),
