@@ -158,10 +158,25 @@ static void kill_slots(const slot *s, int n, const char *log_path, const char *h
     }
 }
 
+/* Each poll past the deadline kills again what still runs (a qemu killed takes a while to go),
+ * but journals a process once. */
 static void guard_fence(page *pg, const char *log_path) {
+    static slot killed[SLOTS];
+    static int nkilled;
     slot s[SLOTS];
-    int n = read_slots(pg, s);
-    kill_slots(s, n, log_path, "guard SIGKILL (agent silent)");
+    int n = read_slots(pg, s), fresh = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < nkilled && !seen; j++)
+            seen = killed[j].pid == s[i].pid && killed[j].start_ticks == s[i].start_ticks;
+        if (seen) {
+            if (start_ticks(s[i].pid) == s[i].start_ticks) kill(s[i].pid, SIGKILL);
+            continue;
+        }
+        s[fresh++] = s[i];
+        if (nkilled < SLOTS) killed[nkilled++] = s[i];
+    }
+    kill_slots(s, fresh, log_path, "guard SIGKILL (agent silent)");
 }
 
 /* The guard runs at a real-time priority where it may (root, CAP_SYS_NICE): when a whole host

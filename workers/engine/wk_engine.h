@@ -142,7 +142,8 @@ typedef struct wk_engine_info {
     int exit_code;       /* STOPPED: the main process's exit status (128+signal when killed; -1 when
                           * unknown: a process that ended while no agent watched it); virt: 0
                           * after a shutdown, 137 after a destroy, 1 after a crash */
-    int64_t pid;         /* process engine: the main process; 0 when not running */
+    int64_t pid;         /* process engine: the main process; virt on qemu:///system: the
+                          * domain's qemu process; 0 when not running or unknown */
     char *engine_id;     /* the engine's handle: pid for processes, the domain UUID for virt */
     char *networks_json; /* {"host": "10.0.0.5"} for the process engine; virt: one key per
                           * interface, the libvirt network's name ("bridge:<br>" for a bridge):
