@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -805,6 +806,49 @@ static void test_reopen_holds_restarts(void **state) {
     wk_engine_info_clear(&b);
 }
 
+typedef struct gate_arg {
+    atomic_bool open;
+    atomic_int asked;
+} gate_arg;
+
+static bool test_gate(void *arg, const char *id, const char *labels_json) {
+    (void)id, (void)labels_json;
+    gate_arg *g = arg;
+    atomic_fetch_add(&g->asked, 1);
+    return atomic_load(&g->open);
+}
+
+/* The restart gate (the agent's fence while the node's lease is not current) closed: a
+ * restart-policy workload killed from outside (a guard's fence) is not restarted, across many
+ * restart delays, but held for the agent; the gate open again, a kill is restarted as before. */
+static void test_restart_gate_holds(void **state) {
+    fixture *f = *state;
+    gate_arg g = {false, 0};
+    wk_engine_set_restart_gate(f->e, test_gate, &g);
+    run_with_restart(f, "g-always", "always");
+    wk_engine_info info = inspect(f, "g-always");
+    kill(-(pid_t)info.pid, SIGKILL);
+    wk_engine_info_clear(&info);
+    wait_log(f, "g-always", "the restart waits for the agent", 5000);
+    pv_test_sleep_ms(1000); /* ten first restart delays (100 ms) */
+    info = inspect(f, "g-always");
+    assert_int_equal(info.state, WK_STATE_STOPPED);
+    assert_int_equal(info.restarts, 0);
+    assert_true(info.restart_held);
+    assert_int_equal(atomic_load(&g.asked), 1);
+    wk_engine_info_clear(&info);
+    start_ok(f, "g-always"); /* the agent's word: started again */
+    info = inspect(f, "g-always");
+    assert_false(info.restart_held);
+    atomic_store(&g.open, true);
+    kill(-(pid_t)info.pid, SIGKILL);
+    wk_engine_info_clear(&info);
+    info = wait_state(f, "g-always", WK_STATE_RUNNING, 1, 5000);
+    assert_int_equal(info.restarts, 1);
+    wk_engine_info_clear(&info);
+    wk_engine_set_restart_gate(f->e, NULL, NULL);
+}
+
 static void test_rlimit_memory(void **state) {
     fixture *f = *state;
     if (strcmp(wk_engine_process_limits(), "rlimit") != 0) skip();
@@ -1104,6 +1148,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_before_stop_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_adopts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_holds_restarts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_gate_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rlimit_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rlimit_cpuset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),

@@ -35,6 +35,9 @@
 #define SLOTS 128
 #define REFRESH_TICKS 3 /* the slots are refreshed every third tick */
 #define GUARD_POLL_MS 50
+/* The restart gate holds a restart this close to the deadline too: the guard learns a
+ * restarted workload's new pid at the next refresh (REFRESH_TICKS ticks), before the deadline. */
+#define RESTART_MARGIN_MS (2 * REFRESH_TICKS * WK_FENCE_TICK_MS)
 
 typedef struct slot {
     char id[PV_WORKLOAD_ID_LEN + 1];
@@ -61,7 +64,8 @@ struct wk_fence {
     char log_path[PATH_MAX];
     int64_t fence_ms;
     pthread_mutex_t mu;
-    bool fenced;     /* stopped, not renewed since */
+    _Atomic bool fenced;   /* stopped, not renewed since (read by the restart gate unlocked) */
+    _Atomic bool held_new; /* the restart gate held a restart: collect it (collect_held) */
     bool renewed;    /* this agent renewed its liveness once: the registry's word can be acted on */
     json_t *stopped; /* id -> epoch: fenced or held, waiting for the registry's word */
     pthread_t thread;
@@ -154,10 +158,25 @@ static void kill_slots(const slot *s, int n, const char *log_path, const char *h
     }
 }
 
+/* Each poll past the deadline kills again what still runs (a qemu killed takes a while to go),
+ * but journals a process once. */
 static void guard_fence(page *pg, const char *log_path) {
+    static slot killed[SLOTS];
+    static int nkilled;
     slot s[SLOTS];
-    int n = read_slots(pg, s);
-    kill_slots(s, n, log_path, "guard SIGKILL (agent silent)");
+    int n = read_slots(pg, s), fresh = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < nkilled && !seen; j++)
+            seen = killed[j].pid == s[i].pid && killed[j].start_ticks == s[i].start_ticks;
+        if (seen) {
+            if (start_ticks(s[i].pid) == s[i].start_ticks) kill(s[i].pid, SIGKILL);
+            continue;
+        }
+        s[fresh++] = s[i];
+        if (nkilled < SLOTS) killed[nkilled++] = s[i];
+    }
+    kill_slots(s, fresh, log_path, "guard SIGKILL (agent silent)");
 }
 
 /* The guard runs at a real-time priority where it may (root, CAP_SYS_NICE): when a whole host
@@ -335,7 +354,10 @@ static void fence_locked(wk_fence *f, const char *why) {
         for (int j = 0; j < ns && !listed; j++)
             listed = strcmp(s[j].id, w->id) == 0;
         bool live = w->state == WK_STATE_RUNNING || w->state == WK_STATE_PAUSED;
-        if (!pv_workload_is_ha(w->labels_json, NULL) || !(live || listed)) continue;
+        /* held: its restart waits (the gate, or the engine at open); the stop makes the
+         * registry's word, not the policy, decide whether it runs again */
+        if (!pv_workload_is_ha(w->labels_json, NULL) || !(live || listed || w->restart_held))
+            continue;
         int64_t epoch = wk_fence_epoch_of(w->labels_json);
         int rc = wk_engine_stop(f->engine, w->id, 0, true, &st);
         if (rc != PV_OK && rc != PV_FAILED_PRECONDITION)
@@ -355,6 +377,8 @@ static bool due(wk_fence *f, int64_t now) {
     return now - atomic_load(&f->pg->renewed_ms) >= f->fence_ms;
 }
 
+static void collect_held(wk_fence *f);
+
 static void *run(void *arg) {
     wk_fence *f = arg;
     unsigned tick = 0;
@@ -364,6 +388,7 @@ static void *run(void *arg) {
             fence_locked(f, "timer");
         else if (!f->fenced && tick % REFRESH_TICKS == 0)
             refresh_slots(f);
+        if (atomic_exchange(&f->held_new, false)) collect_held(f);
         pthread_mutex_unlock(&f->mu);
         tick++;
         struct timespec ts = {0, WK_FENCE_TICK_MS * 1000000L};
@@ -423,15 +448,16 @@ void wk_fence_settled(wk_fence *f, const char *id) {
     if (f->engine) refresh_slots(f);
 }
 
-/* The workloads whose restart the engine held at open (wk_engine_opts.hold_restarts): they are
- * settled with the registry as fenced ones are, once this agent has renewed (wk_health). */
-static void hold_restarts(wk_fence *f) {
+/* The workloads whose restart the engine held (at open, wk_engine_opts.hold_restarts, or since,
+ * by the restart gate): they are settled with the registry as fenced ones are, once this agent
+ * has renewed (wk_health). Caller holds mu, or is alone (wk_fence_start). */
+static void collect_held(wk_fence *f) {
     wk_engine_info *infos = NULL;
     size_t n = 0;
     pv_status st;
     if (wk_engine_list(f->engine, &infos, &n, &st) != PV_OK) return;
     for (size_t i = 0; i < n; i++) {
-        if (!infos[i].restart_held) continue;
+        if (!infos[i].restart_held || json_object_get(f->stopped, infos[i].id)) continue;
         int64_t epoch = wk_fence_epoch_of(infos[i].labels_json);
         json_object_set_new(f->stopped, infos[i].id, json_integer(epoch));
         log_line(f->log_path, "held", infos[i].id, epoch, "restart waits for the registry");
@@ -440,6 +466,20 @@ static void hold_restarts(wk_fence *f) {
                 f->node, infos[i].id, (long long)epoch);
     }
     wk_engine_info_array_free(infos, n);
+}
+
+/* The engine asks before it restarts a workload by its policy (wk_engine_restart_gate; on its
+ * thread, its lock held: nothing here locks or calls it). An HA workload is restarted only while
+ * the lease is current, with RESTART_MARGIN_MS to spare: past the deadline the cluster may be
+ * about to recreate it elsewhere, and a guard's kill must not be undone by the policy. */
+static bool restart_gate(void *arg, const char *id, const char *labels_json) {
+    (void)id;
+    wk_fence *f = arg;
+    if (!pv_workload_is_ha(labels_json, NULL)) return true;
+    int64_t age = pv_time_mono_ms() - atomic_load(&f->pg->renewed_ms);
+    if (!atomic_load(&f->fenced) && age < f->fence_ms - RESTART_MARGIN_MS) return true;
+    atomic_store(&f->held_new, true);
+    return false;
 }
 
 /* The page of node: adopted (same boot, a guard running) or made new. */
@@ -492,7 +532,8 @@ int wk_fence_start(const pv_config *cfg, wk_engine *engine, wk_fence **out, pv_s
         wk_fence_stop(f);
         return st->code;
     }
-    hold_restarts(f);
+    collect_held(f);
+    wk_engine_set_restart_gate(engine, restart_gate, f);
     if (adopted)
         pv_info("fence node=%s: adopted guard pid %d; last renewal %lld ms ago", f->node,
                 (int)atomic_load(&f->pg->guard_pid),
@@ -528,6 +569,7 @@ static void dismiss_guard(wk_fence *f) {
 
 void wk_fence_stop(wk_fence *f) {
     if (!f) return;
+    if (f->engine && f->pg) wk_engine_set_restart_gate(f->engine, NULL, NULL);
     if (f->started) {
         atomic_store(&f->stop, true);
         pthread_join(f->thread, NULL);

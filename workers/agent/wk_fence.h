@@ -22,6 +22,13 @@
  *     restarted agent maps again: it adopts the running guard and the deadline the previous
  *     agent left, so a quick restart fences nothing and a slow one is fenced in time.
  *
+ * A restart-policy HA workload killed while the lease is not current (by the guard during a
+ * freeze, or by itself) is never brought back by the engine's policy: the fence is the process
+ * engine's restart gate (wk_engine_set_restart_gate), which holds every HA restart once the
+ * lease is older than the fence time less a margin (the guard must learn a restarted pid before
+ * the deadline) and while fenced; the held workload is stopped by the fence and settled with
+ * the registry like a fenced one. A fence's own stop cancels the policy too (want_running).
+ *
  * After a fence, the agent's first successful renewal lifts it; the status reporter then asks
  * the registry about each stopped workload (pv_workload_ha_check): still this node's
  * incarnation, it is started again; replaced (recreated elsewhere), it is removed; gone (no

@@ -295,3 +295,7 @@ int wk_engine_facts(wk_engine *e, char **json, pv_status *st) {
     *json = NULL;
     return e->v->facts ? e->v->facts(e->impl, json, st) : PV_OK;
 }
+
+void wk_engine_set_restart_gate(wk_engine *e, wk_engine_restart_gate fn, void *arg) {
+    if (e && e->v->set_restart_gate) e->v->set_restart_gate(e->impl, fn, arg);
+}

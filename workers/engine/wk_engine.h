@@ -43,6 +43,14 @@
 
 typedef struct wk_engine wk_engine;
 
+/* Asked by an engine that restarts workloads by their restart policy itself (the process
+ * engine), before each such restart, on the engine's own thread with its lock held: it must not
+ * call the engine, nor wait. false: the restart is not made; the workload is left STOPPED with
+ * wk_engine_info.restart_held (as hold_restarts leaves it at open), for the agent to start
+ * (wk_engine_start) or remove. The node agent's fence (wk_fence.h) says false for its HA
+ * workloads while its liveness lease is not current. */
+typedef bool (*wk_engine_restart_gate)(void *arg, const char *id, const char *labels_json);
+
 typedef struct wk_engine_opts {
     const char *state_dir;  /* the engine's own files (workload dirs, logs, records); created;
                                virt on QEMU: VM images, root disks, console logs */
@@ -137,7 +145,8 @@ typedef struct wk_engine_info {
     int exit_code;       /* STOPPED: the main process's exit status (128+signal when killed; -1 when
                           * unknown: a process that ended while no agent watched it); virt: 0
                           * after a shutdown, 137 after a destroy, 1 after a crash */
-    int64_t pid;         /* process engine: the main process; 0 when not running */
+    int64_t pid;         /* process engine: the main process; virt on qemu:///system: the
+                          * domain's qemu process; 0 when not running or unknown */
     char *engine_id;     /* the engine's handle: pid for processes, the domain UUID for virt */
     char *networks_json; /* {"host": "10.0.0.5"} for the process engine; virt: one key per
                           * interface, the libvirt network's name ("bridge:<br>" for a bridge):
@@ -364,5 +373,9 @@ int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int
  * them now. *json NULL (PV_OK) for engines with
  * nothing to say. */
 int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
+
+/* Sets the restart gate (fn NULL: none, every restart is made); once this returns, the previous
+ * gate is not called any more. Engines that restart nothing by themselves ignore it. */
+void wk_engine_set_restart_gate(wk_engine *e, wk_engine_restart_gate fn, void *arg);
 
 #endif

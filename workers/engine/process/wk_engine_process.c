@@ -10,10 +10,12 @@
  * The main process runs the entrypoint's commands (argv, no shell) in root/<dir> with the spec's
  * env (PATH added when the spec has none), in its own session and process group, as the spec's
  * user (root agents only). Restart policies "always" and "on-failure" restart it with a backoff
- * from 100 ms doubling to 10 s (reset once a run lasted 10 s). Hooks and exec run inside the
- * workload too (same root, env, user and limits) in process groups of their own; whatever a
- * hook or an exec leaves behind in its group is killed when it ends, as is whatever the main
- * process leaves in its group when it exits: a workload never outlives its main process.
+ * from 100 ms doubling to 10 s (reset once a run lasted 10 s), each restart first asking the
+ * restart gate (wk_engine_set_restart_gate: the agent's fence holds HA workloads' restarts while
+ * the node's lease is not current, so a fenced node never brings one back by itself). Hooks and
+ * exec run inside the workload too (same root, env, user and limits) in process groups of their
+ * own; whatever a hook or an exec leaves behind in its group is killed when it ends, as is whatever
+ * the main process leaves in its group when it exits: a workload never outlives its main process.
  *
  * Limits: cgroup v2 when the machine has a writable cgroup2 mount with the cpu, memory and
  * cpuset controllers (each workload gets <mount>/pivirt/<id> with cpu.max, memory.max and
@@ -250,7 +252,9 @@ struct pe {
     bool dynamic_users; /* ... or, instead, as a uid of its own out of [uid_min, uid_max] */
     char *uid_dir;
     uid_t uid_min, uid_max;
-    bool hold_restarts; /* wk_engine_opts.hold_restarts */
+    bool hold_restarts;          /* wk_engine_opts.hold_restarts */
+    wk_engine_restart_gate gate; /* asked before every restart by policy (under mu) */
+    void *gate_arg;
     char host_ip[INET_ADDRSTRLEN];
     char *cg_base; /* <cgroup2 mount>/pivirt when cgroup v2 limits are in force */
     char limits_note[256];
@@ -1124,7 +1128,16 @@ static void on_restart_timer(struct ev_loop *loop, ev_timer *t, int revents) {
     pe_wl *w = t->data;
     pe *e = w->e;
     pthread_mutex_lock(&e->mu);
-    if (w->want_running && !w->stopping && w->state == WK_STATE_STOPPED) {
+    if (w->want_running && !w->stopping && w->state == WK_STATE_STOPPED && e->gate &&
+        !e->gate(e->gate_arg, w->id, w->labels_json)) {
+        /* the node may have been declared lost (its lease is not current): the agent decides,
+         * once the registry said whether the workload was recreated elsewhere meanwhile */
+        w->held = true;
+        wl_log(w, "restart policy %s: the restart waits for the agent (its lease is not current)",
+               w->restart);
+        pv_warn("event=restart_held id=%s: the node's liveness lease is not current", w->id);
+        pthread_cond_broadcast(&e->cv);
+    } else if (w->want_running && !w->stopping && w->state == WK_STATE_STOPPED) {
         pv_status st;
         if (wl_spawn_main(e, w, &st) == PV_OK) {
             w->restarts++;
@@ -2314,10 +2327,19 @@ static int pe_run(void *impl, const char *const *argv, size_t argc, const char *
     return PV_OK;
 }
 
+static void pe_set_restart_gate(void *impl, wk_engine_restart_gate fn, void *arg) {
+    pe *e = impl;
+    pthread_mutex_lock(&e->mu); /* the loop thread asks the gate under mu */
+    e->gate = fn;
+    e->gate_arg = arg;
+    pthread_mutex_unlock(&e->mu);
+}
+
 const wk_engine_vtbl wk_engine_process_vtbl = {
     .type = "process",
     WK_ENGINE_OPS(pe),
     .set_limits = pe_set_limits,
     .log_range = pe_log_range,
     .run = pe_run,
+    .set_restart_gate = pe_set_restart_gate,
 };

@@ -542,6 +542,19 @@ static char *networks_json(wk_virt *v, virDomainPtr d, bool active) {
     return out;
 }
 
+/* The qemu process of a running domain of qemu:///system, from the pid file libvirtd keeps; 0
+ * when unknown. The fence's guard kills it when the agent cannot destroy the domain
+ * (wk_fence.h): it needs nothing from libvirtd then. */
+static int64_t qemu_pid(wk_virt *v, virDomainPtr d) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/run/libvirt/qemu/%s.pid", virDomainGetName(d));
+    FILE *f = v->qemu ? fopen(path, "r") : NULL;
+    long long pid = 0;
+    if (f && fscanf(f, "%lld", &pid) != 1) pid = 0;
+    if (f) fclose(f);
+    return pid > 0 ? pid : 0;
+}
+
 static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_info *out,
                     pv_status *st) {
     memset(out, 0, sizeof *out);
@@ -558,6 +571,7 @@ static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_in
     out->image = xstrdup(json_string_value(json_object_get(meta, "image")));
     out->engine_id = xstrdup(uuid);
     bool active = out->state == WK_STATE_RUNNING || out->state == WK_STATE_PAUSED;
+    out->pid = active ? qemu_pid(v, d) : 0;
     out->networks_json = networks_json(v, d, active);
     out->publish_json = xstrdup("{}");
     out->log_path = xstrdup(json_string_value(json_object_get(meta, "log")));
