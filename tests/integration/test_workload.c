@@ -20,6 +20,7 @@
 
 #include "pv_redis.h"
 #include "pv_registry.h"
+#include "pv_resv.h"
 #include "pv_test_redis.h"
 #include "pv_workload.h"
 
@@ -545,6 +546,44 @@ static void mark_dead_nodes_pass(void **state, bool indexed) {
     assert_status_flags(f, b1, false, false);
 }
 
+/* What a node's instance is to the registry through a failover: the replacement being created
+ * on its new node has the claimed epoch while the record still names the lost node, and is
+ * PLACING (its agent's status pass must not remove it as an old instance: e2e.test_ha_netns
+ * lost a replacement that way under load); once the record moved it is that node's, and the
+ * lost node's instance is MOVED. */
+static void assert_incarnation(fixture *f, const char *id, const char *node, int64_t epoch,
+                               pv_incarnation want) {
+    pv_incarnation got = PV_INC_GONE;
+    pv_status st;
+    assert_int_equal(pv_workload_ha_check(f->r, &f->keys, id, node, epoch, &got, NULL, &st), PV_OK);
+    if (got != want)
+        fail_msg("%s on %s at epoch %lld: verdict %d, want %d", id, node, (long long)epoch,
+                 (int)got, (int)want);
+}
+
+static void test_incarnation_through_a_failover(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    char a1[PV_WORKLOAD_ID_LEN + 1];
+    add_wl(f, "api", "web", "na", 1, NULL, a1);
+    assert_incarnation(f, a1, "na", 1, PV_INC_OWN);
+    assert_incarnation(f, a1, "nb", 1, PV_INC_MOVED);
+    assert_incarnation(f, "nosuch", "na", 1, PV_INC_GONE);
+    int64_t epoch = 0;
+    assert_int_equal(pv_workload_ha_claim(f->r, &f->keys, a1, "na", "op-f", &epoch, &st), PV_OK);
+    assert_int_equal(epoch, 2);
+    /* placing: the lost node's instance is old, the replacement on nb is being placed */
+    assert_incarnation(f, a1, "na", 1, PV_INC_MOVED);
+    assert_incarnation(f, a1, "nb", 2, PV_INC_PLACING);
+    assert_incarnation(f, a1, "nb", 3, PV_INC_MOVED);
+    /* the record moves to nb: nb's instance is the workload, na's and any other epoch are not */
+    assert_int_equal(
+        pv_resv_reincarnate_workload(f->r, &f->keys, a1, "nb", 2, NULL, "e2", NULL, &st), PV_OK);
+    assert_incarnation(f, a1, "nb", 2, PV_INC_OWN);
+    assert_incarnation(f, a1, "na", 1, PV_INC_MOVED);
+    assert_incarnation(f, a1, "na", 2, PV_INC_MOVED);
+}
+
 static void test_mark_dead_nodes(void **state) {
     mark_dead_nodes_pass(state, false);
 }
@@ -698,6 +737,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_mark_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_dead_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_dead_nodes_indexed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incarnation_through_a_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watcher_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_and_notifications, setup, teardown),
     };

@@ -40,15 +40,20 @@ local function store_status(base, id, st, ttl)
 end
 
 -- Whose incarnation of workload id a node's instance at epoch is: 'OWN' (the record places that
--- epoch on that node, and no failover is placing it elsewhere), 'PLACING' (a failover is),
--- 'MOVED' (the record is on another node, or at a later epoch) or 'GONE' (no record); and the
--- record's node and epoch. A record without an epoch is at its first incarnation.
+-- epoch on that node, and no failover is placing it elsewhere), 'PLACING' (a failover is
+-- placing that epoch: the record still names the lost node until the new instance runs),
+-- 'MOVED' (the record is at another epoch, or on another node with nothing being placed) or
+-- 'GONE' (no record); and the record's node and epoch. A record without an epoch is at its
+-- first incarnation. The epoch decides before the node: the replacement a failover is creating
+-- on its new node has the claimed epoch while the record is still on the lost node, and its
+-- agent must not take it for an old instance and remove it.
 local function incarnation(base, id, node, epoch)
   local v = redis.call('HMGET', record_key(base, id), 'node', 'epoch', 'placing')
   local rec = {node = v[1], epoch = v[2] or '1'}
   if not v[1] then return 'GONE', rec end
-  if v[1] ~= node or tonumber(rec.epoch) ~= epoch then return 'MOVED', rec end
+  if tonumber(rec.epoch) ~= epoch then return 'MOVED', rec end
   if v[3] and v[3] ~= '' then return 'PLACING', rec end
+  if v[1] ~= node then return 'MOVED', rec end
   return 'OWN', rec
 end
 
