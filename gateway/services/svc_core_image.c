@@ -345,5 +345,7 @@ static const svc_eru_method k_methods[N_METHODS] = {
 };
 
 int svc_core_image_register(svc_core_image *s, gw_server *server) {
-    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
+    s->methods[3].upload = true; /* BuildImage: its tar, bounded by gateway.max_upload_bytes */
+    return 0;
 }
