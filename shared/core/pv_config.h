@@ -68,8 +68,8 @@ typedef struct pv_config {
         long max_request_bytes;         /* gateway.max_request_bytes (4194304) */
         long max_upload_bytes;   /* gateway.max_upload_bytes: one message of BuildImage and Send,
                                     and SendLargeFile's files in all (67108864; at most 256 MiB:
-                                    an upload goes base64 into its operation record, and Redis
-                                    takes a value of at most 512 MB) */
+                                    a message is held whole, and a BuildImage tar goes through
+                                    Redis, pv_upload.h) */
         int heartbeat_seconds;   /* gateway.heartbeat_seconds: presence key refresh (2); the
                                     key lives 3x that */
         char *metrics_listen;    /* gateway.metrics_listen: host:port of its Prometheus
