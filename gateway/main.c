@@ -175,6 +175,7 @@ static int build_server(gateway *g) {
         .auth_username = app->cfg.auth.username,
         .auth_password = app->cfg.auth.password,
         .max_request_bytes = app->cfg.gateway.max_request_bytes,
+        .max_upload_bytes = app->cfg.gateway.max_upload_bytes,
         .shutdown_grace_ms = app->cfg.gateway.shutdown_grace_ms,
         .app = app,
         .is_declared = is_declared,

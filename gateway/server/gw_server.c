@@ -54,7 +54,8 @@ typedef struct gw_tag {
 
 typedef struct reg_method {
     const gw_method *m;
-    void *handle; /* from grpc_server_register_method */
+    void *handle;  /* from grpc_server_register_method */
+    bool pre_read; /* the core reads the single request before the call comes (c->payload) */
 } reg_method;
 
 typedef struct out_msg {
@@ -87,6 +88,8 @@ struct gw_server {
     char *auth_username;
     char *auth_password;
     long max_request_bytes;
+    long max_upload_bytes;
+    bool read_after_auth;       /* requests are read once the call passed its checks (auth on) */
     int max_streams_per_client; /* 0 = no bound */
     pthread_mutex_t streams_mu;
     struct client_streams *streams[GW_STREAM_BUCKETS];
@@ -647,13 +650,14 @@ static ProtobufCMessage *decode_request(gw_call *c, grpc_byte_buffer *bb) {
         return NULL;
     }
     size_t raw = grpc_byte_buffer_length(bb);
-    if (c->s->max_request_bytes > 0 && (long)raw > c->s->max_request_bytes) {
+    bool upload = c->rm->m->upload && c->s->max_upload_bytes > 0;
+    long limit = upload ? c->s->max_upload_bytes : c->s->max_request_bytes;
+    if (limit > 0 && (long)raw > limit) {
         /* A limit, not a malformed request: RESOURCE_EXHAUSTED, as the core itself answers
          * past its own bound, whatever code the method uses for bad input. */
         gw_call_finishf(c, PV_RESOURCE_EXHAUSTED,
-                        "request: %s is %zu bytes, over the limit of %ld bytes "
-                        "(gateway.max_request_bytes)",
-                        d->name, raw, c->s->max_request_bytes);
+                        "request: %s is %zu bytes, over the limit of %ld bytes (gateway.%s)",
+                        d->name, raw, limit, upload ? "max_upload_bytes" : "max_request_bytes");
         return NULL;
     }
     size_t len = 0;
@@ -720,6 +724,16 @@ static void on_recv_done(gw_call *c, bool ok) {
         call_unref_internal(c);
         return;
     }
+    if (!m->on_message) { /* the single request of a unary or server-stream call */
+        ProtobufCMessage *req = decode_request(c, c->recv_bb);
+        if (req) {
+            m->handler(c, req);
+            protobuf_c_message_free_unpacked(req, NULL);
+            ensure_answered(c);
+        }
+        call_unref_internal(c);
+        return;
+    }
     if (!c->recv_bb) { /* half-close */
         m->on_message(c, NULL);
         ensure_answered(c);
@@ -783,7 +797,7 @@ static void on_new_call(gw_call *c, bool ok) {
                             c->client, open);
         } else if (state_missing(c)) {
             /* answered */
-        } else if (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) {
+        } else if (c->rm->pre_read) {
             ProtobufCMessage *req = decode_request(c, c->payload);
             if (req) {
                 m->handler(c, req);
@@ -818,10 +832,9 @@ static void request_call(gw_server *s, const reg_method *rm) {
     }
     grpc_call_error e;
     if (rm)
-        e = grpc_server_request_registered_call(
-            s->server, rm->handle, &c->call, &c->deadline, &c->md,
-            (rm->m->kind == GW_UNARY || rm->m->kind == GW_SERVER_STREAM) ? &c->payload : NULL,
-            s->cq, s->cq, &c->t_new);
+        e = grpc_server_request_registered_call(s->server, rm->handle, &c->call, &c->deadline,
+                                                &c->md, rm->pre_read ? &c->payload : NULL, s->cq,
+                                                s->cq, &c->t_new);
     else
         e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
                                      &c->t_new);
@@ -950,6 +963,8 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
     s->auth_username = dup_or_null(o->auth_username);
     s->auth_password = strdup(o->auth_password ? o->auth_password : "");
     s->max_request_bytes = o->max_request_bytes;
+    s->max_upload_bytes = o->max_upload_bytes;
+    s->read_after_auth = s->auth_username != NULL;
     s->max_streams_per_client = o->max_streams_per_client;
     s->shutdown_grace_ms = o->shutdown_grace_ms;
     s->app = o->app;
@@ -970,9 +985,12 @@ gw_server *gw_server_new(const gw_server_opts *o, char *err, size_t errlen) {
         s->listen[i] = strdup(o->listen[i]);
 
     /* The core's own limit sits well above ours so that oversized requests reach us and get a
-     * message naming the limit instead of a bare RESOURCE_EXHAUSTED from the transport. */
+     * message naming the limit instead of a bare RESOURCE_EXHAUSTED from the transport. It is
+     * one for every method (the core has no per-method bound on a server): uploads raise it. */
     long core_limit = o->max_request_bytes > 0 ? o->max_request_bytes * 4 : 64L << 20;
     if (core_limit < (16L << 20)) core_limit = 16L << 20;
+    if (o->max_upload_bytes > 0 && o->max_upload_bytes + core_limit / 4 > core_limit)
+        core_limit = o->max_upload_bytes + core_limit / 4;
     if (core_limit > INT32_MAX) core_limit = INT32_MAX;
     grpc_arg args[] = {
         {.type = GRPC_ARG_INTEGER,
@@ -1028,12 +1046,14 @@ int gw_server_add_method(gw_server *s, const gw_method *m) {
     if (s->started || s->n_methods == GW_MAX_METHODS) return -1;
     for (size_t i = 0; i < s->n_methods; i++)
         if (strcmp(s->methods[i].m->path, m->path) == 0) return -1;
-    bool pre_read = m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM;
+    /* With auth on, the request is read only after the credentials were checked: the core
+     * reads a pre-read request whole before the call comes to us. */
+    bool pre_read = (m->kind == GW_UNARY || m->kind == GW_SERVER_STREAM) && !s->read_after_auth;
     void *h = grpc_server_register_method(
         s->server, m->path, NULL,
         pre_read ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
     if (!h) return -1;
-    s->methods[s->n_methods++] = (reg_method){m, h};
+    s->methods[s->n_methods++] = (reg_method){m, h, pre_read};
     return 0;
 }
 

@@ -57,6 +57,9 @@ typedef struct gw_method {
     gw_handler_fn handler;                     /* unary and server-stream */
     gw_message_fn on_message;                  /* client-stream and bidi */
     bool no_auth;                              /* skip the auth check (health, if configured) */
+    /* The request is an upload (an image's tar, files): bounded by max_upload_bytes instead of
+     * max_request_bytes. */
+    bool upload;
     /* Overrides the error code used when the request cannot be decoded or is too large
      * (Eru answers its own per-call codes); 0 = INVALID_ARGUMENT. */
     int bad_request_code;
@@ -84,6 +87,12 @@ typedef struct gw_server_opts {
                                        whose value is auth_password must come with every call */
     const char *auth_password;
     long max_request_bytes; /* larger requests get RESOURCE_EXHAUSTED naming the limit */
+    long max_upload_bytes;  /* the same for an upload method's request (gw_method.upload);
+                               <= 0: max_request_bytes. The transport takes no message larger
+                               than the largest of both (plus slack), for any method: with
+                               auth_username set, a request is read only once its credentials
+                               were checked, so a client without them makes the server hold
+                               no more than HTTP/2's flow-control window of its message */
     int shutdown_grace_ms;
     void *app; /* handed to handlers through gw_call_app */
     /* Says whether a path the server has no handler for is part of the declared API, so the

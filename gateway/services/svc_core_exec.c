@@ -596,8 +596,13 @@ static void relay_session(exec_relay *er, pv_redis *r) {
             return;
         }
         bool over = pv_op_done(&rec);
-        if (over) /* finished without an exit entry: it never ran, or its node failed it */
-            gw_call_finishf(er->call, ERU_EXECUTE_WORKLOAD, "%s",
+        /* finished without an exit entry: it never ran, or its node failed it (a limit, as
+         * the input a VM takes: RESOURCE_EXHAUSTED, as the gateway's own limits) */
+        if (over)
+            gw_call_finishf(er->call,
+                            rec.error_code == PV_RESOURCE_EXHAUSTED ? PV_RESOURCE_EXHAUSTED
+                                                                    : ERU_EXECUTE_WORKLOAD,
+                            "%s",
                             rec.error_message && *rec.error_message ? rec.error_message
                                                                     : "exec ended without "
                                                                       "an exit code");

@@ -1,6 +1,6 @@
 /*
  * svc_core_files: Send, SendLargeFile and Copy (see svc_core_files.h). SendLargeFile holds the
- * client's chunks in memory until the half-close, bounded by gateway.max_request_bytes in all.
+ * client's chunks in memory until the half-close, bounded by gateway.max_upload_bytes in all.
  */
 #include "svc_core_files.h"
 
@@ -146,7 +146,7 @@ static void on_send(gw_call *call, const ProtobufCMessage *req) {
 
 /* SendLargeFile: the client streams each file in chunks (FileOptions: ids, dst, size, mode,
  * owner, chunk); at the half-close every file is sent as Send sends (default mode 0755). The
- * files are held in memory until then, so each is bounded by gateway.max_request_bytes in
+ * files are held in memory until then, so each is bounded by gateway.max_upload_bytes in
  * total. */
 typedef struct large_send {
     char **ids;
@@ -228,9 +228,9 @@ static void on_send_large_file(gw_call *call, const ProtobufCMessage *msg) {
         }
         int i = f->dst && *f->dst ? large_file(ls, f->dst) : -2;
         const char *err = i == -2 ? "dst: required in every chunk" : i < 0 ? "out of memory" : NULL;
-        size_t limit = ((gw_app *)gw_call_app(call))->cfg.gateway.max_request_bytes;
+        size_t limit = ((gw_app *)gw_call_app(call))->cfg.gateway.max_upload_bytes;
         if (!err && ls->total + f->chunk.len > limit)
-            err = "files larger than gateway.max_request_bytes";
+            err = "files larger than gateway.max_upload_bytes";
         pv_status mst;
         if (!err && f->mode && pv_deploy_check_mode("mode", f->mode->mode, &mst) != PV_OK)
             err = mst.msg;
@@ -352,5 +352,7 @@ static const svc_eru_method k_methods[N_METHODS] = {
 };
 
 int svc_core_files_register(svc_core_files *s, gw_server *server) {
-    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
+    s->methods[0].upload = true; /* Send: its files, bounded by gateway.max_upload_bytes */
+    return 0;
 }

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "pb/core.pb-c.h"
-#include "pv_b64.h"
 #include "pv_build.h"
 #include "pv_kinds.h"
 #include "pv_log.h"
 #include "pv_registry.h"
+#include "pv_upload.h"
 #include "pv_workload.h"
 #include "svc_eru.h"
 #include "svc_nodeop.h"
@@ -274,19 +274,19 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
         free(ref);
     }
     json_t *params = json_pack("{s:O}", "refs", refs);
+    char upload[PV_ID_MAX] = "";
     char *node = NULL;
     int rc = PV_OK;
     if (scm) {
         json_object_set_new(params, "builds", scm);
         rc = idle_node(r, &app->keys, app->cfg.worker.build_pod, &node, &st);
     } else if (o->build_method == PB__BUILD_IMAGE_OPTIONS__BUILD_METHOD__RAW) {
-        char *b64 = NULL;
+        /* the tar goes to the node in an upload of its own, not base64 in the params */
         if (o->tar.len == 0)
             rc = pv_status_set(&st, PV_INVALID_ARGUMENT, "tar: empty for build_method RAW");
-        if (rc == PV_OK) rc = pv_b64_encode(o->tar.data, o->tar.len, &b64, &st);
-        if (rc == PV_OK) json_object_set_new(params, "tar", json_string(b64));
-        free(b64);
         if (rc == PV_OK) rc = idle_node(r, &app->keys, app->cfg.worker.build_pod, &node, &st);
+        if (rc == PV_OK) rc = pv_upload_put(r, &app->keys, o->tar.data, o->tar.len, upload, &st);
+        if (rc == PV_OK) json_object_set_new(params, "upload", json_string(upload));
     } else {
         pv_workload w;
         rc = o->exist_id && *o->exist_id
@@ -300,9 +300,14 @@ static void on_build_image(gw_call *call, const ProtobufCMessage *req) {
     }
     char op_id[PV_ID_MAX];
     pv_op rec = {0};
+    bool submitted = false;
     if (rc == PV_OK)
-        rc = svc_nodeop_submit(call, node, PV_KIND_IMAGE_BUILD_NODE, params, 1, op_id, &st);
+        submitted = (rc = svc_nodeop_submit(call, node, PV_KIND_IMAGE_BUILD_NODE, params, 1, op_id,
+                                            &st)) == PV_OK;
     if (rc == PV_OK) rc = svc_nodeop_wait(call, r, &app->keys, op_id, &rec, &st);
+    /* taken (the operation is done: PV_OK) or never to be; an operation still running at the
+     * call's end (a deadline, the client gone) may yet need it: its TTL takes it away */
+    if (*upload && (!submitted || rc == PV_OK)) pv_upload_drop(r, &app->keys, upload);
     /* the build's log lines (SCM builds), then one message per image reference; a failed
      * build's log comes before its error */
     bool failed = rc == PV_OK && rec.status != PV_OP_SUCCEEDED;
@@ -345,5 +350,7 @@ static const svc_eru_method k_methods[N_METHODS] = {
 };
 
 int svc_core_image_register(svc_core_image *s, gw_server *server) {
-    return svc_eru_register(server, k_methods, N_METHODS, s->methods, s);
+    if (svc_eru_register(server, k_methods, N_METHODS, s->methods, s) != 0) return -1;
+    s->methods[3].upload = true; /* BuildImage: its tar, bounded by gateway.max_upload_bytes */
+    return 0;
 }

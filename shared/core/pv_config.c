@@ -86,6 +86,8 @@ static const key_def keys[] = {
         INT_MAX),
     {"gateway.max_request_bytes", KEY_LONG, OFF(gateway.max_request_bytes), 0, "4194304", 1,
      INT_MAX, 0},
+    {"gateway.max_upload_bytes", KEY_LONG, OFF(gateway.max_upload_bytes), 0, "67108864", 1,
+     268435456, 0},
     INT("gateway.heartbeat_seconds", gateway.heartbeat_seconds, "2", 1, INT_MAX),
     INT("gateway.shutdown_grace_ms", gateway.shutdown_grace_ms, "5000", 0, INT_MAX),
     STR("gateway.advertise", gateway.advertise, "", 0),

@@ -66,10 +66,14 @@ typedef struct pv_config {
                                            the peer's address) may have; more are refused
                                            RESOURCE_EXHAUSTED (10000; 0 = no bound) */
         long max_request_bytes;         /* gateway.max_request_bytes (4194304) */
-        int heartbeat_seconds;          /* gateway.heartbeat_seconds: presence key refresh (2); the
-                                           key lives 3x that */
-        char *metrics_listen;           /* gateway.metrics_listen: host:port of its Prometheus
-                                           /metrics ("" = none) */
+        long max_upload_bytes;   /* gateway.max_upload_bytes: one message of BuildImage and Send,
+                                    and SendLargeFile's files in all (67108864; at most 256 MiB:
+                                    a message is held whole, and a BuildImage tar goes through
+                                    Redis, pv_upload.h) */
+        int heartbeat_seconds;   /* gateway.heartbeat_seconds: presence key refresh (2); the
+                                    key lives 3x that */
+        char *metrics_listen;    /* gateway.metrics_listen: host:port of its Prometheus
+                                    /metrics ("" = none) */
         int shutdown_grace_ms;   /* gateway.shutdown_grace_ms: in-flight calls may finish (5000) */
         char *advertise;         /* gateway.advertise: address reported by WatchServiceStatus
                                     ("" = the first listen address) */

@@ -29,6 +29,7 @@ static const struct {
     [PV_KEY_OP_OUT] = {"{ops}:out:", 1},
     [PV_KEY_OP_IN] = {"{ops}:in:", 1},
     [PV_KEY_OP_CHAN] = {"{ops}:chan:", 1},
+    [PV_KEY_OP_UPLOAD] = {"{ops}:upload:", 1},
     [PV_KEY_REG] = {"{reg}:", 0},
     [PV_KEY_PODS] = {"{reg}:pods", 0},
     [PV_KEY_POD] = {"{reg}:pod:", 1},

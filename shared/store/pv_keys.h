@@ -23,6 +23,8 @@
  *   <p>{ops}:out:<id>               stream: the operation's output
  *   <p>{ops}:in:<id>                stream: input sent to a running operation
  *   <p>{ops}:chan:<id>              pub/sub channel: the new status name on every change
+ *   <p>{ops}:upload:<id>            string with a TTL: a BuildImage RAW tar its node operation
+ *                                   takes (pv_upload.h)
  * Registry (hash tag {reg}; pv_registry.h, pv_workload.h, pv_resv.h, pv_sched.h):
  *   <p>{reg}:                       the base the registry, workload and sched functions take
  *   <p>{reg}:pods                   hash: pod name -> pod id
@@ -106,6 +108,7 @@ typedef enum pv_key_kind {
     PV_KEY_OP_OUT,
     PV_KEY_OP_IN,
     PV_KEY_OP_CHAN,
+    PV_KEY_OP_UPLOAD,
     PV_KEY_REG,
     PV_KEY_PODS,
     PV_KEY_POD,

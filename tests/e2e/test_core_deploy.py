@@ -356,6 +356,16 @@ class Images(Base):
         self.assertTrue(all(len(m.id) == 64 and m.status == "finished" for m in got))
         self.assertTrue(os.path.exists(os.path.join(self.stack.data_dir, "registry", "built",
                                                     "app", "v1.tar")))
+        # the tar went to the node in an upload of its own, gone once the build was done,
+        # and not into the operation's record (kept for ops.retention_seconds)
+        self.assertEqual(self.stack.scan(self.stack.key("{ops}:upload:*")), [])
+        ops = self.stack.scan(self.stack.key("{ops}:op:*"))
+        builds = [json.loads(self.stack.redis.cmd("HGET", k, "params")) for k in ops
+                  if self.stack.redis.cmd("HGET", k, "kind") == "image.build_on_node"]
+        raws = [b for b in builds if "upload" in b or "tar" in b]
+        self.assertEqual(len(raws), 1, builds)
+        self.assertNotIn("tar", raws[0])
+        self.assertTrue(raws[0]["upload"].startswith("up-"), raws[0])
         msgs = list(self.core.CreateWorkload(deploy(1, image="built/app:v2"), timeout=60))
         self.assertTrue(msgs[0].success, msgs[0].error)
         # EXIST: the workload's tree as it is now, a file sent into it included.

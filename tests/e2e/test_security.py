@@ -207,6 +207,7 @@ class HealthAndReflectionAuth(unittest.TestCase):
         st = pvtest.Stack(gateways=1, config=cfg)
         st.start(auth=("admin", "s3cret"))
         self.addCleanup(st.stop)
+        self.stack_gateway_pid = st.gateways[0].proc.pid
         return st.channel(0)
 
     def test_defaults_health_open_reflection_needs_credentials(self):
@@ -227,6 +228,41 @@ class HealthAndReflectionAuth(unittest.TestCase):
                          pvtest.SERVING)
         self.assertIn(b"pb.CoreRPC", reflection_services(ch))
         self.assertEqual(rpc_error(info, ch).code(), grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_an_upload_without_credentials_is_not_read(self):
+        # With auth on, a request is read only after its credentials were checked: BuildImage
+        # RAW of 48 MiB (under gateway.max_upload_bytes, 64 MiB) from four clients without them
+        # at once is refused UNAUTHENTICATED, and the gateway's peak memory grows by far less
+        # than one of them (the core would hold each whole before the gateway saw the call).
+        ch = self.start()
+        pid = self.stack_gateway_pid
+        hwm0 = vm_hwm_kib(pid)
+        body = core_pb2.BuildImageOptions(name="big", build_method=core_pb2.BuildImageOptions.RAW,
+                                          tar=b"\0" * (48 << 20)).SerializeToString()
+        errors = []
+
+        def upload():
+            try:
+                list(ch.unary_stream("/pb.CoreRPC/BuildImage")(body, timeout=60))
+            except grpc.RpcError as e:
+                errors.append(e.code())
+
+        threads = [threading.Thread(target=upload) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [grpc.StatusCode.UNAUTHENTICATED] * 4)
+        grown = vm_hwm_kib(pid) - hwm0
+        self.assertLess(grown, 32 << 10, "the gateway's peak RSS grew by %d KiB" % grown)
+
+
+def vm_hwm_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
 
 
 class PendingOperationsPerClient(unittest.TestCase):
@@ -288,7 +324,8 @@ class MessageSizeAndStreams(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.stack = pvtest.Stack(gateways=1, config={"gateway": {
-            "max_request_bytes": 65536, "max_concurrent_streams": 2}})
+            "max_request_bytes": 65536, "max_upload_bytes": 262144,
+            "max_concurrent_streams": 2}})
         cls.stack.start()
 
     @classmethod
@@ -307,6 +344,34 @@ class MessageSizeAndStreams(unittest.TestCase):
                 self.assertIn("gateway.max_request_bytes", e.details())
                 self.assertIn("65536", e.details())
             self.assertEqual(pvtest.health_status_on(ch), pvtest.SERVING)
+
+    def test_uploads_are_bounded_by_max_upload_bytes(self):
+        # BuildImage and Send carry an image or files in one message: gateway.max_upload_bytes
+        # (256 KiB here) bounds them, not gateway.max_request_bytes (64 KiB), which still
+        # bounds every other method.
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        raw = core_pb2.BuildImageOptions.RAW
+
+        def build(n):
+            list(core.BuildImage(core_pb2.BuildImageOptions(
+                name="up", build_method=raw, tar=b"x" * n), timeout=30))
+
+        def send(n):
+            list(core.Send(core_pb2.SendOptions(IDs=["nosuch"], data={"/f": b"x" * n}),
+                           timeout=30))
+
+        for call in (build, send):
+            e = rpc_error(call, 300000)
+            self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+            self.assertIn("gateway.max_upload_bytes", e.details())
+            self.assertIn("262144", e.details())
+            # over max_request_bytes but under max_upload_bytes: past the size check (no
+            # node takes it here)
+            try:
+                call(200000)
+            except grpc.RpcError as e:
+                self.assertNotEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+                self.assertNotIn("max_", e.details())
 
     def test_request_over_the_transport_bound_is_resource_exhausted_not_a_crash(self):
         # 20 MiB: past the core's own bound (16 MiB here), refused before any handler.

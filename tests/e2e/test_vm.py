@@ -6,7 +6,9 @@ by Debian's python3-grpcio. The guest is tests/guest/build-guest.sh's, built fro
 packages into the build directory (cached): the cloud kernel, a busybox initramfs printing
 PIVIRT-GUEST-READY on its serial console, qemu-guest-agent on its virtio-serial channel, and a
 16 MiB qcow2 disk whose first bytes are PIVIRT-DISK-v1. It reaches the node's image store as
-every image does: copied into the registry directory, then CacheImage.
+an operator sends it: BuildImage RAW, the whole 18 MB tar in one message (under
+gateway.max_upload_bytes); the other images are copied into the registry directory, then
+CacheImage.
 
 What libvirt needs on a machine without systemd is done here as `./ops/pivirt up` does it, and
 said on stderr: virtlogd started, /dev/kvm given to group libvirt-qemu.
@@ -19,6 +21,10 @@ At most two guests run at once, 192 MiB each. The cases of VM share one guest, i
            `false` "[exitcode] 1", a missing program 127; the root disk is a qcow2 overlay of
            the image's disk (the guest reads the image's marker from /dev/vda, the overlay's
            backing file is the unpacked image) and writes to it stay in the overlay;
+  test_02b ExecuteWorkload with open_stdin: the input streamed in pieces is the command's stdin
+           once the client half-closes (cat gives it back, wc -c counts 96 KiB, the exit code
+           comes as "[exitcode] N"); one byte past 96 KiB is refused RESOURCE_EXHAUSTED naming
+           the limit, and the command never runs;
   test_03  Send writes a file into the guest (read back with exec cat, mode applied),
            SendLargeFile one of 3 MiB in chunks (its checksum in the guest), Copy gives a tar
            archive of a guest path;
@@ -50,6 +56,8 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 
+import grpc
+
 import pvtest
 from pb import core_pb2
 
@@ -60,7 +68,8 @@ POD = "vmp"
 NODE = "vmq1"
 
 
-setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vmt")
+# the guest's image goes onto the node through BuildImage RAW (18 MB in one message)
+setUpModule, tearDownModule = vmtest.fixtures(POD, NODE, "vmt", build=(IMAGE,))
 
 
 class VM(Base):
@@ -117,6 +126,33 @@ class VM(Base):
         self.assertEqual((out, code), ("WRITTEN-IN-GUEST", "[exitcode] 0"))
         with open(backing, "rb") as f:
             self.assertEqual(f.read(), before)  # the image's disk is untouched
+
+    def test_02b_exec_with_stdin(self):
+        self.assertIsNotNone(VM.wid, "test_01 did not boot the guest")
+
+        def run(commands, *chunks):
+            first = core_pb2.ExecuteWorkloadOptions(workload_id=VM.wid, open_stdin=True,
+                                                    commands=commands)
+            feed = [core_pb2.ExecuteWorkloadOptions(repl_cmd=c) for c in chunks]
+            got = [m.data for m in self.core.ExecuteWorkload(iter([first] + feed), timeout=90)]
+            return b"".join(got[:-1]), got[-1].decode()
+
+        # the input, sent in pieces, is the command's whole stdin once the client half-closes
+        self.assertEqual(run(["cat"], b"one\n", b"two\n"), (b"one\ntwo\n", "[exitcode] 0"))
+        data = os.urandom(96 * 1024)  # the most a VM's command takes
+        self.assertEqual(run(["wc", "-c"], data[:50000], data[50000:]),
+                         (b"%d\n" % len(data), "[exitcode] 0"))
+        self.assertEqual(run(["/bin/sh", "-c", "read a; exit $a"], b"5\n"),
+                         (b"", "[exitcode] 5"))
+        # no input at all: stdin is empty
+        self.assertEqual(run(["wc", "-c"]), (b"0\n", "[exitcode] 0"))
+        # one byte more is refused, naming the limit, and nothing runs
+        with self.assertRaises(grpc.RpcError) as e:
+            run(["/bin/sh", "-c", "touch /root/ran"], data, b"x")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         e.exception.details())
+        self.assertIn("at most 98304 bytes of input", e.exception.details())
+        self.assertEqual(self.execute(VM.wid, ["test", "-e", "/root/ran"])[1], "[exitcode] 1")
 
     def overlay(self, wid):
         dom = ET.fromstring(self.raw(wid, "domain_xml", b'{"inactive": true}'))

@@ -17,10 +17,7 @@ never hangs. A virt://qemu:///system node (vmtest.py: the test guest, TCG), one 
                         (virt-admin client-disconnect: what a restart does to a client, to this
                         agent alone): the guest runs on, the agent reconnects (exec and
                         suspend/resume work again, its log says "reconnected")
-  test_libvirtd_restart the system libvirtd stopped and started again under the agent (only with
-                        PIVIRT_TEST_LIBVIRTD_RESTART=1: every libvirt client of the machine sees
-                        it, so it is not done while other tests may run): the guest runs on, the
-                        agent reconnects (exec and suspend/resume work again)
+A real restart of the system libvirtd is test_vm_libvirtd_restart.py's (run alone: RUN_SERIAL).
 """
 import io
 import json
@@ -31,13 +28,12 @@ import subprocess
 import tarfile
 import tempfile
 import time
-import unittest
 
 import grpc
 
 import pvtest
 import vmtest
-from vmtest import VIRSH, Base
+from vmtest import Base
 from pb import core_pb2
 
 POD = "vfp"
@@ -191,29 +187,6 @@ class Faults(Base):
         self.wait_agent(wid)
         with open(self.stack.agents[0].log_path) as f:
             self.assertIn("reconnected", f.read())
-        self.remove(wid)
-
-    @unittest.skipUnless(os.environ.get("PIVIRT_TEST_LIBVIRTD_RESTART") == "1",
-                         "restarts the system libvirtd: set PIVIRT_TEST_LIBVIRTD_RESTART=1 when "
-                         "no other test runs")
-    def test_libvirtd_restart(self):
-        msg, _ = self.create("vftrestart")
-        wid = msg.id
-        self.wait_agent(wid)
-        with open("/run/libvirtd.pid") as f:
-            pid = int(f.read().strip())
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertIsNone(pvtest.ensure_libvirtd())
-        self.assertTrue(self.domstate(msg.name).startswith("running"))
-        # the first call on the closed connection may fail; the agent reconnects
-        self.wait_agent(wid, timeout=30)
-        self.control(wid, "suspend")
-        self.assertTrue(self.domstate(msg.name).startswith("paused"))
-        self.control(wid, "resume")
-        self.wait_agent(wid)
         self.remove(wid)
 
 

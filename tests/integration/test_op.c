@@ -20,6 +20,7 @@
 #include "pv_op.h"
 #include "pv_redis.h"
 #include "pv_test_redis.h"
+#include "pv_upload.h"
 
 #define Q "t:{ops}:q:"
 #define LOCK "t:{ops}:lock:"
@@ -1542,8 +1543,34 @@ static void test_key_names(void **state) {
     assert_string_equal(pv_op_status_name(PV_OP_RUNNING), "RUNNING");
 }
 
+/* An upload: binary bytes back as they went, with a TTL; gone after the drop, and a missing
+ * one is FAILED_PRECONDITION naming it. */
+static void test_upload(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    char id[PV_ID_MAX], key[PV_KEY_MAX];
+    const unsigned char data[] = {'t', 'a', 'r', 0, 0xff, '\n', 7};
+    assert_int_equal(pv_upload_put(f->r, &f->keys, data, sizeof data, id, &st), PV_OK);
+    snprintf(key, sizeof key, "t:{ops}:upload:%s", id);
+    redisReply *ttl = redisCommand(f->c, "TTL %s", key);
+    assert_true(ttl->integer > PV_UPLOAD_TTL_SECONDS - 10 && ttl->integer <= PV_UPLOAD_TTL_SECONDS);
+    freeReplyObject(ttl);
+    unsigned char *got = NULL;
+    size_t len = 0;
+    assert_int_equal(pv_upload_get(f->r, &f->keys, id, &got, &len, &st), PV_OK);
+    assert_int_equal(len, sizeof data);
+    assert_memory_equal(got, data, sizeof data);
+    free(got);
+    pv_upload_drop(f->r, &f->keys, id);
+    assert_int_equal(pv_upload_get(f->r, &f->keys, id, &got, &len, &st), PV_FAILED_PRECONDITION);
+    assert_null(got);
+    assert_non_null(strstr(st.msg, id));
+    assert_non_null(strstr(st.msg, "is gone"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_submit_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),

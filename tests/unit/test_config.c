@@ -116,6 +116,7 @@ static void test_defaults(void **state) {
     assert_string_equal(c.gateway.tls_cert, "");
     assert_string_equal(c.gateway.tls_key, "");
     assert_int_equal(c.gateway.max_request_bytes, 4194304);
+    assert_int_equal(c.gateway.max_upload_bytes, 64L << 20);
     assert_int_equal(c.gateway.heartbeat_seconds, 2);
     assert_int_equal(c.gateway.shutdown_grace_ms, 5000);
     assert_int_equal(c.gateway.malloc_arenas, 4);
@@ -207,6 +208,8 @@ static void test_set_bad_numbers(void **state) {
     expect_set_error("scheduler.heartbeat_seconds", "0", "scheduler.heartbeat_seconds",
                      "at least 1");
     expect_set_error("gateway.max_request_bytes", "0", "gateway.max_request_bytes", "at least 1");
+    expect_set_error("gateway.max_upload_bytes", "268435457", "gateway.max_upload_bytes",
+                     "268435457 is out of range 1..268435456");
 }
 
 static void test_set_bad_level_and_unknown_key(void **state) {

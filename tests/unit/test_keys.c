@@ -33,6 +33,7 @@ static const struct {
     {PV_KEY_OP_OUT, "op-1", NULL, "pv:{ops}:out:op-1"},
     {PV_KEY_OP_IN, "op-1", NULL, "pv:{ops}:in:op-1"},
     {PV_KEY_OP_CHAN, "op-1", NULL, "pv:{ops}:chan:op-1"},
+    {PV_KEY_OP_UPLOAD, "up-1", NULL, "pv:{ops}:upload:up-1"},
     {PV_KEY_REG, NULL, NULL, "pv:{reg}:"},
     {PV_KEY_PODS, NULL, NULL, "pv:{reg}:pods"},
     {PV_KEY_POD, "cluster-1", NULL, "pv:{reg}:pod:cluster-1"},

@@ -1451,9 +1451,13 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     int rc = id && ncmd > 0
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
-    if (rc == PV_OK && strcmp(wk_engine_type(wk_agent_engine(agent)), "docker") == 0) {
-        rc = exec_io_entry(op, wk_agent_engine(agent), id, params,
-                           json_is_true(json_object_get(params, "interactive")), st);
+    /* docker takes the env and the workdir itself; a VM's guest agent takes the input whole
+     * (no FIFOs in a guest): both through the engine's exec_io */
+    const char *type = wk_engine_type(wk_agent_engine(agent));
+    bool interactive = json_is_true(json_object_get(params, "interactive"));
+    if (rc == PV_OK &&
+        (strcmp(type, "docker") == 0 || (interactive && strcmp(type, "virt") == 0))) {
+        rc = exec_io_entry(op, wk_agent_engine(agent), id, params, interactive, st);
         json_decref(params);
         return rc;
     }
@@ -1472,7 +1476,7 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     }
     for (size_t i = 0; rc == PV_OK && i < ncmd; i++)
         argv[argc++] = json_string_value(json_array_get(cmds, i)) ?: "";
-    if (rc == PV_OK && json_is_true(json_object_get(params, "interactive"))) {
+    if (rc == PV_OK && interactive) {
         rc = exec_interactive(op, wk_agent_engine(agent), id, argv, argc,
                               timeout > 0 ? (int)timeout : EXEC_DEFAULT_TIMEOUT_MS, st);
         free(argv);

@@ -26,6 +26,7 @@
 #include "wk_untar.h"
 #include "wk_vm_image.h"
 #include "pv_log.h"
+#include "pv_upload.h"
 
 static wk_agent *agent_of(wk_op *op, pv_status *st) {
     wk_agent *a = wk_op_context(op);
@@ -630,10 +631,20 @@ static int engine_log(void *ctx, int stream, const char *line, size_t len, pv_st
     return line && build_log(b, line, len, st) != PV_OK;
 }
 
+/* RAW's tar: the gateway's upload (params "upload", pv_upload.h), or base64 in "tar" (as
+ * gateways before uploads send it). *has: the params hold one. */
+static int raw_tar(wk_op *op, json_t *params, unsigned char **tar, size_t *len, bool *has,
+                   pv_status *st) {
+    const char *upload = json_string_value(json_object_get(params, "upload"));
+    const char *b64 = json_string_value(json_object_get(params, "tar"));
+    *has = upload || b64;
+    if (upload) return pv_upload_get(wk_op_redis(op), wk_op_keys(op), upload, tar, len, st);
+    return b64 ? pv_b64_decode("tar", b64, tar, len, st) : PV_OK;
+}
+
 /* RAW (the tar is a build context with a Dockerfile) or EXIST (the workload committed) on an
  * engine that builds itself: every ref tagged, those naming a registry pushed there. */
 static int engine_build(wk_op *op, wk_agent *a, json_t *params, pv_status *st) {
-    const char *b64 = json_string_value(json_object_get(params, "tar"));
     const char *exist = json_string_value(json_object_get(params, "exist_id"));
     json_t *refs = json_object_get(params, "refs");
     if (json_object_get(params, "builds"))
@@ -643,10 +654,10 @@ static int engine_build(wk_op *op, wk_agent *a, json_t *params, pv_status *st) {
                              wk_agent_node(a));
     unsigned char *tar = NULL;
     size_t len = 0;
-    int rc = b64 ? pv_b64_decode("tar", b64, &tar, &len, st)
-             : exist
-                 ? PV_OK
-                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params: tar or exist_id is required");
+    bool raw = false;
+    int rc = raw_tar(op, params, &tar, &len, &raw, st);
+    if (rc == PV_OK && !raw && !exist)
+        rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params: tar or exist_id is required");
     const char **v = calloc(json_array_size(refs) + 1, sizeof *v);
     if (rc == PV_OK && !v) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < json_array_size(refs); i++)
@@ -654,7 +665,7 @@ static int engine_build(wk_op *op, wk_agent *a, json_t *params, pv_status *st) {
     build_ctx b = {.op = op, .agent = a, .engine = wk_agent_engine(a)};
     char *id = NULL;
     if (rc == PV_OK)
-        rc = wk_engine_image_build(b.engine, tar, len, b64 ? NULL : exist, v, json_array_size(refs),
+        rc = wk_engine_image_build(b.engine, tar, len, raw ? NULL : exist, v, json_array_size(refs),
                                    engine_log, &b, &id, st);
     for (size_t i = 0; rc == PV_OK && i < json_array_size(refs); i++) {
         char stream[PV_STATUS_MSG_MAX];
@@ -678,15 +689,16 @@ int wk_node_image_build(wk_op *op, pv_status *st) {
         json_decref(params);
         return rc;
     }
-    const char *b64 = json_string_value(json_object_get(params, "tar"));
     const char *exist = json_string_value(json_object_get(params, "exist_id"));
     unsigned char *tar = NULL;
     size_t len = 0;
-    int rc = PV_OK;
+    bool raw = false;
+    int rc = raw_tar(op, params, &tar, &len, &raw, st);
     json_t *builds = json_object_get(params, "builds");
-    if (b64) {
-        rc = pv_b64_decode("tar", b64, &tar, &len, st);
-        if (rc == PV_OK) rc = check_raw(op, a, tar, len, st);
+    if (rc != PV_OK) {
+        /* the upload is gone: said in st */
+    } else if (raw) {
+        rc = check_raw(op, a, tar, len, st);
     } else if (builds) {
         rc = build_scm(op, a, builds, (char **)&tar, &len, st);
     } else if (exist && wk_agent_engine(a)) {

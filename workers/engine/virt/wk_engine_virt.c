@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "wk_engine_impl.h"
 #include "wk_files.h"
 #include "wk_guest.h"
@@ -1476,6 +1477,87 @@ static int virt_exec(void *impl, const char *id, const char *const *argv, size_t
                          output_len, st);
 }
 
+/* The input of an exec_io up to its end (the client's half-close), at most WK_GUEST_INPUT_MAX
+ * bytes, before deadline_ms (monotonic; 0: none). *in is the caller's to free. */
+static int collect_input(const wk_exec_io *io, int64_t deadline_ms, char **in, size_t *len,
+                         pv_status *st) {
+    char *buf = malloc(WK_GUEST_INPUT_MAX + 1);
+    if (!buf) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    size_t n = 0;
+    int rc = PV_OK;
+    for (;;) {
+        if (deadline_ms > 0 && pv_time_mono_ms() >= deadline_ms) {
+            rc = pv_status_set(st, PV_DEADLINE_EXCEEDED,
+                               "open_stdin: the input did not end (the client's half-close) "
+                               "within the exec's timeout");
+            break;
+        }
+        /* one byte past the limit tells "exactly the limit" from "more" */
+        long got = io->input(io->ctx, buf + n, WK_GUEST_INPUT_MAX + 1 - n, 200, st);
+        if (got == -1) break;
+        if (got < -1) {
+            rc = st->code != PV_OK ? st->code : pv_status_set(st, PV_CANCELLED, "cancelled");
+            break;
+        }
+        n += (size_t)got;
+        if (n > WK_GUEST_INPUT_MAX) {
+            rc = pv_status_set(st, PV_RESOURCE_EXHAUSTED,
+                               "open_stdin: a command in a VM takes at most %d bytes of input "
+                               "(the guest agent's guest-exec carries it whole), more came",
+                               WK_GUEST_INPUT_MAX);
+            break;
+        }
+    }
+    if (rc != PV_OK) {
+        free(buf);
+        return rc;
+    }
+    *in = buf;
+    *len = n;
+    return PV_OK;
+}
+
+/* ExecuteWorkload with open_stdin: the guest agent cannot stream (guest-exec takes the whole
+ * input when it starts the command and gives the output once it has exited), so the input is
+ * collected until its end, the command runs with it, and its output (stdout then stderr) goes
+ * out in one piece. The extras as the other engines' exec: env -C workdir K=V ... */
+static int virt_exec_io(void *impl, const char *id, const wk_exec_io *io, int *exit_code,
+                        pv_status *st) {
+    wk_virt *v = impl;
+    *exit_code = -1;
+    int64_t deadline = io->timeout_ms > 0 ? pv_time_mono_ms() + io->timeout_ms : 0;
+    char *in = NULL;
+    size_t in_len = 0;
+    if (io->input && collect_input(io, deadline, &in, &in_len, st) != PV_OK) return st->code;
+    const char **argv = calloc(io->argc + io->nenv + 4, sizeof *argv);
+    size_t argc = 0;
+    bool workdir = io->workdir && *io->workdir;
+    if (argv && (io->nenv > 0 || workdir)) {
+        argv[argc++] = "env";
+        if (workdir) {
+            argv[argc++] = "-C";
+            argv[argc++] = io->workdir;
+        }
+        for (size_t i = 0; i < io->nenv; i++)
+            argv[argc++] = io->env[i];
+    }
+    for (size_t i = 0; argv && i < io->argc; i++)
+        argv[argc++] = io->argv[i];
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    wk_guest_target t;
+    char *out = NULL;
+    size_t out_len = 0;
+    int rc =
+        argv ? guest_target(v, id, uuid, &t, st) : pv_status_set(st, PV_INTERNAL, "out of memory");
+    int left = deadline > 0 ? (int)(deadline - pv_time_mono_ms()) : 0;
+    if (rc == PV_OK)
+        rc = wk_guest_exec(v->guest, &t, argv, argc, in, in_len,
+                           deadline > 0 && left < 1 ? 1 : left, exit_code, &out, &out_len, st);
+    if (rc == PV_OK && out_len > 0) rc = io->output(io->ctx, 1, out, out_len, st);
+    PV_FREE(out, in, argv);
+    return rc;
+}
+
 /* Runs argv in the guest; a non-zero exit fails with code and the command's output. */
 static int guest_run(wk_virt *v, const wk_guest_target *t, const char *const *argv, size_t argc,
                      int code_on_failure, pv_status *st) {
@@ -1715,6 +1797,7 @@ const wk_engine_vtbl wk_engine_virt_vtbl = {
     .inspect = virt_inspect,
     .list = virt_list,
     .exec = virt_exec,
+    .exec_io = virt_exec_io,
     .set_limits = virt_set_limits,
     .set_limits_how = virt_set_limits_how,
     .put_file = virt_put_file,

@@ -33,6 +33,10 @@
 #define WK_GUEST_CHUNK (1024 * 1024) /* a read; a write carries at most WK_GUEST_WRITE_CHUNK */
 #define WK_GUEST_WRITE_CHUNK (96 * 1024)
 #define WK_GUEST_OUTPUT_MAX (1024 * 1024) /* exec output kept, as the process engine's */
+/* The most standard input an exec takes: guest-exec carries it whole, base64, in its
+ * input-data (4/3 as large), and a command of 256 KiB or more is never answered; this leaves
+ * the command's arguments 64 KiB of a 192 KiB command. */
+#define WK_GUEST_INPUT_MAX (96 * 1024)
 
 typedef struct wk_guest wk_guest;
 
