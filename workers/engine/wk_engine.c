@@ -296,6 +296,10 @@ int wk_engine_facts(wk_engine *e, char **json, pv_status *st) {
     return e->v->facts ? e->v->facts(e->impl, json, st) : PV_OK;
 }
 
+void wk_engine_set_watch(wk_engine *e, wk_engine_watch_fn fn, void *arg) {
+    if (e && e->v->set_watch) e->v->set_watch(e->impl, fn, arg);
+}
+
 void wk_engine_set_restart_gate(wk_engine *e, wk_engine_restart_gate fn, void *arg) {
     if (e && e->v->set_restart_gate) e->v->set_restart_gate(e->impl, fn, arg);
 }

@@ -539,6 +539,36 @@ int wk_docker_demux_feed(wk_docker_demux *d, const char *data, size_t len, pv_st
     return PV_OK;
 }
 
+int wk_docker_ndjson_feed(wk_docker_ndjson *n, const char *data, size_t len, pv_status *st) {
+    char *grown = realloc(n->line, n->len + len + 1);
+    if (!grown) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    n->line = grown;
+    memcpy(n->line + n->len, data, len);
+    n->len += len;
+    n->line[n->len] = '\0';
+    char *start = n->line, *nl;
+    int rc = PV_OK;
+    while (rc == PV_OK && (nl = memchr(start, '\n', n->len - (size_t)(start - n->line)))) {
+        json_t *j = json_loadb(start, (size_t)(nl - start), 0, NULL);
+        if (j) rc = n->fn(n->ctx, j, st);
+        json_decref(j);
+        start = nl + 1;
+    }
+    n->len -= (size_t)(start - n->line);
+    memmove(n->line, start, n->len);
+    return rc;
+}
+
+int wk_docker_ndjson_end(wk_docker_ndjson *n, pv_status *st) {
+    json_t *j = n->len ? json_loadb(n->line, n->len, 0, NULL) : NULL;
+    int rc = j ? n->fn(n->ctx, j, st) : PV_OK;
+    json_decref(j);
+    free(n->line);
+    n->line = NULL;
+    n->len = 0;
+    return rc;
+}
+
 char *wk_docker_escape(const char *s) {
     pthread_once(&global_once, global_init);
     char *e = curl_easy_escape(NULL, s, 0);

@@ -115,6 +115,21 @@ typedef struct wk_docker_demux {
 void wk_docker_demux_init(wk_docker_demux *d, wk_docker_frame_fn fn, void *ctx);
 int wk_docker_demux_feed(wk_docker_demux *d, const char *data, size_t len, pv_status *st);
 
+/* NDJSON as it streams (pulls, builds, pushes, events): feed it the answer's pieces as they
+ * come; each complete line that parses as JSON is handed to fn (borrowed for the call), lines
+ * that do not are passed over. A non-zero code from fn stops the feed and is returned (its
+ * words in *st). wk_docker_ndjson_end hands over a last line without its newline and frees
+ * what the splitter holds (call it whatever happened). */
+typedef int (*wk_docker_json_fn)(void *ctx, json_t *j, pv_status *st);
+typedef struct wk_docker_ndjson {
+    char *line;
+    size_t len;
+    wk_docker_json_fn fn;
+    void *ctx;
+} wk_docker_ndjson;
+int wk_docker_ndjson_feed(wk_docker_ndjson *n, const char *data, size_t len, pv_status *st);
+int wk_docker_ndjson_end(wk_docker_ndjson *n, pv_status *st);
+
 /* s escaped for a URL query or path component (caller frees); NULL when out of memory. */
 char *wk_docker_escape(const char *s);
 
