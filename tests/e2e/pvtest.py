@@ -643,8 +643,9 @@ class Stack:
     after the prefix, and the system's libvirtd is shared by tests running side by side).
 
     gateways, workers, schedulers: how many of each. agents: node agents, each a node name
-    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ...} (the
-    agent's engine, process:// by default). config: overrides merged
+    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ..., 'set':
+    {key: value}} (the agent's engine, process:// by default; settings of that agent alone,
+    as --set KEY=VALUE). config: overrides merged
     into the config file (nested objects or dotted keys). redis_appendfsync: Redis's
     appendfsync (None: ops/redis.conf's).
 
@@ -709,6 +710,8 @@ class Stack:
             extra = []
             if isinstance(spec, dict) and spec.get("endpoint"):
                 extra = ["--set", "worker.endpoint=" + spec["endpoint"]]
+            for key, value in (spec.get("set", {}) if isinstance(spec, dict) else {}).items():
+                extra += ["--set", "%s=%s" % (key, value)]  # this agent's own settings
             self.agents.append(self._proc("agent-%s" % node, "agent",
                                           ["--config", self.config_path,
                                            "--set", "worker.node=" + node,

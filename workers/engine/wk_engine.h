@@ -374,6 +374,12 @@ int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int
  * nothing to say. */
 int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
 
+/* The engine's TLS to its daemon from now on (docker on tcp://: the node's CA, certificate and
+ * key as PEM text, as AddNode/SetNode stored them; all NULL or "": plain). UNIMPLEMENTED for
+ * engines without a daemon reached over TLS. */
+int wk_engine_set_tls(wk_engine *e, const char *ca, const char *cert, const char *key,
+                      pv_status *st);
+
 /* Engines that learn of their workloads' changes by themselves (docker: the daemon's event
  * stream, whoever made the change: pivirt or someone straight through the daemon) call the
  * watch with the workload's id after each change they learn of, on a thread of their own; id

@@ -37,6 +37,9 @@ typedef struct wk_docker_tls {
 int wk_docker_api_open(const char *endpoint, const wk_docker_tls *tls, wk_docker_api **out,
                        pv_status *st);
 void wk_docker_api_close(wk_docker_api *api);
+/* tcp:// only: the TLS of the calls from now on (a node's stored CA, certificate and key);
+ * calls under way keep theirs. */
+int wk_docker_api_set_tls(wk_docker_api *api, const wk_docker_tls *tls, pv_status *st);
 const char *wk_docker_api_endpoint(const wk_docker_api *api);
 
 /* A piece of an answer's body as it comes; non-zero stops the transfer (the call then answers

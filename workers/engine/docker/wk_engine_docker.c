@@ -441,6 +441,13 @@ static int docker_set_limits(void *impl, const char *id, double cpu_limit, int64
     return rc;
 }
 
+static int docker_set_tls(void *impl, const char *ca, const char *cert, const char *key,
+                          pv_status *st) {
+    wk_docker *d = impl;
+    wk_docker_tls tls = {ca, cert, key};
+    return wk_docker_api_set_tls(d->api, &tls, st);
+}
+
 const wk_engine_vtbl wk_engine_docker_vtbl = {
     .type = "docker",
     .open = docker_open,
@@ -472,4 +479,5 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .disconnect = wk_docker_disconnect,
     .facts = wk_docker_facts,
     .set_watch = wk_docker_set_watch,
+    .set_tls = docker_set_tls,
 };
