@@ -1302,9 +1302,12 @@ class DockerDaemon(_StartStop):
 
     tls=True also listens on tcp://127.0.0.1:PORT (tcp_endpoint) with --tlsverify: a CA of its
     own signed the daemon's certificate (for IP 127.0.0.1) and a client's, whose files are
-    ca_pem, cert_pem and key_pem."""
+    ca_pem, cert_pem and key_pem.
 
-    def __init__(self, tls=False):
+    cpus="0" runs it on those cores alone (taskset -c): a daemon whose machine looks smaller
+    than the agent's."""
+
+    def __init__(self, tls=False, cpus=None):
         # short: a unix socket path has at most 107 bytes
         self.dir = tempfile.mkdtemp(prefix="pvdk-", dir="/tmp")
         self.sock = os.path.join(self.dir, "docker.sock")
@@ -1322,6 +1325,8 @@ class DockerDaemon(_StartStop):
             argv += ["--host", self.tcp_endpoint, "--tlsverify", "--tlscacert", self.ca_pem,
                      "--tlscert", os.path.join(self.dir, "server.pem"),
                      "--tlskey", os.path.join(self.dir, "server-key.pem")]
+        if cpus is not None:  # its GET /info then says NCPU = how many cores that is
+            argv = ["/usr/bin/taskset", "-c", cpus] + argv
         self.proc = Proc("dockerd", argv, self.dir, _clean_env())
 
     def _make_certs(self):
@@ -1538,7 +1543,7 @@ class DockerSetup:
     registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
     (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
     when callable). registry=(username, password) makes the registry ask for them (htpasswd)
-    and gives them to the stack as registry.auths. Raises unittest.SkipTest where
+    and gives them to the stack as registry.auths; daemon_cpus: DockerDaemon's cpus. Raises unittest.SkipTest where
     docker_missing() says why. stop() stops it all, whatever failed first.
 
         def setUpModule():
@@ -1546,14 +1551,14 @@ class DockerSetup:
             _env = pvtest.DockerSetup(lambda dk: [{"node": "dk", "endpoint": dk.endpoint}])
     """
 
-    def __init__(self, agents, config=None, tls=False, registry=False):
+    def __init__(self, agents, config=None, tls=False, registry=False, daemon_cpus=None):
         why = docker_missing()
         if why:
             raise unittest.SkipTest(why)
         self.stack = None
         auth = registry if isinstance(registry, tuple) else None
         self.registry = Registry(auth=auth) if registry else None
-        self.daemon = DockerDaemon(tls=tls).start()
+        self.daemon = DockerDaemon(tls=tls, cpus=daemon_cpus).start()
         try:
             if self.registry:
                 self.registry.start()

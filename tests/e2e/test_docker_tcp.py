@@ -10,7 +10,10 @@ All in pod "tcp", with a process node "tpr".
 
 Classes:
   Tls          a workload on dkt runs in the daemon (seen through its socket), labelled with its
-               node; exec works over TLS; the node's engine info says docker.
+               node; exec works over TLS; the node's engine info says docker, and its
+               cpu_count/mem_total (what the scheduler sees) are the daemon's GET /info NCPU and
+               MemTotal (the daemon runs on one core: taskset), as are the resources its agent
+               registered it with.
   Unreachable  dkx is NOT_READY (its alive key never set) while its agent runs, its log naming
                the daemon's address; a deploy that names it fails its instance at once with
                the address.
@@ -24,6 +27,7 @@ Classes:
                record is lost; the daemon back, the node is alive again and the workload starts.
 """
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -51,7 +55,7 @@ def setUpModule():
                     {"node": "dkn", "pod": "", "endpoint": dk.tcp_endpoint},
                     {"node": "dkx", "pod": POD, "endpoint": NOWHERE}, ("tpr", POD)],
         config={"worker": {"status_interval_seconds": 1, "heartbeat_seconds": 1}},
-        tls=True)
+        tls=True, daemon_cpus="0")
     _dk, _stack = _env.daemon, _env.stack
 
 
@@ -107,6 +111,20 @@ class Tls(Base):
         list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[msgs[0].id],
                                                                      force=True), timeout=60))
         self.assertIsNone(self.container(msgs[0].id))
+
+
+    def test_engine_info_is_the_daemons(self):
+        # the daemon runs on core 0 alone: its NCPU is 1, whatever the agent's machine has
+        daemon = _dk.api("GET", "/info")
+        self.assertEqual(daemon["NCPU"], 1)
+        node = self.core.GetNode(core_pb2.GetNodeOptions(nodename="dkt"), timeout=10)
+        info = json.loads(node.info)
+        self.assertEqual((info["cpu_count"], info["mem_total"]), (1, daemon["MemTotal"]))
+        if (os.cpu_count() or 1) > 1:
+            self.assertEqual(info["machine"]["mem_total"], daemon["MemTotal"])  # same machine
+            self.assertNotEqual(info["cpu_count"], os.cpu_count())
+        # the node its agent registered: one core's worth, as the scheduler sees it
+        self.assertEqual(json.loads(node.resource_capacity)["cpumem"]["cpu"], 1)
 
 
 class Unreachable(Base):
