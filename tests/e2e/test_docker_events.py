@@ -110,6 +110,7 @@ class Events(Base):
         wid, cid = self.deploy("evapp")
         watch = Watch(self, self.core, appname="evapp")
         self.wait_running(wid, True, 10)
+        time.sleep(1.0)  # the stream is registered with its follower by then
         took = {}
         for what, path, want in (("pause", "/pause", False), ("unpause", "/unpause", True),
                                  ("kill", "/kill?signal=KILL", False), ("start", "/start", True),

@@ -105,6 +105,11 @@ static void reinspect(wk_docker *d, const char *id, const char *cid) {
     pthread_mutex_unlock(&d->mu);
 }
 
+void wk_docker_refresh(wk_docker *d, const char *id, const char *cid) {
+    reinspect(d, id, cid);
+    wk_docker_notify(d, id);
+}
+
 static int on_event(void *ctx, json_t *ev, pv_status *st) {
     (void)st;
     wk_docker *d = ctx;

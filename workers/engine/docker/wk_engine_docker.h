@@ -80,6 +80,9 @@ void wk_docker_remember(wk_docker *d, const char *id, const char *cid);
 int wk_docker_events_start(wk_docker *d, pv_status *st);
 void wk_docker_events_stop(wk_docker *d);
 void wk_docker_set_watch(void *impl, wk_engine_watch_fn fn, void *arg);
+/* Workload id's container cid inspected again into d->live, and the watch told: a change the
+ * stream does not carry (a network connect or disconnect is a network event). */
+void wk_docker_refresh(wk_docker *d, const char *id, const char *cid);
 /* Calls the watch for id (NULL: everything). */
 void wk_docker_notify(wk_docker *d, const char *id);
 
