@@ -225,8 +225,9 @@ class Lifecycle(Base):
 
     def test_engine_info_and_resource_diffs(self):
         m = self.create(deploy(1, cpu=0.5, memory="64M"))[0]
-        deadline = time.monotonic() + 20
-        while m.id not in self.reported().get("workloads", {}) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20  # the agent's next beat reports it as it runs
+        while self.reported().get("workloads", {}).get(m.id, {}).get("state") != "running" and \
+                time.monotonic() < deadline:
             time.sleep(0.2)
         info, daemon = self.reported(), self.dk.api("GET", "/info")
         self.assertEqual((info["server_version"], info["cpus"], info["mem_total"],

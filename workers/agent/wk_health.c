@@ -158,6 +158,13 @@ static json_t *healthcheck_of(const char *labels_json) {
     return json_is_object(hc) ? hc : (json_decref(hc), NULL);
 }
 
+static bool has_healthcheck(const char *labels_json) {
+    json_t *hc = healthcheck_of(labels_json);
+    bool has = hc != NULL;
+    json_decref(hc);
+    return has;
+}
+
 bool wk_health_check(const char *labels_json, const char *networks_json, char *why, size_t cap) {
     char scratch[256];
     if (!why) {
@@ -320,9 +327,10 @@ static int report_one(wk_health *h, pv_redis *r, const wk_engine_info *w, json_t
     int rc = PV_OK;
     if (sig && last && strcmp(last, sig) == 0) {
         if (unchanged) json_array_append_new(unchanged, json_string(w->id));
-    } else if (sig && !still(h, w)) {
+    } else if (sig && running && has_healthcheck(w->labels_json) && !still(h, w)) {
         /* it changed while its health was checked (a control call, an exit): what was
-         * checked is stale, the next pass reports the new state */
+         * checked is stale, the next pass reports the new state (no check, no time taken:
+         * nothing to look at again) */
     } else if (sig) {
         pv_workload_status s = {0};
         snprintf(s.id, sizeof s.id, "%s", w->id);

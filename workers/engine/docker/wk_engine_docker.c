@@ -322,6 +322,20 @@ static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *
     return rc;
 }
 
+/* What a container just created is, without an inspect of it (the daemon's work per create
+ * is what the deploy waits for: it inspects once the container runs). */
+static void created_info(const wk_workload_spec *spec, const char *cid, wk_engine_info *out) {
+    out->id = strdup(spec->id);
+    out->name = strdup(spec->name ? spec->name : spec->id);
+    out->image = strdup(spec->image ? spec->image : "");
+    out->state = WK_STATE_CREATED;
+    out->engine_id = strdup(cid);
+    out->networks_json = strdup("{}");
+    out->publish_json = strdup("{}");
+    out->log_path = strdup("");
+    out->labels_json = strdup(spec->labels_json ? spec->labels_json : "{}");
+}
+
 /* No lookup first: a redelivered create meets its own container by name (the name derives
  * from the workload id), 409, and only then is it looked up by its label. */
 static int docker_create(void *impl, const wk_workload_spec *spec, wk_engine_info *out,
@@ -353,25 +367,42 @@ static int docker_create(void *impl, const wk_workload_spec *spec, wk_engine_inf
     const char *new_id = json_string_value(json_object_get(created, "Id"));
     if (rc == PV_OK && !new_id)
         rc = pv_status_set(st, PV_INTERNAL, "create container: no Id in the daemon's answer");
-    if (rc == PV_OK) wk_docker_remember(d, spec->id, new_id);
+    if (rc == PV_OK) {
+        wk_docker_remember(d, spec->id, new_id);
+        created_info(spec, new_id, out);
+    }
     json_decref(created);
-    if (rc == PV_OK) rc = docker_inspect(d, spec->id, out, st);
     return rc;
 }
 
 /* ---- start, stop, pause ---- */
 
+/* The container's labels (a new reference, NULL when none): the kept inspect's (a
+ * container's labels never change), else an inspect of its own. */
+static json_t *labels_of(wk_docker *d, const char *id) {
+    pthread_mutex_lock(&d->mu);
+    json_t *kept =
+        json_object_get(json_object_get(json_object_get(d->live, id), "Config"), "Labels");
+    json_t *labels = kept ? json_deep_copy(kept) : NULL;
+    pthread_mutex_unlock(&d->mu);
+    if (labels) return labels;
+    wk_engine_info info;
+    pv_status st;
+    if (docker_inspect(d, id, &info, &st) != PV_OK) return NULL;
+    labels = json_loads(info.labels_json, 0, NULL);
+    wk_engine_info_clear(&info);
+    return labels;
+}
+
 /* The hooks (after_start, before_stop) kept in the container's label pivirt.hooks: each a
  * shell line run with sh -c; failures are logged and passed over. */
 static void run_hooks(wk_docker *d, const char *id, const char *which) {
-    wk_engine_info info;
-    pv_status st;
-    if (docker_inspect(d, id, &info, &st) != PV_OK) return;
-    json_t *labels = json_loads(info.labels_json, 0, NULL);
-    json_t *hooks = json_loads(
-        json_string_value(json_object_get(labels, WK_DOCKER_HOOKS_LABEL)) ?: "{}", 0, NULL);
+    json_t *labels = labels_of(d, id);
+    const char *text = json_string_value(json_object_get(labels, WK_DOCKER_HOOKS_LABEL));
+    json_t *hooks = text ? json_loads(text, 0, NULL) : NULL;
     size_t i;
     json_t *h;
+    pv_status st;
     json_array_foreach(json_object_get(hooks, which), i, h) {
         const char *argv[] = {"/bin/sh", "-c", json_string_value(h) ?: ""};
         int code = -1;
@@ -385,7 +416,6 @@ static void run_hooks(wk_docker *d, const char *id, const char *which) {
     }
     json_decref(hooks);
     json_decref(labels);
-    wk_engine_info_clear(&info);
 }
 
 static int docker_start(void *impl, const char *id, pv_status *st) {
@@ -395,8 +425,17 @@ static int docker_start(void *impl, const char *id, pv_status *st) {
     return PV_OK;
 }
 
+/* A forced stop needs no inspect first: the daemon's 304 says it was not running. */
+static int force_stop(wk_docker *d, const char *id, pv_status *st) {
+    int rc = on_container(d, id, "POST", "/stop?t=0", NULL, NULL, "stop", 60000, st);
+    if (rc == PV_FAILED_PRECONDITION && strstr(st->msg, "already in that state"))
+        pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is not running", id);
+    return rc;
+}
+
 static int docker_stop(void *impl, const char *id, int grace_seconds, bool force, pv_status *st) {
     wk_docker *d = impl;
+    if (force) return force_stop(d, id, st);
     wk_engine_info info;
     if (docker_inspect(d, id, &info, st) != PV_OK) return st->code;
     wk_state state = info.state;
