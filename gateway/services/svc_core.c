@@ -452,7 +452,8 @@ static int add_node_resources(pv_redis *r, const pv_keys *k, const char *node, c
 }
 
 /* A node's engine TLS material (Eru's ca, cert, key): PEM that a TLS client could load, or none.
- * pivirt's engines do not use it yet, but what is accepted now must still load later. */
+ * Stored apart from the record (pv_registry.h: node-tls), never answered nor logged; the node's
+ * agent uses it for a tcp:// docker daemon when its configuration has no worker.tls_*. */
 static int check_tls(const char *ca, const char *cert, const char *key, pv_status *st) {
     if (pv_pem_check_certs("ca", ca, st) != PV_OK ||
         pv_pem_check_certs("cert", cert, st) != PV_OK || pv_pem_check_key("key", key, st) != PV_OK)
@@ -483,7 +484,10 @@ static void on_add_node(gw_call *call, const ProtobufCMessage *req) {
                          .pod_name = o->podname,
                          .endpoint = o->endpoint,
                          .labels = labels,
-                         .resources = resources};
+                         .resources = resources,
+                         .tls_ca = o->ca,
+                         .tls_cert = o->cert,
+                         .tls_key = o->key};
     pv_node n;
     int rc = pv_registry_add_node(r, keys_of(call), &spec, &n, &st);
     free(labels);
@@ -648,7 +652,10 @@ static void on_set_node(gw_call *call, const ProtobufCMessage *req) {
                         .endpoint = o->endpoint,
                         .labels = labels,
                         .labels_merge = false,
-                        .bypass = (pv_tri)o->bypass};
+                        .bypass = (pv_tri)o->bypass,
+                        .tls_ca = o->ca,
+                        .tls_cert = o->cert,
+                        .tls_key = o->key};
     pv_node n;
     int rc = update_node(r, keys_of(call), &u, resources, o->delta, &n, &st);
     free(labels);

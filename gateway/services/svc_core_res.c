@@ -239,9 +239,68 @@ static char *container_diff(const char *id, json_t *c, json_t *cm) {
     return text;
 }
 
+/* The delta that gives workload id the limits its container c really has (requests = limits,
+ * as the docker engine maps them back): memory always; cpu unless cores are bound on either
+ * side (a bound workload keeps its cores: ReallocResource cannot move them). NULL when out of
+ * memory. */
+static char *fix_delta(json_t *c, json_t *cm) {
+    json_int_t mem = json_integer_value(json_object_get(c, "memory"));
+    json_t *doc =
+        json_pack("{s:I, s:I}", "memory-request",
+                  mem - json_integer_value(json_object_get(cm, "memory_request")), "memory-limit",
+                  mem - json_integer_value(json_object_get(cm, "memory_limit")));
+    const char *cpuset = json_string_value(json_object_get(c, "cpuset"));
+    if (doc && json_object_size(json_object_get(cm, "cpu_map")) == 0 && !(cpuset && *cpuset)) {
+        double cpu = json_number_value(json_object_get(c, "cpu"));
+        json_object_set_new(doc, "cpu-request",
+                            json_real(cpu - json_number_value(json_object_get(cm, "cpu_request"))));
+        json_object_set_new(doc, "cpu-limit",
+                            json_real(cpu - json_number_value(json_object_get(cm, "cpu_limit"))));
+    }
+    json_t *delta = doc ? json_pack("{s:o}", "cpumem", doc) : NULL;
+    char *text = delta ? json_dumps(delta, JSON_COMPACT) : NULL;
+    json_decref(delta);
+    return text;
+}
+
+/* GetNodeResource's fix on a docker node, as Eru's: each workload whose container's limits are
+ * not its allocation's (a `docker update` behind pivirt's back) gets an allocation of what the
+ * container really has, through ReallocResource's accounting (checked to fit, written with the
+ * node's usage in one step), so the node's usage is what its containers hold and the diff is
+ * gone. One that cannot be fixed (it would not fit, cores bound behind pivirt's back) is logged
+ * and keeps its diff. */
+static int fix_containers(pv_redis *r, const pv_keys *k, const char *node, pv_status *st) {
+    json_t *j = NULL;
+    int rc = pv_engine_workloads_get(r, k, node, "docker", &j, st);
+    const char *id;
+    json_t *c;
+    json_object_foreach(j, id, c) {
+        pv_workload w = {0};
+        pv_status wst;
+        if (rc != PV_OK || pv_workload_get(r, k, id, &w, &wst) != PV_OK) continue;
+        json_t *res = json_loads(w.resources ? w.resources : "{}", 0, NULL);
+        json_t *cm = json_object_get(res, "cpumem");
+        char *differs = container_diff(id, c, cm);
+        char *delta = differs ? fix_delta(c, cm) : NULL;
+        if (delta && pv_resv_realloc_workload(r, k, id, delta, NULL, &wst) != PV_OK)
+            pv_warn("GetNodeResource node=%s fix: workload %s not fixed: %s", node, id, wst.msg);
+        else if (delta)
+            pv_info("GetNodeResource node=%s fix: workload %s's allocation is now what its "
+                    "container has (%s)",
+                    node, id, delta);
+        free(delta);
+        free(differs);
+        json_decref(res);
+        pv_workload_clear(&w);
+    }
+    json_decref(j);
+    return rc;
+}
+
 static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int fix,
                               pv_status *st) {
     pv_resv_check c;
+    if (fix && fix_containers(r, &app_of(call)->keys, name, st) != PV_OK) return st->code;
     if (pv_resv_check_node(r, &app_of(call)->keys, name, fix, &c, st) != PV_OK) return st->code;
     if (fix && c.ndiffs > 0)
         pv_info("GetNodeResource node=%s fix: usage rewritten from its allocations (%zu diffs)",

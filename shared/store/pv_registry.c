@@ -19,7 +19,7 @@
 #include "pv_time.h"
 #include "pv_validate.h"
 
-#define ARGS_MAX 12
+#define ARGS_MAX 16
 
 /* ---- records (pv_record.h: one table per kind) ---- */
 
@@ -470,6 +470,9 @@ int pv_registry_add_node(pv_redis *r, const pv_keys *k, const pv_node_spec *spec
     call_arg(&c, engine);
     call_arg(&c, spec->labels ? spec->labels : "{}");
     call_arg(&c, spec->resources ? spec->resources : "{}");
+    call_arg(&c, spec->tls_ca ? spec->tls_ca : "");
+    call_arg(&c, spec->tls_cert ? spec->tls_cert : "");
+    call_arg(&c, spec->tls_key ? spec->tls_key : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_add_node", &rep, st);
     return rec_reply(k, &k_nodes, rc, rep, out, st);
@@ -518,9 +521,39 @@ int pv_registry_set_node(pv_redis *r, const pv_keys *k, const pv_node_update *u,
     if (u->resources && u->check_usage_rev)
         snprintf(rev, sizeof rev, "%lld", (long long)u->usage_rev);
     call_arg(&c, rev);
+    call_arg(&c, u->tls_ca ? u->tls_ca : "");
+    call_arg(&c, u->tls_cert ? u->tls_cert : "");
+    call_arg(&c, u->tls_key ? u->tls_key : "");
     redisReply *rep = NULL;
     int rc = call_run(r, &c, "pv_reg_set_node", &rep, st);
     return rec_reply(k, &k_nodes, rc, rep, out, st);
+}
+
+int pv_registry_get_node_tls(pv_redis *r, const pv_keys *k, const char *name, char **ca,
+                             char **cert, char **key, pv_status *st) {
+    char **out[] = {ca, cert, key};
+    for (int i = 0; i < 3; i++)
+        *out[i] = NULL;
+    if (pv_validate_name("nodename", name, st) != PV_OK) return st->code;
+    call c;
+    if (call_init(&c, k, st) != PV_OK) return st->code;
+    call_key(&c, PV_KEY_NODES);
+    call_arg(&c, name);
+    redisReply *rep = NULL;
+    int rc = call_run(r, &c, "pv_reg_get_node_tls", &rep, st);
+    if (rc == PV_OK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3))
+        rc = pv_status_set(st, PV_INTERNAL, "registry: unexpected node TLS reply");
+    for (int i = 0; rc == PV_OK && i < 3; i++) {
+        const redisReply *e = rep->element[i];
+        if (!(*out[i] = strdup(e->type == REDIS_REPLY_STRING ? e->str : "")))
+            rc = pv_status_set(st, PV_INTERNAL, "registry: out of memory");
+    }
+    freeReplyObject(rep);
+    for (int i = 0; rc != PV_OK && i < 3; i++) {
+        free(*out[i]);
+        *out[i] = NULL;
+    }
+    return rc;
 }
 
 /* ---- liveness ---- */

@@ -19,6 +19,9 @@
  *                                 code later; RemoveNode refuses while it is not empty)
  *   <p>{reg}:node-allocs:<id>     hash: allocation id -> JSON of what one reserved instance holds
  *                                 there (written by the scheduler's reservations, pv_resv.h)
+ *   <p>{reg}:node-tls:<id>        hash: ca cert key, the node's engine TLS (Eru's AddNode/SetNode
+ *                                 fields: secrets, apart from the record so that no reader of
+ *                                 records carries them; only the node's agent asks for them)
  *   <p>{reg}:alive:<node name>    string with a TTL: the node is alive while it exists (Eru's
  *                                 node status key; SetNodeStatus semantics)
  *   <p>{reg}:engine-info:<node name>
@@ -199,6 +202,8 @@ typedef struct pv_node_spec {
     const char *endpoint;  /* required: see pv_registry_engine_of */
     const char *labels;    /* NULL = "{}" */
     const char *resources; /* NULL = "{}" */
+    /* the node's engine TLS, PEM (NULL or "" = none): kept in node-tls, never in the record */
+    const char *tls_ca, *tls_cert, *tls_key;
 } pv_node_spec;
 
 /* NOT_FOUND "pod <p> not found"; ALREADY_EXISTS "node <name> already exists".
@@ -229,7 +234,13 @@ typedef struct pv_node_update {
     bool check_usage_rev;
     int64_t usage_rev;
     pv_tri bypass;
+    const char *tls_ca, *tls_cert, *tls_key; /* NULL or "" = keep each */
 } pv_node_update;
+
+/* The node's engine TLS as AddNode/SetNode stored it (each "" when none; caller frees the
+ * three). NOT_FOUND when the node does not exist. */
+int pv_registry_get_node_tls(pv_redis *r, const pv_keys *k, const char *name, char **ca,
+                             char **cert, char **key, pv_status *st);
 
 /* NOT_FOUND when missing; ABORTED on a usage_rev mismatch (above). On PV_OK *out (may be NULL)
  * is the updated record. */

@@ -643,8 +643,9 @@ class Stack:
     after the prefix, and the system's libvirtd is shared by tests running side by side).
 
     gateways, workers, schedulers: how many of each. agents: node agents, each a node name
-    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ...} (the
-    agent's engine, process:// by default). config: overrides merged
+    (pod 'local'), a (node, pod) pair or {'node': ..., 'pod': ..., 'endpoint': ..., 'set':
+    {key: value}} (the agent's engine, process:// by default; settings of that agent alone,
+    as --set KEY=VALUE). config: overrides merged
     into the config file (nested objects or dotted keys). redis_appendfsync: Redis's
     appendfsync (None: ops/redis.conf's).
 
@@ -709,6 +710,8 @@ class Stack:
             extra = []
             if isinstance(spec, dict) and spec.get("endpoint"):
                 extra = ["--set", "worker.endpoint=" + spec["endpoint"]]
+            for key, value in (spec.get("set", {}) if isinstance(spec, dict) else {}).items():
+                extra += ["--set", "%s=%s" % (key, value)]  # this agent's own settings
             self.agents.append(self._proc("agent-%s" % node, "agent",
                                           ["--config", self.config_path,
                                            "--set", "worker.node=" + node,
@@ -1299,9 +1302,12 @@ class DockerDaemon(_StartStop):
 
     tls=True also listens on tcp://127.0.0.1:PORT (tcp_endpoint) with --tlsverify: a CA of its
     own signed the daemon's certificate (for IP 127.0.0.1) and a client's, whose files are
-    ca_pem, cert_pem and key_pem."""
+    ca_pem, cert_pem and key_pem.
 
-    def __init__(self, tls=False):
+    cpus="0" runs it on those cores alone (taskset -c): a daemon whose machine looks smaller
+    than the agent's."""
+
+    def __init__(self, tls=False, cpus=None):
         # short: a unix socket path has at most 107 bytes
         self.dir = tempfile.mkdtemp(prefix="pvdk-", dir="/tmp")
         self.sock = os.path.join(self.dir, "docker.sock")
@@ -1319,6 +1325,8 @@ class DockerDaemon(_StartStop):
             argv += ["--host", self.tcp_endpoint, "--tlsverify", "--tlscacert", self.ca_pem,
                      "--tlscert", os.path.join(self.dir, "server.pem"),
                      "--tlskey", os.path.join(self.dir, "server-key.pem")]
+        if cpus is not None:  # its GET /info then says NCPU = how many cores that is
+            argv = ["/usr/bin/taskset", "-c", cpus] + argv
         self.proc = Proc("dockerd", argv, self.dir, _clean_env())
 
     def _make_certs(self):
@@ -1535,7 +1543,7 @@ class DockerSetup:
     registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
     (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
     when callable). registry=(username, password) makes the registry ask for them (htpasswd)
-    and gives them to the stack as registry.auths. Raises unittest.SkipTest where
+    and gives them to the stack as registry.auths; daemon_cpus: DockerDaemon's cpus. Raises unittest.SkipTest where
     docker_missing() says why. stop() stops it all, whatever failed first.
 
         def setUpModule():
@@ -1543,14 +1551,14 @@ class DockerSetup:
             _env = pvtest.DockerSetup(lambda dk: [{"node": "dk", "endpoint": dk.endpoint}])
     """
 
-    def __init__(self, agents, config=None, tls=False, registry=False):
+    def __init__(self, agents, config=None, tls=False, registry=False, daemon_cpus=None):
         why = docker_missing()
         if why:
             raise unittest.SkipTest(why)
         self.stack = None
         auth = registry if isinstance(registry, tuple) else None
         self.registry = Registry(auth=auth) if registry else None
-        self.daemon = DockerDaemon(tls=tls).start()
+        self.daemon = DockerDaemon(tls=tls, cpus=daemon_cpus).start()
         try:
             if self.registry:
                 self.registry.start()

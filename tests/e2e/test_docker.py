@@ -19,7 +19,8 @@ Classes:
              and bad raw_args refused naming the field.
              The node's engine info (Node.info "docker"): GET /info's figures and each
              container's limits as inspected; GetNodeResource's diffs name a container whose
-             limits are not its allocation's (a docker update behind pivirt's back).
+             limits are not its allocation's (a docker update behind pivirt's back), and its
+             fix makes the allocation and the node's usage what the container has.
   Exec       ExecuteWorkload: output, env, workdir, "[exitcode] N"; RunAndWait; LogStream with
              tail, follow (to the end with the exit), since/until, stdout and stderr apart.
   Files      Send (modes and owners kept, parents made), SendLargeFile, Copy (a tar in 4 KiB
@@ -215,15 +216,18 @@ class Lifecycle(Base):
         node = self.core.GetNode(core_pb2.GetNodeOptions(nodename="dk"), timeout=10)
         return json.loads(node.info or "{}").get("docker", {})
 
+    def node_resource(self, fix=False):
+        return self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename="dk"), fix=fix), timeout=30)
+
     def diffs_of(self, wid):
-        res = self.core.GetNodeResource(core_pb2.GetNodeResourceOptions(
-            opts=core_pb2.GetNodeOptions(nodename="dk")), timeout=30)
-        return [d for d in res.diffs if wid in d]
+        return [d for d in self.node_resource().diffs if wid in d]
 
     def test_engine_info_and_resource_diffs(self):
         m = self.create(deploy(1, cpu=0.5, memory="64M"))[0]
-        deadline = time.monotonic() + 20
-        while m.id not in self.reported().get("workloads", {}) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20  # the agent's next beat reports it as it runs
+        while self.reported().get("workloads", {}).get(m.id, {}).get("state") != "running" and \
+                time.monotonic() < deadline:
             time.sleep(0.2)
         info, daemon = self.reported(), self.dk.api("GET", "/info")
         self.assertEqual((info["server_version"], info["cpus"], info["mem_total"],
@@ -245,7 +249,18 @@ class Lifecycle(Base):
         self.assertEqual(self.diffs_of(m.id), [
             "workload %s: its container %s runs with cpu 0.25, cpuset \"\" and memory 48 MiB, "
             "its allocation gives cpu 0.5, no cpuset and memory 64 MiB" % (m.id, m.name)])
+        # fix: the allocation and the node's usage become what the container has
+        before = json.loads(self.node_resource().resource_usage)["cpumem"]
+        fixed = self.node_resource(fix=True)
+        self.assertEqual([d for d in fixed.diffs if m.id in d], [])
+        self.assertEqual(self.diffs_of(m.id), [])
+        after = json.loads(fixed.resource_usage)["cpumem"]
+        self.assertAlmostEqual(after["cpu"], before["cpu"] - 0.25, places=6)
+        self.assertEqual(after["memory"], before["memory"] - (16 << 20))
+        self.assertEqual(json.loads(self.node_resource().resource_usage)["cpumem"], after)
         self.remove([m.id])
+        self.assertEqual(json.loads(self.node_resource().resource_usage)["cpumem"]["memory"],
+                         before["memory"] - (64 << 20))
 
     def test_spread_over_docker_and_process_nodes(self):
         opts = deploy(2, node=None, commands=("/bin/sh", "-c", "sleep 300"))

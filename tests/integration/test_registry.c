@@ -395,6 +395,55 @@ static void test_set_node(void **state) {
     assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, &n, &st), PV_INVALID_ARGUMENT);
 }
 
+/* A node's engine TLS (Eru's ca, cert, key) is kept apart from its record: no reader of the
+ * record sees it, SetNode replaces each one given, RemoveNode deletes it. */
+static void test_node_tls(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    add_pod(f, "web", NULL);
+    pv_node n;
+    pv_node_spec s = {.name = "d1",
+                      .pod_name = "web",
+                      .endpoint = "tcp://10.0.0.9:2376",
+                      .tls_ca = "CA1",
+                      .tls_cert = "CERT1",
+                      .tls_key = "KEY1"};
+    assert_int_equal(pv_registry_add_node(f->r, &f->keys, &s, &n, &st), PV_OK);
+    char id[PV_ID_MAX];
+    snprintf(id, sizeof id, "%s", n.id);
+    pv_node_clear(&n);
+    /* not in the record */
+    assert_int_equal(int_cmd(f, "HEXISTS " BASE "node:%s key", id), 0);
+    assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, "d1", &n, &st), PV_OK);
+    assert_null(strstr(n.engine_info ? n.engine_info : "", "KEY1"));
+    pv_node_clear(&n);
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    assert_int_equal(pv_registry_get_node_tls(f->r, &f->keys, "d1", &ca, &cert, &key, &st), PV_OK);
+    assert_string_equal(ca, "CA1");
+    assert_string_equal(cert, "CERT1");
+    assert_string_equal(key, "KEY1");
+    free(ca), free(cert), free(key);
+    /* SetNode: the CA alone */
+    pv_node_update u = {.name = "d1", .tls_ca = "CA2"};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, NULL, &st), PV_OK);
+    assert_int_equal(pv_registry_get_node_tls(f->r, &f->keys, "d1", &ca, &cert, &key, &st), PV_OK);
+    assert_string_equal(ca, "CA2");
+    assert_string_equal(cert, "CERT1");
+    assert_string_equal(key, "KEY1");
+    free(ca), free(cert), free(key);
+    /* a node without: empty; an unknown one: NOT_FOUND */
+    add_node(f, "n2", "web", NULL);
+    assert_int_equal(pv_registry_get_node_tls(f->r, &f->keys, "n2", &ca, &cert, &key, &st), PV_OK);
+    assert_string_equal(ca, "");
+    assert_string_equal(key, "");
+    free(ca), free(cert), free(key);
+    assert_int_equal(pv_registry_get_node_tls(f->r, &f->keys, "nope", &ca, &cert, &key, &st),
+                     PV_NOT_FOUND);
+    assert_null(key);
+    assert_int_equal(pv_registry_remove_node(f->r, &f->keys, "d1", &st), PV_OK);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "node-tls:%s", id), 0);
+}
+
 /* A reservation changes a node's usage the way the scheduler's commit does (sched.lua): usage
  * and usage_rev together. */
 static void reserve(fixture *f, const char *id, const char *usage) {
@@ -688,6 +737,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_node_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_node_usage_rev, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_tls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_info, setup, teardown),
         cmocka_unit_test(test_resources_checks),
         cmocka_unit_test_setup_teardown(test_liveness, setup, teardown),

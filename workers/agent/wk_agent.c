@@ -71,6 +71,10 @@ struct wk_agent {
     long long cpu_busy, cpu_total; /* /proc/stat at the last sample */
     double cpu_busy_cores;         /* in use between the last two samples */
     char engine_error[PV_STATUS_MSG_MAX];
+    /* a tcp:// docker node whose configuration has no worker.tls_*: the TLS of its record
+     * (AddNode/SetNode's ca, cert, key), the PEMs last applied */
+    bool tls_from_node;
+    char *tls_applied[3];
 };
 
 /* The engine of the node's endpoint, with its state under <data_dir>/engine/<node> and the image
@@ -111,6 +115,11 @@ static void open_engine(wk_agent *a, const pv_config *cfg) {
         pv_error("agent node=%s: engine %s: %s", a->node, cfg->worker.endpoint, st.msg);
         return;
     }
+    a->tls_from_node = strcmp(wk_engine_type(a->engine), "docker") == 0 &&
+                       strncmp(a->endpoint, "tcp://", 6) == 0 &&
+                       !(cfg->worker.tls_ca && *cfg->worker.tls_ca) &&
+                       !(cfg->worker.tls_cert && *cfg->worker.tls_cert) &&
+                       !(cfg->worker.tls_key && *cfg->worker.tls_key);
     if (strcmp(wk_engine_type(a->engine), "virt") == 0 &&
         wk_virt_open(cfg->worker.endpoint + strlen("virt://"), &o, &a->virt, &st) != PV_OK)
         pv_error("agent node=%s: libvirt networks: %s", a->node, st.msg);
@@ -217,6 +226,8 @@ void wk_agent_free(wk_agent *a) {
     free(a->node);
     free(a->pod);
     free(a->data_dir);
+    for (int i = 0; i < 3; i++)
+        free(a->tls_applied[i]);
     pthread_mutex_destroy(&a->cpu_mu);
     free(a);
 }
@@ -298,6 +309,32 @@ static bool network_up(void) {
     return up;
 }
 
+/* What the engine runs its workloads on: the machine's cores and memory, or, for an engine
+ * with a daemon of its own that says (docker: GET /info's NCPU and MemTotal under "cpus" and
+ * "mem_total" of its facts), the daemon's, which need not be this machine. facts may be NULL. */
+static void engine_size(json_t *facts, long *cpus, long long *mem) {
+    *cpus = cpu_count();
+    *mem = mem_total_bytes();
+    json_int_t c = json_integer_value(json_object_get(facts, "cpus"));
+    json_int_t m = json_integer_value(json_object_get(facts, "mem_total"));
+    if (c > 0 && m > 0) {
+        *cpus = (long)c;
+        *mem = (long long)m;
+    }
+}
+
+/* engine_size, asking the engine for its facts (registration: before the first report). */
+static void engine_size_now(wk_agent *a, long *cpus, long long *mem) {
+    char *text = NULL;
+    pv_status st;
+    json_t *facts = NULL;
+    if (a->engine && wk_engine_facts(a->engine, &text, &st) == PV_OK && text)
+        facts = json_loads(text, 0, NULL);
+    free(text);
+    engine_size(facts, cpus, mem);
+    json_decref(facts);
+}
+
 /* The machine's figures now, and the conditions they make. */
 static void read_machine(wk_agent *a, pv_machine *m) {
     memset(m, 0, sizeof *m);
@@ -328,12 +365,22 @@ static char *engine_info_json(const wk_agent *a) {
     read_machine((wk_agent *)a, &m);
     pv_node_conditions c;
     pv_cluster_conditions_of(&m, &a->limits, &c);
-    json_t *j =
-        json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type",
-                  a->engine ? wk_engine_type(a->engine) : "process", "cpu_count",
-                  (json_int_t)cpu_count(), "mem_total", (json_int_t)mem_total_bytes(),
-                  "storage_total", (json_int_t)fs_bytes(a->data_dir), "hostname",
-                  named ? u.nodename : "", "version", version, "kernel", named ? u.release : "");
+    /* what the engine says of itself (virt: libvirt's versions and the node's real domains;
+     * docker: the daemon's, whose cores and memory are the node's) */
+    char *facts_text = NULL;
+    pv_status fst;
+    json_t *facts = NULL;
+    if (a->engine && wk_engine_facts(a->engine, &facts_text, &fst) == PV_OK && facts_text)
+        facts = json_loads(facts_text, 0, NULL);
+    free(facts_text);
+    long cpus;
+    long long mem;
+    engine_size(facts, &cpus, &mem);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "type",
+                          a->engine ? wk_engine_type(a->engine) : "process", "cpu_count",
+                          (json_int_t)cpus, "mem_total", (json_int_t)mem, "storage_total",
+                          (json_int_t)fs_bytes(a->data_dir), "hostname", named ? u.nodename : "",
+                          "version", version, "kernel", named ? u.release : "");
     if (j) {
         json_object_set_new(
             j, "machine",
@@ -348,12 +395,8 @@ static char *engine_info_json(const wk_agent *a) {
                                       c.pid_pressure, "network_unavailable",
                                       c.network_unavailable));
     }
-    /* what the engine says of itself (virt: libvirt's versions and the node's real domains) */
-    char *facts = NULL;
-    pv_status fst;
-    if (j && a->engine && wk_engine_facts(a->engine, &facts, &fst) == PV_OK && facts)
-        json_object_set_new(j, wk_engine_type(a->engine), json_loads(facts, 0, NULL));
-    free(facts);
+    if (j && facts) json_object_set(j, wk_engine_type(a->engine), facts);
+    json_decref(facts);
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return text;
@@ -479,9 +522,12 @@ static int register_node(wk_agent *a, pv_redis *r, pv_status *st) {
     if (rc != PV_NOT_FOUND) return rc;
 
     char resources[512];
+    long cpus;
+    long long mem;
+    engine_size_now(a, &cpus, &mem);
     snprintf(resources, sizeof resources,
-             "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}",
-             cpu_count(), mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
+             "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}", cpus,
+             mem / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
     pv_node_spec ns = {
         .name = a->node, .pod_name = a->pod, .endpoint = a->endpoint, .resources = resources};
     rc = pv_registry_add_node(r, &a->keys, &ns, &node, st);
@@ -505,9 +551,12 @@ static int fill_resources(wk_agent *a, pv_redis *r, pv_status *st) {
     a->resources_checked = true;
     if (!empty) return PV_OK;
     char resources[512];
+    long cpus;
+    long long mem;
+    engine_size_now(a, &cpus, &mem);
     snprintf(resources, sizeof resources,
-             "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}",
-             cpu_count(), mem_total_bytes() / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
+             "{\"cpumem\":{\"cpu\":%ld,\"memory\":%lld},\"storage\":{\"storage\":%lld}}", cpus,
+             mem / 10 * 8, fs_bytes(a->data_dir) / 10 * 8);
     pv_node_update u = {.name = a->node, .resources = resources};
     rc = pv_registry_set_node(r, &a->keys, &u, NULL, st);
     if (rc == PV_OK) pv_info("agent node=%s: resources from the machine: %s", a->node, resources);
@@ -534,6 +583,32 @@ static bool engine_answers(wk_agent *a, pv_redis *r) {
     return false;
 }
 
+/* The TLS of the node's record applied to the engine when it changed (tls_from_node). The
+ * PEMs are secrets: never logged. */
+static void node_tls(wk_agent *a, pv_redis *r) {
+    char *v[3] = {NULL, NULL, NULL};
+    pv_status st;
+    if (pv_registry_get_node_tls(r, &a->keys, a->node, &v[0], &v[1], &v[2], &st) != PV_OK)
+        return; /* not added yet, or Redis away: the next beat asks again */
+    bool same = true;
+    for (int i = 0; i < 3; i++)
+        same = same && strcmp(v[i], a->tls_applied[i] ? a->tls_applied[i] : "") == 0;
+    if (!same && wk_engine_set_tls(a->engine, v[0], v[1], v[2], &st) == PV_OK) {
+        pv_info("agent node=%s: engine TLS from the node's record: %s", a->node,
+                *v[1] && *v[2] ? (*v[0] ? "its CA, certificate and key" : "its certificate and key")
+                               : "none (plain HTTP)");
+        for (int i = 0; i < 3; i++) {
+            free(a->tls_applied[i]);
+            a->tls_applied[i] = v[i];
+            v[i] = NULL;
+        }
+    } else if (!same) {
+        pv_warn("agent node=%s: engine TLS from the node's record: %s", a->node, st.msg);
+    }
+    for (int i = 0; i < 3; i++)
+        free(v[i]);
+}
+
 void wk_agent_beat(void *arg, pv_redis *r) {
     wk_agent *a = arg;
     pv_status st;
@@ -557,6 +632,7 @@ void wk_agent_beat(void *arg, pv_redis *r) {
     /* the fence first: an agent resumed past its fence time stops its HA workloads before it
      * says it is alive again */
     int64_t sent = wk_fence_gate(a->fence);
+    if (a->tls_from_node) node_tls(a, r);
     if (rc == PV_OK && !engine_answers(a, r)) return; /* NOT_READY until the daemon is back */
     if (rc == PV_OK)
         rc = pv_registry_set_alive(r, &a->keys, a->node, a->alive_ttl_seconds, NULL, &st);

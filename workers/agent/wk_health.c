@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pv_buf.h"
 #include "pv_time.h"
 #include "pv_keys.h"
 #include "pv_log.h"
@@ -30,6 +31,10 @@
 #include "wk_fence.h"
 
 #define CHECK_TIMEOUT_MS 1000
+/* A change reported before its workload's record exists is asked again every RETRY_MS for at
+ * most UNKNOWN_RETRY_MS. */
+#define RETRY_MS 200
+#define UNKNOWN_RETRY_MS 30000
 
 struct wk_health {
     const pv_config *cfg; /* borrowed: the process's configuration outlives the agent */
@@ -38,6 +43,11 @@ struct wk_health {
     pv_keys keys;
     int interval_seconds;
     json_t *written; /* id -> signature of the status last written */
+    /* what the engine said changed since the last pass (wk_engine_set_watch): ids, or all */
+    json_t *pending;
+    bool pending_all;
+    json_t *unknown; /* id -> when a change of it found no record yet (monotonic ms) */
+    char *inventory; /* the ids last put as the node's inventory, joined */
     pthread_t thread;
     bool started, stopping;
     pthread_mutex_t mu;
@@ -146,6 +156,13 @@ static json_t *healthcheck_of(const char *labels_json) {
     json_decref(meta);
     json_decref(labels);
     return json_is_object(hc) ? hc : (json_decref(hc), NULL);
+}
+
+static bool has_healthcheck(const char *labels_json) {
+    json_t *hc = healthcheck_of(labels_json);
+    bool has = hc != NULL;
+    json_decref(hc);
+    return has;
 }
 
 bool wk_health_check(const char *labels_json, const char *networks_json, char *why, size_t cap) {
@@ -295,7 +312,91 @@ static void settle_fenced(wk_health *h, pv_redis *r, const char *node) {
     json_decref(ids);
 }
 
-int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, pv_status *st) {
+/* Reports w's status when it changed since the last one written (else w's id joins
+ * unchanged, to have its TTL renewed). */
+static int report_one(wk_health *h, pv_redis *r, const wk_engine_info *w, json_t *unchanged,
+                      size_t *written, bool *unknown, pv_status *st) {
+    const char *node = h->cfg->worker.node;
+    bool running = w->state == WK_STATE_RUNNING;
+    char why[256] = "";
+    bool healthy = running && wk_health_check(w->labels_json, w->networks_json, why, sizeof why);
+    char *nets = status_networks(w->networks_json);
+    char *sig = NULL;
+    if (!nets || asprintf(&sig, "%d%d%s", running, healthy, nets) < 0) sig = NULL;
+    const char *last = json_string_value(json_object_get(h->written, w->id));
+    int rc = PV_OK;
+    if (sig && last && strcmp(last, sig) == 0) {
+        if (unchanged) json_array_append_new(unchanged, json_string(w->id));
+    } else if (sig && running && has_healthcheck(w->labels_json) && !still(h, w)) {
+        /* it changed while its health was checked (a control call, an exit): what was
+         * checked is stale, the next pass reports the new state (no check, no time taken:
+         * nothing to look at again) */
+    } else if (sig) {
+        pv_workload_status s = {0};
+        snprintf(s.id, sizeof s.id, "%s", w->id);
+        s.running = running;
+        s.healthy = healthy;
+        s.networks = nets;
+        s.ttl = 3 * h->interval_seconds;
+        s.reporter = node;
+        s.epoch = wk_fence_epoch_of(w->labels_json);
+        pv_status wst;
+        int wrc = pv_workload_set_status(r, &h->keys, &s, NULL, &wst);
+        if (wrc == PV_OK) {
+            json_object_set_new(h->written, w->id, json_string(sig));
+            if (written) (*written)++;
+            if (running && !healthy)
+                pv_info("event=workload_unhealthy id=%s why=\"%s\"", w->id, why);
+        } else if (wrc == PV_NOT_FOUND) {
+            /* engine's, not the registry's (half-created, or removed while the agent was
+             * away): nothing to report */
+            *unknown = true;
+        } else if (wrc == PV_FAILED_PRECONDITION && node && *node) {
+            /* an old incarnation: the workload was recreated elsewhere meanwhile */
+            drop_if_replaced(h, r, w->id, s.epoch, node);
+        } else {
+            rc = pv_status_set(st, wst.code, "%s", wst.msg);
+        }
+    }
+    free(sig);
+    free(nets);
+    return rc;
+}
+
+/* What the engine holds, for the audit (pivirt check) of engines it cannot see itself: put
+ * when it differs from the last put, or always (a full pass: its TTL). */
+static int put_inventory(wk_health *h, pv_redis *r, const wk_engine_info *infos, size_t n,
+                         bool always, pv_status *st) {
+    const char *node = h->cfg->worker.node;
+    if (!node || !*node) return PV_OK;
+    pv_buf joined = {0};
+    for (size_t i = 0; i < n; i++)
+        pv_buf_addf(&joined, "%s\n", infos[i].id);
+    const char *now = joined.s ? joined.s : "", *last = h->inventory ? h->inventory : "";
+    if (!always && !joined.oom && strcmp(now, last) == 0) {
+        pv_buf_free(&joined);
+        return PV_OK;
+    }
+    const char **ids = calloc(n + 1, sizeof *ids);
+    for (size_t i = 0; ids && i < n; i++)
+        ids[i] = infos[i].id;
+    int rc = ids ? pv_workload_inventory_put(r, &h->keys, node, ids, n, 3 * h->interval_seconds, st)
+                 : pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(ids);
+    free(h->inventory);
+    h->inventory = NULL;
+    if (rc == PV_OK && !joined.oom) { /* taken: an unchanged set is not put again */
+        h->inventory = joined.s;
+        joined.s = NULL;
+    }
+    pv_buf_free(&joined);
+    return rc;
+}
+
+/* A pass over every workload (only NULL), or over the ids of only (what the engine said
+ * changed: no TTL renewed, the inventory put only when it changed). */
+static int pass(wk_health *h, pv_redis *r, json_t *only, size_t *written, size_t *renewed,
+                pv_status *st) {
     if (written) *written = 0;
     if (renewed) *renewed = 0;
     const char *node = h->cfg->worker.node;
@@ -305,65 +406,31 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
         json_object_clear(h->written);
         return PV_OK;
     }
-    if (h->fence && node && *node) settle_fenced(h, r, node);
+    if (!only && h->fence && node && *node) settle_fenced(h, r, node);
     wk_engine_info *infos = NULL;
     size_t n = 0;
     if (wk_engine_list(h->engine, &infos, &n, st) != PV_OK) return st->code;
-    int ttl = 3 * h->interval_seconds;
     json_t *seen = json_object(), *unchanged = json_array();
     int rc = seen && unchanged ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    int64_t now = pv_time_mono_ms();
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
-        const wk_engine_info *w = &infos[i];
-        bool running = w->state == WK_STATE_RUNNING;
-        char why[256] = "";
-        bool healthy =
-            running && wk_health_check(w->labels_json, w->networks_json, why, sizeof why);
-        char *nets = status_networks(w->networks_json);
-        char *sig = NULL;
-        if (!nets || asprintf(&sig, "%d%d%s", running, healthy, nets) < 0) sig = NULL;
-        json_object_set_new(seen, w->id, json_true());
-        const char *last = json_string_value(json_object_get(h->written, w->id));
-        if (sig && last && strcmp(last, sig) == 0) {
-            json_array_append_new(unchanged, json_string(w->id));
-        } else if (sig && !still(h, w)) {
-            /* it changed while its health was checked (a control call, an exit): what was
-             * checked is stale, the next pass reports the new state */
-        } else if (sig) {
-            pv_workload_status s = {0};
-            snprintf(s.id, sizeof s.id, "%s", w->id);
-            s.running = running;
-            s.healthy = healthy;
-            s.networks = nets;
-            s.ttl = ttl;
-            s.reporter = node;
-            s.epoch = wk_fence_epoch_of(w->labels_json);
-            pv_status wst;
-            int wrc = pv_workload_set_status(r, &h->keys, &s, NULL, &wst);
-            if (wrc == PV_OK) {
-                json_object_set_new(h->written, w->id, json_string(sig));
-                if (written) (*written)++;
-                if (running && !healthy)
-                    pv_info("event=workload_unhealthy id=%s why=\"%s\"", w->id, why);
-            } else if (wrc == PV_NOT_FOUND) {
-                /* engine's, not the registry's (half-created, or removed while the agent was
-                 * away): nothing to report */
-            } else if (wrc == PV_FAILED_PRECONDITION && node && *node) {
-                /* an old incarnation: the workload was recreated elsewhere meanwhile */
-                drop_if_replaced(h, r, w->id, s.epoch, node);
-            } else {
-                rc = pv_status_set(st, wst.code, "%s", wst.msg);
-            }
-        }
-        free(sig);
-        free(nets);
+        const char *id = infos[i].id;
+        json_object_set_new(seen, id, json_true());
+        if (only && !json_object_get(only, id)) continue;
+        bool unknown = false;
+        rc = report_one(h, r, &infos[i], only ? NULL : unchanged, written, &unknown, st);
+        /* a change the engine told of before the workload's record was written (a deploy
+         * records its instances once they run): asked again shortly, for a while */
+        json_t *since = json_object_get(h->unknown, id);
+        if (!unknown || !only)
+            json_object_del(h->unknown, id);
+        else if (!since)
+            json_object_set_new(h->unknown, id, json_integer(now));
+        else if (now - json_integer_value(since) > UNKNOWN_RETRY_MS)
+            json_object_del(h->unknown, id);
     }
-    if (rc == PV_OK) rc = renew(h, r, unchanged, ttl, renewed, st);
-    /* what the engine holds, for the audit (pivirt check) of engines it cannot see itself */
-    const char **ids = rc == PV_OK && node && *node ? calloc(n + 1, sizeof *ids) : NULL;
-    for (size_t i = 0; ids && i < n; i++)
-        ids[i] = infos[i].id;
-    if (ids) rc = pv_workload_inventory_put(r, &h->keys, node, ids, n, ttl, st);
-    free(ids);
+    if (rc == PV_OK && !only) rc = renew(h, r, unchanged, 3 * h->interval_seconds, renewed, st);
+    if (rc == PV_OK) rc = put_inventory(h, r, infos, n, !only, st);
     /* forget the workloads that are gone */
     const char *id;
     json_t *v;
@@ -371,10 +438,17 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
     json_object_foreach_safe(h->written, tmp, id, v) {
         if (!json_object_get(seen, id)) json_object_del(h->written, id);
     }
+    json_object_foreach_safe(h->unknown, tmp, id, v) {
+        if (!json_object_get(seen, id)) json_object_del(h->unknown, id);
+    }
     json_decref(seen);
     json_decref(unchanged);
     wk_engine_info_array_free(infos, n);
     return rc;
+}
+
+int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, pv_status *st) {
+    return pass(h, r, NULL, written, renewed, st);
 }
 
 /* ---- the thread ---- */
@@ -382,9 +456,11 @@ int wk_health_pass(wk_health *h, pv_redis *r, size_t *written, size_t *renewed, 
 wk_health *wk_health_new(const pv_config *cfg, wk_engine *engine) {
     wk_health *h = calloc(1, sizeof *h);
     pv_status st;
-    if (!h || !(h->written = json_object()) ||
-        pv_keys_init(&h->keys, cfg->redis.prefix, &st) != PV_OK) {
+    if (!h || !(h->written = json_object()) || !(h->pending = json_object()) ||
+        !(h->unknown = json_object()) || pv_keys_init(&h->keys, cfg->redis.prefix, &st) != PV_OK) {
         if (h) json_decref(h->written);
+        if (h) json_decref(h->pending);
+        if (h) json_decref(h->unknown);
         free(h);
         return NULL;
     }
@@ -400,9 +476,24 @@ wk_health *wk_health_new(const pv_config *cfg, wk_engine *engine) {
 void wk_health_free(wk_health *h) {
     if (!h) return;
     json_decref(h->written);
+    json_decref(h->pending);
+    json_decref(h->unknown);
+    free(h->inventory);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
+}
+
+/* The engine's word that id changed (NULL: anything): the thread reports it now. */
+static void on_change(void *arg, const char *id) {
+    wk_health *h = arg;
+    pthread_mutex_lock(&h->mu);
+    if (id)
+        json_object_set_new(h->pending, id, json_true());
+    else
+        h->pending_all = true;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
 }
 
 static void *run(void *arg) {
@@ -416,19 +507,34 @@ static void *run(void *arg) {
         return NULL;
     }
     bool failing = false;
+    int64_t next = 0; /* the next full pass (monotonic ms) */
     pthread_mutex_lock(&h->mu);
     while (!h->stopping) {
+        /* a full pass every interval; in between, what the engine said changed */
+        json_t *only = NULL;
+        if (pv_time_mono_ms() < next && !h->pending_all) {
+            only = h->pending;
+            h->pending = json_object();
+            json_object_update_missing(only, h->unknown); /* the thread's own: no lock needed */
+        } else {
+            json_object_clear(h->pending);
+            next = pv_time_mono_ms() + h->interval_seconds * 1000LL;
+        }
+        h->pending_all = false;
         pthread_mutex_unlock(&h->mu);
         size_t written = 0, renewed = 0;
-        int rc = wk_health_pass(h, r, &written, &renewed, &st);
+        int rc =
+            only && json_object_size(only) == 0 ? PV_OK : pass(h, r, only, &written, &renewed, &st);
+        json_decref(only);
         if (rc != PV_OK && !failing) pv_warn("status reporter: %s (retrying)", st.msg);
         if (rc == PV_OK && failing) pv_info("status reporter: reporting again");
         failing = rc != PV_OK;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += h->interval_seconds;
+        int64_t left = next - pv_time_mono_ms();
+        if (json_object_size(h->unknown) > 0 && left > RETRY_MS) left = RETRY_MS;
+        struct timespec until = pv_time_mono_after(left > 0 ? left : 0);
         pthread_mutex_lock(&h->mu);
-        while (!h->stopping && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) {
+        while (!h->stopping && !h->pending_all && json_object_size(h->pending) == 0 &&
+               pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) {
         }
     }
     pthread_mutex_unlock(&h->mu);
@@ -447,6 +553,7 @@ int wk_health_start(const pv_config *cfg, wk_engine *engine, wk_fence *fence, wk
         return pv_status_set(st, PV_INTERNAL, "status reporter: cannot start its thread");
     }
     h->started = true;
+    wk_engine_set_watch(engine, on_change, h);
     *out = h;
     return PV_OK;
 }
@@ -454,6 +561,7 @@ int wk_health_start(const pv_config *cfg, wk_engine *engine, wk_fence *fence, wk
 void wk_health_stop(wk_health *h) {
     if (!h) return;
     if (h->started) {
+        wk_engine_set_watch(h->engine, NULL, NULL);
         pthread_mutex_lock(&h->mu);
         h->stopping = true;
         pthread_cond_broadcast(&h->cv);

@@ -5,7 +5,9 @@
  * workload's status (Eru's SetWorkloadsStatus) with a TTL of three intervals: a status that
  * changed is written, an unchanged one only has its TTL renewed (no write, so
  * WorkloadStatusStream sees changes, not beats). When the agent dies its statuses expire, and
- * watchers see that as Eru's clients do.
+ * watchers see that as Eru's clients do. Engines that learn of changes themselves (docker: the
+ * daemon's event stream, wk_engine_set_watch) have the changed workloads reported at once, in
+ * between the passes, the same way (their signature compared, a write when it changed).
  *
  * Healthcheck (Eru's, kept in the ERU_META label: {"healthcheck": {"tcp_ports": ["80"],
  * "http_port": "8080", "url": "/health", "code": 200}}): every TCP port must accept a

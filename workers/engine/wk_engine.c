@@ -296,6 +296,17 @@ int wk_engine_facts(wk_engine *e, char **json, pv_status *st) {
     return e->v->facts ? e->v->facts(e->impl, json, st) : PV_OK;
 }
 
+int wk_engine_set_tls(wk_engine *e, const char *ca, const char *cert, const char *key,
+                      pv_status *st) {
+    if (!e->v->set_tls)
+        return pv_status_set(st, PV_UNIMPLEMENTED, "the %s engine has no TLS to set", e->v->type);
+    return e->v->set_tls(e->impl, ca, cert, key, st);
+}
+
+void wk_engine_set_watch(wk_engine *e, wk_engine_watch_fn fn, void *arg) {
+    if (e && e->v->set_watch) e->v->set_watch(e->impl, fn, arg);
+}
+
 void wk_engine_set_restart_gate(wk_engine *e, wk_engine_restart_gate fn, void *arg) {
     if (e && e->v->set_restart_gate) e->v->set_restart_gate(e->impl, fn, arg);
 }

@@ -374,6 +374,22 @@ int wk_engine_set_limits_how(wk_engine *e, const char *id, double cpu_limit, int
  * nothing to say. */
 int wk_engine_facts(wk_engine *e, char **json, pv_status *st);
 
+/* The engine's TLS to its daemon from now on (docker on tcp://: the node's CA, certificate and
+ * key as PEM text, as AddNode/SetNode stored them; all NULL or "": plain). UNIMPLEMENTED for
+ * engines without a daemon reached over TLS. */
+int wk_engine_set_tls(wk_engine *e, const char *ca, const char *cert, const char *key,
+                      pv_status *st);
+
+/* Engines that learn of their workloads' changes by themselves (docker: the daemon's event
+ * stream, whoever made the change: pivirt or someone straight through the daemon) call the
+ * watch with the workload's id after each change they learn of, on a thread of their own; id
+ * NULL: anything may have changed (the engine lost its source and caught up with a listing).
+ * fn must be quick and must not call the engine. The other engines never call it: their
+ * statuses come from the agent's periodic pass (wk_health.h). */
+typedef void (*wk_engine_watch_fn)(void *arg, const char *id);
+/* Sets the watch (fn NULL: none); once this returns, the previous one is not called any more. */
+void wk_engine_set_watch(wk_engine *e, wk_engine_watch_fn fn, void *arg);
+
 /* Sets the restart gate (fn NULL: none, every restart is made); once this returns, the previous
  * gate is not called any more. Engines that restart nothing by themselves ignore it. */
 void wk_engine_set_restart_gate(wk_engine *e, wk_engine_restart_gate fn, void *arg);

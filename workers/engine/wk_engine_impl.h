@@ -64,6 +64,10 @@ typedef struct wk_engine_vtbl {
     int (*disconnect)(void *impl, const char *id, const char *network, bool force, pv_status *st);
     /* may be NULL: the engine restarts nothing by itself */
     void (*set_restart_gate)(void *impl, wk_engine_restart_gate fn, void *arg);
+    /* may be NULL: no daemon reached over TLS */
+    int (*set_tls)(void *impl, const char *ca, const char *cert, const char *key, pv_status *st);
+    /* may be NULL: the engine learns of no change by itself (wk_engine_set_watch) */
+    void (*set_watch)(void *impl, wk_engine_watch_fn fn, void *arg);
     /* may be NULL: the engine has nothing to report beyond its type */
     int (*facts)(void *impl, char **json, pv_status *st);
 } wk_engine_vtbl;

@@ -146,8 +146,18 @@ local function node_removed(base, id)
   redis.call('ZREM', base .. 'node-alive', id)
 end
 
+-- A node's engine TLS (Eru's ca, cert, key: secrets) lives apart from its record
+-- (node-tls:<id>), so no reader of records ever carries it: only its agent asks
+-- (pv_reg_get_node_tls). Each of ca cert key: '' keeps what is there.
+local function set_tls(base, id, ca, cert, key)
+  local tls = base .. 'node-tls:' .. id
+  if ca ~= nil and ca ~= '' then redis.call('HSET', tls, 'ca', ca) end
+  if cert ~= nil and cert ~= '' then redis.call('HSET', tls, 'cert', cert) end
+  if key ~= nil and key ~= '' then redis.call('HSET', tls, 'key', key) end
+end
+
 -- pv_reg_add_node(KEYS[1]=nodes index, KEYS[2]=pods index, ARGV: base id name pod_name role ip
--- endpoint engine labels resources) -> the record.
+-- endpoint engine labels resources [ca cert key]) -> the record.
 redis.register_function('pv_reg_add_node', function(keys, args)
   local base, id, name, pod_name = args[1], args[2], args[3], args[4]
   local pod_id, missing = find_id(keys[2], 'pod', pod_name)
@@ -160,6 +170,7 @@ redis.register_function('pv_reg_add_node', function(keys, args)
     'pod_name', pod_name, 'role', args[5], 'ip', args[6], 'endpoint', args[7], 'engine', args[8],
     'labels', args[9], 'resources', args[10], 'bypass', '0', 'created_ms', now,
     'updated_ms', now, 'rev', '1')
+  set_tls(base, id, args[11], args[12], args[13])
   redis.call('HSET', keys[1], name, id)
   redis.call('SADD', base .. 'pod-nodes:' .. pod_id, id)
   redis.call('HSET', base .. 'pod:' .. pod_id, 'updated_ms', now)
@@ -178,7 +189,7 @@ redis.register_function('pv_reg_remove_node', with_id(1, 'node', function(keys, 
   if busy then return busy end
   local pod_id = redis.call('HGET', base .. 'node:' .. id, 'pod_id')
   redis.call('DEL', base .. 'node:' .. id, base .. 'node-workloads:' .. id,
-    base .. 'alive:' .. name)
+    base .. 'alive:' .. name, base .. 'node-tls:' .. id)
   redis.call('HDEL', keys[1], name)
   node_removed(base, id)
   if pod_id then
@@ -217,8 +228,15 @@ redis.register_function{function_name = 'pv_reg_list_nodes', flags = {'no-writes
     return out
   end}
 
+-- pv_reg_get_node_tls(KEYS[1]=nodes index, ARGV: base name) -> {ca, cert, key} ('' = none).
+redis.register_function{function_name = 'pv_reg_get_node_tls', flags = {'no-writes'},
+  callback = with_id(1, 'node', function(keys, args, id)
+    local v = redis.call('HMGET', args[1] .. 'node-tls:' .. id, 'ca', 'cert', 'key')
+    return {v[1] or '', v[2] or '', v[3] or ''}
+  end)}
+
 -- pv_reg_set_node(KEYS[1]=nodes index, ARGV: base name endpoint engine labels_mode labels
--- resources_mode resources bypass expected_usage_rev) -> the record. endpoint '' keeps it;
+-- resources_mode resources bypass expected_usage_rev [ca cert key]) -> the record. endpoint '' keeps it;
 -- labels_mode keep|replace|merge; resources_mode keep|replace; bypass keep|1|0;
 -- expected_usage_rev '' = unconditional, else nothing is written unless the node's usage_rev
 -- still has that value (ABORTED): resources computed from a usage that a reservation has
@@ -247,6 +265,7 @@ redis.register_function('pv_reg_set_node', with_id(1, 'node', function(keys, arg
   end
   if args[7] == 'replace' then redis.call('HSET', key, 'resources', args[8]) end
   if args[9] ~= 'keep' then redis.call('HSET', key, 'bypass', args[9]) end
+  set_tls(base, id, args[11], args[12], args[13])
   redis.call('HSET', key, 'updated_ms', tostring(now_ms()))
   redis.call('HINCRBY', key, 'rev', 1)
   node_changed(base, id)

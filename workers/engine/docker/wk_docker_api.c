@@ -27,6 +27,8 @@ struct wk_docker_api {
     char *endpoint;    /* as the node has it, for messages */
     char *socket_path; /* unix:// */
     char *base_url;    /* "http://localhost/v1.41" or "https://host:port/v1.41" */
+    /* tcp://: TLS (wk_docker_api_set_tls may change it while calls run: cfg_mu) */
+    pthread_mutex_t cfg_mu; /* base_url, tls, the PEMs */
     struct curl_blob ca, cert, key;
     char *ca_file, *cert_file, *key_file; /* the same given as paths */
     bool tls;
@@ -65,6 +67,46 @@ static int take_pem(const char *value, struct curl_blob *blob, char **file) {
     return blob->data ? 0 : -1;
 }
 
+static void drop_tls(wk_docker_api *api) {
+    free(api->ca.data);
+    free(api->cert.data);
+    free(api->key.data);
+    free(api->ca_file);
+    free(api->cert_file);
+    free(api->key_file);
+    memset(&api->ca, 0, sizeof api->ca);
+    memset(&api->cert, 0, sizeof api->cert);
+    memset(&api->key, 0, sizeof api->key);
+    api->ca_file = api->cert_file = api->key_file = NULL;
+    api->tls = false;
+}
+
+/* tcp://: the TLS (certificate and key given: https) and the base URL that follows from it.
+ * Caller holds cfg_mu, or is alone. */
+static int load_tls(wk_docker_api *api, const wk_docker_tls *tls, pv_status *st) {
+    drop_tls(api);
+    api->tls = tls && tls->cert && *tls->cert && tls->key && *tls->key;
+    free(api->base_url);
+    if (asprintf(&api->base_url, "%s://%s/" API_VERSION, api->tls ? "https" : "http",
+                 api->endpoint + 6) < 0)
+        api->base_url = NULL;
+    if (!api->base_url || (api->tls && (take_pem(tls->ca, &api->ca, &api->ca_file) != 0 ||
+                                        take_pem(tls->cert, &api->cert, &api->cert_file) != 0 ||
+                                        take_pem(tls->key, &api->key, &api->key_file) != 0)))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    return PV_OK;
+}
+
+int wk_docker_api_set_tls(wk_docker_api *api, const wk_docker_tls *tls, pv_status *st) {
+    if (!api->endpoint || strncmp(api->endpoint, "tcp://", 6) != 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "endpoint %s: TLS is for tcp:// only",
+                             api->endpoint);
+    pthread_mutex_lock(&api->cfg_mu);
+    int rc = load_tls(api, tls, st);
+    pthread_mutex_unlock(&api->cfg_mu);
+    return rc;
+}
+
 int wk_docker_api_open(const char *endpoint, const wk_docker_tls *tls, wk_docker_api **out,
                        pv_status *st) {
     *out = NULL;
@@ -73,27 +115,22 @@ int wk_docker_api_open(const char *endpoint, const wk_docker_tls *tls, wk_docker
     if (!api) return pv_status_set(st, PV_INTERNAL, "out of memory");
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&api->locks[i], NULL);
+    pthread_mutex_init(&api->cfg_mu, NULL);
     api->endpoint = strdup(endpoint ? endpoint : "");
     int rc = PV_OK;
-    if (strncmp(api->endpoint, "unix://", 7) == 0 && api->endpoint[7] == '/') {
+    if (!api->endpoint) {
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    } else if (strncmp(api->endpoint, "unix://", 7) == 0 && api->endpoint[7] == '/') {
         api->socket_path = strdup(api->endpoint + 7);
         api->base_url = strdup("http://localhost/" API_VERSION);
     } else if (strncmp(api->endpoint, "tcp://", 6) == 0 && api->endpoint[6]) {
-        api->tls = tls && tls->cert && *tls->cert && tls->key && *tls->key;
-        if (asprintf(&api->base_url, "%s://%s/" API_VERSION, api->tls ? "https" : "http",
-                     api->endpoint + 6) < 0)
-            api->base_url = NULL;
-        if (api->tls && (take_pem(tls->ca, &api->ca, &api->ca_file) != 0 ||
-                         take_pem(tls->cert, &api->cert, &api->cert_file) != 0 ||
-                         take_pem(tls->key, &api->key, &api->key_file) != 0))
-            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        rc = load_tls(api, tls, st);
     } else {
         rc = pv_status_set(st, PV_INVALID_ARGUMENT,
                            "endpoint %s: not unix:///path/docker.sock or tcp://host:port",
                            api->endpoint);
     }
-    if (rc == PV_OK && (!api->endpoint || !api->base_url))
-        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    if (rc == PV_OK && !api->base_url) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     if (rc == PV_OK && !(api->share = curl_share_init()))
         rc = pv_status_set(st, PV_INTERNAL, "curl_share_init failed");
     if (rc != PV_OK) {
@@ -114,15 +151,11 @@ void wk_docker_api_close(wk_docker_api *api) {
     if (api->share) curl_share_cleanup(api->share);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&api->locks[i]);
+    pthread_mutex_destroy(&api->cfg_mu);
+    drop_tls(api);
     free(api->endpoint);
     free(api->socket_path);
     free(api->base_url);
-    free(api->ca.data);
-    free(api->cert.data);
-    free(api->key.data);
-    free(api->ca_file);
-    free(api->cert_file);
-    free(api->key_file);
     free(api);
 }
 
@@ -238,11 +271,21 @@ fail:
     return NULL;
 }
 
+/* The request's URL (caller frees; NULL when out of memory) and h's TLS, as they are now. */
+static char *url_of(wk_docker_api *api, CURL *h, const char *path, bool *tls) {
+    char *url = NULL;
+    pthread_mutex_lock(&api->cfg_mu);
+    if (asprintf(&url, "%s%s", api->base_url, path) < 0) url = NULL;
+    if (h) set_tls(api, h); /* the blobs are copied (CURL_BLOB_COPY) */
+    if (tls) *tls = api->tls;
+    pthread_mutex_unlock(&api->cfg_mu);
+    return url;
+}
+
 int wk_docker_call(wk_docker_api *api, const wk_docker_req *req, wk_docker_resp *r, pv_status *st) {
     memset(r, 0, sizeof *r);
-    char *url = NULL;
-    if (asprintf(&url, "%s%s", api->base_url, req->path) < 0)
-        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char *url = url_of(api, NULL, req->path, NULL);
+    if (!url) return pv_status_set(st, PV_INTERNAL, "out of memory");
     CURL *h = curl_easy_init();
     struct curl_slist *headers = make_headers(req);
     if (!h || !headers) {
@@ -256,7 +299,7 @@ int wk_docker_call(wk_docker_api *api, const wk_docker_req *req, wk_docker_resp 
     curl_easy_setopt(h, CURLOPT_SHARE, api->share);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     if (api->socket_path) curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, api->socket_path);
-    set_tls(api, h);
+    free(url_of(api, h, "", NULL));
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
     if (strcmp(req->method, "HEAD") == 0) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     if (req->body || strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) {
@@ -468,17 +511,16 @@ int wk_docker_hijack(wk_docker_api *api, const char *path, const char *body, wk_
     *out = NULL;
     char *url = NULL;
     wk_docker_conn *c = calloc(1, sizeof *c);
-    if (!c || asprintf(&url, "%s%s", api->base_url, path) < 0 || !(c->h = curl_easy_init())) {
+    if (!c || !(c->h = curl_easy_init()) || !(url = url_of(api, c->h, path, &c->tls))) {
+        if (c && c->h) curl_easy_cleanup(c->h);
         free(c);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    c->tls = api->tls;
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->h, CURLOPT_CONNECT_ONLY, 1L);
     curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
     if (api->socket_path) curl_easy_setopt(c->h, CURLOPT_UNIX_SOCKET_PATH, api->socket_path);
-    set_tls(api, c->h);
     char err[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, err);
     CURLcode cc = curl_easy_perform(c->h);
@@ -537,6 +579,36 @@ int wk_docker_demux_feed(wk_docker_demux *d, const char *data, size_t len, pv_st
         len -= take;
     }
     return PV_OK;
+}
+
+int wk_docker_ndjson_feed(wk_docker_ndjson *n, const char *data, size_t len, pv_status *st) {
+    char *grown = realloc(n->line, n->len + len + 1);
+    if (!grown) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    n->line = grown;
+    memcpy(n->line + n->len, data, len);
+    n->len += len;
+    n->line[n->len] = '\0';
+    char *start = n->line, *nl;
+    int rc = PV_OK;
+    while (rc == PV_OK && (nl = memchr(start, '\n', n->len - (size_t)(start - n->line)))) {
+        json_t *j = json_loadb(start, (size_t)(nl - start), 0, NULL);
+        if (j) rc = n->fn(n->ctx, j, st);
+        json_decref(j);
+        start = nl + 1;
+    }
+    n->len -= (size_t)(start - n->line);
+    memmove(n->line, start, n->len);
+    return rc;
+}
+
+int wk_docker_ndjson_end(wk_docker_ndjson *n, pv_status *st) {
+    json_t *j = n->len ? json_loadb(n->line, n->len, 0, NULL) : NULL;
+    int rc = j ? n->fn(n->ctx, j, st) : PV_OK;
+    json_decref(j);
+    free(n->line);
+    n->line = NULL;
+    n->len = 0;
+    return rc;
 }
 
 char *wk_docker_escape(const char *s) {

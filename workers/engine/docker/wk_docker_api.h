@@ -37,6 +37,9 @@ typedef struct wk_docker_tls {
 int wk_docker_api_open(const char *endpoint, const wk_docker_tls *tls, wk_docker_api **out,
                        pv_status *st);
 void wk_docker_api_close(wk_docker_api *api);
+/* tcp:// only: the TLS of the calls from now on (a node's stored CA, certificate and key);
+ * calls under way keep theirs. */
+int wk_docker_api_set_tls(wk_docker_api *api, const wk_docker_tls *tls, pv_status *st);
 const char *wk_docker_api_endpoint(const wk_docker_api *api);
 
 /* A piece of an answer's body as it comes; non-zero stops the transfer (the call then answers
@@ -114,6 +117,21 @@ typedef struct wk_docker_demux {
 
 void wk_docker_demux_init(wk_docker_demux *d, wk_docker_frame_fn fn, void *ctx);
 int wk_docker_demux_feed(wk_docker_demux *d, const char *data, size_t len, pv_status *st);
+
+/* NDJSON as it streams (pulls, builds, pushes, events): feed it the answer's pieces as they
+ * come; each complete line that parses as JSON is handed to fn (borrowed for the call), lines
+ * that do not are passed over. A non-zero code from fn stops the feed and is returned (its
+ * words in *st). wk_docker_ndjson_end hands over a last line without its newline and frees
+ * what the splitter holds (call it whatever happened). */
+typedef int (*wk_docker_json_fn)(void *ctx, json_t *j, pv_status *st);
+typedef struct wk_docker_ndjson {
+    char *line;
+    size_t len;
+    wk_docker_json_fn fn;
+    void *ctx;
+} wk_docker_ndjson;
+int wk_docker_ndjson_feed(wk_docker_ndjson *n, const char *data, size_t len, pv_status *st);
+int wk_docker_ndjson_end(wk_docker_ndjson *n, pv_status *st);
 
 /* s escaped for a URL query or path component (caller frees); NULL when out of memory. */
 char *wk_docker_escape(const char *s);

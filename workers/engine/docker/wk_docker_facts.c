@@ -4,10 +4,10 @@
  * figures (versions, drivers, cores, memory, container and image counts) and "workloads", each
  * container of this node as the daemon really has it: {workload id: {"container", "state",
  * "cpu" (NanoCpus in cores, 0 = no quota), "cpuset" (CpusetCpus, "" = not bound), "memory"
- * (bytes, 0 = no limit)}}, as the agent's last status listing inspected them (wk_engine_list,
- * every worker.status_interval_seconds: no call of its own). GetNodeResource compares those limits
- * with the recorded allocations (its diffs: a ReallocResource the daemon did not apply, a `docker
- * update` behind pivirt's back).
+ * (bytes, 0 = no limit)}}, as the last listing inspected them and the event stream has kept
+ * them since (d->live: an "update" event inspects the container again; no call of its own).
+ * GetNodeResource compares those limits with the recorded allocations (its diffs: a ReallocResource
+ * the daemon did not apply, a `docker update` behind pivirt's back).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +56,13 @@ int wk_docker_facts(void *impl, char **out, pv_status *st) {
     }
     json_decref(info);
     int rc = facts ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    json_t *workloads = json_object_get(facts, "workloads");
+    const char *id;
+    json_t *c;
     pthread_mutex_lock(&d->mu);
-    if (facts && d->seen) json_object_set_new(facts, "workloads", json_deep_copy(d->seen));
+    json_object_foreach(d->live, id, c) {
+        json_object_set_new(workloads, id, wk_docker_limits_of(c));
+    }
     pthread_mutex_unlock(&d->mu);
     if (rc == PV_OK && !(*out = json_dumps(facts, JSON_COMPACT | JSON_SORT_KEYS)))
         rc = pv_status_set(st, PV_INTERNAL, "out of memory");

@@ -87,15 +87,15 @@ static char *auth_header(const wk_docker *d, const char *ref) {
 /* ---- NDJSON progress ---- */
 
 typedef struct progress {
-    char *line;
-    size_t len;
+    wk_docker_ndjson lines;
     char error[PV_STATUS_MSG_MAX]; /* the first error line's words */
     char id[160];                  /* a build's aux.ID */
     wk_engine_line_fn log;
     void *ctx;
 } progress;
 
-static int progress_object(progress *p, json_t *j, pv_status *st) {
+static int progress_object(void *ctx, json_t *j, pv_status *st) {
+    progress *p = ctx;
     const char *err = json_string_value(json_object_get(j, "error"));
     if (err && !p->error[0]) snprintf(p->error, sizeof p->error, "%s", err);
     const char *aux = json_string_value(json_object_get(json_object_get(j, "aux"), "ID"));
@@ -112,26 +112,7 @@ static int progress_object(progress *p, json_t *j, pv_status *st) {
 
 static int progress_data(void *ctx, const char *data, size_t len, pv_status *st) {
     progress *p = ctx;
-    char *grown = realloc(p->line, p->len + len + 1);
-    if (!grown) {
-        pv_status_set(st, PV_INTERNAL, "out of memory");
-        return 1;
-    }
-    p->line = grown;
-    memcpy(p->line + p->len, data, len);
-    p->len += len;
-    p->line[p->len] = '\0';
-    char *start = p->line, *nl;
-    while ((nl = memchr(start, '\n', p->len - (size_t)(start - p->line)))) {
-        json_t *j = json_loadb(start, (size_t)(nl - start), 0, NULL);
-        int rc = j ? progress_object(p, j, st) : PV_OK;
-        json_decref(j);
-        if (rc != PV_OK) return 1;
-        start = nl + 1;
-    }
-    p->len -= (size_t)(start - p->line);
-    memmove(p->line, start, p->len);
-    return 0;
+    return wk_docker_ndjson_feed(&p->lines, data, len, st) == PV_OK ? 0 : 1;
 }
 
 /* A streaming call with progress: PV_OK only when the status is 2xx and no line failed. */
@@ -139,18 +120,14 @@ static int progress_call(wk_docker *d, wk_docker_req *req, progress *p, const ch
                          pv_status *st) {
     req->on_data = progress_data;
     req->ctx = p;
+    p->lines = (wk_docker_ndjson){.fn = progress_object, .ctx = p};
     wk_docker_resp r;
     int rc = wk_docker_call(d->api, req, &r, st);
     if (rc == PV_OK) rc = wk_docker_check(&r, what, st);
     wk_docker_resp_clear(&r);
-    if (rc == PV_OK && p->len) { /* a last line without its newline */
-        json_t *j = json_loadb(p->line, p->len, 0, NULL);
-        rc = j ? progress_object(p, j, st) : PV_OK;
-        json_decref(j);
-    }
-    free(p->line);
-    p->line = NULL;
-    p->len = 0;
+    pv_status est;
+    int erc = wk_docker_ndjson_end(&p->lines, &est); /* a last line without its newline */
+    if (rc == PV_OK && erc != PV_OK) rc = pv_status_set(st, erc, "%s", est.msg);
     if (rc == PV_OK && p->error[0])
         rc = pv_status_set(st,
                            strstr(p->error, "not found") || strstr(p->error, "unknown")

@@ -79,6 +79,7 @@ int wk_docker_connect(void *impl, const char *id, const char *network, const cha
     json_t *body =
         json_pack("{s:s, s:{s:o}}", "Container", cid, "EndpointConfig", "IPAMConfig", ipam);
     if (network_call(d, network, "connect", body, st) != PV_OK) return st->code;
+    wk_docker_refresh(d, id, cid); /* a network event: the stream follows containers only */
     char *esc = wk_docker_escape(network), path[600];
     snprintf(path, sizeof path, "/networks/%s", esc ? esc : "");
     free(esc);
@@ -96,6 +97,8 @@ int wk_docker_disconnect(void *impl, const char *id, const char *network, bool f
     char cid[72];
     if (!network || !*network) return pv_status_set(st, PV_INVALID_ARGUMENT, "network: required");
     if (wk_docker_resolve(d, id, cid, st) != PV_OK) return st->code;
-    return network_call(d, network, "disconnect",
-                        json_pack("{s:s, s:b}", "Container", cid, "Force", force), st);
+    int rc = network_call(d, network, "disconnect",
+                          json_pack("{s:s, s:b}", "Container", cid, "Force", force), st);
+    if (rc == PV_OK) wk_docker_refresh(d, id, cid);
+    return rc;
 }

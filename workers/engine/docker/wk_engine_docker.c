@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pv_log.h"
+#include "pv_time.h"
 #include "wk_engine_impl.h"
 
 #define HOOK_TIMEOUT_MS 60000
@@ -38,6 +39,8 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
         asprintf(&d->node_label, "eru.nodename=%s", opts->node) < 0)
         d->node_label = NULL;
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->watch_mu, NULL);
+    pv_time_cond_init(&d->ev_cv);
     /* The daemon need not answer yet (it may start after the agent): each call says so. */
     json_t *version = NULL;
     pv_status vst;
@@ -48,6 +51,8 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
     else
         pv_warn("docker engine %s: %s", uri, vst.msg);
     json_decref(version);
+    if (wk_docker_events_start(d, &vst) != PV_OK)
+        pv_warn("docker engine %s: %s; statuses come from listings only", uri, vst.msg);
     *impl = d;
     return PV_OK;
 }
@@ -55,12 +60,15 @@ static int docker_open(const char *uri, const wk_engine_opts *opts, void **impl,
 static void docker_close(void *impl) {
     wk_docker *d = impl;
     if (!d) return;
+    wk_docker_events_stop(d);
     wk_docker_api_close(d->api);
     json_decref(d->ids);
     json_decref(d->auths);
-    json_decref(d->seen);
+    json_decref(d->live);
     free(d->node_label);
     pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->watch_mu);
+    pthread_cond_destroy(&d->ev_cv);
     free(d);
 }
 
@@ -74,7 +82,7 @@ static int docker_ping(void *impl, pv_status *st) {
     return rc;
 }
 
-static void remember(wk_docker *d, const char *id, const char *cid) {
+void wk_docker_remember(wk_docker *d, const char *id, const char *cid) {
     pthread_mutex_lock(&d->mu);
     json_object_set_new(d->ids, id, json_string(cid));
     pthread_mutex_unlock(&d->mu);
@@ -117,7 +125,7 @@ int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st)
                                    wk_docker_api_endpoint(d->api));
     if (found) {
         snprintf(cid, 72, "%s", found);
-        remember(d, id, found);
+        wk_docker_remember(d, id, found);
     }
     json_decref(list);
     return rc;
@@ -208,7 +216,7 @@ static char *publish_of(json_t *config, json_t *settings) {
     return dump(out);
 }
 
-static void info_of(json_t *c, wk_engine_info *out) {
+void wk_docker_info_of(json_t *c, wk_engine_info *out) {
     json_t *config = json_object_get(c, "Config"), *state = json_object_get(c, "State");
     json_t *labels = json_object_get(config, "Labels");
     const char *name = json_string_value(json_object_get(c, "Name"));
@@ -235,47 +243,65 @@ static int docker_inspect(void *impl, const char *id, wk_engine_info *out, pv_st
     json_t *c = NULL;
     if (on_container(impl, id, "GET", "/json", NULL, &c, "inspect", 0, st) != PV_OK)
         return st->code;
-    info_of(c, out);
+    wk_docker_info_of(c, out);
     json_decref(c);
     return PV_OK;
 }
 
-static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st) {
-    wk_docker *d = impl;
+int wk_docker_inspect_all(wk_docker *d, json_t **out, pv_status *st) {
     *out = NULL;
-    *n = 0;
     json_t *list = NULL;
     if (wk_docker_list_labelled(d, WK_DOCKER_ID_LABEL, &list, st) != PV_OK) return st->code;
-    wk_engine_info *infos = calloc(json_array_size(list) + 1, sizeof *infos);
-    json_t *seen = json_object();
-    if (!infos || !seen) {
-        free(infos);
-        json_decref(seen);
+    json_t *live = json_object();
+    if (!live) {
         json_decref(list);
         return pv_status_set(st, PV_INTERNAL, "out of memory");
     }
-    size_t i, got = 0;
+    size_t i;
     json_t *c;
     json_array_foreach(list, i, c) {
         const char *id =
             json_string_value(json_object_get(json_object_get(c, "Labels"), WK_DOCKER_ID_LABEL));
         const char *cid = json_string_value(json_object_get(c, "Id"));
         if (!id || !cid) continue;
-        remember(d, id, cid);
+        wk_docker_remember(d, id, cid);
         pv_status ist;
         json_t *in = NULL;
         if (on_container(d, id, "GET", "/json", NULL, &in, "inspect", 0, &ist) != PV_OK)
             continue; /* gone meanwhile: skip */
-        info_of(in, &infos[got++]);
-        json_object_set_new(seen, id, wk_docker_limits_of(in));
-        json_decref(in);
+        json_object_set_new(live, id, in);
     }
     json_decref(list);
-    /* what the engine info reports of the containers: this listing's, every status interval */
+    *out = live;
+    return PV_OK;
+}
+
+/* From what the event stream keeps while it is followed (no call to the daemon), else from a
+ * listing of its own. */
+static int docker_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st) {
+    wk_docker *d = impl;
+    *out = NULL;
+    *n = 0;
+    json_t *fresh = NULL;
     pthread_mutex_lock(&d->mu);
-    json_decref(d->seen);
-    d->seen = seen;
+    bool synced = d->synced && d->live;
     pthread_mutex_unlock(&d->mu);
+    if (!synced && wk_docker_inspect_all(d, &fresh, st) != PV_OK) return st->code;
+    pthread_mutex_lock(&d->mu);
+    if (fresh) {
+        json_decref(d->live);
+        d->live = fresh;
+    }
+    json_t *live = d->live;
+    wk_engine_info *infos = calloc(json_object_size(live) + 1, sizeof *infos);
+    size_t got = 0;
+    const char *id;
+    json_t *c;
+    json_object_foreach(live, id, c) {
+        if (infos) wk_docker_info_of(c, &infos[got++]);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!infos) return pv_status_set(st, PV_INTERNAL, "out of memory");
     *out = infos;
     *n = got;
     return PV_OK;
@@ -294,6 +320,20 @@ static int create_container(wk_docker *d, const wk_workload_spec *spec, json_t *
         rc = wk_docker_json(d->api, "POST", path, body, created, "create container", st);
     }
     return rc;
+}
+
+/* What a container just created is, without an inspect of it (the daemon's work per create
+ * is what the deploy waits for: it inspects once the container runs). */
+static void created_info(const wk_workload_spec *spec, const char *cid, wk_engine_info *out) {
+    out->id = strdup(spec->id);
+    out->name = strdup(spec->name ? spec->name : spec->id);
+    out->image = strdup(spec->image ? spec->image : "");
+    out->state = WK_STATE_CREATED;
+    out->engine_id = strdup(cid);
+    out->networks_json = strdup("{}");
+    out->publish_json = strdup("{}");
+    out->log_path = strdup("");
+    out->labels_json = strdup(spec->labels_json ? spec->labels_json : "{}");
 }
 
 /* No lookup first: a redelivered create meets its own container by name (the name derives
@@ -327,25 +367,42 @@ static int docker_create(void *impl, const wk_workload_spec *spec, wk_engine_inf
     const char *new_id = json_string_value(json_object_get(created, "Id"));
     if (rc == PV_OK && !new_id)
         rc = pv_status_set(st, PV_INTERNAL, "create container: no Id in the daemon's answer");
-    if (rc == PV_OK) remember(d, spec->id, new_id);
+    if (rc == PV_OK) {
+        wk_docker_remember(d, spec->id, new_id);
+        created_info(spec, new_id, out);
+    }
     json_decref(created);
-    if (rc == PV_OK) rc = docker_inspect(d, spec->id, out, st);
     return rc;
 }
 
 /* ---- start, stop, pause ---- */
 
+/* The container's labels (a new reference, NULL when none): the kept inspect's (a
+ * container's labels never change), else an inspect of its own. */
+static json_t *labels_of(wk_docker *d, const char *id) {
+    pthread_mutex_lock(&d->mu);
+    json_t *kept =
+        json_object_get(json_object_get(json_object_get(d->live, id), "Config"), "Labels");
+    json_t *labels = kept ? json_deep_copy(kept) : NULL;
+    pthread_mutex_unlock(&d->mu);
+    if (labels) return labels;
+    wk_engine_info info;
+    pv_status st;
+    if (docker_inspect(d, id, &info, &st) != PV_OK) return NULL;
+    labels = json_loads(info.labels_json, 0, NULL);
+    wk_engine_info_clear(&info);
+    return labels;
+}
+
 /* The hooks (after_start, before_stop) kept in the container's label pivirt.hooks: each a
  * shell line run with sh -c; failures are logged and passed over. */
 static void run_hooks(wk_docker *d, const char *id, const char *which) {
-    wk_engine_info info;
-    pv_status st;
-    if (docker_inspect(d, id, &info, &st) != PV_OK) return;
-    json_t *labels = json_loads(info.labels_json, 0, NULL);
-    json_t *hooks = json_loads(
-        json_string_value(json_object_get(labels, WK_DOCKER_HOOKS_LABEL)) ?: "{}", 0, NULL);
+    json_t *labels = labels_of(d, id);
+    const char *text = json_string_value(json_object_get(labels, WK_DOCKER_HOOKS_LABEL));
+    json_t *hooks = text ? json_loads(text, 0, NULL) : NULL;
     size_t i;
     json_t *h;
+    pv_status st;
     json_array_foreach(json_object_get(hooks, which), i, h) {
         const char *argv[] = {"/bin/sh", "-c", json_string_value(h) ?: ""};
         int code = -1;
@@ -359,7 +416,6 @@ static void run_hooks(wk_docker *d, const char *id, const char *which) {
     }
     json_decref(hooks);
     json_decref(labels);
-    wk_engine_info_clear(&info);
 }
 
 static int docker_start(void *impl, const char *id, pv_status *st) {
@@ -369,8 +425,17 @@ static int docker_start(void *impl, const char *id, pv_status *st) {
     return PV_OK;
 }
 
+/* A forced stop needs no inspect first: the daemon's 304 says it was not running. */
+static int force_stop(wk_docker *d, const char *id, pv_status *st) {
+    int rc = on_container(d, id, "POST", "/stop?t=0", NULL, NULL, "stop", 60000, st);
+    if (rc == PV_FAILED_PRECONDITION && strstr(st->msg, "already in that state"))
+        pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is not running", id);
+    return rc;
+}
+
 static int docker_stop(void *impl, const char *id, int grace_seconds, bool force, pv_status *st) {
     wk_docker *d = impl;
+    if (force) return force_stop(d, id, st);
     wk_engine_info info;
     if (docker_inspect(d, id, &info, st) != PV_OK) return st->code;
     wk_state state = info.state;
@@ -415,6 +480,13 @@ static int docker_set_limits(void *impl, const char *id, double cpu_limit, int64
     return rc;
 }
 
+static int docker_set_tls(void *impl, const char *ca, const char *cert, const char *key,
+                          pv_status *st) {
+    wk_docker *d = impl;
+    wk_docker_tls tls = {ca, cert, key};
+    return wk_docker_api_set_tls(d->api, &tls, st);
+}
+
 const wk_engine_vtbl wk_engine_docker_vtbl = {
     .type = "docker",
     .open = docker_open,
@@ -445,4 +517,6 @@ const wk_engine_vtbl wk_engine_docker_vtbl = {
     .connect = wk_docker_connect,
     .disconnect = wk_docker_disconnect,
     .facts = wk_docker_facts,
+    .set_watch = wk_docker_set_watch,
+    .set_tls = docker_set_tls,
 };

@@ -37,11 +37,22 @@
 typedef struct wk_docker {
     wk_docker_api *api;
     int grace_seconds;  /* default stop grace */
-    pthread_mutex_t mu; /* ids, seen */
+    pthread_mutex_t mu; /* ids, live, synced, the events follower's state */
     json_t *ids;        /* workload id -> container id, learnt from creates and lookups */
     char *node_label;   /* "eru.nodename=<node>": the list's filter; NULL = none */
     json_t *auths;      /* registry host -> {"username", "password", "serveraddress"} */
-    json_t *seen;       /* workload id -> wk_docker_limits_of its container, as last listed */
+    /* workload id -> its container's inspect, as the last listing made it and the event
+     * stream keeps it since (wk_docker_events.c); the list and the engine info read it */
+    json_t *live;
+    bool synced; /* live follows the event stream: the list needs no call of its own */
+    /* the events follower (wk_docker_events.c) */
+    pthread_t ev_thread;
+    pthread_cond_t ev_cv;
+    bool ev_started, ev_stopping;
+    int64_t ev_last_ns; /* the daemon's time of the last event seen (since= at a reconnect) */
+    pthread_mutex_t watch_mu;
+    wk_engine_watch_fn watch;
+    void *watch_arg;
 } wk_docker;
 
 /* The container id of workload id into cid (65 bytes): the cache, else a lookup by label.
@@ -52,6 +63,28 @@ int wk_docker_resolve(wk_docker *d, const char *id, char cid[72], pv_status *st)
 int wk_docker_list_labelled(wk_docker *d, const char *label, json_t **out, pv_status *st);
 /* Drops what the cache knows of id (a container removed, or gone behind the engine's back). */
 void wk_docker_forget(wk_docker *d, const char *id);
+
+/* Every container of this node (the id label, the node's label) inspected: *out a new object
+ * workload id -> inspect. */
+int wk_docker_inspect_all(wk_docker *d, json_t **out, pv_status *st);
+/* info of a container's inspect (wk_engine_info_clear frees it). */
+void wk_docker_info_of(json_t *inspect, wk_engine_info *out);
+/* Caches workload id's container id. */
+void wk_docker_remember(wk_docker *d, const char *id, const char *cid);
+
+/* wk_docker_events.c: the daemon's event stream. Start: a thread that lists the node's
+ * containers (d->live), then follows GET /events for them, keeping d->live as the daemon has
+ * it and calling the watch (wk_engine_set_watch) for each change; when the stream breaks (the
+ * daemon stopped or restarted) it reconnects with backoff, lists again and asks for what it
+ * missed (since= the last event's time). Stop joins it (within about a second). */
+int wk_docker_events_start(wk_docker *d, pv_status *st);
+void wk_docker_events_stop(wk_docker *d);
+void wk_docker_set_watch(void *impl, wk_engine_watch_fn fn, void *arg);
+/* Workload id's container cid inspected again into d->live, and the watch told: a change the
+ * stream does not carry (a network connect or disconnect is a network event). */
+void wk_docker_refresh(wk_docker *d, const char *id, const char *cid);
+/* Calls the watch for id (NULL: everything). */
+void wk_docker_notify(wk_docker *d, const char *id);
 
 /* The create body of a spec (a new reference), or NULL with *st (INVALID_ARGUMENT naming the
  * field: raw_args that is no JSON object, a bad restart policy). */
@@ -85,7 +118,7 @@ int wk_docker_image_build(void *impl, const void *tar, size_t len, const char *e
                           const char *const *refs, size_t nrefs, wk_engine_line_fn log, void *ctx,
                           char **id, pv_status *st);
 
-/* wk_docker_facts.c: the engine info report (GET /info, each container's limits) */
+/* wk_docker_facts.c: the engine info report (GET /info, each container's limits from d->live) */
 int wk_docker_facts(void *impl, char **out, pv_status *st);
 /* {"container", "state", "cpu", "cpuset", "memory"} of a container's inspect (a new object). */
 json_t *wk_docker_limits_of(json_t *inspect);
