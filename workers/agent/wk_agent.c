@@ -323,14 +323,21 @@ static void engine_size(json_t *facts, long *cpus, long long *mem) {
     }
 }
 
-/* engine_size, asking the engine for its facts (registration: before the first report). */
-static void engine_size_now(wk_agent *a, long *cpus, long long *mem) {
+/* What the engine says of itself (virt: libvirt's versions and the node's real domains;
+ * docker: the daemon's, whose cores and memory are the node's), or NULL. Caller decrefs. */
+static json_t *engine_facts(const wk_agent *a) {
     char *text = NULL;
     pv_status st;
     json_t *facts = NULL;
     if (a->engine && wk_engine_facts(a->engine, &text, &st) == PV_OK && text)
         facts = json_loads(text, 0, NULL);
     free(text);
+    return facts;
+}
+
+/* engine_size, asking the engine for its facts (registration: before the first report). */
+static void engine_size_now(wk_agent *a, long *cpus, long long *mem) {
+    json_t *facts = engine_facts(a);
     engine_size(facts, cpus, mem);
     json_decref(facts);
 }
@@ -365,14 +372,7 @@ static char *engine_info_json(const wk_agent *a) {
     read_machine((wk_agent *)a, &m);
     pv_node_conditions c;
     pv_cluster_conditions_of(&m, &a->limits, &c);
-    /* what the engine says of itself (virt: libvirt's versions and the node's real domains;
-     * docker: the daemon's, whose cores and memory are the node's) */
-    char *facts_text = NULL;
-    pv_status fst;
-    json_t *facts = NULL;
-    if (a->engine && wk_engine_facts(a->engine, &facts_text, &fst) == PV_OK && facts_text)
-        facts = json_loads(facts_text, 0, NULL);
-    free(facts_text);
+    json_t *facts = engine_facts(a);
     long cpus;
     long long mem;
     engine_size(facts, &cpus, &mem);
