@@ -17,8 +17,12 @@
  *     --fence-guard), which kills the HA workloads' process groups itself WK_FENCE_GUARD_LAG_MS
  *     after the deadline, for the cases where the agent cannot: its process stopped (SIGSTOP)
  *     or dead (the workloads outlive the agent by design). The agent tells it the deadline and
- *     the HA workloads' main processes (pid and start time, so a reused pid is never killed)
- *     through a shared page, <data_dir>/node/<node>/fence.page (mmap'd file), which a
+ *     the HA workloads' main processes (pid and start time, so a reused pid is never killed;
+ *     docker engine: also the container's id and the daemon's endpoint, and the guard kills the
+ *     container through the Engine API with libcurl, POST /containers/{id}/kill, which the
+ *     daemon's restart policy does not undo as it would a SIGKILL of the container's process;
+ *     the pid only when the daemon does not answer and is on this machine) through a shared
+ *     page, <data_dir>/node/<node>/fence.page (mmap'd file), which a
  *     restarted agent maps again: it adopts the running guard and the deadline the previous
  *     agent left, so a quick restart fences nothing and a slow one is fenced in time.
  *
