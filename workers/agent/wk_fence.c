@@ -334,6 +334,15 @@ bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const c
     return true;
 }
 
+int wk_fence_refuse_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                             const char *id, pv_status *st) {
+    char why[PV_STATUS_MSG_MAX];
+    if (!id || !node || !*node || !wk_fence_replaced(engine, r, k, node, id, why, sizeof why))
+        return PV_OK;
+    pv_warn("node %s: %s", node, why);
+    return pv_status_set(st, PV_FAILED_PRECONDITION, "%s", why);
+}
+
 void wk_fence_log(wk_fence *f, const char *what, const char *id, int64_t epoch, const char *how) {
     log_line(f->log_path, what, id, epoch, how);
 }

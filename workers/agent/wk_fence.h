@@ -103,6 +103,12 @@ void wk_fence_settled(wk_fence *f, const char *id);
 bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
                        const char *id, char *why, size_t cap);
 
+/* The same check for a node operation that acts on one workload's instance (exec, logs,
+ * realloc, send and copy of files): FAILED_PRECONDITION with wk_fence_replaced's message when the
+ * instance was replaced, else PV_OK. */
+int wk_fence_refuse_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                             const char *id, pv_status *st);
+
 /* The epoch an engine instance's labels say it is of (WK_EPOCH_LABEL; 1 without). */
 int64_t wk_fence_epoch_of(const char *labels_json);
 
