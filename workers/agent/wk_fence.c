@@ -378,7 +378,9 @@ static void refresh_slots(wk_fence *f) {
             s[m].pid = (int32_t)w->pid;
             s[m].start_ticks = ticks;
         }
-        if (s[m].start_ticks > 0 || s[m].cid[0]) m++;
+        /* only what the guard can kill: a container of a daemon it cannot reach (TLS) and
+         * whose pid means nothing here is the agent's fence's alone */
+        if (s[m].start_ticks > 0 || (s[m].cid[0] && f->pg->docker_endpoint[0])) m++;
     }
     wk_engine_info_array_free(infos, n);
     atomic_fetch_add(&f->pg->seq, 1);
