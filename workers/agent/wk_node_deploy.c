@@ -434,7 +434,16 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     const char *id = b->id;
     if (in->inc_id) drop_stale_instance(engine, id, in->inc_epoch);
     int rc = wk_engine_create(engine, &b->spec, info, st);
-    if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
+    if (rc == PV_ALREADY_EXISTS) {
+        /* a redelivery finds its own instance; none of this id: the create's answer says what
+         * was in the way (a name taken), not the lookup's */
+        pv_status cst = *st;
+        rc = wk_engine_inspect(engine, id, info, st);
+        if (rc == PV_NOT_FOUND) {
+            *st = cst;
+            rc = PV_ALREADY_EXISTS;
+        }
+    }
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
     if (fresh && (info->root || in->o->n_data > 0))
         rc = deploy_files(in->o, engine, id, info->root, st);
