@@ -35,6 +35,7 @@ import unittest
 import vmtest
 from pvnet import wait_for
 from vmtest import Base, deploy
+from pb import core_pb2
 from pivirt.cluster.v1 import cluster_pb2, cluster_pb2_grpc
 
 POD = "vhp"
@@ -83,6 +84,18 @@ class VMHA(Base):
             msgs = list(cls.core.CreateWorkload(opts, timeout=180))
             assert len(msgs) == 1 and msgs[0].success, msgs
             cls.ids[name] = (msgs[0].id, msgs[0].name)
+
+    @classmethod
+    def tearDownClass(cls):
+        # removed before the stack stops: an HA workload left behind would be failed over while
+        # the agents stop, after the module's domains were cleaned up
+        for wid, _dom in cls.ids.values():
+            try:
+                list(cls.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(
+                    IDs=[wid], force=True), timeout=120))
+            except Exception as e:  # noqa: BLE001 - stop_stack destroys what is left
+                print("tearDown: %s not removed: %s" % (wid, e))
+        super().tearDownClass()
 
     def fence_log(self):
         try:
