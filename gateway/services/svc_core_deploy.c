@@ -163,6 +163,16 @@ static char *inverse_delta(const char *from, const char *to) {
     return text;
 }
 
+/* Whether the registry still places the incarnation of w where w was read. */
+static bool same_incarnation(pv_redis *r, const pv_keys *k, const pv_workload *w) {
+    pv_workload now = {0};
+    pv_status st;
+    bool same = pv_workload_get(r, k, w->id, &now, &st) == PV_OK && now.epoch == w->epoch &&
+                now.node && w->node && strcmp(now.node, w->node) == 0;
+    pv_workload_clear(&now);
+    return same;
+}
+
 /* ReallocResource in place: the accounting first (it is the capacity check), then the engine's
  * limits on the node; when the node cannot apply them, the accounting is put back. */
 static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
@@ -192,13 +202,19 @@ static void on_realloc_resource(gw_call *call, const ProtobufCMessage *req) {
             nrc = pv_status_set(
                 &nst, rec.error_code > 0 && rec.error_code <= 16 ? rec.error_code : PV_INTERNAL,
                 "%s", rec.error_message ? rec.error_message : "failed");
-        if (nrc != PV_OK) {
+        if (nrc != PV_OK && !same_incarnation(r, &app->keys, &w)) {
+            /* a failover recreated it meanwhile (its node was lost while the call waited): the
+             * new incarnation holds the resources its deploy reserved, not these */
+            pv_warn("ReallocResource %s: not put back: the workload was recreated elsewhere", w.id);
+        } else if (nrc != PV_OK) {
             char *back = inverse_delta(w.resources, fresh);
             pv_status bst;
             if (!back || pv_resv_realloc_workload(r, &app->keys, w.id, back, NULL, &bst) != PV_OK)
                 pv_warn("ReallocResource %s: putting the accounting back failed: %s", w.id,
                         back ? bst.msg : "out of memory");
             free(back);
+        }
+        if (nrc != PV_OK) {
             rc = nrc;
             st = nst;
         }

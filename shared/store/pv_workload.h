@@ -219,8 +219,9 @@ int pv_workload_mark_dissociated(pv_redis *r, const pv_keys *k, const char *id, 
 bool pv_workload_is_ha(const char *labels_json, pv_status *st);
 
 /* What a node's instance of a workload is to the registry: its current incarnation (OWN), one
- * a failover is replacing (PLACING), an old one (MOVED: the record is on another node or at a
- * later epoch), or nothing (GONE: no record). */
+ * at the epoch a failover is placing (PLACING: on any node, the replacement it is making
+ * included, which exists on its node's engine before the record moves there), an old one
+ * (MOVED: the record is on another node or at another epoch), or nothing (GONE: no record). */
 typedef enum { PV_INC_OWN, PV_INC_PLACING, PV_INC_MOVED, PV_INC_GONE } pv_incarnation;
 
 /* The verdict on node's instance of workload id at epoch; *record_epoch (may be NULL) the

@@ -25,11 +25,17 @@ timeout 6 s). The multi-host forms (network namespaces, partitions) are test_ha_
   test_e  a ControlWorkload start queued for a frozen node before it was declared dead is
           refused when the agent resumes (the workload was recreated elsewhere: epoch check),
           and the old instance is removed, not started.
+  test_f  the calls that act on one workload's instance (ExecuteWorkload, LogStream,
+          ReallocResource, Send, Copy), made while its node's agent is frozen (queued for that
+          node), are answered with the same refusal once the agent resumes after the workload
+          was recreated elsewhere: none acts on the old instance (the realloc changes nothing,
+          no file is written into it).
 """
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -367,6 +373,76 @@ class HA(unittest.TestCase):
         self.assertNotIn("resumed", [f[1] for f in self.fence_log("ha1") if f[2] == wid])
         self.assertEqual(self.engine_record(new_node, wid)["state"], "running")
         self.assertEqual((self.rec(wid)["node"], self.rec(wid)["epoch"]), (new_node, "2"))
+        self.remove([wid])
+        self.clean_audit()
+
+    def test_f_queued_calls_of_a_replaced_instance(self):
+        """Exec, logs, realloc, send and copy queued for a frozen node are refused once the
+        agent resumes, the workload having been recreated elsewhere meanwhile."""
+        wid = self.deploy("qcalls", 1, nodes=("ha3",))[0]
+        agent = self.agent("ha3")
+        root = os.path.join(self.stack.data_dir, "engine", "ha3", wid, "root")
+        resources_before = self.rec(wid)["resources"]
+        calls = {
+            "exec": lambda: list(self.core.ExecuteWorkload(iter([
+                core_pb2.ExecuteWorkloadOptions(workload_id=wid, commands=["/bin/true"])]),
+                timeout=90)),
+            "logs": lambda: list(self.core.LogStream(core_pb2.LogStreamOptions(
+                id=wid, tail="all"), timeout=90)),
+            "realloc": lambda: self.core.ReallocResource(core_pb2.ReallocOptions(
+                id=wid, resources={"cpumem": b'{"memory-request": "-8M"}'}), timeout=90),
+            "send": lambda: list(self.core.Send(core_pb2.SendOptions(
+                IDs=[wid], data={"/stale-marker": b"x"}), timeout=90)),
+            "copy": lambda: list(self.core.Copy(core_pb2.CopyOptions(targets={
+                wid: core_pb2.CopyPaths(paths=["/run.sh"])}), timeout=90)),
+        }
+        out = {}
+
+        def run(name):
+            try:
+                out[name] = calls[name]()
+            except grpc.RpcError as e:
+                out[name] = e
+        agent.send_signal(signal.SIGSTOP)
+        threads = [threading.Thread(target=run, args=(n,)) for n in calls]
+        try:
+            # the agent's reader, blocked in Redis when frozen, takes the first operation queued
+            # and holds it past its lease: one that is not retried (exec, logs, realloc) would
+            # then end "its workers were lost". A ControlWorkload start (retried) goes first.
+            with self.assertRaises(grpc.RpcError) as e:
+                list(self.core.ControlWorkload(core_pb2.ControlWorkloadOptions(
+                    IDs=[wid], type="start"), timeout=2))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            for t in threads:
+                t.start()
+            recs = self.wait_recovered([wid], "ha3")
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        for t in threads:
+            t.join(90)
+        why = ("workload %s was replaced while node ha3 was away: the registry holds its "
+               "incarnation 2 elsewhere, this node's instance is incarnation 1" % wid)
+        for name in calls:
+            got = out.get(name)
+            if isinstance(got, grpc.RpcError):
+                # ExecuteWorkload ends with Eru's own code (ERU_EXECUTE_WORKLOAD, outside
+                # gRPC's: grpcio says UNKNOWN), the others with FAILED_PRECONDITION
+                self.assertIn(got.code(), (grpc.StatusCode.FAILED_PRECONDITION,
+                                           grpc.StatusCode.UNKNOWN), (name, got))
+                self.assertIn(why, got.details(), name)
+            elif name == "realloc":
+                self.assertIn(why, got.error, name)
+            else:  # per-id answers: Send's and Copy's errors, one per path
+                self.assertTrue(got, (name, got))
+                for m in got:
+                    self.assertIn(why, m.error, (name, m))
+        self.assertFalse(os.path.exists(os.path.join(root, "stale-marker")))
+        # the refused realloc's accounting is not put back onto the new incarnation's record:
+        # it holds what its deploy reserved
+        self.assertEqual(json.loads(self.rec(wid)["resources"]), json.loads(resources_before))
+        wait_for("the stale instance removed from ha3",
+                 lambda: self.engine_record("ha3", wid) is None, timeout=15)
+        self.assertEqual(self.engine_record(recs[wid]["node"], wid)["state"], "running")
         self.remove([wid])
         self.clean_audit()
 

@@ -126,6 +126,16 @@ class Cluster:
             return crash_ms  # frozen with its host, killed before it ran again
         return min(stops)
 
+    def states(self, ids, epochs):
+        """What the registry says of each workload, for a failure message."""
+        out = []
+        for w in ids:
+            r = self.rec(w)
+            out.append("%s: node %s epoch %s (was %d) placing %r running %s" % (
+                w[:12], r.get("node"), r.get("epoch"), epochs[w], r.get("placing"),
+                self.running(w)))
+        return "; ".join(out)
+
     def trial(self, fault, victim):
         """One trial of FAULT on VICTIM; its figures. Raises AssertionError on a violation."""
         ha_ids = self.deploy("t-" + fault, 2, victim)
@@ -156,7 +166,12 @@ class Cluster:
                 return all(r.get("node") not in (None, victim) and
                            int(r.get("epoch", "1")) == epochs[w] + 1 and self.running(w)
                            for w, r in recs.items()) and recs
-            recs = pvnet.wait_for("every HA workload running again elsewhere", moved, 40)
+            try:
+                recs = pvnet.wait_for("every HA workload running again elsewhere", moved, 40)
+            except AssertionError:
+                raise AssertionError("%s of %s: not every HA workload runs again elsewhere "
+                                     "within 40 s of NOT_READY: %s" % (
+                                         fault, victim, self.states(ha_ids, epochs)))
             back = time.monotonic()
         finally:
             if fault == "partition":

@@ -546,50 +546,66 @@ static void mark_dead_nodes_pass(void **state, bool indexed) {
     assert_status_flags(f, b1, false, false);
 }
 
-/* What a node's instance is to the registry through a failover: the replacement being created
- * on its new node has the claimed epoch while the record still names the lost node, and is
- * PLACING (its agent's status pass must not remove it as an old instance: e2e.test_ha_netns
- * lost a replacement that way under load); once the record moved it is that node's, and the
- * lost node's instance is MOVED. */
-static void assert_incarnation(fixture *f, const char *id, const char *node, int64_t epoch,
-                               pv_incarnation want) {
-    pv_incarnation got = PV_INC_GONE;
-    pv_status st;
-    assert_int_equal(pv_workload_ha_check(f->r, &f->keys, id, node, epoch, &got, NULL, &st), PV_OK);
-    if (got != want)
-        fail_msg("%s on %s at epoch %lld: verdict %d, want %d", id, node, (long long)epoch,
-                 (int)got, (int)want);
-}
-
-static void test_incarnation_through_a_failover(void **state) {
-    fixture *f = *state;
-    pv_status st;
-    char a1[PV_WORKLOAD_ID_LEN + 1];
-    add_wl(f, "api", "web", "na", 1, NULL, a1);
-    assert_incarnation(f, a1, "na", 1, PV_INC_OWN);
-    assert_incarnation(f, a1, "nb", 1, PV_INC_MOVED);
-    assert_incarnation(f, "nosuch", "na", 1, PV_INC_GONE);
-    int64_t epoch = 0;
-    assert_int_equal(pv_workload_ha_claim(f->r, &f->keys, a1, "na", "op-f", &epoch, &st), PV_OK);
-    assert_int_equal(epoch, 2);
-    /* placing: the lost node's instance is old, the replacement on nb is being placed */
-    assert_incarnation(f, a1, "na", 1, PV_INC_MOVED);
-    assert_incarnation(f, a1, "nb", 2, PV_INC_PLACING);
-    assert_incarnation(f, a1, "nb", 3, PV_INC_MOVED);
-    /* the record moves to nb: nb's instance is the workload, na's and any other epoch are not */
-    assert_int_equal(
-        pv_resv_reincarnate_workload(f->r, &f->keys, a1, "nb", 2, NULL, "e2", NULL, &st), PV_OK);
-    assert_incarnation(f, a1, "nb", 2, PV_INC_OWN);
-    assert_incarnation(f, a1, "na", 1, PV_INC_MOVED);
-    assert_incarnation(f, a1, "na", 2, PV_INC_MOVED);
-}
-
 static void test_mark_dead_nodes(void **state) {
     mark_dead_nodes_pass(state, false);
 }
 
 static void test_mark_dead_nodes_indexed(void **state) {
     mark_dead_nodes_pass(state, true);
+}
+
+/* The verdict on a node's instance while a failover places the next incarnation: the
+ * replacement it is making on another node, at the claimed epoch, is PLACING (its status
+ * reports are refused, but it is not stale: an agent that removed it as MOVED lost the new
+ * incarnation before the record could move to it); the lost node's old instance is MOVED.
+ * Once the claim is undone the lost node's instance is OWN again and the half-made one MOVED. */
+static void verdict_is(fixture *f, const char *id, const char *node, int64_t epoch,
+                       pv_incarnation want, int64_t want_epoch) {
+    pv_incarnation v;
+    int64_t at = -1;
+    pv_status st;
+    if (pv_workload_ha_check(f->r, &f->keys, id, node, epoch, &v, &at, &st) != PV_OK)
+        fail_msg("ha_check %s on %s: %s", id, node, st.msg);
+    if (v != want || at != want_epoch)
+        fail_msg("%s on %s at epoch %lld: verdict %d (record epoch %lld), want %d (%lld)", id, node,
+                 (long long)epoch, (int)v, (long long)at, (int)want, (long long)want_epoch);
+}
+
+static void test_ha_check_while_placing(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    char a1[PV_WORKLOAD_ID_LEN + 1];
+    add_wl(f, "api", "web", "na", 1, "{\"pivirt.io/ha\":\"restart\"}", a1);
+    verdict_is(f, a1, "na", 1, PV_INC_OWN, 1);
+    verdict_is(f, a1, "nb", 1, PV_INC_MOVED, 1);
+    verdict_is(f, "api-web-none", "na", 1, PV_INC_GONE, 0);
+    int64_t epoch = 0;
+    assert_int_equal(pv_workload_ha_claim(f->r, &f->keys, a1, "na", "op-1", &epoch, &st), PV_OK);
+    assert_int_equal(epoch, 2);
+    verdict_is(f, a1, "na", 1, PV_INC_MOVED, 2);
+    verdict_is(f, a1, "nb", 2, PV_INC_PLACING, 2); /* the replacement being made */
+    verdict_is(f, a1, "nb", 1, PV_INC_MOVED, 2);
+    /* its report is refused (not the record's yet), and says why */
+    pv_workload_status s = status_of(a1, true, true, 10);
+    s.reporter = "nb";
+    s.epoch = 2;
+    assert_int_equal(pv_workload_set_status(f->r, &f->keys, &s, NULL, &st), PV_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "(PLACING)"));
+    bool undone = false;
+    assert_int_equal(pv_workload_ha_unclaim(f->r, &f->keys, a1, "op-1", &undone, &st), PV_OK);
+    assert_true(undone);
+    verdict_is(f, a1, "na", 1, PV_INC_OWN, 1);
+    verdict_is(f, a1, "nb", 2, PV_INC_MOVED, 1);
+    /* placed this time: once the record moved to nb, nb's instance is the workload's, the lost
+     * node's is old whatever its epoch */
+    assert_int_equal(pv_workload_ha_claim(f->r, &f->keys, a1, "na", "op-2", &epoch, &st), PV_OK);
+    assert_int_equal(epoch, 2);
+    verdict_is(f, a1, "nb", 2, PV_INC_PLACING, 2);
+    assert_int_equal(
+        pv_resv_reincarnate_workload(f->r, &f->keys, a1, "nb", 2, NULL, "e2", NULL, &st), PV_OK);
+    verdict_is(f, a1, "nb", 2, PV_INC_OWN, 2);
+    verdict_is(f, a1, "na", 1, PV_INC_MOVED, 2);
+    verdict_is(f, a1, "na", 2, PV_INC_MOVED, 2);
 }
 
 static void test_watcher_reads(void **state) {
@@ -737,7 +753,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_mark_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_dead_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_dead_nodes_indexed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_incarnation_through_a_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_check_while_placing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watcher_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_and_notifications, setup, teardown),
     };

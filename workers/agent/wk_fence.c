@@ -30,6 +30,7 @@
 #include "pv_log.h"
 #include "pv_time.h"
 #include "pv_workload.h"
+#include "wk_docker_api.h"
 
 #define PAGE_MAGIC 0x70766663u /* "pvfc" */
 #define SLOTS 128
@@ -38,12 +39,16 @@
 /* The restart gate holds a restart this close to the deadline too: the guard learns a
  * restarted workload's new pid at the next refresh (REFRESH_TICKS ticks), before the deadline. */
 #define RESTART_MARGIN_MS (2 * REFRESH_TICKS * WK_FENCE_TICK_MS)
+/* The Engine API's kill of one container: a daemon that does not answer this soon is taken for
+ * gone (the container's process is then killed, where it is on this machine). */
+#define DOCKER_KILL_MS 1000
 
 typedef struct slot {
     char id[PV_WORKLOAD_ID_LEN + 1];
-    int32_t pid;
+    int32_t pid;         /* 0: none on this machine (a container of a remote daemon) */
     int64_t start_ticks; /* /proc/<pid>/stat field 22 */
     int64_t epoch;
+    char cid[72]; /* docker engine: the container, killed through the Engine API; else "" */
 } slot;
 
 typedef struct page {
@@ -55,6 +60,10 @@ typedef struct page {
     _Atomic uint32_t seq; /* odd while the slots are written */
     _Atomic int32_t nslots;
     slot slots[SLOTS];
+    /* docker engine: the daemon the guard kills containers through (unix:// or tcp:// without
+     * TLS: the guard carries no client certificate); "" for other engines. After the slots, so
+     * that an older guard still finds the fields it polls where it knew them. */
+    char docker_endpoint[256];
 } page;
 
 struct wk_fence {
@@ -63,6 +72,7 @@ struct wk_fence {
     char node[256];
     char log_path[PATH_MAX];
     int64_t fence_ms;
+    bool docker, docker_local; /* a docker engine; its daemon on this machine (unix://) */
     pthread_mutex_t mu;
     _Atomic bool fenced;   /* stopped, not renewed since (read by the restart gate unlocked) */
     _Atomic bool held_new; /* the restart gate held a restart: collect it (collect_held) */
@@ -148,35 +158,73 @@ static int read_slots(page *pg, slot *out) {
     return atomic_load(&pg->seq) == s1 ? n : -1;
 }
 
-/* SIGKILLs the process groups of the n slots that still run what was recorded (a SIGKILL ends a
- * stopped process too, without letting it run first); logs each as how. */
-static void kill_slots(const slot *s, int n, const char *log_path, const char *how) {
+/* SIGKILLs the process group of s if it still runs what was recorded (a SIGKILL ends a stopped
+ * process too, without letting it run first). */
+static bool kill_pid(const slot *s) {
+    if (s->pid <= 0 || start_ticks(s->pid) != s->start_ticks) return false; /* gone, or reused */
+    return kill(-s->pid, SIGKILL) == 0 || kill(s->pid, SIGKILL) == 0;
+}
+
+/* A container is killed through its daemon, not by a signal from outside: the daemon restarts a
+ * container whose process died by its restart policy, but one it killed itself it marks as
+ * stopped by hand (a kill sets HasBeenManuallyStopped), which no policy restarts. *api is opened
+ * on first use (the caller closes it). 1: killed; 0: it was not running (409); -1: the daemon
+ * did not kill it (unreachable, slow, no endpoint: the caller falls back to the pid). */
+static int kill_container(const slot *s, const char *endpoint, wk_docker_api **api) {
+    pv_status st;
+    if (!*endpoint || (!*api && wk_docker_api_open(endpoint, NULL, api, &st) != PV_OK)) return -1;
+    char path[128];
+    snprintf(path, sizeof path, "/containers/%s/kill?signal=SIGKILL", s->cid);
+    wk_docker_req req = {.method = "POST", .path = path, .timeout_ms = DOCKER_KILL_MS};
+    wk_docker_resp r = {0};
+    bool ok = wk_docker_call(*api, &req, &r, &st) == PV_OK && r.status / 100 == 2;
+    long status = r.status;
+    wk_docker_resp_clear(&r);
+    if (ok || status == 409) return ok ? 1 : 0;
+    fprintf(stderr, "pivirt fence: container %.12s of %s not killed through %s: %s\n", s->cid,
+            s->id, endpoint, status ? "the daemon refused" : st.msg);
+    return -1;
+}
+
+/* Kills what the n slots recorded that still runs: a container through its daemon (docker
+ * engine; its process where the daemon does not answer), else the process group; logs each
+ * killed as how. endpoint: the page's docker_endpoint (a copy: the agent may write the page). */
+static void kill_slots(const slot *s, int n, const char *log_path, const char *how,
+                       const char *endpoint) {
+    wk_docker_api *api = NULL;
     for (int i = 0; i < n; i++) {
-        if (start_ticks(s[i].pid) != s[i].start_ticks) continue; /* gone, or someone else's */
-        if (kill(-s[i].pid, SIGKILL) == 0 || kill(s[i].pid, SIGKILL) == 0)
-            log_line(log_path, "fence", s[i].id, s[i].epoch, how);
+        int by_daemon = s[i].cid[0] ? kill_container(&s[i], endpoint, &api) : -1;
+        char what[160];
+        snprintf(what, sizeof what, "%s%s", how, by_daemon > 0 ? " (docker kill)" : "");
+        if (by_daemon > 0 || (by_daemon < 0 && kill_pid(&s[i])))
+            log_line(log_path, "fence", s[i].id, s[i].epoch, what);
     }
+    wk_docker_api_close(api);
 }
 
 /* Each poll past the deadline kills again what still runs (a qemu killed takes a while to go),
- * but journals a process once. */
+ * but journals a process once; a container once its daemon killed it. */
 static void guard_fence(page *pg, const char *log_path) {
     static slot killed[SLOTS];
     static int nkilled;
     slot s[SLOTS];
+    char endpoint[sizeof pg->docker_endpoint];
+    memcpy(endpoint, pg->docker_endpoint, sizeof endpoint);
+    endpoint[sizeof endpoint - 1] = '\0';
     int n = read_slots(pg, s), fresh = 0;
     for (int i = 0; i < n; i++) {
         bool seen = false;
         for (int j = 0; j < nkilled && !seen; j++)
-            seen = killed[j].pid == s[i].pid && killed[j].start_ticks == s[i].start_ticks;
+            seen = killed[j].pid == s[i].pid && killed[j].start_ticks == s[i].start_ticks &&
+                   strcmp(killed[j].cid, s[i].cid) == 0;
         if (seen) {
-            if (start_ticks(s[i].pid) == s[i].start_ticks) kill(s[i].pid, SIGKILL);
+            if (s[i].pid > 0 && start_ticks(s[i].pid) == s[i].start_ticks) kill(s[i].pid, SIGKILL);
             continue;
         }
         s[fresh++] = s[i];
         if (nkilled < SLOTS) killed[nkilled++] = s[i];
     }
-    kill_slots(s, fresh, log_path, "guard SIGKILL (agent silent)");
+    kill_slots(s, fresh, log_path, "guard SIGKILL (agent silent)", endpoint);
 }
 
 /* The guard runs at a real-time priority where it may (root, CAP_SYS_NICE): when a whole host
@@ -286,6 +334,15 @@ bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const c
     return true;
 }
 
+int wk_fence_refuse_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                             const char *id, pv_status *st) {
+    char why[PV_STATUS_MSG_MAX];
+    if (!id || !node || !*node || !wk_fence_replaced(engine, r, k, node, id, why, sizeof why))
+        return PV_OK;
+    pv_warn("node %s: %s", node, why);
+    return pv_status_set(st, PV_FAILED_PRECONDITION, "%s", why);
+}
+
 void wk_fence_log(wk_fence *f, const char *what, const char *id, int64_t epoch, const char *how) {
     log_line(f->log_path, what, id, epoch, how);
 }
@@ -310,12 +367,20 @@ static void refresh_slots(wk_fence *f) {
     for (size_t i = 0; i < n && m < SLOTS; i++) {
         const wk_engine_info *w = &infos[i];
         if (w->state != WK_STATE_RUNNING && w->state != WK_STATE_PAUSED) continue;
-        if (w->pid <= 0 || !pv_workload_is_ha(w->labels_json, NULL)) continue;
+        if (!pv_workload_is_ha(w->labels_json, NULL)) continue;
+        memset(&s[m], 0, sizeof s[m]);
         snprintf(s[m].id, sizeof s[m].id, "%s", w->id);
-        s[m].pid = (int32_t)w->pid;
-        s[m].start_ticks = start_ticks((pid_t)w->pid);
         s[m].epoch = wk_fence_epoch_of(w->labels_json);
-        if (s[m].start_ticks >= 0) m++;
+        /* a container's pid is the daemon's host's: on this machine only with a unix:// one */
+        if (f->docker && w->engine_id) snprintf(s[m].cid, sizeof s[m].cid, "%s", w->engine_id);
+        int64_t ticks = w->pid > 0 && (!f->docker || f->docker_local) ? start_ticks(w->pid) : -1;
+        if (ticks > 0) {
+            s[m].pid = (int32_t)w->pid;
+            s[m].start_ticks = ticks;
+        }
+        /* only what the guard can kill: a container of a daemon it cannot reach (TLS) and
+         * whose pid means nothing here is the agent's fence's alone */
+        if (s[m].start_ticks > 0 || (s[m].cid[0] && f->pg->docker_endpoint[0])) m++;
     }
     wk_engine_info_array_free(infos, n);
     atomic_fetch_add(&f->pg->seq, 1);
@@ -337,7 +402,9 @@ static void fence_locked(wk_fence *f, const char *why) {
     slot s[SLOTS];
     int ns = read_slots(f->pg, s);
     /* at once, before the engine's round trip: resumed from a freeze, they would run meanwhile */
-    kill_slots(s, ns, f->log_path, "SIGKILL");
+    char endpoint[sizeof f->pg->docker_endpoint];
+    memcpy(endpoint, f->pg->docker_endpoint, sizeof endpoint);
+    kill_slots(s, ns, f->log_path, "SIGKILL", endpoint);
     clear_slots(f);
     f->fenced = true;
     wk_engine_info *infos = NULL;
@@ -512,6 +579,13 @@ static int open_page(wk_fence *f, const pv_config *cfg, char *path, size_t cap, 
     }
     atomic_store(&f->pg->fence_ms, f->fence_ms);
     atomic_store(&f->pg->agent_pid, (int32_t)getpid());
+    /* the guard speaks to the daemon without a client certificate: a tcp:// daemon with TLS
+     * (elsewhere: its containers' pids mean nothing here) is fenced by the agent only */
+    const char *ep = cfg->worker.endpoint ? cfg->worker.endpoint : "";
+    bool tls = cfg->worker.tls_cert && *cfg->worker.tls_cert;
+    f->docker_local = f->docker && strncmp(ep, "unix://", 7) == 0;
+    snprintf(f->pg->docker_endpoint, sizeof f->pg->docker_endpoint, "%s",
+             f->docker && (f->docker_local || !tls) ? ep : "");
     return PV_OK;
 }
 
@@ -523,6 +597,7 @@ int wk_fence_start(const pv_config *cfg, wk_engine *engine, wk_fence **out, pv_s
         return pv_status_set(st, PV_INTERNAL, "fence: out of memory");
     }
     f->engine = engine;
+    f->docker = engine && strcmp(wk_engine_type(engine), "docker") == 0;
     f->fence_ms = (int64_t)cfg->ha.fence_seconds * 1000;
     snprintf(f->node, sizeof f->node, "%s", cfg->worker.node);
     pthread_mutex_init(&f->mu, NULL);

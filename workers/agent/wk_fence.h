@@ -17,8 +17,12 @@
  *     --fence-guard), which kills the HA workloads' process groups itself WK_FENCE_GUARD_LAG_MS
  *     after the deadline, for the cases where the agent cannot: its process stopped (SIGSTOP)
  *     or dead (the workloads outlive the agent by design). The agent tells it the deadline and
- *     the HA workloads' main processes (pid and start time, so a reused pid is never killed)
- *     through a shared page, <data_dir>/node/<node>/fence.page (mmap'd file), which a
+ *     the HA workloads' main processes (pid and start time, so a reused pid is never killed;
+ *     docker engine: also the container's id and the daemon's endpoint, and the guard kills the
+ *     container through the Engine API with libcurl, POST /containers/{id}/kill, which the
+ *     daemon's restart policy does not undo as it would a SIGKILL of the container's process;
+ *     the pid only when the daemon does not answer and is on this machine) through a shared
+ *     page, <data_dir>/node/<node>/fence.page (mmap'd file), which a
  *     restarted agent maps again: it adopts the running guard and the deadline the previous
  *     agent left, so a quick restart fences nothing and a slow one is fenced in time.
  *
@@ -98,6 +102,12 @@ void wk_fence_settled(wk_fence *f, const char *id);
  * cannot be asked (the operation goes on and meets the engine's or registry's own answer). */
 bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
                        const char *id, char *why, size_t cap);
+
+/* The same check for a node operation that acts on one workload's instance (exec, logs,
+ * realloc, send and copy of files): FAILED_PRECONDITION with wk_fence_replaced's message when the
+ * instance was replaced, else PV_OK. */
+int wk_fence_refuse_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
+                             const char *id, pv_status *st);
 
 /* The epoch an engine instance's labels say it is of (WK_EPOCH_LABEL; 1 without). */
 int64_t wk_fence_epoch_of(const char *labels_json);

@@ -434,7 +434,16 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     const char *id = b->id;
     if (in->inc_id) drop_stale_instance(engine, id, in->inc_epoch);
     int rc = wk_engine_create(engine, &b->spec, info, st);
-    if (rc == PV_ALREADY_EXISTS) rc = wk_engine_inspect(engine, id, info, st);
+    if (rc == PV_ALREADY_EXISTS) {
+        /* a redelivery finds its own instance; none of this id: the create's answer says what
+         * was in the way (a name taken), not the lookup's */
+        pv_status cst = *st;
+        rc = wk_engine_inspect(engine, id, info, st);
+        if (rc == PV_NOT_FOUND) {
+            *st = cst;
+            rc = PV_ALREADY_EXISTS;
+        }
+    }
     bool fresh = rc == PV_OK && info->state != WK_STATE_RUNNING;
     if (fresh && (info->root || in->o->n_data > 0))
         rc = deploy_files(in->o, engine, id, info->root, st);
@@ -594,6 +603,13 @@ static wk_agent *engine_agent(wk_op *op, pv_status *st) {
                   "worker.node=NAME)",
                   wk_op_record(op)->kind);
     return NULL;
+}
+
+/* An operation on one workload's instance queued for this node before it was lost does not act
+ * on the instance once it was replaced elsewhere (wk_fence_replaced). */
+static int refuse_replaced(wk_op *op, wk_agent *agent, const char *id, pv_status *st) {
+    return wk_fence_refuse_replaced(wk_agent_engine(agent), wk_op_redis(op), wk_op_keys(op),
+                                    wk_agent_node(agent), id, st);
 }
 
 /* What a node's part of a deploy or a replace starts from: this agent (with an engine), the pod
@@ -940,6 +956,7 @@ int wk_node_deploy_log(wk_op *op, pv_status *st) {
                                  "tail: \"%s\" is not \"all\" or a number of lines", tail_text);
     }
     if (!id) return pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    if (refuse_replaced(op, agent, id, st) != PV_OK) return st->code;
     wk_engine *engine = wk_agent_engine(agent);
     wk_engine_info info = {0};
     if (wk_engine_inspect(engine, id, &info, st) != PV_OK) return st->code;
@@ -1451,6 +1468,7 @@ int wk_node_deploy_exec(wk_op *op, pv_status *st) {
     int rc = id && ncmd > 0
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params: id and commands are required");
+    if (rc == PV_OK) rc = refuse_replaced(op, agent, id, st);
     /* docker takes the env and the workdir itself; a VM's guest agent takes the input whole
      * (no FIFOs in a guest): both through the engine's exec_io */
     const char *type = wk_engine_type(wk_agent_engine(agent));
@@ -1511,12 +1529,13 @@ int wk_node_deploy_realloc(wk_op *op, pv_status *st) {
     json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
     const char *id = json_string_value(json_object_get(params, "id"));
     char how[256] = "";
-    int rc = id ? wk_engine_set_limits_how(
-                      wk_agent_engine(agent), id,
-                      json_number_value(json_object_get(params, "cpu_limit")),
-                      (int64_t)json_integer_value(json_object_get(params, "memory_limit")), how,
-                      sizeof how, st)
+    int rc = id ? refuse_replaced(op, agent, id, st)
                 : pv_status_set(st, PV_INVALID_ARGUMENT, "params.id: required");
+    if (rc == PV_OK)
+        rc = wk_engine_set_limits_how(
+            wk_agent_engine(agent), id, json_number_value(json_object_get(params, "cpu_limit")),
+            (int64_t)json_integer_value(json_object_get(params, "memory_limit")), how, sizeof how,
+            st);
     /* when the limits apply (now, or at the next start) is the operation's last message */
     if (rc == PV_OK && how[0]) rc = wk_op_progress(op, 100, "workload %s: %s", id, how);
     json_decref(params);

@@ -14,6 +14,7 @@
 #include "pv_b64.h"
 #include "wk_agent.h"
 #include "wk_engine.h"
+#include "wk_fence.h"
 #include "wk_files.h"
 
 /* A workload's files are behind its engine (a guest's agent, a container's archive calls:
@@ -21,15 +22,20 @@
 #define IN_GUEST ""
 
 /* The workload's root on this machine (IN_GUEST for an engine that reaches its files itself),
- * or the reason there is none (in *why, caller frees). */
-static char *root_of(wk_agent *agent, const char *id, char **name, char **why) {
+ * or the reason there is none (in *why, caller frees): an instance replaced elsewhere while this
+ * node was away has none (wk_fence_replaced: an operation queued before does not touch it). */
+static char *root_of(wk_op *op, const char *id, char **name, char **why) {
     *why = NULL;
+    wk_agent *agent = wk_op_context(op);
     wk_engine_info info = {0};
     pv_status st;
     char *root = NULL;
     const char *type = wk_engine_type(wk_agent_engine(agent));
     bool engine_has_files = strcmp(type, "virt") == 0 || strcmp(type, "docker") == 0;
-    if (wk_engine_inspect(wk_agent_engine(agent), id, &info, &st) != PV_OK) {
+    if (wk_fence_refuse_replaced(wk_agent_engine(agent), wk_op_redis(op), wk_op_keys(op),
+                                 wk_agent_node(agent), id, &st) != PV_OK) {
+        *why = strdup(st.msg);
+    } else if (wk_engine_inspect(wk_agent_engine(agent), id, &info, &st) != PV_OK) {
         *why = strdup(st.msg);
     } else if (!info.root && engine_has_files) {
         root = strdup(IN_GUEST);
@@ -104,7 +110,7 @@ int wk_node_files_send(wk_op *op, pv_status *st) {
     json_array_foreach(ids, i, v) {
         if (rc != PV_OK) break;
         const char *id = json_string_value(v);
-        char *why = NULL, *root = id ? root_of(wk_op_context(op), id, NULL, &why) : NULL;
+        char *why = NULL, *root = id ? root_of(op, id, NULL, &why) : NULL;
         json_array_foreach(files, j, file) {
             if (rc != PV_OK) break;
             if (root) {
@@ -163,7 +169,7 @@ int wk_node_files_copy(wk_op *op, pv_status *st) {
     json_t *paths;
     json_object_foreach(targets, id, paths) {
         if (rc != PV_OK) break;
-        char *why = NULL, *name = NULL, *root = root_of(wk_op_context(op), id, &name, &why);
+        char *why = NULL, *name = NULL, *root = root_of(op, id, &name, &why);
         size_t i;
         json_t *p;
         json_array_foreach(paths, i, p) {

@@ -40,19 +40,19 @@ local function store_status(base, id, st, ttl)
 end
 
 -- Whose incarnation of workload id a node's instance at epoch is: 'OWN' (the record places that
--- epoch on that node, and no failover is placing it elsewhere), 'PLACING' (a failover is
--- placing that epoch: the record still names the lost node until the new instance runs),
--- 'MOVED' (the record is at another epoch, or on another node with nothing being placed) or
--- 'GONE' (no record); and the record's node and epoch. A record without an epoch is at its
--- first incarnation. The epoch decides before the node: the replacement a failover is creating
--- on its new node has the claimed epoch while the record is still on the lost node, and its
--- agent must not take it for an old instance and remove it.
+-- epoch on that node, and no failover is placing it elsewhere), 'PLACING' (a failover is: the
+-- record still names the lost node, and the instance is either that node's at the claimed epoch
+-- or the one the failover is making on another node at the claimed epoch, which exists on its
+-- engine before pv_wl_reincarnate moves the record there and must not be taken for a stale one),
+-- 'MOVED' (the record is on another node, or at another epoch) or 'GONE' (no record); and the
+-- record's node and epoch. A record without an epoch is at its first incarnation.
 local function incarnation(base, id, node, epoch)
   local v = redis.call('HMGET', record_key(base, id), 'node', 'epoch', 'placing')
   local rec = {node = v[1], epoch = v[2] or '1'}
   if not v[1] then return 'GONE', rec end
+  local placing = v[3] and v[3] ~= ''
   if tonumber(rec.epoch) ~= epoch then return 'MOVED', rec end
-  if v[3] and v[3] ~= '' then return 'PLACING', rec end
+  if placing then return 'PLACING', rec end
   if v[1] ~= node then return 'MOVED', rec end
   return 'OWN', rec
 end
@@ -443,6 +443,7 @@ end)
 redis.register_function{function_name = 'pv_wl_ha_check', flags = {'no-writes'},
   callback = function(keys, args)
     local verdict, rec = incarnation(args[1], args[2], args[3], tonumber(args[4]) or 1)
+    if verdict == 'GONE' then return {verdict, '', '0'} end
     return {verdict, rec.node or '', rec.epoch}
   end}
 

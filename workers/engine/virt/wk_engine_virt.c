@@ -899,6 +899,21 @@ static int check_networks(wk_virt *v, const json_t *nets, pv_status *st) {
     return PV_OK;
 }
 
+/* The domain's name: the workload's, with ".<epoch>" after it for a later incarnation (a
+ * failover's: label pivirt.io/epoch, wk_fence.h's WK_EPOCH_LABEL, above 1). The lost node's
+ * domain of the earlier incarnation may still be defined on the same libvirtd (two nodes on
+ * one host) under the workload's name, which the next incarnation keeps. */
+static void domain_name(const wk_workload_spec *s, char *out, size_t cap) {
+    json_t *labels = json_loads(s->labels_json ? s->labels_json : "{}", 0, NULL);
+    const char *e = json_string_value(json_object_get(labels, "pivirt.io/epoch"));
+    long long epoch = e ? atoll(e) : 1;
+    if (epoch > 1)
+        snprintf(out, cap, "%s.%lld", s->name, epoch);
+    else
+        snprintf(out, cap, "%s", s->name);
+    json_decref(labels);
+}
+
 static int create_locked(wk_virt *v, const wk_workload_spec *s, const json_t *meta,
                          const json_t *nets, const wk_virt_vm *vm, wk_engine_info *out,
                          pv_status *st) {
@@ -940,9 +955,15 @@ static int prepare_vm(wk_virt *v, const wk_workload_spec *s, json_t *meta, wk_vi
     return rc;
 }
 
-static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *out, pv_status *st) {
+static int virt_create(void *impl, const wk_workload_spec *spec, wk_engine_info *out,
+                       pv_status *st) {
     wk_virt *v = impl;
     memset(out, 0, sizeof *out);
+    char name[512];
+    domain_name(spec, name, sizeof name);
+    wk_workload_spec named = *spec;
+    named.name = name;
+    const wk_workload_spec *s = &named;
     json_t *labels = NULL, *nets = NULL;
     int rc = check_spec(s, &labels, st);
     if (rc == PV_OK && (rc = spec_networks(s, &nets, st)) != PV_OK) json_decref(labels);
