@@ -14,6 +14,11 @@ finds), short timeouts (beat 1 s, fence 3 s, node timeout 6 s).
                      the old one finished (zero overlap, both times the daemon's). The container
                      without the label runs on throughout. After SIGCONT hd1 removes its stale
                      container and the audit is clean.
+  test_redis_frozen  Redis SIGSTOPped: hd1's agent runs on but cannot renew; after the fence time
+                     the HA container is stopped through the Engine API (the agent's fence, or its
+                     guard), the one without the label runs on; once Redis is back, exactly one
+                     instance of the HA workload runs again (on hd1 when the registry still
+                     places it there, else recreated on hd2) and the audit is clean.
 """
 import json
 import os
@@ -171,6 +176,43 @@ class DockerHA(unittest.TestCase):
               "hd2 after %.1f s, old finished %s, new started %s"
               % (t_fenced, t_back, finished, new["State"]["StartedAt"]))
 
+
+    def test_redis_frozen(self):
+        wid = self.deploy("hdrha", ha=True)
+        plain = self.deploy("hdrplain", ha=False)
+        old = self.container(wid, "hd1")
+        plain_started = self.container(plain, "hd1")["State"]["StartedAt"]
+        wait_for("hd1 READY", lambda: self.ready("hd1"), 30)
+        n_before = len(self.fence_log("hd1"))
+        time.sleep(1.5)  # the fence has learnt the container
+        redis = self.stack.redis.proc
+        t0 = time.monotonic()
+        redis.send_signal(signal.SIGSTOP)
+        try:
+            wait_for("the HA container fenced", lambda: not self.dks["hd1"].inspect(
+                old["Id"])["State"]["Running"], FENCE + 3, step=0.05)
+            t_fenced = time.monotonic() - t0
+            self.assertLess(t_fenced, FENCE + 1.5)
+            p = self.container(plain, "hd1")
+            self.assertTrue(p["State"]["Running"], p["State"])
+            self.assertEqual(p["State"]["StartedAt"], plain_started)
+        finally:
+            redis.send_signal(signal.SIGCONT)
+        log = self.fence_log("hd1")[n_before:]
+        self.assertTrue([f for f in log if f[1] == "fence" and f[2] == wid], log)
+        self.assertEqual([f for f in log if f[1] == "fence" and f[2] == plain], [])
+
+        def once():
+            on = [n for n in ("hd1", "hd2")
+                  if (c := self.container(wid, n)) and c["State"]["Running"]]
+            return len(on) == 1 and self.running(wid) and self.rec(wid).get("node") == on[0] \
+                and on
+        where = wait_for("the HA workload running again, once", once, 40)
+        list(self.core.RemoveWorkload(core_pb2.RemoveWorkloadOptions(IDs=[wid, plain]),
+                                      timeout=60))
+        wait_for("a clean audit", self.check, 30, step=1)
+        print("\ndocker, Redis frozen: container fenced after %.1f s, running again on %s"
+              % (t_fenced, where[0]))
 
 if __name__ == "__main__":
     pvtest.main()
