@@ -1316,9 +1316,6 @@ static bool meta_unreadable(wk_virt *v, virDomainPtr d) {
     return bad;
 }
 
-/* Deletes the unpacked images no domain uses any longer and the store has replaced or lost;
- * with sweep (at open, before any create) also the overlays and logs of domains that are gone
- * (wk_virt_vm_sweep). */
 typedef struct collect_call {
     json_t *used;
     bool sweep;
@@ -1346,6 +1343,9 @@ static int collect_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
     return PV_OK;
 }
 
+/* Deletes the unpacked images no domain uses any longer and the store has replaced or lost;
+ * with sweep (at open, before any create) also the overlays and logs of domains that are gone
+ * (wk_virt_vm_sweep). */
 static void collect_images(wk_virt *v, bool sweep) {
     char cache[PATH_MAX + 8];
     snprintf(cache, sizeof cache, "%s/images", v->state_dir);
