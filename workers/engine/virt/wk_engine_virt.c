@@ -217,8 +217,10 @@ static bool reconnect_by(wk_virt *v, int64_t deadline_ms) {
 }
 
 /* Runs fn(v, arg) under the lock, again on a new connection when it lost libvirt's (see
- * RECONNECT_TRIES). what names the call in the log and in the UNAVAILABLE message. */
-static int with_conn(wk_virt *v, conn_fn fn, void *arg, const char *what, pv_status *st) {
+ * RECONNECT_TRIES), waiting up to wait_ms for libvirtd to answer again. what names the call in
+ * the log and in the UNAVAILABLE message. */
+static int with_conn_wait(wk_virt *v, conn_fn fn, void *arg, const char *what, int wait_ms,
+                          pv_status *st) {
     int64_t deadline = 0;
     for (int attempt = 0;; attempt++) {
         lock(v);
@@ -229,20 +231,30 @@ static int with_conn(wk_virt *v, conn_fn fn, void *arg, const char *what, pv_sta
         if (!lost) return rc;
         char why[PV_STATUS_MSG_MAX];
         snprintf(why, sizeof why, "%s", rc != PV_OK && st ? st->msg : "connection closed");
-        if (!deadline) deadline = pv_time_mono_ms() + RECONNECT_WAIT_MS;
+        if (!deadline) deadline = pv_time_mono_ms() + wait_ms;
         if (attempt + 1 >= RECONNECT_TRIES)
             return pv_status_set(st, PV_UNAVAILABLE,
                                  "libvirt %s: %s lost its connection %d times (%.300s)", v->uri,
                                  what, attempt + 1, why);
-        pv_warn("libvirt %s: %s lost its connection (%s): running it again once libvirtd "
-                "answers",
-                v->uri, what, why);
-        if (!reconnect_by(v, deadline))
+        if (wait_ms > 0) /* a call that does not wait is the caller's to report */
+            pv_warn("libvirt %s: %s lost its connection (%s): running it again once libvirtd "
+                    "answers",
+                    v->uri, what, why);
+        if (reconnect_by(v, deadline)) continue;
+        if (wait_ms == 0)
             return pv_status_set(st, PV_UNAVAILABLE,
-                                 "libvirt %s: %s lost its connection (%.300s) and libvirtd did "
-                                 "not answer again within %d s",
-                                 v->uri, what, why, RECONNECT_WAIT_MS / 1000);
+                                 "libvirt %s: %s lost its connection (%.300s) and libvirtd does "
+                                 "not answer",
+                                 v->uri, what, why);
+        return pv_status_set(st, PV_UNAVAILABLE,
+                             "libvirt %s: %s lost its connection (%.300s) and libvirtd did not "
+                             "answer again within %.1f s",
+                             v->uri, what, why, wait_ms / 1000.0);
     }
+}
+
+static int with_conn(wk_virt *v, conn_fn fn, void *arg, const char *what, pv_status *st) {
+    return with_conn_wait(v, fn, arg, what, RECONNECT_WAIT_MS, st);
 }
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -1502,7 +1514,9 @@ static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st)
     *out = NULL;
     *n = 0;
     read_call c = {.infos = out, .n = n};
-    int rc = with_conn(impl, list_try, &c, "list", st);
+    /* the status pass and the fence ask every few seconds: a new connection if libvirtd
+     * answers at once, no waiting for it (they ask again soon) */
+    int rc = with_conn_wait(impl, list_try, &c, "list", 0, st);
     if (rc != PV_OK) {
         wk_engine_info_array_free(*out, *n);
         *out = NULL;
@@ -2006,7 +2020,8 @@ static int facts_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
 static int virt_facts(void *impl, char **out, pv_status *st) {
     *out = NULL;
     read_call c = {.text = out};
-    int rc = with_conn(impl, facts_try, &c, "facts", st);
+    /* the agent's heartbeat asks: it must not wait for libvirtd (the next beat asks again) */
+    int rc = with_conn_wait(impl, facts_try, &c, "facts", 0, st);
     if (rc != PV_OK) {
         free(*out);
         *out = NULL;
