@@ -1006,6 +1006,7 @@ typedef struct create_call {
     const json_t *meta, *nets;
     const wk_virt_vm *vm; /* NULL: no real guest */
     wk_engine_info *out;
+    bool defining; /* an attempt went for the define: the domain may exist on its overlay */
 } create_call;
 
 static int unused_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
@@ -1023,6 +1024,7 @@ static int create_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
     int rc = attempt > 0 ? find_domain(v, c->s->id, &d, &meta, st) : PV_NOT_FOUND;
     if (rc == PV_NOT_FOUND) {
         pv_status_clear(st);
+        c->defining = true;
         return create_locked(v, c->s, c->meta, c->nets, c->vm, c->out, st);
     }
     if (rc != PV_OK) return rc;
@@ -1077,11 +1079,16 @@ static int virt_create(void *impl, const wk_workload_spec *s, wk_engine_info *ou
     }
     wk_virt_vm vm = {0};
     if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
+    bool maybe_defined = false;
     if (rc == PV_OK) {
-        create_call c = {s, meta, nets, v->qemu ? &vm : NULL, out};
+        create_call c = {s, meta, nets, v->qemu ? &vm : NULL, out, false};
         rc = with_conn(v, create_try, &c, "create", st);
+        maybe_defined = c.defining && rc == PV_UNAVAILABLE;
     }
-    if (rc != PV_OK) wk_virt_vm_remove_files(vm.overlay, NULL); /* ours alone: its nonce */
+    /* ours alone (its nonce), unless a domain defined before libvirtd went away has it: the
+     * redelivered create finds that domain, and the sweep of a later start of the engine
+     * deletes the overlay if no domain has it */
+    if (rc != PV_OK && !maybe_defined) wk_virt_vm_remove_files(vm.overlay, NULL);
     wk_virt_vm_clear(&vm);
     json_decref(nets);
     json_decref(meta);
