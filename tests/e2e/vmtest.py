@@ -128,11 +128,14 @@ def cache_images(stack, pod, node, images=IMAGES, build=()):
             raise RuntimeError("CacheImage %s: %s" % (ref, got))
 
 
-def start_stack(pod, node, prefix, config=None, storage=False, more_nodes=(), build=()):
+def start_stack(pod, node, prefix, config=None, storage=False, more_nodes=(), build=(),
+                uri="qemu:///system"):
     """The module's stack: one node agent of node in pod on qemu:///system, the guest's images
     cached there. prefix: the module's domain names (its apps) start with it. storage: the
     node also holds StorageService pools (storage.default_node). more_nodes: the names of more
-    nodes of pod, each an agent of its own on the same libvirtd with the images cached too."""
+    nodes of pod, each an agent of its own on the same libvirtd with the images cached too.
+    uri: the agents' libvirt URI (qemu:///system?socket=... reaches the same libvirtd through
+    another socket)."""
     global STACK, POD, NODE, PREFIX
     POD, NODE, PREFIX = pod, node, prefix
     prepare_host()
@@ -144,7 +147,7 @@ def start_stack(pod, node, prefix, config=None, storage=False, more_nodes=(), bu
     for k, v in (config or {}).items():
         cfg.setdefault(k, {}).update(v)
     STACK = pvtest.Stack(gateways=1, workers=1, schedulers=1,
-                         agents=[{"node": n, "pod": pod, "endpoint": "virt://qemu:///system"}
+                         agents=[{"node": n, "pod": pod, "endpoint": "virt://" + uri}
                                  for n in (node,) + tuple(more_nodes)],
                          config=cfg)
     STACK.start()

@@ -413,6 +413,15 @@ static char *refused_options(const instance *in, const build *b, wk_engine *engi
     return NULL;
 }
 
+/* Whether an engine call's failure is handed back to the operation machinery (a transient
+ * code: retried later, the redelivery finding what this one did) rather than answered: the
+ * virt engine's UNAVAILABLE, libvirtd away for longer than the engine waits for it (restarted,
+ * upgraded: it comes back). A docker daemon that does not answer is the node's fault instead:
+ * the node goes NOT_READY and its calls fail fast naming the daemon (test_docker_tcp). */
+static bool retried_later(wk_engine *e, int rc) {
+    return rc == PV_UNAVAILABLE && strcmp(wk_engine_type(e), "virt") == 0;
+}
+
 /* An incarnation lands where an older one of the same workload was left (this node was lost
  * with it, and is back): the old one goes first. */
 static void drop_stale_instance(wk_engine *engine, const char *id, int64_t epoch) {
@@ -451,7 +460,10 @@ static int start_instance(const instance *in, const build *b, wk_engine *engine,
     if (rc == PV_OK && fresh && in->before_start && files)
         rc = in->before_start(in, id, info->root, st);
     if (rc == PV_OK && fresh) rc = wk_engine_start(engine, id, st);
-    if (rc == PV_OK && in->o->n_after_create > 0) rc = after_create(engine, in->o, id, st);
+    /* a guest agent that does not answer fails the instance (not a passing fault to retry) */
+    if (rc == PV_OK && in->o->n_after_create > 0 &&
+        (rc = after_create(engine, in->o, id, st)) == PV_UNAVAILABLE)
+        rc = PV_FAILED_PRECONDITION;
     if (rc == PV_OK) {
         wk_engine_info_clear(info);
         rc = wk_engine_inspect(engine, id, info, st);
@@ -542,6 +554,12 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
         if (crc == PV_OK) crc = record_instance(in, &b, alloc_id, &info, &est);
         if (crc == PV_OK) {
             answer = created_answer(&b, &info);
+        } else if (retried_later(engine, crc)) { /* a create finds its domain again */
+            pv_warn("deploy %s on %s: instance %s: %s (retried later)", wk_op_record(op)->id,
+                    in->node, b.name, est.msg);
+            wk_engine_info_clear(&info);
+            build_free(&b);
+            return pv_status_set(st, crc, "%s", est.msg);
         } else {
             pv_warn("deploy %s on %s: instance %s failed: %s", wk_op_record(op)->id, in->node,
                     b.name, est.msg);
@@ -705,6 +723,7 @@ static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
         if (rc == PV_NOT_FOUND) rc = PV_OK; /* recorded removal of a previous delivery */
     }
     if (rc == PV_OK) rc = pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
+    if (retried_later(engine, rc)) return pv_status_set(st, rc, "remove %s: %s", rm->id, est.msg);
     json_t *j = rc == PV_OK ? json_pack("{s:b}", "ok", 1) : json_pack("{s:s}", "error", est.msg);
     *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -840,6 +859,8 @@ static int step_control(wk_op *op, void *arg, char **result, pv_status *st) {
     wk_engine *engine = wk_agent_engine(c->agent);
     pv_status est;
     int rc = control_engine(engine, c, &est);
+    if (retried_later(engine, rc))
+        return pv_status_set(st, rc, "%s %s: %s", c->type, c->id, est.msg);
     wk_engine_info info = {0};
     if (rc == PV_OK && wk_engine_inspect(engine, c->id, &info, &est) == PV_OK) {
         pv_workload_status s = {0};

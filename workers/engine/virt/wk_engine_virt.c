@@ -85,12 +85,21 @@ struct wk_virt {
  * lock (a domain's start) cannot mix up each other's messages. */
 static __thread int tl_err_code;
 static __thread char tl_err_msg[PV_STATUS_MSG_MAX];
+/* The calling thread's last error meant that the connection is gone (wk_virt_conn_lost). */
+static __thread bool tl_err_lost;
+/* Some libvirt call of the calling thread lost its connection since with_conn's attempt began,
+ * even one whose error was then dropped (a domain whose metadata could not be read is skipped
+ * as not ours: after a lost connection, that answer cannot be trusted). Only with_conn clears
+ * it. */
+static __thread bool tl_conn_lost;
 
 /* Also keeps libvirt from printing the error on stderr. */
 static void on_conn_error(void *user, virErrorPtr err) {
     (void)user;
     if (!err) return;
     tl_err_code = err->code;
+    tl_err_lost = wk_virt_conn_lost(err);
+    if (tl_err_lost) tl_conn_lost = true;
     snprintf(tl_err_msg, sizeof tl_err_msg, "%s", err->message ? err->message : "unknown error");
 }
 
@@ -103,6 +112,7 @@ static void on_global_error(void *user, virErrorPtr err) {
 static void err_reset(wk_virt *v) {
     (void)v;
     tl_err_code = VIR_ERR_OK;
+    tl_err_lost = false;
     tl_err_msg[0] = '\0';
     virResetLastError();
 }
@@ -153,7 +163,9 @@ static int lv_fail(wk_virt *v, pv_status *st, const char *fmt, ...) {
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     (void)v;
-    int code = err_code() != VIR_ERR_OK ? map_code(err_code()) : PV_INTERNAL;
+    int code = tl_err_lost                ? PV_UNAVAILABLE
+               : err_code() != VIR_ERR_OK ? map_code(err_code())
+                                          : PV_INTERNAL;
     const char *msg = tl_err_msg[0] ? tl_err_msg : virGetLastErrorMessage();
     return pv_status_set(st, code, "%s: %s", what, msg);
 }
@@ -170,6 +182,79 @@ static void lock(wk_virt *v) {
 
 static void unlock(wk_virt *v) {
     pthread_mutex_unlock(&v->mu);
+}
+
+/* ---- calls that outlive a libvirtd restart ------------------------------------------------- */
+
+/* A call that lost its libvirt connection (libvirtd restarted or stopped under it: an upgrade)
+ * runs again on a new one, at most RECONNECT_TRIES times in all, once libvirtd answers again;
+ * libvirtd that does not answer within RECONNECT_WAIT_MS of the first loss fails the call
+ * UNAVAILABLE, which the node operation's machinery retries later (a transient code). */
+#define RECONNECT_TRIES 4
+#define RECONNECT_WAIT_MS 10000
+#define RECONNECT_POLL_MS 100
+
+/* One attempt of a call, run with the lock held (it may release it in between and take it
+ * again). attempt counts from 0: an attempt after the first may find done what the one before
+ * did before its answer was lost (a domain defined, destroyed, undefined, started), and takes
+ * that as its own result. */
+typedef int (*conn_fn)(wk_virt *v, void *arg, int attempt, pv_status *st);
+
+/* Reopens the engine's connection until libvirtd answers on it or deadline_ms (monotonic)
+ * passes; true when it answers. Sleeps without the lock. */
+static bool reconnect_by(wk_virt *v, int64_t deadline_ms) {
+    for (int pause = RECONNECT_POLL_MS;; pause = pause < 1000 ? pause * 2 : 1000) {
+        pthread_mutex_lock(&v->mu);
+        wk_virt_conn_revive(&v->conn, v->uri, on_conn_error, v);
+        bool up = virConnectIsAlive(v->conn) == 1;
+        pthread_mutex_unlock(&v->mu);
+        int64_t left = deadline_ms - pv_time_mono_ms();
+        if (up || left <= 0) return up;
+        if (pause > left) pause = (int)left;
+        struct timespec ts = {pause / 1000, (long)(pause % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Runs fn(v, arg) under the lock, again on a new connection when it lost libvirt's (see
+ * RECONNECT_TRIES), waiting up to wait_ms for libvirtd to answer again. what names the call in
+ * the log and in the UNAVAILABLE message. */
+static int with_conn_wait(wk_virt *v, conn_fn fn, void *arg, const char *what, int wait_ms,
+                          pv_status *st) {
+    int64_t deadline = 0;
+    for (int attempt = 0;; attempt++) {
+        lock(v);
+        tl_conn_lost = false;
+        int rc = fn(v, arg, attempt, st);
+        bool lost = tl_conn_lost || virConnectIsAlive(v->conn) == 0;
+        unlock(v);
+        if (!lost) return rc;
+        char why[PV_STATUS_MSG_MAX];
+        snprintf(why, sizeof why, "%s", rc != PV_OK && st ? st->msg : "connection closed");
+        if (!deadline) deadline = pv_time_mono_ms() + wait_ms;
+        if (attempt + 1 >= RECONNECT_TRIES)
+            return pv_status_set(st, PV_UNAVAILABLE,
+                                 "libvirt %s: %s lost its connection %d times (%.300s)", v->uri,
+                                 what, attempt + 1, why);
+        if (wait_ms > 0) /* a call that does not wait is the caller's to report */
+            pv_warn("libvirt %s: %s lost its connection (%s): running it again once libvirtd "
+                    "answers",
+                    v->uri, what, why);
+        if (reconnect_by(v, deadline)) continue;
+        if (wait_ms == 0)
+            return pv_status_set(st, PV_UNAVAILABLE,
+                                 "libvirt %s: %s lost its connection (%.300s) and libvirtd does "
+                                 "not answer",
+                                 v->uri, what, why);
+        return pv_status_set(st, PV_UNAVAILABLE,
+                             "libvirt %s: %s lost its connection (%.300s) and libvirtd did not "
+                             "answer again within %.1f s",
+                             v->uri, what, why, wait_ms / 1000.0);
+    }
+}
+
+static int with_conn(wk_virt *v, conn_fn fn, void *arg, const char *what, pv_status *st) {
+    return with_conn_wait(v, fn, arg, what, RECONNECT_WAIT_MS, st);
 }
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -558,7 +643,7 @@ static int64_t qemu_pid(wk_virt *v, virDomainPtr d) {
 
 static int dom_info(wk_virt *v, virDomainPtr d, const json_t *meta, wk_engine_info *out,
                     pv_status *st) {
-    memset(out, 0, sizeof *out);
+    wk_engine_info_clear(out); /* zeroed by the caller, or filled by an earlier attempt */
     int vs = 0, reason = 0;
     if (virDomainGetState(d, &vs, &reason, 0) < 0)
         return lv_fail(v, st, "domain %s: virDomainGetState", virDomainGetName(d));
@@ -930,13 +1015,50 @@ static int create_locked(wk_virt *v, const wk_workload_spec *s, const json_t *me
     return rc;
 }
 
+/* A create's attempts (with_conn). */
+typedef struct create_call {
+    const wk_workload_spec *s;
+    const json_t *meta, *nets;
+    const wk_virt_vm *vm; /* NULL: no real guest */
+    wk_engine_info *out;
+    bool defining; /* an attempt went for the define: the domain may exist on its overlay */
+} create_call;
+
+static int unused_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    return ensure_unused(v, ((create_call *)arg)->s, st);
+}
+
+/* After the first attempt, the domain an earlier one defined before its answer was lost is
+ * this create's: its metadata names this create's root disk overlay (its nonce is this call's
+ * alone). Any other domain of the workload is another create's: ALREADY_EXISTS, as at first. */
+static int create_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    create_call *c = arg;
+    virDomainPtr d = NULL;
+    json_t *meta = NULL;
+    int rc = attempt > 0 ? find_domain(v, c->s->id, &d, &meta, st) : PV_NOT_FOUND;
+    if (rc == PV_NOT_FOUND) {
+        pv_status_clear(st);
+        c->defining = true;
+        return create_locked(v, c->s, c->meta, c->nets, c->vm, c->out, st);
+    }
+    if (rc != PV_OK) return rc;
+    const char *overlay = json_string_value(json_object_get(meta, "overlay"));
+    if (strcmp(overlay ? overlay : "", c->vm ? c->vm->overlay : "") == 0)
+        rc = dom_info(v, d, meta, c->out, st);
+    else
+        rc = pv_status_set(st, PV_ALREADY_EXISTS, "id: workload %s already exists", c->s->id);
+    json_decref(meta);
+    virDomainFree(d);
+    return rc;
+}
+
 /* A real guest's image, root disk and console (wk_virt_vm.h), recorded in meta. Checked for an
  * unused id first, so a repeated create never unpacks nor makes an overlay for nothing. */
 static int prepare_vm(wk_virt *v, const wk_workload_spec *s, json_t *meta, wk_virt_vm *vm,
                       pv_status *st) {
-    lock(v);
-    int rc = ensure_unused(v, s, st);
-    unlock(v);
+    create_call c = {.s = s};
+    int rc = with_conn(v, unused_try, &c, "create", st);
     if (rc != PV_OK) return rc;
     if (!v->state_dir[0])
         return pv_status_set(st, PV_FAILED_PRECONDITION,
@@ -978,12 +1100,16 @@ static int virt_create(void *impl, const wk_workload_spec *spec, wk_engine_info 
     }
     wk_virt_vm vm = {0};
     if (v->qemu) rc = prepare_vm(v, s, meta, &vm, st);
+    bool maybe_defined = false;
     if (rc == PV_OK) {
-        lock(v);
-        rc = create_locked(v, s, meta, nets, v->qemu ? &vm : NULL, out, st);
-        unlock(v);
+        create_call c = {s, meta, nets, v->qemu ? &vm : NULL, out, false};
+        rc = with_conn(v, create_try, &c, "create", st);
+        maybe_defined = c.defining && rc == PV_UNAVAILABLE;
     }
-    if (rc != PV_OK) wk_virt_vm_remove_files(vm.overlay, NULL); /* ours alone: its nonce */
+    /* ours alone (its nonce), unless a domain defined before libvirtd went away has it: the
+     * redelivered create finds that domain, and the sweep of a later start of the engine
+     * deletes the overlay if no domain has it */
+    if (rc != PV_OK && !maybe_defined) wk_virt_vm_remove_files(vm.overlay, NULL);
     wk_virt_vm_clear(&vm);
     json_decref(nets);
     json_decref(meta);
@@ -1034,14 +1160,27 @@ static int start_apart(wk_virt *v, const char *id, virDomainPtr d, pv_status *st
     return rc;
 }
 
+/* A stop's, start's, suspend's or resume's attempts (with_conn). begun: an attempt got as far
+ * as the shutdown, the start, the suspend or the resume, so a later one that finds it done
+ * takes that as the call's result. */
+typedef struct control_call {
+    const char *id;
+    int grace_seconds;
+    bool force, pause, begun;
+} control_call;
+
 /* Called with the lock held; releases it for the domain's start itself (start_apart). */
-static int start_locked(wk_virt *v, const char *id, pv_status *st) {
+static int start_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    control_call *c = arg;
+    const char *id = c->id;
     virDomainPtr d;
     json_t *meta;
     wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
     if (rc != PV_OK) return rc;
     json_t *before = json_deep_copy(meta);
+    if (ws == WK_STATE_RUNNING && attempt > 0 && c->begun) /* started by an earlier attempt */
+        goto done;
     if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED) {
         rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is already %s", id,
                            state_name(ws));
@@ -1054,6 +1193,7 @@ static int start_locked(wk_virt *v, const char *id, pv_status *st) {
     if ((rc = meta_save(v, d, meta, st)) != PV_OK) goto done;
     const char *log = json_string_value(json_object_get(meta, "log"));
     if (log && *log) wk_virt_vm_index_now(log, pv_time_now_ms());
+    c->begun = true;
     unlock(v);
     rc = start_apart(v, id, d, st);
     lock(v);
@@ -1069,11 +1209,8 @@ done:
 }
 
 static int virt_start(void *impl, const char *id, pv_status *st) {
-    wk_virt *v = impl;
-    lock(v);
-    int rc = start_locked(v, id, st);
-    unlock(v);
-    return rc;
+    control_call c = {.id = id};
+    return with_conn(impl, start_try, &c, "start", st);
 }
 
 static bool dom_active(wk_virt *v, virDomainPtr d) {
@@ -1119,55 +1256,69 @@ static int stop_domain(wk_virt *v, const char *id, virDomainPtr d, json_t *meta,
     return meta_save(v, d, meta, st);
 }
 
-static int virt_stop(void *impl, const char *id, int grace_seconds, bool force, pv_status *st) {
-    wk_virt *v = impl;
-    if (grace_seconds < 0) grace_seconds = v->grace_seconds;
-    lock(v);
+static int stop_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    control_call *c = arg;
     virDomainPtr d;
     json_t *meta;
     wk_state ws = WK_STATE_CREATED;
-    int rc = lookup_state(v, id, &d, &meta, &ws, st);
-    if (rc == PV_OK) {
-        if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED)
-            rc = stop_domain(v, id, d, meta, ws, grace_seconds, force, st);
-        else
-            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is not running (%s)", id,
-                               state_name(ws));
-        json_decref(meta);
-        virDomainFree(d);
+    int rc = lookup_state(v, c->id, &d, &meta, &ws, st);
+    if (rc != PV_OK) return rc;
+    if (ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED) {
+        c->begun = true;
+        rc = stop_domain(v, c->id, d, meta, ws, c->grace_seconds, c->force, st);
+    } else if (attempt > 0 && c->begun) { /* stopped by an earlier attempt: note when */
+        json_object_set_new(meta, "finished_ms", json_integer(pv_time_now_ms()));
+        rc = meta_save(v, d, meta, st);
+    } else {
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is not running (%s)", c->id,
+                           state_name(ws));
     }
-    unlock(v);
+    json_decref(meta);
+    virDomainFree(d);
     return rc;
 }
 
-/* Suspends (pause) or resumes d when it is in state `need`. */
-static int pause_or_resume(wk_virt *v, const char *id, bool pause, pv_status *st) {
-    wk_state need = pause ? WK_STATE_RUNNING : WK_STATE_PAUSED;
-    lock(v);
+static int virt_stop(void *impl, const char *id, int grace_seconds, bool force, pv_status *st) {
+    wk_virt *v = impl;
+    control_call c = {.id = id,
+                      .grace_seconds = grace_seconds < 0 ? v->grace_seconds : grace_seconds,
+                      .force = force};
+    return with_conn(v, stop_try, &c, "stop", st);
+}
+
+/* Suspends (pause) or resumes the domain when it is in the state that needs. */
+static int pause_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    control_call *c = arg;
+    wk_state need = c->pause ? WK_STATE_RUNNING : WK_STATE_PAUSED;
     virDomainPtr d;
     json_t *meta;
     wk_state ws = WK_STATE_CREATED;
-    int rc = lookup_state(v, id, &d, &meta, &ws, st);
-    if (rc == PV_OK) {
-        if (ws != need)
-            rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is %s, not %s", id,
-                               state_name(ws), state_name(need));
-        else if ((pause ? virDomainSuspend(d) : virDomainResume(d)) < 0)
-            rc = lv_fail(v, st, "workload %s: %s %s", id,
-                         pause ? "virDomainSuspend" : "virDomainResume", virDomainGetName(d));
-        json_decref(meta);
-        virDomainFree(d);
+    int rc = lookup_state(v, c->id, &d, &meta, &ws, st);
+    if (rc != PV_OK) return rc;
+    if (attempt > 0 && c->begun && ws == (c->pause ? WK_STATE_PAUSED : WK_STATE_RUNNING)) {
+        rc = PV_OK; /* done by an earlier attempt */
+    } else if (ws != need) {
+        rc = pv_status_set(st, PV_FAILED_PRECONDITION, "workload %s is %s, not %s", c->id,
+                           state_name(ws), state_name(need));
+    } else {
+        c->begun = true;
+        if ((c->pause ? virDomainSuspend(d) : virDomainResume(d)) < 0)
+            rc = lv_fail(v, st, "workload %s: %s %s", c->id,
+                         c->pause ? "virDomainSuspend" : "virDomainResume", virDomainGetName(d));
     }
-    unlock(v);
+    json_decref(meta);
+    virDomainFree(d);
     return rc;
 }
 
 static int virt_pause(void *impl, const char *id, pv_status *st) {
-    return pause_or_resume(impl, id, true, st);
+    control_call c = {.id = id, .pause = true};
+    return with_conn(impl, pause_try, &c, "suspend", st);
 }
 
 static int virt_resume(void *impl, const char *id, pv_status *st) {
-    return pause_or_resume(impl, id, false, st);
+    control_call c = {.id = id};
+    return with_conn(impl, pause_try, &c, "resume", st);
 }
 
 /* Undefines d with what libvirt keeps beside it (managed save, snapshot metadata); drivers
@@ -1205,6 +1356,33 @@ static bool meta_unreadable(wk_virt *v, virDomainPtr d) {
     return bad;
 }
 
+typedef struct collect_call {
+    json_t *used;
+    bool sweep;
+} collect_call;
+
+/* What the domains use (with_conn: a domain whose metadata a lost connection kept from being
+ * read must not have its files taken for nobody's). */
+static int collect_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    collect_call *c = arg;
+    json_object_clear(c->used);
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(v->conn, &doms, 0);
+    if (n < 0) return lv_fail(v, st, "virConnectListAllDomains");
+    for (int i = 0; i < n; i++) {
+        json_t *m = meta_load(v, doms[i], 0);
+        if (!m && c->sweep) c->sweep = !meta_unreadable(v, doms[i]);
+        use_path(c->used, m, "image_dir");
+        use_path(c->used, m, "overlay");
+        use_path(c->used, m, "log");
+        json_decref(m);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    return PV_OK;
+}
+
 /* Deletes the unpacked images no domain uses any longer and the store has replaced or lost;
  * with sweep (at open, before any create) also the overlays and logs of domains that are gone
  * (wk_virt_vm_sweep). */
@@ -1212,21 +1390,10 @@ static void collect_images(wk_virt *v, bool sweep) {
     char cache[PATH_MAX + 8];
     snprintf(cache, sizeof cache, "%s/images", v->state_dir);
     json_t *used = json_object();
-    lock(v);
-    virDomainPtr *doms = NULL;
-    int n = used ? virConnectListAllDomains(v->conn, &doms, 0) : -1;
-    for (int i = 0; i < n; i++) {
-        json_t *m = meta_load(v, doms[i], 0);
-        if (!m && sweep) sweep = !meta_unreadable(v, doms[i]);
-        use_path(used, m, "image_dir");
-        use_path(used, m, "overlay");
-        use_path(used, m, "log");
-        json_decref(m);
-        virDomainFree(doms[i]);
-    }
-    free(doms);
-    unlock(v);
-    if (n >= 0) {
+    collect_call c = {used, sweep};
+    pv_status st;
+    if (used && with_conn(v, collect_try, &c, "image collection", &st) == PV_OK) {
+        sweep = c.sweep;
         pthread_mutex_lock(&v->image_mu);
         wk_vm_image_collect(v->image_dir, cache, image_in_use, used);
         pthread_mutex_unlock(&v->image_mu);
@@ -1238,13 +1405,33 @@ static void collect_images(wk_virt *v, bool sweep) {
 static json_t *network_macs(wk_virt *v, virDomainPtr d);
 static void release_addresses(wk_virt *v, const char *id, const json_t *macs);
 
-static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
-    wk_virt *v = impl;
-    lock(v);
+/* A remove's attempts (with_conn): the domain's files, once an attempt found it. */
+typedef struct remove_call {
+    const char *id;
+    bool force;
+    char *overlay, *log;
+    bool found;
+} remove_call;
+
+static int remove_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    remove_call *c = arg;
+    const char *id = c->id;
+    bool force = c->force;
     virDomainPtr d;
     json_t *meta;
     wk_state ws = WK_STATE_CREATED;
     int rc = lookup_state(v, id, &d, &meta, &ws, st);
+    if (rc == PV_NOT_FOUND && attempt > 0 && c->found) {
+        /* undefined by an earlier attempt, whose answer was lost with the connection */
+        pv_status_clear(st);
+        wk_virt_vm_remove_files(c->overlay, c->log);
+        return PV_OK;
+    }
+    if (rc == PV_OK && !c->found) {
+        c->found = true;
+        c->overlay = xstrdup(json_string_value(json_object_get(meta, "overlay")));
+        c->log = xstrdup(json_string_value(json_object_get(meta, "log")));
+    }
     if (rc == PV_OK) {
         bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED;
         /* read before the destroy: an interface only the running domain has goes with it */
@@ -1267,24 +1454,48 @@ static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
         json_decref(meta);
         virDomainFree(d);
     }
-    unlock(v);
+    return rc;
+}
+
+static int virt_remove(void *impl, const char *id, bool force, pv_status *st) {
+    wk_virt *v = impl;
+    remove_call c = {.id = id, .force = force};
+    int rc = with_conn(v, remove_try, &c, "remove", st);
+    free(c.overlay);
+    free(c.log);
     if (rc == PV_OK && v->qemu && v->state_dir[0]) collect_images(v, false);
     return rc;
 }
 
-static int virt_inspect(void *impl, const char *id, wk_engine_info *out, pv_status *st) {
-    wk_virt *v = impl;
-    memset(out, 0, sizeof *out);
-    lock(v);
+/* A call that reads (with_conn): any attempt may run again. */
+typedef struct read_call {
+    const char *id;
+    wk_engine_info *info;
+    wk_engine_info **infos;
+    size_t *n;
+    char **text;
+    char *path; /* PATH_MAX */
+} read_call;
+
+static int inspect_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    read_call *c = arg;
     virDomainPtr d;
     json_t *meta;
-    int rc = find_domain(v, id, &d, &meta, st);
+    int rc = find_domain(v, c->id, &d, &meta, st);
     if (rc == PV_OK) {
-        rc = dom_info(v, d, meta, out, st);
+        rc = dom_info(v, d, meta, c->info, st);
         json_decref(meta);
         virDomainFree(d);
     }
-    unlock(v);
+    return rc;
+}
+
+static int virt_inspect(void *impl, const char *id, wk_engine_info *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    read_call c = {.id = id, .info = out};
+    int rc = with_conn(impl, inspect_try, &c, "inspect", st);
+    if (rc != PV_OK) wk_engine_info_clear(out);
     return rc;
 }
 
@@ -1318,13 +1529,27 @@ static int list_locked(wk_virt *v, wk_engine_info **out, size_t *n, pv_status *s
     return PV_OK;
 }
 
+static int list_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    read_call *c = arg;
+    wk_engine_info_array_free(*c->infos, *c->n); /* an earlier attempt's */
+    *c->infos = NULL;
+    *c->n = 0;
+    return list_locked(v, c->infos, c->n, st);
+}
+
 static int virt_list(void *impl, wk_engine_info **out, size_t *n, pv_status *st) {
-    wk_virt *v = impl;
     *out = NULL;
     *n = 0;
-    lock(v);
-    int rc = list_locked(v, out, n, st);
-    unlock(v);
+    read_call c = {.infos = out, .n = n};
+    /* the status pass and the fence ask every few seconds: a new connection if libvirtd
+     * answers at once, no waiting for it (they ask again soon) */
+    int rc = with_conn_wait(impl, list_try, &c, "list", 0, st);
+    if (rc != PV_OK) {
+        wk_engine_info_array_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
     return rc;
 }
 
@@ -1403,6 +1628,36 @@ static int realloc_vcpus(wk_virt *v, const char *id, virDomainPtr d, bool active
     return PV_OK;
 }
 
+/* A realloc's attempts (with_conn): setting the same memory and vcpus again is harmless. */
+typedef struct limits_call {
+    const char *id;
+    int64_t kib;
+    int n;
+    bool active, mem_live, cpu_live;
+    unsigned long room;
+    char offline[256];
+} limits_call;
+
+static int limits_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    limits_call *c = arg;
+    virDomainPtr d;
+    json_t *meta;
+    wk_state ws = WK_STATE_CREATED;
+    int rc = lookup_state(v, c->id, &d, &meta, &ws, st);
+    if (rc != PV_OK) return rc;
+    c->active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED;
+    c->cpu_live = false;
+    c->offline[0] = '\0';
+    rc = realloc_memory(v, c->id, d, c->active, c->kib, &c->mem_live, &c->room, st);
+    if (rc == PV_OK)
+        rc = realloc_vcpus(v, c->id, d, c->active, c->n, &c->cpu_live, c->offline,
+                           sizeof c->offline, st);
+    json_decref(meta);
+    virDomainFree(d);
+    return rc;
+}
+
 static int virt_set_limits_how(void *impl, const char *id, double cpu_limit, int64_t memory_limit,
                                char *how, size_t how_cap, pv_status *st) {
     wk_virt *v = impl;
@@ -1412,28 +1667,14 @@ static int virt_set_limits_how(void *impl, const char *id, double cpu_limit, int
     if (memory_limit < 0)
         return pv_status_set(st, PV_INVALID_ARGUMENT, "memory_limit: %lld must not be negative",
                              (long long)memory_limit);
-    int64_t kib = memory_kib_of(memory_limit);
-    int n = vcpus_of(cpu_limit);
-    lock(v);
-    virDomainPtr d;
-    json_t *meta;
-    wk_state ws = WK_STATE_CREATED;
-    int rc = lookup_state(v, id, &d, &meta, &ws, st);
-    if (rc != PV_OK) {
-        unlock(v);
-        return rc;
-    }
-    bool active = ws == WK_STATE_RUNNING || ws == WK_STATE_PAUSED, mem_live = false,
-         cpu_live = false;
-    unsigned long room = 0;
-    rc = realloc_memory(v, id, d, active, kib, &mem_live, &room, st);
-    char offline[256] = "";
-    if (rc == PV_OK)
-        rc = realloc_vcpus(v, id, d, active, n, &cpu_live, offline, sizeof offline, st);
-    json_decref(meta);
-    virDomainFree(d);
-    unlock(v);
+    limits_call c = {.id = id, .kib = memory_kib_of(memory_limit), .n = vcpus_of(cpu_limit)};
+    int rc = with_conn(v, limits_try, &c, "realloc", st);
     if (rc != PV_OK) return rc;
+    int64_t kib = c.kib;
+    int n = c.n;
+    bool active = c.active, mem_live = c.mem_live, cpu_live = c.cpu_live;
+    unsigned long room = c.room;
+    const char *offline = c.offline;
     char why[96] = "";
     if (active && !mem_live && room > 0 && (unsigned long)kib > room)
         snprintf(why, sizeof why, " (above the %lu MiB the running domain has room for)",
@@ -1450,16 +1691,19 @@ static int virt_set_limits(void *impl, const char *id, double cpu_limit, int64_t
     return virt_set_limits_how(impl, id, cpu_limit, memory_limit, how, sizeof how, st);
 }
 
-/* The running guest of workload id, for its agent: domain UUID and how long an agent that is
- * not connected yet is waited for (until WK_ENGINE_AGENT_WAIT_MS after the start, at least a
- * second: a guest that booted long ago and has no agent fails fast). */
-static int guest_target(wk_virt *v, const char *id, char uuid[VIR_UUID_STRING_BUFLEN],
-                        wk_guest_target *t, pv_status *st) {
-    if (!v->guest)
-        return pv_status_set(st, PV_UNIMPLEMENTED,
-                             "workload %s: the %s driver's domains have no guest agent", id,
-                             v->dom_type);
-    lock(v);
+/* guest_target's attempts (with_conn). */
+typedef struct guest_call {
+    const char *id;
+    char *uuid; /* VIR_UUID_STRING_BUFLEN */
+    wk_guest_target *t;
+} guest_call;
+
+static int guest_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    guest_call *c = arg;
+    const char *id = c->id;
+    char *uuid = c->uuid;
+    wk_guest_target *t = c->t;
     virDomainPtr d = NULL;
     json_t *meta = NULL;
     wk_state ws = WK_STATE_CREATED;
@@ -1480,8 +1724,20 @@ static int guest_target(wk_virt *v, const char *id, char uuid[VIR_UUID_STRING_BU
     }
     json_decref(meta);
     if (d) virDomainFree(d);
-    unlock(v);
     return rc;
+}
+
+/* The running guest of workload id, for its agent: domain UUID and how long an agent that is
+ * not connected yet is waited for (until WK_ENGINE_AGENT_WAIT_MS after the start, at least a
+ * second: a guest that booted long ago and has no agent fails fast). */
+static int guest_target(wk_virt *v, const char *id, char uuid[VIR_UUID_STRING_BUFLEN],
+                        wk_guest_target *t, pv_status *st) {
+    if (!v->guest)
+        return pv_status_set(st, PV_UNIMPLEMENTED,
+                             "workload %s: the %s driver's domains have no guest agent", id,
+                             v->dom_type);
+    guest_call c = {id, uuid, t};
+    return with_conn(v, guest_try, &c, "guest agent target", st);
 }
 
 static int virt_exec(void *impl, const char *id, const char *const *argv, size_t argc,
@@ -1685,21 +1941,29 @@ static void stop_indexer(wk_virt *v) {
     v->indexing = false;
 }
 
-static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
-                          int64_t *start, int64_t *end, pv_status *st) {
-    wk_virt *v = impl;
-    *start = 0;
-    *end = -1;
-    lock(v);
+/* The path of the console log's index of workload c->id into c->path. */
+static int log_index_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    read_call *c = arg;
+    char *idx = c->path;
+    idx[0] = '\0';
     virDomainPtr d = NULL;
     json_t *meta = NULL;
-    int rc = find_domain(v, id, &d, &meta, st);
-    char idx[PATH_MAX] = "";
+    int rc = find_domain(v, c->id, &d, &meta, st);
     const char *log = json_string_value(json_object_get(meta, "log"));
-    if (log && *log) wk_virt_vm_index_path(log, idx, sizeof idx);
+    if (log && *log) wk_virt_vm_index_path(log, idx, PATH_MAX);
     json_decref(meta);
     if (d) virDomainFree(d);
-    unlock(v);
+    return rc;
+}
+
+static int virt_log_range(void *impl, const char *id, int64_t since_ms, int64_t until_ms,
+                          int64_t *start, int64_t *end, pv_status *st) {
+    *start = 0;
+    *end = -1;
+    char idx[PATH_MAX] = "";
+    read_call c = {.id = id, .path = idx};
+    int rc = with_conn(impl, log_index_try, &c, "log", st);
     if (rc == PV_OK && !idx[0])
         rc = pv_status_set(st, PV_UNIMPLEMENTED, "workload %s has no console log", id);
     if (rc == PV_OK && wk_log_index_range(idx, since_ms, until_ms, start, end, st) != PV_OK)
@@ -1741,10 +2005,11 @@ static void add_domain_fact(virDomainPtr d, const json_t *meta, json_t *facts, j
 
 /* What the node's agent reports of its libvirt (Node.info's "virt"): the driver and versions,
  * the domain type, and the domains of this engine as libvirt has them now. */
-static int virt_facts(void *impl, char **out, pv_status *st) {
-    wk_virt *v = impl;
+static int facts_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    char **out = ((read_call *)arg)->text;
+    free(*out); /* an earlier attempt's */
     *out = NULL;
-    lock(v);
     unsigned long hv = 0, lib = 0;
     if (virConnectGetVersion(v->conn, &hv) < 0 || virConnectGetLibVersion(v->conn, &lib) < 0)
         err_reset(v);
@@ -1774,10 +2039,21 @@ static int virt_facts(void *impl, char **out, pv_status *st) {
     }
     free(doms);
     err_reset(v); /* a domain undefined while listed is not a failure of the report */
-    unlock(v);
     if (rc == PV_OK && !(*out = json_dumps(facts, JSON_COMPACT | JSON_SORT_KEYS)))
         rc = no_memory(st);
     json_decref(facts);
+    return rc;
+}
+
+static int virt_facts(void *impl, char **out, pv_status *st) {
+    *out = NULL;
+    read_call c = {.text = out};
+    /* the agent's heartbeat asks: it must not wait for libvirtd (the next beat asks again) */
+    int rc = with_conn_wait(impl, facts_try, &c, "facts", 0, st);
+    if (rc != PV_OK) {
+        free(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -1869,10 +2145,19 @@ static int fill_network(wk_virt *v, virNetworkPtr net, wk_virt_network *out, pv_
     return PV_OK;
 }
 
-int wk_virt_list_networks(wk_virt *v, wk_virt_network **out, size_t *n, pv_status *st) {
+typedef struct networks_call {
+    wk_virt_network **out;
+    size_t *n;
+} networks_call;
+
+static int networks_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    networks_call *c = arg;
+    wk_virt_network_array_free(*c->out, *c->n); /* an earlier attempt's */
+    wk_virt_network **out = c->out;
+    size_t *n = c->n;
     *out = NULL;
     *n = 0;
-    lock(v);
     virNetworkPtr *nets = NULL;
     int nn = virConnectListAllNetworks(v->conn, &nets, 0);
     int rc = nn < 0 ? lv_fail(v, st, "virConnectListAllNetworks") : PV_OK;
@@ -1887,7 +2172,6 @@ int wk_virt_list_networks(wk_virt *v, wk_virt_network **out, size_t *n, pv_statu
         virNetworkFree(nets[i]);
     }
     free(nets);
-    unlock(v);
     if (rc != PV_OK) {
         wk_virt_network_array_free(arr, filled);
         return rc;
@@ -1895,6 +2179,19 @@ int wk_virt_list_networks(wk_virt *v, wk_virt_network **out, size_t *n, pv_statu
     *out = arr;
     *n = (size_t)nn;
     return PV_OK;
+}
+
+int wk_virt_list_networks(wk_virt *v, wk_virt_network **out, size_t *n, pv_status *st) {
+    *out = NULL;
+    *n = 0;
+    networks_call c = {out, n};
+    int rc = with_conn(v, networks_try, &c, "list networks", st);
+    if (rc != PV_OK) {
+        wk_virt_network_array_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
 }
 
 /* The domain's XML: the persistent definition (inactive) or the running one. */
@@ -2333,8 +2630,20 @@ static int raw_dominfo(wk_virt *v, const char *id, virDomainPtr d, char **out, p
     return *out ? PV_OK : no_memory(st);
 }
 
-static int raw_locked(wk_virt *v, const char *id, const char *op, const json_t *params, char **out,
-                      pv_status *st) {
+typedef struct raw_call {
+    const char *id, *op;
+    const json_t *params;
+    char **out;
+} raw_call;
+
+static int raw_try(wk_virt *v, void *arg, int attempt, pv_status *st) {
+    (void)attempt;
+    raw_call *c = arg;
+    const char *id = c->id, *op = c->op;
+    const json_t *params = c->params;
+    char **out = c->out;
+    free(*out); /* an earlier attempt's */
+    *out = NULL;
     virDomainPtr d;
     int rc = find_domain(v, id, &d, NULL, st);
     if (rc != PV_OK) return rc;
@@ -2374,9 +2683,19 @@ int wk_virt_raw(wk_virt *v, const char *id, const char *op, const char *params_j
         return pv_status_set(st, PV_INVALID_ARGUMENT, "params: not a JSON object (%s)",
                              params_json && *params_json ? je.text : "out of memory");
     }
-    lock(v);
-    int rc = raw_locked(v, id, op, params, out, st);
-    unlock(v);
+    raw_call c = {id, op, params, out};
+    int rc;
+    if (k < 2) { /* reads: any attempt may run again */
+        rc = with_conn(v, raw_try, &c, op, st);
+    } else { /* a reboot or a reset done twice is not one: a lost connection fails it */
+        lock(v);
+        rc = raw_try(v, &c, 0, st);
+        unlock(v);
+    }
+    if (rc != PV_OK) {
+        free(*out);
+        *out = NULL;
+    }
     json_decref(params);
     return rc;
 }

@@ -16,6 +16,14 @@
  * handle's: another agent's on the same libvirtd.
  *
  * Errors: pv_status codes as wk_engine.h says, the message holding libvirt's own message.
+ * A call that loses its connection (libvirtd restarted or stopped: wk_virt_conn.h) runs again
+ * on a new one once libvirtd answers, up to 4 times within 10 s of the first loss (a list and
+ * the facts, asked every few seconds, take a new connection only if libvirtd answers at once,
+ * without waiting); an attempt after the first takes what an earlier one did before its answer
+ * was lost (a domain defined, started, stopped, suspended, resumed or undefined) as done.
+ * libvirtd away longer fails it UNAVAILABLE naming the URI. Not run again: ConnectNetwork,
+ * DisconnectNetwork and the raw "reboot" and "reset" (twice is not once); a lost connection fails
+ * them UNAVAILABLE.
  */
 #ifndef WK_ENGINE_VIRT_H
 #define WK_ENGINE_VIRT_H

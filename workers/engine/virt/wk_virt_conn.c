@@ -27,3 +27,10 @@ bool wk_virt_conn_revive(virConnectPtr *conn, const char *uri, virErrorFunc fn, 
     pv_info("libvirt %s: the connection was closed (libvirtd restarted?): reconnected", uri);
     return true;
 }
+
+bool wk_virt_conn_lost(const virError *err) {
+    if (!err) return false;
+    if (err->code == VIR_ERR_NO_CONNECT) return true;
+    return err->domain == VIR_FROM_RPC &&
+           (err->code == VIR_ERR_SYSTEM_ERROR || err->code == VIR_ERR_INTERNAL_ERROR);
+}
