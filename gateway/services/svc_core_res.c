@@ -135,13 +135,13 @@ static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {
 /* ------------------------------------------------------------------------------------------ */
 /* GetNodeResource, GetPodResource                                                             */
 
-/* What an engine reported of its workloads against their records: for each reported workload
- * that has a record, diff(id, reported, the record's cpumem) gives a diff's text (malloc'd) or
- * NULL when they agree. Appended to *diffs (malloc'd strings). */
-typedef char *(*diff_fn)(const char *id, json_t *reported, json_t *cpumem);
+/* Calls fn(id, reported, the record's cpumem, arg) for each workload an engine of node reported
+ * that has a record; stops at the first error fn returns. */
+typedef int (*reported_fn)(const char *id, json_t *reported, json_t *cpumem, void *arg,
+                           pv_status *st);
 
-static int engine_diffs(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
-                        diff_fn diff, char ***diffs, size_t *n, pv_status *st) {
+static int each_reported(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
+                         reported_fn fn, void *arg, pv_status *st) {
     json_t *j = NULL;
     int rc = pv_engine_workloads_get(r, k, node, engine, &j, st);
     const char *id;
@@ -149,24 +149,45 @@ static int engine_diffs(pv_redis *r, const pv_keys *k, const char *node, const c
     json_object_foreach(j, id, d) {
         pv_workload w = {0};
         pv_status wst;
-        if (rc != PV_OK || pv_workload_get(r, k, id, &w, &wst) != PV_OK) continue;
+        if (rc != PV_OK) break;
+        if (pv_workload_get(r, k, id, &w, &wst) != PV_OK) continue;
         json_t *res = json_loads(w.resources ? w.resources : "{}", 0, NULL);
-        char *text = diff(id, d, json_object_get(res, "cpumem"));
-        if (text) {
-            char **grown = realloc(*diffs, (*n + 1) * sizeof *grown);
-            if (grown) {
-                *diffs = grown;
-                (*diffs)[(*n)++] = text;
-            } else {
-                free(text);
-                rc = pv_status_set(st, PV_INTERNAL, "out of memory");
-            }
-        }
+        rc = fn(id, d, json_object_get(res, "cpumem"), arg, st);
         json_decref(res);
         pv_workload_clear(&w);
     }
     json_decref(j);
     return rc;
+}
+
+/* What an engine reported of its workloads against their records: diff(id, reported, the
+ * record's cpumem) gives a diff's text (malloc'd) or NULL when they agree. */
+typedef char *(*diff_fn)(const char *id, json_t *reported, json_t *cpumem);
+
+typedef struct diff_acc {
+    diff_fn diff;
+    char ***diffs; /* appended to (malloc'd strings) */
+    size_t *n;
+} diff_acc;
+
+static int add_diff(const char *id, json_t *reported, json_t *cpumem, void *arg, pv_status *st) {
+    diff_acc *a = arg;
+    char *text = a->diff(id, reported, cpumem);
+    if (!text) return PV_OK;
+    char **grown = realloc(*a->diffs, (*a->n + 1) * sizeof *grown);
+    if (!grown) {
+        free(text);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    *a->diffs = grown;
+    (*a->diffs)[(*a->n)++] = text;
+    return PV_OK;
+}
+
+static int engine_diffs(pv_redis *r, const pv_keys *k, const char *node, const char *engine,
+                        diff_fn diff, char ***diffs, size_t *n, pv_status *st) {
+    diff_acc a = {diff, diffs, n};
+    return each_reported(r, k, node, engine, add_diff, &a, st);
 }
 
 /* A virt node's real domains, as its agent reports them (engine info "virt": wk_engine_facts):
@@ -269,32 +290,32 @@ static char *fix_delta(json_t *c, json_t *cm) {
  * node's usage in one step), so the node's usage is what its containers hold and the diff is
  * gone. One that cannot be fixed (it would not fit, cores bound behind pivirt's back) is logged
  * and keeps its diff. */
+typedef struct fix_ctx {
+    pv_redis *r;
+    const pv_keys *k;
+    const char *node;
+} fix_ctx;
+
+static int fix_container(const char *id, json_t *c, json_t *cm, void *arg, pv_status *st) {
+    (void)st;
+    fix_ctx *f = arg;
+    char *differs = container_diff(id, c, cm);
+    char *delta = differs ? fix_delta(c, cm) : NULL;
+    pv_status wst;
+    if (delta && pv_resv_realloc_workload(f->r, f->k, id, delta, NULL, &wst) != PV_OK)
+        pv_warn("GetNodeResource node=%s fix: workload %s not fixed: %s", f->node, id, wst.msg);
+    else if (delta)
+        pv_info("GetNodeResource node=%s fix: workload %s's allocation is now what its "
+                "container has (%s)",
+                f->node, id, delta);
+    free(delta);
+    free(differs);
+    return PV_OK;
+}
+
 static int fix_containers(pv_redis *r, const pv_keys *k, const char *node, pv_status *st) {
-    json_t *j = NULL;
-    int rc = pv_engine_workloads_get(r, k, node, "docker", &j, st);
-    const char *id;
-    json_t *c;
-    json_object_foreach(j, id, c) {
-        pv_workload w = {0};
-        pv_status wst;
-        if (rc != PV_OK || pv_workload_get(r, k, id, &w, &wst) != PV_OK) continue;
-        json_t *res = json_loads(w.resources ? w.resources : "{}", 0, NULL);
-        json_t *cm = json_object_get(res, "cpumem");
-        char *differs = container_diff(id, c, cm);
-        char *delta = differs ? fix_delta(c, cm) : NULL;
-        if (delta && pv_resv_realloc_workload(r, k, id, delta, NULL, &wst) != PV_OK)
-            pv_warn("GetNodeResource node=%s fix: workload %s not fixed: %s", node, id, wst.msg);
-        else if (delta)
-            pv_info("GetNodeResource node=%s fix: workload %s's allocation is now what its "
-                    "container has (%s)",
-                    node, id, delta);
-        free(delta);
-        free(differs);
-        json_decref(res);
-        pv_workload_clear(&w);
-    }
-    json_decref(j);
-    return rc;
+    fix_ctx f = {r, k, node};
+    return each_reported(r, k, node, "docker", fix_container, &f, st);
 }
 
 static int send_node_resource(gw_call *call, pv_redis *r, const char *name, int fix,

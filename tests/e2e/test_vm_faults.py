@@ -180,13 +180,7 @@ class Faults(Base):
         self.assertGreaterEqual(self.disconnect_agent(), 2)
         self.assertTrue(self.domstate(msg.name).startswith("running"))
         # the first call on a closed connection may fail; the next ones run on a new one
-        self.wait_agent(wid, timeout=30)
-        self.control(wid, "suspend")
-        self.assertTrue(self.domstate(msg.name).startswith("paused"))
-        self.control(wid, "resume")
-        self.wait_agent(wid)
-        with open(self.stack.agents[0].log_path) as f:
-            self.assertIn("reconnected", f.read())
+        self.usable_after_reconnect(wid, msg.name)
         self.remove(wid)
 
 

@@ -201,13 +201,7 @@ class LibvirtdRestart(Base):
             if state is not None and not state.startswith("shut off"):
                 self.assertIn(name, still, state)
         # the first call on the closed connection may fail; the agent reconnects
-        self.wait_agent(wid, timeout=30)
-        self.control(wid, "suspend")
-        self.assertTrue(self.domstate(msg.name).startswith("paused"))
-        self.control(wid, "resume")
-        self.wait_agent(wid)
-        with open(self.stack.agents[0].log_path) as f:
-            self.assertIn("reconnected", f.read())
+        self.usable_after_reconnect(wid, msg.name)
         self.remove(wid)
 
     def while_down(self, call, down_seconds=3, relay=False):

@@ -268,6 +268,17 @@ class Base(unittest.TestCase):
             time.sleep(0.3)
         self.fail("%s never showed %r on its console; last lines: %s" % (wid, text, lines[-10:]))
 
+    def usable_after_reconnect(self, wid, name):
+        """After the agent's libvirt connections were lost: the first call may fail, then the
+        agent reconnects (and says so) and exec, suspend and resume work on domain name."""
+        self.wait_agent(wid, timeout=30)
+        self.control(wid, "suspend")
+        self.assertTrue(self.domstate(name).startswith("paused"))
+        self.control(wid, "resume")
+        self.wait_agent(wid)
+        with open(self.stack.agents[0].log_path) as f:
+            self.assertIn("reconnected", f.read())
+
     def wait_agent(self, wid, timeout=60):
         deadline = time.monotonic() + timeout
         last = None
