@@ -217,9 +217,10 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
     if (sched_cache_view(s->cache, r, k, req->pod, &s->e, &n, st) != PV_OK) return st->code;
     s->in_name_order = true;
     for (size_t i = 0; i < n; i++) {
-        const pv_node *node = &s->e[i]->rec;
-        if ((req->all || !pv_node_down(node)) && labels_match(node, req) &&
-            !in_list(req->excludes, req->nexcludes, node->name))
+        /* the entry's own fields (pv_node_down's), not its record's: one cache line per node */
+        const sched_cache_entry *e = s->e[i];
+        if ((req->all || (!e->bypass && e->alive)) && labels_match(&e->rec, req) &&
+            (req->nexcludes == 0 || !in_list(req->excludes, req->nexcludes, e->name)))
             s->e[s->n++] = s->e[i];
     }
     return PV_OK;
@@ -255,12 +256,16 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     int rc = PV_OK;
     if (!s->sn || !names || !counts) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < s->n; i++)
-        names[i] = s->e[i]->rec.name;
+        names[i] = s->e[i]->name;
     if (rc == PV_OK)
         rc = pv_resv_deploy_counts(r, k, req->app, req->entry, names, s->n, counts, st);
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
+        if (i + SCHED_PREFETCH < s->n) {
+            for (int line = 1; line < 4; line++) /* the name, the parsed resources */
+                SCHED_PREFETCH_LINE(s->e[i + SCHED_PREFETCH], line);
+        }
         sched_node *sn = &s->sn[i];
-        sn->name = s->e[i]->rec.name;
+        sn->name = s->e[i]->name;
         sn->tie = sched_tie(req->seed, s->e[i]->name_key);
         sn->count = counts[i];
         pv_status nst;
@@ -305,8 +310,8 @@ static int capacity_body(const snapshot *s, const sched_plan *plan, char **body,
     size_t n = 0;
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
         if (!plan->listed[i]) continue;
-        if (nc) nc[n] = (name_count){s->e[i]->rec.name, plan->deploy[i], i};
-        names[n] = s->e[i]->rec.name;
+        if (nc) nc[n] = (name_count){s->e[i]->name, plan->deploy[i], i};
+        names[n] = s->e[i]->name;
         counts[n++] = plan->deploy[i];
     }
     if (rc == PV_OK && nc) {
