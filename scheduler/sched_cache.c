@@ -138,10 +138,11 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     size_t i = find_slot(c->slots, c->cap, rec->id);
     sched_cache_entry *e = c->slots[i];
     if (!e) {
-        if (!(e = calloc(1, sizeof *e))) {
+        if (posix_memalign((void **)&e, 64, sizeof *e) != 0) {
             pv_status_set(st, PV_INTERNAL, "out of memory");
             return NULL;
         }
+        memset(e, 0, sizeof *e);
         c->slots[i] = e;
         c->n++;
         c->gen++;
@@ -151,7 +152,12 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     }
     e->rec = *rec;
     memset(rec, 0, sizeof *rec);
-    e->name_key = sched_name_key(e->rec.name ? e->rec.name : "");
+    const char *name = e->rec.name ? e->rec.name : "";
+    e->name_key = sched_name_key(name);
+    size_t len = strlen(name);
+    e->name = len < sizeof e->name_buf ? memcpy(e->name_buf, name, len + 1) : name;
+    e->bypass = e->rec.bypass;
+    e->alive = e->rec.alive;
     pv_status pst;
     e->res_ok = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &e->res, &pst) == PV_OK;
     e->res_err[0] = '\0';
@@ -325,8 +331,7 @@ int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status
 /* pods                                                                                        */
 
 static int by_name(const void *a, const void *b) {
-    return strcmp((*(sched_cache_entry *const *)a)->rec.name,
-                  (*(sched_cache_entry *const *)b)->rec.name);
+    return strcmp((*(sched_cache_entry *const *)a)->name, (*(sched_cache_entry *const *)b)->name);
 }
 
 /* The pod's list, rebuilt when entries came or went since it was made. */
@@ -371,7 +376,8 @@ int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     sched_cache_entry **list = calloc(p->n ? p->n : 1, sizeof *list);
     if (!list) return pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; i < p->n; i++) {
-        p->e[i]->rec.alive = p->e[i]->dead_view != c->view_no;
+        if (i + SCHED_PREFETCH < p->n) SCHED_PREFETCH_LINE(p->e[i + SCHED_PREFETCH], 0);
+        p->e[i]->alive = p->e[i]->dead_view != c->view_no;
         list[i] = p->e[i];
     }
     c->views++;
@@ -387,7 +393,7 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     if (pv_registry_get_node(r, k, PV_REG_BY_NAME, name, &rec, st) != PV_OK) return st->code;
     sched_cache_entry *e = lookup(c, rec.id);
     if (e && e->rec.rev >= rec.rev) {
-        e->rec.alive = rec.alive;
+        e->alive = e->rec.alive = rec.alive;
     } else {
         int64_t seq = e ? e->seq : 0;
         if ((e = store(c, &rec, st))) e->seq = seq;

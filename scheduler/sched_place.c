@@ -19,6 +19,7 @@
 #include "pv_registry.h"
 #include "pv_res.h"
 #include "pv_resv.h"
+#include "pv_sched.h"
 #include "sched_cache.h"
 
 #define COMMIT_TRIES 16
@@ -216,9 +217,10 @@ static int snapshot_nodes(pv_redis *r, const pv_keys *k, const sched_request *re
     if (sched_cache_view(s->cache, r, k, req->pod, &s->e, &n, st) != PV_OK) return st->code;
     s->in_name_order = true;
     for (size_t i = 0; i < n; i++) {
-        const pv_node *node = &s->e[i]->rec;
-        if ((req->all || !pv_node_down(node)) && labels_match(node, req) &&
-            !in_list(req->excludes, req->nexcludes, node->name))
+        /* the entry's own fields (pv_node_down's), not its record's: one cache line per node */
+        const sched_cache_entry *e = s->e[i];
+        if ((req->all || (!e->bypass && e->alive)) && labels_match(&e->rec, req) &&
+            (req->nexcludes == 0 || !in_list(req->excludes, req->nexcludes, e->name)))
             s->e[s->n++] = s->e[i];
     }
     return PV_OK;
@@ -254,12 +256,16 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     int rc = PV_OK;
     if (!s->sn || !names || !counts) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < s->n; i++)
-        names[i] = s->e[i]->rec.name;
+        names[i] = s->e[i]->name;
     if (rc == PV_OK)
         rc = pv_resv_deploy_counts(r, k, req->app, req->entry, names, s->n, counts, st);
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
+        if (i + SCHED_PREFETCH < s->n) {
+            for (int line = 1; line < 4; line++) /* the name, the parsed resources */
+                SCHED_PREFETCH_LINE(s->e[i + SCHED_PREFETCH], line);
+        }
         sched_node *sn = &s->sn[i];
-        sn->name = s->e[i]->rec.name;
+        sn->name = s->e[i]->name;
         sn->tie = sched_tie(req->seed, s->e[i]->name_key);
         sn->count = counts[i];
         pv_status nst;
@@ -279,74 +285,51 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
 /* ------------------------------------------------------------------------------------------ */
 /* capacity                                                                                    */
 
-/* A growing text buffer for capacity_body_plain (fprintf per node cost a sixth of a plan). */
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-} text_buf;
+typedef struct name_count {
+    const char *name;
+    int64_t count;
+    size_t at;
+} name_count;
 
-static bool buf_put(text_buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
+static int by_name_count(const void *a, const void *b) {
+    const name_count *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
 }
 
-static bool buf_int(text_buf *b, long long v) {
-    char num[24];
-    int n = snprintf(num, sizeof num, "%lld", v);
-    return buf_put(b, num, (size_t)n);
-}
-
-/* The body written straight out: a DUMMY answer names every node of the pod, and building then
- * dumping a 10,000-key jansson object cost more than the plan. The pod's nodes come in name order
- * (what JSON_SORT_KEYS gives) and registry names need no escaping (pv_validate_name); NULL when
- * a name would (the caller falls back to jansson) or out of memory. */
-static char *capacity_body_plain(const snapshot *s, const sched_plan *plan) {
-    text_buf b = {0};
-    bool ok = buf_put(&b, "{\"node_capacities\":{", 20);
-    const char *sep = "\"";
-    for (size_t i = 0; ok && i < s->n; i++) {
+/* The reply in pv_sched.h's capacity format. A pod's nodes come in name order already; named
+ * nodes (includes order) are sorted, so every answer lists its nodes by name. */
+static int capacity_body(const snapshot *s, const sched_plan *plan, char **body, pv_status *st) {
+    size_t cap = s->n ? s->n : 1;
+    name_count *nc = s->in_name_order ? NULL : malloc(cap * sizeof *nc);
+    const char **names = malloc(cap * sizeof *names);
+    int64_t *counts = malloc(cap * sizeof *counts);
+    int rc = PV_OK;
+    if (!names || !counts || (!s->in_name_order && !nc))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
         if (!plan->listed[i]) continue;
-        const char *name = s->e[i]->rec.name;
-        size_t len =
-            strcspn(name, "\"\\\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f"
-                          "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f");
-        ok = name[len] == '\0' && buf_put(&b, sep, strlen(sep)) && buf_put(&b, name, len) &&
-             buf_put(&b, "\":", 2) && buf_int(&b, (long long)plan->deploy[i]);
-        sep = ",\"";
+        if (nc) nc[n] = (name_count){s->e[i]->name, plan->deploy[i], i};
+        names[n] = s->e[i]->name;
+        counts[n++] = plan->deploy[i];
     }
-    ok = ok && buf_put(&b, "},\"total\":", 10) && buf_int(&b, (long long)plan->total) &&
-         buf_put(&b, "}", 1);
-    if (!ok) {
-        free(b.p);
-        return NULL;
+    if (rc == PV_OK && nc) {
+        /* a node named twice is listed once, with its last value (as a JSON object's key) */
+        qsort(nc, n, sizeof *nc, by_name_count);
+        size_t kept = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (j + 1 < n && strcmp(nc[j].name, nc[j + 1].name) == 0) continue;
+            names[kept] = nc[j].name;
+            counts[kept++] = nc[j].count;
+        }
+        n = kept;
     }
-    return b.p;
-}
-
-static char *capacity_body(const snapshot *s, const sched_plan *plan) {
-    char *text = s->in_name_order ? capacity_body_plain(s, plan) : NULL;
-    if (text) return text;
-    json_t *caps = json_object();
-    for (size_t i = 0; caps && i < s->n; i++)
-        if (plan->listed[i])
-            json_object_set_new(caps, s->e[i]->rec.name, json_integer(plan->deploy[i]));
-    json_t *j =
-        caps ? json_pack("{s:I, s:o}", "total", (json_int_t)plan->total, "node_capacities", caps)
-             : NULL;
-    text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(j);
-    return text;
+    if (rc == PV_OK) rc = pv_sched_capacity_write(names, counts, n, plan->total, body, st);
+    free(nc);
+    free(names);
+    free(counts);
+    return rc;
 }
 
 int sched_place_capacity(sched_cache *cache, pv_redis *r, const pv_keys *k,
@@ -368,10 +351,7 @@ int sched_place_capacity(sched_cache *cache, pv_redis *r, const pv_keys *k,
     else
         rc = sched_plan_make(req->strategy, s.sn, s.n, req->count, sched_total(s.sn, s.n),
                              req->nodes_limit, &plan, err);
-    if (rc == PV_OK && !(*reply = capacity_body(&s, &plan))) {
-        pv_status_set(&st, PV_INTERNAL, "out of memory");
-        rc = set_err(err, &st);
-    }
+    if (rc == PV_OK && capacity_body(&s, &plan, reply, &st) != PV_OK) rc = set_err(err, &st);
     sched_plan_free(&plan);
     snapshot_free(&s);
     return rc;

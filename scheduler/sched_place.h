@@ -14,9 +14,10 @@
  * unless all; then excludes are removed.
  *
  * Replies:
- *   capacity: {"total": N, "node_capacities": {"n1": 3}} (DUMMY: the capacity of every node
- *             where at least one instance fits; other strategies: the plan, as Eru's
- *             CalculateCapacity). As in Eru, nodes where nothing fits take no part in plans.
+ *   capacity: "pv-capacity N 1\n3 n1\n" (pv_sched.h's capacity lines, not JSON: the total, then
+ *             each node by name; DUMMY: the capacity of every node where at least one instance
+ *             fits; other strategies: the plan, as Eru's CalculateCapacity). As in Eru, nodes
+ *             where nothing fits take no part in plans.
  *   reserve:  {"reservation": "resv-...", "total": N, "plan": {"n1": 2},
  *              "allocations": {"n1": [{"id": "resv-....0", "resources": {...}}]}}
  * Failures: a status code and Eru's error kind in *err (the caller makes the error reply).

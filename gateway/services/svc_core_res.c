@@ -59,43 +59,41 @@ static int64_t wait_budget(gw_call *call) {
     return left < dflt ? left : dflt;
 }
 
+/* The scheduler's capacity lines (pv_sched.h) read in place: the map entries point into the
+ * reply, so a 10,000-node answer costs two allocations here, not a JSON tree. */
 typedef struct capacity_msg {
     Pb__CapacityMessage msg;
     Pb__CapacityMessage__NodeCapacitiesEntry *entries;
     Pb__CapacityMessage__NodeCapacitiesEntry **ptrs;
-    json_t *reply;
+    pv_sched_capacity caps;
 } capacity_msg;
 
-static int capacity_msg_fill(capacity_msg *m, const char *text, pv_status *st) {
+static int capacity_msg_fill(capacity_msg *m, char *reply, pv_status *st) {
     memset(m, 0, sizeof *m);
     pb__capacity_message__init(&m->msg);
-    m->reply = json_loads(text, 0, NULL);
-    json_t *caps = json_object_get(m->reply, "node_capacities");
-    if (!json_is_object(caps))
-        return pv_status_set(st, PV_INTERNAL, "scheduler reply without node_capacities");
-    m->msg.total = json_integer_value(json_object_get(m->reply, "total"));
-    size_t n = json_object_size(caps);
+    if (pv_sched_capacity_parse(reply, &m->caps, st) != PV_OK) return st->code;
+    m->msg.total = m->caps.total;
+    size_t n = m->caps.n;
     if (n == 0) return PV_OK;
-    m->entries = calloc(n, sizeof *m->entries);
-    m->ptrs = calloc(n, sizeof *m->ptrs);
+    m->entries = malloc(n * sizeof *m->entries);
+    m->ptrs = malloc(n * sizeof *m->ptrs);
     if (!m->entries || !m->ptrs) return pv_status_set(st, PV_INTERNAL, "out of memory");
-    const char *name;
-    json_t *v;
-    json_object_foreach(caps, name, v) {
-        Pb__CapacityMessage__NodeCapacitiesEntry *e = &m->entries[m->msg.n_node_capacities];
+    for (size_t i = 0; i < n; i++) {
+        Pb__CapacityMessage__NodeCapacitiesEntry *e = &m->entries[i];
         pb__capacity_message__node_capacities_entry__init(e);
-        e->key = (char *)name;
-        e->value = json_integer_value(v);
-        m->ptrs[m->msg.n_node_capacities++] = e;
+        e->key = (char *)m->caps.names[i];
+        e->value = m->caps.counts[i];
+        m->ptrs[i] = e;
     }
     m->msg.node_capacities = m->ptrs;
+    m->msg.n_node_capacities = n;
     return PV_OK;
 }
 
 static void capacity_msg_free(capacity_msg *m) {
     free(m->entries);
     free(m->ptrs);
-    json_decref(m->reply);
+    pv_sched_capacity_clear(&m->caps);
 }
 
 static void on_calculate_capacity(gw_call *call, const ProtobufCMessage *req) {

@@ -9,7 +9,9 @@
 #include "pv_time.h"
 #include "pv_sched.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +42,133 @@ char *pv_sched_error_body(const pv_status *err, const char *kind) {
     return text;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* capacity replies                                                                            */
+
+/* Writes v (>= 0) in decimal at p; returns the end. snprintf per node was most of the cost. */
+static char *put_uint(char *p, uint64_t v) {
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+int pv_sched_capacity_write(const char *const *names, const int64_t *counts, size_t n,
+                            int64_t total, char **body, pv_status *st) {
+    *body = NULL;
+    if (total < 0)
+        return pv_status_set(st, PV_INVALID_ARGUMENT, "capacity: total %lld < 0", (long long)total);
+    size_t size = strlen(PV_SCHED_CAPACITY_START) + 2 * 21 + 2;
+    for (size_t i = 0; i < n; i++) {
+        /* the names of a 10,000-node answer are cold and far apart: ask for one ahead */
+        if (i + 8 < n) __builtin_prefetch(names[i + 8]);
+        size_t len = strlen(names[i]);
+        if (len == 0 || len > PV_SCHED_NAME_MAX || memchr(names[i], '\n', len))
+            return pv_status_set(st, PV_INVALID_ARGUMENT,
+                                 "capacity: node name \"%.64s\" cannot be written (1..%d bytes, "
+                                 "no newline)",
+                                 names[i], PV_SCHED_NAME_MAX);
+        if (counts[i] < 0)
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "capacity: node %s: count %lld < 0",
+                                 names[i], (long long)counts[i]);
+        size += len + 21 + 2;
+    }
+    char *p = malloc(size);
+    if (!p) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char *w = p;
+    memcpy(w, PV_SCHED_CAPACITY_START, strlen(PV_SCHED_CAPACITY_START));
+    w += strlen(PV_SCHED_CAPACITY_START);
+    w = put_uint(w, (uint64_t)total);
+    *w++ = ' ';
+    w = put_uint(w, (uint64_t)n);
+    *w++ = '\n';
+    for (size_t i = 0; i < n; i++) {
+        w = put_uint(w, (uint64_t)counts[i]);
+        *w++ = ' ';
+        size_t len = strlen(names[i]);
+        memcpy(w, names[i], len);
+        w += len;
+        *w++ = '\n';
+    }
+    *w = '\0';
+    *body = p;
+    return PV_OK;
+}
+
+void pv_sched_capacity_clear(pv_sched_capacity *c) {
+    if (!c) return;
+    free(c->names);
+    free(c->counts);
+    memset(c, 0, sizeof *c);
+}
+
+/* A decimal int64 >= 0 at *p ending with `end`; *p moves past that byte. */
+static bool take_uint(char **p, char end, int64_t *out) {
+    char *e = NULL;
+    if (**p < '0' || **p > '9') return false;
+    errno = 0;
+    long long v = strtoll(*p, &e, 10);
+    if (errno || *e != end) return false;
+    *out = v;
+    *p = e + 1;
+    return true;
+}
+
+int pv_sched_capacity_parse(char *body, pv_sched_capacity *out, pv_status *st) {
+    memset(out, 0, sizeof *out);
+    size_t start = strlen(PV_SCHED_CAPACITY_START);
+    char *p = strncmp(body, PV_SCHED_CAPACITY_START, start) == 0 ? body + start : NULL;
+    int64_t n = 0;
+    if (!p || !take_uint(&p, ' ', &out->total) || !take_uint(&p, '\n', &n))
+        return pv_status_set(st, PV_INTERNAL,
+                             "capacity reply: the first line is not \"%s<total> "
+                             "<n>\"",
+                             PV_SCHED_CAPACITY_START);
+    /* n comes from the body: no more lines than its bytes can hold */
+    if ((size_t)n > strlen(p) / 4)
+        return pv_status_set(st, PV_INTERNAL, "capacity reply: %lld lines announced, fewer sent",
+                             (long long)n);
+    if (n > 0 && (!(out->names = malloc((size_t)n * sizeof *out->names)) ||
+                  !(out->counts = malloc((size_t)n * sizeof *out->counts)))) {
+        pv_sched_capacity_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    for (size_t i = 0; i < (size_t)n; i++) {
+        char *nl = NULL;
+        if (!take_uint(&p, ' ', &out->counts[i]) || *p == '\n' || !(nl = strchr(p, '\n')) ||
+            nl - p > PV_SCHED_NAME_MAX) {
+            pv_sched_capacity_clear(out);
+            return pv_status_set(st, PV_INTERNAL,
+                                 "capacity reply: line %zu is not \"<count> "
+                                 "<node name>\"",
+                                 i + 2);
+        }
+        *nl = '\0';
+        out->names[i] = p;
+        p = nl + 1;
+    }
+    if (*p != '\0') {
+        pv_sched_capacity_clear(out);
+        return pv_status_set(st, PV_INTERNAL, "capacity reply: more than %lld lines", (long long)n);
+    }
+    out->n = (size_t)n;
+    return PV_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
 /* PV_OK with the body kept, or the error the body carries. */
 static int take_reply(char *body, char **reply, pv_status *st) {
     /* Only a failure is parsed here (it starts as pv_sched_error_body writes it): a capacity
      * answer for a 10,000-node pod is parsed once, by its reader, not twice. */
-    if (body[0] == '{' && strncmp(body, PV_SCHED_ERROR_START, strlen(PV_SCHED_ERROR_START)) != 0) {
+    if ((body[0] == '{' &&
+         strncmp(body, PV_SCHED_ERROR_START, strlen(PV_SCHED_ERROR_START)) != 0) ||
+        strncmp(body, PV_SCHED_CAPACITY_START, strlen(PV_SCHED_CAPACITY_START)) == 0) {
         *reply = body;
         return PV_OK;
     }

@@ -13,9 +13,19 @@
  * a gone request, so a reservation is either seen by its requester or never made: nothing leaks
  * when a deadline passes mid-plan.
  *
- * Reply bodies are JSON objects; a failure is {"error": {"code": N (pv_status code), "kind":
- * "ErrInsufficientResource"|..., "message": "..."}}, written compact so that it starts with
- * PV_SCHED_ERROR_START, and no other reply does: the requester parses only those.
+ * Reply bodies are JSON objects, but for capacity (below); a failure is {"error": {"code": N
+ * (pv_status code), "kind": "ErrInsufficientResource"|..., "message": "..."}}, written compact so
+ * that it starts with PV_SCHED_ERROR_START, and no other reply does: the requester parses only
+ * those.
+ *
+ * A capacity reply (kind "capacity") is lines, not JSON: a DUMMY answer names every node of the
+ * pod, and parsing a 10,000-key JSON object (a hash table and allocations per node) cost the
+ * gateway more CPU than the scheduler spent on the plan. pv_sched_capacity_write writes it and
+ * pv_sched_capacity_parse reads it in place, nothing else does:
+ *   "pv-capacity <total> <n>\n"      then n lines
+ *   "<count> <node name>\n"
+ * total and count decimal, >= 0; names 1..PV_SCHED_NAME_MAX bytes without '\n' or NUL (registry
+ * names are [A-Za-z0-9._-]), in the order they were given (the plan's: by name).
  *
  * Ownership: reply strings handed out are malloc'd, the caller frees them.
  */
@@ -60,6 +70,27 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
 
 /* Scheduler side: pushes a reply body for request id unless its requester has gone. */
 int pv_sched_reply(pv_redis *r, const pv_keys *k, const char *id, const char *body, pv_status *st);
+
+#define PV_SCHED_CAPACITY_START "pv-capacity "
+#define PV_SCHED_NAME_MAX 1024
+
+/* A capacity reply read in place: names point into the body parsed (which must outlive them). */
+typedef struct pv_sched_capacity {
+    int64_t total;
+    size_t n;
+    const char **names; /* malloc'd array (pv_sched_capacity_clear) */
+    int64_t *counts;    /* malloc'd array */
+} pv_sched_capacity;
+
+/* The body for n nodes (names[i] gets counts[i]) and the total: malloc'd into *body.
+ * INVALID_ARGUMENT naming the node for a name the format cannot carry, a negative count. */
+int pv_sched_capacity_write(const char *const *names, const int64_t *counts, size_t n,
+                            int64_t total, char **body, pv_status *st);
+
+/* Reads a body pv_sched_capacity_write wrote; body is modified (each line's end becomes NUL).
+ * INTERNAL naming the line for anything else. On failure *out holds nothing. */
+int pv_sched_capacity_parse(char *body, pv_sched_capacity *out, pv_status *st);
+void pv_sched_capacity_clear(pv_sched_capacity *c);
 
 /* {"error": {...}} for a status (code and message) and an Eru error kind ("" for none).
  * NULL when out of memory. */

@@ -90,6 +90,24 @@ static void request(sched_request *req, const char *fmt, ...) {
     if (rc != PV_OK) fail_msg("request %s: %s", buf, st.msg);
 }
 
+/* A capacity reply's lines (pv_sched.h) as {"total": N, "node_capacities": {...}} (caller
+ * decrefs), their order checked: by name. Frees reply. */
+static json_t *capacity_json(char *reply) {
+    pv_sched_capacity c;
+    pv_status st;
+    if (pv_sched_capacity_parse(reply, &c, &st) != PV_OK) fail_msg("capacity reply: %s", st.msg);
+    json_t *caps = json_object();
+    for (size_t i = 0; i < c.n; i++) {
+        if (i > 0) assert_true(strcmp(c.names[i - 1], c.names[i]) < 0);
+        json_object_set_new(caps, c.names[i], json_integer(c.counts[i]));
+    }
+    json_t *j = json_pack("{s:I, s:o}", "total", (json_int_t)c.total, "node_capacities", caps);
+    pv_sched_capacity_clear(&c);
+    free(reply);
+    assert_non_null(j);
+    return j;
+}
+
 /* Capacity reply as a JSON object (caller decrefs); asserts success. */
 static json_t *capacity(fixture *f, pv_redis *r, const char *fmt, ...) {
     char buf[2048];
@@ -104,10 +122,7 @@ static json_t *capacity(fixture *f, pv_redis *r, const char *fmt, ...) {
     int rc = sched_place_capacity(NULL, r ? r : f->r, &f->keys, &req, &reply, &err);
     sched_request_free(&req);
     if (rc != PV_OK) fail_msg("capacity %s: %s", buf, err.status.msg);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    assert_non_null(j);
-    return j;
+    return capacity_json(reply);
 }
 
 static long long cap_of(json_t *j, const char *node) {
@@ -211,6 +226,65 @@ static void test_capacity_dummy_and_plans(void **state) {
     assert_int_equal(total_of(j), 3);
     assert_int_equal(cap_of(j, "n1") + cap_of(j, "n2"), 3);
     json_decref(j);
+    /* named nodes come back by name (the helper checks the order), a node named twice once */
+    j = capacity(f, NULL,
+                 "{\"includes\":[\"n2\",\"n1\",\"n2\"],\"strategy\":99,\"resources\":"
+                 "{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    assert_int_equal(json_object_size(json_object_get(j, "node_capacities")), 2);
+    assert_int_equal(cap_of(j, "n1"), 4);
+    assert_int_equal(cap_of(j, "n2"), 2);
+    json_decref(j);
+}
+
+/* The capacity lines (pv_sched.h): what the writer writes the reader reads back, in order; the
+ * writer refuses what the format cannot carry, the reader anything but its own lines. */
+static void test_capacity_lines(void **state) {
+    (void)state;
+    const char *names[] = {"a", "n-2.x_y", "z"};
+    int64_t counts[] = {0, 1234567890123LL, 7};
+    char *body = NULL;
+    pv_status st;
+    assert_int_equal(pv_sched_capacity_write(names, counts, 3, 1234567890130LL, &body, &st), PV_OK);
+    assert_string_equal(body, "pv-capacity 1234567890130 3\n0 a\n1234567890123 n-2.x_y\n7 z\n");
+    pv_sched_capacity c;
+    assert_int_equal(pv_sched_capacity_parse(body, &c, &st), PV_OK);
+    assert_int_equal(c.total, 1234567890130LL);
+    assert_int_equal(c.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(c.names[i], names[i]);
+        assert_int_equal(c.counts[i], counts[i]);
+    }
+    pv_sched_capacity_clear(&c);
+    free(body);
+    assert_int_equal(pv_sched_capacity_write(names, counts, 0, 0, &body, &st), PV_OK);
+    assert_string_equal(body, "pv-capacity 0 0\n");
+    assert_int_equal(pv_sched_capacity_parse(body, &c, &st), PV_OK);
+    assert_int_equal(c.n, 0);
+    free(body);
+
+    const char *bad_names[] = {"a\nb"};
+    assert_int_equal(pv_sched_capacity_write(bad_names, counts, 1, 0, &body, &st),
+                     PV_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "a\nb"));
+    int64_t negative[] = {-1};
+    assert_int_equal(pv_sched_capacity_write(names, negative, 1, 0, &body, &st),
+                     PV_INVALID_ARGUMENT);
+
+    const char *bad[] = {"{\"total\":1}",
+                         "pv-capacity 1\n",
+                         "pv-capacity 1 2\n1 a\n",
+                         "pv-capacity 1 1\n1 a\n2 b\n",
+                         "pv-capacity 1 1\n1 \n",
+                         "pv-capacity 1 1\nx a\n",
+                         "pv-capacity -1 0\n",
+                         "pv-capacity 1 1\n1 a",
+                         "pv-capacity 1 99999999999999\n1 a\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *copy = strdup(bad[i]);
+        assert_int_equal(pv_sched_capacity_parse(copy, &c, &st), PV_INTERNAL);
+        assert_null(c.names);
+        free(copy);
+    }
 }
 
 static void test_capacity_errors(void **state) {
@@ -584,8 +658,7 @@ static long long cached_total(fixture *f, sched_cache *cache) {
     int rc = sched_place_capacity(cache, f->r, &f->keys, &req, &reply, &err);
     sched_request_free(&req);
     if (rc != PV_OK) return -rc;
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
+    json_t *j = capacity_json(reply);
     long long t = total_of(j);
     json_decref(j);
     return t;
@@ -722,6 +795,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_capacity_dummy_and_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capacity_errors, setup, teardown),
+        cmocka_unit_test(test_capacity_lines),
         cmocka_unit_test_setup_teardown(test_reserve_and_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_not_enough, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_request_reserves_once, setup, teardown),

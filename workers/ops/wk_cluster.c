@@ -288,10 +288,15 @@ static int fits_elsewhere(wk_op *op, const wk_drain_opts *d, const pv_workload *
         rc = pv_sched_call(wk_op_redis(op), wk_op_keys(op), "capacity", body, &so, &reply, &dst);
     free(body);
     if (rc == PV_OK) {
-        json_t *j = json_loads(reply, 0, NULL);
-        *fits = json_integer_value(json_object_get(j, "total")) >= 1;
-        if (!*fits) snprintf(why, cap, "no other node has room for it");
-        json_decref(j);
+        /* the scheduler's capacity lines (pv_sched.h) */
+        pv_sched_capacity caps;
+        rc = pv_sched_capacity_parse(reply, &caps, &dst);
+        *fits = rc == PV_OK && caps.total >= 1;
+        pv_sched_capacity_clear(&caps);
+        if (rc != PV_OK)
+            *st = dst;
+        else if (!*fits)
+            snprintf(why, cap, "no other node has room for it");
     } else if (rc == PV_RESOURCE_EXHAUSTED || rc == PV_FAILED_PRECONDITION) {
         snprintf(why, cap, "%s", dst.msg);
         rc = PV_OK;
