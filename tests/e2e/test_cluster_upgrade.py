@@ -314,6 +314,31 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(got, grpc.StatusCode.NOT_FOUND)
         self.assertIn("never been upgraded", msg)
 
+    def test_fz_max_surge_zero_loses_nothing(self):
+        """max_surge 0: each workload stops before its replacement is placed, and its record
+        goes only once the replacement runs. (The old one used to be removed first, and its
+        recorded deploy with it: the placement then found nothing to move, and a ROLLING
+        upgrade with max_surge 0 ended SUCCEEDED with every moved workload gone.)"""
+        before = {w.id for w in self.core.ListWorkloads(
+            core_pb2.ListWorkloadsOptions(appname="svc"), timeout=10)}
+        self.assertTrue(before)
+        op = self.upgrade("v1.7.0", type=C.UPGRADE_TYPE_ROLLING, max_surge=0, max_unavailable=1)
+        _, _, end = self.follow(op, timeout=180)
+        self.assertEqual(end.status, O.OPERATION_STATUS_SUCCEEDED, end)
+        after = [w.id for w in self.core.ListWorkloads(
+            core_pb2.ListWorkloadsOptions(appname="svc"), timeout=10)]
+        self.assertEqual(len(after), len(before), after)
+        self.assertFalse(before & set(after))  # every node was drained: each one moved
+
+        def all_running():
+            try:
+                return all(s.running for s in self.core.GetWorkloadsStatus(
+                    core_pb2.WorkloadIDs(IDs=after), timeout=10).status)
+            except grpc.RpcError:  # a status not reported yet
+                return False
+        self.assertTrue(self.wait(all_running), after)
+        self.assertEqual(set(self.versions().values()), {"v1.7.0"})
+
     def test_g_seed_example_through_reflection(self):
         made = self.cs.CreateCluster(C.CreateClusterRequest(name="cluster-abc123",
                                                             version="v0.0.89"), timeout=10)

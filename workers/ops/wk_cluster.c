@@ -395,6 +395,49 @@ static int stop_old(wk_op *op, const drain_opts *d, const pv_workload *w, pv_sta
     return rc;
 }
 
+/* ControlWorkload `type` (stop, start) of the old instance w on its node, its record kept: for
+ * max_surge 0, the old one stops before its replacement is placed and is removed only once the
+ * replacement runs, so its recorded deploy is still there to place it from, and a redelivered
+ * drain still finds it on the node. Nothing to do when the node's agent is gone. */
+static int control_old(wk_op *op, const drain_opts *d, const pv_workload *w, const char *type,
+                       pv_status *st) {
+    bool alive = false;
+    if (pv_registry_get_alive(wk_op_redis(op), wk_op_keys(op), d->node, &alive, NULL, st) != PV_OK)
+        return st->code;
+    if (!alive) return PV_OK;
+    json_t *params = json_pack("{s:[s], s:s, s:b}", "ids", w->id, "type", type, "force", 0);
+    char *text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_decref(params);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char queue[300], request_id[PV_KEY_MAX], step[PV_KEY_MAX];
+    snprintf(queue, sizeof queue, "node:%s", d->node);
+    /* "control-": stop_old's own step and request are "stop:<id>" and ".../stop/<id>" */
+    snprintf(request_id, sizeof request_id, "%s/control-%s/%s", wk_op_record(op)->id, type, w->id);
+    snprintf(step, sizeof step, "control-%s:%s", type, w->id);
+    child_req c = {PV_KIND_CONTROL_NODE, queue, text, request_id, "wlop"};
+    pv_op done;
+    int rc = run_child(op, step, &c, &done, st);
+    free(text);
+    if (rc != PV_OK) return rc;
+    if (done.status != PV_OP_SUCCEEDED)
+        rc = wk_op_fail_final(op, st, PV_FAILED_PRECONDITION,
+                              "workload %s (%s): %s on node %s failed: %s", w->name, w->id, type,
+                              d->node, done.error_message ? done.error_message : "failed");
+    pv_op_output *out = NULL;
+    size_t n = 0;
+    if (rc == PV_OK) rc = read_output(op, done.id, &out, &n, st);
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        const char *err = field_of(&out[i], "error");
+        if (err && *err)
+            rc = wk_op_fail_final(op, st, PV_FAILED_PRECONDITION,
+                                  "workload %s (%s): %s on node %s failed: %s", w->name, w->id,
+                                  type, d->node, err);
+    }
+    pv_op_output_free(out, n);
+    pv_op_clear(&done);
+    return rc;
+}
+
 /* Places w's replacement elsewhere; *p says where, or why not (p->id empty). */
 static int place_elsewhere(wk_op *op, const drain_opts *d, const pv_workload *w, placed *p,
                            pv_status *st) {
@@ -488,7 +531,7 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
                                w[i].name, w[i].id, d->node, why);
                 continue;
             }
-            if ((rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
+            if ((rc = control_old(op, d, &w[i], "stop", st)) != PV_OK) return rc;
         }
         placed p;
         rc = place_elsewhere(op, d, &w[i], &p, st);
@@ -498,13 +541,20 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
             continue;
         }
         if (rc != PV_OK) return rc;
-        if (!p.id[0] && d->keep_unplaceable && !d->stop_first) {
+        if (!p.id[0] && d->stop_first) { /* it fitted a moment ago: it runs again where it was */
+            if ((rc = control_old(op, d, &w[i], "start", st)) != PV_OK) return rc;
             t->left++;
             wk_op_progress(op, pct, "%s (%s) stays on node %s: it cannot be placed elsewhere (%s)",
                            w[i].name, w[i].id, d->node, p.why);
             continue;
         }
-        if (!p.id[0] && !d->force && !d->stop_first) {
+        if (!p.id[0] && d->keep_unplaceable) {
+            t->left++;
+            wk_op_progress(op, pct, "%s (%s) stays on node %s: it cannot be placed elsewhere (%s)",
+                           w[i].name, w[i].id, d->node, p.why);
+            continue;
+        }
+        if (!p.id[0] && !d->force) {
             wk_op_progress(op, pct, "blocked: %s (%s) cannot be placed elsewhere: %s", w[i].name,
                            w[i].id, p.why);
             return wk_op_fail_final(op, st, d->unplaceable_code,
@@ -522,7 +572,7 @@ static int move_all(wk_op *op, const drain_opts *d, pv_workload *w, size_t n, co
                            "removing %s (%zu of %zu): it cannot be placed elsewhere "
                            "(%s)",
                            w[i].name, i + 1, n, p.why);
-        if (!d->stop_first && (rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
+        if ((rc = stop_old(op, d, &w[i], st)) != PV_OK) return rc;
         if (p.id[0]) {
             t->moved++;
             pv_info("%s %s: moved workload %s from %s to %s as %s", wk_op_record(op)->kind,
