@@ -188,18 +188,30 @@ static int kill_container(const slot *s, const char *endpoint, wk_docker_api **a
 
 /* Kills what the n slots recorded that still runs: a container through its daemon (docker
  * engine; its process where the daemon does not answer), else the process group; logs each
- * killed as how. endpoint: the page's docker_endpoint (a copy: the agent may write the page). */
+ * killed as how. endpoint: the page's docker_endpoint (a copy: the agent may write the page).
+ * The process groups go first and the journal last: resumed from a freeze of the whole host,
+ * the workloads run on the other cores while this one waits on a daemon or writes. */
 static void kill_slots(const slot *s, int n, const char *log_path, const char *how,
                        const char *endpoint) {
     wk_docker_api *api = NULL;
+    bool killed[SLOTS], by_daemon[SLOTS];
+    n = n < SLOTS ? n : SLOTS;
     for (int i = 0; i < n; i++) {
-        int by_daemon = s[i].cid[0] ? kill_container(&s[i], endpoint, &api) : -1;
-        char what[160];
-        snprintf(what, sizeof what, "%s%s", how, by_daemon > 0 ? " (docker kill)" : "");
-        if (by_daemon > 0 || (by_daemon < 0 && kill_pid(&s[i])))
-            log_line(log_path, "fence", s[i].id, s[i].epoch, what);
+        by_daemon[i] = false;
+        killed[i] = !s[i].cid[0] && kill_pid(&s[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!s[i].cid[0]) continue;
+        int rc = kill_container(&s[i], endpoint, &api);
+        by_daemon[i] = rc > 0;
+        killed[i] = rc > 0 || (rc < 0 && kill_pid(&s[i]));
     }
     wk_docker_api_close(api);
+    for (int i = 0; i < n; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s%s", how, by_daemon[i] ? " (docker kill)" : "");
+        if (killed[i]) log_line(log_path, "fence", s[i].id, s[i].epoch, what);
+    }
 }
 
 /* Each poll past the deadline kills again what still runs (a qemu killed takes a while to go),
