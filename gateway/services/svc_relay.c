@@ -574,8 +574,8 @@ int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_nod
     *by_node = json_object();
     int rc = *by_node ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
-        pv_workload w;
-        rc = pv_workload_get(rl->r, rl->k, ids[i], &w, st);
+        char *node = NULL;
+        rc = pv_workload_node(rl->r, rl->k, ids[i], &node, st);
         if (unknown && (rc == PV_NOT_FOUND || rc == PV_INVALID_ARGUMENT)) {
             rc = json_array_append_new(unknown, json_pack("[s, s]", ids[i], st->msg)) == 0
                      ? PV_OK
@@ -583,10 +583,10 @@ int svc_relay_group_by_node(svc_relay *rl, char **ids, size_t n, json_t **by_nod
             continue;
         }
         if (rc != PV_OK) break;
-        json_t *list = json_object_get(*by_node, w.node);
-        if (!list) json_object_set_new(*by_node, w.node, list = json_array());
-        json_array_append_new(list, json_string(w.id));
-        pv_workload_clear(&w);
+        json_t *list = json_object_get(*by_node, node);
+        if (!list) json_object_set_new(*by_node, node, list = json_array());
+        json_array_append_new(list, json_string(ids[i]));
+        free(node);
     }
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_json.h"
 #include "pv_registry.h"
 #include "pv_res.h"
@@ -490,13 +491,15 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
                          resv_id, RETRIES);
 }
 
-/* The node's usage minus one workload's resources. */
-static int usage_without(const pv_node *node, const char *resources, char **usage, pv_status *st) {
+/* The node's usage minus the resources of n workloads (NULL or "{}": none). */
+static int usage_without(const pv_node *node, const char *const *resources, size_t n, char **usage,
+                         pv_status *st) {
     pv_res_node res = {0};
     int rc = pv_res_node_parse(node->resources, node->usage, NULL, &res, st);
-    if (rc == PV_OK && resources && strcmp(resources, "{}") != 0) {
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (!resources[i] || strcmp(resources[i], "{}") == 0) continue;
         pv_status ust;
-        if (pv_res_node_usage_add(&res, resources, -1, &ust) != PV_OK)
+        if (pv_res_node_usage_add(&res, resources[i], -1, &ust) != PV_OK)
             pv_warn("node %s: giving back a workload's resources: %s; its usage is left as it "
                     "was for that part (GetNodeResource fix repairs drift)",
                     node->name, ust.msg);
@@ -542,7 +545,7 @@ static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id,
             rc = pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
         } else if (node_usage_get(r, k, node_id, &node, st) == PV_OK) {
             snprintf(rev, sizeof rev, "%lld", (long long)node.usage_rev);
-            rc = usage_without(&node, resources, &usage, st);
+            rc = usage_without(&node, (const char *const *)&resources, 1, &usage, st);
         } else if (st->code != PV_NOT_FOUND) {
             rc = st->code;
         }
@@ -572,8 +575,143 @@ static int give_back_cas(pv_redis *r, const pv_keys *k, const char *workload_id,
                          workload_id, RETRIES);
 }
 
+/* The placements of the workloads of w not settled yet (node_ids[i], resources[i]: NULL when not
+ * read); one not recorded any more is settled NOT_FOUND. One HMGET each. */
+static int read_placements(pv_redis *r, const pv_keys *k, pv_resv_return *w, size_t n,
+                           char **node_ids, char **resources, pv_status *st) {
+    for (size_t i = 0; i < n; i++) {
+        free(node_ids[i]);
+        free(resources[i]);
+        node_ids[i] = resources[i] = NULL;
+        if (w[i].outcome != PV_RESV_UNSETTLED) continue;
+        if (wl_placement(r, k, w[i].id, &node_ids[i], &resources[i], st) != PV_OK) return st->code;
+        if (!node_ids[i]) w[i].outcome = PV_NOT_FOUND;
+    }
+    return PV_OK;
+}
+
+/* The function's ARGV for the workloads of w on node_id: base, node_id, rev, usage, node, then
+ * id, resources, epoch ("" = unchecked) each; grp[j] = their indexes in w (*ngrp of them). */
+static void give_back_args(argv_buf *a, const char *base, const char *node_id, const char *rev,
+                           const char *usage, const char *node, const pv_resv_return *w,
+                           char *const *node_ids, char *const *resources, size_t n, size_t *grp,
+                           size_t *ngrp) {
+    argv_push(a, base);
+    argv_push(a, node_id);
+    argv_push(a, rev);
+    argv_push(a, usage);
+    argv_push(a, node ? node : "");
+    *ngrp = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w[i].outcome != PV_RESV_UNSETTLED || !node_ids[i] || strcmp(node_ids[i], node_id) != 0)
+            continue;
+        grp[(*ngrp)++] = i;
+        argv_push(a, w[i].id);
+        argv_push(a, resources[i] ? resources[i] : "{}");
+        if (w[i].epoch > 0)
+            argv_push_i64(a, w[i].epoch);
+        else
+            argv_push(a, "");
+    }
+}
+
+/* One compare-and-set of the workloads of w on node_id (the first unsettled one's node):
+ * *conflict when the node or a record moved under it (read again). */
+static int give_back_node(pv_redis *r, const pv_keys *k, const char *base, const char *node,
+                          pv_resv_return *w, size_t n, char **node_ids, char **resources,
+                          bool *conflict, pv_status *st) {
+    *conflict = false;
+    const char *node_id = NULL;
+    for (size_t i = 0; !node_id && i < n; i++)
+        if (w[i].outcome == PV_RESV_UNSETTLED && node_ids[i]) node_id = node_ids[i];
+    if (!node_id) return PV_OK;
+    size_t *grp = calloc(n, sizeof *grp), ngrp = 0;
+    const char **res = calloc(n, sizeof *res);
+    argv_buf a = {0};
+    pv_node rec = {0};
+    char *usage = NULL, rev[24] = "0";
+    int rc = grp && res ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    /* a node gone: nothing to give back to, the records are just removed */
+    if (rc == PV_OK && node_usage_get(r, k, node_id, &rec, st) != PV_OK && st->code != PV_NOT_FOUND)
+        rc = st->code;
+    if (rc == PV_OK) {
+        snprintf(rev, sizeof rev, "%lld", (long long)rec.usage_rev);
+        give_back_args(&a, base, node_id, rev, "", node, w, node_ids, resources, n, grp, &ngrp);
+        for (size_t j = 0; j < ngrp; j++)
+            res[j] = resources[grp[j]];
+        if (rec.name) rc = usage_without(&rec, res, ngrp, &usage, st);
+        if (rc == PV_OK && a.oom) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    redisReply *rep = NULL;
+    if (rc == PV_OK) {
+        a.v[3] = usage ? usage : "{}";
+        rc = pv_redis_fcall(r, "pv_wl_remove_release", 0, NULL, (int)a.n, a.v, &rep, st);
+    }
+    if (rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "CONFLICT") == 0) {
+        *conflict = true;
+    } else if (rc == PV_OK && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+               rep->element[1]->type == REDIS_REPLY_STRING) {
+        /* MOVED: that one is refused, the others go again */
+        for (size_t j = 0; j < ngrp; j++)
+            if (strcmp(w[grp[j]].id, rep->element[1]->str) == 0) {
+                w[grp[j]].outcome = PV_FAILED_PRECONDITION;
+                w[grp[j]].moved_epoch = rep->element[2]->type == REDIS_REPLY_STRING
+                                            ? strtoll(rep->element[2]->str, NULL, 10)
+                                            : 0;
+            }
+    } else if (rc == PV_OK) {
+        for (size_t j = 0; j < ngrp; j++)
+            w[grp[j]].outcome = PV_OK;
+    }
+    if (rep) freeReplyObject(rep);
+    argv_free(&a);
+    pv_node_clear(&rec);
+    PV_FREE(usage, grp, res);
+    return rc;
+}
+
+int pv_resv_return_workloads(pv_redis *r, const pv_keys *k, const char *node, pv_resv_return *w,
+                             size_t n, pv_status *st) {
+    char base[PV_KEY_MAX];
+    if (key_base(k, base, sizeof base, st) != PV_OK) return st->code;
+    for (size_t i = 0; i < n; i++)
+        w[i].outcome = PV_RESV_UNSETTLED;
+    char **node_ids = calloc(n ? n : 1, sizeof *node_ids);
+    char **resources = calloc(n ? n : 1, sizeof *resources);
+    int rc = node_ids && resources ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    /* each round settles one node's workloads (or a refused one), or loses a race to a writer of
+     * that node: those rounds are bounded by RETRIES, the others by n */
+    int conflicts = 0;
+    bool left = rc == PV_OK;
+    while (rc == PV_OK && left) {
+        bool conflict = false;
+        rc = read_placements(r, k, w, n, node_ids, resources, st);
+        if (rc == PV_OK)
+            rc = give_back_node(r, k, base, node, w, n, node_ids, resources, &conflict, st);
+        left = false;
+        for (size_t i = 0; i < n; i++)
+            left = left || w[i].outcome == PV_RESV_UNSETTLED;
+        if (rc == PV_OK && conflict && ++conflicts >= RETRIES)
+            rc = pv_status_set(st, PV_ABORTED,
+                               "workloads of node %s: its usage kept changing; gave up after %d "
+                               "tries",
+                               node && *node ? node : "?", RETRIES);
+        if (rc == PV_OK && conflict) cas_backoff(conflicts);
+    }
+    for (size_t i = 0; node_ids && resources && i < n; i++) {
+        free(node_ids[i]);
+        free(resources[i]);
+    }
+    PV_FREE(node_ids, resources);
+    return rc;
+}
+
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st) {
-    return give_back_cas(r, k, workload_id, "pv_wl_remove_release", NULL, NULL, 0, st);
+    pv_resv_return w = {.id = workload_id};
+    if (pv_resv_return_workloads(r, k, NULL, &w, 1, st) != PV_OK) return st->code;
+    if (w.outcome == PV_NOT_FOUND)
+        return pv_status_set(st, PV_NOT_FOUND, "workload %s not found", workload_id);
+    return PV_OK;
 }
 
 int pv_resv_reincarnate_workload(pv_redis *r, const pv_keys *k, const char *workload_id,

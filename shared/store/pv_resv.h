@@ -98,6 +98,30 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
  * (it drifted) is clamped and logged; GetNodeResource's fix repairs it. */
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st);
 
+/* pv_resv_return_workloads' outcome of a workload not settled (yet). */
+#define PV_RESV_UNSETTLED (-1)
+
+/* One workload of pv_resv_return_workloads: id and epoch are the caller's (borrowed), outcome
+ * and moved_epoch are set. */
+typedef struct pv_resv_return {
+    const char *id;
+    int64_t epoch;       /* the instance's incarnation on node; 0: not checked */
+    int outcome;         /* PV_OK: removed and given back; PV_NOT_FOUND: not recorded (removed
+                          * before); PV_FAILED_PRECONDITION: replaced elsewhere, the record is
+                          * another incarnation (at moved_epoch): left alone */
+    int64_t moved_epoch; /* with PV_FAILED_PRECONDITION */
+} pv_resv_return;
+
+/* pv_resv_return_workload for n workloads (ids distinct), one node's part of a removal: what
+ * the workloads of one node held goes back in one compare-and-set of that node (one usage write
+ * and one change-index entry for all of them, not one each). A workload with an epoch whose
+ * record is another incarnation than node's instance at that epoch (pv_workload_ha_check's
+ * MOVED, checked atomically with the removal) is left alone. PV_OK with every outcome set, else
+ * a Redis error or PV_ABORTED when the nodes' usage kept changing (outcomes of the workloads
+ * not reached stay PV_RESV_UNSETTLED). */
+int pv_resv_return_workloads(pv_redis *r, const pv_keys *k, const char *node, pv_resv_return *w,
+                             size_t n, pv_status *st);
+
 /* A failover's replacement of workload_id, made on node at epoch (the claim's, pv_workload.h),
  * takes the record over: it moves to node with engine_id (and labels, "" = kept), takes the
  * reservation's allocation alloc_id, and what it held goes back to its old node, atomically

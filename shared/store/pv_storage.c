@@ -845,9 +845,11 @@ int pv_storage_detach_all(pv_redis *r, const pv_keys *k, const char *wl_id, pv_s
             rc = st->code;
         if (rep) freeReplyObject(rep);
     }
+    /* an empty set is no key: nothing to delete (a workload without volumes, most of them) */
+    bool any = ids->elements > 0;
     freeReplyObject(ids);
     redisReply *rep = NULL;
-    if (rc == PV_OK) rc = pv_redis_command(r, &rep, st, "DEL %s", vols);
+    if (rc == PV_OK && any) rc = pv_redis_command(r, &rep, st, "DEL %s", vols);
     if (rep) freeReplyObject(rep);
     return rc;
 }

@@ -261,6 +261,23 @@ int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *
     return rc;
 }
 
+int pv_workload_node(pv_redis *r, const pv_keys *k, const char *id, char **node, pv_status *st) {
+    *node = NULL;
+    char key[PV_KEY_MAX];
+    redisReply *rep = NULL;
+    if (pv_workload_check_id("id", id, st) != PV_OK ||
+        pv_key(k, PV_KEY_WL, id, key, sizeof key, st) != PV_OK ||
+        pv_redis_command(r, &rep, st, "HGET %s node", key) != PV_OK)
+        return st->code;
+    int rc = rep->type == REDIS_REPLY_STRING
+                 ? PV_OK
+                 : pv_status_set(st, PV_NOT_FOUND, "workload %s not found", id);
+    if (rc == PV_OK && !(*node = strdup(rep->str)))
+        rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    freeReplyObject(rep);
+    return rc;
+}
+
 int pv_workload_deploy(pv_redis *r, const pv_keys *k, const char *id, char **out, pv_status *st) {
     *out = NULL;
     redisReply *rep = NULL;

@@ -100,6 +100,11 @@ int pv_workload_remove(pv_redis *r, const pv_keys *k, const char *id, pv_status 
 /* NOT_FOUND "workload <id> not found" when missing. */
 int pv_workload_get(pv_redis *r, const pv_keys *k, const char *id, pv_workload *out, pv_status *st);
 
+/* The name of the node workload id is on (*node malloc'd, the caller's to free): what a call
+ * routing to the workload's node needs, one HGET instead of the record. INVALID_ARGUMENT for a
+ * malformed id, NOT_FOUND "workload <id> not found" when missing. */
+int pv_workload_node(pv_redis *r, const pv_keys *k, const char *id, char **node, pv_status *st);
+
 /* Every workload, or those of an app (app non-empty), an entrypoint (entry non-empty, with
  * app), a node (node non-empty; an unknown node has none) and carrying every label of
  * labels_json (NULL/"{}" = any). Id order. *out NULL when none. */

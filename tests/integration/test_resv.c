@@ -648,6 +648,62 @@ static void test_concurrent_returns_all_succeed(void **state) {
     assert_int_equal(dummy_total(f), 6); /* both nodes whole again */
 }
 
+/* A node's part of a removal gives back all of its workloads in one compare-and-set: one usage
+ * write for three workloads; one whose record is another incarnation than the instance's
+ * (replaced elsewhere: epoch 2, the instance 1) is left alone; the same call again (a
+ * redelivered removal) finds the others gone and writes nothing; the usage matches what is
+ * left throughout. */
+static void test_batched_return_and_retry(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"includes\":[\"n1\"],\"count\":3,\"app\":\"web\",\"entrypoint\":"
+                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-BBBB", 1, &reply, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    char ids[3][sizeof((pv_workload){0}).id];
+    for (int i = 0; i < 3; i++)
+        add_on_n1(f, json_array_get(allocs, i), i, ids[i], sizeof ids[i]);
+    json_decref(j);
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-BBBB", &st), PV_OK);
+    assert_int_equal(dummy_total(f), 3); /* n1: 4G - 3G */
+    assert_int_equal(int_cmd(f, "HSET " BASE "wl:%s epoch 2", ids[2]), 0);
+    char *id1 = node_id(f, "n1");
+    long long rev0 = int_cmd(f, "HGET " BASE "node:%s usage_rev", id1);
+    pv_resv_return w[3];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++)
+            w[i] = (pv_resv_return){.id = ids[i], .epoch = 1};
+        assert_int_equal(pv_resv_return_workloads(f->r, &f->keys, "n1", w, 3, &st), PV_OK);
+        assert_int_equal(w[0].outcome, round == 0 ? PV_OK : PV_NOT_FOUND);
+        assert_int_equal(w[1].outcome, round == 0 ? PV_OK : PV_NOT_FOUND);
+        assert_int_equal(w[2].outcome, PV_FAILED_PRECONDITION);
+        assert_int_equal(w[2].moved_epoch, 2);
+        assert_int_equal(int_cmd(f, "HGET " BASE "node:%s usage_rev", id1), rev0 + 1);
+        assert_int_equal(int_cmd(f, "EXISTS " BASE "wl:%s", ids[0]), 0);
+        assert_int_equal(int_cmd(f, "EXISTS " BASE "wl:%s", ids[2]), 1);
+        assert_int_equal(int_cmd(f, "HGET " BASE "deploy-count:web:main n1"), 1);
+        assert_int_equal(int_cmd(f, "SCARD " BASE "node-workloads:%s", id1), 1);
+        assert_int_equal(dummy_total(f), 5); /* n1: 4G - the one left */
+        pv_resv_check c;
+        assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+        assert_int_equal(c.ndiffs, 0);
+        pv_resv_check_clear(&c);
+    }
+    /* unchecked (no instance epoch): removed whatever its incarnation */
+    assert_int_equal(pv_resv_return_workload(f->r, &f->keys, ids[2], &st), PV_OK);
+    assert_int_equal(pv_resv_return_workload(f->r, &f->keys, ids[2], &st), PV_NOT_FOUND);
+    assert_int_equal(dummy_total(f), 6);
+    assert_int_equal(int_cmd(f, "HLEN " BASE "deploy-count:web:main"), 0);
+    free(id1);
+}
+
 /* DUMMY total through a cache kept across calls, as the scheduler daemon keeps one. */
 static long long cached_total(fixture *f, sched_cache *cache) {
     sched_request req;
@@ -810,6 +866,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_index_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -327,6 +327,27 @@ int64_t wk_fence_epoch_of(const char *labels_json) {
     return e > 0 ? e : 1;
 }
 
+/* The refusal's words for node's instance of id at epoch, the record at incarnation now. */
+void wk_fence_replaced_why(const char *node, const char *id, int64_t epoch, int64_t now, char *why,
+                           size_t cap) {
+    snprintf(why, cap,
+             "workload %s was replaced while node %s was away: the registry holds its "
+             "incarnation %lld elsewhere, this node's instance is incarnation %lld (stale: it "
+             "is removed, not acted on)",
+             id, node, (long long)now, (long long)epoch);
+}
+
+bool wk_fence_replaced_at(pv_redis *r, const pv_keys *k, const char *node, const char *id,
+                          int64_t epoch, char *why, size_t cap) {
+    pv_incarnation v;
+    int64_t now = 0;
+    pv_status st;
+    if (pv_workload_ha_check(r, k, id, node, epoch, &v, &now, &st) != PV_OK || v != PV_INC_MOVED)
+        return false;
+    wk_fence_replaced_why(node, id, epoch, now, why, cap);
+    return true;
+}
+
 bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
                        const char *id, char *why, size_t cap) {
     wk_engine_info info = {0};
@@ -334,16 +355,7 @@ bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const c
     if (!engine || wk_engine_inspect(engine, id, &info, &st) != PV_OK) return false;
     int64_t epoch = wk_fence_epoch_of(info.labels_json);
     wk_engine_info_clear(&info);
-    pv_incarnation v;
-    int64_t now = 0;
-    if (pv_workload_ha_check(r, k, id, node, epoch, &v, &now, &st) != PV_OK || v != PV_INC_MOVED)
-        return false;
-    snprintf(why, cap,
-             "workload %s was replaced while node %s was away: the registry holds its "
-             "incarnation %lld elsewhere, this node's instance is incarnation %lld (stale: it "
-             "is removed, not acted on)",
-             id, node, (long long)now, (long long)epoch);
-    return true;
+    return wk_fence_replaced_at(r, k, node, id, epoch, why, cap);
 }
 
 int wk_fence_refuse_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,

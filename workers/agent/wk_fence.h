@@ -103,6 +103,15 @@ void wk_fence_settled(wk_fence *f, const char *id);
 bool wk_fence_replaced(wk_engine *engine, pv_redis *r, const pv_keys *k, const char *node,
                        const char *id, char *why, size_t cap);
 
+/* wk_fence_replaced for an instance at epoch the caller has read from its engine. */
+bool wk_fence_replaced_at(pv_redis *r, const pv_keys *k, const char *node, const char *id,
+                          int64_t epoch, char *why, size_t cap);
+
+/* wk_fence_replaced's words (cap bytes of why) for node's instance of id at epoch, the record
+ * at incarnation now. */
+void wk_fence_replaced_why(const char *node, const char *id, int64_t epoch, int64_t now, char *why,
+                           size_t cap);
+
 /* The same check for a node operation that acts on one workload's instance (exec, logs,
  * realloc, send and copy of files): FAILED_PRECONDITION with wk_fence_replaced's message when the
  * instance was replaced, else PV_OK. */

@@ -709,28 +709,6 @@ typedef struct id_job {
     int grace_seconds; /* between SIGTERM and SIGKILL; < 0: the engine's default */
 } id_job;
 
-/* Stops and removes one workload; the answer ({"ok": true} or {"error": ...}) is journaled. */
-static int step_remove(wk_op *op, void *arg, char **result, pv_status *st) {
-    id_job *rm = arg;
-    wk_engine *engine = wk_agent_engine(rm->agent);
-    pv_status est;
-    int rc = wk_engine_stop(engine, rm->id, rm->grace_seconds, rm->force, &est);
-    if (rc == PV_OK || rc == PV_FAILED_PRECONDITION) /* FAILED_PRECONDITION: not running */
-        rc = wk_engine_remove(engine, rm->id, true, &est);
-    if (rc == PV_NOT_FOUND) rc = PV_OK; /* the engine has nothing of it (left, or never made) */
-    if (rc == PV_OK) {
-        rc = pv_resv_return_workload(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
-        if (rc == PV_NOT_FOUND) rc = PV_OK; /* recorded removal of a previous delivery */
-    }
-    if (rc == PV_OK) rc = pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), rm->id, &est);
-    if (retried_later(engine, rc)) return pv_status_set(st, rc, "remove %s: %s", rm->id, est.msg);
-    json_t *j = rc == PV_OK ? json_pack("{s:b}", "ok", 1) : json_pack("{s:s}", "error", est.msg);
-    *result = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (rc != PV_OK) pv_warn("remove %s on %s: %s", rm->id, wk_agent_node(rm->agent), est.msg);
-    return *result ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
-}
-
 typedef struct removal_report {
     const char *id, *answer;
     const char *step; /* "reported:<id>": journaled with the output (wk_op_output_step) */
@@ -782,14 +760,32 @@ static int step_and_report(wk_op *op, const char *prefix, const char *id, wk_ste
     return rc;
 }
 
-static int step_report_removal(wk_op *op, const removal_report *rr, pv_status *st) {
-    json_t *a = json_loads(rr->answer, 0, NULL);
-    const char *err = json_string_value(json_object_get(a, "error"));
-    const char *fields[] = {"type", "id", "success", "hook"};
-    const char *values[] = {"removed", rr->id, err ? "0" : "1", err ? err : ""};
-    int rc = wk_op_output_step(op, rr->step, 4, fields, values, st);
-    json_decref(a);
-    return rc;
+/* The parameters of a removal or control: params.ids (checked: workload ids) and the job every
+ * id shares (agent, type, force, grace_seconds; id left NULL). *params is the caller's to
+ * decref; *ids is borrowed from it. */
+static int id_params(wk_op *op, wk_agent *agent, json_t **params, json_t **ids, id_job *job,
+                     pv_status *st) {
+    *params = json_loads(wk_op_record(op)->params, 0, NULL);
+    *ids = json_object_get(*params, "ids");
+    const char *type = json_string_value(json_object_get(*params, "type"));
+    json_t *grace = json_object_get(*params, "grace_seconds");
+    int grace_seconds = json_is_integer(grace) && json_integer_value(grace) >= 0 &&
+                                json_integer_value(grace) <= 86400
+                            ? (int)json_integer_value(grace)
+                            : -1;
+    *job = (id_job){agent, NULL, type ? type : "", json_is_true(json_object_get(*params, "force")),
+                    grace_seconds};
+    if (!json_is_array(*ids))
+        return pv_status_set(st, PV_INVALID_ARGUMENT,
+                             "params.ids: must be an array of workload ids");
+    size_t i;
+    json_t *v;
+    json_array_foreach(*ids, i, v) {
+        if (!json_string_value(v))
+            return pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
+        if (pv_workload_check_id("params.ids", json_string_value(v), st) != PV_OK) return st->code;
+    }
+    return PV_OK;
 }
 
 /* For each id of params.ids: the journaled step `do_step` ("<prefix>:<id>"), then its journaled
@@ -798,37 +794,175 @@ static int each_id(wk_op *op, const char *prefix, wk_step_fn do_step, report_fn 
                    bool pending, pv_status *st) {
     wk_agent *agent = engine_agent(op, st);
     if (!agent) return PV_FAILED_PRECONDITION;
-    json_t *params = json_loads(wk_op_record(op)->params, 0, NULL);
-    json_t *ids = json_object_get(params, "ids");
-    const char *type = json_string_value(json_object_get(params, "type"));
-    bool force = json_is_true(json_object_get(params, "force"));
-    json_t *grace = json_object_get(params, "grace_seconds");
-    int grace_seconds = json_is_integer(grace) && json_integer_value(grace) >= 0 &&
-                                json_integer_value(grace) <= 86400
-                            ? (int)json_integer_value(grace)
-                            : -1;
-    int rc = json_is_array(ids) ? PV_OK
-                                : pv_status_set(st, PV_INVALID_ARGUMENT,
-                                                "params.ids: must be an array of workload ids");
+    json_t *params, *ids;
+    id_job job;
+    int rc = id_params(op, agent, &params, &ids, &job, st);
     size_t i;
     json_t *v;
     json_array_foreach(ids, i, v) {
         if (rc != PV_OK) break;
-        const char *id = json_string_value(v);
-        if (!id) {
-            rc = pv_status_set(st, PV_INVALID_ARGUMENT, "params.ids[%zu]: not a string", i);
-            break;
-        }
-        if ((rc = pv_workload_check_id("params.ids", id, st)) != PV_OK) break;
-        id_job job = {agent, id, type ? type : "", force, grace_seconds};
-        rc = step_and_report(op, prefix, id, do_step, &job, report_step, pending, st);
+        job.id = json_string_value(v);
+        rc = step_and_report(op, prefix, job.id, do_step, &job, report_step, pending, st);
     }
     json_decref(params);
     return rc;
 }
 
+/* One workload of a removal: what the engine, the give-back and the volumes answered. */
+typedef struct rm_item {
+    const char *id;   /* borrowed from the params */
+    int64_t epoch;    /* the instance's incarnation (its labels); 0: no instance */
+    bool skip;        /* told already (a redelivery), or a repeat in the ids */
+    bool engine_done; /* the engine has nothing of it any more */
+    char *error;      /* the answer's error (malloc'd); NULL: removed */
+} rm_item;
+
+static void rm_fail(rm_item *it, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rm_fail(rm_item *it, const char *fmt, ...) {
+    if (it->error) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&it->error, fmt, ap) < 0) it->error = NULL;
+    va_end(ap);
+    if (!it->error) it->error = strdup("out of memory");
+}
+
+/* The engine's part of one workload: the instance's epoch read (an HA one that was replaced
+ * elsewhere meanwhile is refused before anything is done to it: wk_fence_replaced), then it is
+ * stopped and removed. PV_OK with it->error or it->engine_done; a code the operation machinery
+ * retries later (retried_later) otherwise. */
+static int rm_engine(wk_op *op, const id_job *job, rm_item *it, pv_status *st) {
+    wk_engine *engine = wk_agent_engine(job->agent);
+    wk_engine_info info = {0};
+    pv_status est;
+    bool ha = false;
+    if (wk_engine_inspect(engine, it->id, &info, &est) == PV_OK) {
+        it->epoch = wk_fence_epoch_of(info.labels_json);
+        ha = pv_workload_is_ha(info.labels_json, NULL);
+    }
+    wk_engine_info_clear(&info);
+    char why[PV_STATUS_MSG_MAX];
+    /* only an HA workload is ever recreated elsewhere: for the others the give-back's own check
+     * of the epoch (atomic with the removal) is the fence, and costs no round trip */
+    if (ha && wk_fence_replaced_at(wk_op_redis(op), wk_op_keys(op), wk_agent_node(job->agent),
+                                   it->id, it->epoch, why, sizeof why)) {
+        pv_warn("%s %s: %s", wk_op_record(op)->kind, wk_op_record(op)->id, why);
+        rm_fail(it, "%s", why);
+        return PV_OK;
+    }
+    int rc = wk_engine_stop(engine, it->id, job->grace_seconds, job->force, &est);
+    if (rc == PV_OK || rc == PV_FAILED_PRECONDITION) /* FAILED_PRECONDITION: not running */
+        rc = wk_engine_remove(engine, it->id, true, &est);
+    if (rc == PV_NOT_FOUND) rc = PV_OK; /* the engine has nothing of it (left, or never made) */
+    if (retried_later(engine, rc)) return pv_status_set(st, rc, "remove %s: %s", it->id, est.msg);
+    if (rc == PV_OK)
+        it->engine_done = true;
+    else
+        rm_fail(it, "%s", est.msg);
+    return PV_OK;
+}
+
+/* What the workloads the engine let go held goes back to the node, one compare-and-set for all
+ * of them (pv_resv_return_workloads), then their volumes are detached. A failure is the
+ * answer of the workloads it hit; PV_OK, or a code the operation machinery retries later. */
+static int rm_give_back(wk_op *op, wk_agent *agent, rm_item *items, size_t n, pv_status *st) {
+    pv_resv_return *w = calloc(n ? n : 1, sizeof *w);
+    size_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0;
+    if (!w || !idx) {
+        PV_FREE(w, idx);
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (items[i].engine_done && !items[i].error) {
+            w[m] = (pv_resv_return){.id = items[i].id, .epoch = items[i].epoch};
+            idx[m++] = i;
+        }
+    wk_engine *engine = wk_agent_engine(agent);
+    pv_status gst;
+    int rc = m ? pv_resv_return_workloads(wk_op_redis(op), wk_op_keys(op), wk_agent_node(agent), w,
+                                          m, &gst)
+               : PV_OK;
+    if (retried_later(engine, rc)) {
+        PV_FREE(w, idx);
+        return pv_status_set(st, rc, "remove: %s", gst.msg);
+    }
+    for (size_t j = 0; j < m; j++) {
+        rm_item *it = &items[idx[j]];
+        char why[PV_STATUS_MSG_MAX];
+        if (w[j].outcome == PV_RESV_UNSETTLED) {
+            rm_fail(it, "%s", gst.msg);
+        } else if (w[j].outcome == PV_FAILED_PRECONDITION) {
+            wk_fence_replaced_why(wk_agent_node(agent), it->id, it->epoch, w[j].moved_epoch, why,
+                                  sizeof why);
+            pv_warn("%s %s: %s", wk_op_record(op)->kind, wk_op_record(op)->id, why);
+            rm_fail(it, "%s", why);
+        } else if (pv_storage_detach_all(wk_op_redis(op), wk_op_keys(op), it->id, &gst) != PV_OK) {
+            if (retried_later(engine, gst.code)) {
+                PV_FREE(w, idx);
+                return pv_status_set(st, gst.code, "remove %s: %s", it->id, gst.msg);
+            }
+            rm_fail(it, "%s", gst.msg);
+        }
+    }
+    PV_FREE(w, idx);
+    return PV_OK;
+}
+
+/* The output entry of each workload handled ({type=removed, id, success, hook}), journaled
+ * ("reported:<id>") so that a redelivery neither tells its client twice nor acts again on a
+ * workload it told about. */
+static int rm_report(wk_op *op, rm_item *items, size_t n, pv_status *st) {
+    for (size_t i = 0; i < n; i++) {
+        rm_item *it = &items[i];
+        if (it->skip || (!it->engine_done && !it->error)) continue; /* not reached */
+        if (it->error) pv_warn("remove %s: %s", it->id, it->error);
+        char step[160];
+        snprintf(step, sizeof step, "reported:%s", it->id);
+        const char *fields[] = {"type", "id", "success", "hook"};
+        const char *values[] = {"removed", it->id, it->error ? "0" : "1",
+                                it->error ? it->error : ""};
+        if (wk_op_output_step(op, step, 4, fields, values, st) != PV_OK) return st->code;
+    }
+    return PV_OK;
+}
+
+/* A node's part of a removal in three passes, so that the registry is written once for all of
+ * its workloads rather than once each: the engine lets each go, what they held goes back in one
+ * step, then each is reported. Each pass is idempotent (a workload already gone from the engine
+ * or the registry is removed), so a redelivery after a crash anywhere redoes what was not
+ * reported; the workloads it reported are skipped. */
 int wk_node_deploy_remove(wk_op *op, pv_status *st) {
-    return each_id(op, "remove", step_remove, step_report_removal, true, st);
+    wk_agent *agent = engine_agent(op, st);
+    if (!agent) return PV_FAILED_PRECONDITION;
+    json_t *params, *ids;
+    id_job job;
+    int rc = id_params(op, agent, &params, &ids, &job, st);
+    size_t n = rc == PV_OK ? json_array_size(ids) : 0;
+    rm_item *items = calloc(n ? n : 1, sizeof *items);
+    if (rc == PV_OK && !items) rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        items[i].id = json_string_value(json_array_get(ids, i));
+        char step[160];
+        snprintf(step, sizeof step, "reported:%s", items[i].id);
+        for (size_t j = 0; j < i && !items[i].skip; j++)
+            items[i].skip = strcmp(items[j].id, items[i].id) == 0;
+        if (!items[i].skip) rc = wk_op_journaled(op, step, &items[i].skip, st);
+    }
+    /* a stop or a retried engine failure ends the engine pass: what it did is still given back
+     * and reported before the code goes back to the operation machinery */
+    int stop = PV_OK;
+    pv_status sst;
+    for (size_t i = 0; rc == PV_OK && stop == PV_OK && i < n; i++)
+        if (!items[i].skip && (stop = wk_op_stop_code(op, &sst)) == PV_OK)
+            stop = rm_engine(op, &job, &items[i], &sst);
+    if (rc == PV_OK) rc = rm_give_back(op, agent, items, n, st);
+    if (rc == PV_OK) rc = rm_report(op, items, n, st);
+    if (rc == PV_OK && stop != PV_OK) rc = pv_status_set(st, stop, "%s", sst.msg);
+    for (size_t i = 0; i < n; i++)
+        free(items[i].error);
+    free(items);
+    json_decref(params);
+    return rc;
 }
 
 /* ---- control ---- */

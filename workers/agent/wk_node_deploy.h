@@ -29,10 +29,12 @@ int wk_node_deploy_create(wk_op *op, pv_status *st);
 
 /* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
  * [...], "force": bool, "grace_seconds": N (optional; else the engine's)}. Each workload is
- * stopped (before_stop hooks unless force; SIGTERM, then SIGKILL after the grace), removed from the
- * engine (already gone is fine), and its record removed with its resources given back to the node
- * in one step (pv_resv_return_workload); one output entry each: {type=removed, id, success (1|0),
- * hook (what went wrong, or "")}. Journaled per workload. */
+ * stopped (before_stop hooks unless force; SIGTERM, then SIGKILL after the grace) and removed from
+ * the engine (already gone is fine); then the records of all of them are removed with their
+ * resources given back to the node in one step (pv_resv_return_workloads: one usage write for the
+ * node's part, not one per workload); one output entry each: {type=removed, id, success (1|0),
+ * hook (what went wrong, or "")}, journaled ("reported:<id>"): a redelivery skips those and redoes
+ * the others (each pass finds what is already gone and goes on). An id given twice is told once. */
 int wk_node_deploy_remove(wk_op *op, pv_status *st);
 
 /* ControlWorkload's part on a node: `workload.control_on_node`, params {"ids", "type": start |

@@ -449,6 +449,14 @@ int wk_op_step_pending(wk_op *op, const char *step, wk_step_fn fn, void *arg, ch
     return step_run(op, step, fn, arg, true, result, st);
 }
 
+int wk_op_journaled(wk_op *op, const char *step, bool *has, pv_status *st) {
+    char *value = NULL;
+    int rc = journal_get(op, step, &value, st);
+    *has = rc == PV_OK && value;
+    free(value);
+    return rc;
+}
+
 int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
                       const char *const *values, pv_status *st) {
     char *done = NULL;

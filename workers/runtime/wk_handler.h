@@ -89,6 +89,10 @@ int wk_op_step(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **res
 int wk_op_step_pending(wk_op *op, const char *step, wk_step_fn fn, void *arg, char **result,
                        pv_status *st);
 
+/* *has: whether the journal has `step` (asked of Redis only on a redelivery: a first delivery's
+ * journal is what it wrote itself). Outages are waited out as in wk_op_step. */
+int wk_op_journaled(wk_op *op, const char *step, bool *has, pv_status *st);
+
 /* A journaled output: unless the journal has `step`, one fenced call writes the output entry of
  * n fields, the journal entry `step` (empty) and the pending answer of wk_op_step_pending, if
  * any, atomically (pv_op_output_journal); so a redelivered operation does not tell its client

@@ -46,15 +46,20 @@ end
 -- engine before pv_wl_reincarnate moves the record there and must not be taken for a stale one),
 -- 'MOVED' (the record is on another node, or at another epoch) or 'GONE' (no record); and the
 -- record's node and epoch. A record without an epoch is at its first incarnation.
-local function incarnation(base, id, node, epoch)
-  local v = redis.call('HMGET', record_key(base, id), 'node', 'epoch', 'placing')
-  local rec = {node = v[1], epoch = v[2] or '1'}
-  if not v[1] then return 'GONE', rec end
-  local placing = v[3] and v[3] ~= ''
+-- incarnation_of: the same from the record's node, epoch and placing fields already read.
+local function incarnation_of(v_node, v_epoch, v_placing, node, epoch)
+  local rec = {node = v_node, epoch = v_epoch or '1'}
+  if not v_node then return 'GONE', rec end
+  local placing = v_placing and v_placing ~= ''
   if tonumber(rec.epoch) ~= epoch then return 'MOVED', rec end
   if placing then return 'PLACING', rec end
-  if v[1] ~= node then return 'MOVED', rec end
+  if v_node ~= node then return 'MOVED', rec end
   return 'OWN', rec
+end
+
+local function incarnation(base, id, node, epoch)
+  local v = redis.call('HMGET', record_key(base, id), 'node', 'epoch', 'placing')
+  return incarnation_of(v[1], v[2], v[3], node, epoch)
 end
 
 --[[ records ----------------------------------------------------------------------------------- ]]
@@ -137,26 +142,62 @@ redis.register_function('pv_wl_realloc', function(keys, args)
   return 1
 end)
 
--- pv_wl_remove_release(ARGV: base id expected_usage_rev usage): removes the workload and gives
--- its resources back to its node in one step: the node's usage becomes `usage` (computed by the
--- caller from the usage it read at expected_usage_rev, minus the workload's resources), its
--- deploy count drops by one. -> 1, or 'CONFLICT' when the node's usage moved (compute again).
--- A workload whose node is gone is simply removed.
+-- pv_wl_remove_release(ARGV: base node_id expected_usage_rev usage node, then for each workload
+-- id resources epoch): removes workloads of one node and gives what they held back to it in one
+-- step, one node write for all of them: the node's usage becomes `usage` (computed by the
+-- caller from the usage it read at expected_usage_rev, minus each workload's `resources`, as it
+-- read them with its node_id), each deploy count drops by the workloads removed. Every record is
+-- checked before anything is written, so the caller's arithmetic holds or nothing happens:
+--   'CONFLICT'       the node's usage moved, or a record is gone, elsewhere or holds other
+--                    resources than the caller read (read and compute again);
+--   {'MOVED', id, e} epoch is not '' and the record is another incarnation than the node's
+--                    instance at that epoch (incarnation(): replaced elsewhere, at epoch e): the
+--                    caller answers that id with the refusal and tries the others again;
+--   1                done. A node that is gone (a workload's record outlived it) is not written.
 redis.register_function('pv_wl_remove_release', function(keys, args)
-  local base, id = args[1], args[2]
-  local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id', 'entry', 'node')
-  if not v[1] then return err('NOT_FOUND', 'workload ' .. id .. ' not found') end
-  local node_key = base .. 'node:' .. (v[2] or '')
-  local revs = v[2] and node_revs(node_key)
+  local base, node_id, node = args[1], args[2], args[5]
+  local ids, apps, counts = {}, {}, {}
+  for i = 6, #args - 2, 3 do
+    local id, epoch = args[i], args[i + 2]
+    local v = redis.call('HMGET', record_key(base, id), 'app', 'node_id', 'entry', 'node',
+      'resources', 'epoch', 'placing')
+    if epoch ~= '' and v[1] then
+      local inc, rec = incarnation_of(v[4], v[6], v[7], node, tonumber(epoch))
+      if inc == 'MOVED' then return {'MOVED', id, rec.epoch} end
+    end
+    if not v[1] or v[2] ~= node_id or (v[5] or '{}') ~= args[i + 1] then return 'CONFLICT' end
+    ids[#ids + 1] = id
+    apps[v[1]] = apps[v[1]] or {}
+    table.insert(apps[v[1]], id)
+    local ck = base .. 'deploy-count:' .. v[1] .. ':' .. (v[3] or '')
+    counts[ck] = counts[ck] or {}
+    counts[ck][v[4] or ''] = (counts[ck][v[4] or ''] or 0) + 1
+  end
+  if #ids == 0 then return 1 end
+  local node_key = base .. 'node:' .. node_id
+  local revs = node_revs(node_key)
   if revs then
     if revs.usage_rev ~= args[3] then return 'CONFLICT' end
     node_set_usage(node_key, revs, args[4], tostring(now_ms()))
-    local counts = base .. 'deploy-count:' .. v[1] .. ':' .. (v[3] or '')
-    if redis.call('HINCRBY', counts, v[4] or '', -1) <= 0 then
-      redis.call('HDEL', counts, v[4] or '')
+    for ck, by_node in pairs(counts) do
+      for n, c in pairs(by_node) do
+        if redis.call('HINCRBY', ck, n, -c) <= 0 then redis.call('HDEL', ck, n) end
+      end
     end
   end
-  remove_record(base, id, v)
+  -- what remove_record does for one, once for all of them
+  local dels = {}
+  for _, id in ipairs(ids) do
+    dels[#dels + 1] = record_key(base, id)
+    dels[#dels + 1] = status_key(base, id)
+    dels[#dels + 1] = base .. 'wl-deploy:' .. id
+  end
+  redis.call('DEL', unpack(dels))
+  redis.call('ZREM', base .. 'wls', unpack(ids))
+  for app, of_app in pairs(apps) do
+    redis.call('SREM', base .. 'app-workloads:' .. app, unpack(of_app))
+  end
+  redis.call('SREM', base .. 'node-workloads:' .. node_id, unpack(ids))
   return 1
 end)
 
