@@ -590,8 +590,9 @@ static int read_placements(pv_redis *r, const pv_keys *k, pv_resv_return *w, siz
     return PV_OK;
 }
 
-/* The function's ARGV for the workloads of w on node_id: base, node_id, rev, usage, node, then
- * id, resources, epoch ("" = unchecked) each; grp[j] = their indexes in w (*ngrp of them). */
+/* The function's ARGV for the workloads of w on node_id (the first PV_RESV_RETURN_BATCH): base,
+ * node_id, rev, usage, node, then id, resources, epoch ("" = unchecked) each; grp[j] = their
+ * indexes in w (*ngrp of them). */
 static void give_back_args(argv_buf *a, const char *base, const char *node_id, const char *rev,
                            const char *usage, const char *node, const pv_resv_return *w,
                            char *const *node_ids, char *const *resources, size_t n, size_t *grp,
@@ -602,7 +603,7 @@ static void give_back_args(argv_buf *a, const char *base, const char *node_id, c
     argv_push(a, usage);
     argv_push(a, node ? node : "");
     *ngrp = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && *ngrp < PV_RESV_RETURN_BATCH; i++) {
         if (w[i].outcome != PV_RESV_UNSETTLED || !node_ids[i] || strcmp(node_ids[i], node_id) != 0)
             continue;
         grp[(*ngrp)++] = i;

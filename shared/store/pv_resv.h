@@ -99,6 +99,10 @@ int pv_resv_get(pv_redis *r, const pv_keys *k, const char *resv_id, pv_resv *out
 int pv_resv_return_workload(pv_redis *r, const pv_keys *k, const char *workload_id, pv_status *st);
 
 /* pv_resv_return_workloads' outcome of a workload not settled (yet). */
+/* At most this many workloads go back in one call of the Redis function: its Lua unpacks their
+ * keys into one DEL, and Lua 5.1 unpacks fewer than 8,000 values; a node part of a removal can
+ * name tens of thousands (ids in a 4 MiB request). More take several calls, each atomic. */
+#define PV_RESV_RETURN_BATCH 256
 #define PV_RESV_UNSETTLED (-1)
 
 /* One workload of pv_resv_return_workloads: id and epoch are the caller's (borrowed), outcome

@@ -704,6 +704,49 @@ static void test_batched_return_and_retry(void **state) {
     free(id1);
 }
 
+/* A node part larger than one call of the function takes (PV_RESV_RETURN_BATCH) goes back in
+ * several, every workload settled, the usage exact: one call of them all failed in Lua's
+ * unpack past ~2,600 workloads. */
+static void test_batched_return_of_many(void **state) {
+    fixture *f = *state;
+    enum { N = 2700 }; /* 8,100 keys: past Lua's unpack in one call, 11 calls of the batch */
+    sched_request req;
+    request(&req,
+            "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
+            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1M\"}}}",
+            N);
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-MANY", 1, &reply, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    assert_int_equal(json_array_size(allocs), N);
+    static char ids[N][sizeof((pv_workload){0}).id];
+    static pv_resv_return w[N];
+    for (int i = 0; i < N; i++) {
+        add_on_n1(f, json_array_get(allocs, i), i, ids[i], sizeof ids[i]);
+        w[i] = (pv_resv_return){.id = ids[i]};
+    }
+    json_decref(j);
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-MANY", &st), PV_OK);
+    assert_int_equal(pv_resv_return_workloads(f->r, &f->keys, "n1", w, N, &st), PV_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(w[i].outcome, PV_OK);
+    char *id1 = node_id(f, "n1");
+    assert_int_equal(int_cmd(f, "SCARD " BASE "node-workloads:%s", id1), 0);
+    assert_int_equal(int_cmd(f, "HLEN " BASE "deploy-count:web:main"), 0);
+    assert_int_equal(dummy_total(f), 6); /* n1 whole again: 4G of 1G each, 2G on n2 */
+    pv_resv_check c;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    pv_resv_check_clear(&c);
+    free(id1);
+}
+
 /* DUMMY total through a cache kept across calls, as the scheduler daemon keeps one. */
 static long long cached_total(fixture *f, sched_cache *cache) {
     sched_request req;
@@ -867,6 +910,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
