@@ -214,6 +214,7 @@ static int add_child(svc_relay *rl, const char *id, const char *node, const char
         if (strcmp(rl->children[i].id, id) == 0) return PV_OK; /* announced again */
     if (rl->n == MAX_CHILDREN)
         return pv_status_set(st, PV_INTERNAL, "too many nodes in one deploy");
+    if (strcmp(id, rl->parent) == 0) rl->folded = true;
     child *cs = realloc(rl->children, (rl->n + 1) * sizeof *cs);
     if (!cs) return pv_status_set(st, PV_INTERNAL, "out of memory");
     rl->children = cs;
@@ -441,7 +442,7 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
     for (;;) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
         pv_op parent = {0};
-        bool over = true, has_parent = rl->parent[0] != '\0';
+        bool over = true, has_parent = rl->parent[0] != '\0' && !rl->folded;
         /* the parent's record says whether it is over: read when its end entry came (or at a
          * check), not on every news of its children */
         if (has_parent && (check || rl->parent_ended || !rl->parent_checked)) {
@@ -477,7 +478,8 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
         if (rc != PV_OK) return rc;
         if (check) last_check = pv_time_mono_ms();
         bool woke;
-        if (wait_news(rl, has_parent && !over, &woke, st) != PV_OK) return st->code;
+        /* folded just now: the parent's stream is the child's, waited on as the child's */
+        if (wait_news(rl, has_parent && !rl->folded && !over, &woke, st) != PV_OK) return st->code;
         check = !woke || pv_time_mono_ms() - last_check >= 1000;
     }
 }

@@ -326,7 +326,22 @@ int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const 
 int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
                   int64_t token, pv_status *st);
 
-/* Moves retries whose time has come back onto their queues; *moved = how many. Their events
+/* Fenced hand-over to another queue whose workers carry the operation on (a one-node deploy's
+ * node part runs on that node's agent: one operation where there were two): PENDING on a fresh
+ * entry of `queue` with params_json as its params, the old entry acked, and an output entry of n
+ * fields (none when n is 0) written with it, atomically; the delivery does not count against
+ * max_attempts. From then on the operation is "handed over": a cancel does not end it where it
+ * stands but makes a worker run it (on its new queue, or, while it waits there, back on the ops
+ * queue, where it is undone), and so does a timeout: still not taken by a worker of `queue`
+ * after timeout_ms, pv_op_promote_due hands it back to the ops queue with a cancel requested.
+ * The handler tells such a run by its params. PV_ABORTED when the lease is lost (nothing
+ * written). */
+int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                   int64_t token, const char *queue, const char *params_json, int timeout_ms,
+                   size_t n, const char *const *fields, const char *const *values, pv_status *st);
+
+/* Moves retries whose time has come back onto their queues (and hand-overs no worker took in
+ * time back to the ops queue, see pv_op_handover); *moved = how many. Their events
  * keep the events stream at o->events_maxlen, as every other write does. */
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
                       pv_status *st);

@@ -58,6 +58,7 @@ struct wk_op {
     bool final; /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
     char *end_message; /* the record's last message when it succeeds (wk_op_set_end_message) */
     bool cleanup;      /* a cancel no longer stops the handler (wk_op_begin_cleanup) */
+    bool handed;       /* handed over to another queue (wk_op_handover): no outcome to write */
     char lost_why[PV_STATUS_MSG_MAX];
 };
 
@@ -470,6 +471,26 @@ int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *
     free(op->pending_value);
     op->pending_step = op->pending_value = NULL;
     return rc;
+}
+
+int wk_op_handover(wk_op *op, const char *queue, const char *params_json, int timeout_ms, size_t n,
+                   const char *const *fields, const char *const *values, pv_status *st) {
+    free(op->pending_step);
+    free(op->pending_value);
+    op->pending_step = op->pending_value = NULL;
+    int waited = 0;
+    for (;;) {
+        int rc = pv_op_handover(op->env.redis, op->env.keys, op->env.opts, &op->rec, op->token,
+                                queue, params_json, timeout_ms, n, fields, values, st);
+        if (rc == PV_ABORTED) wk_op_set_lost(op, st->msg);
+        if (rc == PV_OK) op->handed = true;
+        if (rc != PV_UNAVAILABLE || outage_wait(op, &waited, st) != PV_OK)
+            return rc == PV_OK ? PV_OK : st->code;
+    }
+}
+
+bool wk_op_handed_over(const wk_op *op) {
+    return op->handed;
 }
 
 /* --- dispatch -------------------------------------------------------------------------------- */

@@ -96,6 +96,18 @@ int wk_op_step_pending(wk_op *op, const char *step, wk_step_fn fn, void *arg, ch
 int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
                       const char *const *values, pv_status *st);
 
+/* Hands the operation over to `queue` (pv_op_handover: PENDING there with params_json, the
+ * output entry of n fields written with it, not taken in timeout_ms: back to the ops queue with
+ * a cancel): the handler returns PV_OK at once after it, and the consumer writes no outcome,
+ * the worker of `queue` will. A pending answer of wk_op_step_pending is dropped: the params
+ * must carry what the rest of the operation needs of it. Outages are waited out as in
+ * wk_op_step; a lost lease is PV_ABORTED. */
+int wk_op_handover(wk_op *op, const char *queue, const char *params_json, int timeout_ms, size_t n,
+                   const char *const *fields, const char *const *values, pv_status *st);
+
+/* Whether the operation was handed over (the consumer then writes no outcome). */
+bool wk_op_handed_over(const wk_op *op);
+
 /* Fails the operation with code and the formatted message in st, for good: no retry even when
  * the code is one wk_code_transient names (a drain's RESOURCE_EXHAUSTED is its answer, not a
  * passing fault). Returns code. */
