@@ -27,7 +27,8 @@
  *                          with the record of the target's newest finished operation
  *                          (ListOperations with a kind or target filter reads only these; each
  *                          submit trims expired records' members from the three it adds to)
- *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff)
+ *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff, and the
+ *                          timeouts of hand-overs not taken yet: pv_op_handover)
  *   <p>{ops}:events        stream for operators: flat fields op kind target status progress
  *                          message worker (capped at about 100k entries)
  *   <p>{ops}:dead          stream of dead letters: op kind target attempts code message
@@ -39,7 +40,8 @@
  * attempts max_attempts worker request_id cancel_requested (0|1) params (JSON object)
  * metadata (JSON object of strings) holds (JSON array of resource ids) token lease_until_ms
  * entry (current stream entry id) retry_at_ms, last_error_code last_error_message (the latest
- * transient error, kept apart from error_* which are set only when it ends). Finished records
+ * transient error, kept apart from error_* which are set only when it ends), handed (the entry
+ * pv_op_handover put it on; "" when never handed over). Finished records
  * expire after the retention. A field still at its default (0, "", holds "[]") may be absent
  * from the hash: readers take the default.
  *

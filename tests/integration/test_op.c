@@ -1062,6 +1062,9 @@ static void test_handover(void **state) {
     int64_t token, t2;
     take(f, "ops", "w1", 10000, &op, &token);
     hand_over(f, &op, token, 60000, &back);
+    char *due = text(f, "ZSCORE t:{ops}:delayed %s", sub.id);
+    assert_non_null(due); /* the timeout of the hand-over */
+    free(due);
     assert_int_equal(back.status, PV_OP_PENDING);
     assert_string_equal(back.queue, "node:n1");
     assert_string_equal(back.params, "{\"node\":\"n1\"}");
@@ -1079,6 +1082,7 @@ static void test_handover(void **state) {
     assert_int_equal(entries_of(f, "node:n1", sub.id), 1);
     /* the node's worker takes it; a cancel then lets it run (its handler finishes it) */
     take(f, "node:n1", "a1", 10000, &on_node, &t2);
+    assert_null(text(f, "ZSCORE t:{ops}:delayed %s", sub.id)); /* its timeout is moot */
     pv_op out;
     assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, sub.id, &out, &st), PV_OK);
     assert_int_equal(out.status, PV_OP_RUNNING);

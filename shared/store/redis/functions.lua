@@ -486,6 +486,8 @@ local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, 
     op_dead(c, keys[4], rec, now)
     return {'DEAD', '0', op_flat(rec)}
   end
+  -- taken where it was handed over: its hand-over's timeout (pv_op_handover) is moot
+  if handed_over(rec) and rec.handed == entry then redis.call('ZREM', base .. 'delayed', id) end
   local token = tostring(redis.call('INCR', keys[5]))
   local changes = {status = 'RUNNING', token = token, worker = consumer, attempts = attempts + 1,
                    lease_until_ms = now + tonumber(lease_ms)}
@@ -711,7 +713,8 @@ local HANDOVER_FIELDS = {'id', 'kind', 'target', 'status', 'progress', 'worker',
 -- at once. The delivery does not count against max_attempts (as pv_op_release). The record keeps
 -- the new entry in 'handed': while it is still PENDING on that entry when the timeout is due
 -- (pv_op_promote_due finds it in the delayed set), no worker of the new queue took it, and it
--- goes back to its first queue with a cancel, for that queue's workers to undo it.
+-- goes back to the ops queue with a cancel, for the ops workers to undo it (a worker that takes
+-- it takes it out of the delayed set).
 --   KEYS[1] record, [2] old queue stream, [3] new queue stream, [4] events, [5] output stream,
 --   [6] delayed zset
 --   ARGV[1] base, [2] id, [3] token, [4] new queue name, [5] params JSON, [6] events maxlen,
