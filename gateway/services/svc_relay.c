@@ -272,10 +272,18 @@ static int read_announcements(svc_relay *rl, pv_status *st) {
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(rl->parent_after, sizeof rl->parent_after, "%s", out[i].id);
-        if (strcmp(svc_nodeop_value(&out[i], "type"), "node") == 0)
-            rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
-                           svc_nodeop_value(&out[i], "instances"),
-                           svc_nodeop_value(&out[i], "nodes"), st);
+        if (strcmp(svc_nodeop_value(&out[i], "type"), "node") != 0) continue;
+        rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
+                       svc_nodeop_value(&out[i], "instances"), svc_nodeop_value(&out[i], "nodes"),
+                       st);
+        child *c = rc == PV_OK && rl->folded ? &rl->children[rl->n - 1] : NULL;
+        if (c && strcmp(c->id, rl->parent) == 0 && strcmp(c->after, "0") == 0) {
+            /* the deploy announced itself: its stream up to here is read (plumbing and this
+             * announcement), and when this was the last of all it had, nothing is left to read
+             * before the next wait brings news (a read less) */
+            snprintf(c->after, sizeof c->after, "%s", out[i].id);
+            c->idle = i + 1 == n && n < 100;
+        }
     }
     pv_op_output_free(out, n);
     return rc;
