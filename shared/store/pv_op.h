@@ -315,6 +315,14 @@ int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const cha
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
                  pv_op_status status, int error_code, const char *error_message, pv_status *st);
 
+/* pv_op_finish that also writes an output entry of n fields just before the end entry, in the
+ * same call: the run's last output, told with its end (a round trip and a fenced check less
+ * than pv_op_output_add before the end). n = 0: pv_op_finish. */
+int pv_op_finish_output(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                        int64_t token, pv_op_status status, int error_code,
+                        const char *error_message, size_t n, const char *const *fields,
+                        const char *const *values, pv_status *st);
+
 /* Fenced transient failure: records the error, acks the entry, status back to PENDING with
  * retry_at = now + delay_ms (in the delayed set); pv_op_promote_due puts it back on its queue
  * when due. When attempts already reached max_attempts it fails for good instead (FAILED,

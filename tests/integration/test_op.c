@@ -738,7 +738,22 @@ static void test_output(void **state) {
                      PV_ABORTED);
     assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 2);
     assert_int_equal(num(f, "TTL " OPS_BASE "out:%s", op.id), -1);
-    finish(f, &op, token, PV_OP_SUCCEEDED);
+    /* the last word told with the end (pv_op_finish_output): its entry, then the end's; a stale
+     * token writes neither, a repeated end (its answer lost) no second entry */
+    const char *v3[] = {"w-c", "app_web_mnopqr"};
+    assert_int_equal(pv_op_finish_output(f->r, &f->keys, &f->opts, &op, token + 1, PV_OP_SUCCEEDED,
+                                         0, "", 2, fields, v3, &st),
+                     PV_ABORTED);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pv_op_finish_output(f->r, &f->keys, &f->opts, &op, token, PV_OP_SUCCEEDED,
+                                             0, "", 2, fields, v3, &st),
+                         PV_OK);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 4); /* w-c and the end */
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, last, 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 1); /* the end entry is plumbing */
+    assert_string_equal(out[0].values[0], "w-c");
+    pv_op_output_free(out, n);
     assert_true(num(f, "TTL " OPS_BASE "out:%s", op.id) > 0);
     pv_op_clear(&op);
     pv_op_clear(&sub);

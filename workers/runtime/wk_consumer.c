@@ -656,16 +656,18 @@ static int write_outcome(pool_thread *t, wk_op *op, const outcome *out, bool *de
     struct wk_consumer *c = t->c;
     const pv_op *rec = wk_op_record(op);
     int64_t token = wk_op_token(op);
+    const char *const *fields, *const *values;
+    size_t n = wk_op_end_output(op, &fields, &values); /* its last word, told with the end */
     switch (out->kind) {
     case OUT_SUCCEEDED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0,
-                            wk_op_end_message(op), st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0,
+                                   wk_op_end_message(op), n, fields, values, st);
     case OUT_FAILED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_FAILED, out->code,
-                            out->message, st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_FAILED,
+                                   out->code, out->message, n, fields, values, st);
     case OUT_CANCELLED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_CANCELLED, PV_CANCELLED,
-                            out->message, st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_CANCELLED,
+                                   PV_CANCELLED, out->message, n, fields, values, st);
     case OUT_RETRY:
         return pv_op_retry_later(t->redis, &c->keys, &c->opts, rec, token, out->delay_ms, out->code,
                                  out->message, dead, st);

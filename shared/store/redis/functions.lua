@@ -281,6 +281,11 @@ local function op_end(c, rec, status, code, errmsg, now)
   -- entry, so that whoever follows it (a relay blocked in XREAD) wakes at the end too;
   -- operations without output get no stream and cost nothing.
   local out = c.base .. 'out:' .. rec.id
+  if c.output then -- the run's last output entry, told with its end (pv_op_finish)
+    local xadd = {'XADD', out, 'MAXLEN', '~', c.output_maxlen, '*'}
+    for i = 1, #c.output do xadd[#xadd + 1] = c.output[i] end
+    redis.call(unpack(xadd))
+  end
   if redis.call('XADD', out, 'NOMKSTREAM', '*', 'type', 'end', 'status', status) then
     redis.call('EXPIRE', out, c.retention)
   end
@@ -620,7 +625,9 @@ end)
 --   KEYS[1] record, [2] queue stream, [3] events, [4..] lock keys
 --   ARGV[1] base, [2] id, [3] token, [4] status, [5] error code, [6] error message (for
 --   SUCCEEDED: the record's last message, '' = keep the last progress message or 'succeeded'),
---   [7] events maxlen, [8] retention seconds
+--   [7] events maxlen, [8] retention seconds, [9] output maxlen, [10..] field, value, ... of
+--   an output entry written just before the end entry (the run's last word, told with its end:
+--   a call less; none: no entry)
 --   returns {'OK'} (the worker has the record already), or need_locks
 redis.register_function('pv_op_finish', function(keys, args)
   local base, id, token, status = args[1], args[2], args[3], args[4]
@@ -632,6 +639,10 @@ redis.register_function('pv_op_finish', function(keys, args)
   if nl then return nl end
   local c = {base = base, key = keys[1], queue = keys[2], entry = rec.entry, events = keys[3],
              maxlen = args[7], retention = args[8]}
+  if #args > 9 then
+    c.output = {unpack(args, 10)}
+    c.output_maxlen = args[9]
+  end
   op_end(c, rec, status, tonumber(args[5]), args[6], now_ms())
   return {'OK'}
 end)
