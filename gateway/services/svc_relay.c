@@ -214,6 +214,7 @@ static int add_child(svc_relay *rl, const char *id, const char *node, const char
         if (strcmp(rl->children[i].id, id) == 0) return PV_OK; /* announced again */
     if (rl->n == MAX_CHILDREN)
         return pv_status_set(st, PV_INTERNAL, "too many nodes in one deploy");
+    if (strcmp(id, rl->parent) == 0) rl->folded = true;
     child *cs = realloc(rl->children, (rl->n + 1) * sizeof *cs);
     if (!cs) return pv_status_set(st, PV_INTERNAL, "out of memory");
     rl->children = cs;
@@ -271,10 +272,18 @@ static int read_announcements(svc_relay *rl, pv_status *st) {
     int rc = PV_OK;
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         snprintf(rl->parent_after, sizeof rl->parent_after, "%s", out[i].id);
-        if (strcmp(svc_nodeop_value(&out[i], "type"), "node") == 0)
-            rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
-                           svc_nodeop_value(&out[i], "instances"),
-                           svc_nodeop_value(&out[i], "nodes"), st);
+        if (strcmp(svc_nodeop_value(&out[i], "type"), "node") != 0) continue;
+        rc = add_child(rl, svc_nodeop_value(&out[i], "op"), svc_nodeop_value(&out[i], "node"),
+                       svc_nodeop_value(&out[i], "instances"), svc_nodeop_value(&out[i], "nodes"),
+                       st);
+        child *c = rc == PV_OK && rl->folded ? &rl->children[rl->n - 1] : NULL;
+        if (c && strcmp(c->id, rl->parent) == 0 && strcmp(c->after, "0") == 0) {
+            /* the deploy announced itself: its stream up to here is read (plumbing and this
+             * announcement), and when this was the last of all it had, nothing is left to read
+             * before the next wait brings news (a read less) */
+            snprintf(c->after, sizeof c->after, "%s", out[i].id);
+            c->idle = i + 1 == n && n < 100;
+        }
     }
     pv_op_output_free(out, n);
     return rc;
@@ -441,7 +450,7 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
     for (;;) {
         if (gw_call_is_closed(rl->call)) return pv_status_set(st, PV_CANCELLED, "client gone");
         pv_op parent = {0};
-        bool over = true, has_parent = rl->parent[0] != '\0';
+        bool over = true, has_parent = rl->parent[0] != '\0' && !rl->folded;
         /* the parent's record says whether it is over: read when its end entry came (or at a
          * check), not on every news of its children */
         if (has_parent && (check || rl->parent_ended || !rl->parent_checked)) {
@@ -477,7 +486,8 @@ int svc_relay_run(svc_relay *rl, pv_status *st) {
         if (rc != PV_OK) return rc;
         if (check) last_check = pv_time_mono_ms();
         bool woke;
-        if (wait_news(rl, has_parent && !over, &woke, st) != PV_OK) return st->code;
+        /* folded just now: the parent's stream is the child's, waited on as the child's */
+        if (wait_news(rl, has_parent && !rl->folded && !over, &woke, st) != PV_OK) return st->code;
         check = !woke || pv_time_mono_ms() - last_check >= 1000;
     }
 }

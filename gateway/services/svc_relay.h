@@ -53,6 +53,9 @@ typedef struct svc_relay {
     pv_op_output *parent_pre; /* what the last wait read of the parent's output */
     size_t parent_npre;
     bool parent_fetched; /* parent_pre is all of it after parent_after (as child.fetched) */
+    /* the parent announced itself as its one node's part (a plan on one node: the deploy went
+     * on on that node's agent): from then on it is followed as that child only */
+    bool folded;
     const char *pod;
     svc_relay_child *children;
     size_t n;

@@ -1158,6 +1158,14 @@ int pv_op_input_read(pv_redis *r, const pv_keys *k, const char *op_id, const cha
 
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
                  pv_op_status status, int error_code, const char *error_message, pv_status *st) {
+    return pv_op_finish_output(r, k, o, op, token, status, error_code, error_message, 0, NULL, NULL,
+                               st);
+}
+
+int pv_op_finish_output(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                        int64_t token, pv_op_status status, int error_code,
+                        const char *error_message, size_t n, const char *const *fields,
+                        const char *const *values, pv_status *st) {
     if (check_leased(op, token, st) != PV_OK) return st->code;
     if (status != PV_OP_SUCCEEDED && status != PV_OP_FAILED && status != PV_OP_CANCELLED)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
@@ -1176,6 +1184,11 @@ int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     pv_strv_add(&args, msg);
     pv_strv_addf(&args, "%d", opts_maxlen(o));
     pv_strv_addf(&args, "%d", opts_retention(o));
+    if (n > 0) pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    for (size_t i = 0; i < n; i++) {
+        pv_strv_add(&args, fields[i]);
+        pv_strv_add(&args, values[i] ? values[i] : "");
+    }
     redisReply *rep = NULL;
     int rc = fcall_locked(r, k, "pv_op_finish", &keys, &args, op->target, &rep, st);
     pv_strv_free(&keys);
@@ -1223,6 +1236,31 @@ int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_o
     pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
     pv_strv_addf(&args, "%d", opts_maxlen(o));
     return fcall_void(r, "pv_op_release", &keys, &args, st);
+}
+
+int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                   int64_t token, const char *queue, const char *params_json, int timeout_ms,
+                   size_t n, const char *const *fields, const char *const *values, pv_status *st) {
+    /* params_json is the caller's own json_dumps: not parsed again here */
+    if (check_leased(op, token, st) != PV_OK || check_text("queue", queue, st) != PV_OK ||
+        check_text("params", params_json, st) != PV_OK)
+        return st->code;
+    pv_strv keys = {0}, args = {0};
+    fenced_start(k, op, token, &keys, &args);
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_OUT, op->id, &keys);
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_strv_add(&args, queue);
+    pv_strv_add(&args, params_json);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    pv_strv_addf(&args, "%d", timeout_ms > 0 ? timeout_ms : 0);
+    for (size_t i = 0; i < n; i++) {
+        pv_strv_add(&args, fields[i]);
+        pv_strv_add(&args, values[i] ? values[i] : "");
+    }
+    return fcall_void(r, "pv_op_handover", &keys, &args, st);
 }
 
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,

@@ -27,7 +27,8 @@
  *                          with the record of the target's newest finished operation
  *                          (ListOperations with a kind or target filter reads only these; each
  *                          submit trims expired records' members from the three it adds to)
- *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff)
+ *   <p>{ops}:delayed       zset: op id -> due ms (retries waiting out their backoff, and the
+ *                          timeouts of hand-overs not taken yet: pv_op_handover)
  *   <p>{ops}:events        stream for operators: flat fields op kind target status progress
  *                          message worker (capped at about 100k entries)
  *   <p>{ops}:dead          stream of dead letters: op kind target attempts code message
@@ -39,7 +40,8 @@
  * attempts max_attempts worker request_id cancel_requested (0|1) params (JSON object)
  * metadata (JSON object of strings) holds (JSON array of resource ids) token lease_until_ms
  * entry (current stream entry id) retry_at_ms, last_error_code last_error_message (the latest
- * transient error, kept apart from error_* which are set only when it ends). Finished records
+ * transient error, kept apart from error_* which are set only when it ends), handed (the entry
+ * pv_op_handover put it on; "" when never handed over). Finished records
  * expire after the retention. A field still at its default (0, "", holds "[]") may be absent
  * from the hash: readers take the default.
  *
@@ -313,6 +315,14 @@ int pv_op_output_wait_entries(pv_redis *r, const pv_keys *k, size_t n, const cha
 int pv_op_finish(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op, int64_t token,
                  pv_op_status status, int error_code, const char *error_message, pv_status *st);
 
+/* pv_op_finish that also writes an output entry of n fields just before the end entry, in the
+ * same call: the run's last output, told with its end (a round trip and a fenced check less
+ * than pv_op_output_add before the end). n = 0: pv_op_finish. */
+int pv_op_finish_output(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                        int64_t token, pv_op_status status, int error_code,
+                        const char *error_message, size_t n, const char *const *fields,
+                        const char *const *values, pv_status *st);
+
 /* Fenced transient failure: records the error, acks the entry, status back to PENDING with
  * retry_at = now + delay_ms (in the delayed set); pv_op_promote_due puts it back on its queue
  * when due. When attempts already reached max_attempts it fails for good instead (FAILED,
@@ -326,7 +336,22 @@ int pv_op_retry_later(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const 
 int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
                   int64_t token, pv_status *st);
 
-/* Moves retries whose time has come back onto their queues; *moved = how many. Their events
+/* Fenced hand-over to another queue whose workers carry the operation on (a one-node deploy's
+ * node part runs on that node's agent: one operation where there were two): PENDING on a fresh
+ * entry of `queue` with params_json as its params, the old entry acked, and an output entry of n
+ * fields (none when n is 0) written with it, atomically; the delivery does not count against
+ * max_attempts. From then on the operation is "handed over": a cancel does not end it where it
+ * stands but makes a worker run it (on its new queue, or, while it waits there, back on the ops
+ * queue, where it is undone), and so does a timeout: still not taken by a worker of `queue`
+ * after timeout_ms, pv_op_promote_due hands it back to the ops queue with a cancel requested.
+ * The handler tells such a run by its params. PV_ABORTED when the lease is lost (nothing
+ * written). */
+int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
+                   int64_t token, const char *queue, const char *params_json, int timeout_ms,
+                   size_t n, const char *const *fields, const char *const *values, pv_status *st);
+
+/* Moves retries whose time has come back onto their queues (and hand-overs no worker took in
+ * time back to the ops queue, see pv_op_handover); *moved = how many. Their events
  * keep the events stream at o->events_maxlen, as every other write does. */
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
                       pv_status *st);

@@ -10,6 +10,17 @@ node's recorded usage is exactly what its workloads hold (GetNodeResource: no di
 was leaked or counted twice; the audit (pivirt-check) reports no difference, with the
 workloads and after their removal. Instance ids derive from the reservation's allocation ids and every
 step of the node's operation is journaled, which is what makes the redelivery safe.
+
+A plan on one node makes the deploy one operation (wk_deploy.h: handed over to the node's agent,
+not a deploy and a node part), so these are also the edges of that hand-over:
+  - the kill above: the one operation is redelivered to the restarted agent and still creates
+    each instance once; no `workload.create_on_node` operation is written;
+  - a cancel while the agent runs it: the instances already sent are finished (every one told
+    created), the operation ends CANCELLED, the reservation is given back, usage exact;
+  - no agent takes it (the agent is dead): a cancel hands it back to the ops workers, which give
+    the reservation back; one left alone is handed back the same way after
+    worker.node_op_timeout_ms; either ends CANCELLED, its instances told failed, nothing made,
+    usage back to zero, and the restarted agent skips the stale entries.
 """
 import json
 import os
@@ -21,6 +32,8 @@ import unittest
 
 import pvtest
 from pb import core_pb2, core_pb2_grpc
+from pivirt.operations.v1 import operations_pb2 as opb
+from pivirt.operations.v1 import operations_pb2_grpc as opg
 
 COUNT = 24
 
@@ -28,7 +41,8 @@ COUNT = 24
 class AgentKilled(unittest.TestCase):
     def setUp(self):
         self.stack = pvtest.Stack(gateways=1, workers=1, schedulers=1, agents=[("fa", "fp")],
-                                  config={"worker": {"lease_ms": 1500}})
+                                  config={"worker": {"lease_ms": 1500,
+                                                     "node_op_timeout_ms": 3000}})
         self.stack.start()
         path = os.path.join(self.stack.data_dir, "images", "slow", "1.tar")
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -46,6 +60,41 @@ class AgentKilled(unittest.TestCase):
 
     def tearDown(self):
         self.stack.stop(check=False)
+
+    def ops_of(self, kind):
+        """{op id: record} of the operations of kind."""
+        base = self.stack.prefix + "{ops}:op:"
+        out = {}
+        for k in self.stack.scan(base + "*"):
+            flat = self.stack.redis.cmd("HGETALL", k)
+            rec = dict(zip(flat[::2], flat[1::2]))
+            if rec.get("kind") == kind:
+                out[k[len(base):]] = rec
+        return out
+
+    def wait_op(self, op_id, pred, timeout=30):
+        key = self.stack.prefix + "{ops}:op:" + op_id
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            flat = self.stack.redis.cmd("HGETALL", key)
+            rec = dict(zip(flat[::2], flat[1::2]))
+            if pred(rec):
+                return rec
+            time.sleep(0.02)
+        self.fail("operation %s: %s" % (op_id, rec))
+
+    def memory_used(self, core):
+        res = core.GetNodeResource(core_pb2.GetNodeResourceOptions(
+            opts=core_pb2.GetNodeOptions(nodename="fa")), timeout=30)
+        self.assertEqual(list(res.diffs), [])
+        return json.loads(res.resource_usage)["cpumem"].get("memory", 0)
+
+    def deploy_opts(self, name, count):
+        return core_pb2.DeployOptions(
+            name=name, entrypoint=core_pb2.EntrypointOptions(name="w",
+                                                             commands=["/bin/sh", "run.sh"]),
+            podname="fp", image="slow:1", count=count,
+            resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
 
     def test_kill_agent_mid_deploy(self):
         core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
@@ -92,6 +141,9 @@ class AgentKilled(unittest.TestCase):
         # the audit of the whole state (records, streams, reservations, the engine's processes)
         # finds nothing the kill left behind
         self.assertEqual(self.stack.check(), [])
+        # one operation: the deploy went on on the node's agent, no node part of its own
+        self.assertEqual(len(self.ops_of("workload.create")), 1)
+        self.assertEqual(self.ops_of("workload.create_on_node"), {})
         self.remove_with_kill(core, ids)
 
     def remove_with_kill(self, core, ids):
@@ -131,6 +183,89 @@ class AgentKilled(unittest.TestCase):
         self.assertEqual(list(res.diffs), [])
         self.assertEqual(json.loads(res.resource_usage).get("cpumem", {}).get("memory", 0), 0)
         self.assertEqual(self.stack.redis.cmd("HLEN", base + "deploy-count:fault:w"), 0)
+        self.assertEqual(self.stack.check(), [])
+
+    def test_cancel_while_the_agent_runs_it(self):
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        ops = opg.OperationServiceStub(self.stack.channel(0))
+        result = {}
+
+        def deploy():
+            result["msgs"] = list(core.CreateWorkload(self.deploy_opts("cancel", COUNT),
+                                                      timeout=120))
+
+        t = threading.Thread(target=deploy)
+        t.start()
+        engine = os.path.join(self.stack.data_dir, "engine", "fa")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if len(os.listdir(engine) if os.path.isdir(engine) else []) >= 2:
+                break
+            time.sleep(0.01)
+        (op_id, rec), = self.ops_of("workload.create").items()
+        self.assertEqual(rec["queue"], "node:fa")  # handed over: running on the agent
+        ops.CancelOperation(opb.CancelOperationRequest(id=op_id), timeout=10)
+        t.join(150)
+        self.assertFalse(t.is_alive(), "CreateWorkload did not end")
+        done = self.wait_op(op_id, lambda r: r.get("status") not in ("PENDING", "RUNNING"))
+        self.assertEqual(done["status"], "CANCELLED", done)
+        # the instances already sent to the node were finished, each told once
+        msgs = result["msgs"]
+        self.assertEqual(len(msgs), COUNT)
+        self.assertTrue(all(m.success for m in msgs), [m.error for m in msgs])
+        self.assertEqual(sorted(os.listdir(engine)), sorted(m.id for m in msgs))
+        # the reservation is gone and the usage is exactly what the workloads hold
+        resvs = self.stack.scan(self.stack.prefix + "{reg}:resv:*")
+        self.assertEqual(resvs, [])
+        self.assertEqual(self.memory_used(core), COUNT * 16 * 2**20)
+        self.assertEqual(self.stack.check(), [])
+
+    def test_no_agent_takes_it(self):
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        ops = opg.OperationServiceStub(self.stack.channel(0))
+        agent = self.stack.agents[0]
+        agent.kill9()  # its node still looks alive for a few seconds: plans still pick it
+        results = {}
+
+        def deploy(name):
+            results[name] = list(core.CreateWorkload(self.deploy_opts(name, 3), timeout=60))
+
+        threads = [threading.Thread(target=deploy, args=(n,)) for n in ("cancelled", "timed")]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = {i: r for i, r in self.ops_of("workload.create").items()
+                       if r.get("queue") == "node:fa" and r.get("status") == "PENDING"}
+            if len(waiting) == 2:
+                break
+            time.sleep(0.02)
+        self.assertEqual(len(waiting), 2, self.ops_of("workload.create"))
+        by_name = {}
+        for i, r in waiting.items():
+            by_name["cancelled" if "cancelled" in self.stack.redis.cmd(
+                "HGET", self.stack.prefix + "{reg}:resv:resv-" + i, "app") else "timed"] = i
+        self.assertEqual(sorted(by_name), ["cancelled", "timed"])
+        ops.CancelOperation(opb.CancelOperationRequest(id=by_name["cancelled"]), timeout=10)
+        for name in ("cancelled", "timed"):
+            done = self.wait_op(by_name[name],
+                                lambda r: r.get("status") not in ("PENDING", "RUNNING"))
+            self.assertEqual(done["status"], "CANCELLED", done)
+            self.assertEqual(done["queue"], "ops", done)  # handed back and undone there
+        # the cancel acts at once; the other waited out worker.node_op_timeout_ms (3 s)
+        for t in threads:
+            t.join(60)
+            self.assertFalse(t.is_alive(), "CreateWorkload did not end")
+        for name in ("cancelled", "timed"):
+            msgs = results[name]
+            self.assertEqual(len(msgs), 3, msgs)
+            self.assertFalse(any(m.success for m in msgs), msgs)
+        self.assertEqual(self.stack.scan(self.stack.prefix + "{reg}:resv:*"), [])
+        agent.start()  # the stale entries on its queue are skipped, nothing is made
+        self.stack.wait_ready([agent])
+        self.assertEqual(self.memory_used(core), 0)
+        engine = os.path.join(self.stack.data_dir, "engine", "fa")
+        self.assertEqual(os.listdir(engine) if os.path.isdir(engine) else [], [])
         self.assertEqual(self.stack.check(), [])
 
 

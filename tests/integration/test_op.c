@@ -738,7 +738,22 @@ static void test_output(void **state) {
                      PV_ABORTED);
     assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 2);
     assert_int_equal(num(f, "TTL " OPS_BASE "out:%s", op.id), -1);
-    finish(f, &op, token, PV_OP_SUCCEEDED);
+    /* the last word told with the end (pv_op_finish_output): its entry, then the end's; a stale
+     * token writes neither, a repeated end (its answer lost) no second entry */
+    const char *v3[] = {"w-c", "app_web_mnopqr"};
+    assert_int_equal(pv_op_finish_output(f->r, &f->keys, &f->opts, &op, token + 1, PV_OP_SUCCEEDED,
+                                         0, "", 2, fields, v3, &st),
+                     PV_ABORTED);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pv_op_finish_output(f->r, &f->keys, &f->opts, &op, token, PV_OP_SUCCEEDED,
+                                             0, "", 2, fields, v3, &st),
+                         PV_OK);
+    assert_int_equal(num(f, "XLEN " OPS_BASE "out:%s", op.id), 4); /* w-c and the end */
+    assert_int_equal(pv_op_output_read(f->r, &f->keys, op.id, last, 10, 0, &out, &n, &st), PV_OK);
+    assert_int_equal(n, 1); /* the end entry is plumbing */
+    assert_string_equal(out[0].values[0], "w-c");
+    pv_op_output_free(out, n);
     assert_true(num(f, "TTL " OPS_BASE "out:%s", op.id) > 0);
     pv_op_clear(&op);
     pv_op_clear(&sub);
@@ -1034,6 +1049,107 @@ static void test_release(void **state) {
     assert_int_equal(again.attempts, 1);
     assert_true(t2 > token);
     pv_op_clear(&again);
+    pv_op_clear(&back);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+}
+
+/* Hands the operation taken from "ops" over to node:n1 (pv_op_handover), with its announcement;
+ * *back is the record after it. */
+static void hand_over(fixture *f, const pv_op *op, int64_t token, int timeout_ms, pv_op *back) {
+    pv_status st;
+    const char *fields[] = {"type", "op"}, *values[] = {"node", op->id};
+    int rc = pv_op_handover(f->r, &f->keys, &f->opts, op, token, "node:n1", "{\"node\":\"n1\"}",
+                            timeout_ms, 2, fields, values, &st);
+    if (rc != PV_OK) fail_msg("handover %s: %s", op->id, st.msg);
+    *back = get(f, op->id);
+}
+
+/* pv_op_handover: the operation goes on on another queue, at once, fenced; a cancel or a
+ * timeout while it waits there hands it back to the ops queue, where it runs (to be undone)
+ * instead of ending where it stands; a cancel while it runs there lets it run. */
+static void test_handover(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    ensure_group(f, "ops");
+    ensure_group(f, "node:n1");
+    pv_op sub = submit(f, "node-1"), op, back, on_node;
+    int64_t token, t2;
+    take(f, "ops", "w1", 10000, &op, &token);
+    hand_over(f, &op, token, 60000, &back);
+    char *due = text(f, "ZSCORE t:{ops}:delayed %s", sub.id);
+    assert_non_null(due); /* the timeout of the hand-over */
+    free(due);
+    assert_int_equal(back.status, PV_OP_PENDING);
+    assert_string_equal(back.queue, "node:n1");
+    assert_string_equal(back.params, "{\"node\":\"n1\"}");
+    assert_int_equal(back.attempts, 0); /* the handing worker's delivery does not count */
+    assert_int_equal(pending_count(f, "ops"), 0);
+    assert_int_equal(entries_of(f, "node:n1", sub.id), 1);
+    assert_text(f, sub.id, "GET " LOCK "node-1"); /* still holds its target */
+    assert_int_equal(num(f, "XLEN t:{ops}:out:%s", sub.id), 1);
+    assert_last_event(f, sub.id, "PENDING", "handed over to queue node:n1 by w1");
+    /* fenced: the old token writes nothing, not even a second hand-over */
+    const char *fields[] = {"type"}, *values[] = {"node"};
+    assert_int_equal(pv_op_handover(f->r, &f->keys, &f->opts, &op, token, "node:n1", "{}", 1, 1,
+                                    fields, values, &st),
+                     PV_ABORTED);
+    assert_int_equal(entries_of(f, "node:n1", sub.id), 1);
+    /* the node's worker takes it; a cancel then lets it run (its handler finishes it) */
+    take(f, "node:n1", "a1", 10000, &on_node, &t2);
+    assert_null(text(f, "ZSCORE t:{ops}:delayed %s", sub.id)); /* its timeout is moot */
+    pv_op out;
+    assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, sub.id, &out, &st), PV_OK);
+    assert_int_equal(out.status, PV_OP_RUNNING);
+    assert_true(out.cancel_requested);
+    finish(f, &on_node, t2, PV_OP_CANCELLED);
+    pv_op_clear(&out);
+    pv_op_clear(&on_node);
+    pv_op_clear(&back);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+
+    /* cancelled while it waits on the node's queue: back on "ops" with the cancel, and run */
+    sub = submit(f, "node-2");
+    take(f, "ops", "w1", 10000, &op, &token);
+    hand_over(f, &op, token, 60000, &back);
+    assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, sub.id, &out, &st), PV_OK);
+    assert_int_equal(out.status, PV_OP_PENDING);
+    assert_string_equal(out.queue, "ops");
+    assert_true(out.cancel_requested);
+    assert_text(f, sub.id, "GET " LOCK "node-2");
+    pv_op_clear(&out);
+    take(f, "ops", "w2", 10000, &on_node, &t2); /* RUN, not CANCELLED: it is to be undone */
+    assert_true(on_node.cancel_requested);
+    /* the stale entry on the node's queue is skipped */
+    char entry[64], id[PV_ID_MAX];
+    assert_int_equal(read_entry(f, "node:n1", "a1", entry, id), 1);
+    assert_int_equal(acquire(f, "node:n1", "a1", entry, id, 10000, &out, &t2), PV_OP_ACQ_DONE);
+    pv_op_clear(&out);
+    pv_op_clear(&on_node);
+    pv_op_clear(&back);
+    pv_op_clear(&op);
+    pv_op_clear(&sub);
+
+    /* no worker of node:n1 takes it in time: pv_op_promote_due hands it back the same way */
+    sub = submit(f, "node-3");
+    take(f, "ops", "w1", 10000, &op, &token);
+    hand_over(f, &op, token, 1, &back);
+    usleep(20000);
+    int moved = 0;
+    assert_int_equal(pv_op_promote_due(f->r, &f->keys, &f->opts, &moved, &st), PV_OK);
+    assert_int_equal(moved, 1);
+    pv_op now = get(f, sub.id);
+    assert_int_equal(now.status, PV_OP_PENDING);
+    assert_string_equal(now.queue, "ops");
+    assert_true(now.cancel_requested);
+    assert_last_event(f, sub.id, "PENDING", "took it in time");
+    char *report = NULL;
+    int problems = -1;
+    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    pv_op_clear(&now);
     pv_op_clear(&back);
     pv_op_clear(&op);
     pv_op_clear(&sub);
@@ -1582,6 +1698,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_retry_and_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_indexes, setup, teardown),

@@ -583,7 +583,7 @@ static int step_instance(wk_op *op, void *arg, char **result, pv_status *st) {
 
 /* The instance's output entry, from its journaled answer. Journaled itself, so a redelivered
  * operation does not tell the client twice. */
-static int report(wk_op *op, const instance *in, const char *answer, const char *step,
+static int report(wk_op *op, const instance *in, const char *answer, const char *step, bool last,
                   pv_status *st) {
     json_t *a = json_loads(answer, 0, NULL);
     const char *err = json_string_value(json_object_get(a, "error"));
@@ -604,7 +604,9 @@ static int report(wk_op *op, const instance *in, const char *answer, const char 
                             err ? err : "",
                             resources ? resources : "{}",
                             alloc ? alloc : ""};
-    int rc = wk_op_output_step(op, step, 10, fields, values, st);
+    /* the last one is told with the operation's end: a call less */
+    int rc = last ? wk_op_output_at_end(op, step, 10, fields, values, st)
+                  : wk_op_output_step(op, step, 10, fields, values, st);
     free(publish);
     free(resources);
     json_decref(a);
@@ -686,7 +688,7 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
         rc = wk_op_step_pending(op, step, step_instance, &in, &answer, st);
         if (rc == PV_OK) {
             snprintf(step, sizeof step, "reported:%s", alloc_id);
-            rc = report(op, &in, answer, step, st);
+            rc = report(op, &in, answer, step, i + 1 == json_array_size(allocs), st);
         }
         free(answer);
         /* the last one's is said by the end itself (progress 100): a round trip less */

@@ -23,6 +23,7 @@
 #include "pv_log.h"
 #include "pv_resv.h"
 #include "pv_sched.h"
+#include "wk_node_deploy.h"
 
 /* How long a deploy sleeps in XREAD for news of its children. Their streams' end entries wake
  * it when they finish; this bounds the wait for a child that ends without output (its agent
@@ -91,18 +92,24 @@ static int step_reserve(wk_op *op, void *arg, char **result, pv_status *st) {
     return rc;
 }
 
-static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
-    deploy_ctx *c = arg;
+/* The params of a node's part: the deploy's, the node, pod, reservation and its allocations
+ * there (and a failover's incarnation, wk_ha.h, kept by the deploy's params). */
+static char *node_params(deploy_ctx *c, const char *node, json_t *allocs, const char *reservation) {
     json_t *params =
-        json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", c->node, "pod",
-                  c->opts->podname, "reservation", c->reservation, "allocations", c->allocs);
-    /* a failover's next incarnation of a workload (wk_ha.h): the node part keeps its id */
-    json_t *all = json_loads(wk_op_record(op)->params, 0, NULL);
+        json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", node, "pod",
+                  c->opts->podname, "reservation", reservation, "allocations", allocs);
+    json_t *all = json_loads(wk_op_record(c->op)->params, 0, NULL);
     json_t *inc = json_object_get(all, "incarnate");
     if (params && json_is_object(inc)) json_object_set(params, "incarnate", inc);
     json_decref(all);
     char *text = params ? pv_json_dumps(params, 0) : NULL;
     json_decref(params);
+    return text;
+}
+
+static int step_dispatch(wk_op *op, void *arg, char **result, pv_status *st) {
+    deploy_ctx *c = arg;
+    char *text = node_params(c, c->node, c->allocs, c->reservation);
     if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
     const pv_op *rec = wk_op_record(op);
     char queue[PV_KEY_MAX], target[PV_KEY_MAX], request_id[PV_KEY_MAX];
@@ -270,10 +277,64 @@ static int wait_children(wk_op *op, char **children, size_t n, size_t *failed_no
     return rc;
 }
 
+/* A plan on one node: this operation itself goes on on that node's agent (wk_op_handover) with
+ * the node part's params, announced as its own node part; wk_deploy_create runs the rest there.
+ * One operation instead of a deploy and a node part: no second submit, lease, wait and end. */
+static int hand_over(deploy_ctx *c, json_t *allocations, const char *reservation, pv_status *st) {
+    const char *node = json_object_iter_key(json_object_iter(allocations));
+    json_t *list = json_object_iter_value(json_object_iter(allocations));
+    char *text = node_params(c, node, list, reservation);
+    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    char queue[PV_KEY_MAX], ni[24];
+    snprintf(queue, sizeof queue, "node:%s", node);
+    snprintf(ni, sizeof ni, "%zu", json_array_size(list));
+    const char *fields[] = {"type", "node", "op", "instances", "nodes"},
+               *values[] = {"node", node, wk_op_record(c->op)->id, ni, "1"};
+    const pv_config *cfg = wk_op_config(c->op);
+    int rc = wk_op_handover(c->op, queue, text,
+                            cfg ? cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS, 5,
+                            fields, values, st);
+    free(text);
+    return rc;
+}
+
+/* What a handed-over deploy (hand_over) does where it runs next: on its node's agent, the node
+ * part's instances (wk_node_deploy_create), to the end even when cancelled, as a node part
+ * already sent would be; back on the ops queue (a cancel, or no agent took it in time), nothing
+ * more. Then the reservation's unused allocations go back, unless a retry will follow. */
+static int run_handed(wk_op *op, pv_status *st) {
+    const pv_op *rec = wk_op_record(op);
+    bool on_node = rec->queue && strcmp(rec->queue, "ops") != 0;
+    int rc = PV_OK;
+    if (on_node) {
+        wk_op_begin_cleanup(op);
+        rc = wk_node_deploy_create(op, st);
+        /* delivered again (or owned by another worker now): the reservation is still needed */
+        if (rc != PV_OK && wk_code_transient(rc) && !wk_op_failure_final(op)) return rc;
+    }
+    const char *reservation = wk_op_param(op, "reservation");
+    pv_status rst;
+    if (pv_resv_release(wk_op_redis(op), wk_op_keys(op), reservation, &rst) != PV_OK &&
+        rst.code != PV_NOT_FOUND) {
+        if (rc == PV_OK)
+            rc = pv_status_set(st, rst.code, "releasing reservation %s: %s", reservation, rst.msg);
+        return rc;
+    }
+    if (rc != PV_OK) return rc;
+    if (!on_node || wk_op_is_cancelled(op))
+        return pv_status_set(st, PV_CANCELLED, "deploy cancelled: %s",
+                             on_node ? "the instances already sent to the node were finished"
+                                     : "no instance was made; its reservation was given back");
+    wk_op_set_end_message(op, "deployed on 1 node(s)");
+    return PV_OK;
+}
+
 static int run(deploy_ctx *c, pv_status *st) {
     wk_op *op = c->op;
     char *reply = NULL;
-    if (wk_op_step(op, "reserve", step_reserve, c, &reply, st) != PV_OK) {
+    /* journaled with what follows: the first dispatch, or given up by the hand-over, whose
+     * params carry the plan */
+    if (wk_op_step_pending(op, "reserve", step_reserve, c, &reply, st) != PV_OK) {
         /* Not enough resource is the deploy's answer, not a passing fault: no retries. */
         if (st->code == PV_RESOURCE_EXHAUSTED) st->code = PV_FAILED_PRECONDITION;
         return st->code;
@@ -288,6 +349,11 @@ static int run(deploy_ctx *c, pv_status *st) {
     }
     number_allocations(allocations);
     size_t nnodes = json_object_size(allocations), n = 0;
+    if (nnodes == 1) {
+        int hrc = hand_over(c, allocations, reservation, st);
+        json_decref(plan);
+        return hrc;
+    }
     char **children = calloc(nnodes ? nnodes : 1, sizeof *children);
     int rc = children ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
     const char *node;
@@ -337,6 +403,7 @@ static int run(deploy_ctx *c, pv_status *st) {
 }
 
 int wk_deploy_create(wk_op *op, pv_status *st) {
+    if (wk_op_param(op, "reservation")) return run_handed(op, st);
     deploy_ctx c = {.op = op, .deploy_b64 = wk_op_param(op, "deploy")};
     if (!c.deploy_b64)
         return pv_status_set(st, PV_INVALID_ARGUMENT,

@@ -19,6 +19,16 @@
  *   release  the reservation is released: the allocations that no workload took over (failed
  *            instances, cancelled children) go back to their nodes; created ones stay with their
  *            workloads.
+ * A plan on one node (most creates: count 1) needs no child: after reserve the operation itself
+ * is handed over to the queue node:<name> (wk_op_handover, the plan's reply never journaled: the
+ * node part's params above replace its params, and its announcement {type=node, node, op = its
+ * own id, instances, nodes=1} is written with it), and wk_deploy_create, delivered there to the
+ * node's agent, runs the node part's instances (wk_node_deploy_create) and then releases the
+ * reservation: one operation's submit, lease and end instead of two. A cancel then finishes the
+ * instances already sent, as for a child, and ends CANCELLED; while it waits on the node's queue
+ * (its agent dead, say), a cancel, or worker.node_op_timeout_ms without an agent taking it,
+ * hands it back to the ops queue (pv_op_handover), where it gives the reservation back and ends
+ * CANCELLED.
  * Partial success is success, as in Eru: the operation SUCCEEDS with its per-workload errors in
  * the children's output; the message counts created and failed instances.
  */

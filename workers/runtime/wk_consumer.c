@@ -585,7 +585,14 @@ static void slot_unregister(pool_thread *t) {
     pthread_mutex_unlock(&c->mu);
 }
 
-typedef enum { OUT_SUCCEEDED, OUT_FAILED, OUT_CANCELLED, OUT_RETRY, OUT_RELEASE } outcome_kind;
+typedef enum {
+    OUT_SUCCEEDED,
+    OUT_FAILED,
+    OUT_CANCELLED,
+    OUT_RETRY,
+    OUT_RELEASE,
+    OUT_HANDED /* handed over to another queue (wk_op_handover): its workers end it */
+} outcome_kind;
 
 typedef struct outcome {
     outcome_kind kind;
@@ -606,6 +613,8 @@ static const char *outcome_name(outcome_kind k) {
         return "retry";
     case OUT_RELEASE:
         return "handed-back";
+    case OUT_HANDED:
+        return "handed-over";
     }
     return "?";
 }
@@ -622,7 +631,9 @@ static int backoff_ms(const struct wk_consumer *c, int attempt) {
 static void decide(struct wk_consumer *c, wk_op *op, int rc, const pv_status *hst, outcome *out) {
     memset(out, 0, sizeof *out);
     const pv_op *rec = wk_op_record(op);
-    if (rc == PV_OK) {
+    if (rc == PV_OK && wk_op_handed_over(op)) {
+        out->kind = OUT_HANDED;
+    } else if (rc == PV_OK) {
         out->kind = OUT_SUCCEEDED;
     } else if (rc == PV_CANCELLED || wk_op_is_cancelled(op)) {
         out->kind = OUT_CANCELLED;
@@ -645,21 +656,25 @@ static int write_outcome(pool_thread *t, wk_op *op, const outcome *out, bool *de
     struct wk_consumer *c = t->c;
     const pv_op *rec = wk_op_record(op);
     int64_t token = wk_op_token(op);
+    const char *const *fields, *const *values;
+    size_t n = wk_op_end_output(op, &fields, &values); /* its last word, told with the end */
     switch (out->kind) {
     case OUT_SUCCEEDED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0,
-                            wk_op_end_message(op), st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_SUCCEEDED, 0,
+                                   wk_op_end_message(op), n, fields, values, st);
     case OUT_FAILED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_FAILED, out->code,
-                            out->message, st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_FAILED,
+                                   out->code, out->message, n, fields, values, st);
     case OUT_CANCELLED:
-        return pv_op_finish(t->redis, &c->keys, &c->opts, rec, token, PV_OP_CANCELLED, PV_CANCELLED,
-                            out->message, st);
+        return pv_op_finish_output(t->redis, &c->keys, &c->opts, rec, token, PV_OP_CANCELLED,
+                                   PV_CANCELLED, out->message, n, fields, values, st);
     case OUT_RETRY:
         return pv_op_retry_later(t->redis, &c->keys, &c->opts, rec, token, out->delay_ms, out->code,
                                  out->message, dead, st);
     case OUT_RELEASE:
         return pv_op_release(t->redis, &c->keys, &c->opts, rec, token, st);
+    case OUT_HANDED: /* written by the hand-over itself */
+        return PV_OK;
     }
     return pv_status_set(st, PV_INTERNAL, "unknown outcome %d", (int)out->kind);
 }
@@ -725,7 +740,7 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
 
     const char *result = outcome_name(out.kind);
     bool dead = false;
-    if (wk_op_is_lost(op)) {
+    if (wk_op_is_lost(op) && out.kind != OUT_HANDED) { /* a renew after it may find it gone */
         wk_op_stop_code(op, &st);
         pv_warn("op lease lost id=%s kind=%s attempt=%d: %s; nothing more is written", r->id,
                 r->kind, r->attempts, st.msg);

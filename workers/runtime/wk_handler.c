@@ -58,8 +58,14 @@ struct wk_op {
     bool final; /* the handler's failure is its answer, whatever its code (wk_op_fail_final) */
     char *end_message; /* the record's last message when it succeeds (wk_op_set_end_message) */
     bool cleanup;      /* a cancel no longer stops the handler (wk_op_begin_cleanup) */
+    bool handed;       /* handed over to another queue (wk_op_handover): no outcome to write */
+    /* the output entry told with the end (wk_op_output_at_end): end_n fields, its step */
+    char **end_fields, **end_values, *end_step;
+    size_t end_n;
     char lost_why[PV_STATUS_MSG_MAX];
 };
+
+static int flush_end_output(wk_op *op, pv_status *st);
 
 typedef struct wk_handler_entry {
     const char *kind;
@@ -125,8 +131,22 @@ int wk_op_new(const wk_env *env, pv_op *rec, int64_t token, wk_op **out, pv_stat
     return PV_OK;
 }
 
+static void end_output_free(wk_op *op) {
+    for (size_t i = 0; i < op->end_n; i++) {
+        free(op->end_fields[i]);
+        free(op->end_values[i]);
+    }
+    free(op->end_fields);
+    free(op->end_values);
+    free(op->end_step);
+    op->end_fields = op->end_values = NULL;
+    op->end_step = NULL;
+    op->end_n = 0;
+}
+
 void wk_op_free(wk_op *op) {
     if (!op) return;
+    end_output_free(op);
     pv_op_clear(&op->rec);
     if (op->params) json_decref(op->params);
     json_decref(op->journaled);
@@ -173,6 +193,7 @@ const pv_config *wk_op_config(const wk_op *op) {
 
 int wk_op_output(wk_op *op, size_t n, const char *const *fields, const char *const *values,
                  pv_status *st) {
+    if (flush_end_output(op, st) != PV_OK) return st->code;
     if (pv_op_output_add(op->env.redis, op->env.keys, &op->rec, op->token, n, fields, values, NULL,
                          st) == PV_OK)
         return PV_OK;
@@ -407,12 +428,26 @@ static int flush_pending(wk_op *op, pv_status *st) {
     return rc;
 }
 
+/* Writes the entry wk_op_output_at_end held for the end now, as wk_op_output_step would: a step
+ * or an output of the run comes after it. */
+static int flush_end_output(wk_op *op, pv_status *st) {
+    if (!op->end_n) return PV_OK;
+    size_t n = op->end_n;
+    op->end_n = 0; /* taken: wk_op_output_step below does not come back here */
+    int rc = wk_op_output_step(op, op->end_step, n, (const char *const *)op->end_fields,
+                               (const char *const *)op->end_values, st);
+    op->end_n = n;
+    end_output_free(op);
+    return rc;
+}
+
 /* wk_op_step, the new answer journaled now or (pending) held for the next wk_op_output_step. */
 static int step_run(wk_op *op, const char *step, wk_step_fn fn, void *arg, bool pending,
                     char **result, pv_status *st) {
     if (result) *result = NULL;
     char *value = NULL;
-    int rc = flush_pending(op, st);
+    int rc = flush_end_output(op, st);
+    if (rc == PV_OK) rc = flush_pending(op, st);
     if (rc == PV_OK) rc = journal_get(op, step, &value, st);
     if (rc != PV_OK) return rc;
     if (!value) {
@@ -460,7 +495,9 @@ int wk_op_journaled(wk_op *op, const char *step, bool *has, pv_status *st) {
 int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
                       const char *const *values, pv_status *st) {
     char *done = NULL;
-    int rc = journal_get(op, step, &done, st);
+    int rc = flush_end_output(op, st);
+    if (rc != PV_OK) return rc;
+    rc = journal_get(op, step, &done, st);
     if (rc != PV_OK || done) {
         free(done);
         return rc == PV_OK ? flush_pending(op, st) : rc;
@@ -478,6 +515,57 @@ int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *
     free(op->pending_value);
     op->pending_step = op->pending_value = NULL;
     return rc;
+}
+
+int wk_op_handover(wk_op *op, const char *queue, const char *params_json, int timeout_ms, size_t n,
+                   const char *const *fields, const char *const *values, pv_status *st) {
+    if (flush_end_output(op, st) != PV_OK) return st->code;
+    free(op->pending_step);
+    free(op->pending_value);
+    op->pending_step = op->pending_value = NULL;
+    int waited = 0;
+    for (;;) {
+        int rc = pv_op_handover(op->env.redis, op->env.keys, op->env.opts, &op->rec, op->token,
+                                queue, params_json, timeout_ms, n, fields, values, st);
+        if (rc == PV_ABORTED) wk_op_set_lost(op, st->msg);
+        if (rc == PV_OK) op->handed = true;
+        if (rc != PV_UNAVAILABLE || outage_wait(op, &waited, st) != PV_OK)
+            return rc == PV_OK ? PV_OK : st->code;
+    }
+}
+
+int wk_op_output_at_end(wk_op *op, const char *step, size_t n, const char *const *fields,
+                        const char *const *values, pv_status *st) {
+    char *done = NULL;
+    int rc = flush_end_output(op, st);
+    if (rc == PV_OK) rc = journal_get(op, step, &done, st);
+    if (rc != PV_OK || done) { /* told by an earlier delivery */
+        free(done);
+        return rc == PV_OK ? flush_pending(op, st) : rc;
+    }
+    op->end_fields = calloc(n ? n : 1, sizeof *op->end_fields);
+    op->end_values = calloc(n ? n : 1, sizeof *op->end_values);
+    op->end_step = strdup(step);
+    bool oom = !op->end_fields || !op->end_values || !op->end_step;
+    for (size_t i = 0; !oom && i < n; i++) {
+        op->end_fields[i] = strdup(fields[i]);
+        op->end_values[i] = strdup(values[i] ? values[i] : "");
+        op->end_n = i + 1;
+        oom = !op->end_fields[i] || !op->end_values[i];
+    }
+    if (!oom) return PV_OK;
+    end_output_free(op);
+    return wk_op_output_step(op, step, n, fields, values, st); /* told now, then */
+}
+
+size_t wk_op_end_output(const wk_op *op, const char *const **fields, const char *const **values) {
+    *fields = (const char *const *)op->end_fields;
+    *values = (const char *const *)op->end_values;
+    return op->end_n;
+}
+
+bool wk_op_handed_over(const wk_op *op) {
+    return op->handed;
 }
 
 /* --- dispatch -------------------------------------------------------------------------------- */

@@ -100,6 +100,31 @@ int wk_op_journaled(wk_op *op, const char *step, bool *has, pv_status *st);
 int wk_op_output_step(wk_op *op, const char *step, size_t n, const char *const *fields,
                       const char *const *values, pv_status *st);
 
+/* Hands the operation over to `queue` (pv_op_handover: PENDING there with params_json, the
+ * output entry of n fields written with it, not taken in timeout_ms: back to the ops queue with
+ * a cancel): the handler returns PV_OK at once after it, and the consumer writes no outcome,
+ * the worker of `queue` will. A pending answer of wk_op_step_pending is dropped: the params
+ * must carry what the rest of the operation needs of it. Outages are waited out as in
+ * wk_op_step; a lost lease is PV_ABORTED. */
+int wk_op_handover(wk_op *op, const char *queue, const char *params_json, int timeout_ms, size_t n,
+                   const char *const *fields, const char *const *values, pv_status *st);
+
+/* Whether the operation was handed over (the consumer then writes no outcome). */
+bool wk_op_handed_over(const wk_op *op);
+
+/* wk_op_output_step for a run's last word: the entry is told with the operation's end, in the
+ * same call (pv_op_finish_output), when this run ends it SUCCEEDED, FAILED or CANCELLED: a
+ * fenced call less. Nothing of it is journaled: a run that does not end here (a retry, a lost
+ * lease, a shutdown) tells nothing, and its redelivery runs the steps again (a pending answer
+ * of wk_op_step_pending is not journaled either). Any later step or output of the run writes
+ * it first, as wk_op_output_step would; the strings are copied. */
+int wk_op_output_at_end(wk_op *op, const char *step, size_t n, const char *const *fields,
+                        const char *const *values, pv_status *st);
+
+/* The entry wk_op_output_at_end left for the end (for the consumer): its fields and values
+ * (owned by op), and their number (0: none). */
+size_t wk_op_end_output(const wk_op *op, const char *const **fields, const char *const **values);
+
 /* Fails the operation with code and the formatted message in st, for good: no retry even when
  * the code is one wk_code_transient names (a drain's RESOURCE_EXHAUSTED is its answer, not a
  * passing fault). Returns code. */

@@ -75,6 +75,7 @@ local OP_FIELDS = {
   'error_message', 'created_ms', 'updated_ms', 'started_ms', 'finished_ms', 'attempts',
   'max_attempts', 'worker', 'request_id', 'cancel_requested', 'params', 'metadata', 'holds',
   'token', 'lease_until_ms', 'entry', 'retry_at_ms', 'last_error_code', 'last_error_message',
+  'handed',
 }
 
 local DONE = {SUCCEEDED = true, FAILED = true, CANCELLED = true}
@@ -83,7 +84,7 @@ local DONE = {SUCCEEDED = true, FAILED = true, CANCELLED = true}
 local OP_DEFAULTS = {
   progress = '0', message = '', error_code = '0', error_message = '', started_ms = '0',
   finished_ms = '0', attempts = '0', worker = '', request_id = '', cancel_requested = '0',
-  holds = '[]', token = '0', lease_until_ms = '0', entry = '', retry_at_ms = '0',
+  holds = '[]', token = '0', lease_until_ms = '0', entry = '', retry_at_ms = '0', handed = '',
 }
 
 -- The fields a reply carries: those of a pv_op (shared/store/pv_op.c); token, lease and the like stay
@@ -240,6 +241,12 @@ local function fence(rec, id, token)
   return nil
 end
 
+-- Whether rec was handed over to another queue (pv_op_handover): such an operation is not
+-- ended by a cancel where it stands; a worker runs it to finish or undo what was started.
+local function handed_over(rec)
+  return rec.handed ~= nil and rec.handed ~= ''
+end
+
 -- Ends rec for good: final status and error, no lease; frees its locks, acks its stream entry
 -- (c.queue, c.entry may be nil), starts its retention, tells watchers and operators.
 -- c = {base, key, queue, entry, events, maxlen, retention}
@@ -274,6 +281,11 @@ local function op_end(c, rec, status, code, errmsg, now)
   -- entry, so that whoever follows it (a relay blocked in XREAD) wakes at the end too;
   -- operations without output get no stream and cost nothing.
   local out = c.base .. 'out:' .. rec.id
+  if c.output then -- the run's last output entry, told with its end (pv_op_finish)
+    local xadd = {'XADD', out, 'MAXLEN', '~', c.output_maxlen, '*'}
+    for i = 1, #c.output do xadd[#xadd + 1] = c.output[i] end
+    redis.call(unpack(xadd))
+  end
   if redis.call('XADD', out, 'NOMKSTREAM', '*', 'type', 'end', 'status', status) then
     redis.call('EXPIRE', out, c.retention)
   end
@@ -463,7 +475,9 @@ local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, 
   local c = {base = base, key = keys[1], queue = keys[2], entry = entry, events = keys[3],
              maxlen = maxlen, retention = retention}
   local attempts = tonumber(rec.attempts)
-  if rec.cancel_requested == '1' then
+  -- A handed-over operation runs even when cancelled: its handler finishes or undoes what its
+  -- first queue's worker started (a deploy's reservation).
+  if rec.cancel_requested == '1' and not handed_over(rec) then
     local nl = need_locks(keys, 6, base, rec)
     if nl then return nl end
     local why = 'cancelled before it ran'
@@ -477,6 +491,8 @@ local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, 
     op_dead(c, keys[4], rec, now)
     return {'DEAD', '0', op_flat(rec)}
   end
+  -- taken where it was handed over: its hand-over's timeout (pv_op_handover) is moot
+  if handed_over(rec) and rec.handed == entry then redis.call('ZREM', base .. 'delayed', id) end
   local token = tostring(redis.call('INCR', keys[5]))
   local changes = {status = 'RUNNING', token = token, worker = consumer, attempts = attempts + 1,
                    lease_until_ms = now + tonumber(lease_ms)}
@@ -609,7 +625,9 @@ end)
 --   KEYS[1] record, [2] queue stream, [3] events, [4..] lock keys
 --   ARGV[1] base, [2] id, [3] token, [4] status, [5] error code, [6] error message (for
 --   SUCCEEDED: the record's last message, '' = keep the last progress message or 'succeeded'),
---   [7] events maxlen, [8] retention seconds
+--   [7] events maxlen, [8] retention seconds, [9] output maxlen, [10..] field, value, ... of
+--   an output entry written just before the end entry (the run's last word, told with its end:
+--   a call less; none: no entry)
 --   returns {'OK'} (the worker has the record already), or need_locks
 redis.register_function('pv_op_finish', function(keys, args)
   local base, id, token, status = args[1], args[2], args[3], args[4]
@@ -621,6 +639,10 @@ redis.register_function('pv_op_finish', function(keys, args)
   if nl then return nl end
   local c = {base = base, key = keys[1], queue = keys[2], entry = rec.entry, events = keys[3],
              maxlen = args[7], retention = args[8]}
+  if #args > 9 then
+    c.output = {unpack(args, 10)}
+    c.output_maxlen = args[9]
+  end
   op_end(c, rec, status, tonumber(args[5]), args[6], now_ms())
   return {'OK'}
 end)
@@ -643,11 +665,12 @@ redis.register_function('pv_op_retry_later', function(keys, args)
              maxlen = args[7], retention = args[8]}
   local code, msg = tonumber(args[5]), args[6]
   local last = {last_error_code = code, last_error_message = msg}
-  if rec.cancel_requested == '1' or tonumber(rec.attempts) >= tonumber(rec.max_attempts) then
+  local cancelled = rec.cancel_requested == '1' and not handed_over(rec)
+  if cancelled or tonumber(rec.attempts) >= tonumber(rec.max_attempts) then
     local nl = need_locks(keys, 6, base, rec)
     if nl then return nl end
     op_set(keys[1], rec, last, now)
-    if rec.cancel_requested == '1' then
+    if cancelled then
       op_end(c, rec, 'CANCELLED', 1, 'cancelled', now)
       return {'CANCELLED', op_flat(rec)}
     end
@@ -690,6 +713,58 @@ redis.register_function('pv_op_release', function(keys, args)
   return {'OK', op_flat(rec)}
 end)
 
+-- What pv_op_handover reads of a record: what a fenced write and its event need, and the count.
+local HANDOVER_FIELDS = {'id', 'kind', 'target', 'status', 'progress', 'worker', 'token', 'entry',
+  'attempts'}
+
+-- pv_op_handover: a fenced hand-over of a running operation to another queue, whose workers
+-- carry it on (a deploy whose plan put every instance on one node goes on on that node's agent,
+-- one operation instead of a deploy and its node's part): PENDING on a fresh entry of the new
+-- queue with new params, the old entry acked, the output entry that announces it written, all
+-- at once. The delivery does not count against max_attempts (as pv_op_release). The record keeps
+-- the new entry in 'handed': while it is still PENDING on that entry when the timeout is due
+-- (pv_op_promote_due finds it in the delayed set), no worker of the new queue took it, and it
+-- goes back to the ops queue with a cancel, for the ops workers to undo it (a worker that takes
+-- it takes it out of the delayed set).
+--   KEYS[1] record, [2] old queue stream, [3] new queue stream, [4] events, [5] output stream,
+--   [6] delayed zset
+--   ARGV[1] base, [2] id, [3] token, [4] new queue name, [5] params JSON, [6] events maxlen,
+--   [7] output maxlen, [8] timeout ms, [9..] field, value, ... of the output entry (none: no
+--   entry)
+--   returns 'OK'
+redis.register_function('pv_op_handover', function(keys, args)
+  local base, id = args[1], args[2]
+  local rec = op_load(keys[1], HANDOVER_FIELDS)
+  local err = fence(rec, id, args[3])
+  if err then return redis.error_reply(err) end
+  if rec.entry ~= '' then redis.call('XACK', keys[2], GROUP, rec.entry) end
+  local entry = redis.call('XADD', keys[3], '*', 'op', id, 'kind', rec.kind)
+  local attempts = tonumber(rec.attempts) - 1
+  if attempts < 0 then attempts = 0 end
+  local now = now_ms()
+  op_set(keys[1], rec, {status = 'PENDING', queue = args[4], params = args[5], entry = entry,
+                        handed = entry, lease_until_ms = 0, attempts = attempts}, now)
+  redis.call('ZADD', keys[6], now + tonumber(args[8]), id)
+  if #args > 8 then
+    local xadd = {'XADD', keys[5], 'MAXLEN', '~', args[7], '*'}
+    for i = 9, #args do xadd[#xadd + 1] = args[i] end
+    redis.call(unpack(xadd))
+  end
+  op_publish(base, rec)
+  op_event(keys[4], args[6], rec, 'handed over to queue ' .. args[4] .. ' by ' .. rec.worker)
+  return redis.status_reply('OK')
+end)
+
+-- A handed-over operation (pv_op_handover) that is still PENDING on its new queue goes back to
+-- the ops queue with a cancel requested, for the ops workers to undo it (a deploy gives its
+-- reservation back): a cancel before it ran, or no worker of the new queue took it in time.
+local function handed_back(base, key, rec, events, maxlen, why, now)
+  local entry = redis.call('XADD', base .. 'q:ops', '*', 'op', rec.id, 'kind', rec.kind)
+  op_set(key, rec, {queue = 'ops', entry = entry, cancel_requested = 1, message = why}, now)
+  op_publish(base, rec)
+  op_event(events, maxlen, rec, why)
+end
+
 -- pv_op_cancel: PENDING ends CANCELLED at once (out of the delayed set; a worker that receives
 -- its entry acks it); RUNNING gets cancel_requested for its worker; finished: unchanged.
 --   KEYS[1] record, [2] delayed zset, [3] events, [4..] lock keys
@@ -701,6 +776,14 @@ redis.register_function('pv_op_cancel', function(keys, args)
   if not rec then return redis.error_reply('NOT_FOUND operation ' .. id .. ' not found') end
   if DONE[rec.status] then return {'OK', op_flat(rec)} end
   local now = now_ms()
+  if rec.status == 'PENDING' and handed_over(rec) then
+    -- wherever it waits (its agent may never come back), the ops workers undo it
+    if rec.queue ~= 'ops' then
+      handed_back(base, keys[1], rec, keys[3], args[3], 'cancel requested while it waited on ' ..
+        rec.queue .. ': handed back to the ops queue to be undone', now)
+    end
+    return {'OK', op_flat(rec)}
+  end
   if rec.status == 'PENDING' then
     local nl = need_locks(keys, 4, base, rec)
     if nl then return nl end
@@ -739,6 +822,12 @@ redis.register_function('pv_op_promote_due', function(keys, args)
       op_set(key, rec, {entry = entry, retry_at_ms = 0}, now)
       op_publish(base, rec)
       op_event(keys[2], args[3], rec, 'queued again on ' .. rec.queue .. ' after its backoff')
+      moved = moved + 1
+    elseif rec and rec.status == 'PENDING' and handed_over(rec) and rec.entry == rec.handed and
+        rec.queue ~= 'ops' then
+      -- the timeout of a hand-over (pv_op_handover): no worker of its queue took it
+      handed_back(base, key, rec, keys[2], args[3], 'no worker of ' .. rec.queue ..
+        ' took it in time: handed back to the ops queue to be undone', now)
       moved = moved + 1
     end
   end
