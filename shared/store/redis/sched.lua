@@ -34,11 +34,16 @@ end
 
 -- Writes each node's new usage, bumps its revisions (read by nodes_moved: revs), and adds
 -- (sign 1) or removes (sign -1) its allocations and deploy counts. now: Redis's clock, as text.
-local function apply_nodes(base, args, i, sign, app, entry, revs, now)
+-- seqs (a table, or nil): gets each node's seq in the change index before and after its write,
+-- so the scheduler that wrote it knows whether its cached record was the latest (sched_cache.h).
+local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   local n = tonumber(args[i]); i = i + 1
+  local index = base .. 'node-revs'
   for _ = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
+    if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
     node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
+    if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
     local allocs = base .. 'node-allocs:' .. id
     local changed = 0
     for j = 1, count do
@@ -62,8 +67,9 @@ local function apply_nodes(base, args, i, sign, app, entry, revs, now)
 end
 
 -- pv_sched_commit(KEYS[1]=reservation key, ARGV: base resv_id pod owner app entry expires_ms
--- nodes_json request_id reply_body reply_ttl, then the node list) -> 'OK' | 'DUPLICATE' |
--- 'ABANDONED' | {'CONFLICT', node name}.
+-- nodes_json request_id reply_body reply_ttl, then the node list) -> {'OK', now, then per node
+-- its seq in the change index before and after the write} | 'DUPLICATE' | 'ABANDONED' |
+-- {'CONFLICT', node name}.
 -- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
 -- request abandoned after its deadline) is not committed: nobody would ever use or release it.
 -- A reservation made once is marked for 10 minutes, far past any request's deadline (after which
@@ -86,7 +92,8 @@ redis.register_function('pv_sched_commit', function(keys, args)
   if moved then return {'CONFLICT', moved} end
   local app, entry, expires = args[5], args[6], tonumber(args[7])
   local now = tostring(now_ms())
-  apply_nodes(base, args, 12, 1, app, entry, revs, now)
+  local seqs = {'OK', now}
+  apply_nodes(base, args, 12, 1, app, entry, revs, now, seqs)
   redis.call('HSET', keys[1], 'id', resv_id, 'pod', args[3], 'owner', args[4], 'app', app,
     'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', now)
   if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
@@ -96,7 +103,7 @@ redis.register_function('pv_sched_commit', function(keys, args)
     redis.call('LPUSH', reply, args[10])
     redis.call('EXPIRE', reply, tonumber(args[11]))
   end
-  return 'OK'
+  return seqs
 end)
 
 -- pv_sched_release(KEYS[1]=reservation key, ARGV: base resv_id app entry, then the node list
