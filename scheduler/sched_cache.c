@@ -545,11 +545,11 @@ void sched_cache_reparse(sched_cache_entry *e) {
     parse_res(e);
 }
 
-void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t seq_before,
+void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t rev_before,
                        int64_t seq_after, int64_t written_ms, const char *app, const char *entry,
                        int64_t added) {
-    if (e->seq != seq_before) {
-        /* it changed in Redis since it was read: the next view reads it (its seq moved) */
+    if (e->rec.rev != rev_before) {
+        /* written in Redis since it was read: the next view reads it (its seq moved) */
         free(usage);
         parse_res(e);
         return;

@@ -103,15 +103,16 @@ int sched_cache_deploy_counts(sched_cache *c, pv_redis *r, const pv_keys *k, con
 /*
  * A reservation allocates on the cache's parsed nodes in place (no copy, no parse) and then tells
  * the cache how its commit went, for each node it allocated on:
- * - committed (pv_resv_commit's seqs): sched_cache_wrote. When the node's seq before the write
- *   is the entry's, nothing else changed it in between: the entry takes the new usage (usage,
- *   malloc'd, taken over), the bumped revisions and seq_after, so the next view does not read
- *   it again; app/entry's cached count there goes up by added. Otherwise the entry is parsed
- *   again from its record (the next view reads the node: its seq moved).
+ * - committed (pv_resv_commit's rev_before and seq_after): sched_cache_wrote. When the record's
+ *   rev before the write is the entry's, nothing else wrote it in between (every write of a
+ *   record bumps its rev): the entry takes the new usage (usage, malloc'd, taken over), the
+ *   bumped revisions and seq_after, so the next view does not read it again; app/entry's cached
+ *   count there goes up by added. Otherwise the entry is parsed again from its record (the next
+ *   view reads the node: its seq moved).
  * - not committed (a conflict, a duplicate, an error): sched_cache_reparse, which parses the
  *   entry again from its record, as read.
  */
-void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t seq_before,
+void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t rev_before,
                        int64_t seq_after, int64_t written_ms, const char *app, const char *entry,
                        int64_t added);
 void sched_cache_reparse(sched_cache_entry *e);

@@ -196,14 +196,14 @@ static int64_t int_of(const redisReply *r) {
     return r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
 }
 
-/* A commit's {'OK', now, (seq before, seq after) per node}: sets each node's seqs. */
+/* A commit's {'OK', now, (rev before, seq after) per node}: sets them in each node. */
 static int read_committed(const redisReply *rep, pv_resv *rv, pv_status *st) {
     if (rep->elements != 2 + 2 * rv->nnodes)
         return pv_status_set(st, PV_INTERNAL, "reservation: %zu fields in the commit's reply",
                              rep->elements);
     for (size_t i = 0; i < rv->nnodes; i++) {
         rv->nodes[i].written_ms = int_of(rep->element[1]);
-        rv->nodes[i].seq_before = int_of(rep->element[2 + 2 * i]);
+        rv->nodes[i].rev_before = int_of(rep->element[2 + 2 * i]);
         rv->nodes[i].seq_after = int_of(rep->element[3 + 2 * i]);
     }
     return PV_OK;

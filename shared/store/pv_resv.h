@@ -44,9 +44,10 @@ typedef struct pv_resv_node {
     size_t nallocs;
     char **alloc_ids; /* nallocs ids */
     char **allocs;    /* nallocs allocation objects (JSON) */
-    /* Set by pv_resv_commit when it commits: the node's seq in the schedulers' change index
-     * (pv_sched.h) just before and just after this write, and Redis's clock (updated_ms). */
-    int64_t seq_before, seq_after, written_ms;
+    /* Set by pv_resv_commit when it commits: the node record's rev just before this write, its
+     * seq in the schedulers' change index (pv_sched.h) just after it, and Redis's clock then
+     * (updated_ms). */
+    int64_t rev_before, seq_after, written_ms;
 } pv_resv_node;
 
 typedef struct pv_resv {
@@ -79,7 +80,7 @@ typedef enum {
  * Commits rv: writes every node's new usage and allocations, the reservation record and, when
  * request_id is not NULL, the plan reply reply_body for that request (kept reply_ttl_s seconds),
  * all or nothing. *conflict (may be NULL, PV_NAME_MAX bytes is plenty: 256) gets the name of
- * the node that moved on PV_RESV_CONFLICT. On PV_RESV_COMMITTED each node's seq_before,
+ * the node that moved on PV_RESV_CONFLICT. On PV_RESV_COMMITTED each node's rev_before,
  * seq_after and written_ms are set (the rest of rv is only read).
  */
 int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,

@@ -34,14 +34,15 @@ end
 
 -- Writes each node's new usage, bumps its revisions (read by nodes_moved: revs), and adds
 -- (sign 1) or removes (sign -1) its allocations and deploy counts. now: Redis's clock, as text.
--- seqs (a table, or nil): gets each node's seq in the change index before and after its write,
--- so the scheduler that wrote it knows whether its cached record was the latest (sched_cache.h).
+-- seqs (a table, or nil): gets each node's record rev before its write (every write of a record
+-- bumps it) and its seq in the change index after it, so the scheduler that wrote it knows
+-- whether its cached record was the latest and can skip reading it back (sched_cache.h).
 local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   local n = tonumber(args[i]); i = i + 1
   local index = base .. 'node-revs'
   for _ = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
-    if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
+    if seqs then seqs[#seqs + 1] = revs[id].rev end
     node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
     if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
     local allocs = base .. 'node-allocs:' .. id
@@ -68,7 +69,7 @@ end
 
 -- pv_sched_commit(KEYS[1]=reservation key, ARGV: base resv_id pod owner app entry expires_ms
 -- nodes_json request_id reply_body reply_ttl, then the node list) -> {'OK', now, then per node
--- its seq in the change index before and after the write} | 'DUPLICATE' | 'ABANDONED' |
+-- its record rev before the write and its seq in the change index after it} | 'DUPLICATE' | 'ABANDONED' |
 -- {'CONFLICT', node name}.
 -- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
 -- request abandoned after its deadline) is not committed: nobody would ever use or release it.
