@@ -259,12 +259,13 @@ static int snapshot_load(sched_cache *cache, pv_redis *r, const pv_keys *k,
     for (size_t i = 0; rc == PV_OK && !s->in_name_order && i < s->n; i++)
         names[i] = s->e[i]->name;
     /* A pod's view: the counts the cache holds, read again only where a node's usage moved.
-     * Named nodes (few, read now by name) have theirs read now too. */
+     * Named nodes (few, read now by name) have theirs read now too. DUMMY's answer (each node's
+     * capacity) does not depend on them: none are read. */
+    const char *app = req->strategy == SCHED_DUMMY ? "" : req->app;
     if (rc == PV_OK && s->in_name_order)
-        rc =
-            sched_cache_deploy_counts(s->cache, r, k, req->app, req->entry, s->e, s->n, counts, st);
+        rc = sched_cache_deploy_counts(s->cache, r, k, app, req->entry, s->e, s->n, counts, st);
     else if (rc == PV_OK)
-        rc = pv_resv_deploy_counts(r, k, req->app, req->entry, names, s->n, counts, st);
+        rc = pv_resv_deploy_counts(r, k, app, req->entry, names, s->n, counts, st);
     for (size_t i = 0; rc == PV_OK && i < s->n; i++) {
         if (i + SCHED_PREFETCH < s->n) {
             for (int line = 1; line < 4; line++) /* the name, the parsed resources */
