@@ -277,6 +277,7 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *reque
     argv_push(&a, reply_body);
     argv_push_i64(&a, reply_ttl_s > 0 ? reply_ttl_s : 60);
     argv_push_nodes(&a, rv, 1);
+    argv_push(&a, "seqs"); /* the nodes' revs and seqs with the answer (sched.lua) */
     int rc;
     if (a.oom) {
         rc = pv_status_set(st, PV_INTERNAL, "reservation: out of memory");

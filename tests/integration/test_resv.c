@@ -927,6 +927,30 @@ static void test_cache_after_own_commit_matches_redis(void **state) {
     sched_cache_free(cache);
 }
 
+/* pv_sched_commit answers 'OK' unless asked for the seqs after its node list: a scheduler of
+ * the previous version (which reads 'OK' alone) and this library work together, and this
+ * scheduler with the previous library (which answers 'OK') reads its nodes back instead. */
+static void test_commit_answers_by_what_it_was_asked(void **state) {
+    fixture *f = *state;
+    int code;
+    char *resv = reserve(f, NULL, 1, NULL, &code); /* pv_resv_commit asks for the seqs */
+    assert_non_null(resv);
+    free(resv);
+#define COMMIT_NO_NODES(id)                                                                        \
+    "FCALL pv_sched_commit 1 " BASE "resv:" id " " BASE " " id " p1 o web main 0 {} '' '' 60 0"
+    redisReply *rep = redisCommand(f->c, COMMIT_NO_NODES("resv-X1"));
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    assert_string_equal(rep->str, "OK");
+    freeReplyObject(rep);
+    rep = redisCommand(f->c, COMMIT_NO_NODES("resv-X2") " seqs");
+    if (rep->type == REDIS_REPLY_ERROR) fail_msg("%s", rep->str);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->elements, 2); /* 'OK', now: no nodes */
+    assert_string_equal(rep->element[0]->str, "OK");
+    freeReplyObject(rep);
+#undef COMMIT_NO_NODES
+}
+
 static void test_sched_call_without_scheduler(void **state) {
     fixture *f = *state;
     pv_sched_call_opts o = {.timeout_ms = 200};
@@ -959,6 +983,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_after_own_commit_matches_redis, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_answers_by_what_it_was_asked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
