@@ -412,9 +412,10 @@ static bool add_json_string(pv_buf *b, const char *text) {
     json_t *j = json_string(text);
     char *quoted = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     json_decref(j);
-    if (quoted) pv_buf_addf(b, "%s", quoted);
+    if (!quoted) return false;
+    pv_buf_addf(b, "%s", quoted);
     free(quoted);
-    return quoted != NULL;
+    return true;
 }
 
 /* The reservation's reply, written as text: its allocations are JSON documents already (pv_res)
