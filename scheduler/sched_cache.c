@@ -2,8 +2,9 @@
  * sched_cache: node records kept between plan requests (see sched_cache.h).
  *
  * An open-addressing table of entry pointers keyed by node id (entries never move, so pointers
- * handed out survive a resize), the change index's epoch and seq last read, and per pod its
- * entries in name order, rebuilt only when the set of entries changed (gen).
+ * handed out survive a resize), the change index's epoch and seq last read, per pod its
+ * entries in name order, rebuilt only when the set of entries changed (gen), and per app the
+ * deploy counts read, indexed by the entries' slots.
  */
 #include "sched_cache.h"
 
@@ -14,10 +15,26 @@
 #include "pv_id.h"
 #include "pv_log.h"
 #include "pv_record.h"
+#include "pv_resv.h"
 #include "sched_strategy.h"
 
 /* Records read per call of pv_sched_nodes: a cold cache of 10,000 nodes takes 40 calls. */
 #define READ_BATCH 256
+
+/* One node's deploy count of an app, as read at the node's usage_rev (rev -1: not read). */
+typedef struct count_slot {
+    int64_t count;
+    int64_t rev;
+} count_slot;
+
+/* The deploy counts of one app/entrypoint, by entry slot. */
+typedef struct count_app {
+    char *app, *entry;
+    count_slot *s;
+    size_t cap;      /* slots s holds */
+    uint64_t resets; /* the cache's resets when s was last valid */
+    uint64_t used;   /* the cache's clock when last asked: the least recent one goes */
+} count_app;
 
 /* A pod's entries in name order, as of the cache's gen. */
 typedef struct pod_list {
@@ -38,6 +55,15 @@ struct sched_cache {
     pod_list *pods;
     size_t npods;
     uint64_t reads, views;
+    /* entry slots: the next never given, and those given back by dropped entries */
+    uint32_t next_slot;
+    uint32_t *free_slots;
+    size_t nfree, free_cap;
+    uint64_t resets; /* bumped when cached counts can no longer be trusted (see refresh) */
+    count_app apps[SCHED_COUNT_APPS];
+    size_t napps;
+    uint64_t clock;
+    uint64_t count_reads;
 };
 
 static uint64_t hash_id(const char *s) {
@@ -66,10 +92,20 @@ sched_cache *sched_cache_new(void) {
     return c;
 }
 
+static void count_app_clear(count_app *a) {
+    free(a->app);
+    free(a->entry);
+    free(a->s);
+    memset(a, 0, sizeof *a);
+}
+
 void sched_cache_free(sched_cache *c) {
     if (!c) return;
     for (size_t i = 0; i < c->cap; i++)
         entry_free(c->slots[i]);
+    for (size_t i = 0; i < c->napps; i++)
+        count_app_clear(&c->apps[i]);
+    free(c->free_slots);
     for (size_t i = 0; i < c->npods; i++) {
         free(c->pods[i].name);
         free(c->pods[i].e);
@@ -107,11 +143,23 @@ static int drop_where(sched_cache *c, bool (*drop)(const sched_cache_entry *, co
                       const void *arg) {
     sched_cache_entry **keep = calloc(c->cap, sizeof *keep);
     if (!keep) return -1;
+    if (c->free_cap < c->next_slot) { /* room for every slot ever given */
+        uint32_t *more = realloc(c->free_slots, c->next_slot * sizeof *more);
+        if (!more) {
+            free(keep);
+            return -1;
+        }
+        c->free_slots = more;
+        c->free_cap = c->next_slot;
+    }
     size_t kept = 0;
     for (size_t i = 0; i < c->cap; i++) {
         sched_cache_entry *e = c->slots[i];
         if (!e) continue;
         if (drop(e, arg)) {
+            /* a slot given back may name another node next: counts read by slot go too */
+            if (c->nfree < c->free_cap) c->free_slots[c->nfree++] = e->slot;
+            c->resets++;
             entry_free(e);
             continue;
         }
@@ -129,6 +177,20 @@ static bool has_id(const sched_cache_entry *e, const void *id) {
     return strcmp(e->rec.id, id) == 0;
 }
 
+/* e->res from e->rec's resources and usage (freed first). */
+static void parse_res(sched_cache_entry *e) {
+    pv_res_node_free(&e->res);
+    pv_status pst;
+    e->res_ok = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &e->res, &pst) == PV_OK;
+    e->res_err[0] = '\0';
+    if (!e->res_ok) {
+        memcpy(e->res_err, pst.msg, sizeof e->res_err);
+        e->res_err[sizeof e->res_err - 1] = '\0';
+        pv_warn("node %s (rev %lld) takes no part in plans: %s", e->rec.name, (long long)e->rec.rev,
+                pst.msg);
+    }
+}
+
 /* Takes rec (moved in: the caller's copy is zeroed) as the entry of its id, parsed. */
 static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     if ((c->n + 1) * 4 > c->cap * 3 && grow(c) != 0) {
@@ -143,6 +205,7 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
             return NULL;
         }
         memset(e, 0, sizeof *e);
+        e->slot = c->nfree > 0 ? c->free_slots[--c->nfree] : c->next_slot++;
         c->slots[i] = e;
         c->n++;
         c->gen++;
@@ -158,15 +221,8 @@ static sched_cache_entry *store(sched_cache *c, pv_node *rec, pv_status *st) {
     e->name = len < sizeof e->name_buf ? memcpy(e->name_buf, name, len + 1) : name;
     e->bypass = e->rec.bypass;
     e->alive = e->rec.alive;
-    pv_status pst;
-    e->res_ok = pv_res_node_parse(e->rec.resources, e->rec.usage, NULL, &e->res, &pst) == PV_OK;
-    e->res_err[0] = '\0';
-    if (!e->res_ok) {
-        memcpy(e->res_err, pst.msg, sizeof e->res_err);
-        e->res_err[sizeof e->res_err - 1] = '\0';
-        pv_warn("node %s (rev %lld) takes no part in plans: %s", e->rec.name, (long long)e->rec.rev,
-                pst.msg);
-    }
+    e->usage_rev = e->rec.usage_rev;
+    parse_res(e);
     c->reads++;
     return e;
 }
@@ -292,6 +348,9 @@ static int refresh(sched_cache *c, pv_redis *r, const pv_keys *k, const char *po
             read_changes(c, r, k, base, pod, &ch, st) != PV_OK)
             return st->code;
     }
+    /* A full answer: another index (whose usage_revs may repeat with other counts: a Redis
+     * restored from an older state), or a node removed. Counts cached by usage_rev go. */
+    if (ch.full) c->resets++;
     int rc = ch.full ? prune(c, ch.changed, st) : PV_OK;
     const char *ids[READ_BATCH];
     int64_t seqs[READ_BATCH];
@@ -402,6 +461,117 @@ int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *
     if (!e) return st->code;
     *out = e;
     return PV_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* deploy counts                                                                               */
+
+/* The counts of app/entry, made (taking the place of the least recently used) when not held;
+ * with room for every slot, and emptied when the cache was reset since they were read. */
+static count_app *count_app_of(sched_cache *c, const char *app, const char *entry, pv_status *st) {
+    count_app *a = NULL;
+    for (size_t i = 0; !a && i < c->napps; i++)
+        if (strcmp(c->apps[i].app, app) == 0 && strcmp(c->apps[i].entry, entry) == 0)
+            a = &c->apps[i];
+    if (!a) {
+        if (c->napps < SCHED_COUNT_APPS) {
+            a = &c->apps[c->napps++];
+        } else {
+            a = &c->apps[0];
+            for (size_t i = 1; i < c->napps; i++)
+                if (c->apps[i].used < a->used) a = &c->apps[i];
+            count_app_clear(a);
+        }
+        a->resets = c->resets;
+        if (!(a->app = strdup(app)) || !(a->entry = strdup(entry))) goto oom;
+    }
+    a->used = ++c->clock;
+    if (a->cap < c->next_slot) {
+        size_t cap = c->next_slot + c->next_slot / 4 + 64;
+        count_slot *more = realloc(a->s, cap * sizeof *more);
+        if (!more) goto oom;
+        for (size_t i = a->cap; i < cap; i++)
+            more[i] = (count_slot){0, -1};
+        a->s = more;
+        a->cap = cap;
+    }
+    if (a->resets != c->resets) {
+        for (size_t i = 0; i < a->cap; i++)
+            a->s[i] = (count_slot){0, -1};
+        a->resets = c->resets;
+    }
+    return a;
+oom:
+    count_app_clear(a);
+    *a = c->apps[--c->napps]; /* the last one takes its place (or it was the last) */
+    memset(&c->apps[c->napps], 0, sizeof c->apps[c->napps]);
+    pv_status_set(st, PV_INTERNAL, "out of memory");
+    return NULL;
+}
+
+int sched_cache_deploy_counts(sched_cache *c, pv_redis *r, const pv_keys *k, const char *app,
+                              const char *entry, sched_cache_entry *const *e, size_t n,
+                              int64_t *counts, pv_status *st) {
+    for (size_t i = 0; i < n; i++)
+        counts[i] = 0;
+    if (!app || !*app || n == 0) return PV_OK;
+    count_app *a = count_app_of(c, app, entry ? entry : "", st);
+    if (!a) return st->code;
+    /* the nodes whose usage moved since their count was read: usually the few the last plans
+     * took, all of them the first time */
+    size_t *stale = malloc(n * sizeof *stale), m = 0;
+    const char **names = malloc(n * sizeof *names);
+    int64_t *read = malloc(n * sizeof *read);
+    int rc = stale && names && read ? PV_OK : pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        if (a->s[e[i]->slot].rev == e[i]->usage_rev) continue;
+        stale[m] = i;
+        names[m++] = e[i]->name;
+    }
+    if (rc == PV_OK && m > 0)
+        rc = pv_resv_deploy_counts(r, k, app, entry ? entry : "", names, m, read, st);
+    for (size_t j = 0; rc == PV_OK && j < m; j++)
+        a->s[e[stale[j]]->slot] = (count_slot){read[j], e[stale[j]]->usage_rev};
+    if (rc == PV_OK) c->count_reads += m;
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        counts[i] = a->s[e[i]->slot].count;
+    free(stale);
+    free(names);
+    free(read);
+    return rc;
+}
+
+void sched_cache_reparse(sched_cache_entry *e) {
+    parse_res(e);
+}
+
+void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t rev_before,
+                       int64_t seq_after, int64_t written_ms, const char *app, const char *entry,
+                       int64_t added) {
+    if (e->rec.rev != rev_before) {
+        /* written in Redis since it was read: the next view reads it (its seq moved) */
+        free(usage);
+        parse_res(e);
+        return;
+    }
+    int64_t was = e->rec.usage_rev;
+    free(e->rec.usage);
+    e->rec.usage = usage;
+    e->rec.usage_rev++;
+    e->rec.rev++;
+    e->rec.updated_ms = written_ms;
+    e->usage_rev = e->rec.usage_rev;
+    e->seq = seq_after;
+    for (size_t i = 0; app && *app && i < c->napps; i++) {
+        count_app *a = &c->apps[i];
+        if (strcmp(a->app, app) != 0 || strcmp(a->entry, entry ? entry : "") != 0) continue;
+        if (a->resets == c->resets && e->slot < a->cap && a->s[e->slot].rev == was)
+            a->s[e->slot] = (count_slot){a->s[e->slot].count + added, e->usage_rev};
+    }
+}
+
+uint64_t sched_cache_count_reads(const sched_cache *c) {
+    return c->count_reads;
 }
 
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views) {

@@ -13,6 +13,15 @@
  * index that went back (a Redis restarted empty) or a node removed makes the next view read
  * the whole index again and drop what left it.
  *
+ * The deploy counts of the apps planned last (Eru's `count`: instances of an app/entrypoint per
+ * node) are kept too. Every Redis function that changes a node's count for an app changes the
+ * node's usage, and so its usage_rev, in the same step (pv_sched_commit and pv_sched_release,
+ * a workload's removal and reincarnation): a count read at usage_rev R is the current one as
+ * long as the node's record is still at R. So a plan re-reads only the counts of the nodes whose
+ * usage_rev moved since it last read them (one HMGET of those names), not the app's whole
+ * count hash: O(changes), not O(nodes). A full read of the index (another epoch, a node
+ * removed, a Redis that went back) forgets every cached count.
+ *
  * Staleness cannot overcommit: a reservation commits with the usage_rev of each node it
  * touches and pv_sched_commit refuses the whole commit if any moved (then plans again).
  *
@@ -43,7 +52,9 @@ typedef struct sched_cache_entry {
     uint64_t name_key;  /* sched_name_key(rec.name) */
     uint64_t dead_view; /* the view that listed it not alive */
     int64_t seq;        /* the change index's seq for it when it was read (0: not from it) */
+    int64_t usage_rev;  /* rec.usage_rev: its deploy counts can only have moved with it */
     const char *name;   /* rec.name: name_buf when it fits there */
+    uint32_t slot;      /* a small number of its own while it is held (sched_cache_deploy_counts) */
     bool res_ok;        /* false: the record does not parse; res_err says why */
     bool listed;        /* a full read of the index named it (entries it did not name go) */
     bool bypass;        /* rec.bypass */
@@ -77,8 +88,38 @@ int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status
 int sched_cache_node(sched_cache *c, pv_redis *r, const pv_keys *k, const char *name,
                      sched_cache_entry **out, pv_status *st);
 
+/*
+ * The deploy counts of app/entry on the entries e[0..n) of this cache's last sched_cache_view
+ * (a node's count is read again only when its usage_rev moved since it was read): counts[i]
+ * for e[i], 0 when it has none. All 0 when app is NULL or "". The counts are as fresh as the
+ * view's records; pv_sched_commit refuses a plan over a node whose usage_rev moved since, and a
+ * count cannot move without it. The counts of the SCHED_COUNT_APPS apps used last are kept.
+ */
+#define SCHED_COUNT_APPS 16
+int sched_cache_deploy_counts(sched_cache *c, pv_redis *r, const pv_keys *k, const char *app,
+                              const char *entry, sched_cache_entry *const *e, size_t n,
+                              int64_t *counts, pv_status *st);
+
+/*
+ * A reservation allocates on the cache's parsed nodes in place (no copy, no parse) and then tells
+ * the cache how its commit went, for each node it allocated on:
+ * - committed (pv_resv_commit's rev_before and seq_after): sched_cache_wrote. When the record's
+ *   rev before the write is the entry's, nothing else wrote it in between (every write of a
+ *   record bumps its rev): the entry takes the new usage (usage, malloc'd, taken over), the
+ *   bumped revisions and seq_after, so the next view does not read it again; app/entry's cached
+ *   count there goes up by added. Otherwise the entry is parsed again from its record (the next
+ *   view reads the node: its seq moved).
+ * - not committed (a conflict, a duplicate, an error): sched_cache_reparse, which parses the
+ *   entry again from its record, as read.
+ */
+void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_t rev_before,
+                       int64_t seq_after, int64_t written_ms, const char *app, const char *entry,
+                       int64_t added);
+void sched_cache_reparse(sched_cache_entry *e);
+
 /* Counters for the log and the tests: entries held, records read since the start, views
- * served. */
+ * served, deploy counts read from Redis since the start (one per node and app read). */
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views);
+uint64_t sched_cache_count_reads(const sched_cache *c);
 
 #endif

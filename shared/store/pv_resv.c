@@ -192,9 +192,33 @@ static int resv_key(const pv_keys *k, const char *id, char *buf, size_t len, pv_
     return PV_OK;
 }
 
-/* Reads the Lua functions' answer: a status string, or {'CONFLICT', node}. */
-static int read_outcome(const redisReply *rep, pv_resv_outcome *out, char *conflict,
+static int64_t int_of(const redisReply *r) {
+    if (r->type == REDIS_REPLY_INTEGER) return (int64_t)r->integer;
+    return r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+}
+
+/* A commit's {'OK', now, (rev before, seq after) per node}: sets them in each node. */
+static int read_committed(const redisReply *rep, pv_resv *rv, pv_status *st) {
+    if (rep->elements != 2 + 2 * rv->nnodes)
+        return pv_status_set(st, PV_INTERNAL, "reservation: %zu fields in the commit's reply",
+                             rep->elements);
+    for (size_t i = 0; i < rv->nnodes; i++) {
+        rv->nodes[i].written_ms = int_of(rep->element[1]);
+        rv->nodes[i].rev_before = int_of(rep->element[2 + 2 * i]);
+        rv->nodes[i].seq_after = int_of(rep->element[3 + 2 * i]);
+    }
+    return PV_OK;
+}
+
+/* Reads the Lua functions' answer: a status string, {'OK', ...} (a commit, rv not NULL), or
+ * {'CONFLICT', node}. */
+static int read_outcome(const redisReply *rep, pv_resv *rv, pv_resv_outcome *out, char *conflict,
                         size_t conflict_len, pv_status *st) {
+    if (rv && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
+        rep->element[0]->type == REDIS_REPLY_STRING && strcmp(rep->element[0]->str, "OK") == 0) {
+        *out = PV_RESV_COMMITTED;
+        return read_committed(rep, rv, st);
+    }
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
         rep->element[1]->type == REDIS_REPLY_STRING) {
         *out = PV_RESV_CONFLICT;
@@ -232,7 +256,7 @@ static char *nodes_json(const pv_resv *rv) {
     return text;
 }
 
-int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char *request_id,
+int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,
                    const char *reply_body, int reply_ttl_s, pv_resv_outcome *out, char *conflict,
                    size_t conflict_len, pv_status *st) {
     char base[PV_KEY_MAX], key[PV_KEY_MAX];
@@ -254,6 +278,7 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char 
     argv_push(&a, reply_body);
     argv_push_i64(&a, reply_ttl_s > 0 ? reply_ttl_s : 60);
     argv_push_nodes(&a, rv, 1);
+    argv_push(&a, "seqs"); /* the nodes' revs and seqs with the answer (sched.lua) */
     int rc;
     if (a.oom) {
         rc = pv_status_set(st, PV_INTERNAL, "reservation: out of memory");
@@ -261,7 +286,7 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char 
         const char *keys[] = {key};
         redisReply *rep = NULL;
         rc = pv_redis_fcall(r, "pv_sched_commit", 1, keys, (int)a.n, a.v, &rep, st);
-        if (rc == PV_OK) rc = read_outcome(rep, out, conflict, conflict_len, st);
+        if (rc == PV_OK) rc = read_outcome(rep, rv, out, conflict, conflict_len, st);
         if (rep) freeReplyObject(rep);
     }
     argv_free(&a);
@@ -476,7 +501,7 @@ int pv_resv_release(pv_redis *r, const pv_keys *k, const char *resv_id, pv_statu
             const char *keys[] = {key};
             redisReply *rep = NULL;
             rc = pv_redis_fcall(r, "pv_sched_release", 1, keys, (int)a.n, a.v, &rep, st);
-            if (rc == PV_OK) rc = read_outcome(rep, &out, NULL, 0, st);
+            if (rc == PV_OK) rc = read_outcome(rep, NULL, &out, NULL, 0, st);
             if (rc == PV_NOT_FOUND)
                 pv_status_set(st, PV_NOT_FOUND, "reservation %s not found", resv_id);
             if (rep) freeReplyObject(rep);
@@ -907,29 +932,21 @@ static int by_sorted_name(const void *a, const void *b) {
     return strcmp(sort_names[*(const size_t *)a], sort_names[*(const size_t *)b]);
 }
 
-int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
-                          const char *const *names, size_t n, int64_t *counts, pv_status *st) {
-    for (size_t i = 0; i < n; i++)
-        counts[i] = 0;
-    if (!app || !*app || n == 0) return PV_OK;
-    char key[PV_KEY_MAX];
-    if (pv_key2(k, PV_KEY_DEPLOY_COUNT, app, entry, key, sizeof key, st) != PV_OK) return st->code;
-    redisReply *rep = NULL;
-    if (pv_redis_command(r, &rep, st, "HGETALL %s", key) != PV_OK) return st->code;
-    /* names sorted once, each counted node found by bsearch: an app on most of a 10,000-node
-     * pod is n log n, not n squared */
-    size_t *order =
-        rep->type == REDIS_REPLY_ARRAY && rep->elements ? calloc(n, sizeof *order) : NULL;
-    if (order) {
-        bool sorted = true; /* a pod's nodes come in name order already: no sort then */
-        for (size_t i = 0; i < n; i++) {
-            order[i] = i;
-            if (i > 0 && sorted && strcmp(names[i - 1], names[i]) > 0) sorted = false;
-        }
-        sort_names = names;
-        if (!sorted) qsort(order, n, sizeof *order, by_sorted_name);
+/* Fills counts from an HGETALL of the whole hash: names sorted once, each counted node found by
+ * bsearch (an app on most of a 10,000-node pod is n log n, not n squared). */
+static int counts_from_all(const redisReply *rep, const char *const *names, size_t n,
+                           int64_t *counts, pv_status *st) {
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) return PV_OK;
+    size_t *order = calloc(n, sizeof *order);
+    if (!order) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    bool sorted = true; /* a pod's nodes come in name order already: no sort then */
+    for (size_t i = 0; i < n; i++) {
+        order[i] = i;
+        if (i > 0 && sorted && strcmp(names[i - 1], names[i]) > 0) sorted = false;
     }
-    for (size_t j = 0; order && j + 1 < rep->elements; j += 2) {
+    sort_names = names;
+    if (!sorted) qsort(order, n, sizeof *order, by_sorted_name);
+    for (size_t j = 0; j + 1 < rep->elements; j += 2) {
         size_t lo = 0, hi = n;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
@@ -944,10 +961,42 @@ int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const 
                 hi = mid;
         }
     }
-    int rc = order || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0
-                 ? PV_OK
-                 : pv_status_set(st, PV_INTERNAL, "out of memory");
     free(order);
+    return PV_OK;
+}
+
+/* Fills counts from an HMGET of the names themselves. */
+static int counts_of_names(pv_redis *r, const char *key, const char *const *names, size_t n,
+                           int64_t *counts, pv_status *st) {
+    const char **argv = malloc((n + 2) * sizeof *argv);
+    if (!argv) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    argv[0] = "HMGET";
+    argv[1] = key;
+    memcpy(argv + 2, names, n * sizeof *names);
+    redisReply *rep = NULL;
+    int rc = pv_redis_commandv(r, &rep, st, (int)n + 2, argv, NULL);
+    free(argv);
+    if (rc != PV_OK) return rc;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
+        rc = pv_status_set(st, PV_INTERNAL, "HMGET %s: unexpected reply", key);
+    for (size_t i = 0; rc == PV_OK && i < n; i++)
+        if (rep->element[i]->type == REDIS_REPLY_STRING)
+            counts[i] = strtoll(rep->element[i]->str, NULL, 10);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
+                          const char *const *names, size_t n, int64_t *counts, pv_status *st) {
+    for (size_t i = 0; i < n; i++)
+        counts[i] = 0;
+    if (!app || !*app || n == 0) return PV_OK;
+    char key[PV_KEY_MAX];
+    if (pv_key2(k, PV_KEY_DEPLOY_COUNT, app, entry, key, sizeof key, st) != PV_OK) return st->code;
+    if (n <= PV_RESV_COUNTS_BY_NAME) return counts_of_names(r, key, names, n, counts, st);
+    redisReply *rep = NULL;
+    if (pv_redis_command(r, &rep, st, "HGETALL %s", key) != PV_OK) return st->code;
+    int rc = counts_from_all(rep, names, n, counts, st);
     freeReplyObject(rep);
     return rc;
 }

@@ -16,7 +16,9 @@
  *   <b>resvs                      zset: reservation id by expires_ms (those with an expiry)
  *   <b>node-allocs:<node id>      hash: allocation id -> allocation object (pv_res.h)
  *   <b>deploy-count:<app>:<entry> hash: node name -> instances of that app/entrypoint reserved
- *                                 there (the `count` of Eru's strategies)
+ *                                 there (the `count` of Eru's strategies). Whatever changes a
+ *                                 node's count changes its usage_rev in the same function: the
+ *                                 schedulers keep counts by it (scheduler/sched_cache.h)
  * and each node record's usage / usage_rev fields (pv_registry.h).
  * Allocation ids are "<reservation id>.<n>", n counting from 0 across the reservation.
  *
@@ -42,6 +44,10 @@ typedef struct pv_resv_node {
     size_t nallocs;
     char **alloc_ids; /* nallocs ids */
     char **allocs;    /* nallocs allocation objects (JSON) */
+    /* Set by pv_resv_commit when it commits: the node record's rev just before this write, its
+     * seq in the schedulers' change index (pv_sched.h) just after it, and Redis's clock then
+     * (updated_ms). */
+    int64_t rev_before, seq_after, written_ms;
 } pv_resv_node;
 
 typedef struct pv_resv {
@@ -74,9 +80,10 @@ typedef enum {
  * Commits rv: writes every node's new usage and allocations, the reservation record and, when
  * request_id is not NULL, the plan reply reply_body for that request (kept reply_ttl_s seconds),
  * all or nothing. *conflict (may be NULL, PV_NAME_MAX bytes is plenty: 256) gets the name of
- * the node that moved on PV_RESV_CONFLICT.
+ * the node that moved on PV_RESV_CONFLICT. On PV_RESV_COMMITTED each node's rev_before,
+ * seq_after and written_ms are set (the rest of rv is only read).
  */
-int pv_resv_commit(pv_redis *r, const pv_keys *k, const pv_resv *rv, const char *request_id,
+int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,
                    const char *reply_body, int reply_ttl_s, pv_resv_outcome *out, char *conflict,
                    size_t conflict_len, pv_status *st);
 
@@ -151,7 +158,10 @@ int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, c
                     size_t *n, pv_status *st);
 void pv_resv_ids_free(char **ids, size_t n);
 
-/* Deploy counts of app/entry: fills counts[i] for names[i] (0 when absent). */
+/* Deploy counts of app/entry: fills counts[i] for names[i] (0 when absent). Up to
+ * PV_RESV_COUNTS_BY_NAME names are read by name (HMGET: what a scheduler whose counts are cached
+ * reads after a few changes), more with the whole hash (HGETALL: at most one field per node). */
+#define PV_RESV_COUNTS_BY_NAME 512
 int pv_resv_deploy_counts(pv_redis *r, const pv_keys *k, const char *app, const char *entry,
                           const char *const *names, size_t n, int64_t *counts, pv_status *st);
 

@@ -879,6 +879,177 @@ static void test_cache_index_rebuilt(void **state) {
     sched_cache_free(cache);
 }
 
+/* What a plan through cache sees of web/main's deploy counts on n1, n2 and n4: FILL up to 4
+ * places 4 - count on each node (n4: -1 while it is not there). */
+static void cached_counts(fixture *f, sched_cache *cache, long long out[3]) {
+    sched_request req;
+    request(&req,
+            "{\"pod\":\"p1\",\"strategy\":%d,\"count\":4,\"app\":\"web\",\"entrypoint\":"
+            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"256M\"}}}",
+            SCHED_FILL);
+    char *reply = NULL;
+    sched_error err = {0};
+    int rc = sched_place_capacity(cache, f->r, &f->keys, &req, &reply, &err);
+    sched_request_free(&req);
+    if (rc != PV_OK) fail_msg("FILL: %s", err.status.msg);
+    json_t *j = capacity_json(reply);
+    const char *names[] = {"n1", "n2", "n4"};
+    for (int i = 0; i < 3; i++)
+        out[i] = cap_of(j, names[i]) < 0 ? -1 : 4 - cap_of(j, names[i]);
+    json_decref(j);
+}
+
+/* A reservation of count instances of web/main on the named node, through cache (NULL: another
+ * scheduler's); its reply into *reply when reply is not NULL. */
+static char *reserve_on(fixture *f, sched_cache *cache, const char *node, int count,
+                        const char *resources, char **reply) {
+    sched_request req;
+    request(&req,
+            "{\"pod\":\"p1\",\"includes\":[\"%s\"],\"count\":%d,\"app\":\"web\","
+            "\"entrypoint\":\"main\",\"resources\":%s}",
+            node, count, resources);
+    char id[PV_ID_MAX];
+    pv_id_new("plan", id, sizeof id);
+    char *body = NULL;
+    sched_error err = {0};
+    int rc = sched_place_reserve(cache, f->r, &f->keys, &req, id, 1, &body, &err);
+    sched_request_free(&req);
+    if (rc != PV_OK) fail_msg("reserve on %s: %s", node, err.status.msg);
+    json_t *j = json_loads(body, 0, NULL);
+    char *resv = strdup(json_string_value(json_object_get(j, "reservation")));
+    json_decref(j);
+    if (reply)
+        *reply = body;
+    else
+        free(body);
+    return resv;
+}
+
+#define ASSERT_COUNTS(c, a, b, d)                                                                  \
+    do {                                                                                           \
+        assert_int_equal((c)[0], (a));                                                             \
+        assert_int_equal((c)[1], (b));                                                             \
+        assert_int_equal((c)[2], (d));                                                             \
+    } while (0)
+
+/* A scheduler keeps the deploy counts it read: a plan after a change (its own reservation,
+ * another scheduler's, a release, a workload removed, a node added) sees the new counts, and
+ * reads from Redis only the counts of the nodes that changed. */
+static void test_cache_counts_follow_changes(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    long long c[3];
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 0, 0, -1);
+    uint64_t reads = sched_cache_count_reads(cache);
+    assert_int_equal(reads, 2); /* n1, n2 */
+    cached_counts(f, cache, c);
+    assert_int_equal(sched_cache_count_reads(cache), reads); /* nothing changed: nothing read */
+    /* its own reservation: the commit's result goes into the cache, nothing is read again */
+    const char *mem = "{\"cpumem\":{\"memory-request\":\"256M\"}}";
+    char *mine = reserve_on(f, cache, "n1", 2, mem, NULL);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 2, 0, -1);
+    assert_int_equal(sched_cache_count_reads(cache), reads);
+    /* another scheduler's: n2's count alone is read again */
+    char *body = NULL;
+    char *theirs = reserve_on(f, NULL, "n2", 1, mem, &body);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 2, 1, -1);
+    assert_int_equal(sched_cache_count_reads(cache), reads + 1);
+    /* a release (pv_sched_release) and a workload removed (pv_wl_remove_release) */
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, mine, &st), PV_OK);
+    json_t *j = json_loads(body, 0, NULL);
+    json_t *alloc = json_array_get(json_object_get(json_object_get(j, "allocations"), "n2"), 0);
+    pv_workload w = {0};
+    assert_int_equal(pv_workload_new_id(w.id, &st), PV_OK);
+    w.name = "web_main_counted";
+    w.app = "web";
+    w.entry = "main";
+    w.node = "n2";
+    w.image = "img";
+    w.alloc_id = (char *)json_string_value(json_object_get(alloc, "id"));
+    assert_int_equal(pv_workload_add(f->r, &f->keys, &w, &st), PV_OK);
+    assert_int_equal(pv_resv_release(f->r, &f->keys, theirs, &st), PV_OK);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 0, 1, -1); /* the workload keeps n2's count */
+    assert_int_equal(pv_resv_return_workload(f->r, &f->keys, w.id, &st), PV_OK);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 0, 0, -1);
+    /* a node added, then another scheduler's reservation on it */
+    add_node(f, "n4", "{\"cpumem\":{\"cpu\":4,\"memory\":\"4G\"}}", 1);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 0, 0, 0);
+    char *more = reserve_on(f, NULL, "n4", 3, mem, NULL);
+    cached_counts(f, cache, c);
+    ASSERT_COUNTS(c, 0, 0, 3);
+    json_decref(j);
+    free(body);
+    free(mine);
+    free(theirs);
+    free(more);
+    sched_cache_free(cache);
+}
+
+/* A reservation allocates on the cache's parsed node in place and the cache keeps the result
+ * when the commit is made: what the cache then answers is what a fresh read of the records
+ * gives, cores included. */
+static void test_cache_after_own_commit_matches_redis(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    const char *cores = "{\"cpumem\":{\"cpu-bind\":true,\"cpu-request\":1,\"memory-request\":"
+                        "\"512M\"}}";
+    assert_int_equal(cached_total(f, cache), 6);
+    uint64_t r0 = cache_reads(cache);
+    char *a = reserve_on(f, cache, "n1", 2, cores, NULL);
+    char *b = reserve_on(f, cache, "n2", 1, cores, NULL);
+    const char *q = "{\"pod\":\"p1\",\"strategy\":99,\"resources\":{\"cpumem\":{\"cpu-bind\":"
+                    "true,\"cpu-request\":1,\"memory-request\":\"256M\"}}}";
+    sched_request req;
+    request(&req, "%s", q);
+    char *reply = NULL;
+    sched_error err = {0};
+    assert_int_equal(sched_place_capacity(cache, f->r, &f->keys, &req, &reply, &err), PV_OK);
+    sched_request_free(&req);
+    json_t *cached = capacity_json(reply);
+    assert_int_equal(cache_reads(cache), r0); /* its own writes were not read back */
+    json_t *fresh = capacity(f, NULL, "%s", q);
+    assert_int_equal(total_of(cached), total_of(fresh));
+    assert_int_equal(cap_of(cached, "n1"), cap_of(fresh, "n1"));
+    assert_int_equal(cap_of(cached, "n2"), cap_of(fresh, "n2"));
+    assert_int_equal(cap_of(fresh, "n1"), 2); /* 4 cores, 2 taken */
+    json_decref(cached);
+    json_decref(fresh);
+    free(a);
+    free(b);
+    sched_cache_free(cache);
+}
+
+/* pv_sched_commit answers 'OK' unless asked for the seqs after its node list: a scheduler of
+ * the previous version (which reads 'OK' alone) and this library work together, and this
+ * scheduler with the previous library (which answers 'OK') reads its nodes back instead. */
+static void test_commit_answers_by_what_it_was_asked(void **state) {
+    fixture *f = *state;
+    int code;
+    char *resv = reserve(f, NULL, 1, NULL, &code); /* pv_resv_commit asks for the seqs */
+    assert_non_null(resv);
+    free(resv);
+#define COMMIT_NO_NODES(id)                                                                        \
+    "FCALL pv_sched_commit 1 " BASE "resv:" id " " BASE " " id " p1 o web main 0 {} '' '' 60 0"
+    redisReply *rep = redisCommand(f->c, COMMIT_NO_NODES("resv-X1"));
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    assert_string_equal(rep->str, "OK");
+    freeReplyObject(rep);
+    rep = redisCommand(f->c, COMMIT_NO_NODES("resv-X2") " seqs");
+    if (rep->type == REDIS_REPLY_ERROR) fail_msg("%s", rep->str);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->elements, 2); /* 'OK', now: no nodes */
+    assert_string_equal(rep->element[0]->str, "OK");
+    freeReplyObject(rep);
+#undef COMMIT_NO_NODES
+}
+
 static void test_sched_call_without_scheduler(void **state) {
     fixture *f = *state;
     pv_sched_call_opts o = {.timeout_ms = 200};
@@ -907,10 +1078,13 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_reads_only_what_changed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_sees_liveness_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_index_rebuilt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_counts_follow_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_after_own_commit_matches_redis, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_answers_by_what_it_was_asked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

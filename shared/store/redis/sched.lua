@@ -18,7 +18,8 @@
 -- Checks that each node still exists and has the expected usage revision. The node list starts
 -- at args[i]: n, then for each node: id, name, expected_rev, new_usage, count, then count pairs
 -- (alloc id, alloc json or '') . Returns nil or the name of the first node that moved.
--- Also returns each node's revisions as read (node_revs), by id, for apply_nodes.
+-- Also returns each node's revisions as read (node_revs), by id, for apply_nodes, and the index
+-- of the first argument after the list.
 local function nodes_moved(base, args, i)
   local n = tonumber(args[i]); i = i + 1
   local read = {}
@@ -29,16 +30,22 @@ local function nodes_moved(base, args, i)
     read[id] = revs
     i = i + 5 + 2 * count
   end
-  return nil, read
+  return nil, read, i
 end
 
 -- Writes each node's new usage, bumps its revisions (read by nodes_moved: revs), and adds
 -- (sign 1) or removes (sign -1) its allocations and deploy counts. now: Redis's clock, as text.
-local function apply_nodes(base, args, i, sign, app, entry, revs, now)
+-- seqs (a table, or nil): gets each node's record rev before its write (every write of a record
+-- bumps it) and its seq in the change index after it, so the scheduler that wrote it knows
+-- whether its cached record was the latest and can skip reading it back (sched_cache.h).
+local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   local n = tonumber(args[i]); i = i + 1
+  local index = base .. 'node-revs'
   for _ = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
+    if seqs then seqs[#seqs + 1] = revs[id].rev end
     node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
+    if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
     local allocs = base .. 'node-allocs:' .. id
     local changed = 0
     for j = 1, count do
@@ -62,8 +69,12 @@ local function apply_nodes(base, args, i, sign, app, entry, revs, now)
 end
 
 -- pv_sched_commit(KEYS[1]=reservation key, ARGV: base resv_id pod owner app entry expires_ms
--- nodes_json request_id reply_body reply_ttl, then the node list) -> 'OK' | 'DUPLICATE' |
--- 'ABANDONED' | {'CONFLICT', node name}.
+-- nodes_json request_id reply_body reply_ttl, then the node list[, 'seqs']) -> 'OK' (with 'seqs'
+-- after the list: {'OK', now, then per node its record rev before the write and its seq in the
+-- change index after it}) | 'DUPLICATE' | 'ABANDONED' | {'CONFLICT', node name}. The seqs are
+-- asked for, not always sent, so that a scheduler of the previous version, which reads 'OK', and
+-- this library work together during an upgrade (and this version with the previous library,
+-- which ignores the extra argument: the scheduler then reads its nodes back as before).
 -- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
 -- request abandoned after its deadline) is not committed: nobody would ever use or release it.
 -- A reservation made once is marked for 10 minutes, far past any request's deadline (after which
@@ -82,11 +93,12 @@ redis.register_function('pv_sched_commit', function(keys, args)
     if not gone or redis.call('EXISTS', keys[1], made) > 0 then return 'DUPLICATE' end
     return 'ABANDONED'
   end
-  local moved, revs = nodes_moved(base, args, 12)
+  local moved, revs, after = nodes_moved(base, args, 12)
   if moved then return {'CONFLICT', moved} end
   local app, entry, expires = args[5], args[6], tonumber(args[7])
   local now = tostring(now_ms())
-  apply_nodes(base, args, 12, 1, app, entry, revs, now)
+  local seqs = args[after] == 'seqs' and {'OK', now} or nil
+  apply_nodes(base, args, 12, 1, app, entry, revs, now, seqs)
   redis.call('HSET', keys[1], 'id', resv_id, 'pod', args[3], 'owner', args[4], 'app', app,
     'entry', entry, 'expires_ms', args[7], 'nodes', args[8], 'created_ms', now)
   if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
@@ -96,7 +108,7 @@ redis.register_function('pv_sched_commit', function(keys, args)
     redis.call('LPUSH', reply, args[10])
     redis.call('EXPIRE', reply, tonumber(args[11]))
   end
-  return 'OK'
+  return seqs or 'OK'
 end)
 
 -- pv_sched_release(KEYS[1]=reservation key, ARGV: base resv_id app entry, then the node list
