@@ -1050,15 +1050,67 @@ static void test_commit_answers_by_what_it_was_asked(void **state) {
 #undef COMMIT_NO_NODES
 }
 
+/* How many times Redis ran a command (INFO commandstats: inside functions too). */
+static long long cmd_calls(fixture *f, const char *cmd) {
+    redisReply *rep = redisCommand(f->c, "INFO commandstats");
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(rep->str, pat);
+    long long n = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+    freeReplyObject(rep);
+    return n;
+}
+
+/* A view whose change counter has not moved reads no range of the change index, and a change
+ * right after such a view is still seen by the next one. */
+static void test_cache_unmoved_index_skips_range(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    assert_int_equal(cached_total(f, cache), 6);
+    long long z0 = cmd_calls(f, "zrangebyscore");
+    assert_int_equal(cached_total(f, cache), 6);
+    assert_int_equal(cmd_calls(f, "zrangebyscore") - z0, 1); /* the dead nodes only */
+    pv_node_update u = {.name = "n2", .resources = "{\"cpumem\":{\"cpu\":2,\"memory\":\"5G\"}}"};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 9);
+    assert_int_equal(cmd_calls(f, "zrangebyscore") - z0, 3);
+    sched_cache_free(cache);
+}
+
 static void test_sched_call_without_scheduler(void **state) {
     fixture *f = *state;
-    pv_sched_call_opts o = {.timeout_ms = 200};
+    pv_sched_call_opts o = {.timeout_ms = 200, .request_id = "plan-none"};
     char *reply = NULL;
     pv_status st;
     assert_int_equal(pv_sched_call(f->r, &f->keys, "capacity", "{}", &o, &reply, &st),
                      PV_UNAVAILABLE);
     assert_non_null(strstr(st.msg, "no scheduler"));
     assert_null(reply);
+    /* the request is gone from the stream and marked abandoned: nobody commits it later */
+    redisReply *rep = redisCommand(f->c, "XLEN " BASE "sched:requests");
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    rep = redisCommand(f->c, "EXISTS " BASE "sched:gone:plan-none");
+    assert_int_equal(rep->integer, 1);
+    freeReplyObject(rep);
+}
+
+/* A reply that comes within the first wait is taken without asking whether a scheduler is
+ * registered (here none is, and the answer is there already). */
+static void test_sched_call_quick_reply_asks_no_presence(void **state) {
+    fixture *f = *state;
+    redisReply *rep = redisCommand(f->c, "RPUSH " BASE "sched:reply:plan-quick {\"ok\":1}");
+    freeReplyObject(rep);
+    long long fcalls = cmd_calls(f, "fcall");
+    pv_sched_call_opts o = {.timeout_ms = 2000, .request_id = "plan-quick"};
+    char *reply = NULL;
+    pv_status st;
+    assert_int_equal(pv_sched_call(f->r, &f->keys, "capacity", "{}", &o, &reply, &st), PV_OK);
+    assert_string_equal(reply, "{\"ok\":1}");
+    free(reply);
+    assert_int_equal(cmd_calls(f, "fcall"), fcalls); /* no pv_presence_live */
 }
 
 int main(void) {
@@ -1085,7 +1137,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_answers_by_what_it_was_asked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_unmoved_index_skips_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sched_call_quick_reply_asks_no_presence, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

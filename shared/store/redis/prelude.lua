@@ -49,6 +49,7 @@ end
 local function node_changed(base, id)
   local seq = redis.call('HINCRBY', base .. 'node-index', 'seq', 1)
   redis.call('ZADD', base .. 'node-revs', seq, id)
+  return seq
 end
 
 -- A node record's usage revision and record revision, read for a compare-and-set of its usage
@@ -68,5 +69,5 @@ local function node_set_usage(node_key, revs, usage, now)
   revs.usage_rev, revs.rev = tostring(urev), tostring(rev)
   redis.call('HSET', node_key, 'usage', usage, 'updated_ms', now, 'usage_rev', revs.usage_rev,
     'rev', revs.rev)
-  node_changed(node_key:match('^(.*)node:([^:]*)$'))
+  return node_changed(node_key:match('^(.*)node:([^:]*)$'))
 end

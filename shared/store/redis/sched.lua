@@ -40,12 +40,12 @@ end
 -- whether its cached record was the latest and can skip reading it back (sched_cache.h).
 local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   local n = tonumber(args[i]); i = i + 1
-  local index = base .. 'node-revs'
   for _ = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
     if seqs then seqs[#seqs + 1] = revs[id].rev end
-    node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
-    if seqs then seqs[#seqs + 1] = redis.call('ZSCORE', index, id) or '0' end
+    -- node_set_usage answers the node's seq in the change index: no ZSCORE to read it back
+    local seq = node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
+    if seqs then seqs[#seqs + 1] = tostring(seq) end
     local allocs = base .. 'node-allocs:' .. id
     local changed = 0
     for j = 1, count do
@@ -189,8 +189,13 @@ redis.register_function{function_name = 'pv_sched_changes', flags = {'no-writes'
     if idx[1] ~= epoch or seq < tonumber(since) or removed > tonumber(since) then
       full, since = 1, '0'
     end
-    local changed = redis.call('ZRANGEBYSCORE', base .. 'node-revs', '(' .. since, '+inf',
-      'WITHSCORES')
+    -- Every change sets its node's score to the seq it bumped, in the same step: when seq has
+    -- not moved past `since`, no node has a score above it and the range is not read.
+    local changed = {}
+    if full == 1 or seq > tonumber(since) then
+      changed = redis.call('ZRANGEBYSCORE', base .. 'node-revs', '(' .. since, '+inf',
+        'WITHSCORES')
+    end
     local dead = redis.call('ZRANGEBYSCORE', base .. 'node-alive', '-inf', '(' .. now_ms())
     return {idx[1], idx[2] or '0', full, changed, dead}
   end}
