@@ -1,12 +1,14 @@
 /*
  * sched_server: the scheduler daemon's loop (see sched_server.h).
  *
- * Each request is acknowledged and deleted from the stream once answered, so the stream holds
- * only work in progress. A request whose deadline has passed is dropped unanswered: its requester
- * has abandoned it, and a reservation for it would be refused anyway. A request taken over from a
- * dead scheduler is simply run again: capacity has no effects, and a reservation's id is derived
- * from the request id, so a commit that did happen before the crash is found (DUPLICATE) rather
- * than made twice.
+ * Each request is acknowledged once answered, and the tick trims the stream below the oldest
+ * entry the group still needs (pv_op_trim: its oldest pending or first undelivered entry), so
+ * the stream holds work in progress and what was answered since the last tick: one command a
+ * tick instead of an XDEL per request. A request whose deadline has passed is dropped unanswered:
+ * its requester has abandoned it, and a reservation for it would be refused anyway. A request taken
+ * over from a dead scheduler is simply run again: capacity has no effects, and a reservation's id
+ * is derived from the request id, so a commit that did happen before the crash is found (DUPLICATE)
+ * rather than made twice.
  */
 #include "sched_server.h"
 
@@ -129,16 +131,10 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
     } else if (fields && fields->type == REDIS_REPLY_ARRAY) {
         pv_warn("request entry %s lacks id, kind or body; dropped", entry_id);
     }
-    /* ack and delete in one round trip (pipelined): each is harmless if the other fails */
     redisReply *rep = NULL;
     pv_status st;
     const char *ack[] = {"XACK", s->stream, PV_SCHED_GROUP, entry_id};
-    const char *del[] = {"XDEL", s->stream, entry_id};
-    int sent = 0;
-    if (pv_redis_append(s->redis, 4, ack, NULL, &st) == PV_OK) sent++;
-    if (sent == 1 && pv_redis_append(s->redis, 3, del, NULL, &st) == PV_OK) sent++;
-    for (int i = 0; i < sent; i++)
-        if (pv_redis_get_reply(s->redis, &rep, &st) == PV_OK) freeReplyObject(rep);
+    if (pv_redis_commandv(s->redis, &rep, &st, 4, ack, NULL) == PV_OK) freeReplyObject(rep);
 }
 
 static void handle_entries(sched_server *s, const redisReply *entries) {
@@ -202,6 +198,17 @@ static void reap_expired(sched_server *s) {
     pv_resv_ids_free(ids, n);
 }
 
+/* Drops the requests answered since the last tick (never one still pending or not yet read). */
+static void trim_requests(sched_server *s) {
+    const char *keys[] = {s->stream};
+    redisReply *rep = NULL;
+    pv_status st;
+    if (pv_redis_fcall(s->redis, "pv_op_trim", 1, keys, 0, NULL, &rep, &st) != PV_OK)
+        pv_warn("trimming the plan requests: %s", st.msg);
+    else
+        freeReplyObject(rep);
+}
+
 /* Eru's self-monitor: the workloads of nodes whose liveness ended are marked down. Every
  * scheduler does it on its tick; the function only writes real changes. */
 static void mark_dead_nodes(sched_server *s) {
@@ -255,6 +262,7 @@ static void *loop(void *arg) {
         if (now >= next_reap) {
             next_reap = now + REAP_EVERY_MS;
             reap_expired(s);
+            trim_requests(s);
             mark_dead_nodes(s);
             mark_formed(s);
             follow_nodes(s);

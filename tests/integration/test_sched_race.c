@@ -209,6 +209,21 @@ static void assert_usage_consistent(fixture *f) {
     }
 }
 
+/* The schedulers trim the request stream on their tick (every 2 s): once every request is
+ * answered, nothing is left in it. */
+static void assert_requests_trimmed(fixture *f) {
+    redisContext *c = pv_test_redis_connect(f->srv);
+    long long left = -1;
+    for (int i = 0; i < 60 && left != 0; i++) {
+        if (i > 0) usleep(100 * 1000);
+        redisReply *n = redisCommand(c, "XLEN t:{reg}:sched:requests");
+        left = n->integer;
+        freeReplyObject(n);
+    }
+    redisFree(c);
+    assert_int_equal(left, 0);
+}
+
 static void test_two_schedulers_never_overcommit(void **state) {
     fixture *f = *state;
     int odd = 0;
@@ -217,6 +232,7 @@ static void test_two_schedulers_never_overcommit(void **state) {
     assert_int_equal(won, CAPACITY);
     assert_int_equal(allocs_total(f), CAPACITY);
     assert_usage_consistent(f);
+    assert_requests_trimmed(f);
 }
 
 static void test_scheduler_killed_mid_race(void **state) {
@@ -229,6 +245,7 @@ static void test_scheduler_killed_mid_race(void **state) {
     assert_int_equal(won, CAPACITY);
     assert_int_equal(allocs_total(f), CAPACITY);
     assert_usage_consistent(f);
+    assert_requests_trimmed(f);
 }
 
 /* A requester that asks again with the same request id (an operation redelivered after its
