@@ -242,13 +242,22 @@ static bool is_str(const redisReply *r) {
     return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
+/* Whether the last view held a node of pod (its list is as of the cache's entries, not empty):
+ * pv_sched_changes then skips reading the pod when no node changed since. */
+static bool pod_known(const sched_cache *c, const char *pod) {
+    for (size_t i = 0; pod && *pod && i < c->npods; i++)
+        if (strcmp(c->pods[i].name, pod) == 0) return c->pods[i].gen == c->gen && c->pods[i].n > 0;
+    return false;
+}
+
 static int read_changes(sched_cache *c, pv_redis *r, const pv_keys *k, const char *base,
                         const char *pod, changes *ch, pv_status *st) {
     char pods[PV_KEY_MAX];
     if (pv_key(k, PV_KEY_PODS, NULL, pods, sizeof pods, st) != PV_OK) return st->code;
-    const char *keys[] = {pods}, *args[] = {base, c->seq, c->epoch, pod ? pod : ""};
+    const char *keys[] = {pods},
+               *args[] = {base, c->seq, c->epoch, pod ? pod : "", pod_known(c, pod) ? "1" : "0"};
     memset(ch, 0, sizeof *ch);
-    if (pv_redis_fcall(r, "pv_sched_changes", 1, keys, 4, args, &ch->rep, st) != PV_OK)
+    if (pv_redis_fcall(r, "pv_sched_changes", 1, keys, 5, args, &ch->rep, st) != PV_OK)
         return st->code;
     const redisReply *x = ch->rep;
     if (x->type != REDIS_REPLY_ARRAY || x->elements != 5 || !is_str(x->element[0]) ||

@@ -1079,6 +1079,44 @@ static void test_cache_unmoved_index_skips_range(void **state) {
     sched_cache_free(cache);
 }
 
+static int view_pod(fixture *f, sched_cache *cache, const char *pod, size_t *n) {
+    sched_cache_entry **e = NULL;
+    pv_status st;
+    int rc = sched_cache_view(cache, f->r, &f->keys, pod, &e, n, &st);
+    free(e);
+    return rc;
+}
+
+/* A pod the last view held a node of is not read again while no node changed; a pod without
+ * nodes is read every time, so its removal is seen at once, and so is a pod emptied and
+ * removed after a view that skipped its read. */
+static void test_cache_unmoved_index_skips_pod_read(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    pv_pod p;
+    pv_pod_spec ps = {.name = "p2"};
+    assert_int_equal(pv_registry_add_pod(f->r, &f->keys, &ps, &p, &st), PV_OK);
+    pv_pod_clear(&p);
+    size_t n = 0;
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(n, 3);
+    long long h0 = cmd_calls(f, "hexists");
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(cmd_calls(f, "hexists"), h0);
+    assert_int_equal(view_pod(f, cache, "p2", &n), PV_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(cmd_calls(f, "hexists"), h0 + 1);
+    assert_int_equal(pv_registry_remove_pod(f->r, &f->keys, "p2", &st), PV_OK);
+    assert_int_equal(view_pod(f, cache, "p2", &n), PV_NOT_FOUND);
+    const char *names[] = {"n1", "n2", "n3"};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(pv_registry_remove_node(f->r, &f->keys, names[i], &st), PV_OK);
+    assert_int_equal(pv_registry_remove_pod(f->r, &f->keys, "p1", &st), PV_OK);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_NOT_FOUND);
+    sched_cache_free(cache);
+}
+
 static void test_sched_call_without_scheduler(void **state) {
     fixture *f = *state;
     pv_sched_call_opts o = {.timeout_ms = 200, .request_id = "plan-none"};
@@ -1138,6 +1176,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_answers_by_what_it_was_asked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_unmoved_index_skips_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_unmoved_index_skips_pod_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_quick_reply_asks_no_presence, setup,
                                         teardown),

@@ -172,20 +172,24 @@ end)
     node-alive   zset: node id -> when its alive key expires (ms, Redis's clock), 0 = not alive
 ]]
 
--- pv_sched_changes(KEYS[1]=pods index, ARGV: base since epoch pod) -> {epoch, seq, full,
--- {id, seq, ...}, {dead id, ...}}: the nodes changed after `since` (every node when full is 1:
--- another epoch, an index that went back, or a node removed since), and the nodes not alive
--- now. epoch '' = there is no index yet (pv_sched_index builds it). NOT_FOUND when pod (not '')
--- does not exist. One call whatever the number of nodes that did not change.
+-- pv_sched_changes(KEYS[1]=pods index, ARGV: base since epoch pod [known]) -> {epoch, seq,
+-- full, {id, seq, ...}, {dead id, ...}}: the nodes changed after `since` (every node when full
+-- is 1: another epoch, an index that went back, or a node removed since), and the nodes not
+-- alive now. epoch '' = there is no index yet (pv_sched_index builds it). NOT_FOUND when pod
+-- (not '') does not exist; known '1' = the caller's view at `since` holds a node of that pod:
+-- when no node changed since, the pod is not read (a pod with nodes cannot be removed, and a
+-- node's removal or move bumps seq). One call whatever the number of nodes that did not change.
 redis.register_function{function_name = 'pv_sched_changes', flags = {'no-writes'},
   callback = function(keys, args)
     local base, since, epoch, pod = args[1], args[2], args[3], args[4]
-    if pod ~= '' and redis.call('HEXISTS', keys[1], pod) == 0 then
+    local idx = redis.call('HMGET', base .. 'node-index', 'epoch', 'seq', 'removed')
+    local seq, removed, full = tonumber(idx[2] or '0'), tonumber(idx[3] or '0'), 0
+    local unmoved = idx[1] and idx[1] == epoch and seq == tonumber(since)
+    if pod ~= '' and not (unmoved and args[5] == '1') and
+        redis.call('HEXISTS', keys[1], pod) == 0 then
       return err('NOT_FOUND', 'pod ' .. pod .. ' not found')
     end
-    local idx = redis.call('HMGET', base .. 'node-index', 'epoch', 'seq', 'removed')
     if not idx[1] then return {'', '0', 1, {}, {}} end
-    local seq, removed, full = tonumber(idx[2] or '0'), tonumber(idx[3] or '0'), 0
     if idx[1] ~= epoch or seq < tonumber(since) or removed > tonumber(since) then
       full, since = 1, '0'
     end
