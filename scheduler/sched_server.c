@@ -47,6 +47,7 @@ struct sched_server {
     int claim_idle_ms;
     int reservation_ttl_s;
     unsigned long served, failed;
+    unsigned long acked, trimmed; /* entries acknowledged; that count at the last trim */
 };
 
 static void sleep_ms(int ms) {
@@ -134,7 +135,10 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
     redisReply *rep = NULL;
     pv_status st;
     const char *ack[] = {"XACK", s->stream, PV_SCHED_GROUP, entry_id};
-    if (pv_redis_commandv(s->redis, &rep, &st, 4, ack, NULL) == PV_OK) freeReplyObject(rep);
+    if (pv_redis_commandv(s->redis, &rep, &st, 4, ack, NULL) == PV_OK) {
+        freeReplyObject(rep);
+        s->acked++;
+    }
 }
 
 static void handle_entries(sched_server *s, const redisReply *entries) {
@@ -198,8 +202,12 @@ static void reap_expired(sched_server *s) {
     pv_resv_ids_free(ids, n);
 }
 
-/* Drops the requests answered since the last tick (never one still pending or not yet read). */
+/* Drops the requests answered since the last tick (never one still pending or not yet read).
+ * Only after this scheduler acknowledged some (the trim is six commands): an idle one costs
+ * nothing, and what another acknowledged goes with that one's trim or with the next here. */
 static void trim_requests(sched_server *s) {
+    if (s->acked == s->trimmed) return;
+    s->trimmed = s->acked;
     const char *keys[] = {s->stream};
     redisReply *rep = NULL;
     pv_status st;
