@@ -303,8 +303,8 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
     char deadline_s[24];
     snprintf(deadline_s, sizeof deadline_s, "%lld", (long long)deadline);
     redisReply *rep = NULL;
-    /* The stream is trimmed by the schedulers as they finish entries; MAXLEN bounds it when none
-     * runs for a while. */
+    /* The schedulers trim the stream below what their group still needs on their tick; MAXLEN
+     * bounds it when none runs for a while. */
     const char *argv[] = {"XADD", stream, "MAXLEN", "~",    "100000", "*",           "id",
                           id,     "kind", kind,     "body", body,     "deadline_ms", deadline_s};
     if (pv_redis_commandv(r, &rep, st, 14, argv, NULL) != PV_OK) return st->code;
