@@ -692,6 +692,16 @@ redis.register_function('pv_op_retry_later', function(keys, args)
   return {'RETRY', op_flat(rec)}
 end)
 
+-- A running operation's delivery given back uncounted (pv_op_release, pv_op_handover): its entry
+-- on the stream `from` acked, a fresh one on `to`; -> that entry and the attempts it keeps (the
+-- lease had counted this delivery).
+local function requeue(rec, from, to)
+  if rec.entry ~= '' then redis.call('XACK', from, GROUP, rec.entry) end
+  local entry = redis.call('XADD', to, '*', 'op', rec.id, 'kind', rec.kind)
+  local attempts = tonumber(rec.attempts) - 1
+  return entry, attempts < 0 and 0 or attempts
+end
+
 -- pv_op_release: a fenced hand-back (worker shutdown): PENDING again on a fresh entry of its
 -- queue, the old entry acked; the delivery does not count against max_attempts.
 --   KEYS[1] record, [2] queue stream, [3] events
@@ -702,10 +712,7 @@ redis.register_function('pv_op_release', function(keys, args)
   local rec = op_load(keys[1])
   local err = fence(rec, id, args[3])
   if err then return redis.error_reply(err) end
-  if rec.entry ~= '' then redis.call('XACK', keys[2], GROUP, rec.entry) end
-  local entry = redis.call('XADD', keys[2], '*', 'op', id, 'kind', rec.kind)
-  local attempts = tonumber(rec.attempts) - 1
-  if attempts < 0 then attempts = 0 end
+  local entry, attempts = requeue(rec, keys[2], keys[2])
   op_set(keys[1], rec, {status = 'PENDING', entry = entry, lease_until_ms = 0,
                         attempts = attempts}, now_ms())
   op_publish(base, rec)
@@ -737,10 +744,7 @@ redis.register_function('pv_op_handover', function(keys, args)
   local rec = op_load(keys[1], HANDOVER_FIELDS)
   local err = fence(rec, id, args[3])
   if err then return redis.error_reply(err) end
-  if rec.entry ~= '' then redis.call('XACK', keys[2], GROUP, rec.entry) end
-  local entry = redis.call('XADD', keys[3], '*', 'op', id, 'kind', rec.kind)
-  local attempts = tonumber(rec.attempts) - 1
-  if attempts < 0 then attempts = 0 end
+  local entry, attempts = requeue(rec, keys[2], keys[3])
   local now = now_ms()
   op_set(keys[1], rec, {status = 'PENDING', queue = args[4], params = args[5], entry = entry,
                         handed = entry, lease_until_ms = 0, attempts = attempts}, now)
