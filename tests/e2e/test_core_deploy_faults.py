@@ -124,6 +124,7 @@ class AgentKilled(unittest.TestCase):
         t.join(150)
         self.assertFalse(t.is_alive(), "CreateWorkload did not end")
         self.assertLess(killed_at, COUNT, "the kill came after the deploy ended")
+        msgs = result["msgs"]
         self.assertEqual(len(msgs), COUNT, [m.error for m in msgs if not m.success])
         self.assertTrue(all(m.success for m in msgs), [m.error for m in msgs])
         ids = {m.id for m in msgs}
