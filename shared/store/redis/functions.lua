@@ -462,7 +462,9 @@ local function acquire_entry(keys, base, id, entry, consumer, lease_ms, maxlen, 
     redis.call('XACK', keys[2], GROUP, entry)
     return {'GONE', '0', {}}
   end
-  if DONE[rec.status] or rec.entry ~= entry then
+  -- Entry ids are per stream: a late entry of the queue it was handed over to (pv_op_handover)
+  -- or back from can read the same as the one it rides on now, made in the same millisecond.
+  if DONE[rec.status] or rec.entry ~= entry or keys[2] ~= base .. 'q:' .. (rec.queue or '') then
     -- Finished, or a late duplicate of an entry the record no longer rides on.
     redis.call('XACK', keys[2], GROUP, entry)
     if rec.status == 'CANCELLED' then return {'CANCELLED', '0', op_flat(rec)} end
