@@ -190,8 +190,13 @@ class AgentKilled(unittest.TestCase):
         as it ended, the client's messages). seen: the create operations of earlier trials."""
         result = {}
 
+        # each instance's start waits on its after_start hook: the deploy lasts seconds, past
+        # the agent's next lease renewal (where it learns of the cancel)
+        opts = self.deploy_opts(name, COUNT)
+        opts.entrypoint.hook.after_start.append("sleep 0.2")
+
         def deploy():
-            result["msgs"] = list(core.CreateWorkload(self.deploy_opts(name, COUNT), timeout=120))
+            result["msgs"] = list(core.CreateWorkload(opts, timeout=120))
 
         t = threading.Thread(target=deploy)
         t.start()
