@@ -96,13 +96,10 @@ class AgentKilled(unittest.TestCase):
             podname="fp", image="slow:1", count=count,
             resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
 
-    def test_kill_agent_mid_deploy(self):
+    def deploy_until(self, opts, ready, timeout=30):
+        """CreateWorkload(opts) on a thread, returned once ready(instances in the engine) or
+        after timeout: (its result dict, whose "msgs" it fills, and the thread)."""
         core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
-        opts = core_pb2.DeployOptions(
-            name="fault", entrypoint=core_pb2.EntrypointOptions(name="w",
-                                                                commands=["/bin/sh", "run.sh"]),
-            podname="fp", image="slow:1", count=COUNT,
-            resources={"cpumem": json.dumps({"memory-request": "16M"}).encode()})
         result = {}
 
         def deploy():
@@ -111,12 +108,18 @@ class AgentKilled(unittest.TestCase):
         t = threading.Thread(target=deploy)
         t.start()
         engine = os.path.join(self.stack.data_dir, "engine", "fa")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            made = os.listdir(engine) if os.path.isdir(engine) else []
-            if 2 <= len(made) < COUNT - 2:
+            if ready(len(os.listdir(engine) if os.path.isdir(engine) else [])):
                 break
-            time.sleep(0.01)
+            time.sleep(0.005)
+        return result, t
+
+    def test_kill_agent_mid_deploy(self):
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        result, t = self.deploy_until(self.deploy_opts("fault", COUNT),
+                                      lambda made: 2 <= made < COUNT - 2)
+        engine = os.path.join(self.stack.data_dir, "engine", "fa")
         agent = self.stack.agents[0]
         agent.kill9()
         killed_at = len(os.listdir(engine))
@@ -185,27 +188,14 @@ class AgentKilled(unittest.TestCase):
         self.assertEqual(self.stack.redis.cmd("HLEN", base + "deploy-count:fault:w"), 0)
         self.assertEqual(self.stack.check(), [])
 
-    def cancel_while_running(self, core, ops, name, seen):
+    def cancel_while_running(self, ops, name, seen):
         """A deploy of COUNT cancelled once its agent has started two instances: (its operation
         as it ended, the client's messages). seen: the create operations of earlier trials."""
-        result = {}
-
         # each instance's start waits on its after_start hook: the deploy lasts seconds, past
         # the agent's next lease renewal (where it learns of the cancel)
         opts = self.deploy_opts(name, COUNT)
         opts.entrypoint.hook.after_start.append("sleep 0.2")
-
-        def deploy():
-            result["msgs"] = list(core.CreateWorkload(opts, timeout=120))
-
-        t = threading.Thread(target=deploy)
-        t.start()
-        engine = os.path.join(self.stack.data_dir, "engine", "fa")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if len(os.listdir(engine) if os.path.isdir(engine) else []) >= 2:
-                break
-            time.sleep(0.01)
+        result, t = self.deploy_until(opts, lambda made: made >= 2)
         (op_id, rec), = [(i, r) for i, r in self.ops_of("workload.create").items()
                          if i not in seen]
         self.assertEqual(rec["queue"], "node:fa")  # handed over: running on the agent
@@ -222,7 +212,7 @@ class AgentKilled(unittest.TestCase):
         engine = os.path.join(self.stack.data_dir, "engine", "fa")
         seen = set()
         for trial in range(3):
-            done, msgs = self.cancel_while_running(core, ops, "cancel%d" % trial, seen)
+            done, msgs = self.cancel_while_running(ops, "cancel%d" % trial, seen)
             if done["status"] != "SUCCEEDED":
                 break
             # a cancel is best effort: the agent learns of it at its lease's next renewal, and
