@@ -217,7 +217,22 @@ int pv_workload_new_id(char out[PV_WORKLOAD_ID_LEN + 1], pv_status *st) {
     return PV_OK;
 }
 
+/* Whether pv_wl_add's reply (the record's field/value pairs) says it ended the reservation. */
+static bool reply_ended_resv(const redisReply *rep) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) return false;
+    const redisReply *f = rep->element[rep->elements - 2], *v = rep->element[rep->elements - 1];
+    return f->type == REDIS_REPLY_STRING && strcmp(f->str, "resv_ended") == 0 &&
+           v->type == REDIS_REPLY_STRING && strcmp(v->str, "1") == 0;
+}
+
 int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_status *st) {
+    return pv_workload_add_ending(r, k, w, NULL, NULL, 0, NULL, st);
+}
+
+int pv_workload_add_ending(pv_redis *r, const pv_keys *k, const pv_workload *w, const char *resv_id,
+                           const char *const *others, size_t nothers, bool *resv_ended,
+                           pv_status *st) {
+    if (resv_ended) *resv_ended = false;
     if (check_workload(w, st) != PV_OK) return st->code;
     fargs a;
     if (fargs_init(&a, k, st) != PV_OK) return st->code;
@@ -238,8 +253,14 @@ int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_stat
                             w->deploy ? w->deploy : ""};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         fargs_add(&a, fields[i]);
+    if (resv_id && *resv_id && w->alloc_id && *w->alloc_id) {
+        fargs_add(&a, resv_id);
+        for (size_t i = 0; i < nothers; i++)
+            fargs_add(&a, others[i]);
+    }
     redisReply *rep = NULL;
     int rc = fargs_run(&a, r, "pv_wl_add", true, &rep, st);
+    if (rc == PV_OK && resv_ended) *resv_ended = reply_ended_resv(rep);
     if (rep) freeReplyObject(rep);
     return rc;
 }

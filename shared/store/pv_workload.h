@@ -88,6 +88,17 @@ int pv_workload_new_id(char out[PV_WORKLOAD_ID_LEN + 1], pv_status *st);
  * (INVALID_ARGUMENT naming the field). */
 int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_status *st);
 
+/* pv_workload_add for the instance that takes the last allocation of reservation resv_id when
+ * that reservation held only this node's allocations: w->alloc_id and others[0..nothers) (all
+ * borrowed), as a one-node deploy's plan made them. When none of the others is left on the node
+ * either (workloads took them all), the reservation ends in the same step (its record and expiry
+ * entry are deleted: a release would find nothing to give back) and *resv_ended is true; else
+ * it stays for the caller's release (pv_resv_release). Nothing happens to it when the add fails
+ * (ALREADY_EXISTS included). resv_id NULL/"" or an empty w->alloc_id: pv_workload_add. */
+int pv_workload_add_ending(pv_redis *r, const pv_keys *k, const pv_workload *w,
+                           const char *resv_id, const char *const *others, size_t nothers,
+                           bool *resv_ended, pv_status *st);
+
 /* The base64 pb.DeployOptions workload id was made from, malloc'd in *out (the caller frees).
  * NOT_FOUND when the workload does not exist; FAILED_PRECONDITION when it exists but was
  * recorded without one (made before this was kept, or dissociated from its deploy). */

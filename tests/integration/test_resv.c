@@ -560,6 +560,55 @@ static void test_release_after_partial_deploy(void **state) {
     pv_resv_check_clear(&c);
 }
 
+/* A one-node deploy of two instances whose agent names the reservation with each record
+ * (pv_workload_add_ending): the first leaves it (the other allocation is still on the node),
+ * the second, the last, ends it in the same step (record and expiry entry gone, no release
+ * needed: a release finds nothing); the node's usage and deploy count stay the two workloads'. */
+static void test_last_instance_ends_reservation(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"includes\":[\"n1\"],\"count\":2,\"app\":\"web\",\"entrypoint\":"
+                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-EEEE", 1, &reply, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *list = json_object_get(json_object_get(j, "allocations"), "n1");
+    assert_int_equal(json_array_size(list), 2);
+    const char *a0 = json_string_value(json_object_get(json_array_get(list, 0), "id")),
+               *a1 = json_string_value(json_object_get(json_array_get(list, 1), "id"));
+    const char *names[] = {"web_main_000001", "web_main_000002"}, *others[][1] = {{a1}, {a0}};
+    for (int i = 0; i < 2; i++) {
+        pv_workload w = {.name = (char *)names[i],
+                         .app = "web",
+                         .entry = "main",
+                         .node = "n1",
+                         .image = "img",
+                         .alloc_id = (char *)(i ? a1 : a0)};
+        pv_status st;
+        assert_int_equal(pv_workload_new_id(w.id, &st), PV_OK);
+        bool ended = !i; /* must be overwritten */
+        assert_int_equal(
+            pv_workload_add_ending(f->r, &f->keys, &w, "resv-EEEE", others[i], 1, &ended, &st),
+            PV_OK);
+        assert_int_equal(ended, i == 1);
+        assert_int_equal(int_cmd(f, "EXISTS " BASE "resv:resv-EEEE"), i == 0);
+        assert_int_equal(int_cmd(f, "ZCARD " BASE "resvs"), i == 0);
+    }
+    json_decref(j);
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-EEEE", &st), PV_NOT_FOUND);
+    assert_int_equal(dummy_total(f), 4); /* n1: 4G - the two workloads' 2G */
+    assert_int_equal(int_cmd(f, "HGET " BASE "deploy-count:web:main n1"), 2);
+    pv_resv_check c;
+    assert_int_equal(pv_resv_check_node(f->r, &f->keys, "n1", 0, &c, &st), PV_OK);
+    assert_int_equal(c.ndiffs, 0);
+    pv_resv_check_clear(&c);
+}
+
 /* Workloads of one node given back at once by many threads, each on its own connection: every
  * give-back succeeds (each moves the node's usage under the others: retried without a wait, a
  * burst like this exhausted the retries and a RemoveWorkload failed), and the node ends empty. */
@@ -1171,6 +1220,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_counts_follow_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_after_own_commit_matches_redis, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_last_instance_ends_reservation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),

@@ -39,6 +39,10 @@
 #include "wk_fence.h"
 #include "wk_files.h"
 
+/* The most allocations of a one-node deploy whose last instance still ends the reservation
+ * itself (its call names all the others); a bigger one leaves it to the release. */
+#define MAX_RESV_OTHERS 256
+
 typedef struct instance {
     wk_op *op;
     wk_agent *agent;
@@ -55,6 +59,12 @@ typedef struct instance {
     /* a failover's next incarnation (wk_ha.h): this id at this epoch, not a new workload */
     const char *inc_id;
     int64_t inc_epoch;
+    /* the last instance of a one-node deploy whose others all succeeded: the reservation it
+     * ends with its record when their allocations are gone too (pv_workload_add_ending) */
+    const char *end_resv;
+    const char *const *resv_others;
+    size_t nresv_others;
+    bool *resv_ended;
 } instance;
 
 /* The argv of the main process: entrypoint.commands, else the older single string (with
@@ -493,7 +503,10 @@ static int record_instance(const instance *in, const build *b, const char *alloc
         return pv_resv_reincarnate_workload(wk_op_redis(in->op), wk_op_keys(in->op), b->id,
                                             in->node, in->inc_epoch, alloc_id, w.engine_id,
                                             b->labels, st);
-    int rc = pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
+    int rc = in->end_resv && !in->keep_resources
+                 ? pv_workload_add_ending(wk_op_redis(in->op), wk_op_keys(in->op), &w, in->end_resv,
+                                          in->resv_others, in->nresv_others, in->resv_ended, st)
+                 : pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
     return rc == PV_ALREADY_EXISTS ? PV_OK : rc;
 }
 
@@ -654,7 +667,36 @@ static int load_deploy(wk_op *op, wk_agent **agent, const char **pod, Pb__Deploy
     return pv_status_set(st, PV_INVALID_ARGUMENT, "params.deploy: not a usable DeployOptions");
 }
 
+/* Whether a journaled instance answer tells a failure ({"error"}). */
+static bool answer_failed(const char *answer) {
+    json_t *a = json_loads(answer, 0, NULL);
+    bool failed = !a || json_object_get(a, "error") != NULL;
+    json_decref(a);
+    return failed;
+}
+
+/* The allocation ids of allocs but the last (borrowed from allocs; the array is the caller's to
+ * free), for the last instance to end the reservation with (instance.resv_others); NULL when
+ * there are too many for one call (the release does it then) or on a malformed entry. */
+static const char **other_alloc_ids(json_t *allocs, size_t *n) {
+    size_t total = json_array_size(allocs);
+    *n = total ? total - 1 : 0;
+    if (total == 0 || *n > MAX_RESV_OTHERS) return NULL;
+    const char **ids = calloc(*n + 1, sizeof *ids);
+    for (size_t i = 0; ids && i < *n; i++)
+        if (!(ids[i] = json_string_value(json_object_get(json_array_get(allocs, i), "id")))) {
+            free(ids);
+            return NULL;
+        }
+    return ids;
+}
+
 int wk_node_deploy_create(wk_op *op, pv_status *st) {
+    return wk_node_deploy_create_ending(op, NULL, NULL, st);
+}
+
+int wk_node_deploy_create_ending(wk_op *op, const char *resv_id, bool *resv_ended, pv_status *st) {
+    if (resv_ended) *resv_ended = false;
     wk_agent *agent;
     const char *pod;
     Pb__DeployOptions *o;
@@ -664,6 +706,9 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
     int rc = json_is_array(allocs)
                  ? PV_OK
                  : pv_status_set(st, PV_INVALID_ARGUMENT, "params.allocations: must be an array");
+    size_t nothers = 0;
+    const char **others = resv_id && rc == PV_OK ? other_alloc_ids(allocs, &nothers) : NULL;
+    bool all_ok = others != NULL; /* every instance so far succeeded */
     size_t i;
     json_t *alloc;
     json_array_foreach(allocs, i, alloc) {
@@ -682,10 +727,17 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
                        .alloc = alloc,
                        .inc_id = json_string_value(json_object_get(inc, "id")),
                        .inc_epoch = json_integer_value(json_object_get(inc, "epoch"))};
+        if (all_ok && i + 1 == json_array_size(allocs)) {
+            in.end_resv = resv_id;
+            in.resv_others = others;
+            in.nresv_others = nothers;
+            in.resv_ended = resv_ended;
+        }
         char step[256], *answer = NULL;
         snprintf(step, sizeof step, "instance:%s", alloc_id);
         /* the answer is journaled with its report: one fenced call for both */
         rc = wk_op_step_pending(op, step, step_instance, &in, &answer, st);
+        if (rc == PV_OK) all_ok = all_ok && !answer_failed(answer);
         if (rc == PV_OK) {
             snprintf(step, sizeof step, "reported:%s", alloc_id);
             rc = report(op, &in, answer, step, i + 1 == json_array_size(allocs), st);
@@ -696,6 +748,7 @@ int wk_node_deploy_create(wk_op *op, pv_status *st) {
             wk_op_progress(op, (int)(100 * (i + 1) / json_array_size(allocs)),
                            "%zu of %zu instance(s) answered", i + 1, json_array_size(allocs));
     }
+    free(others);
     json_decref(params);
     pb__deploy_options__free_unpacked(o, NULL);
     return rc;

@@ -19,6 +19,8 @@
 #ifndef WK_NODE_DEPLOY_H
 #define WK_NODE_DEPLOY_H
 
+#include <stdbool.h>
+
 #include "pv_status.h"
 #include "wk_handler.h"
 #include "pv_kinds.h"
@@ -26,6 +28,14 @@
 /* The handler of `workload.create_on_node` (PV_KIND_DEPLOY_NODE); wk_op_context(op) is the node's
  * wk_agent. */
 int wk_node_deploy_create(wk_op *op, pv_status *st);
+
+/* wk_node_deploy_create for a one-node deploy handed over to this node (wk_deploy.h), whose
+ * reservation resv_id holds only this node's allocations, those of the params: when every
+ * instance succeeded, the last one's record ends the reservation in the same step
+ * (pv_workload_add_ending) and *resv_ended is true; else (a failure, a redelivery that finds the
+ * last instance journaled, more than 256 instances) it is false and the caller releases it. */
+int wk_node_deploy_create_ending(wk_op *op, const char *resv_id, bool *resv_ended,
+                                 pv_status *st);
 
 /* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
  * [...], "force": bool, "grace_seconds": N (optional; else the engine's)}. Each workload is

@@ -304,17 +304,18 @@ static int hand_over(deploy_ctx *c, json_t *allocations, const char *reservation
  * more. Then the reservation's unused allocations go back, unless a retry will follow. */
 static int run_handed(wk_op *op, pv_status *st) {
     const pv_op *rec = wk_op_record(op);
-    bool on_node = rec->queue && strcmp(rec->queue, "ops") != 0;
+    bool on_node = rec->queue && strcmp(rec->queue, "ops") != 0, ended = false;
+    const char *reservation = wk_op_param(op, "reservation");
     int rc = PV_OK;
     if (on_node) {
         wk_op_begin_cleanup(op);
-        rc = wk_node_deploy_create(op, st);
+        rc = wk_node_deploy_create_ending(op, reservation, &ended, st);
         /* delivered again (or owned by another worker now): the reservation is still needed */
         if (rc != PV_OK && wk_code_transient(rc) && !wk_op_failure_final(op)) return rc;
     }
-    const char *reservation = wk_op_param(op, "reservation");
     pv_status rst;
-    if (pv_resv_release(wk_op_redis(op), wk_op_keys(op), reservation, &rst) != PV_OK &&
+    /* ended by the last instance's record: nothing to give back, nothing to read */
+    if (!ended && pv_resv_release(wk_op_redis(op), wk_op_keys(op), reservation, &rst) != PV_OK &&
         rst.code != PV_NOT_FOUND) {
         if (rc == PV_OK)
             rc = pv_status_set(st, rst.code, "releasing reservation %s: %s", reservation, rst.msg);

@@ -23,8 +23,9 @@
  * is handed over to the queue node:<name> (wk_op_handover, the plan's reply never journaled: the
  * node part's params above replace its params, and its announcement {type=node, node, op = its
  * own id, instances, nodes=1} is written with it), and wk_deploy_create, delivered there to the
- * node's agent, runs the node part's instances (wk_node_deploy_create) and then releases the
- * reservation: one operation's submit, lease and end instead of two. A cancel then finishes the
+ * node's agent, runs the node part's instances (wk_node_deploy_create_ending: when all of them
+ * succeed, the last one's record ends the reservation) and else releases the reservation: one
+ * operation's submit, lease and end instead of two. A cancel then finishes the
  * instances already sent, as for a child, and ends CANCELLED; while it waits on the node's queue
  * (its agent dead, say), a cancel, or worker.node_op_timeout_ms without an agent taking it,
  * hands it back to the ops queue (pv_op_handover), where it gives the reservation back and ends

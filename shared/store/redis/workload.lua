@@ -64,9 +64,28 @@ end
 
 --[[ records ----------------------------------------------------------------------------------- ]]
 
+-- A one-node deploy's agent takes the reservation's allocations one by one; the one that takes
+-- the last ends the reservation (what a release finds then: nothing to give back, only the
+-- record and its expiry entry to drop) in the same step, instead of a release's read of the
+-- reservation, of its allocations and a call of its own. args[from..]: its other allocations,
+-- every one of which must be gone from the node (taken by workloads) for it to end here.
+local function end_reservation(base, allocs, resv_id, args, from)
+  if #args >= from then
+    for _, held in ipairs(redis.call('HMGET', allocs, unpack(args, from))) do
+      if held then return false end
+    end
+  end
+  redis.call('DEL', base .. 'resv:' .. resv_id)
+  redis.call('ZREM', base .. 'resvs', resv_id)
+  return true
+end
+
 -- pv_wl_add(KEYS[1]=nodes index, ARGV: base id name app entry pod node image privileged labels
--- env publish resources alloc_id engine_id deploy) -> the record. pod '' = the node's pod; resources
--- '' = the allocation taken over (alloc_id), else "{}".
+-- env publish resources alloc_id engine_id deploy [resv other_alloc...]) -> the record. pod '' =
+-- the node's pod; resources '' = the allocation taken over (alloc_id), else "{}". resv: the
+-- reservation alloc_id is the last of, which held only this node's allocations (alloc_id and
+-- the others named): it ends here when none of the others is left either, and the reply then
+-- carries 'resv_ended' '1' after the record.
 redis.register_function('pv_wl_add', function(keys, args)
   local base, id, node = args[1], args[2], args[7]
   local node_id, missing = find_id(keys[1], 'node', node)
@@ -105,6 +124,11 @@ redis.register_function('pv_wl_add', function(keys, args)
   redis.call('SADD', base .. 'node-workloads:' .. node_id, id)
   redis.call('SADD', base .. 'app-workloads:' .. args[4], id)
   -- the record is what was just written: no read back
+  if alloc_id ~= '' and (args[17] or '') ~= '' and
+      end_reservation(base, base .. 'node-allocs:' .. node_id, args[17], args, 18) then
+    flat[#flat + 1] = 'resv_ended'
+    flat[#flat + 1] = '1'
+  end
   return flat
 end)
 
