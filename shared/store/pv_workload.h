@@ -95,9 +95,9 @@ int pv_workload_add(pv_redis *r, const pv_keys *k, const pv_workload *w, pv_stat
  * entry are deleted: a release would find nothing to give back) and *resv_ended is true; else
  * it stays for the caller's release (pv_resv_release). Nothing happens to it when the add fails
  * (ALREADY_EXISTS included). resv_id NULL/"" or an empty w->alloc_id: pv_workload_add. */
-int pv_workload_add_ending(pv_redis *r, const pv_keys *k, const pv_workload *w,
-                           const char *resv_id, const char *const *others, size_t nothers,
-                           bool *resv_ended, pv_status *st);
+int pv_workload_add_ending(pv_redis *r, const pv_keys *k, const pv_workload *w, const char *resv_id,
+                           const char *const *others, size_t nothers, bool *resv_ended,
+                           pv_status *st);
 
 /* The base64 pb.DeployOptions workload id was made from, malloc'd in *out (the caller frees).
  * NOT_FOUND when the workload does not exist; FAILED_PRECONDITION when it exists but was

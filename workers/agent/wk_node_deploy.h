@@ -34,8 +34,7 @@ int wk_node_deploy_create(wk_op *op, pv_status *st);
  * instance succeeded, the last one's record ends the reservation in the same step
  * (pv_workload_add_ending) and *resv_ended is true; else (a failure, a redelivery that finds the
  * last instance journaled, more than 256 instances) it is false and the caller releases it. */
-int wk_node_deploy_create_ending(wk_op *op, const char *resv_id, bool *resv_ended,
-                                 pv_status *st);
+int wk_node_deploy_create_ending(wk_op *op, const char *resv_id, bool *resv_ended, pv_status *st);
 
 /* RemoveWorkload's part on a node: the operation `workload.remove_on_node`, params {"ids":
  * [...], "force": bool, "grace_seconds": N (optional; else the engine's)}. Each workload is
