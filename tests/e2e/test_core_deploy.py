@@ -13,7 +13,9 @@ Classes:
            engine's state, <data_dir>/engine/<node>/<id>/log); the
            workload records exist with their allocations and read back through GetWorkload,
            GetWorkloads, ListWorkloads (app, limit) and ListNodeWorkloads; the nodes' usage is
-           exactly what the workloads hold (GetNodeResource: no diffs).
+           exactly what the workloads hold (GetNodeResource: no diffs). A one-instance create
+           (MONITOR): the last instance's record ends the reservation (no pv_sched_release) and
+           the gateway ends the call without reading the operation's record.
   Remove   RemoveWorkload stops running instances (their processes end), removes them from the
            engine and the registry, and gives their resources back (usage as before, no diffs,
            deploy count back to zero); an unknown id answers 1076 before anything stops.
@@ -59,6 +61,7 @@ import socket
 import subprocess
 import os
 import queue
+import select
 import tarfile
 import tempfile
 import time
@@ -203,6 +206,49 @@ class Deploy(Base):
             self.assertEqual(list(r.diffs), [])
         total = sum(json.loads(self.usage(n).resource_usage)["cpumem"]["memory"] for n in NODES)
         self.assertGreaterEqual(total, 3 * 64 * 2**20)
+
+    def test_one_node_create_ends_with_few_reads(self):
+        # A create planned on one node is one operation that its node's agent ends: the last
+        # instance's record ends the reservation in the same call (no release, no read of the
+        # reservation), and the gateway, told every instance by the output it waited on, ends
+        # the call without reading the operation's record (MONITOR sees all of Redis's calls).
+        mon = subprocess.Popen([pvtest.REDIS_CLI, "-p", str(self.stack.redis.port)] +
+                               self.stack.redis.cli_auth_args() + ["MONITOR"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(mon.stdout.readline().strip(), "OK")
+            msgs = list(self.core.CreateWorkload(deploy(1), timeout=60))
+            self.assertEqual(len(msgs), 1, msgs)
+            self.assertTrue(msgs[0].success, msgs[0].error)
+            ops = self.stack.prefix + "{ops}:"
+            # the call is over, so is everything its gateway did: what MONITOR wrote until
+            # half a second after the operation's end holds all of it
+            op_id, lines, ended = None, [], None
+            deadline = time.monotonic() + 10
+            while time.monotonic() < min(deadline, ended or deadline):
+                if not select.select([mon.stdout], [], [], 0.1)[0]:
+                    continue
+                line = mon.stdout.readline()
+                lines.append(line)
+                if op_id is None and '"pv_op_submit"' in line and "workload.create" in line:
+                    op_id = line.split('"' + ops + "op:")[1].split('"')[0]
+                if op_id and ended is None and '"pv_op_finish' in line and op_id in line:
+                    ended = time.monotonic() + 0.5
+        finally:
+            mon.terminate()
+            mon.wait()
+        self.assertIsNotNone(op_id, "no submit of the create seen")
+        self.assertIsNotNone(ended, "the operation's end not seen")
+        resv = "resv-" + op_id
+        self.assertEqual([l for l in lines if resv in l and '"pv_sched_release"' in l], [])
+        self.assertTrue(any(resv in l and '"DEL"' in l for l in lines), "reservation kept")
+        record = '"%sop:%s"' % (ops, op_id)
+        self.assertEqual([l for l in lines if "lua]" not in l and '"HGETALL" ' + record in l],
+                         [])
+        base = self.stack.prefix + "{reg}:"
+        self.assertEqual(self.stack.redis.cmd("EXISTS", base + "resv:" + resv), 0)
+        self.assertIsNone(self.stack.redis.cmd("ZSCORE", base + "resvs", resv))
+        self.assertEqual(self.stack.redis.cmd("HGET", ops + "op:" + op_id, "status"), "SUCCEEDED")
 
     def find_log(self, node, wid):
         return os.path.join(self.stack.data_dir, "engine", node, wid, "log")
