@@ -513,9 +513,12 @@ static int reserve_once(sched_cache *cache, pv_redis *r, const pv_keys *k, const
         rc = set_err(err, &st);
     if (rc == PV_OK) {
         char moved[256] = "";
-        if (pv_resv_commit(r, k, &rv, request_id, body, 0, outcome, moved, sizeof moved, &st) !=
-            PV_OK)
+        const pv_resv_ack *ack = req->ack.stream ? &req->ack : NULL;
+        if (pv_resv_commit_acking(r, k, &rv, request_id, body, 0, ack, outcome, moved, sizeof moved,
+                                  &st) != PV_OK)
             rc = set_err(err, &st);
+        else if (*outcome == PV_RESV_COMMITTED && ack && req->acked)
+            *req->acked = true;
         else if (*outcome == PV_RESV_CONFLICT)
             pv_debug("reservation %s: node %s moved; planning again", resv_id, moved);
     }

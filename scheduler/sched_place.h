@@ -28,11 +28,13 @@
 #ifndef SCHED_PLACE_H
 #define SCHED_PLACE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "pv_keys.h"
 #include "pv_redis.h"
+#include "pv_resv.h"
 #include "sched_cache.h"
 #include "sched_strategy.h"
 
@@ -50,6 +52,10 @@ typedef struct sched_request {
     int64_t ttl_seconds; /* reservations: how long they are held before the reaper frees them */
     uint64_t seed;       /* not in the body: the server's sched_seed_of(request id); ties between
                           * nodes go by it (sched_strategy.h), 0 = input (name) order */
+    /* not in the body either: the request's stream entry, acknowledged by the reservation's
+     * commit (borrowed; stream NULL: none), and *acked set true when it was (may be NULL) */
+    pv_resv_ack ack;
+    bool *acked;
 } sched_request;
 
 /* INVALID_ARGUMENT naming the field (in *st) for a malformed body or a bad resource request. */

@@ -72,7 +72,10 @@ static void reply_error(sched_server *s, const char *id, const sched_error *err)
     free(body);
 }
 
-static void run_request(sched_server *s, const char *id, const char *kind, const char *body) {
+/* Runs one request and answers it; *acked: its entry was acknowledged with the answer (a
+ * reservation's commit does it in the same call). */
+static void run_request(sched_server *s, const char *id, const char *kind, const char *body,
+                        const char *entry_id, bool *acked) {
     sched_request req;
     sched_error err = {0};
     if (sched_request_parse(body, &req, &err.status) != PV_OK) {
@@ -80,6 +83,8 @@ static void run_request(sched_server *s, const char *id, const char *kind, const
         reply_error(s, id, &err);
         return;
     }
+    req.ack = (pv_resv_ack){.stream = s->stream, .group = PV_SCHED_GROUP, .entry = entry_id};
+    req.acked = acked;
     if (req.ttl_seconds <= 0) req.ttl_seconds = s->reservation_ttl_s;
     /* Ties between nodes change from request to request, as Eru's map order does, and stay as
      * they were for the same request: a redelivered deploy (its operation's plan id) plans the
@@ -123,14 +128,19 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
     const redisReply *fields = entry->element[1];
     const char *id = field(fields, "id"), *kind = field(fields, "kind"),
                *body = field(fields, "body"), *deadline = field(fields, "deadline_ms");
+    bool acked = false;
     if (id && kind && body) {
         int64_t until = deadline ? strtoll(deadline, NULL, 10) : 0;
         if (until > 0 && pv_time_now_ms() > until)
             pv_debug("request %s: its deadline passed before a scheduler took it; dropped", id);
         else
-            run_request(s, id, kind, body);
+            run_request(s, id, kind, body, entry_id, &acked);
     } else if (fields && fields->type == REDIS_REPLY_ARRAY) {
         pv_warn("request entry %s lacks id, kind or body; dropped", entry_id);
+    }
+    if (acked) {
+        s->acked++;
+        return;
     }
     redisReply *rep = NULL;
     pv_status st;

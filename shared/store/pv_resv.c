@@ -259,6 +259,14 @@ static char *nodes_json(const pv_resv *rv) {
 int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,
                    const char *reply_body, int reply_ttl_s, pv_resv_outcome *out, char *conflict,
                    size_t conflict_len, pv_status *st) {
+    return pv_resv_commit_acking(r, k, rv, request_id, reply_body, reply_ttl_s, NULL, out, conflict,
+                                 conflict_len, st);
+}
+
+int pv_resv_commit_acking(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,
+                          const char *reply_body, int reply_ttl_s, const pv_resv_ack *ack,
+                          pv_resv_outcome *out, char *conflict, size_t conflict_len,
+                          pv_status *st) {
     char base[PV_KEY_MAX], key[PV_KEY_MAX];
     if (key_base(k, base, sizeof base, st) != PV_OK ||
         resv_key(k, rv->id, key, sizeof key, st) != PV_OK)
@@ -279,6 +287,12 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *reque
     argv_push_i64(&a, reply_ttl_s > 0 ? reply_ttl_s : 60);
     argv_push_nodes(&a, rv, 1);
     argv_push(&a, "seqs"); /* the nodes' revs and seqs with the answer (sched.lua) */
+    if (ack && ack->stream && ack->group && ack->entry) {
+        argv_push(&a, "ack");
+        argv_push(&a, ack->stream);
+        argv_push(&a, ack->group);
+        argv_push(&a, ack->entry);
+    }
     int rc;
     if (a.oom) {
         rc = pv_status_set(st, PV_INTERNAL, "reservation: out of memory");

@@ -87,6 +87,18 @@ int pv_resv_commit(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *reque
                    const char *reply_body, int reply_ttl_s, pv_resv_outcome *out, char *conflict,
                    size_t conflict_len, pv_status *st);
 
+/* A stream entry a commit acknowledges in its group when it commits (borrowed strings): the
+ * plan request it answers, so that the request ends in the commit's call (sched_server.c). */
+typedef struct pv_resv_ack {
+    const char *stream, *group, *entry;
+} pv_resv_ack;
+
+/* pv_resv_commit that also acknowledges ack (may be NULL: none) on PV_RESV_COMMITTED, and only
+ * then: any other outcome leaves the entry pending for the caller. */
+int pv_resv_commit_acking(pv_redis *r, const pv_keys *k, pv_resv *rv, const char *request_id,
+                          const char *reply_body, int reply_ttl_s, const pv_resv_ack *ack,
+                          pv_resv_outcome *out, char *conflict, size_t conflict_len, pv_status *st);
+
 /*
  * Gives a reservation's allocations back: reads it and its nodes, subtracts each allocation from
  * the node's usage (pv_res), and commits with the same compare-and-set, retrying on conflicts.

@@ -560,6 +560,49 @@ static void test_release_after_partial_deploy(void **state) {
     pv_resv_check_clear(&c);
 }
 
+/* A plan request's stream entry, read into the group and so pending, as the scheduler holds it:
+ * its id into entry. */
+static void pending_request(fixture *f, const char *stream, char *entry, size_t len) {
+    redisReply *rep = redisCommand(f->c, "XGROUP CREATE %s g 0 MKSTREAM", stream);
+    freeReplyObject(rep);
+    rep = redisCommand(f->c, "XADD %s * id x", stream);
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    snprintf(entry, len, "%s", rep->str);
+    freeReplyObject(rep);
+    rep = redisCommand(f->c, "XREADGROUP GROUP g s1 COUNT 1 STREAMS %s >", stream);
+    freeReplyObject(rep);
+}
+
+/* A reservation's commit acknowledges the plan request's entry it was given (one call for the
+ * commit and the XACK), and only a commit: the same request again (DUPLICATE, answered
+ * ALREADY_EXISTS) leaves its entry pending for the server to acknowledge. */
+static void test_commit_acknowledges_the_request(void **state) {
+    fixture *f = *state;
+    const char *stream = BASE "sched:requests";
+    for (int round = 0; round < 2; round++) {
+        char entry[64];
+        pending_request(f, stream, entry, sizeof entry);
+        sched_request req;
+        request(&req, "{\"includes\":[\"n1\"],\"count\":1,\"app\":\"web\",\"entrypoint\":"
+                      "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+        bool acked = false;
+        req.ack = (pv_resv_ack){.stream = stream, .group = "g", .entry = entry};
+        req.acked = &acked;
+        sched_error err = {0};
+        char *reply = NULL;
+        assert_int_equal(
+            sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAK", 1, &reply, &err),
+            round == 0 ? PV_OK : PV_ALREADY_EXISTS);
+        free(reply);
+        sched_request_free(&req);
+        assert_int_equal(acked, round == 0);
+        redisReply *rep = redisCommand(f->c, "XPENDING %s g - + 10", stream);
+        assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(rep->elements, (size_t)round); /* the second's entry is still there */
+        freeReplyObject(rep);
+    }
+}
+
 /* A one-node deploy of two instances whose agent names the reservation with each record
  * (pv_workload_add_ending): the first leaves it (the other allocation is still on the node),
  * the second, the last, ends it in the same step (record and expiry entry gone, no release
@@ -1221,6 +1264,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_after_own_commit_matches_redis, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_after_partial_deploy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_instance_ends_reservation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_acknowledges_the_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_returns_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batched_return_of_many, setup, teardown),

@@ -75,6 +75,10 @@ end
 -- asked for, not always sent, so that a scheduler of the previous version, which reads 'OK', and
 -- this library work together during an upgrade (and this version with the previous library,
 -- which ignores the extra argument: the scheduler then reads its nodes back as before).
+-- After 'seqs', 'ack' stream group entry: the plan request's stream entry, acknowledged with a
+-- commit (not with another outcome: the scheduler plans again or acknowledges it itself), so
+-- the request's end is one call, not a commit and an XACK. A library without this ignores it
+-- and the request stays pending: another scheduler takes it over later and finds DUPLICATE.
 -- request_id '' = no plan reply to write. A reservation whose requester gave up (it marked the
 -- request abandoned after its deadline) is not committed: nobody would ever use or release it.
 -- A reservation made once is marked for 10 minutes, far past any request's deadline (after which
@@ -108,6 +112,8 @@ redis.register_function('pv_sched_commit', function(keys, args)
     redis.call('LPUSH', reply, args[10])
     redis.call('EXPIRE', reply, tonumber(args[11]))
   end
+  local ack = seqs and after + 1 or after
+  if args[ack] == 'ack' then redis.call('XACK', args[ack + 1], args[ack + 2], args[ack + 3]) end
   return seqs or 'OK'
 end)
 
