@@ -30,7 +30,8 @@ int svc_nodeop_submit_req(gw_call *call, const svc_nodeop_req *q, char op_id[PV_
                             .queue = queue,
                             .params_json = text,
                             .max_attempts = q->max_attempts,
-                            .notify_end = q->notify_end};
+                            .notify_end = q->notify_end,
+                            .target_unlocked = true}; /* minted just above */
     pv_op rec;
     int rc = gw_app_submit(call, q->flags, &req, &rec, NULL, st);
     free(text);

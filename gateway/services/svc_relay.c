@@ -528,8 +528,11 @@ int svc_relay_submit_deploy(gw_call *call, const Pb__DeployOptions *o, svc_relay
     free(b64);
     char target[PV_ID_MAX];
     pv_id_new("deploy", target, sizeof target);
-    pv_op_submit_req req = {
-        .kind = PV_KIND_DEPLOY, .target = target, .queue = "ops", .params_json = text};
+    pv_op_submit_req req = {.kind = PV_KIND_DEPLOY,
+                            .target = target,
+                            .queue = "ops",
+                            .params_json = text,
+                            .target_unlocked = true}; /* minted just above */
     pv_op rec;
     bool existed = false;
     rc = text ? gw_app_submit(call, GW_SUBMIT_IDEMPOTENT, &req, &rec, &existed, st)

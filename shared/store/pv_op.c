@@ -359,7 +359,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     pv_key_add(k, PV_KEY_OP_QUEUE, req->queue, &keys);
     pv_key_add(k, PV_KEY_OP_INDEX, NULL, &keys);
     pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
-    int rc = add_locks(&keys, 4, k, req->target, holds, st);
+    int rc = add_locks(&keys, 4, k, req->target_unlocked ? NULL : req->target, holds, st);
     size_t nlocks = keys.n - 4;
     if (rid[0]) pv_key_add(k, PV_KEY_OP_IDEM, rid, &keys);
     const char *client = req->client ? req->client : "";
@@ -383,6 +383,7 @@ int pv_op_submit(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op
     pv_strv_add(&args, req->limit_name ? req->limit_name : "limit");
     pv_strv_addf(&args, "%d", req->notify_end ? 1 : 0);
     pv_strv_addf(&args, "%d", opts_retention(o));
+    pv_strv_add(&args, req->target_unlocked ? "1" : "0");
     free(holds);
 
     redisReply *rep = NULL;

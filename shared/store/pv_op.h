@@ -138,6 +138,10 @@ typedef struct pv_op_submit_req {
      * an existing stream gets, wakes a pv_op_output_wait even when the operation writes no
      * output. */
     bool notify_end;
+    /* The target was minted for this very operation (pv_id_new: a deploy's "deploy-<id>", a
+     * node part's "wlop-<id>"), so nothing else can name it: no lock is taken on it (a GET and
+     * a SET at the submit, a GET and a DEL at the end, that guard nothing). Holds still lock. */
+    bool target_unlocked;
 } pv_op_submit_req;
 
 /* Writes record + stream entry + idempotency key + locks + index + event atomically.

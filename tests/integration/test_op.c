@@ -488,6 +488,44 @@ static void test_locks(void **state) {
         pv_op_clear(all[n]);
 }
 
+/* A target minted for its operation (target_unlocked: a deploy's "deploy-<id>") takes no lock:
+ * the submit writes none and the end does not look for one (a lock planted under its name, even
+ * naming it, is left alone: a locked target's end deletes it), while its holds still lock; the
+ * audit finds nothing wrong with it running. */
+static void test_unlocked_target(void **state) {
+    fixture *f = *state;
+    pv_status st;
+    ensure_group(f, "ops");
+    const char *holds[] = {"node-9"};
+    pv_op_submit_req req = {.kind = "test.sleep",
+                            .target = "deploy-1",
+                            .queue = "ops",
+                            .holds = holds,
+                            .n_holds = 1,
+                            .target_unlocked = true};
+    pv_op a;
+    bool existed;
+    assert_int_equal(pv_op_submit(f->r, &f->keys, &f->opts, &req, &a, &existed, &st), PV_OK);
+    assert_int_equal(num(f, "EXISTS " LOCK "deploy-1"), 0);
+    assert_text(f, a.id, "GET " LOCK "node-9");
+    assert_text(f, "1", "HGET " OPKEY "%s target_unlocked", a.id);
+    pv_op run;
+    int64_t token;
+    take(f, "ops", "w1", 10000, &run, &token);
+    assert_string_equal(run.id, a.id);
+    char *report = NULL;
+    int problems = -1;
+    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    exec_cmd(f, "SET " LOCK "deploy-1 %s", a.id);
+    finish(f, &run, token, PV_OP_SUCCEEDED);
+    assert_text(f, a.id, "GET " LOCK "deploy-1");
+    assert_int_equal(num(f, "EXISTS " LOCK "node-9"), 0);
+    pv_op_clear(&run);
+    pv_op_clear(&a);
+}
+
 /* The record's hash, journal included, as one string (to compare before/after). */
 static char *record_dump(fixture *f, const char *id) {
     redisReply *rep = cmd(f, "HGETALL " OPKEY "%s", id);
@@ -1705,6 +1743,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_submit_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unlocked_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output, setup, teardown),

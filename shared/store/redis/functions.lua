@@ -75,7 +75,7 @@ local OP_FIELDS = {
   'error_message', 'created_ms', 'updated_ms', 'started_ms', 'finished_ms', 'attempts',
   'max_attempts', 'worker', 'request_id', 'cancel_requested', 'params', 'metadata', 'holds',
   'token', 'lease_until_ms', 'entry', 'retry_at_ms', 'last_error_code', 'last_error_message',
-  'handed',
+  'handed', 'target_unlocked',
 }
 
 local DONE = {SUCCEEDED = true, FAILED = true, CANCELLED = true}
@@ -85,6 +85,7 @@ local OP_DEFAULTS = {
   progress = '0', message = '', error_code = '0', error_message = '', started_ms = '0',
   finished_ms = '0', attempts = '0', worker = '', request_id = '', cancel_requested = '0',
   holds = '[]', token = '0', lease_until_ms = '0', entry = '', retry_at_ms = '0', handed = '',
+  target_unlocked = '',
 }
 
 -- The fields a reply carries: those of a pv_op (shared/store/pv_op.c); token, lease and the like stay
@@ -100,6 +101,7 @@ local REPLY_FIELDS = {
 -- (op_load tells a missing record by it).
 local FINISH_FIELDS = {
   'id', 'kind', 'target', 'status', 'progress', 'message', 'worker', 'holds', 'token', 'entry',
+  'target_unlocked',
 }
 
 -- What the other fenced writes (renew, journal) and a lock check read.
@@ -144,10 +146,11 @@ local function op_set(key, rec, changes, now)
   redis.call('HSET', key, unpack(argv))
 end
 
--- The resources an operation holds: its target, then its holds, without repeats.
+-- The resources an operation holds: its target (unless minted for it: target_unlocked), then its
+-- holds, without repeats.
 local function op_resources(rec)
   local out = {}
-  if rec.target and rec.target ~= '' then out[1] = rec.target end
+  if rec.target and rec.target ~= '' and rec.target_unlocked ~= '1' then out[1] = rec.target end
   -- Most operations hold nothing but their target: no JSON decoding for them.
   if rec.holds == nil or rec.holds == '[]' or rec.holds == '' then return out end
   local seen = {}
@@ -343,6 +346,8 @@ end
 --   op_end, which ends only an existing stream, writes the end entry a waiter blocks on
 --   [18] retention seconds (finished records live this long: index members older than it whose
 --   record is gone are trimmed; absent or 0: no trimming)
+--   [19] '1' = the target was minted for this operation: no lock on it (none among KEYS; the
+--   record's target_unlocked tells op_resources)
 --   Besides KEYS[3], the operation joins the index of its kind and of its target (kind_index,
 --   target_index).
 --   With a client, its set of unfinished operations is the key after the idempotency key (or
@@ -410,6 +415,10 @@ redis.register_function('pv_op_submit', function(keys, args)
   if args[10] ~= '[]' and args[10] ~= '' then
     flat[#flat + 1] = 'holds'
     flat[#flat + 1] = args[10]
+  end
+  if args[19] == '1' then
+    flat[#flat + 1] = 'target_unlocked'
+    flat[#flat + 1] = '1'
   end
   redis.call('HSET', keys[1], unpack(flat))
   for i = 5, 4 + nlocks do redis.call('SET', keys[i], id) end
