@@ -26,6 +26,7 @@
 #include "pv_version.h"
 #include "pv_metrics.h"
 #include "wk_consumer.h"
+#include "wk_deploy.h"
 #include "wk_fence.h"
 #include "wk_ha.h"
 
@@ -117,6 +118,10 @@ int main(int argc, char **argv) {
                            .consumer = consumer,
                            .context = node_agent,
                            .metrics = metrics};
+    if (!agent) { /* the ops queue: a fresh deploy is planned before any lease */
+        co.prelease_kind = PV_KIND_DEPLOY;
+        co.prelease = wk_deploy_prelease;
+    }
     if (wk_consumer_start(&co, &consumer_handle, &st) != PV_OK) {
         pv_error("consumer: %s", st.msg);
         pv_metrics_server_stop(metrics_srv);

@@ -1264,6 +1264,44 @@ int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_
     return fcall_void(r, "pv_op_handover", &keys, &args, st);
 }
 
+int pv_op_handover_pending(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *op_id,
+                           const char *from_queue, const char *entry, const char *by,
+                           const char *queue, const char *params_json, int timeout_ms, size_t n,
+                           const char *const *fields, const char *const *values, bool *moved,
+                           pv_status *st) {
+    *moved = false;
+    if (check_text("operation id", op_id, st) != PV_OK ||
+        check_text("queue", from_queue, st) != PV_OK || check_text("entry", entry, st) != PV_OK ||
+        check_text("queue", queue, st) != PV_OK || check_text("params", params_json, st) != PV_OK)
+        return st->code;
+    pv_strv keys = {0}, args = {0};
+    pv_key_add(k, PV_KEY_OP, op_id, &keys);
+    pv_key_add(k, PV_KEY_OP_QUEUE, from_queue, &keys);
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
+    pv_key_add(k, PV_KEY_OP_OUT, op_id, &keys);
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
+    pv_key_add(k, PV_KEY_OPS, NULL, &args);
+    pv_strv_add(&args, op_id);
+    pv_strv_add(&args, entry);
+    pv_strv_add(&args, queue);
+    pv_strv_add(&args, params_json);
+    pv_strv_addf(&args, "%d", opts_maxlen(o));
+    pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
+    pv_strv_addf(&args, "%d", timeout_ms > 0 ? timeout_ms : 0);
+    pv_strv_add(&args, by ? by : "");
+    for (size_t i = 0; i < n; i++) {
+        pv_strv_add(&args, fields[i]);
+        pv_strv_add(&args, values[i] ? values[i] : "");
+    }
+    redisReply *rep = NULL;
+    int rc = fcall_done(r, "pv_op_handover_pending", &keys, &args, &rep, st);
+    if (rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "MOVED") == 0)
+        *moved = true;
+    if (rep) freeReplyObject(rep);
+    return rc;
+}
+
 int pv_op_promote_due(pv_redis *r, const pv_keys *k, const pv_op_opts *o, int *moved,
                       pv_status *st) {
     *moved = 0;

@@ -354,6 +354,17 @@ int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_
                    int64_t token, const char *queue, const char *params_json, int timeout_ms,
                    size_t n, const char *const *fields, const char *const *values, pv_status *st);
 
+/* pv_op_handover of an operation nobody leased: op_id, still PENDING and never run, on the
+ * entry of the ops queue (from_queue) its caller was delivered and has not acknowledged, which
+ * the hand-over acknowledges. by names the caller in the event. *moved: the record is not that
+ * any more (gone, cancelled, run or handed over since, another entry): nothing was written and
+ * the entry is still the caller's. */
+int pv_op_handover_pending(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const char *op_id,
+                           const char *from_queue, const char *entry, const char *by,
+                           const char *queue, const char *params_json, int timeout_ms, size_t n,
+                           const char *const *fields, const char *const *values, bool *moved,
+                           pv_status *st);
+
 /* Moves retries whose time has come back onto their queues (and hand-overs no worker took in
  * time back to the ops queue, see pv_op_handover); *moved = how many. Their events
  * keep the events stream at o->events_maxlen, as every other write does. */

@@ -15,7 +15,8 @@ Classes:
            GetWorkloads, ListWorkloads (app, limit) and ListNodeWorkloads; the nodes' usage is
            exactly what the workloads hold (GetNodeResource: no diffs). A one-instance create
            (MONITOR): the last instance's record ends the reservation (no pv_sched_release) and
-           the gateway ends the call without reading the operation's record.
+           the gateway ends the call without reading the operation's record; the ops worker
+           planned it and handed it to the node's agent without a lease of its own.
   Remove   RemoveWorkload stops running instances (their processes end), removes them from the
            engine and the registry, and gives their resources back (usage as before, no diffs,
            deploy count back to zero); an unknown id answers 1076 before anything stops.
@@ -243,8 +244,14 @@ class Deploy(Base):
         self.assertEqual([l for l in lines if resv in l and '"pv_sched_release"' in l], [])
         self.assertTrue(any(resv in l and '"DEL"' in l for l in lines), "reservation kept")
         record = '"%sop:%s"' % (ops, op_id)
-        self.assertEqual([l for l in lines if "lua]" not in l and '"HGETALL" ' + record in l],
-                         [])
+        end = next(i for i, l in enumerate(lines) if '"pv_op_finish' in l and op_id in l)
+        self.assertEqual([l for l in lines[end:] if "lua]" not in l and
+                          '"HGETALL" ' + record in l], [])
+        # The ops worker planned it without a lease and handed it over from PENDING: the only
+        # lease is the agent's.
+        self.assertEqual(len([l for l in lines if '"pv_op_acquire"' in l and record in l]), 1)
+        self.assertEqual(len([l for l in lines if '"pv_op_handover_pending"' in l and
+                              record in l]), 1)
         base = self.stack.prefix + "{reg}:"
         self.assertEqual(self.stack.redis.cmd("EXISTS", base + "resv:" + resv), 0)
         self.assertIsNone(self.stack.redis.cmd("ZSCORE", base + "resvs", resv))

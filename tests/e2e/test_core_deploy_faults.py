@@ -13,6 +13,8 @@ step of the node's operation is journaled, which is what makes the redelivery sa
 
 A plan on one node makes the deploy one operation (wk_deploy.h: handed over to the node's agent,
 not a deploy and a node part), so these are also the edges of that hand-over:
+  - a cancel while the ops worker plans it (before any lease): it ends CANCELLED at once, the
+    hand-over finds it moved and writes nothing, and the reservation made meanwhile goes back;
   - the kill above: the one operation is redelivered to the restarted agent and still creates
     each instance once; no `workload.create_on_node` operation is written;
   - a cancel while the agent runs it: the instances already sent are finished (every one told
@@ -22,8 +24,10 @@ not a deploy and a node part), so these are also the edges of that hand-over:
     worker.node_op_timeout_ms; either ends CANCELLED, its instances told failed, nothing made,
     usage back to zero, and the restarted agent skips the stale entries.
 """
+import grpc
 import json
 import os
+import signal
 import tarfile
 import tempfile
 import threading
@@ -230,6 +234,58 @@ class AgentKilled(unittest.TestCase):
         resvs = self.stack.scan(self.stack.prefix + "{reg}:resv:*")
         self.assertEqual(resvs, [])
         self.assertEqual(self.memory_used(core), COUNT * 16 * 2**20)
+        self.assertEqual(self.stack.check(), [])
+
+    def test_cancel_while_it_is_planned(self):
+        # The ops worker plans a fresh deploy before any lease (wk_deploy_prelease). The scheduler
+        # is stopped (SIGSTOP) so the plan waits; a cancel then ends the PENDING deploy at once,
+        # and when the scheduler goes on and reserves, the worker finds the record moved: the
+        # hand-over writes nothing and the reservation goes back at once, not at its expiry.
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        ops = opg.OperationServiceStub(self.stack.channel(0))
+        sched = self.stack.schedulers[0]
+        requests = self.stack.prefix + "{reg}:sched:requests"
+        before = self.stack.redis.cmd("XLEN", requests)
+        result = {}
+
+        def deploy():
+            try:
+                result["msgs"] = list(core.CreateWorkload(self.deploy_opts("planned", 2),
+                                                          timeout=60))
+            except grpc.RpcError as e:
+                result["error"] = e.code()
+
+        sched.send_signal(signal.SIGSTOP)
+        try:
+            t = threading.Thread(target=deploy)
+            t.start()
+            deadline = time.monotonic() + 20
+            while (time.monotonic() < deadline and
+                   self.stack.redis.cmd("XLEN", requests) == before):
+                time.sleep(0.01)
+            (op_id, rec), = self.ops_of("workload.create").items()
+            self.assertEqual((rec["status"], rec["queue"]), ("PENDING", "ops"), rec)
+            ops.CancelOperation(opb.CancelOperationRequest(id=op_id), timeout=10)
+            self.assertEqual(self.wait_op(op_id, lambda r: True)["status"], "CANCELLED")
+        finally:
+            sched.send_signal(signal.SIGCONT)
+        t.join(60)
+        self.assertFalse(t.is_alive(), "CreateWorkload did not end")
+        self.assertFalse(any(m.success for m in result.get("msgs", [])), result)
+        resv = self.stack.prefix + "{reg}:resv:resv-" + op_id
+        made = self.stack.prefix + "{reg}:resv-made:resv-" + op_id
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (
+                self.stack.redis.cmd("EXISTS", made) and
+                not self.stack.redis.cmd("EXISTS", resv)):
+            time.sleep(0.02)
+        self.assertEqual(self.stack.redis.cmd("EXISTS", made), 1)  # it was reserved, then
+        self.assertEqual(self.stack.redis.cmd("EXISTS", resv), 0)  # given back
+        done = self.wait_op(op_id, lambda r: True)
+        self.assertEqual((done["status"], done["queue"]), ("CANCELLED", "ops"), done)
+        self.assertEqual(self.memory_used(core), 0)
+        engine = os.path.join(self.stack.data_dir, "engine", "fa")
+        self.assertEqual(os.listdir(engine) if os.path.isdir(engine) else [], [])
         self.assertEqual(self.stack.check(), [])
 
     def test_no_agent_takes_it(self):

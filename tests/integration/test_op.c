@@ -1115,6 +1115,94 @@ static void hand_over(fixture *f, const pv_op *op, int64_t token, int timeout_ms
 /* pv_op_handover: the operation goes on on another queue, at once, fenced; a cancel or a
  * timeout while it waits there hands it back to the ops queue, where it runs (to be undone)
  * instead of ending where it stands; a cancel while it runs there lets it run. */
+/* pv_op_handover_pending with the test's output entry; *moved is the answer. */
+static int hand_over_pending(fixture *f, const char *id, const char *entry, bool *moved) {
+    pv_status st;
+    const char *fields[] = {"type", "node"}, *values[] = {"node", "n1"};
+    int rc = pv_op_handover_pending(f->r, &f->keys, &f->opts, id, "ops", entry, "w1", "node:n1",
+                                    "{\"node\":\"n1\"}", 60000, 2, fields, values, moved, &st);
+    if (rc != PV_OK) fail_msg("hand over %s: %s", id, st.msg);
+    return rc;
+}
+
+/* A delivered, never leased operation handed over straight from PENDING: on the node's queue
+ * with its new params and timeout, its ops entry acknowledged, announced, no token, no
+ * RUNNING, no attempt counted, and the node's worker leases it as any hand-over. Not when the
+ * record moved: cancelled, leased (by a worker that claimed the entry), on another entry, or
+ * handed over already; then nothing is written and the entry stays the caller's. */
+static void test_handover_pending(void **state) {
+    fixture *f = *state;
+    ensure_group(f, "ops");
+    ensure_group(f, "node:n1");
+    pv_op sub = submit(f, "node-1");
+    char entry[64], id[PV_ID_MAX];
+    assert_int_equal(read_entry(f, "ops", "w1", entry, id), 1);
+    bool moved = true;
+    hand_over_pending(f, "op-none", entry, &moved);
+    assert_true(moved); /* no such record */
+    hand_over_pending(f, sub.id, "1-1", &moved);
+    assert_true(moved); /* not its entry */
+    assert_int_equal(pending_count(f, "ops"), 1);
+    hand_over_pending(f, sub.id, entry, &moved);
+    assert_false(moved);
+    pv_op now = get(f, sub.id);
+    assert_int_equal(now.status, PV_OP_PENDING);
+    assert_string_equal(now.queue, "node:n1");
+    assert_string_equal(now.params, "{\"node\":\"n1\"}");
+    assert_int_equal(now.attempts, 0);
+    assert_int_equal(now.started_ms, 0);
+    assert_int_equal(pending_count(f, "ops"), 0);
+    assert_int_equal(entries_of(f, "node:n1", sub.id), 1);
+    assert_int_equal(num(f, "XLEN t:{ops}:out:%s", sub.id), 1);
+    char *due = text(f, "ZSCORE t:{ops}:delayed %s", sub.id);
+    assert_non_null(due);
+    free(due);
+    assert_last_event(f, sub.id, "PENDING", "handed over to queue node:n1 by w1");
+    hand_over_pending(f, sub.id, entry, &moved);
+    assert_true(moved); /* handed over already: once */
+    assert_int_equal(entries_of(f, "node:n1", sub.id), 1);
+    pv_op on_node;
+    int64_t token;
+    take(f, "node:n1", "a1", 10000, &on_node, &token);
+    assert_null(text(f, "ZSCORE t:{ops}:delayed %s", sub.id));
+    finish(f, &on_node, token, PV_OP_SUCCEEDED);
+    pv_op_clear(&on_node);
+    pv_op_clear(&now);
+    pv_op_clear(&sub);
+
+    /* cancelled while planned: ended at once by the cancel, the hand-over refused */
+    sub = submit(f, "node-2");
+    assert_int_equal(read_entry(f, "ops", "w1", entry, id), 1);
+    pv_op out;
+    pv_status st;
+    assert_int_equal(pv_op_cancel(f->r, &f->keys, &f->opts, sub.id, &out, &st), PV_OK);
+    assert_int_equal(out.status, PV_OP_CANCELLED);
+    hand_over_pending(f, sub.id, entry, &moved);
+    assert_true(moved);
+    assert_int_equal(entries_of(f, "node:n1", sub.id), 0);
+    pv_op_clear(&out);
+    pv_op_clear(&sub);
+
+    /* leased meanwhile (another worker claimed the entry and acquired it): its run is left be */
+    sub = submit(f, "node-3");
+    assert_int_equal(read_entry(f, "ops", "w1", entry, id), 1);
+    pv_op run;
+    assert_int_equal(acquire(f, "ops", "w2", entry, sub.id, 10000, &run, &token), PV_OP_ACQ_RUN);
+    hand_over_pending(f, sub.id, entry, &moved);
+    assert_true(moved);
+    now = get(f, sub.id);
+    assert_int_equal(now.status, PV_OP_RUNNING);
+    assert_string_equal(now.queue, "ops");
+    char *report = NULL;
+    int problems = -1;
+    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    pv_op_clear(&now);
+    pv_op_clear(&run);
+    pv_op_clear(&sub);
+}
+
 static void test_handover(void **state) {
     fixture *f = *state;
     pv_status st;
@@ -1753,6 +1841,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handover_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_indexes, setup, teardown),

@@ -33,7 +33,12 @@
 #define DEFAULT_PLAN_TIMEOUT_MS 10000
 
 typedef struct deploy_ctx {
-    wk_op *op;
+    wk_op *op; /* NULL in the lease-free hand-over (wk_deploy_prelease) */
+    /* what the plan and a node's params need, the operation's or given without one */
+    pv_redis *r;
+    const pv_keys *k;
+    const pv_config *cfg;
+    const char *op_id, *params;
     const char *deploy_b64;
     Pb__DeployOptions *opts;
     char request_id[PV_ID_MAX + 8];
@@ -50,9 +55,10 @@ static int dup_out(char *text, char **result, pv_status *st) {
 }
 
 /* The reservation as the reply of a plan request would give it, read back after a crash. */
-static int reply_from_reservation(wk_op *op, const char *resv_id, char **result, pv_status *st) {
+static int reply_from_reservation(const deploy_ctx *c, const char *resv_id, char **result,
+                                  pv_status *st) {
     pv_resv rv;
-    if (pv_resv_get(wk_op_redis(op), wk_op_keys(op), resv_id, &rv, st) != PV_OK) return st->code;
+    if (pv_resv_get(c->r, c->k, resv_id, &rv, st) != PV_OK) return st->code;
     json_t *allocs = json_object(), *plan = json_object();
     for (size_t i = 0; allocs && plan && i < rv.nnodes; i++) {
         json_t *list = json_array();
@@ -72,24 +78,29 @@ static int reply_from_reservation(wk_op *op, const char *resv_id, char **result,
     return dup_out(text, result, st);
 }
 
-static int step_reserve(wk_op *op, void *arg, char **result, pv_status *st) {
-    deploy_ctx *c = arg;
+/* The plan: one request "plan-<op id>" to the schedulers, the reply in *result. */
+static int ask_plan(const deploy_ctx *c, char **result, pv_status *st) {
     char *body = NULL;
-    if (pv_deploy_plan_body(c->opts, wk_op_record(op)->id, &body, st) != PV_OK) return st->code;
-    const pv_config *cfg = wk_op_config(op);
+    if (pv_deploy_plan_body(c->opts, c->op_id, &body, st) != PV_OK) return st->code;
     pv_sched_call_opts o = {
-        .timeout_ms = cfg ? cfg->scheduler.request_timeout_ms : DEFAULT_PLAN_TIMEOUT_MS,
+        .timeout_ms = c->cfg ? c->cfg->scheduler.request_timeout_ms : DEFAULT_PLAN_TIMEOUT_MS,
         .request_id = c->request_id,
     };
-    int rc = pv_sched_call(wk_op_redis(op), wk_op_keys(op), "reserve", body, &o, result, st);
+    int rc = pv_sched_call(c->r, c->k, "reserve", body, &o, result, st);
     free(body);
     if (rc == PV_ALREADY_EXISTS) {
-        /* Reserved by an earlier delivery that died before journaling the answer. */
+        /* Reserved by an earlier delivery that died before journaling the answer (or by the
+         * lease-free attempt of this one). */
         char resv_id[PV_ID_MAX + 8];
         snprintf(resv_id, sizeof resv_id, "resv%s", strchr(c->request_id, '-'));
-        return reply_from_reservation(op, resv_id, result, st);
+        return reply_from_reservation(c, resv_id, result, st);
     }
     return rc;
+}
+
+static int step_reserve(wk_op *op, void *arg, char **result, pv_status *st) {
+    (void)op;
+    return ask_plan(arg, result, st);
 }
 
 /* The params of a node's part: the deploy's, the node, pod, reservation and its allocations
@@ -98,7 +109,7 @@ static char *node_params(deploy_ctx *c, const char *node, json_t *allocs, const 
     json_t *params =
         json_pack("{s:s, s:s, s:s, s:s, s:O}", "deploy", c->deploy_b64, "node", node, "pod",
                   c->opts->podname, "reservation", reservation, "allocations", allocs);
-    json_t *all = json_loads(wk_op_record(c->op)->params, 0, NULL);
+    json_t *all = json_loads(c->params, 0, NULL);
     json_t *inc = json_object_get(all, "incarnate");
     if (params && json_is_object(inc)) json_object_set(params, "incarnate", inc);
     json_decref(all);
@@ -277,24 +288,39 @@ static int wait_children(wk_op *op, char **children, size_t n, size_t *failed_no
     return rc;
 }
 
+/* What a hand-over of a one-node plan writes: the node's queue, the node part's params and the
+ * announcement of the operation as its own node part (fields/values: 5). */
+typedef struct handover_msg {
+    char queue[PV_KEY_MAX], instances[24];
+    char *params;
+    const char *fields[5], *values[5];
+    int timeout_ms;
+} handover_msg;
+
+static int handover_msg_init(handover_msg *m, deploy_ctx *c, json_t *allocations,
+                             const char *reservation, pv_status *st) {
+    const char *node = json_object_iter_key(json_object_iter(allocations));
+    json_t *list = json_object_iter_value(json_object_iter(allocations));
+    if (!(m->params = node_params(c, node, list, reservation)))
+        return pv_status_set(st, PV_INTERNAL, "out of memory");
+    snprintf(m->queue, sizeof m->queue, "node:%s", node);
+    snprintf(m->instances, sizeof m->instances, "%zu", json_array_size(list));
+    const char *fields[] = {"type", "node", "op", "instances", "nodes"},
+               *values[] = {"node", node, c->op_id, m->instances, "1"};
+    memcpy(m->fields, fields, sizeof fields);
+    memcpy(m->values, values, sizeof values);
+    m->timeout_ms = c->cfg ? c->cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS;
+    return PV_OK;
+}
+
 /* A plan on one node: this operation itself goes on on that node's agent (wk_op_handover) with
  * the node part's params, announced as its own node part; wk_deploy_create runs the rest there.
  * One operation instead of a deploy and a node part: no second submit, lease, wait and end. */
 static int hand_over(deploy_ctx *c, json_t *allocations, const char *reservation, pv_status *st) {
-    const char *node = json_object_iter_key(json_object_iter(allocations));
-    json_t *list = json_object_iter_value(json_object_iter(allocations));
-    char *text = node_params(c, node, list, reservation);
-    if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
-    char queue[PV_KEY_MAX], ni[24];
-    snprintf(queue, sizeof queue, "node:%s", node);
-    snprintf(ni, sizeof ni, "%zu", json_array_size(list));
-    const char *fields[] = {"type", "node", "op", "instances", "nodes"},
-               *values[] = {"node", node, wk_op_record(c->op)->id, ni, "1"};
-    const pv_config *cfg = wk_op_config(c->op);
-    int rc = wk_op_handover(c->op, queue, text,
-                            cfg ? cfg->worker.node_op_timeout_ms : DEFAULT_NODE_TIMEOUT_MS, 5,
-                            fields, values, st);
-    free(text);
+    handover_msg m;
+    if (handover_msg_init(&m, c, allocations, reservation, st) != PV_OK) return st->code;
+    int rc = wk_op_handover(c->op, m.queue, m.params, m.timeout_ms, 5, m.fields, m.values, st);
+    free(m.params);
     return rc;
 }
 
@@ -405,7 +431,13 @@ static int run(deploy_ctx *c, pv_status *st) {
 
 int wk_deploy_create(wk_op *op, pv_status *st) {
     if (wk_op_param(op, "reservation")) return run_handed(op, st);
-    deploy_ctx c = {.op = op, .deploy_b64 = wk_op_param(op, "deploy")};
+    deploy_ctx c = {.op = op,
+                    .r = wk_op_redis(op),
+                    .k = wk_op_keys(op),
+                    .cfg = wk_op_config(op),
+                    .op_id = wk_op_record(op)->id,
+                    .params = wk_op_record(op)->params,
+                    .deploy_b64 = wk_op_param(op, "deploy")};
     if (!c.deploy_b64)
         return pv_status_set(st, PV_INVALID_ARGUMENT,
                              "params.deploy: required (base64 of "
@@ -423,4 +455,93 @@ int wk_deploy_create(wk_op *op, pv_status *st) {
     if (rc == PV_OK) rc = run(&c, st);
     pb__deploy_options__free_unpacked(c.opts, NULL);
     return rc;
+}
+
+/* ---- the lease-free hand-over ---- */
+
+/* A delivery the lease-free path may take: a deploy never run, PENDING on this very entry of
+ * the ops queue, not cancelled, not handed back (its params carry no reservation). */
+static bool fresh_deploy(const pv_op *rec, const wk_prelease *p, json_t *params) {
+    return rec->status == PV_OP_PENDING && rec->attempts == 0 && rec->started_ms == 0 &&
+           !rec->cancel_requested && rec->kind && strcmp(rec->kind, PV_KIND_DEPLOY) == 0 &&
+           rec->queue && strcmp(rec->queue, p->queue) == 0 && rec->entry &&
+           strcmp(rec->entry, p->entry) == 0 && json_is_object(params) &&
+           !json_object_get(params, "reservation") &&
+           json_is_string(json_object_get(params, "deploy"));
+}
+
+/* The record moved while it was planned: ended (cancelled), its reservation has nobody left to
+ * give it back, so it goes back now; still going (another worker claimed it), it is that one's. */
+static void after_moved(const wk_prelease *p, const char *reservation) {
+    pv_op rec = {0};
+    pv_status st;
+    if (pv_op_get(p->redis, p->keys, p->op_id, &rec, &st) == PV_OK && pv_op_done(&rec) &&
+        pv_resv_release(p->redis, p->keys, reservation, &st) != PV_OK && st.code != PV_NOT_FOUND)
+        pv_warn("deploy %s ended while planned: reservation %s not given back: %s (it expires)",
+                p->op_id, reservation, st.msg);
+    pv_op_clear(&rec);
+}
+
+/* Plans c's deploy and, on one node, hands the operation over there; true when it went. */
+static bool plan_and_hand_over(deploy_ctx *c, const wk_prelease *p) {
+    char *reply = NULL;
+    pv_status st;
+    if (ask_plan(c, &reply, &st) != PV_OK) {
+        pv_debug("deploy %s: no lease-free plan (%s): leased as ever", p->op_id, st.msg);
+        return false;
+    }
+    json_t *plan = json_loads(reply, 0, NULL);
+    free(reply);
+    json_t *allocations = json_object_get(plan, "allocations");
+    const char *reservation = json_string_value(json_object_get(plan, "reservation"));
+    bool went = false;
+    handover_msg m = {0};
+    /* more nodes: the leased run's reserve step finds this reservation (ALREADY_EXISTS) */
+    if (json_object_size(allocations) == 1 && reservation) {
+        number_allocations(allocations);
+        bool moved = false;
+        int rc = handover_msg_init(&m, c, allocations, reservation, &st);
+        if (rc == PV_OK)
+            rc = pv_op_handover_pending(p->redis, p->keys, p->opts, p->op_id, p->queue, p->entry,
+                                        p->consumer, m.queue, m.params, m.timeout_ms, 5, m.fields,
+                                        m.values, &moved, &st);
+        went = rc == PV_OK && !moved;
+        if (rc == PV_OK && moved) after_moved(p, reservation);
+        if (went)
+            pv_info("op id=%s kind=%s planned and handed to queue=%s without a lease", p->op_id,
+                    PV_KIND_DEPLOY, m.queue);
+        else if (rc != PV_OK)
+            pv_warn("deploy %s: lease-free hand-over: %s; leased as ever", p->op_id, st.msg);
+    }
+    free(m.params);
+    json_decref(plan);
+    return went;
+}
+
+bool wk_deploy_prelease(const wk_prelease *p) {
+    pv_op rec = {0};
+    pv_status st;
+    if (pv_op_get(p->redis, p->keys, p->op_id, &rec, &st) != PV_OK) return false;
+    json_t *params = json_loads(rec.params ? rec.params : "{}", 0, NULL);
+    bool went = false;
+    if (fresh_deploy(&rec, p, params)) {
+        deploy_ctx c = {.r = p->redis,
+                        .k = p->keys,
+                        .cfg = p->cfg,
+                        .op_id = rec.id,
+                        .params = rec.params,
+                        .deploy_b64 = json_string_value(json_object_get(params, "deploy"))};
+        unsigned char *bytes = NULL;
+        size_t len = 0;
+        if (pv_b64_decode("params.deploy", c.deploy_b64, &bytes, &len, &st) == PV_OK)
+            c.opts = pb__deploy_options__unpack(NULL, len, bytes);
+        free(bytes);
+        snprintf(c.request_id, sizeof c.request_id, "plan-%s", rec.id);
+        /* a bad deploy is failed by the leased run, which says why */
+        if (c.opts && pv_deploy_check(c.opts, &st) == PV_OK) went = plan_and_hand_over(&c, p);
+        if (c.opts) pb__deploy_options__free_unpacked(c.opts, NULL);
+    }
+    json_decref(params);
+    pv_op_clear(&rec);
+    return went;
 }

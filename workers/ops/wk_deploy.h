@@ -19,7 +19,8 @@
  *   release  the reservation is released: the allocations that no workload took over (failed
  *            instances, cancelled children) go back to their nodes; created ones stay with their
  *            workloads.
- * A plan on one node (most creates: count 1) needs no child: after reserve the operation itself
+ * A plan on one node (most creates: count 1) needs no child: after reserve (planned before any
+ * lease on a fresh delivery: wk_deploy_prelease) the operation itself
  * is handed over to the queue node:<name> (wk_op_handover, the plan's reply never journaled: the
  * node part's params above replace its params, and its announcement {type=node, node, op = its
  * own id, instances, nodes=1} is written with it), and wk_deploy_create, delivered there to the
@@ -36,11 +37,25 @@
 #ifndef WK_DEPLOY_H
 #define WK_DEPLOY_H
 
+#include <stdbool.h>
+
 #include "pv_status.h"
+#include "wk_consumer.h"
 #include "wk_handler.h"
 #include "pv_kinds.h"
 
 /* The handler of PV_KIND_DEPLOY. */
 int wk_deploy_create(wk_op *op, pv_status *st);
+
+/* The ops consumer's pre-lease step of a fresh PV_KIND_DEPLOY delivery (wk_consumer_opts.prelease):
+ * a deploy never run, PENDING on that entry, is planned without a lease (the same request id
+ * "plan-<op id>", so the same reservation whatever follows), and a plan on one node hands it
+ * over to that node's queue straight from PENDING (pv_op_handover_pending: no RUNNING, fencing
+ * token, event and publish on the ops queue; a lease, a record read and a hand-over instead of a
+ * lease and a hand-over). true: handed over. false, for the leased run to do as ever: a bad
+ * deploy, a plan that failed or put instances on several nodes (that run's reserve step finds
+ * the reservation), or a record that moved meanwhile (cancelled: its reservation is given back
+ * here; claimed by another worker: left to it). */
+bool wk_deploy_prelease(const wk_prelease *p);
 
 #endif

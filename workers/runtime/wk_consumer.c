@@ -58,6 +58,7 @@ typedef struct job {
     char entry[64];
     char op_id[PV_ID_MAX];
     bool acquired; /* the reader leased it already: rec and token are set, res is RUN */
+    bool prelease; /* a fresh delivery of the consumer's prelease_kind: its step comes first */
     pv_op rec;
     int64_t token;
 } job;
@@ -89,6 +90,8 @@ struct wk_consumer {
     void *context;              /* handed to every handler (wk_op_context) */
     struct pv_metrics *metrics; /* may be NULL */
     const pv_config *cfg;       /* handed to every handler (wk_op_config); outlives the consumer */
+    char *prelease_kind;        /* NULL: no pre-lease step */
+    wk_prelease_fn prelease;
 
     pv_redis *reader_redis, *keeper_redis, *control_redis;
     pool_thread *pool;
@@ -286,9 +289,17 @@ static void queue_taken(struct wk_consumer *c, pv_op_taken *taken, size_t n) {
     }
 }
 
-/* Takes the entries of an XREADGROUP/XAUTOCLAIM entry array: leased in one batch, then queued
- * for the pool. */
-static void enqueue_entries(struct wk_consumer *c, pv_redis *r, const redisReply *entries) {
+/* Whether a delivered entry goes to the pre-lease step: read as new (fresh), of its kind. A
+ * claimed one (its worker stalled or died) is leased as ever, so its deliveries are counted. */
+static bool wants_prelease(const struct wk_consumer *c, const redisReply *fields, bool fresh) {
+    const char *kind = c->prelease && fresh ? field(fields, "kind") : NULL;
+    return kind && strcmp(kind, c->prelease_kind) == 0;
+}
+
+/* Takes the entries of an XREADGROUP (fresh) or XAUTOCLAIM entry array: leased in one batch,
+ * then queued for the pool; those for the pre-lease step are queued unleased. */
+static void enqueue_entries(struct wk_consumer *c, pv_redis *r, const redisReply *entries,
+                            bool fresh) {
     if (!entries || entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) return;
     job **jobs = calloc(entries->elements, sizeof *jobs);
     if (!jobs) {
@@ -315,7 +326,10 @@ static void enqueue_entries(struct wk_consumer *c, pv_redis *r, const redisReply
         }
         snprintf(j->entry, sizeof j->entry, "%s", entry);
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
-        jobs[n++] = j;
+        if ((j->prelease = wants_prelease(c, e->element[1], fresh)))
+            queue_job(c, j);
+        else
+            jobs[n++] = j;
     }
     if (n > 0) acquire_and_queue(c, r, jobs, n);
     free(jobs);
@@ -379,7 +393,7 @@ static void reclaim(struct wk_consumer *c, outage *o, char *cursor, size_t curso
         if (entries->type == REDIS_REPLY_ARRAY && entries->elements > 0)
             pv_info("queue=%s reclaimed %zu entries idle past the lease", c->queue,
                     entries->elements);
-        enqueue_entries(c, c->reader_redis, entries);
+        enqueue_entries(c, c->reader_redis, entries, false);
     }
     freeReplyObject(reply);
 }
@@ -449,7 +463,7 @@ static size_t read_new(struct wk_consumer *c, outage *o, int n, int64_t block_ms
         reply->element[0]->type == REDIS_REPLY_ARRAY && reply->element[0]->elements >= 2) {
         const redisReply *entries = reply->element[0]->element[1];
         if (entries->type == REDIS_REPLY_ARRAY) got = entries->elements;
-        enqueue_entries(c, c->reader_redis, entries);
+        enqueue_entries(c, c->reader_redis, entries, true);
     }
     freeReplyObject(reply);
     return got;
@@ -800,7 +814,25 @@ static void hand_back(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
         pv_warn("op id=%s not handed back: %s; left for redelivery", rec->id, st.msg);
 }
 
+/* The pre-lease step of a fresh delivery (never while stopping: then it is leased and handed
+ * straight back as any other). true: dealt with. */
+static bool prelease(pool_thread *t, const job *j) {
+    struct wk_consumer *c = t->c;
+    if (!j->prelease || is_stopping(c)) return false;
+    wk_prelease p = {.context = c->context,
+                     .redis = t->redis,
+                     .keys = &c->keys,
+                     .cfg = c->cfg,
+                     .opts = &c->opts,
+                     .queue = c->queue,
+                     .consumer = c->consumer,
+                     .op_id = j->op_id,
+                     .entry = j->entry};
+    return c->prelease(&p);
+}
+
 static void process(pool_thread *t, job *j, outage *o) {
+    if (prelease(t, j)) return;
     pv_op rec;
     memset(&rec, 0, sizeof rec);
     int64_t token = 0;
@@ -930,6 +962,7 @@ static void consumer_free(struct wk_consumer *c) {
     pv_redis_free(c->control_redis);
     free(c->queue);
     free(c->consumer);
+    free(c->prelease_kind);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->work_cv);
@@ -957,6 +990,11 @@ static int configure(struct wk_consumer *c, const wk_consumer_opts *o, pv_status
     c->test_operations = cfg->test_operations;
     c->context = o->context;
     c->metrics = o->metrics;
+    if (o->prelease && o->prelease_kind) {
+        if (!(c->prelease_kind = strdup(o->prelease_kind)))
+            return pv_status_set(st, PV_INTERNAL, "out of memory");
+        c->prelease = o->prelease;
+    }
     c->cfg = cfg;
     c->opts.retention_seconds = cfg->ops.retention_seconds;
     c->opts.events_maxlen = cfg->ops.events_maxlen;

@@ -21,9 +21,28 @@
 #include <stdbool.h>
 
 #include "pv_config.h"
+#include "pv_keys.h"
+#include "pv_op.h"
+#include "pv_redis.h"
 #include "pv_status.h"
 
 typedef struct wk_consumer wk_consumer;
+
+/* A fresh delivery (read as new, never claimed from another worker) of an operation of the
+ * consumer's prelease_kind, given to its pre-lease step before any lease is taken. Everything is
+ * borrowed for the call; redis is the pool thread's connection. */
+typedef struct wk_prelease {
+    void *context;
+    pv_redis *redis;
+    const pv_keys *keys;
+    const pv_config *cfg;
+    const pv_op_opts *opts;
+    const char *queue, *consumer, *op_id, *entry;
+} wk_prelease;
+
+/* true: the delivery was dealt with and its entry acknowledged (the operation went on elsewhere
+ * without a lease here: wk_deploy_prelease); false: it goes the usual way, leased and run. */
+typedef bool (*wk_prelease_fn)(const wk_prelease *p);
 
 typedef struct wk_consumer_opts {
     const pv_config *cfg; /* redis.*, worker.*, ops.*, test_operations */
@@ -33,6 +52,9 @@ typedef struct wk_consumer_opts {
     /* may be NULL; borrowed: pivirt_operation_duration_seconds{kind} (each delivery that ended
      * the operation) and pivirt_operations_handled_total{kind,outcome} (every delivery) */
     struct pv_metrics *metrics;
+    /* may be NULL: the pre-lease step of the fresh deliveries of prelease_kind (borrowed) */
+    const char *prelease_kind;
+    wk_prelease_fn prelease;
 } wk_consumer_opts;
 
 /* Starts the threads. Redis need not be up yet (the reader waits for it). */

@@ -750,24 +750,48 @@ local HANDOVER_FIELDS = {'id', 'kind', 'target', 'status', 'progress', 'worker',
 --   [7] output maxlen, [8] timeout ms, [9..] field, value, ... of the output entry (none: no
 --   entry)
 --   returns 'OK'
-redis.register_function('pv_op_handover', function(keys, args)
+local function handover(keys, args, rec, by, output_from)
   local base, id = args[1], args[2]
-  local rec = op_load(keys[1], HANDOVER_FIELDS)
-  local err = fence(rec, id, args[3])
-  if err then return redis.error_reply(err) end
   local entry, attempts = requeue(rec, keys[2], keys[3])
   local now = now_ms()
   op_set(keys[1], rec, {status = 'PENDING', queue = args[4], params = args[5], entry = entry,
                         handed = entry, lease_until_ms = 0, attempts = attempts}, now)
   redis.call('ZADD', keys[6], now + tonumber(args[8]), id)
-  if #args > 8 then
+  if #args >= output_from then
     local xadd = {'XADD', keys[5], 'MAXLEN', '~', args[7], '*'}
-    for i = 9, #args do xadd[#xadd + 1] = args[i] end
+    for i = output_from, #args do xadd[#xadd + 1] = args[i] end
     redis.call(unpack(xadd))
   end
   op_publish(base, rec)
-  op_event(keys[4], args[6], rec, 'handed over to queue ' .. args[4] .. ' by ' .. rec.worker)
+  op_event(keys[4], args[6], rec, 'handed over to queue ' .. args[4] .. ' by ' .. by)
   return redis.status_reply('OK')
+end
+
+redis.register_function('pv_op_handover', function(keys, args)
+  local rec = op_load(keys[1], HANDOVER_FIELDS)
+  local err = fence(rec, args[2], args[3])
+  if err then return redis.error_reply(err) end
+  return handover(keys, args, rec, rec.worker, 9)
+end)
+
+-- pv_op_handover_pending: pv_op_handover of an operation nobody leased yet, still PENDING, never
+-- run, on the ops queue entry its caller was delivered and has not acknowledged: a one-node
+-- deploy whose plan the ops worker asked for without a lease goes to its node's agent with no
+-- RUNNING in between (a lease, a fencing token, an event and a publish less). The delivery
+-- stands in for the lease: the consumer group gives an entry to one worker at a time, and
+-- another that claims it later (its worker stalled) finds the record moved on.
+--   KEYS as pv_op_handover's; ARGV as its, but [3] is the entry instead of a token and [9] names
+--   the caller (for the event); the output entry's fields from [10]
+--   returns 'OK', or 'MOVED' (nothing written) when the record is not that any more: gone,
+--   cancelled, run or handed over since, or on another entry or queue
+redis.register_function('pv_op_handover_pending', function(keys, args)
+  local rec = op_load(keys[1])
+  if not rec or rec.status ~= 'PENDING' or rec.entry ~= args[3] or rec.attempts ~= '0' or
+      rec.started_ms ~= '0' or rec.cancel_requested == '1' or rec.handed ~= '' or
+      keys[2] ~= args[1] .. 'q:' .. (rec.queue or '') then
+    return 'MOVED'
+  end
+  return handover(keys, args, rec, args[9], 10)
 end)
 
 -- A handed-over operation (pv_op_handover) that is still PENDING on its new queue goes back to
