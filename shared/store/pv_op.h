@@ -140,7 +140,8 @@ typedef struct pv_op_submit_req {
     bool notify_end;
     /* The target was minted for this very operation (pv_id_new: a deploy's "deploy-<id>", a
      * node part's "wlop-<id>"), so nothing else can name it: no lock is taken on it (a GET and
-     * a SET at the submit, a GET and a DEL at the end, that guard nothing). Holds still lock. */
+     * a SET at the submit, a GET and a DEL at the end, that guard nothing), and its target
+     * index is new (no PERSIST or trim of it). Holds still lock. */
     bool target_unlocked;
 } pv_op_submit_req;
 

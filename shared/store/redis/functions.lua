@@ -427,18 +427,20 @@ redis.register_function('pv_op_submit', function(keys, args)
   local kidx = kind_index(base, args[3])
   redis.call('ZADD', kidx, now, id)
   local tidx = nil
+  -- a target minted for this operation has a fresh index of its own: nothing to persist or trim
+  local minted = args[19] == '1'
   if args[4] ~= '' then
     tidx = target_index(base, args[4])
     redis.call('ZADD', tidx, now, id)
     -- unfinished: kept until it ends (op_end sets the expiry again)
-    redis.call('PERSIST', tidx)
+    if not minted then redis.call('PERSIST', tidx) end
   end
   local retention = tonumber(args[18] or '0') or 0
   local nowms = tonumber(now)
   if string.byte(id, -1) % INDEX_TRIM_EVERY == 0 then
     index_trim(base, keys[3], nowms, retention)
     index_trim(base, kidx, nowms, retention)
-    if tidx then index_trim(base, tidx, nowms, retention) end
+    if tidx and not minted then index_trim(base, tidx, nowms, retention) end
   end
   if args[17] == '1' then
     local out = base .. 'out:' .. id
