@@ -240,16 +240,39 @@ static int abandon(pv_redis *r, const char *reply_key, const char *gone_key, cha
     return rc;
 }
 
+/* A BLPOP's reply: the list's element in *reply (PV_OK; NULL when it timed out). rep is freed. */
+static int popped(redisReply *rep, char **reply, pv_status *st) {
+    *reply = NULL;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        char *text = strdup(rep->element[1]->str);
+        freeReplyObject(rep);
+        if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
+        return take_reply(text, reply, st);
+    }
+    freeReplyObject(rep);
+    return PV_OK;
+}
+
 /* Waits for the reply of a request sent: PV_OK with *reply set, or PV_OK with *reply NULL when
  * the deadline passed, the caller cancelled, or (*none) no scheduler is registered; the status
- * of a Redis failure otherwise. */
+ * of a Redis failure otherwise. first_waited: its first wait (PROBE_MS, sent with the request)
+ * came back empty already, so the presence check comes first. */
 static int wait_reply(pv_redis *r, const pv_keys *k, const char *reply_key, int64_t deadline,
-                      const pv_sched_call_opts *opts, char **reply, bool *none, pv_status *st) {
+                      const pv_sched_call_opts *opts, bool first_waited, char **reply, bool *none,
+                      pv_status *st) {
     int cmd_timeout = pv_redis_command_timeout_ms(r);
     int64_t slice_max =
         (cmd_timeout == 0 || cmd_timeout > 2 * SLICE_MS) ? SLICE_MS : cmd_timeout / 2;
     if (slice_max < 10) slice_max = 10;
-    bool probed = false;
+    bool probed = first_waited;
+    if (first_waited) {
+        int rc = scheduler_live(r, k, st);
+        if (rc == PV_UNAVAILABLE) {
+            *none = true;
+            return PV_OK;
+        }
+        if (rc != PV_OK) return rc;
+    }
     for (;;) {
         int64_t left = deadline - pv_time_now_ms();
         if (left <= 0) return PV_OK;
@@ -260,13 +283,8 @@ static int wait_reply(pv_redis *r, const pv_keys *k, const char *reply_key, int6
         snprintf(secs, sizeof secs, "%.3f", (double)slice / 1000.0);
         redisReply *rep = NULL;
         if (pv_redis_command(r, &rep, st, "BLPOP %s %s", reply_key, secs) != PV_OK) return st->code;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-            char *text = strdup(rep->element[1]->str);
-            freeReplyObject(rep);
-            if (!text) return pv_status_set(st, PV_INTERNAL, "out of memory");
-            return take_reply(text, reply, st);
-        }
-        freeReplyObject(rep);
+        int prc = popped(rep, reply, st);
+        if (prc != PV_OK || *reply) return prc;
         if (!probed) {
             probed = true;
             int rc = scheduler_live(r, k, st);
@@ -277,6 +295,41 @@ static int wait_reply(pv_redis *r, const pv_keys *k, const char *reply_key, int6
             if (rc != PV_OK) return rc;
         }
     }
+}
+
+/* Sends the request (argv: the XADD of 14 words) and its reply's first wait (a BLPOP of
+ * PROBE_MS, cut to the call's timeout) together: one round trip for the usual quick answer. The
+ * request's entry id into entry (64 bytes); *first_waited when that wait was made (and came back
+ * empty unless *reply is set). */
+static int send_and_wait(pv_redis *r, const char **argv, const char *reply_key,
+                         const pv_sched_call_opts *opts, char *entry, bool *first_waited,
+                         char **reply, pv_status *st) {
+    int64_t slice = opts->timeout_ms < PROBE_MS ? opts->timeout_ms : PROBE_MS;
+    int cmd_timeout = pv_redis_command_timeout_ms(r);
+    if (cmd_timeout > 0 && slice > cmd_timeout / 2) slice = cmd_timeout / 2;
+    char secs[32];
+    snprintf(secs, sizeof secs, "%.3f", (double)(slice > 0 ? slice : 1) / 1000.0);
+    const char *blpop[] = {"BLPOP", reply_key, secs};
+    redisReply *rep = NULL;
+    int rc = pv_redis_append(r, 14, argv, NULL, st);
+    bool waited = rc == PV_OK && pv_redis_append(r, 3, blpop, NULL, st) == PV_OK;
+    if (rc == PV_OK) rc = pv_redis_get_reply(r, &rep, st);
+    if (rc == PV_OK && rep->type == REDIS_REPLY_STRING) snprintf(entry, 64, "%s", rep->str);
+    if (rep) freeReplyObject(rep);
+    rep = NULL;
+    /* the wait's reply is read whatever the request's was: the connection stays in step */
+    pv_status wst;
+    int wrc = waited ? pv_redis_get_reply(r, &rep, &wst) : PV_OK;
+    if (rc != PV_OK) {
+        if (rep) freeReplyObject(rep);
+        return rc;
+    }
+    if (wrc != PV_OK) {
+        *st = wst;
+        return wrc;
+    }
+    *first_waited = waited;
+    return waited ? popped(rep, reply, st) : PV_OK;
 }
 
 int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *body,
@@ -307,13 +360,12 @@ int pv_sched_call(pv_redis *r, const pv_keys *k, const char *kind, const char *b
      * bounds it when none runs for a while. */
     const char *argv[] = {"XADD", stream, "MAXLEN", "~",    "100000", "*",           "id",
                           id,     "kind", kind,     "body", body,     "deadline_ms", deadline_s};
-    if (pv_redis_commandv(r, &rep, st, 14, argv, NULL) != PV_OK) return st->code;
     char entry[64] = "";
-    if (rep->type == REDIS_REPLY_STRING) snprintf(entry, sizeof entry, "%s", rep->str);
-    freeReplyObject(rep);
-
+    bool first_waited = false;
+    int rc = send_and_wait(r, argv, reply_key, opts, entry, &first_waited, reply, st);
+    if (rc != PV_OK || *reply) return rc;
     bool none = false;
-    int rc = wait_reply(r, k, reply_key, deadline, opts, reply, &none, st);
+    rc = wait_reply(r, k, reply_key, deadline, opts, first_waited, reply, &none, st);
     if (rc != PV_OK || *reply) return rc;
     char *late = NULL;
     if (abandon(r, reply_key, gone_key, &late, st) != PV_OK) return st->code;
