@@ -64,6 +64,9 @@ struct sched_cache {
     size_t napps;
     uint64_t clock;
     uint64_t count_reads;
+    bool batch;       /* sched_cache_batch: requests read together share a view */
+    bool batch_fresh; /* a view of this batch followed the change index, and nothing since says
+                       * the cache is behind */
 };
 
 static uint64_t hash_id(const char *s) {
@@ -434,11 +437,30 @@ oom:
     return NULL;
 }
 
+/* Whether the cache holds nodes of pod with its entries as they are (a pod without nodes is
+ * read every time: its removal must be seen). */
+static bool pod_held(const sched_cache *c, const char *pod) {
+    for (size_t i = 0; i < c->npods; i++)
+        if (strcmp(c->pods[i].name, pod) == 0) return c->pods[i].gen == c->gen && c->pods[i].n > 0;
+    return false;
+}
+
+void sched_cache_batch(sched_cache *c, bool on) {
+    c->batch = on;
+    c->batch_fresh = false;
+}
+
+void sched_cache_behind(sched_cache *c) {
+    c->batch_fresh = false;
+}
+
 int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
                      sched_cache_entry ***out, size_t *n, pv_status *st) {
     *out = NULL;
     *n = 0;
-    if (refresh(c, r, k, pod, st) != PV_OK) return st->code;
+    bool shared = c->batch && c->batch_fresh && pod_held(c, pod);
+    if (!shared && refresh(c, r, k, pod, st) != PV_OK) return st->code;
+    if (c->batch) c->batch_fresh = true;
     pod_list *p = pod_of(c, pod, st);
     if (!p) return st->code;
     sched_cache_entry **list = calloc(p->n ? p->n : 1, sizeof *list);
@@ -561,6 +583,7 @@ void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_
         /* written in Redis since it was read: the next view reads it (its seq moved) */
         free(usage);
         parse_res(e);
+        c->batch_fresh = false;
         return;
     }
     int64_t was = e->rec.usage_rev;

@@ -80,6 +80,19 @@ void sched_cache_free(sched_cache *c);
 int sched_cache_view(sched_cache *c, pv_redis *r, const pv_keys *k, const char *pod,
                      sched_cache_entry ***out, size_t *n, pv_status *st);
 
+/*
+ * Requests read together (one XREADGROUP) are planned on one view: between sched_cache_batch(c,
+ * true) and sched_cache_batch(c, false), a view of a pod the cache holds nodes of asks Redis for
+ * changes (pv_sched_changes: a call) only until one view of the batch did, and again whenever
+ * the cache learned it is behind (sched_cache_behind; a commit over a record another writer
+ * moved: sched_cache_wrote). Every commit is a compare-and-set of each node's usage_rev, so a
+ * plan over a node whose usage moved since is refused and planned again on a fresh view; what a
+ * later plan of the batch may not see is a node's liveness, labels or bypass changed within the
+ * batch's milliseconds, as if it had been planned when the batch was read.
+ */
+void sched_cache_batch(sched_cache *c, bool on);
+void sched_cache_behind(sched_cache *c);
+
 /* Follows the change index now, with no pod in mind: the daemon calls it when it starts (a cold
  * cache of 10,000 nodes is read before the first request, not during it) and on its tick. */
 int sched_cache_refresh(sched_cache *c, pv_redis *r, const pv_keys *k, pv_status *st);

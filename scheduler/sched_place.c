@@ -521,6 +521,8 @@ static int reserve_once(sched_cache *cache, pv_redis *r, const pv_keys *k, const
             *req->acked = true;
         else if (*outcome == PV_RESV_CONFLICT)
             pv_debug("reservation %s: node %s moved; planning again", resv_id, moved);
+        /* planned again on a fresh view, even within a batch */
+        if (*outcome == PV_RESV_CONFLICT) sched_cache_behind(s.cache);
     }
     allocated_done(s.cache, touched, &rv, rc == PV_OK && *outcome == PV_RESV_COMMITTED);
     free(touched);

@@ -151,9 +151,12 @@ static void handle_entry(sched_server *s, const redisReply *entry) {
     }
 }
 
+/* The requests of one read, planned on one view (sched_cache_batch). */
 static void handle_entries(sched_server *s, const redisReply *entries) {
+    sched_cache_batch(s->cache, true);
     for (size_t i = 0; entries && entries->type == REDIS_REPLY_ARRAY && i < entries->elements; i++)
         handle_entry(s, entries->element[i]);
+    sched_cache_batch(s->cache, false);
 }
 
 static int ensure_group(sched_server *s, pv_status *st) {

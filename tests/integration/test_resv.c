@@ -1179,6 +1179,62 @@ static int view_pod(fixture *f, sched_cache *cache, const char *pod, size_t *n) 
     return rc;
 }
 
+/* Requests read together share one view (sched_cache_batch): the batch's first view follows
+ * the change index, the others do not ask again (one pv_sched_changes call, seen by its one
+ * dead-node range read), until the cache is told it is behind or the batch ends. A plan of the
+ * batch over a node another writer moved meanwhile is refused by the commit's compare-and-set
+ * and planned again on a fresh view: it succeeds, and the node's usage is exact. */
+static void test_cache_batch_shares_one_view(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    size_t n = 0;
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK); /* the cold read */
+    sched_cache_batch(cache, true);
+    long long z0 = cmd_calls(f, "zrangebyscore");
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(cmd_calls(f, "zrangebyscore") - z0, 1);
+    sched_cache_behind(cache);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(cmd_calls(f, "zrangebyscore") - z0, 2);
+    sched_cache_batch(cache, false);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    assert_int_equal(cmd_calls(f, "zrangebyscore") - z0, 4);
+
+    sched_cache_batch(cache, true);
+    assert_int_equal(view_pod(f, cache, "p1", &n), PV_OK);
+    /* another scheduler (its own cache) reserves on every node of the pod: this batch's view
+     * does not know; its own plan is refused, then made again on a fresh view */
+    const char *bodies[] = {"{\"pod\":\"p1\",\"count\":3,\"app\":\"web\",\"entrypoint\":"
+                            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}",
+                            "{\"pod\":\"p1\",\"count\":1,\"app\":\"web\",\"entrypoint\":"
+                            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}"};
+    for (int i = 0; i < 2; i++) {
+        sched_request req;
+        request(&req, "%s", bodies[i]);
+        sched_error err = {0};
+        char *reply = NULL;
+        assert_int_equal(sched_place_reserve(i ? cache : NULL, f->r, &f->keys, &req,
+                                             i ? "plan-BAT2" : "plan-BAT1", 1, &reply, &err),
+                         PV_OK);
+        free(reply);
+        sched_request_free(&req);
+    }
+    sched_cache_batch(cache, false);
+    const char *names[] = {"n1", "n2", "n3"};
+    for (int i = 0; i < 3; i++) {
+        pv_resv_check c;
+        pv_status st;
+        assert_int_equal(pv_resv_check_node(f->r, &f->keys, names[i], 0, &c, &st), PV_OK);
+        assert_int_equal(c.ndiffs, 0);
+        pv_resv_check_clear(&c);
+    }
+    assert_int_equal(cached_total(f, cache), 6 - 4); /* the four 1G reserved */
+    sched_cache_free(cache);
+}
+
 /* A pod the last view held a node of is not read again while no node changed; a pod without
  * nodes is read every time, so its removal is seen at once, and so is a pod emptied and
  * removed after a view that skipped its read. */
@@ -1271,6 +1327,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_commit_answers_by_what_it_was_asked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_unmoved_index_skips_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_unmoved_index_skips_pod_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_batch_shares_one_view, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_without_scheduler, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_call_quick_reply_asks_no_presence, setup,
                                         teardown),
