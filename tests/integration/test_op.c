@@ -283,6 +283,16 @@ static pv_op get(fixture *f, const char *id) {
     return op;
 }
 
+/* The operations' audit (pv_op_check) finds no problem. */
+static void assert_audit_clean(fixture *f) {
+    char *report = NULL;
+    int problems = -1;
+    pv_status st;
+    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
+    if (problems != 0) fail_msg("audit: %d problem(s): %s", problems, report ? report : "");
+    free(report);
+}
+
 /* ---- tests ---- */
 
 static void test_submit_and_get(void **state) {
@@ -513,11 +523,7 @@ static void test_unlocked_target(void **state) {
     int64_t token;
     take(f, "ops", "w1", 10000, &run, &token);
     assert_string_equal(run.id, a.id);
-    char *report = NULL;
-    int problems = -1;
-    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    assert_audit_clean(f);
     exec_cmd(f, "SET " LOCK "deploy-1 %s", a.id);
     finish(f, &run, token, PV_OP_SUCCEEDED);
     assert_text(f, a.id, "GET " LOCK "deploy-1");
@@ -1193,11 +1199,7 @@ static void test_handover_pending(void **state) {
     now = get(f, sub.id);
     assert_int_equal(now.status, PV_OP_RUNNING);
     assert_string_equal(now.queue, "ops");
-    char *report = NULL;
-    int problems = -1;
-    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    assert_audit_clean(f);
     pv_op_clear(&now);
     pv_op_clear(&run);
     pv_op_clear(&sub);
@@ -1285,11 +1287,7 @@ static void test_handover(void **state) {
     assert_string_equal(now.queue, "ops");
     assert_true(now.cancel_requested);
     assert_last_event(f, sub.id, "PENDING", "took it in time");
-    char *report = NULL;
-    int problems = -1;
-    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    assert_audit_clean(f);
     pv_op_clear(&now);
     pv_op_clear(&back);
     pv_op_clear(&op);
@@ -1670,11 +1668,7 @@ static void test_atomicity_many(void **state) {
     }
     freeReplyObject(rep);
 
-    char *report = NULL;
-    int problems = -1;
-    assert_int_equal(pv_op_check(f->r, &f->keys, &report, &problems, &st), PV_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    assert_audit_clean(f);
 
     /* Listing pages through the index: every one once, newest first. */
     pv_op *ops = NULL;

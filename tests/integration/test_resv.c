@@ -521,22 +521,33 @@ static void test_concurrent_reservations_never_overcommit(void **state) {
     free(id2);
 }
 
+/* Reserves count instances of web/main (1G each) on n1 under plan id plan: the plan's reply
+ * (the caller decrefs it); *allocs (may be NULL) its allocations on n1, borrowed from it. */
+static json_t *reserve_on_n1(fixture *f, int count, const char *plan, json_t **allocs) {
+    sched_request req;
+    request(&req,
+            "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
+            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}",
+            count);
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, plan, 1, &reply, &err), PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(reply, 0, NULL);
+    free(reply);
+    assert_non_null(j);
+    if (allocs) *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    return j;
+}
+
 /* A deploy where one of two instances is created: the workload takes its allocation over
  * (pv_workload_add), releasing the reservation gives back only the other one, the deploy count
  * keeps the created instance, and the node's usage is exactly the workload's. */
 static void test_release_after_partial_deploy(void **state) {
     fixture *f = *state;
-    sched_request req;
-    request(&req, "{\"includes\":[\"n1\"],\"count\":2,\"app\":\"web\",\"entrypoint\":"
-                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
-    sched_error err = {0};
-    char *reply = NULL;
-    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-CCCC", 1, &reply, &err),
-                     PV_OK);
-    sched_request_free(&req);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    json_t *first = json_array_get(json_object_get(json_object_get(j, "allocations"), "n1"), 0);
+    json_t *list;
+    json_t *j = reserve_on_n1(f, 2, "plan-CCCC", &list);
+    json_t *first = json_array_get(list, 0);
     assert_non_null(first);
     pv_workload w = {0};
     assert_int_equal(pv_workload_new_id(w.id, &(pv_status){0}), PV_OK);
@@ -609,17 +620,8 @@ static void test_commit_acknowledges_the_request(void **state) {
  * needed: a release finds nothing); the node's usage and deploy count stay the two workloads'. */
 static void test_last_instance_ends_reservation(void **state) {
     fixture *f = *state;
-    sched_request req;
-    request(&req, "{\"includes\":[\"n1\"],\"count\":2,\"app\":\"web\",\"entrypoint\":"
-                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
-    sched_error err = {0};
-    char *reply = NULL;
-    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-EEEE", 1, &reply, &err),
-                     PV_OK);
-    sched_request_free(&req);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    json_t *list = json_object_get(json_object_get(j, "allocations"), "n1");
+    json_t *list;
+    json_t *j = reserve_on_n1(f, 2, "plan-EEEE", &list);
     assert_int_equal(json_array_size(list), 2);
     const char *a0 = json_string_value(json_object_get(json_array_get(list, 0), "id")),
                *a1 = json_string_value(json_object_get(json_array_get(list, 1), "id"));
@@ -747,17 +749,8 @@ static void test_concurrent_returns_all_succeed(void **state) {
  * left throughout. */
 static void test_batched_return_and_retry(void **state) {
     fixture *f = *state;
-    sched_request req;
-    request(&req, "{\"includes\":[\"n1\"],\"count\":3,\"app\":\"web\",\"entrypoint\":"
-                  "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
-    sched_error err = {0};
-    char *reply = NULL;
-    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-BBBB", 1, &reply, &err),
-                     PV_OK);
-    sched_request_free(&req);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    json_t *allocs;
+    json_t *j = reserve_on_n1(f, 3, "plan-BBBB", &allocs);
     char ids[3][sizeof((pv_workload){0}).id];
     for (int i = 0; i < 3; i++)
         add_on_n1(f, json_array_get(allocs, i), i, ids[i], sizeof ids[i]);
