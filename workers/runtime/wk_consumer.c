@@ -726,6 +726,17 @@ static int commit(pool_thread *t, wk_op *op, const outcome *out, bool *dead, out
     return rc;
 }
 
+/* pivirt_operations_handled_total{kind,outcome}: one delivery handled. */
+static void count_handled(struct wk_consumer *c, const char *kind, const char *result) {
+    if (!c->metrics) return;
+    char labels[256];
+    const char *kv[] = {"kind", kind, "outcome", result};
+    pv_metrics_labels(labels, sizeof labels, 2, kv);
+    pv_metrics_count(c->metrics, "pivirt_operations_handled_total",
+                     "Deliveries of operations this worker handled, by kind and outcome.", labels,
+                     1);
+}
+
 static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
     struct wk_consumer *c = t->c;
     wk_env env = {.redis = t->redis,
@@ -772,13 +783,10 @@ static void run_op(pool_thread *t, pv_op *rec, int64_t token, outage *o) {
     }
     slot_unregister(t);
     double ms = (double)(pv_time_mono_ms() - t0);
+    count_handled(c, r->kind ? r->kind : "", result);
     if (c->metrics) {
         char labels[256];
-        const char *kv[] = {"kind", r->kind ? r->kind : "", "outcome", result};
-        pv_metrics_labels(labels, sizeof labels, 2, kv);
-        pv_metrics_count(c->metrics, "pivirt_operations_handled_total",
-                         "Deliveries of operations this worker handled, by kind and outcome.",
-                         labels, 1);
+        const char *kv[] = {"kind", r->kind ? r->kind : ""};
         if (out.kind == OUT_SUCCEEDED || out.kind == OUT_FAILED || out.kind == OUT_CANCELLED) {
             pv_metrics_labels(labels, sizeof labels, 1, kv);
             pv_metrics_observe(c->metrics, "pivirt_operation_duration_seconds",
@@ -828,7 +836,9 @@ static bool prelease(pool_thread *t, const job *j) {
                      .consumer = c->consumer,
                      .op_id = j->op_id,
                      .entry = j->entry};
-    return c->prelease(&p);
+    if (!c->prelease(&p)) return false;
+    count_handled(c, c->prelease_kind, "handed-over"); /* as a leased hand-over is */
+    return true;
 }
 
 static void process(pool_thread *t, job *j, outage *o) {
