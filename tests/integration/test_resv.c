@@ -521,14 +521,15 @@ static void test_concurrent_reservations_never_overcommit(void **state) {
     free(id2);
 }
 
-/* Reserves count instances of web/main (1G each) on n1 under plan id plan: the plan's reply
- * (the caller decrefs it); *allocs (may be NULL) its allocations on n1, borrowed from it. */
-static json_t *reserve_on_n1(fixture *f, int count, const char *plan, json_t **allocs) {
+/* Reserves count instances of web/main (memory each, "1G") on n1 under plan id plan: the plan's
+ * reply (the caller decrefs it); *allocs (may be NULL) its allocations on n1, borrowed from it. */
+static json_t *reserve_on_n1(fixture *f, int count, const char *memory, const char *plan,
+                             json_t **allocs) {
     sched_request req;
     request(&req,
             "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
-            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}",
-            count);
+            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"%s\"}}}",
+            count, memory);
     sched_error err = {0};
     char *reply = NULL;
     assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, plan, 1, &reply, &err), PV_OK);
@@ -546,7 +547,7 @@ static json_t *reserve_on_n1(fixture *f, int count, const char *plan, json_t **a
 static void test_release_after_partial_deploy(void **state) {
     fixture *f = *state;
     json_t *list;
-    json_t *j = reserve_on_n1(f, 2, "plan-CCCC", &list);
+    json_t *j = reserve_on_n1(f, 2, "1G", "plan-CCCC", &list);
     json_t *first = json_array_get(list, 0);
     assert_non_null(first);
     pv_workload w = {0};
@@ -621,7 +622,7 @@ static void test_commit_acknowledges_the_request(void **state) {
 static void test_last_instance_ends_reservation(void **state) {
     fixture *f = *state;
     json_t *list;
-    json_t *j = reserve_on_n1(f, 2, "plan-EEEE", &list);
+    json_t *j = reserve_on_n1(f, 2, "1G", "plan-EEEE", &list);
     assert_int_equal(json_array_size(list), 2);
     const char *a0 = json_string_value(json_object_get(json_array_get(list, 0), "id")),
                *a1 = json_string_value(json_object_get(json_array_get(list, 1), "id"));
@@ -700,19 +701,8 @@ static void add_on_n1(fixture *f, json_t *alloc, int i, char *id, size_t idlen) 
 static void test_concurrent_returns_all_succeed(void **state) {
     fixture *f = *state;
     enum { N = RETURNERS * RETURNS_EACH };
-    sched_request req;
-    request(&req,
-            "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
-            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"64M\"}}}",
-            N);
-    sched_error err = {0};
-    char *reply = NULL;
-    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-RRRR", 1, &reply, &err),
-                     PV_OK);
-    sched_request_free(&req);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    json_t *allocs;
+    json_t *j = reserve_on_n1(f, N, "64M", "plan-RRRR", &allocs);
     assert_int_equal(json_array_size(allocs), N);
     static returner g[RETURNERS];
     for (int i = 0; i < N; i++) {
@@ -750,7 +740,7 @@ static void test_concurrent_returns_all_succeed(void **state) {
 static void test_batched_return_and_retry(void **state) {
     fixture *f = *state;
     json_t *allocs;
-    json_t *j = reserve_on_n1(f, 3, "plan-BBBB", &allocs);
+    json_t *j = reserve_on_n1(f, 3, "1G", "plan-BBBB", &allocs);
     char ids[3][sizeof((pv_workload){0}).id];
     for (int i = 0; i < 3; i++)
         add_on_n1(f, json_array_get(allocs, i), i, ids[i], sizeof ids[i]);
@@ -795,19 +785,8 @@ static void test_batched_return_and_retry(void **state) {
 static void test_batched_return_of_many(void **state) {
     fixture *f = *state;
     enum { N = 2700 }; /* 8,100 keys: past Lua's unpack in one call, 11 calls of the batch */
-    sched_request req;
-    request(&req,
-            "{\"includes\":[\"n1\"],\"count\":%d,\"app\":\"web\",\"entrypoint\":"
-            "\"main\",\"resources\":{\"cpumem\":{\"memory-request\":\"1M\"}}}",
-            N);
-    sched_error err = {0};
-    char *reply = NULL;
-    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-MANY", 1, &reply, &err),
-                     PV_OK);
-    sched_request_free(&req);
-    json_t *j = json_loads(reply, 0, NULL);
-    free(reply);
-    json_t *allocs = json_object_get(json_object_get(j, "allocations"), "n1");
+    json_t *allocs;
+    json_t *j = reserve_on_n1(f, N, "1M", "plan-MANY", &allocs);
     assert_int_equal(json_array_size(allocs), N);
     static char ids[N][sizeof((pv_workload){0}).id];
     static pv_resv_return w[N];
