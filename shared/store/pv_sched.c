@@ -264,16 +264,17 @@ static int wait_reply(pv_redis *r, const pv_keys *k, const char *reply_key, int6
     int64_t slice_max =
         (cmd_timeout == 0 || cmd_timeout > 2 * SLICE_MS) ? SLICE_MS : cmd_timeout / 2;
     if (slice_max < 10) slice_max = 10;
-    bool probed = first_waited;
-    if (first_waited) {
-        int rc = scheduler_live(r, k, st);
-        if (rc == PV_UNAVAILABLE) {
-            *none = true;
-            return PV_OK;
-        }
-        if (rc != PV_OK) return rc;
-    }
+    bool waited = first_waited, probed = false;
     for (;;) {
+        if (waited && !probed) { /* the first wait came back empty: is a scheduler there? */
+            probed = true;
+            int rc = scheduler_live(r, k, st);
+            if (rc == PV_UNAVAILABLE) {
+                *none = true;
+                return PV_OK;
+            }
+            if (rc != PV_OK) return rc;
+        }
         int64_t left = deadline - pv_time_now_ms();
         if (left <= 0) return PV_OK;
         if (opts->cancelled && opts->cancelled(opts->arg)) return PV_OK;
@@ -285,15 +286,7 @@ static int wait_reply(pv_redis *r, const pv_keys *k, const char *reply_key, int6
         if (pv_redis_command(r, &rep, st, "BLPOP %s %s", reply_key, secs) != PV_OK) return st->code;
         int prc = popped(rep, reply, st);
         if (prc != PV_OK || *reply) return prc;
-        if (!probed) {
-            probed = true;
-            int rc = scheduler_live(r, k, st);
-            if (rc == PV_UNAVAILABLE) {
-                *none = true;
-                return PV_OK;
-            }
-            if (rc != PV_OK) return rc;
-        }
+        waited = true;
     }
 }
 

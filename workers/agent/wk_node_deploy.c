@@ -503,10 +503,10 @@ static int record_instance(const instance *in, const build *b, const char *alloc
         return pv_resv_reincarnate_workload(wk_op_redis(in->op), wk_op_keys(in->op), b->id,
                                             in->node, in->inc_epoch, alloc_id, w.engine_id,
                                             b->labels, st);
-    int rc = in->end_resv && !in->keep_resources
-                 ? pv_workload_add_ending(wk_op_redis(in->op), wk_op_keys(in->op), &w, in->end_resv,
-                                          in->resv_others, in->nresv_others, in->resv_ended, st)
-                 : pv_workload_add(wk_op_redis(in->op), wk_op_keys(in->op), &w, st);
+    /* kept resources take no allocation over: nothing of a reservation to end */
+    int rc = pv_workload_add_ending(wk_op_redis(in->op), wk_op_keys(in->op), &w,
+                                    in->keep_resources ? NULL : in->end_resv, in->resv_others,
+                                    in->nresv_others, in->resv_ended, st);
     return rc == PV_ALREADY_EXISTS ? PV_OK : rc;
 }
 
