@@ -6,7 +6,9 @@
  * scheduler of the consumer group takes the entry, computes, and pushes the reply. Keys (under
  * the registry's hash tag, <b> = "<prefix>{reg}:"):
  *   <b>sched:requests     stream, group PV_SCHED_GROUP; fields: id kind body deadline_ms
- *   <b>sched:reply:<id>   list holding the one reply body; expires a minute after it is written
+ *   <b>sched:reply:<id>   list holding the one reply body; expires a minute after it is written;
+ *                         not in the AOF nor replicated (a message to a waiting connection,
+ *                         which a restart ends anyway: sched.lua's push_reply)
  *   <b>sched:gone:<id>    set when the requester gave up waiting
  * A requester that times out marks its request gone in the same atomic step that checks for a
  * late reply (pv_sched_abandon in shared/store/redis/sched.lua), and a reservation's commit refuses

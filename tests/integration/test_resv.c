@@ -390,6 +390,42 @@ static void test_same_request_reserves_once(void **state) {
     sched_request_free(&req);
 }
 
+/* A plan's reply is for the connection waiting on it now: a Redis crash and restart keep the
+ * reservation its commit made (appendfsync always) but neither reply (not in the AOF), and the
+ * requester asking again with its id finds the reservation. */
+static void test_replies_not_kept_across_restart(void **state) {
+    fixture *f = *state;
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"count\":1,\"resources\":{\"cpumem\":"
+                  "{\"memory-request\":\"1G\"}}}");
+    sched_error err = {0};
+    char *reply = NULL;
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAR", 1, &reply, &err),
+                     PV_OK);
+    assert_non_null(reply);
+    free(reply);
+    reply = NULL;
+    pv_status st;
+    assert_int_equal(pv_sched_reply(f->r, &f->keys, "plan-CCCR", "{\"x\":1}", &st), PV_OK);
+    assert_int_equal(int_cmd(f, "LLEN " BASE "sched:reply:plan-AAAR"), 1);
+    assert_int_equal(int_cmd(f, "LLEN " BASE "sched:reply:plan-CCCR"), 1);
+    assert_true(int_cmd(f, "TTL " BASE "sched:reply:plan-CCCR") > 0);
+
+    assert_int_equal(pv_test_redis_kill9(f->srv), 0);
+    assert_int_equal(pv_test_redis_restart(f->srv), 0);
+    redisFree(f->c);
+    f->c = pv_test_redis_connect(f->srv);
+    assert_non_null(f->c);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "resv:resv-AAAR " BASE "resv-made:resv-AAAR"), 2);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "sched:reply:plan-AAAR"), 0);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "sched:reply:plan-CCCR"), 0);
+    assert_int_equal(sched_place_reserve(NULL, f->r, &f->keys, &req, "plan-AAAR", 1, &reply, &err),
+                     PV_ALREADY_EXISTS);
+    assert_null(reply);
+    assert_int_equal(dummy_total(f), 5); /* 6 slots of 1G (n1 4, n2 2), one held */
+    sched_request_free(&req);
+}
+
 static void test_abandoned_request_reserves_nothing(void **state) {
     fixture *f = *state;
     redisReply *rep = redisCommand(f->c, "SET " BASE "sched:gone:plan-BBBB 1");
@@ -1279,6 +1315,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_reserve_and_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_not_enough, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_request_reserves_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replies_not_kept_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandoned_request_reserves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_reservations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_and_fix, setup, teardown),

@@ -68,6 +68,21 @@ local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   end
 end
 
+-- Writes a plan's reply for its requester's BLPOP. A reply is a message to a connection that is
+-- waiting now, not state: it is neither appended to the AOF nor sent to replicas (REPL_NONE).
+-- After a restart or a failover every waiting connection is gone with it, so a reply kept there
+-- would never be read; a requester that lost its connection asks again with the same request id,
+-- and a reservation made before the crash (which is kept: the commit's writes are) answers it as
+-- DUPLICATE. Kept, a 10,000-node capacity answer put some 200 KB in the AOF per call, fsync'd,
+-- and made the AOF rewrite itself every few dozen calls. Its BLPOP reaches the AOF as an LPOP of
+-- a list that is not there on a reload: a no-op.
+local function push_reply(key, body, ttl)
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('LPUSH', key, body)
+  redis.call('EXPIRE', key, ttl)
+  redis.set_repl(redis.REPL_ALL)
+end
+
 -- pv_sched_commit(KEYS[1]=reservation key, ARGV: base resv_id pod owner app entry expires_ms
 -- nodes_json request_id reply_body reply_ttl, then the node list[, 'seqs']) -> 'OK' (with 'seqs'
 -- after the list: {'OK', now, then per node its record rev before the write and its seq in the
@@ -108,9 +123,7 @@ redis.register_function('pv_sched_commit', function(keys, args)
   if expires > 0 then redis.call('ZADD', base .. 'resvs', expires, resv_id) end
   redis.call('SET', made, '1', 'EX', 600)
   if request_id ~= '' then
-    local reply = base .. 'sched:reply:' .. request_id
-    redis.call('LPUSH', reply, args[10])
-    redis.call('EXPIRE', reply, tonumber(args[11]))
+    push_reply(base .. 'sched:reply:' .. request_id, args[10], tonumber(args[11]))
   end
   local ack = seqs and after + 1 or after
   if args[ack] == 'ack' then redis.call('XACK', args[ack + 1], args[ack + 2], args[ack + 3]) end
@@ -153,8 +166,7 @@ end)
 -- requester has given up already.
 redis.register_function('pv_sched_reply', function(keys, args)
   if redis.call('EXISTS', keys[2]) == 1 then return 0 end
-  redis.call('LPUSH', keys[1], args[1])
-  redis.call('EXPIRE', keys[1], tonumber(args[2]))
+  push_reply(keys[1], args[1], tonumber(args[2]))
   return 1
 end)
 
