@@ -18,7 +18,7 @@
 #include "pv_resv.h"
 #include "sched_strategy.h"
 
-/* Records read per call of pv_sched_nodes: a cold cache of 10,000 nodes takes 40 calls. */
+/* Records read per call of pv_sched_nodes_since: a cold cache of 10,000 nodes takes 40 calls. */
 #define READ_BATCH 256
 
 /* One node's deploy count of an app, as read at the node's usage_rev (rev -1: not read). */
@@ -55,6 +55,7 @@ struct sched_cache {
     pod_list *pods;
     size_t npods;
     uint64_t reads, views;
+    uint64_t usage_reads; /* of the reads, those of a node's usage alone (pv_sched_nodes_since) */
     /* entry slots: the next never given, and those given back by dropped entries */
     uint32_t next_slot;
     uint32_t *free_slots;
@@ -294,22 +295,68 @@ static int build_index(pv_redis *r, const pv_keys *k, const char *base, pv_statu
     return PV_OK;
 }
 
-/* Reads the records of ids[0..n) (with their index seqs) and stores them; gone ones are
- * dropped. */
+/* Takes a usage read alone ({'=', usage, usage_rev, rev, updated_ms}: only usage writes since
+ * the entry's revisions) into e: the rest of its record is current. */
+static int take_usage(sched_cache *c, sched_cache_entry *e, const redisReply *v, int64_t seq,
+                      pv_status *st) {
+    for (size_t i = 1; i < 5; i++)
+        if (!is_str(v->element[i]))
+            return pv_status_set(st, PV_INTERNAL, "pv_sched_nodes_since: unexpected reply");
+    char *usage = strdup(v->element[1]->str);
+    if (!usage) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    free(e->rec.usage);
+    e->rec.usage = usage;
+    e->rec.usage_rev = strtoll(v->element[2]->str, NULL, 10);
+    e->rec.rev = strtoll(v->element[3]->str, NULL, 10);
+    e->rec.updated_ms = strtoll(v->element[4]->str, NULL, 10);
+    e->usage_rev = e->rec.usage_rev;
+    e->seq = seq;
+    parse_res(e);
+    c->reads++;
+    c->usage_reads++;
+    return PV_OK;
+}
+
+static bool is_usage_reply(const redisReply *v) {
+    return v->type == REDIS_REPLY_ARRAY && v->elements == 5 && is_str(v->element[0]) &&
+           strcmp(v->element[0]->str, "=") == 0;
+}
+
+/* Reads what changed of the nodes ids[0..n) (with their index seqs) and stores it: the usage
+ * alone of a cached node that only usage writes touched since, else the whole record (every
+ * record when whole: a full answer, whose revisions may repeat with other contents); gone ones
+ * are dropped. */
 static int read_batch(sched_cache *c, pv_redis *r, const pv_keys *k, const char *base,
-                      const char **ids, const int64_t *seqs, size_t n, pv_status *st) {
-    const char *args[READ_BATCH + 1];
+                      const char **ids, const int64_t *seqs, size_t n, bool whole,
+                      pv_status *st) {
+    const char *args[3 * READ_BATCH + 1];
+    char revs[READ_BATCH][2][24];
+    sched_cache_entry *held[READ_BATCH];
     args[0] = base;
-    for (size_t i = 0; i < n; i++)
-        args[i + 1] = ids[i];
+    for (size_t i = 0; i < n; i++) {
+        held[i] = whole ? NULL : lookup(c, ids[i]);
+        revs[i][0][0] = revs[i][1][0] = '\0';
+        if (held[i]) {
+            snprintf(revs[i][0], sizeof revs[i][0], "%lld", (long long)held[i]->rec.rev);
+            snprintf(revs[i][1], sizeof revs[i][1], "%lld", (long long)held[i]->rec.usage_rev);
+        }
+        args[3 * i + 1] = ids[i];
+        args[3 * i + 2] = revs[i][0];
+        args[3 * i + 3] = revs[i][1];
+    }
     redisReply *rep = NULL;
-    if (pv_redis_fcall(r, "pv_sched_nodes", 0, NULL, (int)n + 1, args, &rep, st) != PV_OK)
+    if (pv_redis_fcall(r, "pv_sched_nodes_since", 0, NULL, 3 * (int)n + 1, args, &rep, st) !=
+        PV_OK)
         return st->code;
     int rc = PV_OK;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
-        rc = pv_status_set(st, PV_INTERNAL, "pv_sched_nodes: unexpected reply");
+        rc = pv_status_set(st, PV_INTERNAL, "pv_sched_nodes_since: unexpected reply");
     for (size_t i = 0; rc == PV_OK && i < n; i++) {
         const redisReply *flat = rep->element[i];
+        if (held[i] && is_usage_reply(flat)) {
+            rc = take_usage(c, held[i], flat, seqs[i], st);
+            continue;
+        }
         if (flat->type == REDIS_REPLY_ARRAY && flat->elements == 0) {
             if (drop_where(c, has_id, ids[i]) != 0)
                 rc = pv_status_set(st, PV_INTERNAL, "out of memory");
@@ -375,11 +422,11 @@ static int refresh(sched_cache *c, pv_redis *r, const pv_keys *k, const char *po
         ids[n] = id;
         seqs[n++] = seq;
         if (n == READ_BATCH) {
-            rc = read_batch(c, r, k, base, ids, seqs, n, st);
+            rc = read_batch(c, r, k, base, ids, seqs, n, ch.full, st);
             n = 0;
         }
     }
-    if (rc == PV_OK && n > 0) rc = read_batch(c, r, k, base, ids, seqs, n, st);
+    if (rc == PV_OK && n > 0) rc = read_batch(c, r, k, base, ids, seqs, n, ch.full, st);
     if (rc == PV_OK) {
         snprintf(c->epoch, sizeof c->epoch, "%s", ch.epoch);
         snprintf(c->seq, sizeof c->seq, "%s", ch.seq);
@@ -604,6 +651,10 @@ void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_
 
 uint64_t sched_cache_count_reads(const sched_cache *c) {
     return c->count_reads;
+}
+
+uint64_t sched_cache_usage_reads(const sched_cache *c) {
+    return c->usage_reads;
 }
 
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views) {

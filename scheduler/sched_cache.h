@@ -7,7 +7,8 @@
  * set of node -> last change (node-revs, shared/store/redis/sched.lua). So a view asks Redis
  * once for the nodes changed since the counter it last saw and the nodes not alive now
  * (pv_sched_changes: cost proportional to what changed, not to the pod), and re-reads only
- * those records. Liveness comes with every view (the alive keys' expiries are mirrored in
+ * those records: only the usage of a node whose every write since was a usage write (a
+ * reservation's, a workload's), told by its revisions (pv_sched_nodes_since). Liveness comes with every view (the alive keys' expiries are mirrored in
  * node-alive), so a node that stopped beating is down in the next plan. The cache holds every
  * node of the registry (it must, to follow the change feed); another epoch of the index, an
  * index that went back (a Redis restarted empty) or a node removed makes the next view read
@@ -131,8 +132,11 @@ void sched_cache_wrote(sched_cache *c, sched_cache_entry *e, char *usage, int64_
 void sched_cache_reparse(sched_cache_entry *e);
 
 /* Counters for the log and the tests: entries held, records read since the start, views
- * served, deploy counts read from Redis since the start (one per node and app read). */
+ * served, deploy counts read from Redis since the start (one per node and app read), and of the
+ * records read, those read as their usage alone (only usage writes since the entry's revisions:
+ * the rest of the entry is current). */
 void sched_cache_stats(const sched_cache *c, size_t *entries, uint64_t *reads, uint64_t *views);
 uint64_t sched_cache_count_reads(const sched_cache *c);
+uint64_t sched_cache_usage_reads(const sched_cache *c);
 
 #endif

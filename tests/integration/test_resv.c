@@ -940,6 +940,52 @@ static void test_cache_reads_only_what_changed(void **state) {
     sched_cache_free(cache);
 }
 
+/* A node that only usage writes touched since the cache read it (another scheduler's
+ * reservation, then its release) is read as its usage alone; one whose record was written
+ * otherwise too (its resources replaced, before or after a usage write) is read whole. Each
+ * total is what a cold cache finds. */
+static void test_cache_reads_usage_alone(void **state) {
+    fixture *f = *state;
+    sched_cache *cache = sched_cache_new();
+    pv_status st;
+    int code;
+    assert_int_equal(cached_total(f, cache), 6);
+    uint64_t r0 = cache_reads(cache);
+    assert_int_equal(sched_cache_usage_reads(cache), 0);
+    char *resv = reserve(f, NULL, 2, NULL, &code); /* another scheduler's: no cache */
+    assert_non_null(resv);
+    assert_int_equal(cached_total(f, cache), 4);
+    uint64_t touched = cache_reads(cache) - r0; /* the nodes the reservation took */
+    assert_true(touched >= 1);
+    assert_int_equal(sched_cache_usage_reads(cache), touched);
+    assert_int_equal(pv_resv_release(f->r, &f->keys, resv, &st), PV_OK);
+    free(resv);
+    assert_int_equal(cached_total(f, cache), 6);
+    assert_int_equal(sched_cache_usage_reads(cache), 2 * touched);
+
+    uint64_t u0 = sched_cache_usage_reads(cache), r1 = cache_reads(cache);
+    pv_node_update u = {.name = "n2", .resources = "{\"cpumem\":{\"cpu\":2,\"memory\":\"5G\"}}"};
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, NULL, &st), PV_OK);
+    resv = reserve(f, NULL, 2, ",\"includes\":[\"n2\"]", &code);
+    assert_non_null(resv);
+    free(resv);
+    assert_int_equal(cached_total(f, cache), 7); /* n1 4, n2 5 - 2 */
+    assert_int_equal(cached_total(f, NULL), 7);
+    assert_int_equal(cache_reads(cache), r1 + 1);
+    assert_int_equal(sched_cache_usage_reads(cache), u0);
+
+    resv = reserve(f, NULL, 1, ",\"includes\":[\"n2\"]", &code);
+    assert_non_null(resv);
+    free(resv);
+    u.resources = "{\"cpumem\":{\"cpu\":2,\"memory\":\"6G\"}}";
+    assert_int_equal(pv_registry_set_node(f->r, &f->keys, &u, NULL, &st), PV_OK);
+    assert_int_equal(cached_total(f, cache), 7); /* n1 4, n2 6 - 3 */
+    assert_int_equal(cached_total(f, NULL), 7);
+    assert_int_equal(cache_reads(cache), r1 + 2);
+    assert_int_equal(sched_cache_usage_reads(cache), u0);
+    sched_cache_free(cache);
+}
+
 /* A node whose alive key expires is down in the next view, without any write of its record. */
 static void test_cache_sees_liveness_expire(void **state) {
     fixture *f = *state;
@@ -1323,6 +1369,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_reads_only_what_changed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_reads_usage_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_sees_liveness_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_index_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_counts_follow_changes, setup, teardown),
