@@ -327,8 +327,7 @@ static bool is_usage_reply(const redisReply *v) {
  * record when whole: a full answer, whose revisions may repeat with other contents); gone ones
  * are dropped. */
 static int read_batch(sched_cache *c, pv_redis *r, const pv_keys *k, const char *base,
-                      const char **ids, const int64_t *seqs, size_t n, bool whole,
-                      pv_status *st) {
+                      const char **ids, const int64_t *seqs, size_t n, bool whole, pv_status *st) {
     const char *args[3 * READ_BATCH + 1];
     char revs[READ_BATCH][2][24];
     sched_cache_entry *held[READ_BATCH];
@@ -345,8 +344,7 @@ static int read_batch(sched_cache *c, pv_redis *r, const pv_keys *k, const char 
         args[3 * i + 3] = revs[i][1];
     }
     redisReply *rep = NULL;
-    if (pv_redis_fcall(r, "pv_sched_nodes_since", 0, NULL, 3 * (int)n + 1, args, &rep, st) !=
-        PV_OK)
+    if (pv_redis_fcall(r, "pv_sched_nodes_since", 0, NULL, 3 * (int)n + 1, args, &rep, st) != PV_OK)
         return st->code;
     int rc = PV_OK;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)

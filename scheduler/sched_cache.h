@@ -8,11 +8,11 @@
  * once for the nodes changed since the counter it last saw and the nodes not alive now
  * (pv_sched_changes: cost proportional to what changed, not to the pod), and re-reads only
  * those records: only the usage of a node whose every write since was a usage write (a
- * reservation's, a workload's), told by its revisions (pv_sched_nodes_since). Liveness comes with every view (the alive keys' expiries are mirrored in
- * node-alive), so a node that stopped beating is down in the next plan. The cache holds every
- * node of the registry (it must, to follow the change feed); another epoch of the index, an
- * index that went back (a Redis restarted empty) or a node removed makes the next view read
- * the whole index again and drop what left it.
+ * reservation's, a workload's), told by its revisions (pv_sched_nodes_since). Liveness comes with
+ * every view (the alive keys' expiries are mirrored in node-alive), so a node that stopped beating
+ * is down in the next plan. The cache holds every node of the registry (it must, to follow the
+ * change feed); another epoch of the index, an index that went back (a Redis restarted empty) or a
+ * node removed makes the next view read the whole index again and drop what left it.
  *
  * The deploy counts of the apps planned last (Eru's `count`: instances of an app/entrypoint per
  * node) are kept too. Every Redis function that changes a node's count for an app changes the
