@@ -1138,6 +1138,61 @@ static void test_cache_counts_follow_changes(void **state) {
     sched_cache_free(cache);
 }
 
+/* A commit over several nodes puts them into the change index and the deploy counts with a few
+ * commands for all of them (nodes_changed, add_counts): each node gets its own seq above the
+ * one before, the last the index's; each count is its allocations; the committing cache's
+ * answer is a cold one's; a release takes every count away. */
+static void test_multi_node_commit_counts_and_index(void **state) {
+    fixture *f = *state;
+    add_node(f, "n4", "{\"cpumem\":{\"cpu\":4,\"memory\":\"4G\"}}", 1);
+    add_node(f, "n5", "{\"cpumem\":{\"cpu\":4,\"memory\":\"4G\"}}", 1);
+    sched_cache *cache = sched_cache_new();
+    assert_int_equal(cached_total(f, cache), 14);
+    long long seq0 = int_cmd(f, "HGET " BASE "node-index seq");
+    sched_request req;
+    request(&req, "{\"pod\":\"p1\",\"count\":7,\"app\":\"web\",\"entrypoint\":\"main\","
+                  "\"resources\":{\"cpumem\":{\"memory-request\":\"1G\"}}}");
+    char *body = NULL;
+    sched_error err = {0};
+    assert_int_equal(sched_place_reserve(cache, f->r, &f->keys, &req, "plan-MULTI", 1, &body, &err),
+                     PV_OK);
+    sched_request_free(&req);
+    json_t *j = json_loads(body, 0, NULL);
+    free(body);
+    json_t *allocs = json_object_get(j, "allocations");
+    assert_true(json_object_size(allocs) >= 3);
+    long long seq1 = int_cmd(f, "HGET " BASE "node-index seq");
+    assert_int_equal(seq1 - seq0, (long long)json_object_size(allocs));
+    const char *name;
+    json_t *list;
+    long long seen = 0, seqs_sum = 0, total = 0;
+    json_object_foreach(allocs, name, list) {
+        pv_node n;
+        pv_status st;
+        assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, name, &n, &st), PV_OK);
+        long long seq = int_cmd(f, "ZSCORE " BASE "node-revs %s", n.id);
+        pv_node_clear(&n);
+        assert_true(seq > seq0 && seq <= seq1);
+        seqs_sum += seq;
+        seen++;
+        assert_int_equal(int_cmd(f, "HGET " BASE "deploy-count:web:main %s", name),
+                         (long long)json_array_size(list));
+        total += (long long)json_array_size(list);
+    }
+    assert_int_equal(total, 7);
+    assert_int_equal(seqs_sum, (seq0 + 1 + seq1) * seen / 2); /* seq0+1 .. seq1, each once */
+    assert_int_equal(int_cmd(f, "HLEN " BASE "deploy-count:web:main"), seen);
+    assert_int_equal(cached_total(f, cache), 7);
+    assert_int_equal(cached_total(f, NULL), 7);
+    pv_status st;
+    assert_int_equal(pv_resv_release(f->r, &f->keys, "resv-MULTI", &st), PV_OK);
+    assert_int_equal(int_cmd(f, "EXISTS " BASE "deploy-count:web:main"), 0);
+    assert_int_equal(int_cmd(f, "HGET " BASE "node-index seq"), seq1 + seen);
+    assert_int_equal(cached_total(f, cache), 14);
+    json_decref(j);
+    sched_cache_free(cache);
+}
+
 /* A reservation allocates on the cache's parsed node in place and the cache keeps the result
  * when the commit is made: what the cache then answers is what a fresh read of the records
  * gives, cores included. */
@@ -1370,6 +1425,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_follows_every_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_reads_only_what_changed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_reads_usage_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_multi_node_commit_counts_and_index, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_sees_liveness_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_index_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_counts_follow_changes, setup, teardown),

@@ -64,10 +64,37 @@ end
 -- Writes a node's new usage with both revisions bumped from revs (node_revs, read in this very
 -- call, so nothing moved them since): one HSET for what an HSET and two HINCRBY did. The change
 -- goes into the schedulers' change index in the same step (node_changed).
-local function node_set_usage(node_key, revs, usage, now)
+-- node_write_usage writes the record alone, for a caller that puts the change into the index
+-- itself (several nodes at once: nodes_changed).
+local function node_write_usage(node_key, revs, usage, now)
   local urev, rev = tonumber(revs.usage_rev) + 1, tonumber(revs.rev) + 1
   revs.usage_rev, revs.rev = tostring(urev), tostring(rev)
   redis.call('HSET', node_key, 'usage', usage, 'updated_ms', now, 'usage_rev', revs.usage_rev,
     'rev', revs.rev)
+end
+
+local function node_set_usage(node_key, revs, usage, now)
+  node_write_usage(node_key, revs, usage, now)
   return node_changed(node_key:match('^(.*)node:([^:]*)$'))
+end
+
+-- Arguments per call where a list is spread into one command: Lua's unpack is bounded by its C
+-- stack (some 8,000 values), and a plan may touch every node of a 10,000-node pod.
+local SPREAD = 1000
+
+-- What node_changed does for the nodes ids (a list), in two commands instead of two a node: the
+-- counter goes up by their number and each takes its own value, in list order. Returns the
+-- value of the first (the others follow it).
+local function nodes_changed(base, ids)
+  local n = #ids
+  local first = redis.call('HINCRBY', base .. 'node-index', 'seq', n) - n + 1
+  for from = 1, n, SPREAD do
+    local scored = {}
+    for k = from, math.min(n, from + SPREAD - 1) do
+      scored[#scored + 1] = first + k - 1
+      scored[#scored + 1] = ids[k]
+    end
+    redis.call('ZADD', base .. 'node-revs', unpack(scored))
+  end
+  return first
 end

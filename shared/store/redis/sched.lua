@@ -33,19 +33,56 @@ local function nodes_moved(base, args, i)
   return nil, read, i
 end
 
+-- Adds delta[name] to each name's deploy count in the hash counts (names: the list of them); a
+-- count that reaches 0 goes. One node: one HINCRBY; more: one HMGET and one HSET (and HDEL)
+-- for them all, instead of one HINCRBY each.
+local function add_counts(counts, names, delta)
+  if #names == 1 then
+    local left = redis.call('HINCRBY', counts, names[1], delta[names[1]])
+    if left <= 0 then redis.call('HDEL', counts, names[1]) end
+    return
+  end
+  for from = 1, #names, SPREAD do
+    local part = {}
+    for k = from, math.min(#names, from + SPREAD - 1) do part[#part + 1] = names[k] end
+    local cur = redis.call('HMGET', counts, unpack(part))
+    local set, gone = {}, {}
+    for k, name in ipairs(part) do
+      local left = (tonumber(cur[k]) or 0) + delta[name]
+      if left > 0 then
+        set[#set + 1] = name
+        set[#set + 1] = left
+      else
+        gone[#gone + 1] = name
+      end
+    end
+    if #set > 0 then redis.call('HSET', counts, unpack(set)) end
+    if #gone > 0 then redis.call('HDEL', counts, unpack(gone)) end
+  end
+end
+
 -- Writes each node's new usage, bumps its revisions (read by nodes_moved: revs), and adds
 -- (sign 1) or removes (sign -1) its allocations and deploy counts. now: Redis's clock, as text.
 -- seqs (a table, or nil): gets each node's record rev before its write (every write of a record
 -- bumps it) and its seq in the change index after it, so the scheduler that wrote it knows
 -- whether its cached record was the latest and can skip reading it back (sched_cache.h).
+-- The change index and the deploy counts take all the nodes in a few commands (nodes_changed,
+-- add_counts): a 50-node plan's commit is some 150 commands, not 300.
 local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
   local n = tonumber(args[i]); i = i + 1
+  if n == 0 then return end
+  local ids, names, delta = {}, {}, {}
+  local at = i
   for _ = 1, n do
+    ids[#ids + 1] = args[at]
+    at = at + 5 + 2 * tonumber(args[at + 4])
+  end
+  local first = nodes_changed(base, ids)
+  for k = 1, n do
     local id, name, usage, count = args[i], args[i + 1], args[i + 3], tonumber(args[i + 4])
     if seqs then seqs[#seqs + 1] = revs[id].rev end
-    -- node_set_usage answers the node's seq in the change index: no ZSCORE to read it back
-    local seq = node_set_usage(base .. 'node:' .. id, revs[id], usage, now)
-    if seqs then seqs[#seqs + 1] = tostring(seq) end
+    node_write_usage(base .. 'node:' .. id, revs[id], usage, now)
+    if seqs then seqs[#seqs + 1] = tostring(first + k - 1) end
     local allocs = base .. 'node-allocs:' .. id
     local changed = 0
     for j = 1, count do
@@ -59,12 +96,14 @@ local function apply_nodes(base, args, i, sign, app, entry, revs, now, seqs)
         changed = changed + redis.call('HDEL', allocs, aid)
       end
     end
-    if app ~= '' and changed > 0 then
-      local counts = base .. 'deploy-count:' .. app .. ':' .. entry
-      local left = redis.call('HINCRBY', counts, name, sign * changed)
-      if left <= 0 then redis.call('HDEL', counts, name) end
+    if changed > 0 then
+      if not delta[name] then names[#names + 1] = name end
+      delta[name] = (delta[name] or 0) + sign * changed
     end
     i = i + 5 + 2 * count
+  end
+  if app ~= '' and #names > 0 then
+    add_counts(base .. 'deploy-count:' .. app .. ':' .. entry, names, delta)
   end
 end
 
