@@ -1169,7 +1169,8 @@ static void test_multi_node_commit_counts_and_index(void **state) {
     json_object_foreach(allocs, name, list) {
         pv_node n;
         pv_status st;
-        assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, name, &n, &st), PV_OK);
+        assert_int_equal(pv_registry_get_node(f->r, &f->keys, PV_REG_BY_NAME, name, &n, &st),
+                         PV_OK);
         long long seq = int_cmd(f, "ZSCORE " BASE "node-revs %s", n.id);
         pv_node_clear(&n);
         assert_true(seq > seq0 && seq <= seq1);
