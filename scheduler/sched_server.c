@@ -46,6 +46,7 @@ struct sched_server {
     char stream[PV_KEY_MAX];
     int claim_idle_ms;
     int reservation_ttl_s;
+    size_t orphan_cursor; /* where the next sweep of reservations of ended operations starts */
     unsigned long served, failed;
     unsigned long acked, trimmed; /* entries acknowledged; that count at the last trim */
 };
@@ -215,6 +216,32 @@ static void reap_expired(sched_server *s) {
     pv_resv_ids_free(ids, n);
 }
 
+/* Reservations whose owner operation ended without giving them back (a one-node create
+ * dead-lettered on its node's queue, say) go back a minute after its end instead of at their
+ * expiry: a sweep of ORPHAN_PAGE reservations every ORPHAN_EVERY_MS, each looked at once a
+ * sweep. The minute leaves any end path that gives back by itself the time to do it first. */
+#define ORPHAN_EVERY_MS 5000
+#define ORPHAN_PAGE 64
+#define ORPHAN_GRACE_MS 60000
+
+static void reap_orphaned(sched_server *s) {
+    char **ids = NULL;
+    size_t n = 0;
+    pv_status st;
+    if (pv_resv_orphaned(s->redis, &s->keys, pv_time_now_ms(), ORPHAN_GRACE_MS, &s->orphan_cursor,
+                         ORPHAN_PAGE, &ids, &n, &st) != PV_OK) {
+        pv_warn("looking for reservations whose operation ended: %s", st.msg);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
+            pv_info("released reservation %s: its operation ended without giving it back", ids[i]);
+        else if (st.code != PV_NOT_FOUND)
+            pv_warn("cannot release reservation %s of an ended operation: %s", ids[i], st.msg);
+    }
+    pv_resv_ids_free(ids, n);
+}
+
 /* Drops the requests answered since the last tick (never one still pending or not yet read).
  * Only after this scheduler acknowledged some (the trim is six commands): an idle one costs
  * nothing, and what another acknowledged goes with that one's trim or with the next here. */
@@ -263,7 +290,7 @@ static void *loop(void *arg) {
     sched_server *s = arg;
     pv_status st;
     int grouped = 0, complained = 0;
-    int64_t next_claim = 0, next_reap = 0;
+    int64_t next_claim = 0, next_reap = 0, next_orphans = 0;
     while (!atomic_load(&s->stop)) {
         if (!grouped) {
             if (ensure_group(s, &st) != PV_OK) {
@@ -287,6 +314,10 @@ static void *loop(void *arg) {
             mark_dead_nodes(s);
             mark_formed(s);
             follow_nodes(s);
+        }
+        if (now >= next_orphans) {
+            next_orphans = now + ORPHAN_EVERY_MS;
+            reap_orphaned(s);
         }
         if (grouped && read_new(s, &st) != PV_OK) {
             /* A Redis that restarted empty has lost the group too: make it again. */

@@ -939,6 +939,117 @@ int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, c
     return rc;
 }
 
+/* ---- reservations whose owner ended ---- */
+
+/* HMGET <key of kind for names[i]> f1 f2 for each i in one pipeline; reps[i] set (caller frees
+ * them) on PV_OK. A name that makes no key gets no command and reps[i] NULL. */
+static int hmget_each(pv_redis *r, const pv_keys *k, pv_key_kind kind, char *const *names, size_t n,
+                      const char *f1, const char *f2, redisReply **reps, pv_status *st) {
+    bool *sent = calloc(n ? n : 1, sizeof *sent);
+    if (!sent) return pv_status_set(st, PV_INTERNAL, "out of memory");
+    int rc = PV_OK;
+    for (size_t i = 0; rc == PV_OK && i < n; i++) {
+        char key[PV_KEY_MAX];
+        pv_status kst;
+        if (!names[i] || pv_key(k, kind, names[i], key, sizeof key, &kst) != PV_OK) continue;
+        const char *argv[] = {"HMGET", key, f1, f2};
+        rc = pv_redis_append(r, 4, argv, NULL, st);
+        sent[i] = rc == PV_OK;
+    }
+    /* every appended command's reply is read, whatever failed: the connection stays in step */
+    for (size_t i = 0; i < n; i++) {
+        reps[i] = NULL;
+        if (!sent[i]) continue;
+        pv_status gst;
+        if (pv_redis_get_reply(r, &reps[i], &gst) != PV_OK && rc == PV_OK) {
+            *st = gst;
+            rc = gst.code;
+        }
+    }
+    free(sent);
+    for (size_t i = 0; rc != PV_OK && i < n; i++) {
+        if (reps[i]) freeReplyObject(reps[i]);
+        reps[i] = NULL;
+    }
+    return rc;
+}
+
+/* A two-field HMGET reply's field i as text, or NULL. */
+static const char *field(const redisReply *rep, size_t i) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements <= i) return NULL;
+    const redisReply *v = rep->element[i];
+    return v->type == REDIS_REPLY_STRING ? v->str : NULL;
+}
+
+/* Whether an owner operation, as its status and finished_ms were read (op: that HMGET's reply),
+ * lets its reservation go: it has no record (every record stores its status), or it ended more
+ * than grace_ms before now_ms. */
+static bool owner_gone(const redisReply *op, int64_t now_ms, int64_t grace_ms) {
+    const char *status = field(op, 0), *finished = field(op, 1);
+    if (!status) return op && op->type == REDIS_REPLY_ARRAY;
+    bool done = strcmp(status, "SUCCEEDED") == 0 || strcmp(status, "FAILED") == 0 ||
+                strcmp(status, "CANCELLED") == 0;
+    return done && finished && strtoll(finished, NULL, 10) + grace_ms < now_ms;
+}
+
+int pv_resv_orphaned(pv_redis *r, const pv_keys *k, int64_t now_ms, int64_t grace_ms,
+                     size_t *cursor, size_t max, char ***ids, size_t *n, pv_status *st) {
+    *ids = NULL;
+    *n = 0;
+    char key[PV_KEY_MAX];
+    if (max == 0 || pv_key(k, PV_KEY_RESVS, NULL, key, sizeof key, st) != PV_OK)
+        return max == 0 ? PV_OK : st->code;
+    redisReply *list = NULL;
+    if (pv_redis_command(r, &list, st, "ZRANGE %s %lld %lld", key, (long long)*cursor,
+                         (long long)(*cursor + max - 1)) != PV_OK)
+        return st->code;
+    size_t m = list->type == REDIS_REPLY_ARRAY ? list->elements : 0;
+    *cursor = m < max ? 0 : *cursor + m; /* the sweep starts again after its last page */
+    char **resv_ids = calloc(m ? m : 1, sizeof *resv_ids),
+         **owners = calloc(m ? m : 1, sizeof *owners);
+    redisReply **resvs = calloc(m ? m : 1, sizeof *resvs), **ops = calloc(m ? m : 1, sizeof *ops);
+    int rc = resv_ids && owners && resvs && ops ? PV_OK
+                                                : pv_status_set(st, PV_INTERNAL, "out of memory");
+    for (size_t i = 0; rc == PV_OK && i < m; i++)
+        resv_ids[i] = list->element[i]->type == REDIS_REPLY_STRING ? list->element[i]->str : NULL;
+    if (rc == PV_OK)
+        rc = hmget_each(r, k, PV_KEY_RESV, resv_ids, m, "owner", "created_ms", resvs, st);
+    /* only operations' reservations made more than grace_ms ago: others are someone else's, and
+     * a fresh one's operation may still be on its way */
+    for (size_t i = 0; rc == PV_OK && i < m; i++) {
+        const char *owner = field(resvs[i], 0), *created = field(resvs[i], 1);
+        if (owner && strncmp(owner, "op-", 3) == 0 && created &&
+            strtoll(created, NULL, 10) + grace_ms < now_ms)
+            owners[i] = (char *)owner;
+    }
+    if (rc == PV_OK) rc = hmget_each(r, k, PV_KEY_OP, owners, m, "status", "finished_ms", ops, st);
+    for (size_t i = 0; rc == PV_OK && i < m; i++) {
+        if (!owners[i] || !owner_gone(ops[i], now_ms, grace_ms)) continue;
+        if (!*ids && !(*ids = calloc(m, sizeof **ids))) {
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        } else if (!((*ids)[*n] = strdup(resv_ids[i]))) {
+            rc = pv_status_set(st, PV_INTERNAL, "out of memory");
+        } else {
+            (*n)++;
+        }
+    }
+    if (rc != PV_OK) {
+        pv_resv_ids_free(*ids, *n);
+        *ids = NULL;
+        *n = 0;
+    }
+    for (size_t i = 0; i < m; i++) {
+        if (resvs && resvs[i]) freeReplyObject(resvs[i]);
+        if (ops && ops[i]) freeReplyObject(ops[i]);
+    }
+    free(resv_ids);
+    free(owners);
+    free(resvs);
+    free(ops);
+    freeReplyObject(list);
+    return rc;
+}
+
 /* qsort has no argument: the names by_sorted_name compares, set just before the one sort. */
 static _Thread_local const char *const *sort_names;
 

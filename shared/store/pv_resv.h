@@ -170,6 +170,16 @@ int pv_resv_expired(pv_redis *r, const pv_keys *k, int64_t now_ms, size_t max, c
                     size_t *n, pv_status *st);
 void pv_resv_ids_free(char **ids, size_t n);
 
+/* Ids of reservations whose owner operation ("op-..." owners only) ended (SUCCEEDED, FAILED or
+ * CANCELLED) more than grace_ms before now_ms, or has no record, among those made more than
+ * grace_ms ago: an operation that ends without giving its reservation back (a one-node create
+ * dead-lettered, or cancelled while its node's delivery failed) would otherwise hold the
+ * allocations until the reservation expires. Looks at up to max reservations from position
+ * *cursor of the expiry index and moves *cursor on (back to 0 after the last): a sweep over
+ * calls. *ids as pv_resv_expired. */
+int pv_resv_orphaned(pv_redis *r, const pv_keys *k, int64_t now_ms, int64_t grace_ms,
+                     size_t *cursor, size_t max, char ***ids, size_t *n, pv_status *st);
+
 /* Deploy counts of app/entry: fills counts[i] for names[i] (0 when absent). Up to
  * PV_RESV_COUNTS_BY_NAME names are read by name (HMGET: what a scheduler whose counts are cached
  * reads after a few changes), more with the whole hash (HGETALL: at most one field per node). */

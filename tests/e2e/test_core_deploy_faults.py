@@ -288,6 +288,32 @@ class AgentKilled(unittest.TestCase):
         self.assertEqual(os.listdir(engine) if os.path.isdir(engine) else [], [])
         self.assertEqual(self.stack.check(), [])
 
+    def test_reservation_of_an_ended_operation_goes_back(self):
+        # An operation that ends without giving its reservation back (a one-node create
+        # dead-lettered on its node's queue) leaves it to the schedulers: a minute after the
+        # end, their sweep (every 5 s) gives it back instead of its expiry (600 s). Here its
+        # owner has no record at all and it was made two minutes ago (created_ms moved back).
+        core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
+        redis = self.stack.redis
+        rid = "plan-op-GONE%d" % os.getpid()
+        body = json.dumps({"pod": "fp", "strategy": 0, "count": 2, "app": "gone",
+                           "entrypoint": "w", "owner": rid[len("plan-"):], "ttl_seconds": 600,
+                           "resources": {"cpumem": {"memory-request": "16M"}}})
+        redis.cmd("XADD", self.stack.prefix + "{reg}:sched:requests", "*", "id", rid,
+                  "kind", "reserve", "body", body,
+                  "deadline_ms", str(int(time.time() * 1000) + 30000))
+        reply = redis.cmd("BLPOP", self.stack.prefix + "{reg}:sched:reply:" + rid, "30")
+        self.assertTrue(reply and "reservation" in reply[1], reply)
+        resv = self.stack.prefix + "{reg}:resv:resv-op-GONE%d" % os.getpid()
+        self.assertEqual(self.memory_used(core), 2 * 16 << 20)
+        redis.cmd("HSET", resv, "created_ms", str(int(time.time() * 1000) - 120000))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and redis.cmd("EXISTS", resv):
+            time.sleep(0.1)
+        self.assertEqual(redis.cmd("EXISTS", resv), 0)
+        self.assertEqual(self.memory_used(core), 0)
+        self.assertEqual(self.stack.check(), [])
+
     def test_no_agent_takes_it(self):
         core = core_pb2_grpc.CoreRPCStub(self.stack.channel(0))
         ops = opg.OperationServiceStub(self.stack.channel(0))

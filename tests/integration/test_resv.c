@@ -426,6 +426,64 @@ static void test_replies_not_kept_across_restart(void **state) {
     sched_request_free(&req);
 }
 
+static bool has_id(char **ids, size_t n, const char *id) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ids[i], id) == 0) return true;
+    return false;
+}
+
+/* pv_resv_orphaned finds the reservations of operations that ended a while ago or have no
+ * record, not those of a running one, of one that ended within the grace, made within the grace,
+ * or owned by something that is not an operation; pages of 2 sweep all six and start again. */
+static void test_orphaned_reservations(void **state) {
+    fixture *f = *state;
+    static const char *const owners[] = {"op-ENDED",    "op-NORECORD", "op-RUNNING",
+                                         "op-FRESHEND", "op-FRESHRES", "bench"};
+    char *resv[6];
+    for (int i = 0; i < 6; i++) {
+        char extra[64];
+        int code;
+        snprintf(extra, sizeof extra, ",\"owner\":\"%s\"", owners[i]);
+        resv[i] = reserve(f, NULL, 1, extra, &code);
+        assert_non_null(resv[i]);
+    }
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    long long real = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000, now = real + 120000;
+    int_cmd(f, "HSET t:{ops}:op:op-ENDED status FAILED finished_ms %lld", real);
+    int_cmd(f, "HSET t:{ops}:op:op-RUNNING status RUNNING");
+    int_cmd(f, "HSET t:{ops}:op:op-FRESHEND status SUCCEEDED finished_ms %lld", now - 1000);
+    int_cmd(f, "HSET t:{ops}:op:op-FRESHRES status CANCELLED finished_ms %lld", real);
+    int_cmd(f, "HSET " BASE "resv:%s created_ms %lld", resv[4], now - 1000);
+    int_cmd(f, "HSET t:{ops}:op:bench status FAILED finished_ms %lld", real);
+
+    size_t cursor = 0, total = 0, calls = 0;
+    char *found[6];
+    do {
+        char **ids = NULL;
+        size_t n = 0;
+        pv_status st;
+        assert_int_equal(pv_resv_orphaned(f->r, &f->keys, now, 60000, &cursor, 2, &ids, &n, &st),
+                         PV_OK);
+        for (size_t i = 0; i < n; i++)
+            found[total++] = strdup(ids[i]);
+        pv_resv_ids_free(ids, n);
+        calls++;
+    } while (cursor != 0 && calls < 10);
+    assert_int_equal(calls, 4); /* pages at 0, 2, 4 and an empty one at 6 */
+    assert_int_equal(total, 2);
+    assert_true(has_id(found, total, resv[0]));
+    assert_true(has_id(found, total, resv[1]));
+    pv_status st;
+    for (size_t i = 0; i < total; i++) {
+        assert_int_equal(pv_resv_release(f->r, &f->keys, found[i], &st), PV_OK);
+        free(found[i]);
+    }
+    assert_int_equal(dummy_total(f), 2);
+    for (int i = 0; i < 6; i++)
+        free(resv[i]);
+}
+
 static void test_abandoned_request_reserves_nothing(void **state) {
     fixture *f = *state;
     redisReply *rep = redisCommand(f->c, "SET " BASE "sched:gone:plan-BBBB 1");
@@ -1418,6 +1476,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_reserve_not_enough, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_request_reserves_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replies_not_kept_across_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphaned_reservations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandoned_request_reserves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_reservations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_and_fix, setup, teardown),
