@@ -202,18 +202,24 @@ static int claim_stale(sched_server *s, pv_status *st) {
     return PV_OK;
 }
 
+/* Gives the reservations ids back (one given back already is skipped) and frees ids. */
+static void release_each(sched_server *s, char **ids, size_t n, const char *why) {
+    pv_status st;
+    for (size_t i = 0; i < n; i++) {
+        if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
+            pv_info("released reservation %s: %s", ids[i], why);
+        else if (st.code != PV_NOT_FOUND)
+            pv_warn("cannot release reservation %s (%s): %s", ids[i], why, st.msg);
+    }
+    pv_resv_ids_free(ids, n);
+}
+
 static void reap_expired(sched_server *s) {
     char **ids = NULL;
     size_t n = 0;
     pv_status st;
-    if (pv_resv_expired(s->redis, &s->keys, pv_time_now_ms(), 64, &ids, &n, &st) != PV_OK) return;
-    for (size_t i = 0; i < n; i++) {
-        if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
-            pv_info("released reservation %s: nobody took it over before it expired", ids[i]);
-        else if (st.code != PV_NOT_FOUND)
-            pv_warn("cannot release expired reservation %s: %s", ids[i], st.msg);
-    }
-    pv_resv_ids_free(ids, n);
+    if (pv_resv_expired(s->redis, &s->keys, pv_time_now_ms(), 64, &ids, &n, &st) == PV_OK)
+        release_each(s, ids, n, "nobody took it over before it expired");
 }
 
 /* Reservations whose owner operation ended without giving them back (a one-node create
@@ -229,17 +235,10 @@ static void reap_orphaned(sched_server *s) {
     size_t n = 0;
     pv_status st;
     if (pv_resv_orphaned(s->redis, &s->keys, pv_time_now_ms(), ORPHAN_GRACE_MS, &s->orphan_cursor,
-                         ORPHAN_PAGE, &ids, &n, &st) != PV_OK) {
+                         ORPHAN_PAGE, &ids, &n, &st) != PV_OK)
         pv_warn("looking for reservations whose operation ended: %s", st.msg);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (pv_resv_release(s->redis, &s->keys, ids[i], &st) == PV_OK)
-            pv_info("released reservation %s: its operation ended without giving it back", ids[i]);
-        else if (st.code != PV_NOT_FOUND)
-            pv_warn("cannot release reservation %s of an ended operation: %s", ids[i], st.msg);
-    }
-    pv_resv_ids_free(ids, n);
+    else
+        release_each(s, ids, n, "its operation ended without giving it back");
 }
 
 /* Drops the requests answered since the last tick (never one still pending or not yet read).
