@@ -12,6 +12,7 @@
 #include "pv_config.h"
 #include "pv_daemon.h"
 #include "pv_log.h"
+#include "pv_mem.h"
 #include "pv_presence.h"
 #include "pv_version.h"
 #include "sched_plan_cli.h"
@@ -30,6 +31,8 @@ int main(int argc, char **argv) {
         pv_config_free(&cfg);
         return rc;
     }
+    /* before any thread: a plan over a large pod frees and takes again the same big blocks */
+    pv_mem_keep_freed();
     char instance[128];
     pv_presence_default_instance(instance, sizeof instance);
     pv_presence_opts po = {

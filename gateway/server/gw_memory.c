@@ -17,8 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "pv_time.h"
 #include "pv_log.h"
+#include "pv_mem.h"
+#include "pv_time.h"
 
 struct gw_memory {
     atomic_ulong calls; /* calls started since start */
@@ -35,6 +36,7 @@ void gw_memory_tune(int arenas) {
         pv_info("gateway.malloc_arenas %d: this allocator does not take M_ARENA_MAX (not "
                 "glibc's: a sanitizer build?)",
                 arenas);
+    pv_mem_keep_freed();
 }
 
 void gw_memory_note_call(gw_memory *m) {

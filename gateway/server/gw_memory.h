@@ -23,7 +23,9 @@
 
 typedef struct gw_memory gw_memory;
 
-/* Caps glibc's arenas at arenas (0: glibc's own default, 8 per core). Call before threads. */
+/* Caps glibc's arenas at arenas (0: glibc's own default, 8 per core) and keeps large freed
+ * blocks for the next call (pv_mem_keep_freed: the trimmer gives them back once idle). Call
+ * before threads. */
 void gw_memory_tune(int arenas);
 
 /* Starts the trimmer: idle_ms without a new call, then one trim. idle_ms 0: no trimmer, *out
