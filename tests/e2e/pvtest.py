@@ -799,6 +799,18 @@ class Stack:
                                       p.log_path, p.tail()))
             time.sleep(0.1)
 
+    def wait_alive(self, nodes, timeout=START_TIMEOUT):
+        """Waits until each of NODES is alive (its alive key set by its agent's beat). Ready
+        (wait_ready) means registered: the beat that registers a node sets it alive only after
+        the engine's info and a ping of its daemon, which a busy machine can take seconds over,
+        and a plan in between finds no node to place on."""
+        deadline = time.monotonic() + timeout
+        for node in nodes:
+            while not self.redis.cmd("EXISTS", self.key("{reg}:alive:" + node)):
+                if time.monotonic() >= deadline:
+                    raise AssertionError("node %s not alive within %.0fs" % (node, timeout))
+                time.sleep(0.05)
+
     def answers(self, p):
         if p.kind == "gateway":
             gw = next(g for g in self.gateways if g.proc is p)
@@ -1543,7 +1555,8 @@ class DockerSetup:
     registry if asked for, and a Stack of one gateway, ops worker and scheduler with AGENTS
     (made by agents(daemon), since their endpoints name the daemon) and CONFIG (config(daemon)
     when callable). registry=(username, password) makes the registry ask for them (htpasswd)
-    and gives them to the stack as registry.auths; daemon_cpus: DockerDaemon's cpus. Raises unittest.SkipTest where
+    and gives them to the stack as registry.auths; daemon_cpus: DockerDaemon's cpus; alive: the
+    nodes to wait alive for (Stack.wait_alive). Raises unittest.SkipTest where
     docker_missing() says why. stop() stops it all, whatever failed first.
 
         def setUpModule():
@@ -1551,7 +1564,8 @@ class DockerSetup:
             _env = pvtest.DockerSetup(lambda dk: [{"node": "dk", "endpoint": dk.endpoint}])
     """
 
-    def __init__(self, agents, config=None, tls=False, registry=False, daemon_cpus=None):
+    def __init__(self, agents, config=None, tls=False, registry=False, daemon_cpus=None,
+                 alive=()):
         why = docker_missing()
         if why:
             raise unittest.SkipTest(why)
@@ -1569,6 +1583,7 @@ class DockerSetup:
             self.stack = Stack(gateways=1, workers=1, schedulers=1, agents=agents(self.daemon),
                                config=cfg)
             self.stack.start()
+            self.stack.wait_alive(alive)
         except BaseException:
             self.stop()
             raise

@@ -60,7 +60,7 @@ def setUpModule():
         lambda dk: [{"node": "dk", "pod": POD, "endpoint": dk.endpoint}, ("pr", POD)],
         config={"worker": {"status_interval_seconds": 1, "stop_grace_seconds": 5,
                            "build_pod": POD}},
-        registry=(REG_USER, REG_PASSWORD))
+        registry=(REG_USER, REG_PASSWORD), alive=("dk", "pr"))
     _dk, _reg, _stack = _env.daemon, _env.registry, _env.stack
     make_process_image(os.path.join(_stack.data_dir, "images", "demo", "1.tar"))
 

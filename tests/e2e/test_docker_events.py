@@ -35,7 +35,7 @@ def setUpModule():
     global _env
     _env = pvtest.DockerSetup(
         lambda dk: [{"node": "dke", "pod": POD, "endpoint": dk.endpoint}],
-        config={"worker": {"status_interval_seconds": 60}})
+        config={"worker": {"status_interval_seconds": 60}}, alive=("dke",))
 
 
 def tearDownModule():

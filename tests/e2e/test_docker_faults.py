@@ -32,7 +32,7 @@ def setUpModule():
     global _env
     _env = pvtest.DockerSetup(
         lambda dk: [{"node": "dkf", "pod": POD, "endpoint": dk.endpoint}],
-        config={"worker": {"lease_ms": 1500, "status_interval_seconds": 1}})
+        config={"worker": {"lease_ms": 1500, "status_interval_seconds": 1}}, alive=("dkf",))
 
 
 def tearDownModule():

@@ -59,7 +59,8 @@ def setUpModule():
                     {"node": "hd2", "pod": POD, "endpoint": _dk2.endpoint}],
         config={"worker": {"heartbeat_seconds": 1, "lease_ms": 2000,
                            "status_interval_seconds": 1, "stop_grace_seconds": 1},
-                "ha": {"node_timeout_seconds": TIMEOUT, "fence_seconds": FENCE}})
+                "ha": {"node_timeout_seconds": TIMEOUT, "fence_seconds": FENCE}},
+        alive=("hd1", "hd2"))
 
 
 def tearDownModule():
