@@ -1239,6 +1239,29 @@ int pv_op_release(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_o
     return fcall_void(r, "pv_op_release", &keys, &args, st);
 }
 
+/* What both hand-overs send after the record, its queue and their first three arguments (the
+ * Lua handover's KEYS[3..6] and ARGV[4..8]), then by when not NULL (pv_op_handover_pending's
+ * ARGV[9]) and the output entry's fields. */
+static void handover_rest(const pv_keys *k, const pv_op_opts *o, const char *op_id,
+                          const char *queue, const char *params_json, int timeout_ms,
+                          const char *by, size_t n, const char *const *fields,
+                          const char *const *values, pv_strv *keys, pv_strv *args) {
+    pv_key_add(k, PV_KEY_OP_QUEUE, queue, keys);
+    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, keys);
+    pv_key_add(k, PV_KEY_OP_OUT, op_id, keys);
+    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, keys);
+    pv_strv_add(args, queue);
+    pv_strv_add(args, params_json);
+    pv_strv_addf(args, "%d", opts_maxlen(o));
+    pv_strv_addf(args, "%d", PV_OP_OUTPUT_MAXLEN);
+    pv_strv_addf(args, "%d", timeout_ms > 0 ? timeout_ms : 0);
+    if (by) pv_strv_add(args, by);
+    for (size_t i = 0; i < n; i++) {
+        pv_strv_add(args, fields[i]);
+        pv_strv_add(args, values[i] ? values[i] : "");
+    }
+}
+
 int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_op *op,
                    int64_t token, const char *queue, const char *params_json, int timeout_ms,
                    size_t n, const char *const *fields, const char *const *values, pv_status *st) {
@@ -1248,19 +1271,8 @@ int pv_op_handover(pv_redis *r, const pv_keys *k, const pv_op_opts *o, const pv_
         return st->code;
     pv_strv keys = {0}, args = {0};
     fenced_start(k, op, token, &keys, &args);
-    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
-    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
-    pv_key_add(k, PV_KEY_OP_OUT, op->id, &keys);
-    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
-    pv_strv_add(&args, queue);
-    pv_strv_add(&args, params_json);
-    pv_strv_addf(&args, "%d", opts_maxlen(o));
-    pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
-    pv_strv_addf(&args, "%d", timeout_ms > 0 ? timeout_ms : 0);
-    for (size_t i = 0; i < n; i++) {
-        pv_strv_add(&args, fields[i]);
-        pv_strv_add(&args, values[i] ? values[i] : "");
-    }
+    handover_rest(k, o, op->id, queue, params_json, timeout_ms, NULL, n, fields, values, &keys,
+                  &args);
     return fcall_void(r, "pv_op_handover", &keys, &args, st);
 }
 
@@ -1277,23 +1289,11 @@ int pv_op_handover_pending(pv_redis *r, const pv_keys *k, const pv_op_opts *o, c
     pv_strv keys = {0}, args = {0};
     pv_key_add(k, PV_KEY_OP, op_id, &keys);
     pv_key_add(k, PV_KEY_OP_QUEUE, from_queue, &keys);
-    pv_key_add(k, PV_KEY_OP_QUEUE, queue, &keys);
-    pv_key_add(k, PV_KEY_OP_EVENTS, NULL, &keys);
-    pv_key_add(k, PV_KEY_OP_OUT, op_id, &keys);
-    pv_key_add(k, PV_KEY_OP_DELAYED, NULL, &keys);
     pv_key_add(k, PV_KEY_OPS, NULL, &args);
     pv_strv_add(&args, op_id);
     pv_strv_add(&args, entry);
-    pv_strv_add(&args, queue);
-    pv_strv_add(&args, params_json);
-    pv_strv_addf(&args, "%d", opts_maxlen(o));
-    pv_strv_addf(&args, "%d", PV_OP_OUTPUT_MAXLEN);
-    pv_strv_addf(&args, "%d", timeout_ms > 0 ? timeout_ms : 0);
-    pv_strv_add(&args, by ? by : "");
-    for (size_t i = 0; i < n; i++) {
-        pv_strv_add(&args, fields[i]);
-        pv_strv_add(&args, values[i] ? values[i] : "");
-    }
+    handover_rest(k, o, op_id, queue, params_json, timeout_ms, by ? by : "", n, fields, values,
+                  &keys, &args);
     redisReply *rep = NULL;
     int rc = fcall_done(r, "pv_op_handover_pending", &keys, &args, &rep, st);
     if (rc == PV_OK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "MOVED") == 0)
